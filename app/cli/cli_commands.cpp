@@ -1,0 +1,157 @@
+#include "cli_commands.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include "cli_output.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/exports.h"
+#include "devicerace/race.h"
+#include "devicerace/workload.h"
+#include "live_table.h"
+
+namespace devicerace::cli {
+
+namespace {
+
+// How often the main thread collects lane samples and redraws (the CLI's ~2 Hz).
+constexpr auto kPollPeriod = std::chrono::milliseconds(500);
+
+std::atomic<int> g_interrupts{0};
+
+void onInterrupt(int) { g_interrupts.fetch_add(1); }
+
+int usageError(const std::string& what) {
+    fmt::print(stderr, "devicerace-cli: error: {}\n", what);
+    return 2;
+}
+
+} // namespace
+
+int runDevices(bool json) {
+    const auto& report = refreshDeviceReport();
+    fmt::print("{}", json ? devicesJson(report) : devicesText(report));
+    return 0;
+}
+
+int runWorkloads(bool json) {
+    fmt::print("{}", json ? workloadsJson() : workloadsText());
+    return 0;
+}
+
+int runRace(RaceOptions options) {
+    std::unique_ptr<Race> race;
+    try {
+        for (const auto& text : options.laneTexts) {
+            options.spec.lanes.push_back(parseLaneSpec(text));
+        }
+        // Fail before training on output paths that cannot be written.
+        for (const auto& file : {options.jsonFile, options.csvFile, options.jsonlFile}) {
+            if (file.empty()) {
+                continue;
+            }
+            auto dir = std::filesystem::path(file).parent_path();
+            if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+                throw UsageError(fmt::format("{}: cannot write: folder {} does not exist", file, dir.string()));
+            }
+        }
+        race = std::make_unique<Race>(options.spec);
+    } catch (const Error& e) {
+        return usageError(e.what());
+    }
+
+    const auto& report = deviceReport();
+    if (auto warning = blasWarning(report); !warning.empty()) {
+        fmt::print(stderr, "{}\n", warning);
+    }
+    const auto& spec = race->spec();
+    const auto lanes = race->lanes();
+    fmt::print("{} · {} ({}{}) · {} mode · target accuracy {:.2f}\n", spec.workload, race->dataset().name,
+               race->dataset().synthetic ? "synthetic" : "real: " + race->dataset().source,
+               fmt::format(", {} train / {} test", race->dataset().train.count, race->dataset().test.count),
+               spec.fair ? "fair" : "live", spec.targetAccuracy.value_or(0));
+    fmt::print("cpu: {} · {} cores · BLAS {}\n", report.cpu.model, report.cpu.physicalCores, report.cpu.blas);
+    int cpuThreads = 0;
+    for (auto* lane : lanes) {
+        if (lane->spec().device == "cpu") {
+            cpuThreads += lane->spec().threads.value_or(report.cpu.physicalCores);
+        }
+    }
+    if (!spec.fair && cpuThreads > report.cpu.logicalCpus) {
+        fmt::print("note: live mode: the CPU lanes share {} CPUs with {} threads in total; use --fair to run them "
+                   "one at a time\n",
+                   report.cpu.logicalCpus, cpuThreads);
+    }
+    std::fflush(stdout);
+
+    const LiveMode mode = options.quiet ? LiveMode::Quiet : (::isatty(STDOUT_FILENO) ? LiveMode::Table : LiveMode::Lines);
+    LiveView view(mode, stdout);
+    for (auto* lane : lanes) {
+        view.addLane(lane->spec().name, lane->totalSteps());
+    }
+
+    g_interrupts = 0;
+    auto previousInt = std::signal(SIGINT, onInterrupt);
+    auto previousTerm = std::signal(SIGTERM, onInterrupt);
+    std::vector<MetricSample> all;
+    const auto t0 = std::chrono::steady_clock::now();
+    race->start();
+    bool stopping = false;
+    while (true) {
+        const bool done = race->finished();
+        for (std::size_t i = 0; i < lanes.size(); ++i) {
+            auto samples = lanes[i]->takeSamples();
+            view.update(i, samples);
+            all.insert(all.end(), samples.begin(), samples.end());
+        }
+        view.render(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (done) {
+            break;
+        }
+        if (g_interrupts > 0 && !stopping) {
+            stopping = true;
+            fmt::print(stderr, "\nstopping all lanes (Ctrl-C again to quit at once)…\n");
+            race->requestStop();
+        }
+        if (g_interrupts > 1) {
+            std::_Exit(130);
+        }
+        std::this_thread::sleep_for(kPollPeriod);
+    }
+    race->wait();
+    view.finish();
+    std::signal(SIGINT, previousInt);
+    std::signal(SIGTERM, previousTerm);
+
+    auto summary = race->summary();
+    fmt::print("{}", summaryText(summary, spec.targetAccuracy.value_or(0)));
+    int status = 0;
+    for (const auto& lane : summary.lanes) {
+        if (lane.state != LaneState::Finished) {
+            status = 1;
+        }
+    }
+    try {
+        if (!options.jsonFile.empty()) {
+            writeFileAtomically(options.jsonFile, summaryToJson(summary));
+        }
+        if (!options.csvFile.empty()) {
+            writeFileAtomically(options.csvFile, samplesToCsv(all));
+        }
+        if (!options.jsonlFile.empty()) {
+            writeFileAtomically(options.jsonlFile, samplesToJsonLines(all));
+        }
+    } catch (const Error& e) {
+        fmt::print(stderr, "devicerace-cli: error: {}\n", e.what());
+        return 2;
+    }
+    return status;
+}
+
+} // namespace devicerace::cli

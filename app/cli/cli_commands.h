@@ -1,0 +1,22 @@
+#pragma once
+// The CLI's subcommands. Each returns the process exit status:
+// 0 all lanes finished, 1 a lane failed, diverged or was stopped, 2 bad usage or bad input.
+#include <string>
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+
+namespace devicerace::cli {
+
+struct RaceOptions {
+    RaceSpec spec;
+    std::vector<std::string> laneTexts;
+    std::string jsonFile, csvFile, jsonlFile;
+    bool quiet = false;
+};
+
+int runDevices(bool json);
+int runWorkloads(bool json);
+int runRace(RaceOptions options);
+
+} // namespace devicerace::cli

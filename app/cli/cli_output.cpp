@@ -1,0 +1,150 @@
+#include "cli_output.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "devicerace/workload.h"
+
+namespace devicerace::cli {
+
+using nlohmann::json;
+
+std::string groupThousands(double value) {
+    if (!std::isfinite(value)) {
+        return "-";
+    }
+    auto digits = fmt::format("{:.0f}", std::fabs(value));
+    std::string out;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) {
+            out += ',';
+        }
+        out += digits[i];
+    }
+    return (value < 0 ? "-" : "") + out;
+}
+
+std::string formatBytes(std::uint64_t bytes) {
+    const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        ++u;
+    }
+    return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+std::string blasWarning(const DeviceReport& report) {
+    if (!report.cpu.blasIsReference) {
+        return {};
+    }
+    return fmt::format("warning: LibTorch uses the {}; CPU training is ~17x slower than with an optimised BLAS "
+                       "(measured). Install libopenblas0 or use the torch wheel (scripts/setup).",
+                       report.cpu.blas);
+}
+
+std::string devicesText(const DeviceReport& r) {
+    std::string out;
+    out += fmt::format("LibTorch {}{}\n", r.torchVersion,
+                       r.torchCudaVersion.empty() ? " (CPU only)" : fmt::format(" (CUDA {})", r.torchCudaVersion));
+    out += fmt::format("cpu      {} · {} cores · {} logical CPUs · {} threads by default · {} · BLAS: {}\n", r.cpu.model,
+                       r.cpu.physicalCores, r.cpu.logicalCpus, r.cpu.torchThreads, r.cpu.parallelBackend, r.cpu.blas);
+    if (auto w = blasWarning(r); !w.empty()) {
+        out += "         " + w + "\n";
+    }
+    for (const auto& g : r.gpus) {
+        out += fmt::format("cuda:{}   {} · {} · compute {}.{} · {} SMs{}\n", g.index, g.name,
+                           formatBytes(g.totalMemoryBytes), g.computeMajor, g.computeMinor, g.multiprocessors,
+                           g.utilizationPercent ? fmt::format(" · {}% busy", *g.utilizationPercent) : "");
+    }
+    if (!r.cudaAvailable) {
+        out += fmt::format("cuda     unavailable: {}\n", r.cudaUnavailableReason);
+    }
+    return out;
+}
+
+std::string devicesJson(const DeviceReport& r) {
+    json j;
+    j["torch_version"] = r.torchVersion;
+    j["torch_cuda_version"] = r.torchCudaVersion.empty() ? json(nullptr) : json(r.torchCudaVersion);
+    j["cudnn_version"] = r.cudnnVersion.empty() ? json(nullptr) : json(r.cudnnVersion);
+    j["host"] = r.hostName;
+    j["cpu"] = {{"model", r.cpu.model},
+                {"physical_cores", r.cpu.physicalCores},
+                {"logical_cpus", r.cpu.logicalCpus},
+                {"torch_threads", r.cpu.torchThreads},
+                {"parallel_backend", r.cpu.parallelBackend},
+                {"blas", r.cpu.blas},
+                {"blas_is_reference", r.cpu.blasIsReference}};
+    j["cuda"] = {{"available", r.cudaAvailable},
+                 {"reason", r.cudaAvailable ? json(nullptr) : json(r.cudaUnavailableReason)},
+                 {"driver", r.nvmlDriverVersion.empty() ? json(nullptr) : json(r.nvmlDriverVersion)}};
+    j["devices"] = json::array();
+    j["devices"].push_back({{"name", "cpu"}, {"usable", true}, {"description", r.cpu.model}});
+    for (const auto& g : r.gpus) {
+        j["devices"].push_back({{"name", fmt::format("cuda:{}", g.index)},
+                                {"usable", true},
+                                {"description", g.name},
+                                {"memory_bytes", g.totalMemoryBytes},
+                                {"compute_capability", fmt::format("{}.{}", g.computeMajor, g.computeMinor)},
+                                {"multiprocessors", g.multiprocessors},
+                                {"utilization_percent", g.utilizationPercent ? json(*g.utilizationPercent) : json(nullptr)},
+                                {"used_memory_bytes", g.usedMemoryBytes ? json(*g.usedMemoryBytes) : json(nullptr)}});
+    }
+    if (!r.cudaAvailable) {
+        j["devices"].push_back({{"name", "cuda"}, {"usable", false}, {"reason", r.cudaUnavailableReason}});
+    }
+    return j.dump(2) + "\n";
+}
+
+std::string workloadsText() {
+    std::string out;
+    for (const auto& w : workloads()) {
+        out += fmt::format("{:<14} {}\n{:<14} data {} · batch {} · {} · {} epochs · target {:.2f} · {} parameters\n",
+                           w.name, w.description, "", w.dataset, w.defaultBatch, w.optimizer, w.defaultEpochs,
+                           w.defaultTarget, groupThousands(static_cast<double>(w.parameters)));
+    }
+    return out;
+}
+
+std::string workloadsJson() {
+    json j = json::array();
+    for (const auto& w : workloads()) {
+        j.push_back({{"name", w.name},
+                     {"description", w.description},
+                     {"dataset", w.dataset},
+                     {"origin", w.origin},
+                     {"optimizer", w.optimizer},
+                     {"batch", w.defaultBatch},
+                     {"lr", w.defaultLr},
+                     {"epochs", w.defaultEpochs},
+                     {"target_accuracy", w.defaultTarget},
+                     {"parameters", w.parameters}});
+    }
+    return j.dump(2) + "\n";
+}
+
+std::string summaryText(const RaceSummary& s, double target) {
+    std::string out = fmt::format("\n{} on {}{} · {} mode\n", s.workload, s.datasetName,
+                                  s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");
+    out += fmt::format("{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}\n", "lane", "device", "samples/s",
+                       "steps/s", "acc", fmt::format("t→{:.2f}", target), "peak mem", "speedup", "status");
+    for (const auto& l : s.lanes) {
+        auto sp = s.speedup.find(l.name);
+        out += fmt::format(
+            "{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}{}\n", l.name, l.device,
+            l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-",
+            l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
+            l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
+            l.timeToTargetSeconds ? fmt::format("{:.1f}s", *l.timeToTargetSeconds) : "-",
+            l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
+            sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-", toString(l.state),
+            l.error.empty() || l.state == LaneState::Finished ? "" : ": " + l.error);
+    }
+    return out;
+}
+
+} // namespace devicerace::cli

@@ -1,0 +1,24 @@
+#pragma once
+// Text and JSON the CLI prints: device and workload listings, the race summary. Main thread only.
+#include <cstdio>
+#include <string>
+
+#include "devicerace/device_info.h"
+#include "devicerace/race.h"
+
+namespace devicerace::cli {
+
+/// 61204.3 -> "61,204" (numbers the audience reads are rounded for reading).
+std::string groupThousands(double value);
+/// 1288490188 -> "1.2 GB".
+std::string formatBytes(std::uint64_t bytes);
+
+std::string devicesText(const DeviceReport& report);
+std::string devicesJson(const DeviceReport& report);
+std::string workloadsText();
+std::string workloadsJson();
+std::string summaryText(const RaceSummary& summary, double targetAccuracy);
+/// The warning printed when LibTorch's BLAS is a reference implementation (empty otherwise).
+std::string blasWarning(const DeviceReport& report);
+
+} // namespace devicerace::cli

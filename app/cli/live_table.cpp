@@ -1,0 +1,137 @@
+#include "live_table.h"
+#include "cli_output.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace devicerace::cli {
+
+namespace {
+// Seconds between progress lines when the output is not a terminal.
+constexpr double kLinePeriod = 5.0;
+constexpr int kBarWidth = 24;
+} // namespace
+
+LiveView::LiveView(LiveMode mode, std::FILE* out) : m_mode(mode), m_out(out) {}
+
+void LiveView::addLane(std::string name, std::int64_t totalSteps) {
+    LaneRow row;
+    row.name = std::move(name);
+    row.totalSteps = totalSteps;
+    m_rows.push_back(std::move(row));
+}
+
+std::string LiveView::progressBar(double fraction, int width) {
+    fraction = std::clamp(fraction, 0.0, 1.0);
+    const int full = static_cast<int>(std::lround(fraction * width));
+    std::string bar;
+    for (int i = 0; i < width; ++i) {
+        bar += i < full ? "█" : "░";
+    }
+    return bar;
+}
+
+std::string LiveView::formatEta(double seconds) {
+    if (!std::isfinite(seconds) || seconds < 0) {
+        return "--:--";
+    }
+    const auto s = static_cast<long>(std::lround(seconds));
+    if (s >= 3600) {
+        return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
+    }
+    return fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+void LiveView::update(std::size_t index, const std::vector<MetricSample>& samples) {
+    auto& row = m_rows.at(index);
+    for (const auto& s : samples) {
+        row.step = std::max(row.step, s.step);
+        row.time = std::max(row.time, s.time);
+        switch (s.kind) {
+        case SampleKind::Train:
+            if (!s.warmup || !row.samplesPerSec) {
+                row.samplesPerSec = s.samplesPerSec;
+                row.stepsPerSec = s.stepsPerSec;
+            }
+            if (s.loss) {
+                row.loss = s.loss;
+            }
+            break;
+        case SampleKind::Eval:
+            row.accuracy = s.accuracy;
+            if (m_mode != LiveMode::Table) {
+                fmt::print(m_out, "{:<10} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  test loss {:.4f}  test acc {:.4f}\n",
+                           row.name, s.step, s.epoch, s.time, s.loss.value_or(NAN), s.accuracy.value_or(NAN));
+            }
+            break;
+        case SampleKind::State:
+            row.state = s.state;
+            row.message = s.message;
+            if (m_mode != LiveMode::Table && s.state != LaneState::Running && s.state != LaneState::Preparing) {
+                fmt::print(m_out, "{:<10} {}{}{}\n", row.name, toString(s.state), s.message.empty() ? "" : ": ",
+                           s.message);
+            }
+            break;
+        }
+    }
+    std::fflush(m_out);
+}
+
+std::string LiveView::rowText(const LaneRow& row) const {
+    const double fraction = row.totalSteps > 0 ? static_cast<double>(row.step) / row.totalSteps : 0;
+    std::string status;
+    if (row.state == LaneState::Running || row.state == LaneState::Paused) {
+        const double eta = row.stepsPerSec && *row.stepsPerSec > 0 ? (row.totalSteps - row.step) / *row.stepsPerSec
+                                                                   : NAN;
+        status = row.state == LaneState::Paused ? "paused" : "ETA " + formatEta(eta);
+    } else {
+        status = toString(row.state);
+        if (!row.message.empty() && row.state != LaneState::Finished) {
+            status += ": " + row.message;
+        }
+    }
+    return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}/{:<6} {:>9} samples/s  loss {:>7}  acc {:>6}  {}", row.name,
+                       progressBar(fraction, kBarWidth), fraction * 100, row.step, row.totalSteps,
+                       row.samplesPerSec ? groupThousands(*row.samplesPerSec) : std::string("-"),
+                       row.loss ? fmt::format("{:.4f}", *row.loss) : std::string("-"),
+                       row.accuracy ? fmt::format("{:.4f}", *row.accuracy) : std::string("-"), status);
+}
+
+void LiveView::render(double secondsSinceStart) {
+    if (m_mode == LiveMode::Quiet) {
+        return;
+    }
+    if (m_mode == LiveMode::Lines) {
+        if (secondsSinceStart - m_lastLines < kLinePeriod) {
+            return;
+        }
+        m_lastLines = secondsSinceStart;
+        for (const auto& row : m_rows) {
+            if (row.state == LaneState::Running) {
+                fmt::print(m_out, "{}\n", rowText(row));
+            }
+        }
+        std::fflush(m_out);
+        return;
+    }
+    std::string frame;
+    if (m_drawnLines > 0) {
+        frame += fmt::format("\x1b[{}A", m_drawnLines); // cursor up to the table's first line
+    }
+    for (const auto& row : m_rows) {
+        frame += "\r\x1b[2K" + rowText(row) + "\n";
+    }
+    m_drawnLines = static_cast<int>(m_rows.size());
+    std::fputs(frame.c_str(), m_out);
+    std::fflush(m_out);
+}
+
+void LiveView::finish() {
+    if (m_mode == LiveMode::Table) {
+        render(1e18);
+    }
+}
+
+} // namespace devicerace::cli

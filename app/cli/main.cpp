@@ -1,0 +1,89 @@
+// devicerace-cli: race the same training job on several devices, headless.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli_commands.h"
+#include "devicerace/errors.h"
+
+using namespace devicerace;
+
+int main(int argc, char** argv) {
+    CLI::App app{"DeviceRace: train the same model on several devices side by side and compare their speed",
+                 "devicerace-cli"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "devicerace-cli 0.1.0");
+
+    bool devicesJson = false;
+    auto* devices = app.add_subcommand("devices", "List the CPU, its BLAS and the CUDA devices, and why any is unusable");
+    devices->add_flag("--json", devicesJson, "Print JSON");
+
+    bool workloadsJson = false;
+    auto* wl = app.add_subcommand("workloads", "List the workloads (model + data + hyperparameters)");
+    wl->add_flag("--json", workloadsJson, "Print JSON");
+
+    cli::RaceOptions opt;
+    auto& spec = opt.spec;
+    std::string data = "real";
+    int epochs = 0;
+    std::int64_t steps = 0, trainLimit = 0, testLimit = 0;
+    double target = 0;
+    auto* race = app.add_subcommand("race", "Train one workload on several lanes and compare them");
+    race->add_option("--workload", spec.workload, "Workload name (see 'workloads')")->capture_default_str();
+    race->add_option("--lane", opt.laneTexts,
+                     "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N; keys: name, threads, batch, lr, "
+                     "precision (fp32|bf16|fp16), cost (USD per hour). Repeat for more lanes. "
+                     "Default: cpu,threads=1 and the best other device");
+    auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");
+    auto* stepsOpt = race->add_option("--steps", steps, "Training steps per lane instead of epochs");
+    epochsOpt->excludes(stepsOpt);
+    auto* targetOpt = race->add_option("--target-accuracy", target, "Test accuracy for time-to-target");
+    race->add_option("--data", data, "real or synthetic")->check(CLI::IsMember({"real", "synthetic"}));
+    race->add_option("--data-dir", spec.dataDir, "Folder with the Fashion-MNIST IDX files");
+    race->add_option("--seed", spec.seed, "Seed of every lane's own generator")->capture_default_str();
+    race->add_flag("--fair", spec.fair, "Run lanes one after another, each alone on the machine");
+    race->add_option("--eval-every", spec.evalEverySteps, "Also evaluate every N steps (0: each epoch only)");
+    race->add_option("--warmup-steps", spec.warmupSteps, "Steps excluded from throughput figures")
+        ->capture_default_str();
+    auto* trainLimitOpt = race->add_option("--train-limit", trainLimit, "Use only the first N training examples");
+    auto* testLimitOpt = race->add_option("--test-limit", testLimit, "Use only the first N test examples");
+    race->add_option("--json", opt.jsonFile, "Write the summary as JSON");
+    race->add_option("--csv", opt.csvFile, "Write every metric sample as CSV");
+    race->add_option("--jsonl", opt.jsonlFile, "Write every metric sample as JSON lines");
+    race->add_flag("--quiet", opt.quiet, "Print only evaluations, state changes and the summary");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        const int code = app.exit(e);
+        return code == 0 ? 0 : 2;
+    }
+
+    if (*devices) {
+        return cli::runDevices(devicesJson);
+    }
+    if (*wl) {
+        return cli::runWorkloads(workloadsJson);
+    }
+    if (*epochsOpt) {
+        spec.epochs = epochs;
+    }
+    if (*stepsOpt) {
+        spec.steps = steps;
+    }
+    if (*targetOpt) {
+        spec.targetAccuracy = target;
+    }
+    if (*trainLimitOpt) {
+        spec.trainLimit = trainLimit;
+    }
+    if (*testLimitOpt) {
+        spec.testLimit = testLimit;
+    }
+    spec.data = data == "synthetic" ? DataMode::Synthetic : DataMode::Real;
+    try {
+        return cli::runRace(std::move(opt));
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "devicerace-cli: error: {}\n", e.what());
+        return 2;
+    }
+}

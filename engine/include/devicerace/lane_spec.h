@@ -1,0 +1,51 @@
+#pragma once
+/// The user's description of one lane and of a whole race. Plain values, thread-safe to copy.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace devicerace {
+
+enum class Precision { Fp32, Bf16, Fp16 };
+enum class DataMode { Real, Synthetic };
+
+std::string toString(Precision p);
+std::string toString(DataMode m);
+
+/// One lane: a device plus per-lane overrides. Unset optionals take the workload's defaults.
+struct LaneSpec {
+    std::string name;                 // shown everywhere; defaults to "cpu·2", "cuda:0", ...
+    std::string device = "cpu";       // "cpu", "cuda", "cuda:N"
+    std::optional<int> threads;       // CPU intra-op threads for this lane
+    std::optional<std::int64_t> batch;
+    std::optional<double> lr;
+    Precision precision = Precision::Fp32;
+    std::optional<double> costPerHour; // USD per hour of this device
+};
+
+/// Parses "DEVICE[,key=value]..." (keys: name, threads, batch, lr, precision, cost).
+/// Throws UsageError naming the bad part.
+LaneSpec parseLaneSpec(const std::string& text);
+
+/// A whole race as the user asked for it.
+struct RaceSpec {
+    std::string workload = "fashion-mlp";
+    std::vector<LaneSpec> lanes;
+    std::optional<int> epochs;          // exactly one of epochs/steps is used; default 1 epoch
+    std::optional<std::int64_t> steps;
+    std::optional<double> targetAccuracy; // default: the workload's target
+    DataMode data = DataMode::Real;
+    std::string dataDir;                // empty: the workload's default location
+    std::uint64_t seed = 0;
+    bool fair = false;                  // lanes one after another instead of concurrently
+    std::int64_t evalEverySteps = 0;    // 0: evaluate at the end of every epoch only
+    std::int64_t warmupSteps = 20;      // steps excluded from throughput figures
+    std::optional<std::int64_t> trainLimit; // use only the first N training examples (smoke runs)
+    std::optional<std::int64_t> testLimit;  // use only the first N test examples
+};
+
+/// The default lanes: CPU with 1 thread and the best other device (all cores, or cuda:0).
+std::vector<LaneSpec> defaultLanes();
+
+} // namespace devicerace

@@ -1,0 +1,46 @@
+#pragma once
+/// One metrics record a lane emits, and its JSON-lines form (the one event schema
+/// shared by recordings, the CLI's --jsonl and the GUI). Plain value, thread-safe to copy.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace devicerace {
+
+enum class SampleKind {
+    Train, // throughput and training loss over the interval since the previous train sample
+    Eval,  // a test-set evaluation finished
+    State  // the lane changed state (running, finished, failed, ...)
+};
+
+enum class LaneState { Pending, Preparing, Running, Paused, Finished, Failed, Diverged, Stopped };
+
+std::string toString(SampleKind k);
+std::string toString(LaneState s);
+bool isTerminal(LaneState s);
+
+struct MetricSample {
+    SampleKind kind = SampleKind::Train;
+    std::string lane;             // lane name
+    std::int64_t step = 0;        // optimizer steps finished
+    std::int64_t samples = 0;     // training examples seen
+    double epoch = 0;             // fractional epochs finished
+    double time = 0;              // seconds since the lane started training (paused time excluded)
+    double wallTime = 0;          // seconds since the Unix epoch, when this sample was taken
+    std::optional<double> loss;   // Train: mean training loss over the interval; Eval: test loss
+    std::optional<double> accuracy; // Train: training accuracy over the interval; Eval: test accuracy
+    std::optional<double> samplesPerSec; // Train only: over the interval
+    std::optional<double> stepsPerSec;   // Train only
+    std::optional<double> intervalSeconds; // Train: length of the interval; Eval: evaluation time
+    std::optional<std::uint64_t> memoryBytes; // peak tensor memory so far
+    bool warmup = false;          // Train: interval inside the warm-up steps (excluded from figures)
+    LaneState state = LaneState::Running; // State: the new state
+    std::string message;          // State: error or divergence text
+};
+
+/// One JSON object on one line (no trailing newline).
+std::string toJsonLine(const MetricSample& s);
+/// Parses a line written by toJsonLine; throws DataError on malformed input.
+MetricSample sampleFromJsonLine(const std::string& line);
+
+} // namespace devicerace

@@ -1,0 +1,48 @@
+#pragma once
+/// A set of lanes run together (live) or one after another (fair). Thread-safe.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "devicerace/lane.h"
+#include "devicerace/lane_spec.h"
+
+namespace devicerace {
+
+struct RaceSummary {
+    std::string workload;
+    std::string datasetName;
+    bool synthetic = false;
+    bool fair = false;
+    std::vector<LaneSummary> lanes;
+    std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
+};
+
+class Race {
+public:
+    /// Resolves and validates everything (workload, lanes, data) before any thread starts;
+    /// throws UsageError / DataError with a one-line message.
+    explicit Race(RaceSpec spec);
+    ~Race(); // stops and joins every lane
+
+    const RaceSpec& spec() const;
+    const ImageDataset& dataset() const;
+    std::vector<Lane*> lanes() const;
+
+    void start();
+    void requestStop();
+    void setPaused(bool paused);
+    bool finished() const; // every lane in a terminal state
+    void wait();
+    RaceSummary summary() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+/// Speedup of each lane's median samples/sec relative to `baseline` (null when unknown).
+std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
+
+} // namespace devicerace

@@ -1,0 +1,40 @@
+#pragma once
+/// Per-lane results computed from a lane's samples. Pure functions, thread-safe.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+#include "devicerace/metric_sample.h"
+
+namespace devicerace {
+
+struct LaneSummary {
+    std::string name;
+    std::string device;
+    std::optional<int> threads;
+    std::int64_t batch = 0;
+    LaneState state = LaneState::Pending;
+    std::string error;
+    std::int64_t steps = 0;
+    std::int64_t samples = 0;
+    double wallSeconds = 0;                     // lane clock at its last sample
+    std::optional<double> samplesPerSec;        // median over the intervals after warm-up
+    std::optional<double> stepsPerSec;          // median over the intervals after warm-up
+    std::int64_t measuredSamples = 0;           // samples in the intervals after warm-up
+    double measuredSeconds = 0;                 // their total length
+    std::optional<double> finalTestAccuracy;
+    std::optional<double> timeToTargetSeconds;  // MLPerf: first evaluation at or above target
+    std::optional<std::uint64_t> peakMemoryBytes;
+    std::optional<double> costPerHour;
+};
+
+/// Computes a lane's summary from all its samples, in order.
+LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, const std::vector<MetricSample>& samples,
+                      std::optional<double> targetAccuracy);
+
+/// Median of a non-empty list (the mean of the two middle values for even sizes).
+double median(std::vector<double> values);
+
+} // namespace devicerace

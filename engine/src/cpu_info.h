@@ -1,0 +1,22 @@
+#pragma once
+// Host CPU facts read from /proc and the loader's view of this process. Thread-safe.
+#include <string>
+
+namespace devicerace::detail {
+
+struct HostCpu {
+    std::string model;
+    int physicalCores = 0;
+    int logicalCpus = 0;
+};
+
+HostCpu readHostCpu();
+
+/// The BLAS library actually mapped into this process (from /proc/self/maps), e.g.
+/// "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"; empty when none is mapped.
+std::string mappedBlasLibrary();
+
+/// True when `path` is the netlib reference BLAS (Debian's libblas3).
+bool isReferenceBlasPath(const std::string& path);
+
+} // namespace devicerace::detail

@@ -1,0 +1,232 @@
+#include "devicerace/lane.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/workload.h"
+#include "lane_context.h"
+
+namespace devicerace {
+
+namespace {
+
+// Most threads a lane may ask for, as a multiple of the logical CPUs (oversubscription
+// must be asked for explicitly, but not absurdly).
+constexpr int kMaxThreadsPerCpu = 4;
+
+std::string resolveDevice(const std::string& device) {
+    if (device == "cpu") {
+        return device;
+    }
+    const auto& report = deviceReport();
+    const std::string name = device == "cuda" ? "cuda:0" : device;
+    if (!report.cudaAvailable) {
+        throw UsageError(fmt::format("device {}: CUDA is not available: {}", device, report.cudaUnavailableReason));
+    }
+    const int index = std::stoi(name.substr(5));
+    if (index < 0 || index >= static_cast<int>(report.gpus.size())) {
+        throw UsageError(fmt::format("device {}: this machine has {} CUDA device{} (cuda:0{})", device,
+                                     report.gpus.size(), report.gpus.size() == 1 ? "" : "s",
+                                     report.gpus.size() > 1 ? fmt::format(" to cuda:{}", report.gpus.size() - 1) : ""));
+    }
+    return name;
+}
+
+} // namespace
+
+struct Lane::Impl {
+    detail::LaneContext ctx;
+    std::thread thread;
+    bool started = false;
+
+    mutable std::mutex mutex; // guards everything below
+    std::condition_variable pauseCv;
+    std::vector<MetricSample> pending;
+    std::vector<MetricSample> history;
+    LaneState state = LaneState::Pending;
+    std::string message;
+
+    void push(MetricSample s) {
+        std::lock_guard lock(mutex);
+        if (s.kind == SampleKind::State) {
+            state = s.state;
+            if (!s.message.empty()) {
+                message = s.message;
+            }
+        }
+        history.push_back(s);
+        pending.push_back(std::move(s));
+    }
+
+    void finish(LaneState finalState, std::string text, double time) {
+        MetricSample s;
+        s.kind = SampleKind::State;
+        s.lane = ctx.spec.name;
+        s.state = finalState;
+        s.message = std::move(text);
+        s.time = time;
+        s.wallTime = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        {
+            std::lock_guard lock(mutex);
+            // Carry progress forward so the final record stands on its own.
+            for (auto it = history.rbegin(); it != history.rend(); ++it) {
+                if (it->kind != SampleKind::State || it->step > 0) {
+                    s.step = it->step;
+                    s.samples = it->samples;
+                    s.epoch = it->epoch;
+                    s.time = std::max(s.time, it->time);
+                    s.memoryBytes = it->memoryBytes;
+                    break;
+                }
+            }
+        }
+        push(std::move(s));
+    }
+
+    void run() {
+        push([&] {
+            MetricSample s;
+            s.kind = SampleKind::State;
+            s.lane = ctx.spec.name;
+            s.state = LaneState::Preparing;
+            return s;
+        }());
+        // Everything a lane throws ends here: the lane fails, the others race on.
+        try {
+            auto outcome = detail::runTraining(ctx);
+            finish(outcome.state, outcome.message, 0);
+        } catch (...) {
+            finish(LaneState::Failed, detail::describeException(std::current_exception()), 0);
+        }
+    }
+};
+
+Lane::Lane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
+    auto& ctx = m_impl->ctx;
+    const auto& workload = findWorkload(settings.workload);
+    if (!settings.data) {
+        throw UsageError("lane has no data set");
+    }
+    spec.device = resolveDevice(spec.device);
+    const auto& cpu = deviceReport().cpu;
+    if (spec.threads && *spec.threads > cpu.logicalCpus * kMaxThreadsPerCpu) {
+        throw UsageError(fmt::format("lane {}: threads={} is far more than the {} CPUs present (at most {})",
+                                     spec.name, *spec.threads, cpu.logicalCpus, cpu.logicalCpus * kMaxThreadsPerCpu));
+    }
+    if (spec.precision == Precision::Fp16 && spec.device == "cpu") {
+        throw UsageError(fmt::format("lane {}: precision=fp16 needs a CUDA device; use bf16 on the CPU", spec.name));
+    }
+    ctx.batch = spec.batch.value_or(workload.defaultBatch);
+    const auto trainCount = settings.data->train.count;
+    if (ctx.batch > trainCount) {
+        throw UsageError(fmt::format("lane {}: batch={} is larger than the {} training examples", spec.name, ctx.batch,
+                                     trainCount));
+    }
+    ctx.lr = spec.lr.value_or(workload.defaultLr);
+    ctx.threads = spec.threads.value_or(spec.device == "cpu" ? std::max(1, cpu.physicalCores) : 1);
+    ctx.stepsPerEpoch = (trainCount + ctx.batch - 1) / ctx.batch;
+    if (settings.steps) {
+        ctx.totalSteps = *settings.steps;
+    } else {
+        ctx.totalSteps = ctx.stepsPerEpoch * settings.epochs.value_or(workload.defaultEpochs);
+    }
+    if (ctx.totalSteps < 1) {
+        throw UsageError("a race needs at least 1 step (epochs and steps must be 1 or more)");
+    }
+    ctx.spec = std::move(spec);
+    ctx.settings = std::move(settings);
+    ctx.emit = [impl = m_impl.get()](MetricSample s) { impl->push(std::move(s)); };
+    ctx.waitWhilePaused = [impl = m_impl.get()] {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::unique_lock lock(impl->mutex);
+        impl->pauseCv.wait(lock, [impl] {
+            return !impl->ctx.pauseRequested.load() || impl->ctx.stopRequested.load();
+        });
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+}
+
+Lane::~Lane() {
+    requestStop();
+    if (m_impl->thread.joinable()) {
+        m_impl->thread.join();
+    }
+}
+
+const LaneSpec& Lane::spec() const { return m_impl->ctx.spec; }
+std::int64_t Lane::batch() const { return m_impl->ctx.batch; }
+std::int64_t Lane::totalSteps() const { return m_impl->ctx.totalSteps; }
+
+void Lane::start() {
+    if (m_impl->started) {
+        return;
+    }
+    m_impl->started = true;
+    m_impl->thread = std::thread([impl = m_impl.get()] { impl->run(); });
+}
+
+void Lane::requestStop() {
+    {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->ctx.stopRequested = true;
+        if (!m_impl->started && m_impl->state == LaneState::Pending) {
+            m_impl->state = LaneState::Stopped;
+            m_impl->message = "stopped before it started";
+        }
+    }
+    m_impl->pauseCv.notify_all();
+}
+
+void Lane::setPaused(bool paused) {
+    {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->ctx.pauseRequested = paused;
+    }
+    m_impl->pauseCv.notify_all();
+}
+
+void Lane::wait() {
+    if (m_impl->thread.joinable()) {
+        m_impl->thread.join();
+    }
+}
+
+LaneState Lane::state() const {
+    std::lock_guard lock(m_impl->mutex);
+    return m_impl->state;
+}
+
+std::string Lane::message() const {
+    std::lock_guard lock(m_impl->mutex);
+    return m_impl->message;
+}
+
+std::vector<MetricSample> Lane::takeSamples() {
+    std::lock_guard lock(m_impl->mutex);
+    std::vector<MetricSample> out;
+    out.swap(m_impl->pending);
+    return out;
+}
+
+std::vector<MetricSample> Lane::history() const {
+    std::lock_guard lock(m_impl->mutex);
+    return m_impl->history;
+}
+
+LaneSummary Lane::summary() const {
+    auto samples = history();
+    auto s = summarize(m_impl->ctx.spec, m_impl->ctx.batch, samples, m_impl->ctx.settings.targetAccuracy);
+    std::lock_guard lock(m_impl->mutex);
+    s.state = m_impl->state;
+    s.error = m_impl->message;
+    return s;
+}
+
+} // namespace devicerace

@@ -1,0 +1,39 @@
+#pragma once
+// What the lane thread's training loop shares with the Lane object. Torch-free.
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "devicerace/lane.h"
+
+namespace devicerace::detail {
+
+struct LaneContext {
+    LaneSpec spec;              // name and device resolved
+    LaneRunSettings settings;
+    std::int64_t batch = 0;     // resolved
+    double lr = 0;              // resolved
+    int threads = 1;            // resolved CPU intra-op threads
+    std::int64_t stepsPerEpoch = 0;
+    std::int64_t totalSteps = 0;
+
+    std::atomic<bool> stopRequested{false};
+    std::atomic<bool> pauseRequested{false};
+    /// Blocks while paused (or until stop); returns the seconds spent waiting.
+    std::function<double()> waitWhilePaused;
+    /// Hands a sample to the lane's buffer (thread-safe).
+    std::function<void(MetricSample)> emit;
+};
+
+struct LaneOutcome {
+    LaneState state = LaneState::Finished;
+    std::string message; // for Diverged / Stopped
+};
+
+/// Runs the whole training job in the calling (lane) thread. Throws on errors.
+LaneOutcome runTraining(LaneContext& ctx);
+
+/// A user-readable message for any exception (no C++ backtraces).
+std::string describeException(std::exception_ptr e);
+
+} // namespace devicerace::detail

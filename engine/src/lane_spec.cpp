@@ -1,0 +1,134 @@
+#include "devicerace/lane_spec.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <string_view>
+
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "text_util.h"
+
+namespace devicerace {
+
+std::string toString(Precision p) {
+    switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Bf16: return "bf16";
+    case Precision::Fp16: return "fp16";
+    }
+    return "?";
+}
+
+std::string toString(DataMode m) { return m == DataMode::Real ? "real" : "synthetic"; }
+
+namespace {
+
+std::int64_t parseInteger(std::string_view key, std::string_view value, const std::string& spec) {
+    std::int64_t out = 0;
+    const auto* end = value.data() + value.size();
+    auto [ptr, ec] = std::from_chars(value.data(), end, out);
+    if (ec != std::errc() || ptr != end) {
+        throw UsageError(fmt::format("lane '{}': {}={} is not an integer", spec, key, value));
+    }
+    return out;
+}
+
+double parseNumber(std::string_view key, std::string_view value, const std::string& spec) {
+    try {
+        std::size_t used = 0;
+        double out = std::stod(std::string(value), &used);
+        if (used == value.size()) {
+            return out;
+        }
+    } catch (const std::exception&) {
+    }
+    throw UsageError(fmt::format("lane '{}': {}={} is not a number", spec, key, value));
+}
+
+} // namespace
+
+LaneSpec parseLaneSpec(const std::string& text) {
+    auto parts = splitString(text, ',');
+    if (parts.empty() || trim(parts[0]).empty()) {
+        throw UsageError(fmt::format("lane '{}': expected DEVICE[,key=value]... with DEVICE cpu, cuda or cuda:N", text));
+    }
+    LaneSpec spec;
+    spec.device = std::string(trim(parts[0]));
+    if (spec.device != "cpu" && spec.device != "cuda" && !spec.device.starts_with("cuda:")) {
+        throw UsageError(fmt::format("lane '{}': unknown device '{}' (expected cpu, cuda or cuda:N)", text, spec.device));
+    }
+    if (spec.device.starts_with("cuda:")) {
+        parseInteger("cuda", std::string_view(spec.device).substr(5), text);
+    }
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+        auto part = trim(parts[i]);
+        auto eq = part.find('=');
+        if (eq == std::string_view::npos || eq == 0) {
+            throw UsageError(fmt::format("lane '{}': '{}' is not key=value", text, part));
+        }
+        auto key = trim(part.substr(0, eq));
+        auto value = trim(part.substr(eq + 1));
+        if (value.empty()) {
+            throw UsageError(fmt::format("lane '{}': {} has no value", text, key));
+        }
+        if (key == "name") {
+            spec.name = std::string(value);
+        } else if (key == "threads") {
+            auto v = parseInteger(key, value, text);
+            if (v < 1 || v > 1024) {
+                throw UsageError(fmt::format("lane '{}': threads={} is out of range (1 to the cores present)", text, v));
+            }
+            spec.threads = static_cast<int>(v);
+        } else if (key == "batch") {
+            auto v = parseInteger(key, value, text);
+            if (v < 1) {
+                throw UsageError(fmt::format("lane '{}': batch={} must be at least 1", text, v));
+            }
+            spec.batch = v;
+        } else if (key == "lr") {
+            double v = parseNumber(key, value, text);
+            if (!std::isfinite(v) || v <= 0) {
+                throw UsageError(fmt::format("lane '{}': lr={} must be a finite number above 0", text, value));
+            }
+            spec.lr = v;
+        } else if (key == "precision") {
+            if (value == "fp32") {
+                spec.precision = Precision::Fp32;
+            } else if (value == "bf16") {
+                spec.precision = Precision::Bf16;
+            } else if (value == "fp16") {
+                spec.precision = Precision::Fp16;
+            } else {
+                throw UsageError(fmt::format("lane '{}': precision={} (expected fp32, bf16 or fp16)", text, value));
+            }
+        } else if (key == "cost") {
+            double v = parseNumber(key, value, text);
+            if (!std::isfinite(v) || v < 0) {
+                throw UsageError(fmt::format("lane '{}': cost={} must be USD per hour, 0 or more", text, value));
+            }
+            spec.costPerHour = v;
+        } else {
+            throw UsageError(fmt::format(
+                "lane '{}': unknown key '{}' (expected name, threads, batch, lr, precision or cost)", text, key));
+        }
+    }
+    return spec;
+}
+
+std::vector<LaneSpec> defaultLanes() {
+    const auto& report = deviceReport();
+    LaneSpec one;
+    one.threads = 1;
+    if (report.cudaAvailable && !report.gpus.empty()) {
+        LaneSpec gpu;
+        gpu.device = "cuda:0";
+        return {one, gpu};
+    }
+    LaneSpec all;
+    all.threads = std::max(1, report.cpu.physicalCores);
+    return {one, all};
+}
+
+} // namespace devicerace

@@ -1,0 +1,136 @@
+#include "devicerace/metric_sample.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "devicerace/errors.h"
+
+namespace devicerace {
+
+using nlohmann::json;
+
+std::string toString(SampleKind k) {
+    switch (k) {
+    case SampleKind::Train: return "train";
+    case SampleKind::Eval: return "eval";
+    case SampleKind::State: return "state";
+    }
+    return "?";
+}
+
+std::string toString(LaneState s) {
+    switch (s) {
+    case LaneState::Pending: return "pending";
+    case LaneState::Preparing: return "preparing";
+    case LaneState::Running: return "running";
+    case LaneState::Paused: return "paused";
+    case LaneState::Finished: return "finished";
+    case LaneState::Failed: return "failed";
+    case LaneState::Diverged: return "diverged";
+    case LaneState::Stopped: return "stopped";
+    }
+    return "?";
+}
+
+bool isTerminal(LaneState s) {
+    return s == LaneState::Finished || s == LaneState::Failed || s == LaneState::Diverged || s == LaneState::Stopped;
+}
+
+namespace {
+
+// JSON has no NaN/Inf: non-finite values are written as null (a diverged loss stays visible
+// through the lane's state message instead).
+json number(const std::optional<double>& v) {
+    if (!v || !std::isfinite(*v)) {
+        return nullptr;
+    }
+    return *v;
+}
+
+template <typename T>
+std::optional<T> optionalField(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        return std::nullopt;
+    }
+    return it->get<T>();
+}
+
+LaneState stateFromString(const std::string& s) {
+    for (auto st : {LaneState::Pending, LaneState::Preparing, LaneState::Running, LaneState::Paused,
+                    LaneState::Finished, LaneState::Failed, LaneState::Diverged, LaneState::Stopped}) {
+        if (toString(st) == s) {
+            return st;
+        }
+    }
+    throw DataError(fmt::format("unknown lane state '{}'", s));
+}
+
+} // namespace
+
+std::string toJsonLine(const MetricSample& s) {
+    json j;
+    j["kind"] = toString(s.kind);
+    j["lane"] = s.lane;
+    j["step"] = s.step;
+    j["samples"] = s.samples;
+    j["epoch"] = s.epoch;
+    j["t"] = s.time;
+    j["wall_time"] = s.wallTime;
+    j["loss"] = number(s.loss);
+    j["accuracy"] = number(s.accuracy);
+    j["samples_per_sec"] = number(s.samplesPerSec);
+    j["steps_per_sec"] = number(s.stepsPerSec);
+    j["interval_s"] = number(s.intervalSeconds);
+    j["memory_bytes"] = s.memoryBytes ? json(*s.memoryBytes) : json(nullptr);
+    j["warmup"] = s.warmup;
+    if (s.kind == SampleKind::State) {
+        j["state"] = toString(s.state);
+        j["message"] = s.message;
+    }
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+MetricSample sampleFromJsonLine(const std::string& line) {
+    try {
+        auto j = json::parse(line);
+        if (!j.is_object()) {
+            throw DataError("a metric sample must be a JSON object");
+        }
+        MetricSample s;
+        auto kind = j.at("kind").get<std::string>();
+        if (kind == "train") {
+            s.kind = SampleKind::Train;
+        } else if (kind == "eval") {
+            s.kind = SampleKind::Eval;
+        } else if (kind == "state") {
+            s.kind = SampleKind::State;
+        } else {
+            throw DataError(fmt::format("unknown sample kind '{}'", kind));
+        }
+        s.lane = j.at("lane").get<std::string>();
+        s.step = j.at("step").get<std::int64_t>();
+        s.samples = j.at("samples").get<std::int64_t>();
+        s.epoch = j.value("epoch", 0.0);
+        s.time = j.at("t").get<double>();
+        s.wallTime = j.value("wall_time", 0.0);
+        s.loss = optionalField<double>(j, "loss");
+        s.accuracy = optionalField<double>(j, "accuracy");
+        s.samplesPerSec = optionalField<double>(j, "samples_per_sec");
+        s.stepsPerSec = optionalField<double>(j, "steps_per_sec");
+        s.intervalSeconds = optionalField<double>(j, "interval_s");
+        s.memoryBytes = optionalField<std::uint64_t>(j, "memory_bytes");
+        s.warmup = j.value("warmup", false);
+        if (s.kind == SampleKind::State) {
+            s.state = stateFromString(j.at("state").get<std::string>());
+            s.message = j.value("message", std::string());
+        }
+        return s;
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("malformed metric sample: {}", e.what()));
+    }
+}
+
+} // namespace devicerace

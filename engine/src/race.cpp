@@ -1,0 +1,195 @@
+#include "devicerace/race.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "devicerace/dataset.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/workload.h"
+
+namespace devicerace {
+
+namespace {
+
+// "cpu·1", "cpu·2", "cuda:0"; duplicates get "#2", "#3".
+void nameLanes(std::vector<LaneSpec>& lanes) {
+    std::set<std::string> used;
+    for (auto& lane : lanes) {
+        if (lane.name.empty()) {
+            if (lane.device == "cpu") {
+                int threads = lane.threads.value_or(std::max(1, deviceReport().cpu.physicalCores));
+                lane.name = fmt::format("cpu·{}", threads);
+            } else {
+                lane.name = lane.device == "cuda" ? "cuda:0" : lane.device;
+            }
+            if (lane.precision != Precision::Fp32) {
+                lane.name += "·" + toString(lane.precision);
+            }
+        }
+        std::string base = lane.name;
+        for (int k = 2; used.count(lane.name); ++k) {
+            lane.name = fmt::format("{}#{}", base, k);
+        }
+        used.insert(lane.name);
+    }
+}
+
+} // namespace
+
+std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline) {
+    std::map<std::string, double> out;
+    if (baseline >= lanes.size() || !lanes[baseline].samplesPerSec || *lanes[baseline].samplesPerSec <= 0) {
+        return out;
+    }
+    for (const auto& lane : lanes) {
+        if (lane.samplesPerSec) {
+            out[lane.name] = *lane.samplesPerSec / *lanes[baseline].samplesPerSec;
+        }
+    }
+    return out;
+}
+
+struct Race::Impl {
+    RaceSpec spec;
+    std::shared_ptr<const ImageDataset> data;
+    std::vector<std::unique_ptr<Lane>> lanes;
+    std::thread sequencer; // fair mode: runs lanes one after another
+    std::atomic<bool> stop{false};
+    bool started = false;
+};
+
+Race::Race(RaceSpec spec) : m_impl(std::make_unique<Impl>()) {
+    const auto& workload = findWorkload(spec.workload);
+    if (spec.epochs && *spec.epochs < 1) {
+        throw UsageError(fmt::format("--epochs {}: must be 1 or more", *spec.epochs));
+    }
+    if (spec.steps && *spec.steps < 1) {
+        throw UsageError(fmt::format("--steps {}: must be 1 or more", *spec.steps));
+    }
+    if (spec.targetAccuracy && !(*spec.targetAccuracy > 0 && *spec.targetAccuracy <= 1)) {
+        throw UsageError(fmt::format("--target-accuracy {}: expected a fraction in (0, 1]", *spec.targetAccuracy));
+    }
+    if (spec.trainLimit && *spec.trainLimit < 1) {
+        throw UsageError("the training subset needs at least 1 example");
+    }
+    if (spec.testLimit && *spec.testLimit < 1) {
+        throw UsageError("the test subset needs at least 1 example");
+    }
+    if (spec.lanes.empty()) {
+        spec.lanes = defaultLanes();
+    }
+    nameLanes(spec.lanes);
+    if (!spec.targetAccuracy) {
+        spec.targetAccuracy = workload.defaultTarget;
+    }
+    if (spec.data == DataMode::Synthetic) {
+        m_impl->data = syntheticFashionMnist(spec.trainLimit, spec.testLimit);
+    } else {
+        auto dir = spec.dataDir.empty() ? defaultFashionMnistDir() : std::filesystem::path(spec.dataDir);
+        m_impl->data = loadFashionMnist(dir, spec.trainLimit, spec.testLimit);
+    }
+    for (const auto& laneSpec : spec.lanes) {
+        LaneRunSettings settings;
+        settings.workload = workload.name;
+        settings.data = m_impl->data;
+        settings.epochs = spec.epochs;
+        settings.steps = spec.steps;
+        settings.targetAccuracy = spec.targetAccuracy;
+        settings.seed = spec.seed;
+        settings.evalEverySteps = spec.evalEverySteps;
+        settings.warmupSteps = spec.warmupSteps;
+        m_impl->lanes.push_back(std::make_unique<Lane>(laneSpec, std::move(settings)));
+    }
+    m_impl->spec = std::move(spec);
+}
+
+Race::~Race() {
+    requestStop();
+    if (m_impl->sequencer.joinable()) {
+        m_impl->sequencer.join();
+    }
+    m_impl->lanes.clear(); // each lane stops and joins
+}
+
+const RaceSpec& Race::spec() const { return m_impl->spec; }
+const ImageDataset& Race::dataset() const { return *m_impl->data; }
+
+std::vector<Lane*> Race::lanes() const {
+    std::vector<Lane*> out;
+    for (const auto& l : m_impl->lanes) {
+        out.push_back(l.get());
+    }
+    return out;
+}
+
+void Race::start() {
+    if (m_impl->started) {
+        return;
+    }
+    m_impl->started = true;
+    if (!m_impl->spec.fair) {
+        for (auto& lane : m_impl->lanes) {
+            lane->start();
+        }
+        return;
+    }
+    m_impl->sequencer = std::thread([impl = m_impl.get()] {
+        for (auto& lane : impl->lanes) {
+            if (impl->stop) {
+                break;
+            }
+            lane->start();
+            lane->wait();
+        }
+    });
+}
+
+void Race::requestStop() {
+    m_impl->stop = true;
+    for (auto& lane : m_impl->lanes) {
+        lane->requestStop();
+    }
+}
+
+void Race::setPaused(bool paused) {
+    for (auto& lane : m_impl->lanes) {
+        lane->setPaused(paused);
+    }
+}
+
+bool Race::finished() const {
+    for (const auto& lane : m_impl->lanes) {
+        if (!isTerminal(lane->state())) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void Race::wait() {
+    if (m_impl->sequencer.joinable()) {
+        m_impl->sequencer.join();
+    }
+    for (auto& lane : m_impl->lanes) {
+        lane->wait();
+    }
+}
+
+RaceSummary Race::summary() const {
+    RaceSummary out;
+    out.workload = m_impl->spec.workload;
+    out.datasetName = m_impl->data->name;
+    out.synthetic = m_impl->data->synthetic;
+    out.fair = m_impl->spec.fair;
+    for (const auto& lane : m_impl->lanes) {
+        out.lanes.push_back(lane->summary());
+    }
+    out.speedup = speedups(out.lanes);
+    return out;
+}
+
+} // namespace devicerace
