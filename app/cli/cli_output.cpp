@@ -37,6 +37,14 @@ std::string formatBytes(std::uint64_t bytes) {
     return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
 }
 
+std::string stateText(LaneState state, const std::string& message) {
+    const auto name = toString(state);
+    if (message.empty()) {
+        return name;
+    }
+    return message.starts_with(name) ? message : name + ": " + message;
+}
+
 std::string blasWarning(const DeviceReport& report) {
     if (!report.cpu.blasIsReference) {
         return {};
@@ -141,8 +149,8 @@ std::string summaryText(const RaceSummary& s, double target) {
             l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
             l.timeToTargetSeconds ? fmt::format("{:.1f}s", *l.timeToTargetSeconds) : "-",
             l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
-            sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-", toString(l.state),
-            l.error.empty() || l.state == LaneState::Finished ? "" : ": " + l.error);
+            sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
+            stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
     }
     return out;
 }

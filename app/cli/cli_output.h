@@ -13,6 +13,9 @@ std::string groupThousands(double value);
 /// 1288490188 -> "1.2 GB".
 std::string formatBytes(std::uint64_t bytes);
 
+/// "finished", "failed: <why>", or the message alone when it already starts with the state.
+std::string stateText(LaneState state, const std::string& message);
+
 std::string devicesText(const DeviceReport& report);
 std::string devicesJson(const DeviceReport& report);
 std::string workloadsText();

@@ -70,8 +70,7 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
             row.state = s.state;
             row.message = s.message;
             if (m_mode != LiveMode::Table && s.state != LaneState::Running && s.state != LaneState::Preparing) {
-                fmt::print(m_out, "{:<10} {}{}{}\n", row.name, toString(s.state), s.message.empty() ? "" : ": ",
-                           s.message);
+                fmt::print(m_out, "{:<10} {}\n", row.name, stateText(s.state, s.message));
             }
             break;
         }
@@ -87,10 +86,7 @@ std::string LiveView::rowText(const LaneRow& row) const {
                                                                    : NAN;
         status = row.state == LaneState::Paused ? "paused" : "ETA " + formatEta(eta);
     } else {
-        status = toString(row.state);
-        if (!row.message.empty() && row.state != LaneState::Finished) {
-            status += ": " + row.message;
-        }
+        status = stateText(row.state, row.state == LaneState::Finished ? std::string() : row.message);
     }
     return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}/{:<6} {:>9} samples/s  loss {:>7}  acc {:>6}  {}", row.name,
                        progressBar(fraction, kBarWidth), fraction * 100, row.step, row.totalSteps,

@@ -54,6 +54,9 @@ struct Lane::Impl {
     std::string message;
 
     void push(MetricSample s) {
+        if (s.wallTime == 0) {
+            s.wallTime = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        }
         std::lock_guard lock(mutex);
         if (s.kind == SampleKind::State) {
             state = s.state;

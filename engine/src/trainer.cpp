@@ -30,6 +30,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kStepBuffer = 4096;
 // Examples per forward pass during evaluation (no gradients, so larger than training).
 constexpr std::int64_t kEvalBatch = 1000;
+// A lane whose training loss exceeds this multiple of its first value is declared diverged.
+constexpr double kDivergenceFactor = 1000.0;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -168,6 +170,9 @@ private:
                 perm = torch::randperm(n, m_gen, torch::TensorOptions().device(m_dev).dtype(torch::kLong));
                 pos = 0;
             }
+            if (m_ctx.settings.failAtStep > 0 && m_step + 1 == m_ctx.settings.failAtStep) {
+                throw Error(fmt::format("injected fault at step {}", m_step + 1));
+            }
             const std::int64_t take = std::min(b, n - pos);
             auto idx = perm.narrow(0, pos, take);
             trainStep(m_data.trainX.index_select(0, idx), m_data.trainY.index_select(0, idx));
@@ -251,17 +256,32 @@ private:
         const std::int64_t samples = m_samples - m_reportedSamples;
         const float* l = losses.data_ptr<float>();
         double sum = 0;
+        std::int64_t summed = 0; // finite losses before any divergence
         std::optional<std::int64_t> badStep;
+        std::string why;
         for (std::int64_t i = 0; i < m_inBuf; ++i) {
+            if (!m_firstLoss && std::isfinite(l[i])) {
+                m_firstLoss = l[i];
+            }
             if (!std::isfinite(l[i])) {
                 badStep = m_reportedStep + i + 1;
+                why = fmt::format("the training loss became {}", std::isnan(l[i]) ? "NaN" : "infinite");
+                break;
+            }
+            // A loss this far above its starting value never comes back (RMSprop/Adam keep huge
+            // steps finite, so NaN alone misses many blow-ups).
+            if (m_firstLoss && l[i] > kDivergenceFactor * std::max(1.0, *m_firstLoss)) {
+                badStep = m_reportedStep + i + 1;
+                why = fmt::format("the training loss reached {:.3g}, over {:.0f}x its first value {:.3g}", l[i],
+                                  kDivergenceFactor, *m_firstLoss);
                 break;
             }
             sum += l[i];
+            ++summed;
         }
         MetricSample s = base(SampleKind::Train);
         s.time = seconds(now - m_start) - m_paused;
-        s.loss = badStep ? std::nullopt : std::optional<double>(sum / static_cast<double>(m_inBuf));
+        s.loss = summed > 0 ? std::optional<double>(sum / static_cast<double>(summed)) : std::nullopt;
         s.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
         s.samplesPerSec = dt > 0 ? std::optional<double>(samples / dt) : std::nullopt;
         s.stepsPerSec = dt > 0 ? std::optional<double>(steps / dt) : std::nullopt;
@@ -273,9 +293,7 @@ private:
         m_reportedSamples = m_samples;
         m_intervalStart = Clock::now();
         if (badStep) {
-            return LaneOutcome{LaneState::Diverged,
-                               fmt::format("diverged at step {}: the training loss became {}", *badStep,
-                                           std::isnan(l[*badStep - 1 - (m_step - steps)]) ? "NaN" : "infinite")};
+            return LaneOutcome{LaneState::Diverged, fmt::format("diverged at step {}: {}", *badStep, why)};
         }
         return std::nullopt;
     }
@@ -356,6 +374,7 @@ private:
     std::int64_t m_reportedStep = 0, m_reportedSamples = 0;
     Clock::time_point m_start, m_intervalStart;
     double m_paused = 0; // seconds spent paused, excluded from the lane clock
+    std::optional<double> m_firstLoss; // first finite training loss (divergence reference)
 };
 
 } // namespace

@@ -22,6 +22,8 @@ struct LaneRunSettings {
     std::int64_t evalEverySteps = 0;
     std::int64_t warmupSteps = 20;
     double reportIntervalSeconds = 0.1; // metric samples at most this often
+    /// Fault injection for tests of lane isolation: throw at this step (0: never).
+    std::int64_t failAtStep = 0;
 };
 
 class Lane {

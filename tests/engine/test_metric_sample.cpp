@@ -1,0 +1,114 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "devicerace/errors.h"
+#include "devicerace/exports.h"
+#include "devicerace/metric_sample.h"
+#include "devicerace/summary.h"
+
+using namespace devicerace;
+
+namespace {
+
+MetricSample train(std::int64_t step, double t, double rate, bool warmup) {
+    MetricSample s;
+    s.kind = SampleKind::Train;
+    s.lane = "cpu·1";
+    s.step = step;
+    s.samples = step * 100;
+    s.time = t;
+    s.samplesPerSec = rate;
+    s.stepsPerSec = rate / 100;
+    s.intervalSeconds = 0.5;
+    s.loss = 1.0 / static_cast<double>(step);
+    s.warmup = warmup;
+    return s;
+}
+
+MetricSample eval(std::int64_t step, double t, double acc) {
+    MetricSample s;
+    s.kind = SampleKind::Eval;
+    s.lane = "cpu·1";
+    s.step = step;
+    s.time = t;
+    s.accuracy = acc;
+    return s;
+}
+
+} // namespace
+
+TEST(MetricSample, JsonLineRoundTrip) {
+    auto s = train(7, 1.25, 900, true);
+    s.memoryBytes = 123456789;
+    auto line = toJsonLine(s);
+    EXPECT_EQ(line.find('\n'), std::string::npos);
+    auto back = sampleFromJsonLine(line);
+    EXPECT_EQ(back.kind, SampleKind::Train);
+    EXPECT_EQ(back.lane, "cpu·1");
+    EXPECT_EQ(back.step, 7);
+    EXPECT_DOUBLE_EQ(*back.samplesPerSec, 900);
+    EXPECT_EQ(*back.memoryBytes, 123456789u);
+    EXPECT_TRUE(back.warmup);
+
+    MetricSample st;
+    st.kind = SampleKind::State;
+    st.state = LaneState::Diverged;
+    st.message = "diverged at step 3";
+    auto st2 = sampleFromJsonLine(toJsonLine(st));
+    EXPECT_EQ(st2.state, LaneState::Diverged);
+    EXPECT_EQ(st2.message, "diverged at step 3");
+}
+
+TEST(MetricSample, NonFiniteValuesBecomeNull) {
+    auto s = train(1, 0.1, 10, false);
+    s.loss = std::nan("");
+    auto line = toJsonLine(s);
+    EXPECT_NE(line.find("\"loss\":null"), std::string::npos) << line;
+    EXPECT_FALSE(sampleFromJsonLine(line).loss.has_value());
+}
+
+TEST(MetricSample, MalformedLinesAreDataErrors) {
+    EXPECT_THROW(sampleFromJsonLine("{\"kind\":\"train\""), DataError);
+    EXPECT_THROW(sampleFromJsonLine("[1,2]"), DataError);
+    EXPECT_THROW(sampleFromJsonLine("{\"kind\":\"bogus\",\"lane\":\"a\",\"step\":1,\"samples\":1,\"t\":0}"), DataError);
+}
+
+TEST(Summary, MedianExcludesWarmupAndTargetFollowsMlperf) {
+    std::vector<MetricSample> samples = {train(5, 0.5, 10, true),   train(10, 1.0, 100, false),
+                                         train(15, 1.5, 300, false), train(20, 2.0, 200, false),
+                                         eval(20, 2.4, 0.80),        train(25, 3.0, 200, false),
+                                         eval(25, 3.5, 0.91),        eval(30, 4.0, 0.95)};
+    LaneSpec spec;
+    spec.name = "cpu·1";
+    auto sum = summarize(spec, 100, samples, 0.9);
+    EXPECT_DOUBLE_EQ(*sum.samplesPerSec, 200); // median of 100, 300, 200, 200; 10 (warm-up) excluded
+    EXPECT_DOUBLE_EQ(*sum.stepsPerSec, 2);
+    EXPECT_DOUBLE_EQ(*sum.timeToTargetSeconds, 3.5); // first evaluation at or above 0.9
+    EXPECT_DOUBLE_EQ(*sum.finalTestAccuracy, 0.95);
+    EXPECT_EQ(sum.steps, 30);
+    EXPECT_DOUBLE_EQ(sum.measuredSeconds, 2.0);
+    EXPECT_EQ(sum.measuredSamples, 400);
+    EXPECT_FALSE(summarize(spec, 100, samples, 0.99).timeToTargetSeconds.has_value());
+}
+
+TEST(Summary, MedianOfEvenAndOdd) {
+    EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
+    EXPECT_DOUBLE_EQ(median({4, 1, 2, 3}), 2.5);
+}
+
+TEST(Exports, CsvQuotesAndJsonUsesNull) {
+    auto s = train(1, 0.1, 10, false);
+    s.lane = "a,\"b\"";
+    auto csv = samplesToCsv({s});
+    EXPECT_NE(csv.find("\"a,\"\"b\"\"\""), std::string::npos) << csv;
+    RaceSummary r;
+    r.workload = "fashion-mlp";
+    r.datasetName = "Fashion-MNIST";
+    LaneSummary l;
+    l.name = "cpu·1";
+    r.lanes.push_back(l);
+    auto json = summaryToJson(r);
+    EXPECT_NE(json.find("\"samples_per_sec\": null"), std::string::npos) << json;
+    EXPECT_NE(json.find("\"speedup\""), std::string::npos);
+}
