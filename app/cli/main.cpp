@@ -10,7 +10,11 @@ using namespace devicerace;
 int main(int argc, char** argv) {
     CLI::App app{"DeviceRace: train the same model on several devices side by side and compare their speed",
                  "devicerace-cli"};
-    app.require_subcommand(1);
+    app.require_subcommand(0, 1);
+    // One line per usage error, like every other error the CLI prints.
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+        return fmt::format("devicerace-cli: error: {} (see --help)\n", e.what());
+    });
     app.set_version_flag("--version", "devicerace-cli 0.1.0");
 
     bool devicesJson = false;
@@ -58,6 +62,10 @@ int main(int argc, char** argv) {
         return code == 0 ? 0 : 2;
     }
 
+    if (app.get_subcommands().empty()) {
+        fmt::print(stderr, "devicerace-cli: error: expected a command: devices, workloads or race (see --help)\n");
+        return 2;
+    }
     if (*devices) {
         return cli::runDevices(devicesJson);
     }

@@ -1,0 +1,208 @@
+"""The devicerace-cli contract: exit statuses, one-line errors, output files.
+
+Run by ctest as: python3 test_cli.py PATH/TO/devicerace-cli
+"""
+import csv
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CLI = None
+FASHION = "/usr/share/datasets/fashion-mnist"
+# A short real race: a subset of Fashion-MNIST keeps each run to seconds.
+SMALL = ["--train-limit", "2000", "--test-limit", "500"]
+
+
+def run(*args, timeout=300):
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def write_idx(path, dims, data, gz=True):
+    raw = struct.pack(">I", 0x800 | len(dims)) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data)
+    if gz:
+        with gzip.open(path + ".gz", "wb") as f:
+            f.write(raw)
+    else:
+        with open(path, "wb") as f:
+            f.write(raw)
+
+
+def tiny_dataset(folder, n_train=300, n_test=100):
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = [i % 10 for i in range(n)]
+        pixels = []
+        for lab in labels:
+            pixels += [200 if r // 3 == lab else 10 for r in range(28) for _ in range(28)]
+        write_idx(os.path.join(folder, f"{prefix}-images-idx3-ubyte"), [n, 28, 28], pixels)
+        write_idx(os.path.join(folder, f"{prefix}-labels-idx1-ubyte"), [n], labels)
+
+
+class UsageErrors(unittest.TestCase):
+    """Bad usage and bad input: exit 2 and one line naming the option or file."""
+
+    def assert_usage_error(self, args, expected):
+        r = run(*args)
+        self.assertEqual(r.returncode, 2, f"{args}: {r.stdout}{r.stderr}")
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, f"{args}: expected one line, got {r.stderr!r}")
+        self.assertIn(expected, lines[0])
+        self.assertNotIn("Traceback", r.stderr)
+        self.assertNotIn("Exception raised from", r.stderr)  # no c10 backtrace
+
+    def test_bad_lane_values(self):
+        cases = [
+            ("cpu,batch=0", "batch=0 must be at least 1"),
+            ("cpu,batch=-1", "batch=-1 must be at least 1"),
+            ("cpu,batch=1e9", "batch=1e9 is not an integer"),
+            ("cpu,batch=1000000000", "larger than the 2000 training examples"),
+            ("cpu,lr=0", "lr=0 must be a finite number above 0"),
+            ("cpu,lr=-1", "lr=-1"),
+            ("cpu,lr=nan", "lr=nan"),
+            ("cpu,lr=inf", "lr=inf"),
+            ("cpu,threads=0", "threads=0 is out of range"),
+            ("cpu,threads=10000", "threads=10000"),
+            ("tpu", "unknown device 'tpu'"),
+            ("cpu,precision=fp64", "precision=fp64"),
+        ]
+        for lane, expected in cases:
+            with self.subTest(lane=lane):
+                self.assert_usage_error(["race", "--lane", lane, *SMALL], expected)
+
+    def test_cuda_without_a_device(self):
+        r = run("devices", "--json")
+        info = json.loads(r.stdout)
+        if info["cuda"]["available"]:
+            self.skipTest("this machine has CUDA")
+        for lane in ("cuda", "cuda:0", "cuda:7"):
+            with self.subTest(lane=lane):
+                self.assert_usage_error(["race", "--lane", lane, *SMALL], "CUDA is not available: " + info["cuda"]["reason"])
+
+    def test_bad_race_options(self):
+        self.assert_usage_error(["race", "--epochs", "0", *SMALL], "--epochs 0")
+        self.assert_usage_error(["race", "--steps", "-3", *SMALL], "--steps -3")
+        self.assert_usage_error(["race", "--workload", "nope", *SMALL], "unknown workload 'nope'")
+        self.assert_usage_error(["race", "--target-accuracy", "7", *SMALL], "--target-accuracy 7")
+        self.assert_usage_error(["race", "--data", "maybe"], "--data")
+        self.assert_usage_error(["race", "--epochs", "1", "--steps", "5"], "excludes")
+        self.assert_usage_error(["frobnicate"], "frobnicate")
+        self.assert_usage_error([], "expected a command")
+        with tempfile.TemporaryDirectory() as d:
+            self.assert_usage_error(["race", "--json", os.path.join(d, "no", "r.json"), *SMALL], "does not exist")
+
+    def test_bad_data_folders(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assert_usage_error(["race", "--data-dir", os.path.join(d, "missing")], "no such folder")
+            path = os.path.join(d, "file")
+            open(path, "w").close()
+            self.assert_usage_error(["race", "--data-dir", path], "is a file, expected a folder")
+            self.assert_usage_error(["race", "--data-dir", d], "missing train-images-idx3-ubyte")
+            tiny_dataset(d)
+            # Truncate one file: the message names it.
+            target = os.path.join(d, "t10k-images-idx3-ubyte.gz")
+            with open(target, "rb") as f:
+                blob = f.read()
+            with open(target, "wb") as f:
+                f.write(blob[: len(blob) // 2])
+            r = run("race", "--data-dir", d)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("t10k-images-idx3-ubyte.gz", r.stderr)
+
+    def test_unreadable_folder(self):
+        if os.geteuid() == 0:
+            self.skipTest("root reads every folder")
+        with tempfile.TemporaryDirectory() as d:
+            os.chmod(d, 0)
+            try:
+                self.assert_usage_error(["race", "--data-dir", d], "not readable")
+            finally:
+                os.chmod(d, 0o700)
+
+
+class Listings(unittest.TestCase):
+    def test_devices_json(self):
+        r = run("devices", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        info = json.loads(r.stdout)
+        self.assertGreaterEqual(info["cpu"]["physical_cores"], 1)
+        self.assertTrue(info["cpu"]["blas"])
+        self.assertEqual(info["torch_version"].split(".")[:2], ["2", "11"])
+        self.assertEqual(info["devices"][0]["name"], "cpu")
+        if not info["cuda"]["available"]:
+            self.assertTrue(info["cuda"]["reason"])
+
+    def test_workloads_json(self):
+        r = run("workloads", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        by_name = {w["name"]: w for w in json.loads(r.stdout)}
+        # Parameter counts of the Keras networks.
+        self.assertEqual(by_name["fashion-mlp"]["parameters"], 669_706)
+        self.assertEqual(by_name["fashion-cnn"]["parameters"], 1_199_882)
+        self.assertEqual(by_name["fashion-mlp"]["batch"], 128)
+
+
+@unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")
+class RealRaces(unittest.TestCase):
+    def test_two_lanes_write_every_output(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = {k: os.path.join(d, f"r.{k}") for k in ("json", "csv", "jsonl")}
+            r = run("race", "--workload", "fashion-mlp", "--lane", "cpu,threads=1", "--lane", "cpu,threads=1,name=twin",
+                    "--epochs", "2", *SMALL, "--json", out["json"], "--csv", out["csv"], "--jsonl", out["jsonl"])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            summary = json.loads(read(out["json"]))
+            self.assertEqual(summary["workload"], "fashion-mlp")
+            self.assertEqual(summary["dataset"], {"name": "Fashion-MNIST", "synthetic": False})
+            names = [l["name"] for l in summary["lanes"]]
+            self.assertEqual(names, ["cpu·1", "twin"])
+            for lane in summary["lanes"]:
+                for key in ("name", "device", "threads", "batch", "status", "error", "steps", "samples",
+                            "wall_seconds", "samples_per_sec", "steps_per_sec", "final_test_accuracy",
+                            "time_to_target_seconds", "peak_memory_bytes"):
+                    self.assertIn(key, lane)
+                self.assertEqual(lane["status"], "finished")
+                self.assertEqual(lane["samples"], 4000)
+                self.assertGreater(lane["final_test_accuracy"], 0.6)
+                # The median interval rate describes the same run as samples / measured time.
+                mean = lane["measured_samples"] / lane["measured_seconds"]
+                self.assertLess(abs(lane["samples_per_sec"] / mean - 1), 0.25)
+            self.assertEqual(summary["speedup"]["cpu·1"], 1.0)
+            rows = list(csv.DictReader(read(out["csv"]).splitlines()))
+            self.assertTrue(any(r["kind"] == "eval" for r in rows))
+            self.assertEqual({r["lane"] for r in rows}, {"cpu·1", "twin"})
+            events = [json.loads(line) for line in read(out["jsonl"]).splitlines()]
+            self.assertEqual(len(events), len(rows))
+            finals = [e for e in events if e["kind"] == "state" and e["state"] == "finished"]
+            self.assertEqual(len(finals), 2)
+            # Both lanes share one seed and one thread count: identical trajectories.
+            evals = {}
+            for e in events:
+                if e["kind"] == "eval":
+                    evals.setdefault(e["lane"], []).append(e["loss"])
+            self.assertEqual(evals["cpu·1"], evals["twin"])
+
+    def test_divergence_exits_1(self):
+        r = run("race", "--lane", "cpu,lr=1e6", "--steps", "50", *SMALL, "--quiet")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("diverged at step", r.stdout)
+
+    def test_fair_mode_and_synthetic(self):
+        r = run("race", "--workload", "fashion-cnn", "--data", "synthetic", "--fair", "--steps", "4",
+                "--lane", "cpu,threads=1,batch=16", "--lane", "cpu,threads=2,batch=16", *SMALL)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("fair", r.stdout)
+        self.assertIn("synthetic", r.stdout)
+
+
+if __name__ == "__main__":
+    CLI = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)
