@@ -69,7 +69,8 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
         case SampleKind::State:
             row.state = s.state;
             row.message = s.message;
-            if (m_mode != LiveMode::Table && s.state != LaneState::Running && s.state != LaneState::Preparing) {
+            if (m_mode != LiveMode::Table && s.state != LaneState::Running && s.state != LaneState::Preparing &&
+                s.state != LaneState::Evaluating) {
                 fmt::print(m_out, "{:<10} {}\n", row.name, stateText(s.state, s.message));
             }
             break;
@@ -81,7 +82,9 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
 std::string LiveView::rowText(const LaneRow& row) const {
     const double fraction = row.totalSteps > 0 ? static_cast<double>(row.step) / row.totalSteps : 0;
     std::string status;
-    if (row.state == LaneState::Running || row.state == LaneState::Paused) {
+    if (row.state == LaneState::Evaluating) {
+        status = "evaluating…";
+    } else if (row.state == LaneState::Running || row.state == LaneState::Paused) {
         const double eta = row.stepsPerSec && *row.stepsPerSec > 0 ? (row.totalSteps - row.step) / *row.stepsPerSec
                                                                    : NAN;
         status = row.state == LaneState::Paused ? "paused" : "ETA " + formatEta(eta);
@@ -105,7 +108,7 @@ void LiveView::render(double secondsSinceStart) {
         }
         m_lastLines = secondsSinceStart;
         for (const auto& row : m_rows) {
-            if (row.state == LaneState::Running) {
+            if (row.state == LaneState::Running || row.state == LaneState::Evaluating) {
                 fmt::print(m_out, "{}\n", rowText(row));
             }
         }

@@ -25,6 +25,7 @@ std::string toString(LaneState s) {
     case LaneState::Pending: return "pending";
     case LaneState::Preparing: return "preparing";
     case LaneState::Running: return "running";
+    case LaneState::Evaluating: return "evaluating";
     case LaneState::Paused: return "paused";
     case LaneState::Finished: return "finished";
     case LaneState::Failed: return "failed";
@@ -59,7 +60,7 @@ std::optional<T> optionalField(const json& j, const char* key) {
 }
 
 LaneState stateFromString(const std::string& s) {
-    for (auto st : {LaneState::Pending, LaneState::Preparing, LaneState::Running, LaneState::Paused,
+    for (auto st : {LaneState::Pending, LaneState::Preparing, LaneState::Running, LaneState::Evaluating, LaneState::Paused,
                     LaneState::Finished, LaneState::Failed, LaneState::Diverged, LaneState::Stopped}) {
         if (toString(st) == s) {
             return st;

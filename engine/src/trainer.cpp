@@ -299,6 +299,7 @@ private:
     }
 
     void evaluate() {
+        emitState(LaneState::Evaluating, {});
         const auto evalStart = Clock::now();
         torch::NoGradGuard noGrad;
         m_model->eval();
@@ -325,6 +326,7 @@ private:
         s.accuracy = acc;
         s.intervalSeconds = seconds(now - evalStart);
         m_ctx.emit(std::move(s));
+        emitState(LaneState::Running, {});
         // Evaluation is on the lane clock (time to accuracy) but not in throughput intervals.
         m_intervalStart = Clock::now();
     }

@@ -13,7 +13,7 @@ enum class SampleKind {
     State  // the lane changed state (running, finished, failed, ...)
 };
 
-enum class LaneState { Pending, Preparing, Running, Paused, Finished, Failed, Diverged, Stopped };
+enum class LaneState { Pending, Preparing, Running, Evaluating, Paused, Finished, Failed, Diverged, Stopped };
 
 std::string toString(SampleKind k);
 std::string toString(LaneState s);

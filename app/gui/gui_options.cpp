@@ -1,0 +1,86 @@
+#include "gui_options.h"
+
+#include <QCommandLineParser>
+
+#include "devicerace/errors.h"
+#include "devicerace/workload.h"
+
+namespace devicerace::gui {
+
+GuiOptions parseGuiOptions(const QStringList& arguments) {
+    GuiOptions out;
+    QCommandLineParser p;
+    p.setApplicationDescription(QStringLiteral("DeviceRace: race the same training job on several devices"));
+    p.addHelpOption();
+    p.addVersionOption();
+    const QCommandLineOption workload(QStringLiteral("workload"), QStringLiteral("Workload name"), QStringLiteral("W"));
+    const QCommandLineOption lane(QStringLiteral("lane"), QStringLiteral("DEVICE[,key=value]... (as devicerace-cli)"),
+                                  QStringLiteral("SPEC"));
+    const QCommandLineOption epochs(QStringLiteral("epochs"), QStringLiteral("Epochs per lane"), QStringLiteral("N"));
+    const QCommandLineOption steps(QStringLiteral("steps"), QStringLiteral("Steps per lane"), QStringLiteral("N"));
+    const QCommandLineOption data(QStringLiteral("data"), QStringLiteral("real or synthetic"), QStringLiteral("MODE"));
+    const QCommandLineOption fair(QStringLiteral("fair"), QStringLiteral("Run lanes one after another"));
+    const QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the race at once"));
+    const QCommandLineOption present(QStringLiteral("presentation"), QStringLiteral("Open in presentation mode"));
+    const QCommandLineOption shot(QStringLiteral("screenshot"),
+                                  QStringLiteral("Run the race to its end, save the dashboard as PNG, exit"),
+                                  QStringLiteral("FILE"));
+    p.addOptions({workload, lane, epochs, steps, data, fair, start, present, shot});
+    if (!p.parse(arguments)) {
+        out.error = p.errorText();
+        return out;
+    }
+    if (p.isSet(QStringLiteral("help")) || p.isSet(QStringLiteral("version"))) {
+        p.process(arguments); // prints and exits
+    }
+    out.start = p.isSet(start);
+    out.presentation = p.isSet(present);
+    out.screenshot = p.value(shot);
+    if (!out.screenshot.isEmpty()) {
+        out.start = true;
+    }
+    try {
+        if (p.isSet(workload) || p.isSet(lane) || p.isSet(epochs) || p.isSet(steps) || p.isSet(data) || p.isSet(fair)) {
+            RaceSpec spec;
+            if (p.isSet(workload)) {
+                spec.workload = p.value(workload).toStdString();
+                findWorkload(spec.workload);
+            }
+            for (const auto& text : p.values(lane)) {
+                spec.lanes.push_back(parseLaneSpec(text.toStdString()));
+            }
+            auto number = [&](const QCommandLineOption& o) {
+                bool ok = false;
+                const qlonglong v = p.value(o).toLongLong(&ok);
+                if (!ok || v < 1) {
+                    throw UsageError(QStringLiteral("--%1 %2: expected a whole number of 1 or more")
+                                         .arg(o.names().first(), p.value(o))
+                                         .toStdString());
+                }
+                return v;
+            };
+            if (p.isSet(epochs) && p.isSet(steps)) {
+                throw UsageError("--epochs and --steps exclude each other");
+            }
+            if (p.isSet(epochs)) {
+                spec.epochs = static_cast<int>(number(epochs));
+            }
+            if (p.isSet(steps)) {
+                spec.steps = number(steps);
+            }
+            if (p.isSet(data)) {
+                if (p.value(data) != QStringLiteral("real") && p.value(data) != QStringLiteral("synthetic")) {
+                    throw UsageError(QStringLiteral("--data %1: expected real or synthetic").arg(p.value(data)).toStdString());
+                }
+                spec.data = p.value(data) == QStringLiteral("synthetic") ? DataMode::Synthetic : DataMode::Real;
+            }
+            spec.fair = p.isSet(fair);
+            out.race = spec;
+        }
+    } catch (const std::exception& e) {
+        out.error = QString::fromStdString(e.what());
+    }
+    return out;
+}
+
+} // namespace devicerace::gui

@@ -1,0 +1,23 @@
+#pragma once
+// The window's command line: the CLI's race options plus --start, --presentation and
+// --screenshot FILE. Parsing is separate from main() so it can be tested.
+#include <QString>
+#include <QStringList>
+
+#include <optional>
+
+#include "devicerace/lane_spec.h"
+
+namespace devicerace::gui {
+
+struct GuiOptions {
+    std::optional<RaceSpec> race; // set when any race option was given
+    bool start = false;
+    bool presentation = false;
+    QString screenshot;
+    QString error; // non-empty: bad usage, print and exit 2
+};
+
+GuiOptions parseGuiOptions(const QStringList& arguments);
+
+} // namespace devicerace::gui

@@ -1,0 +1,88 @@
+// devicerace: the race window.
+#include <QApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QTimer>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "exporter.h"
+#include "gui_options.h"
+#include "main_window.h"
+#include "race_controller.h"
+#include "setup_panel.h"
+
+namespace {
+
+// QApplication aborts without a display: say so first and point to the CLI.
+bool displayAvailable() {
+    const QByteArray platform = qgetenv("QT_QPA_PLATFORM");
+    if (!platform.isEmpty()) {
+        return true; // offscreen, xcb with an explicit choice, ...
+    }
+    return !qEnvironmentVariableIsEmpty("DISPLAY") || !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    QStringList args;
+    for (int i = 0; i < argc; ++i) {
+        args << QString::fromLocal8Bit(argv[i]);
+    }
+    const bool screenshot = args.contains(QStringLiteral("--screenshot"));
+    if (screenshot && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
+        qputenv("QT_QPA_PLATFORM", "offscreen"); // a screenshot needs no screen
+    }
+    if (!displayAvailable()) {
+        std::fprintf(stderr, "devicerace: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run races headless with "
+                             "devicerace-cli, or use --screenshot FILE (renders offscreen).\n");
+        return 2;
+    }
+    QApplication app(argc, argv);
+    QApplication::setApplicationName(QStringLiteral("DeviceRace"));
+    QApplication::setOrganizationName(QStringLiteral("DeviceRace"));
+    QApplication::setApplicationVersion(QStringLiteral("0.1.0"));
+
+    const auto options = devicerace::gui::parseGuiOptions(QApplication::arguments());
+    if (!options.error.isEmpty()) {
+        std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(options.error));
+        return 2;
+    }
+    devicerace::ui::MainWindow window;
+    if (options.race) {
+        window.setupPanel()->setRaceSpec(*options.race);
+    } else if (!screenshot) {
+        window.restoreSettings();
+    }
+    window.show();
+    if (options.presentation) {
+        window.setPresentation(true);
+    }
+    int status = 0;
+    if (!options.screenshot.isEmpty()) {
+        QObject::connect(&window, &devicerace::ui::MainWindow::raceFinished, &app, [&] {
+            const QString error = window.exportDashboardPng(options.screenshot);
+            if (!error.isEmpty()) {
+                std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(error));
+                status = 1;
+            } else {
+                std::printf("devicerace: saved %s\n", qPrintable(QFileInfo(options.screenshot).absoluteFilePath()));
+            }
+            QTimer::singleShot(0, &app, [&] { window.close(); });
+        });
+    }
+    if (options.start) {
+        QTimer::singleShot(0, &window, [&] {
+            if (!window.startRace()) {
+                std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(window.lastError()));
+                if (!options.screenshot.isEmpty()) {
+                    QApplication::exit(2);
+                }
+            }
+        });
+    }
+    const int rc = QApplication::exec();
+    return rc != 0 ? rc : status;
+}

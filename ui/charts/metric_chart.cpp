@@ -1,0 +1,336 @@
+#include "metric_chart.h"
+
+#include <QVBoxLayout>
+#include <QtCharts/QChart>
+#include <QtCharts/QLegendMarker>
+#include <QtCharts/QLineSeries>
+#include <QtCharts/QValueAxis>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "safe_chart_view.h"
+
+namespace devicerace::ui {
+
+namespace {
+
+// Smoothing time constant at full slider, per x unit: 20 s, 200 steps, 25,600 samples.
+double tauScale(XAxis axis) {
+    switch (axis) {
+    case XAxis::Step: return 200.0;
+    case XAxis::Samples: return 25600.0;
+    case XAxis::Time: break;
+    }
+    return 20.0;
+}
+
+QString axisTitle(XAxis axis) {
+    switch (axis) {
+    case XAxis::Step: return QObject::tr("step");
+    case XAxis::Samples: return QObject::tr("samples seen");
+    case XAxis::Time: break;
+    }
+    return QObject::tr("time since lane start (s)");
+}
+
+QString metricTitle(Metric m) {
+    switch (m) {
+    case Metric::SamplesPerSec: return QObject::tr("samples/s");
+    case Metric::StepsPerSec: return QObject::tr("steps/s");
+    case Metric::Loss: return QObject::tr("training loss");
+    case Metric::Accuracy: break;
+    }
+    return QObject::tr("test accuracy");
+}
+
+} // namespace
+
+MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
+    : QWidget(parent), m_metric(metric), m_title(title) {
+    m_chart = new QChart();
+    m_chart->legend()->setAlignment(Qt::AlignBottom);
+    m_chart->setMargins(QMargins(4, 4, 4, 4));
+    m_x = new QValueAxis(m_chart);
+    m_y = new QValueAxis(m_chart);
+    m_x->setLabelFormat(QStringLiteral("%.0f"));
+    m_chart->addAxis(m_x, Qt::AlignBottom);
+    m_chart->addAxis(m_y, Qt::AlignLeft);
+    m_targetSeries = new QLineSeries(m_chart);
+    QPen pen(QColor(120, 120, 120));
+    pen.setStyle(Qt::DashLine);
+    pen.setWidthF(1.5);
+    m_targetSeries->setPen(pen);
+    m_chart->addSeries(m_targetSeries);
+    m_targetSeries->attachAxis(m_x);
+    m_targetSeries->attachAxis(m_y);
+    m_chart->legend()->markers(m_targetSeries).constFirst()->setVisible(false);
+
+    m_view = new SafeChartView(m_chart, this);
+    m_view->setRenderHint(QPainter::Antialiasing);
+    m_view->setRubberBand(QChartView::HorizontalRubberBand);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_view);
+
+    connect(m_x, &QValueAxis::rangeChanged, this, [this](qreal lo, qreal hi) {
+        if (m_settingRange) {
+            return;
+        }
+        m_zoomed = true; // the user zoomed (rubber band) — tell the linked charts
+        Q_EMIT xRangeChanged(lo, hi);
+    });
+    connect(m_view, &SafeChartView::resetZoomRequested, this, &MetricChart::resetZoomRequested);
+    connect(m_view, &SafeChartView::wheelZoom, this, [this](double factor, double center) {
+        auto [lo, hi] = xRange();
+        const double nlo = center - (center - lo) * factor, nhi = center + (hi - center) * factor;
+        setXRange(std::max(0.0, nlo), nhi);
+        Q_EMIT xRangeChanged(m_x->min(), m_x->max());
+    });
+    connect(m_view, &SafeChartView::wheelPan, this, [this](double fraction) {
+        auto [lo, hi] = xRange();
+        const double shift = (hi - lo) * fraction;
+        setXRange(lo + shift, hi + shift);
+        Q_EMIT xRangeChanged(m_x->min(), m_x->max());
+    });
+    updateTitles();
+}
+
+void MetricChart::updateTitles() {
+    m_chart->setTitle(m_title);
+    m_x->setTitleText(axisTitle(m_axis));
+    m_y->setTitleText(metricTitle(m_metric));
+    m_y->setLabelFormat(m_metric == Metric::SamplesPerSec ? QStringLiteral("%.0f") : QStringLiteral("%.2f"));
+}
+
+void MetricChart::setMetric(Metric metric) {
+    m_metric = metric;
+    for (auto& s : m_series) {
+        s.smoothedTau = -1;
+    }
+    updateTitles();
+    if (m_last) {
+        refresh(*m_last);
+    }
+}
+
+void MetricChart::setXAxis(XAxis axis) {
+    m_axis = axis;
+    m_zoomed = false;
+    for (auto& s : m_series) {
+        s.smoothedTau = -1;
+    }
+    updateTitles();
+    if (m_last) {
+        refresh(*m_last);
+    }
+}
+
+void MetricChart::setSmoothing(double amount) {
+    m_smoothing = std::clamp(amount, 0.0, 1.0);
+    if (m_last) {
+        refresh(*m_last);
+    }
+}
+
+void MetricChart::setTarget(std::optional<double> target) { m_target = target; }
+
+void MetricChart::setDark(bool dark) {
+    m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
+    // The theme resets series pens: lanes get their colours back on the next setLanes/refresh.
+    for (std::size_t i = 0; i < m_series.size(); ++i) {
+        auto& s = m_series[i];
+        QColor c = s.smooth->property("laneColor").value<QColor>();
+        QPen thick(c, 2.5 * m_fontScale);
+        s.smooth->setPen(thick);
+        QColor faint = c;
+        faint.setAlpha(90);
+        s.raw->setPen(QPen(faint, 1.0));
+        s.warm->setPen(QPen(QColor(150, 150, 150, 160), 1.0));
+    }
+    QPen pen(dark ? QColor(200, 200, 200) : QColor(110, 110, 110));
+    pen.setStyle(Qt::DashLine);
+    pen.setWidthF(1.5);
+    m_targetSeries->setPen(pen);
+    setFontScale(m_fontScale);
+}
+
+void MetricChart::setFontScale(double scale) {
+    m_fontScale = scale;
+    QFont f = font();
+    f.setPointSizeF(f.pointSizeF() * scale);
+    m_x->setLabelsFont(f);
+    m_y->setLabelsFont(f);
+    m_x->setTitleFont(f);
+    m_y->setTitleFont(f);
+    m_chart->legend()->setFont(f);
+    QFont title = f;
+    title.setBold(true);
+    title.setPointSizeF(f.pointSizeF() * 1.2);
+    m_chart->setTitleFont(title);
+}
+
+void MetricChart::setLanes(const std::vector<LaneInfo>& lanes) {
+    for (auto& s : m_series) {
+        m_chart->removeSeries(s.raw);
+        m_chart->removeSeries(s.warm);
+        m_chart->removeSeries(s.smooth);
+        delete s.raw;
+        delete s.warm;
+        delete s.smooth;
+    }
+    m_series.clear();
+    m_last = nullptr;
+    m_zoomed = false;
+    for (const auto& lane : lanes) {
+        LaneSeries s;
+        s.raw = new QLineSeries();
+        s.warm = new QLineSeries();
+        s.smooth = new QLineSeries();
+        s.smooth->setName(lane.name);
+        s.smooth->setProperty("laneColor", lane.color);
+        for (auto* series : {s.warm, s.raw, s.smooth}) {
+            m_chart->addSeries(series);
+            series->attachAxis(m_x);
+            series->attachAxis(m_y);
+        }
+        m_chart->legend()->markers(s.raw).constFirst()->setVisible(false);
+        m_chart->legend()->markers(s.warm).constFirst()->setVisible(false);
+        if (m_metric == Metric::Accuracy) {
+            s.smooth->setPointsVisible(true);
+        }
+        m_series.push_back(std::move(s));
+    }
+    setDark(m_chart->theme() == QChart::ChartThemeDark);
+}
+
+void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
+    m_last = &histories;
+    const bool eval = m_metric == Metric::Accuracy;
+    double xMax = 0;
+    for (const auto& h : histories) {
+        const auto& xs = xColumn(h, m_axis, eval);
+        if (!xs.empty()) {
+            xMax = std::max(xMax, xs.back());
+        }
+        const auto& tx = xColumn(h, m_axis, false);
+        if (!tx.empty()) {
+            xMax = std::max(xMax, tx.back());
+        }
+    }
+    if (!m_zoomed) {
+        applyRange(0, xMax > 0 ? xMax * 1.02 : 1);
+    }
+    const double lo = m_x->min(), hi = m_x->max();
+    const int buckets = std::max(100, static_cast<int>(m_chart->plotArea().width()));
+    const double tau = m_smoothing * m_smoothing * tauScale(m_axis);
+    double yMin = std::numeric_limits<double>::infinity(), yMax = -yMin;
+    auto grow = [&](const QList<QPointF>& pts) {
+        for (const auto& p : pts) {
+            yMin = std::min(yMin, p.y());
+            yMax = std::max(yMax, p.y());
+        }
+    };
+    for (std::size_t i = 0; i < m_series.size() && i < histories.size(); ++i) {
+        auto& s = m_series[i];
+        const auto& h = histories[i];
+        const auto& xs = xColumn(h, m_axis, eval);
+        const auto& ys = yColumn(h, m_metric);
+        if (eval) {
+            auto pts = decimateMinMax(xs, ys, lo, hi, buckets);
+            grow(pts);
+            s.smooth->replace(pts);
+            s.raw->clear();
+            s.warm->clear();
+            continue;
+        }
+        // Warm-up intervals (the first few) are drawn grey and kept out of the smoothed line.
+        std::size_t k = 0;
+        while (k < h.warmup.size() && h.warmup[k]) {
+            ++k;
+        }
+        std::vector<double> wx(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(std::min(k + 1, xs.size())));
+        std::vector<double> wy(ys.begin(), ys.begin() + static_cast<std::ptrdiff_t>(std::min(k + 1, ys.size())));
+        auto warmPts = decimateMinMax(wx, wy, lo, hi, buckets);
+        grow(warmPts);
+        s.warm->replace(warmPts);
+        std::vector<double> rx(xs.begin() + static_cast<std::ptrdiff_t>(std::min(k, xs.size())), xs.end());
+        std::vector<double> ry(ys.begin() + static_cast<std::ptrdiff_t>(std::min(k, ys.size())), ys.end());
+        auto rawPts = decimateMinMax(rx, ry, lo, hi, buckets);
+        grow(rawPts);
+        s.raw->replace(rawPts);
+        if (tau <= 0) {
+            s.smooth->replace(rawPts);
+            continue;
+        }
+        // Extend the cached EMA over the new points only.
+        if (s.smoothedTau != tau || s.smoothedFrom != k || s.smoothed.size() > ry.size()) {
+            s.smoothed.clear();
+            s.smoothedTau = tau;
+            s.smoothedFrom = k;
+        }
+        for (std::size_t j = s.smoothed.size(); j < ry.size(); ++j) {
+            if (j == 0) {
+                s.smoothed.push_back(ry[0]);
+                continue;
+            }
+            const double alpha = 1.0 - std::exp(-std::max(0.0, rx[j] - rx[j - 1]) / tau);
+            s.smoothed.push_back(s.smoothed[j - 1] + alpha * (ry[j] - s.smoothed[j - 1]));
+        }
+        s.smooth->replace(decimateMinMax(rx, s.smoothed, lo, hi, buckets));
+    }
+    if (m_target && eval) {
+        yMin = std::min(yMin, *m_target);
+        yMax = std::max(yMax, *m_target);
+        m_targetSeries->replace(QList<QPointF>{{lo, *m_target}, {hi, *m_target}});
+    } else {
+        m_targetSeries->clear();
+    }
+    if (!std::isfinite(yMin)) {
+        yMin = 0;
+        yMax = 1;
+    }
+    if (m_metric == Metric::Accuracy) {
+        m_y->setRange(std::max(0.0, std::floor((yMin - 0.02) * 20) / 20), std::min(1.0, yMax + 0.02));
+    } else {
+        const double pad = (yMax - yMin) * 0.08 + 1e-9;
+        m_y->setRange(m_metric == Metric::Loss ? std::max(0.0, yMin - pad) : 0.0, yMax + pad);
+    }
+}
+
+void MetricChart::applyRange(double lo, double hi) {
+    if (!(hi > lo)) {
+        hi = lo + 1;
+    }
+    m_settingRange = true;
+    m_x->setRange(lo, hi);
+    m_settingRange = false;
+}
+
+void MetricChart::setXRange(double lo, double hi) {
+    m_zoomed = true;
+    applyRange(lo, hi);
+    if (m_last) {
+        refresh(*m_last);
+    }
+}
+
+void MetricChart::resetZoom() {
+    m_zoomed = false;
+    if (m_last) {
+        refresh(*m_last);
+    }
+}
+
+std::pair<double, double> MetricChart::xRange() const { return {m_x->min(), m_x->max()}; }
+
+int MetricChart::pointCount() const {
+    int n = 0;
+    for (const auto& s : m_series) {
+        n += static_cast<int>(s.raw->count() + s.warm->count() + s.smooth->count());
+    }
+    return n;
+}
+
+} // namespace devicerace::ui

@@ -1,0 +1,80 @@
+#pragma once
+// One live chart of one metric for every lane: raw points (thin), a time-weighted smoothed
+// line (thick), warm-up greyed, and an optional target line. The only place QtCharts is
+// used, so the chart library can be swapped behind it. GUI thread only.
+#include <QWidget>
+
+#include <optional>
+#include <vector>
+
+#include "lane_history.h"
+#include "race_controller.h"
+
+class QChart;
+class QLineSeries;
+class QValueAxis;
+
+namespace devicerace::ui {
+
+class SafeChartView;
+
+class MetricChart : public QWidget {
+    Q_OBJECT
+public:
+    MetricChart(const QString& title, Metric metric, QWidget* parent = nullptr);
+
+    void setMetric(Metric metric);
+    Metric metric() const { return m_metric; }
+    void setXAxis(XAxis axis);
+    /// 0 = raw only; up to 1 = heavy smoothing (tau as a fraction of the x span).
+    void setSmoothing(double amount);
+    void setTarget(std::optional<double> target);
+    void setDark(bool dark);
+    void setFontScale(double scale);
+    void setLanes(const std::vector<LaneInfo>& lanes);
+    /// Re-decimates every series from the histories (one replace() per series).
+    void refresh(const std::vector<LaneHistory>& histories);
+
+    /// Linked zoom: show [lo, hi] on the x axis (stops following new data until reset).
+    void setXRange(double lo, double hi);
+    void resetZoom();
+    bool zoomed() const { return m_zoomed; }
+    std::pair<double, double> xRange() const;
+    int pointCount() const; // points currently handed to series (tests, benchmarks)
+    QChart* chart() const { return m_chart; }
+    SafeChartView* view() const { return m_view; }
+
+Q_SIGNALS:
+    void xRangeChanged(double lo, double hi);
+    void resetZoomRequested();
+
+private:
+    struct LaneSeries {
+        QLineSeries* raw = nullptr;
+        QLineSeries* warm = nullptr;
+        QLineSeries* smooth = nullptr;
+        std::vector<double> smoothed; // cache, extended incrementally
+        std::size_t smoothedFrom = 0;
+        double smoothedTau = -1;
+    };
+    void applyRange(double lo, double hi);
+    void updateTitles();
+
+    Metric m_metric;
+    XAxis m_axis = XAxis::Time;
+    double m_smoothing = 0.6;
+    std::optional<double> m_target;
+    bool m_zoomed = false;
+    bool m_settingRange = false;
+    double m_fontScale = 1.0;
+    QString m_title;
+    QChart* m_chart = nullptr;
+    SafeChartView* m_view = nullptr;
+    QValueAxis* m_x = nullptr;
+    QValueAxis* m_y = nullptr;
+    QLineSeries* m_targetSeries = nullptr;
+    std::vector<LaneSeries> m_series;
+    const std::vector<LaneHistory>* m_last = nullptr;
+};
+
+} // namespace devicerace::ui

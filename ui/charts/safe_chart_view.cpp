@@ -1,0 +1,48 @@
+#include "safe_chart_view.h"
+
+#include <QMouseEvent>
+#include <QWheelEvent>
+
+#include <cmath>
+
+namespace devicerace::ui {
+
+void SafeChartView::mousePressEvent(QMouseEvent* event) {
+    if (itemAt(event->position().toPoint()) == nullptr) {
+        QGraphicsView::mousePressEvent(event); // QTBUG-118669: QChartView crashes here
+        return;
+    }
+    if (event->button() == Qt::RightButton) {
+        event->accept(); // right-click resets the zoom of every chart (on release)
+        return;
+    }
+    QChartView::mousePressEvent(event);
+}
+
+void SafeChartView::mouseReleaseEvent(QMouseEvent* event) {
+    if (event->button() == Qt::RightButton) {
+        Q_EMIT resetZoomRequested();
+        event->accept();
+        return;
+    }
+    QChartView::mouseReleaseEvent(event);
+}
+
+void SafeChartView::wheelEvent(QWheelEvent* event) {
+    if (!chart()) {
+        return;
+    }
+    const double steps = event->angleDelta().y() / 120.0;
+    if (steps == 0) {
+        return;
+    }
+    if (event->modifiers() & Qt::ShiftModifier) {
+        Q_EMIT wheelPan(-0.1 * steps);
+    } else {
+        const QPointF value = chart()->mapToValue(chart()->mapFromScene(mapToScene(event->position().toPoint())));
+        Q_EMIT wheelZoom(std::pow(0.8, steps), value.x());
+    }
+    event->accept();
+}
+
+} // namespace devicerace::ui

@@ -1,0 +1,26 @@
+#pragma once
+// A QChartView that survives Qt 6.4's traps (RELIABILITY.md): a click on an empty area
+// (QTBUG-118669) no longer reaches QChartView, and wheel/right-click drive the linked zoom.
+// GUI thread only.
+#include <QtCharts/QChartView>
+
+namespace devicerace::ui {
+
+class SafeChartView : public QChartView {
+    Q_OBJECT
+public:
+    using QChartView::QChartView;
+
+Q_SIGNALS:
+    /// Wheel: factor < 1 zooms in around `centerX` (chart x value); Shift+wheel pans by `panFraction`.
+    void wheelZoom(double factor, double centerX);
+    void wheelPan(double panFraction);
+    void resetZoomRequested();
+
+protected:
+    void mousePressEvent(QMouseEvent* event) override;
+    void mouseReleaseEvent(QMouseEvent* event) override;
+    void wheelEvent(QWheelEvent* event) override;
+};
+
+} // namespace devicerace::ui

@@ -1,0 +1,167 @@
+#include "dashboard.h"
+
+#include <QComboBox>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSlider>
+#include <QVBoxLayout>
+
+#include "charts/metric_chart.h"
+#include "device_panel.h"
+#include "race_strip.h"
+#include "summary_table.h"
+
+namespace devicerace::ui {
+
+Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m_race(race) {
+    setAutoFillBackground(true);
+    auto* layout = new QVBoxLayout(this);
+    auto* grid = new QGridLayout();
+    m_throughput = new MetricChart(tr("Throughput"), Metric::SamplesPerSec, this);
+    m_accuracy = new MetricChart(tr("Test accuracy"), Metric::Accuracy, this);
+    m_loss = new MetricChart(tr("Training loss"), Metric::Loss, this);
+    m_devices = new DevicePanel(this);
+    grid->addWidget(m_throughput, 0, 0);
+    grid->addWidget(m_accuracy, 0, 1);
+    grid->addWidget(m_loss, 1, 0);
+    grid->addWidget(m_devices, 1, 1);
+    grid->setRowStretch(0, 1);
+    grid->setRowStretch(1, 1);
+    layout->addLayout(grid, 5);
+
+    m_controls = new QWidget(this);
+    auto* controls = new QHBoxLayout(m_controls);
+    controls->setContentsMargins(0, 0, 0, 0);
+    m_xAxis = new QComboBox(this);
+    m_xAxis->setObjectName(QStringLiteral("xAxis"));
+    m_xAxis->addItems({tr("relative time"), tr("step"), tr("samples seen")});
+    m_rate = new QComboBox(this);
+    m_rate->addItems({tr("samples/s"), tr("steps/s")});
+    m_smoothing = new QSlider(Qt::Horizontal, this);
+    m_smoothing->setRange(0, 100);
+    m_smoothing->setValue(60);
+    m_smoothing->setMaximumWidth(160);
+    m_modeLabel = new QLabel(this);
+    controls->addWidget(new QLabel(tr("x:"), this));
+    controls->addWidget(m_xAxis);
+    controls->addWidget(new QLabel(tr("throughput:"), this));
+    controls->addWidget(m_rate);
+    controls->addWidget(new QLabel(tr("smoothing:"), this));
+    controls->addWidget(m_smoothing);
+    controls->addStretch(1);
+    controls->addWidget(m_modeLabel);
+    controls->addWidget(new QLabel(tr("speedup vs"), this));
+    m_baseline = new QComboBox(this);
+    m_baseline->setObjectName(QStringLiteral("baseline"));
+    controls->addWidget(m_baseline);
+    layout->addWidget(m_controls);
+
+    m_strip = new RaceStrip(this);
+    layout->addWidget(m_strip);
+    m_summary = new SummaryTable(this);
+    m_summary->setMaximumHeight(170);
+    layout->addWidget(m_summary);
+
+    connect(m_xAxis, &QComboBox::currentIndexChanged, this, [this](int i) {
+        for (auto* c : charts()) {
+            c->setXAxis(static_cast<XAxis>(i));
+        }
+    });
+    connect(m_rate, &QComboBox::currentIndexChanged, this, [this](int i) {
+        m_throughput->setMetric(i == 0 ? Metric::SamplesPerSec : Metric::StepsPerSec);
+    });
+    connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
+        for (auto* c : charts()) {
+            c->setSmoothing(v / 100.0);
+        }
+    });
+    connect(m_baseline, &QComboBox::currentIndexChanged, this, [this] { refresh(); });
+    for (auto* c : charts()) {
+        c->setSmoothing(m_smoothing->value() / 100.0);
+    }
+    linkZoom();
+}
+
+QList<MetricChart*> Dashboard::charts() const { return {m_throughput, m_accuracy, m_loss}; }
+
+void Dashboard::linkZoom() {
+    // Zoom/pan on one chart moves the others; right-click on any resets all.
+    for (auto* source : charts()) {
+        connect(source, &MetricChart::xRangeChanged, this, [this, source](double lo, double hi) {
+            for (auto* c : charts()) {
+                if (c != source) {
+                    const QSignalBlocker block(c);
+                    c->setXRange(lo, hi);
+                }
+            }
+        });
+        connect(source, &MetricChart::resetZoomRequested, this, [this] {
+            for (auto* c : charts()) {
+                c->resetZoom();
+            }
+        });
+    }
+}
+
+int Dashboard::baseline() const { return std::max(0, m_baseline->currentIndex()); }
+
+void Dashboard::onRaceStarted() {
+    const auto& lanes = m_race->lanes();
+    for (auto* c : charts()) {
+        c->setLanes(lanes);
+    }
+    m_accuracy->setTarget(m_race->targetAccuracy());
+    {
+        const QSignalBlocker block(m_baseline);
+        const int previous = m_baseline->currentIndex();
+        m_baseline->clear();
+        for (const auto& l : lanes) {
+            m_baseline->addItem(l.name);
+        }
+        m_baseline->setCurrentIndex(previous >= 0 && previous < m_baseline->count() ? previous : 0);
+    }
+    m_modeLabel->setText(m_race->fair() ? tr("fair mode: lanes ran one at a time, aligned at their start")
+                                        : tr("live mode: lanes race at once"));
+    refresh();
+    refreshSummary();
+}
+
+void Dashboard::refresh() {
+    for (auto* c : charts()) {
+        c->refresh(m_race->histories());
+    }
+    m_strip->setRows(stripRows(*m_race, baseline(), m_race->warmupSteps()));
+}
+
+void Dashboard::refreshSummary() {
+    if (auto s = m_race->summary()) {
+        m_summary->showSummary(*s, m_race->lanes());
+    }
+}
+
+void Dashboard::setDark(bool dark) {
+    for (auto* c : charts()) {
+        c->setDark(dark);
+    }
+}
+
+void Dashboard::setPresentation(bool on, double fontScale) {
+    m_devices->setVisible(!on);
+    m_summary->setVisible(!on);
+    m_controls->setVisible(!on);
+    for (auto* c : charts()) {
+        c->setFontScale(fontScale);
+    }
+    m_strip->setFontScale(fontScale);
+    // Presentation: two big charts on top, loss below, strip as the largest text.
+    auto* grid = qobject_cast<QGridLayout*>(layout()->itemAt(0)->layout());
+    grid->removeWidget(m_loss);
+    if (on) {
+        grid->addWidget(m_loss, 1, 0, 1, 2);
+    } else {
+        grid->addWidget(m_loss, 1, 0);
+    }
+}
+
+} // namespace devicerace::ui

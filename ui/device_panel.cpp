@@ -1,0 +1,89 @@
+#include "device_panel.h"
+
+#include <QDateTime>
+#include <QVBoxLayout>
+
+#include <sys/resource.h>
+
+#include "summary_table.h"
+
+namespace devicerace::ui {
+
+double processCpuSeconds() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+DevicePanel::DevicePanel(QWidget* parent) : QWidget(parent) {
+    const auto& r = deviceReport();
+    auto* layout = new QVBoxLayout(this);
+    m_banner = new QLabel(this);
+    m_banner->setWordWrap(true);
+    m_banner->setStyleSheet(QStringLiteral("background:#b00020;color:white;padding:6px;border-radius:4px;"));
+    m_banner->setText(tr("⚠ LibTorch uses the %1: CPU training is ~17× slower than with an optimised BLAS.")
+                          .arg(QString::fromStdString(r.cpu.blas)));
+    m_banner->setVisible(r.cpu.blasIsReference);
+    layout->addWidget(m_banner);
+    QString text = tr("<b>CPU</b> %1 · %2 cores · %3 logical · BLAS: %4")
+                       .arg(QString::fromStdString(r.cpu.model).toHtmlEscaped())
+                       .arg(r.cpu.physicalCores)
+                       .arg(r.cpu.logicalCpus)
+                       .arg(QString::fromStdString(r.cpu.blas).toHtmlEscaped());
+    for (const auto& g : r.gpus) {
+        text += tr("<br><b>GPU%1</b> %2 · %3 · compute %4.%5")
+                    .arg(g.index)
+                    .arg(QString::fromStdString(g.name).toHtmlEscaped())
+                    .arg(formatBytes(g.totalMemoryBytes))
+                    .arg(g.computeMajor)
+                    .arg(g.computeMinor);
+    }
+    if (!r.cudaAvailable) {
+        text += tr("<br><span style='color:gray'>CUDA unavailable: %1</span>")
+                    .arg(QString::fromStdString(r.cudaUnavailableReason).toHtmlEscaped());
+    }
+    text += tr("<br>LibTorch %1").arg(QString::fromStdString(r.torchVersion));
+    m_static = new QLabel(text, this);
+    m_static->setWordWrap(true);
+    m_static->setTextFormat(Qt::RichText);
+    layout->addWidget(m_static);
+    m_live = new QLabel(this);
+    layout->addWidget(m_live);
+    m_note = new QLabel(this);
+    m_note->setWordWrap(true);
+    m_note->setVisible(false);
+    layout->addWidget(m_note);
+    layout->addStretch(1);
+    refreshLive();
+}
+
+void DevicePanel::refreshLive() {
+    const double cpu = processCpuSeconds();
+    const double wall = static_cast<double>(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
+    QString live;
+    if (m_lastCpuSeconds >= 0 && wall > m_lastWall) {
+        live = tr("CPU use of the race: %1%").arg((cpu - m_lastCpuSeconds) / (wall - m_lastWall) * 100, 0, 'f', 0);
+    }
+    m_lastCpuSeconds = cpu;
+    m_lastWall = wall;
+    for (const auto& g : refreshDeviceReport().gpus) {
+        if (g.utilizationPercent) {
+            live += tr("  ·  GPU%1 %2% busy, %3 used")
+                        .arg(g.index)
+                        .arg(*g.utilizationPercent)
+                        .arg(g.usedMemoryBytes ? formatBytes(*g.usedMemoryBytes) : QStringLiteral("?"));
+        }
+    }
+    m_live->setText(live);
+}
+
+void DevicePanel::setSharingNote(const QString& note) {
+    m_note->setText(note);
+    m_note->setVisible(!note.isEmpty());
+}
+
+QString DevicePanel::text() const { return m_static->text() + QLatin1Char('\n') + m_note->text(); }
+bool DevicePanel::blasWarningVisible() const { return !m_banner->isHidden(); }
+
+} // namespace devicerace::ui

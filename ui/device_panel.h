@@ -1,0 +1,34 @@
+#pragma once
+// What the machine offers: CPU model, cores, BLAS (a warning banner for a reference BLAS),
+// CUDA devices with memory; live process CPU use and GPU utilisation. GUI thread only.
+#include <QLabel>
+#include <QWidget>
+
+#include "devicerace/device_info.h"
+
+namespace devicerace::ui {
+
+class DevicePanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit DevicePanel(QWidget* parent = nullptr);
+    /// Re-reads live figures (process CPU %, NVML); call ~1 Hz.
+    void refreshLive();
+    /// The note about lanes sharing CPU cores in live mode ("" hides it).
+    void setSharingNote(const QString& note);
+    QString text() const;
+    bool blasWarningVisible() const;
+
+private:
+    QLabel* m_static = nullptr;
+    QLabel* m_banner = nullptr;
+    QLabel* m_live = nullptr;
+    QLabel* m_note = nullptr;
+    double m_lastCpuSeconds = -1;
+    double m_lastWall = 0;
+};
+
+/// CPU seconds (user + system) this process has used so far.
+double processCpuSeconds();
+
+} // namespace devicerace::ui

@@ -1,0 +1,70 @@
+#include "exporter.h"
+
+#include <QBuffer>
+#include <QImage>
+#include <QPainter>
+#include <QSaveFile>
+#include <QSvgGenerator>
+#include <QWidget>
+
+namespace devicerace::ui {
+
+namespace {
+[[noreturn]] void fail(const QString& path, const QString& why) {
+    throw ExportError(QObject::tr("%1: %2").arg(path, why).toStdString());
+}
+} // namespace
+
+void saveBytes(const QString& path, const QByteArray& data) {
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly)) {
+        fail(path, QObject::tr("cannot write: %1").arg(file.errorString()));
+    }
+    if (file.write(data) != data.size()) {
+        file.cancelWriting();
+        fail(path, QObject::tr("write failed: %1").arg(file.errorString()));
+    }
+    if (!file.commit()) {
+        fail(path, QObject::tr("could not be saved: %1").arg(file.errorString()));
+    }
+}
+
+void savePng(QWidget* widget, const QString& path, QSize size) {
+    if (size.isEmpty()) {
+        size = widget->size();
+    }
+    QImage image(size, QImage::Format_ARGB32_Premultiplied);
+    image.fill(widget->palette().color(QPalette::Window));
+    {
+        QPainter painter(&image);
+        painter.setRenderHint(QPainter::Antialiasing);
+        painter.scale(static_cast<double>(size.width()) / widget->width(),
+                      static_cast<double>(size.height()) / widget->height());
+        widget->render(&painter, QPoint(), QRegion(), QWidget::DrawWindowBackground | QWidget::DrawChildren);
+    }
+    QByteArray bytes;
+    QBuffer buffer(&bytes);
+    buffer.open(QIODevice::WriteOnly);
+    if (!image.save(&buffer, "PNG")) {
+        fail(path, QObject::tr("PNG encoding failed"));
+    }
+    saveBytes(path, bytes);
+}
+
+void saveSvg(QWidget* widget, const QString& path) {
+    QByteArray bytes;
+    QBuffer buffer(&bytes);
+    buffer.open(QIODevice::WriteOnly);
+    QSvgGenerator svg;
+    svg.setOutputDevice(&buffer);
+    svg.setSize(widget->size());
+    svg.setViewBox(QRect(QPoint(), widget->size()));
+    svg.setTitle(QStringLiteral("DeviceRace"));
+    {
+        QPainter painter(&svg);
+        widget->render(&painter, QPoint(), QRegion(), QWidget::DrawWindowBackground | QWidget::DrawChildren);
+    }
+    saveBytes(path, bytes);
+}
+
+} // namespace devicerace::ui

@@ -1,0 +1,53 @@
+#pragma once
+// The GUI's own full history of every lane's samples, and the min/max decimation that
+// hands each chart series at most ~2 points per pixel. GUI thread only.
+#include <QPointF>
+#include <QList>
+#include <QString>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "devicerace/metric_sample.h"
+
+namespace devicerace::ui {
+
+enum class XAxis { Time, Step, Samples };
+enum class Metric { SamplesPerSec, StepsPerSec, Loss, Accuracy };
+
+/// One lane's samples as parallel columns (non-finite values never enter).
+struct LaneHistory {
+    // Train intervals
+    std::vector<double> time, step, samples, samplesPerSec, stepsPerSec, loss;
+    std::vector<char> warmup;
+    // Evaluations
+    std::vector<double> evalTime, evalStep, evalSamples, evalAccuracy;
+    LaneState state = LaneState::Pending;
+    QString message;
+    std::int64_t lastStep = 0;
+    double lastTime = 0;
+    double lastEpoch = 0;
+    std::optional<double> lastAccuracy;
+    std::optional<double> recentSamplesPerSec; // last interval after warm-up
+    std::optional<std::uint64_t> peakMemory;
+
+    void append(const MetricSample& s);
+    std::size_t trainCount() const { return time.size(); }
+};
+
+/// The x column of `h` for `axis` (train points, or evaluation points when `eval`).
+const std::vector<double>& xColumn(const LaneHistory& h, XAxis axis, bool eval);
+/// The y column for `metric` (Accuracy reads the evaluation columns).
+const std::vector<double>& yColumn(const LaneHistory& h, Metric metric);
+
+/// Keeps the points with x in [xMin, xMax] and reduces them to the first/last point plus the
+/// minimum and maximum of each of `buckets` equal x slices, in x order (<= 2 per bucket + 2).
+QList<QPointF> decimateMinMax(const std::vector<double>& xs, const std::vector<double>& ys, double xMin, double xMax,
+                              int buckets);
+
+/// Time-weighted exponential moving average: each point pulls the average toward it by
+/// 1 - exp(-dx / tau), so uneven sample spacing does not skew it. tau <= 0 returns ys.
+std::vector<double> smoothEma(const std::vector<double>& xs, const std::vector<double>& ys, double tau);
+
+} // namespace devicerace::ui

@@ -1,0 +1,227 @@
+#include "lanes_table.h"
+
+#include <QColorDialog>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QHeaderView>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QStandardItemModel>
+
+#include <cmath>
+
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "palette.h"
+
+namespace devicerace::ui {
+
+QString laneSpecText(const LaneSpec& s) {
+    QString out = QString::fromStdString(s.device);
+    if (s.threads) {
+        out += QStringLiteral(",threads=%1").arg(*s.threads);
+    }
+    if (s.batch) {
+        out += QStringLiteral(",batch=%1").arg(*s.batch);
+    }
+    if (s.lr) {
+        out += QStringLiteral(",lr=%1").arg(*s.lr, 0, 'g', 12);
+    }
+    if (s.precision != Precision::Fp32) {
+        out += QStringLiteral(",precision=") + QString::fromStdString(toString(s.precision));
+    }
+    if (s.costPerHour) {
+        out += QStringLiteral(",cost=%1").arg(*s.costPerHour, 0, 'g', 12);
+    }
+    if (!s.name.empty()) {
+        out += QStringLiteral(",name=") + QString::fromStdString(s.name);
+    }
+    return out;
+}
+
+namespace {
+
+void paintSwatch(QPushButton* button, const QColor& color) {
+    button->setProperty("laneColor", color);
+    button->setStyleSheet(QStringLiteral("background:%1;border:1px solid #444;").arg(color.name()));
+}
+
+QComboBox* deviceCombo(QWidget* parent) {
+    auto* combo = new QComboBox(parent);
+    auto* model = new QStandardItemModel(combo);
+    auto add = [&](const QString& text, const QString& value, bool enabled, const QString& tip) {
+        auto* item = new QStandardItem(text);
+        item->setData(value, Qt::UserRole);
+        item->setToolTip(tip);
+        if (!enabled) {
+            item->setFlags(item->flags() & ~(Qt::ItemIsEnabled | Qt::ItemIsSelectable));
+        }
+        model->appendRow(item);
+    };
+    const auto& r = deviceReport();
+    add(QStringLiteral("cpu"), QStringLiteral("cpu"), true, QString::fromStdString(r.cpu.model));
+    for (const auto& g : r.gpus) {
+        const auto name = QStringLiteral("cuda:%1").arg(g.index);
+        add(name + QStringLiteral(" · ") + QString::fromStdString(g.name), name, true, QString::fromStdString(g.name));
+    }
+    if (!r.cudaAvailable) {
+        const auto why = QString::fromStdString(r.cudaUnavailableReason);
+        add(QObject::tr("cuda (unavailable: %1)").arg(why), QStringLiteral("cuda"), false, why);
+    }
+    combo->setModel(model);
+    return combo;
+}
+
+} // namespace
+
+LanesTable::LanesTable(QWidget* parent) : QTableWidget(parent) {
+    setColumnCount(ColCount);
+    setHorizontalHeaderLabels({QString(), tr("name"), tr("device"), tr("threads"), tr("batch"), tr("lr"),
+                               tr("precision"), tr("$/h")});
+    verticalHeader()->setVisible(false);
+    horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    horizontalHeader()->setStretchLastSection(true);
+    setSelectionBehavior(QAbstractItemView::SelectRows);
+    setSelectionMode(QAbstractItemView::SingleSelection);
+}
+
+QColor LanesTable::nextColor() const {
+    // The first palette colour no lane uses yet.
+    auto used = colors();
+    for (int i = 0; i < 64; ++i) {
+        if (std::find(used.begin(), used.end(), laneColor(i)) == used.end()) {
+            return laneColor(i);
+        }
+    }
+    return laneColor(rowCount());
+}
+
+void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
+    const int row = rowCount();
+    insertRow(row);
+    auto* swatch = new QPushButton(this);
+    swatch->setFixedWidth(28);
+    swatch->setToolTip(tr("Lane colour (same in every chart)"));
+    paintSwatch(swatch, color.value_or(nextColor()));
+    connect(swatch, &QPushButton::clicked, this, [this, swatch] {
+        QColor c = QColorDialog::getColor(swatch->property("laneColor").value<QColor>(), this, tr("Lane colour"));
+        if (c.isValid()) {
+            paintSwatch(swatch, c);
+            Q_EMIT lanesChanged();
+        }
+    });
+    setCellWidget(row, ColColor, swatch);
+
+    auto* name = new QLineEdit(QString::fromStdString(spec.name), this);
+    name->setPlaceholderText(tr("auto"));
+    setCellWidget(row, ColName, name);
+
+    auto* device = deviceCombo(this);
+    const int found = device->findData(QString::fromStdString(spec.device == "cuda" ? "cuda:0" : spec.device));
+    device->setCurrentIndex(found >= 0 ? found : 0);
+    setCellWidget(row, ColDevice, device);
+
+    auto* threads = new QSpinBox(this);
+    threads->setRange(0, std::max(1, deviceReport().cpu.logicalCpus) * 4);
+    threads->setSpecialValueText(tr("auto"));
+    threads->setValue(spec.threads.value_or(0));
+    setCellWidget(row, ColThreads, threads);
+
+    auto* batch = new QSpinBox(this);
+    batch->setRange(0, 1 << 20);
+    batch->setSpecialValueText(tr("default"));
+    batch->setValue(static_cast<int>(spec.batch.value_or(0)));
+    setCellWidget(row, ColBatch, batch);
+
+    auto* lr = new QLineEdit(spec.lr ? QString::number(*spec.lr, 'g', 12) : QString(), this);
+    lr->setPlaceholderText(tr("default"));
+    setCellWidget(row, ColLr, lr);
+
+    auto* precision = new QComboBox(this);
+    precision->addItems({QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")});
+    precision->setCurrentText(QString::fromStdString(toString(spec.precision)));
+    setCellWidget(row, ColPrecision, precision);
+
+    auto* cost = new QDoubleSpinBox(this);
+    cost->setRange(0, 1000);
+    cost->setDecimals(2);
+    cost->setSpecialValueText(tr("–"));
+    cost->setValue(spec.costPerHour.value_or(0));
+    setCellWidget(row, ColCost, cost);
+    Q_EMIT lanesChanged();
+}
+
+void LanesTable::removeLane(int row) {
+    if (row >= 0 && row < rowCount()) {
+        removeRow(row);
+        Q_EMIT lanesChanged();
+    }
+}
+
+void LanesTable::duplicateLane(int row) {
+    auto all = lanes();
+    if (row >= 0 && row < static_cast<int>(all.size())) {
+        auto copy = all[static_cast<std::size_t>(row)];
+        copy.name.clear();
+        addLane(copy);
+    }
+}
+
+void LanesTable::setLanes(const std::vector<LaneSpec>& lanes) {
+    setRowCount(0);
+    for (const auto& l : lanes) {
+        addLane(l);
+    }
+}
+
+std::vector<LaneSpec> LanesTable::lanes() const {
+    std::vector<LaneSpec> out;
+    for (int r = 0; r < rowCount(); ++r) {
+        LaneSpec s;
+        s.name = qobject_cast<QLineEdit*>(cellWidget(r, ColName))->text().trimmed().toStdString();
+        s.device = qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString().toStdString();
+        if (int t = qobject_cast<QSpinBox*>(cellWidget(r, ColThreads))->value(); t > 0) {
+            s.threads = t;
+        }
+        if (int b = qobject_cast<QSpinBox*>(cellWidget(r, ColBatch))->value(); b > 0) {
+            s.batch = b;
+        }
+        const QString lr = qobject_cast<QLineEdit*>(cellWidget(r, ColLr))->text().trimmed();
+        if (!lr.isEmpty()) {
+            bool ok = false;
+            const double v = lr.toDouble(&ok);
+            if (!ok || !std::isfinite(v) || v <= 0) {
+                throw UsageError(QObject::tr("lane %1: lr=%2 must be a finite number above 0").arg(r + 1).arg(lr).toStdString());
+            }
+            s.lr = v;
+        }
+        const QString p = qobject_cast<QComboBox*>(cellWidget(r, ColPrecision))->currentText();
+        s.precision = p == QStringLiteral("bf16") ? Precision::Bf16
+                      : p == QStringLiteral("fp16") ? Precision::Fp16
+                                                    : Precision::Fp32;
+        if (double c = qobject_cast<QDoubleSpinBox*>(cellWidget(r, ColCost))->value(); c > 0) {
+            s.costPerHour = c;
+        }
+        out.push_back(s);
+    }
+    return out;
+}
+
+std::vector<QColor> LanesTable::colors() const {
+    std::vector<QColor> out;
+    for (int r = 0; r < rowCount(); ++r) {
+        if (auto* w = cellWidget(r, ColColor)) {
+            out.push_back(w->property("laneColor").value<QColor>());
+        }
+    }
+    return out;
+}
+
+void LanesTable::setLaneColor(int row, const QColor& color) {
+    if (auto* b = qobject_cast<QPushButton*>(cellWidget(row, ColColor))) {
+        paintSwatch(b, color);
+    }
+}
+
+} // namespace devicerace::ui

@@ -1,0 +1,37 @@
+#pragma once
+// The lanes of the race being set up: device (unusable ones greyed with the reason),
+// threads, batch, learning rate, precision, $/hour, name and colour. GUI thread only.
+#include <QTableWidget>
+
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+
+namespace devicerace::ui {
+
+/// "cpu,threads=2,batch=64,name=laptop": the CLI's lane syntax (used for settings too).
+QString laneSpecText(const LaneSpec& spec);
+
+class LanesTable : public QTableWidget {
+    Q_OBJECT
+public:
+    enum Column { ColColor, ColName, ColDevice, ColThreads, ColBatch, ColLr, ColPrecision, ColCost, ColCount };
+    explicit LanesTable(QWidget* parent = nullptr);
+
+    void addLane(const LaneSpec& spec, std::optional<QColor> color = std::nullopt);
+    void removeLane(int row);
+    void duplicateLane(int row);
+    void setLanes(const std::vector<LaneSpec>& lanes);
+    /// Reads every row; throws UsageError naming the row when a value is bad.
+    std::vector<LaneSpec> lanes() const;
+    std::vector<QColor> colors() const;
+    void setLaneColor(int row, const QColor& color);
+
+Q_SIGNALS:
+    void lanesChanged();
+
+private:
+    QColor nextColor() const;
+};
+
+} // namespace devicerace::ui

@@ -1,0 +1,408 @@
+#include "main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QFileDialog>
+#include <QInputDialog>
+#include <QMenu>
+#include <QMessageBox>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QStyleFactory>
+#include <QToolBar>
+#include <QToolButton>
+
+#include "charts/metric_chart.h"
+#include "dashboard.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/exports.h"
+#include "devicerace/workload.h"
+#include "device_panel.h"
+#include "exporter.h"
+#include "lanes_table.h"
+#include "race_controller.h"
+#include "setup_panel.h"
+
+namespace devicerace::ui {
+
+namespace {
+// How long closing waits for lanes to stop before exiting anyway (ms): a lane blocked in
+// data loading must not keep the window open forever.
+constexpr int kCloseTimeoutMs = 8000;
+constexpr int kCloseTickMs = 50;
+// Presentation mode: fonts about twice as large, readable from the back of a room.
+constexpr double kPresentationFontScale = 2.0;
+} // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+    setObjectName(QStringLiteral("DeviceRaceMainWindow"));
+    m_race = new RaceController(this);
+    m_splitter = new QSplitter(this);
+    m_setup = new SetupPanel(m_splitter);
+    m_dashboard = new Dashboard(m_race, m_splitter);
+    m_splitter->addWidget(m_setup);
+    m_splitter->addWidget(m_dashboard);
+    m_splitter->setStretchFactor(1, 4);
+    setCentralWidget(m_splitter);
+    buildToolbar();
+
+    connect(m_race, &RaceController::started, this, [this] {
+        m_dashboard->onRaceStarted();
+        updateActions();
+        updateTitle();
+    });
+    connect(m_race, &RaceController::updated, m_dashboard, &Dashboard::refresh);
+    connect(m_race, &RaceController::finishedRace, this, &MainWindow::onFinished);
+    connect(m_race, &RaceController::failed, this, &MainWindow::showError);
+    m_slowTimer.setInterval(500);
+    connect(&m_slowTimer, &QTimer::timeout, this, [this] {
+        m_dashboard->refreshSummary();
+        m_dashboard->devicePanel()->refreshLive();
+    });
+    m_slowTimer.start();
+    m_closeTimer.setInterval(kCloseTickMs);
+    connect(&m_closeTimer, &QTimer::timeout, this, [this] {
+        m_race->poll();
+        if (m_race->finished() || ++m_closeTicks * kCloseTickMs >= kCloseTimeoutMs) {
+            m_closeTimer.stop();
+            close();
+        }
+    });
+    resize(1500, 950);
+    updateActions();
+    updateTitle();
+    statusBar()->showMessage(tr("Ready: press Start (the default race is CPU·1 thread vs the best other device)"));
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildToolbar() {
+    auto* bar = addToolBar(tr("Race"));
+    bar->setObjectName(QStringLiteral("raceToolbar"));
+    bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    m_start = bar->addAction(tr("▶ Start"), this, [this] { startRace(); });
+    m_start->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
+    m_pause = bar->addAction(tr("⏸ Pause"));
+    m_pause->setCheckable(true);
+    connect(m_pause, &QAction::toggled, this, &MainWindow::setPaused);
+    m_stop = bar->addAction(tr("■ Stop"), this, &MainWindow::stopRace);
+    bar->addSeparator();
+    m_present = bar->addAction(tr("⛶ Present"));
+    m_present->setCheckable(true);
+    m_present->setShortcut(QKeySequence(Qt::Key_F11));
+    connect(m_present, &QAction::toggled, this, &MainWindow::setPresentation);
+    addAction(m_present);
+    auto* esc = new QAction(this);
+    esc->setShortcut(QKeySequence(Qt::Key_Escape));
+    connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
+    addAction(esc);
+
+    auto* menu = new QMenu(this);
+    auto ask = [this](const QString& filter, const QString& suffix) {
+        return QFileDialog::getSaveFileName(this, tr("Export"), QStringLiteral("devicerace.") + suffix, filter);
+    };
+    auto report = [this](const QString& error, const QString& path) {
+        if (error.isEmpty()) {
+            statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+        } else {
+            showError(error);
+        }
+    };
+    menu->addAction(tr("Dashboard as PNG…"), this, [this, ask, report] {
+        const QString path = ask(tr("PNG image (*.png)"), QStringLiteral("png"));
+        if (path.isEmpty()) {
+            return;
+        }
+        bool ok = false;
+        const int width = QInputDialog::getInt(this, tr("PNG size"), tr("Width in pixels (height keeps the shape):"),
+                                               m_dashboard->width(), 200, 16384, 100, &ok);
+        if (ok) {
+            const int height = width * m_dashboard->height() / std::max(1, m_dashboard->width());
+            report(exportDashboardPng(path, QSize(width, height)), path);
+        }
+    });
+    menu->addAction(tr("Dashboard as SVG…"), this, [this, ask, report] {
+        const QString path = ask(tr("SVG image (*.svg)"), QStringLiteral("svg"));
+        if (!path.isEmpty()) {
+            report(exportDashboardSvg(path), path);
+        }
+    });
+    menu->addAction(tr("Throughput chart as PNG…"), this, [this, ask, report] {
+        const QString path = ask(tr("PNG image (*.png)"), QStringLiteral("png"));
+        if (!path.isEmpty()) {
+            QString error;
+            try {
+                savePng(m_dashboard->charts().first(), path);
+            } catch (const std::exception& e) {
+                error = QString::fromStdString(e.what());
+            }
+            report(error, path);
+        }
+    });
+    menu->addSeparator();
+    menu->addAction(tr("Data as CSV…"), this, [this, ask, report] {
+        const QString path = ask(tr("CSV (*.csv)"), QStringLiteral("csv"));
+        if (!path.isEmpty()) {
+            report(exportCsv(path), path);
+        }
+    });
+    menu->addAction(tr("Summary as JSON…"), this, [this, ask, report] {
+        const QString path = ask(tr("JSON (*.json)"), QStringLiteral("json"));
+        if (!path.isEmpty()) {
+            report(exportJson(path), path);
+        }
+    });
+    auto* exportButton = new QToolButton(this);
+    exportButton->setText(tr("⤓ Export"));
+    exportButton->setMenu(menu);
+    exportButton->setPopupMode(QToolButton::InstantPopup);
+    bar->addWidget(exportButton);
+}
+
+void MainWindow::updateActions() {
+    const bool running = m_race->running();
+    m_start->setEnabled(!running && !m_closing);
+    m_pause->setEnabled(running);
+    m_stop->setEnabled(running);
+    m_setup->setEditable(!running);
+}
+
+void MainWindow::updateTitle() {
+    QString title = QStringLiteral("DeviceRace");
+    if (m_race->hasRace()) {
+        const auto spec = m_setup->raceSpec();
+        title += QStringLiteral(" — ") + QString::fromStdString(spec.workload) + QStringLiteral(" · ") +
+                 m_race->datasetLabel() + (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
+    }
+    setWindowTitle(title);
+}
+
+bool MainWindow::startRace() {
+    if (m_race->running()) {
+        return false;
+    }
+    RaceSpec spec;
+    try {
+        spec = m_setup->raceSpec();
+    } catch (const std::exception& e) {
+        showError(QString::fromStdString(e.what()));
+        return false;
+    }
+    m_pause->setChecked(false);
+    if (!m_race->start(spec, m_setup->laneColors())) {
+        return false;
+    }
+    int cpuThreads = 0;
+    const auto& cpu = deviceReport().cpu;
+    for (const auto& l : spec.lanes) {
+        if (l.device == "cpu") {
+            cpuThreads += l.threads.value_or(cpu.physicalCores);
+        }
+    }
+    m_dashboard->devicePanel()->setSharingNote(
+        !spec.fair && cpuThreads > cpu.logicalCpus
+            ? tr("⚠ live mode: the CPU lanes share %1 CPUs with %2 threads; fair mode runs them one at a time")
+                  .arg(cpu.logicalCpus)
+                  .arg(cpuThreads)
+            : QString());
+    saveSettings();
+    statusBar()->showMessage(tr("Racing…"));
+    return true;
+}
+
+void MainWindow::stopRace() {
+    m_race->stop();
+    statusBar()->showMessage(tr("Stopping…"));
+}
+
+void MainWindow::setPaused(bool paused) {
+    m_race->setPaused(paused);
+    statusBar()->showMessage(paused ? tr("Paused (lane clocks are stopped too)") : tr("Racing…"));
+}
+
+void MainWindow::onFinished() {
+    m_dashboard->refresh();
+    m_dashboard->refreshSummary();
+    updateActions();
+    statusBar()->showMessage(tr("Race finished"));
+    Q_EMIT raceFinished();
+}
+
+void MainWindow::applyTheme(bool dark) {
+    if (dark) {
+        QPalette p;
+        p.setColor(QPalette::Window, QColor(30, 30, 34));
+        p.setColor(QPalette::WindowText, QColor(235, 235, 235));
+        p.setColor(QPalette::Base, QColor(24, 24, 28));
+        p.setColor(QPalette::Text, QColor(235, 235, 235));
+        p.setColor(QPalette::Button, QColor(45, 45, 50));
+        p.setColor(QPalette::ButtonText, QColor(235, 235, 235));
+        p.setColor(QPalette::Mid, QColor(70, 70, 76));
+        setPalette(p);
+    } else {
+        setPalette(QApplication::palette());
+    }
+    m_dashboard->setDark(dark);
+}
+
+void MainWindow::setPresentation(bool on) {
+    if (on == m_presentation) {
+        return;
+    }
+    m_presentation = on;
+    {
+        const QSignalBlocker block(m_present);
+        m_present->setChecked(on);
+    }
+    m_setup->setVisible(!on);
+    statusBar()->setVisible(!on);
+    m_dashboard->setPresentation(on, on ? kPresentationFontScale : 1.0);
+    applyTheme(on);
+    if (on) {
+        m_wasMaximized = isMaximized();
+        showFullScreen();
+    } else if (m_wasMaximized) {
+        showMaximized();
+    } else {
+        showNormal();
+    }
+}
+
+QString MainWindow::exportDashboardPng(const QString& path, QSize size) {
+    try {
+        savePng(m_dashboard, path, size);
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+QString MainWindow::exportDashboardSvg(const QString& path) {
+    try {
+        saveSvg(m_dashboard, path);
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+QString MainWindow::exportCsv(const QString& path) {
+    try {
+        saveBytes(path, QByteArray::fromStdString(samplesToCsv(m_race->samples())));
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+QString MainWindow::exportJson(const QString& path) {
+    auto summary = m_race->summary();
+    if (!summary) {
+        return tr("%1: nothing to export yet: run a race first").arg(path);
+    }
+    try {
+        saveBytes(path, QByteArray::fromStdString(summaryToJson(*summary)));
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+void MainWindow::showError(const QString& message) {
+    m_lastError = message;
+    statusBar()->showMessage(message, 15000);
+    if (QApplication::platformName() != QStringLiteral("offscreen") && isVisible()) {
+        QMessageBox::warning(this, tr("DeviceRace"), message);
+    }
+}
+
+bool MainWindow::restoreSettings() {
+    QSettings s;
+    restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+    if (!s.contains(QStringLiteral("race/workload"))) {
+        return false;
+    }
+    RaceSpec spec;
+    try {
+        spec.workload = s.value(QStringLiteral("race/workload")).toString().toStdString();
+        findWorkload(spec.workload);
+        spec.data = s.value(QStringLiteral("race/data")).toString() == QStringLiteral("synthetic") ? DataMode::Synthetic
+                                                                                                   : DataMode::Real;
+        if (s.contains(QStringLiteral("race/steps"))) {
+            spec.steps = s.value(QStringLiteral("race/steps")).toLongLong();
+        } else {
+            spec.epochs = s.value(QStringLiteral("race/epochs"), 1).toInt();
+        }
+        spec.targetAccuracy = s.value(QStringLiteral("race/target"), 0.85).toDouble();
+        spec.seed = s.value(QStringLiteral("race/seed"), 0).toULongLong();
+        spec.fair = s.value(QStringLiteral("race/fair"), false).toBool();
+        for (const auto& text : s.value(QStringLiteral("race/lanes")).toStringList()) {
+            auto lane = parseLaneSpec(text.toStdString());
+            if (lane.device != "cpu" && !deviceReport().cudaAvailable) {
+                continue; // a GPU lane from another machine
+            }
+            spec.lanes.push_back(lane);
+        }
+    } catch (const std::exception&) {
+        return false; // settings from another version: keep the defaults
+    }
+    m_setup->setRaceSpec(spec);
+    return true;
+}
+
+void MainWindow::saveSettings() const {
+    QSettings s;
+    s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    RaceSpec spec;
+    try {
+        spec = m_setup->raceSpec();
+    } catch (const std::exception&) {
+        return;
+    }
+    s.setValue(QStringLiteral("race/workload"), QString::fromStdString(spec.workload));
+    s.setValue(QStringLiteral("race/data"), QString::fromStdString(toString(spec.data)));
+    s.remove(QStringLiteral("race/steps"));
+    s.remove(QStringLiteral("race/epochs"));
+    if (spec.steps) {
+        s.setValue(QStringLiteral("race/steps"), static_cast<qlonglong>(*spec.steps));
+    } else {
+        s.setValue(QStringLiteral("race/epochs"), spec.epochs.value_or(1));
+    }
+    s.setValue(QStringLiteral("race/target"), spec.targetAccuracy.value_or(0.85));
+    s.setValue(QStringLiteral("race/seed"), static_cast<qulonglong>(spec.seed));
+    s.setValue(QStringLiteral("race/fair"), spec.fair);
+    QStringList lanes;
+    for (const auto& l : spec.lanes) {
+        lanes << laneSpecText(l);
+    }
+    s.setValue(QStringLiteral("race/lanes"), lanes);
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+    // Never destroy running lanes: ask them to stop, show it, close once they have (bounded).
+    if (m_race->running() && !m_closeTimer.isActive() && m_closeTicks == 0) {
+        m_closing = true;
+        m_race->stop();
+        statusBar()->showMessage(tr("Stopping…"));
+        updateActions();
+        m_closeTimer.start();
+        event->ignore();
+        return;
+    }
+    if (m_closeTimer.isActive()) {
+        event->ignore();
+        return;
+    }
+    if (!m_race->finished()) {
+        // A lane did not stop in time (e.g. blocked in a data load): leave without joining it.
+        std::fflush(nullptr);
+        std::_Exit(0);
+    }
+    saveSettings();
+    event->accept();
+}
+
+} // namespace devicerace::ui

@@ -1,0 +1,76 @@
+#pragma once
+// The race window: assembles the setup panel, the dashboard and the toolbar, and wires
+// Start / Pause / Stop, presentation mode, export and settings. Holds no race logic of its
+// own (RaceController does). GUI thread only.
+#include <QMainWindow>
+#include <QTimer>
+
+#include "devicerace/lane_spec.h"
+
+class QAction;
+class QSplitter;
+
+namespace devicerace::ui {
+
+class Dashboard;
+class RaceController;
+class SetupPanel;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    SetupPanel* setupPanel() const { return m_setup; }
+    Dashboard* dashboard() const { return m_dashboard; }
+    RaceController* race() const { return m_race; }
+
+    /// Starts the race set up in the panel; false (and a message) on bad input.
+    bool startRace();
+    void stopRace();
+    void setPaused(bool paused);
+    void setPresentation(bool on);
+    bool presentation() const { return m_presentation; }
+    /// Exports; each returns an empty string on success, else the error shown to the user.
+    QString exportDashboardPng(const QString& path, QSize size = {});
+    QString exportDashboardSvg(const QString& path);
+    QString exportCsv(const QString& path);
+    QString exportJson(const QString& path);
+    QString lastError() const { return m_lastError; }
+    /// Restores the last race and layout from QSettings (false when there is none).
+    bool restoreSettings();
+    void saveSettings() const;
+
+Q_SIGNALS:
+    void raceFinished();
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void buildToolbar();
+    void updateActions();
+    void updateTitle();
+    void showError(const QString& message);
+    void onFinished();
+    void applyTheme(bool dark);
+
+    RaceController* m_race = nullptr;
+    SetupPanel* m_setup = nullptr;
+    Dashboard* m_dashboard = nullptr;
+    QSplitter* m_splitter = nullptr;
+    QAction* m_start = nullptr;
+    QAction* m_pause = nullptr;
+    QAction* m_stop = nullptr;
+    QAction* m_present = nullptr;
+    QTimer m_slowTimer; // ~2 Hz: summary table and device figures
+    QTimer m_closeTimer;
+    int m_closeTicks = 0;
+    bool m_closing = false;
+    bool m_presentation = false;
+    bool m_wasMaximized = false;
+    QString m_lastError;
+};
+
+} // namespace devicerace::ui

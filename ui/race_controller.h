@@ -1,0 +1,76 @@
+#pragma once
+// Runs an engine race for the window: starts it, polls every lane's buffer on one ~15 Hz
+// timer (lanes never wait for the GUI), keeps the full history, and says when it changed.
+// GUI thread only.
+#include <QColor>
+#include <QObject>
+#include <QTimer>
+
+#include <memory>
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+#include "devicerace/race.h"
+#include "lane_history.h"
+
+namespace devicerace::ui {
+
+/// What the window shows of a lane besides its samples.
+struct LaneInfo {
+    QString name;
+    QString device;
+    QColor color;
+    std::int64_t totalSteps = 0;
+    std::int64_t batch = 0;
+    std::optional<double> costPerHour;
+};
+
+class RaceController : public QObject {
+    Q_OBJECT
+public:
+    explicit RaceController(QObject* parent = nullptr);
+    ~RaceController() override;
+
+    /// Validates and starts a race; on bad input returns false and emits failed(message).
+    bool start(const RaceSpec& spec, const std::vector<QColor>& colors);
+    void stop();
+    void setPaused(bool paused);
+    void setLanePaused(int lane, bool paused);
+    void stopLane(int lane);
+
+    bool running() const; // started and not every lane finished
+    bool paused() const { return m_paused; }
+    bool hasRace() const { return m_race != nullptr; }
+    /// Lanes still running after stop() (for a bounded shutdown).
+    bool finished() const;
+
+    const std::vector<LaneInfo>& lanes() const { return m_lanes; }
+    const std::vector<LaneHistory>& histories() const { return m_histories; }
+    /// Every sample received so far, in arrival order (exports).
+    const std::vector<MetricSample>& samples() const { return m_samples; }
+    std::optional<RaceSummary> summary() const;
+    QString datasetLabel() const;
+    bool fair() const;
+    std::int64_t warmupSteps() const;
+    std::optional<double> targetAccuracy() const;
+
+    /// Collects pending samples now (the timer does this ~15 times a second).
+    void poll();
+
+Q_SIGNALS:
+    void started();
+    void updated();
+    void finishedRace();
+    void failed(const QString& message);
+
+private:
+    std::unique_ptr<Race> m_race;
+    std::vector<LaneInfo> m_lanes;
+    std::vector<LaneHistory> m_histories;
+    std::vector<MetricSample> m_samples;
+    QTimer m_timer;
+    bool m_paused = false;
+    bool m_announcedFinish = false;
+};
+
+} // namespace devicerace::ui

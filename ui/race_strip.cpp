@@ -1,0 +1,143 @@
+#include "race_strip.h"
+
+#include <QPainter>
+
+#include <cmath>
+
+namespace devicerace::ui {
+
+QString formatDuration(double seconds) {
+    if (!std::isfinite(seconds) || seconds < 0) {
+        return QStringLiteral("--:--");
+    }
+    const auto s = static_cast<long long>(std::llround(seconds));
+    if (s >= 3600) {
+        return QStringLiteral("%1:%2:%3")
+            .arg(s / 3600)
+            .arg((s / 60) % 60, 2, 10, QLatin1Char('0'))
+            .arg(s % 60, 2, 10, QLatin1Char('0'));
+    }
+    return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
+}
+
+std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::int64_t warmupSteps) {
+    std::vector<StripRow> rows;
+    const auto& lanes = race.lanes();
+    const auto& hist = race.histories();
+    std::optional<double> baseRate;
+    if (baseline >= 0 && baseline < static_cast<int>(hist.size())) {
+        baseRate = hist[static_cast<std::size_t>(baseline)].recentSamplesPerSec;
+    }
+    for (std::size_t i = 0; i < lanes.size() && i < hist.size(); ++i) {
+        const auto& lane = lanes[i];
+        const auto& h = hist[i];
+        StripRow row;
+        row.name = lane.name;
+        row.color = lane.color;
+        row.progress = lane.totalSteps > 0 ? static_cast<double>(h.lastStep) / static_cast<double>(lane.totalSteps) : 0;
+        const QString acc = h.lastAccuracy ? QStringLiteral(" · acc %1").arg(*h.lastAccuracy, 0, 'f', 3) : QString();
+        switch (h.state) {
+        case LaneState::Pending: row.status = QObject::tr("waiting"); break;
+        case LaneState::Preparing: row.status = QObject::tr("loading data and model…"); break;
+        case LaneState::Evaluating: row.status = QObject::tr("evaluating on the test set…") + acc; break;
+        case LaneState::Paused: row.status = QObject::tr("paused at step %1").arg(h.lastStep) + acc; break;
+        case LaneState::Running: {
+            if (h.lastStep < warmupSteps) {
+                row.status = QObject::tr("warm-up (not measured)");
+                break;
+            }
+            double eta = NAN;
+            if (h.recentSamplesPerSec && *h.recentSamplesPerSec > 0 && lane.batch > 0) {
+                eta = static_cast<double>(lane.totalSteps - h.lastStep) * static_cast<double>(lane.batch) /
+                      *h.recentSamplesPerSec;
+            }
+            row.status = QObject::tr("epoch %1").arg(std::floor(h.lastEpoch) + 1) + acc +
+                         QObject::tr(" · ETA %1").arg(formatDuration(eta));
+            break;
+        }
+        case LaneState::Finished: row.status = QObject::tr("done %1").arg(formatDuration(h.lastTime)) + acc; break;
+        case LaneState::Stopped: row.status = QObject::tr("stopped at step %1").arg(h.lastStep) + acc; break;
+        case LaneState::Failed:
+        case LaneState::Diverged:
+            row.failed = true;
+            row.status = h.message.isEmpty() ? QString::fromStdString(toString(h.state)) : h.message;
+            break;
+        }
+        if (static_cast<int>(i) == baseline) {
+            row.speedup = QObject::tr("baseline");
+        } else if (baseRate && *baseRate > 0 && h.recentSamplesPerSec) {
+            const double ratio = *h.recentSamplesPerSec / *baseRate;
+            row.speedup = QStringLiteral("%1× %2")
+                              .arg(ratio, 0, 'f', ratio >= 10 ? 0 : 1)
+                              .arg(lanes[static_cast<std::size_t>(baseline)].name);
+        }
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+RaceStrip::RaceStrip(QWidget* parent) : QWidget(parent) {
+    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Preferred);
+}
+
+void RaceStrip::setRows(std::vector<StripRow> rows) {
+    const bool resize = rows.size() != m_rows.size();
+    m_rows = std::move(rows);
+    if (resize) {
+        updateGeometry();
+    }
+    update();
+}
+
+void RaceStrip::setFontScale(double scale) {
+    m_fontScale = scale;
+    updateGeometry();
+    update();
+}
+
+int RaceStrip::rowHeight() const { return static_cast<int>(fontMetrics().height() * 1.9 * m_fontScale); }
+
+QSize RaceStrip::sizeHint() const {
+    return {600, std::max<int>(1, static_cast<int>(m_rows.size())) * rowHeight() + 8};
+}
+
+void RaceStrip::paintEvent(QPaintEvent*) {
+    QPainter p(this);
+    p.setRenderHint(QPainter::Antialiasing);
+    QFont base = font();
+    base.setPointSizeF(base.pointSizeF() * m_fontScale);
+    QFont big = base;
+    big.setBold(true);
+    big.setPointSizeF(base.pointSizeF() * 1.35);
+    const int h = rowHeight();
+    const int nameW = width() / 9;
+    const int barW = width() * 4 / 10;
+    const QColor text = palette().color(QPalette::WindowText);
+    for (std::size_t i = 0; i < m_rows.size(); ++i) {
+        const auto& row = m_rows[i];
+        const int y = 4 + static_cast<int>(i) * h;
+        p.setFont(big);
+        p.setPen(row.color);
+        p.drawText(QRect(6, y, nameW, h), Qt::AlignVCenter | Qt::AlignLeft, row.name);
+        const QRect bar(nameW + 12, y + h / 4, barW, h / 2);
+        p.setPen(Qt::NoPen);
+        p.setBrush(palette().color(QPalette::Mid));
+        p.drawRoundedRect(bar, 3, 3);
+        QRect fill = bar;
+        fill.setWidth(static_cast<int>(bar.width() * std::clamp(row.progress, 0.0, 1.0)));
+        p.setBrush(row.failed ? QColor(200, 60, 60) : row.color);
+        p.drawRoundedRect(fill, 3, 3);
+        p.setFont(base);
+        p.setPen(row.failed ? QColor(220, 70, 70) : text);
+        const int statusX = bar.right() + 12;
+        const int speedW = width() / 4;
+        p.drawText(QRect(statusX, y, width() - statusX - speedW - 6, h), Qt::AlignVCenter | Qt::AlignLeft,
+                   fontMetrics().elidedText(row.status, Qt::ElideRight,
+                                            static_cast<int>((width() - statusX - speedW) / m_fontScale)));
+        p.setFont(big);
+        p.setPen(text);
+        p.drawText(QRect(width() - speedW - 6, y, speedW, h), Qt::AlignVCenter | Qt::AlignRight, row.speedup);
+    }
+}
+
+} // namespace devicerace::ui

@@ -1,0 +1,46 @@
+#pragma once
+// The race strip: one bar per lane with progress to the finish, its status (warm-up,
+// evaluating, epoch, accuracy, ETA, done, failed) and the speedup relative to a baseline
+// lane, the largest text on screen in presentation mode. GUI thread only.
+#include <QWidget>
+
+#include <vector>
+
+#include "race_controller.h"
+
+namespace devicerace::ui {
+
+/// The texts of one row, computed without painting (testable).
+struct StripRow {
+    QString name;
+    QColor color;
+    double progress = 0; // 0..1
+    QString status;      // "epoch 2 · acc 0.88 · ETA 6:10", "done 0:41", "failed: …"
+    QString speedup;     // "37.2× cpu·1", "baseline", ""
+    bool failed = false;
+};
+
+/// Builds the strip's rows from the race state (`baseline` indexes the lanes).
+std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::int64_t warmupSteps);
+/// "1:05", "1:02:03"
+QString formatDuration(double seconds);
+
+class RaceStrip : public QWidget {
+    Q_OBJECT
+public:
+    explicit RaceStrip(QWidget* parent = nullptr);
+    void setRows(std::vector<StripRow> rows);
+    void setFontScale(double scale);
+    const std::vector<StripRow>& rows() const { return m_rows; }
+    QSize sizeHint() const override;
+
+protected:
+    void paintEvent(QPaintEvent* event) override;
+
+private:
+    int rowHeight() const;
+    std::vector<StripRow> m_rows;
+    double m_fontScale = 1.0;
+};
+
+} // namespace devicerace::ui

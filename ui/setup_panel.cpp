@@ -1,0 +1,150 @@
+#include "setup_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include "devicerace/workload.h"
+#include "lanes_table.h"
+
+namespace devicerace::ui {
+
+SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
+    auto* layout = new QVBoxLayout(this);
+    auto* title = new QLabel(tr("<b>RACE SETUP</b>"), this);
+    layout->addWidget(title);
+    m_form = new QWidget(this);
+    auto* form = new QFormLayout(m_form);
+    form->setContentsMargins(0, 0, 0, 0);
+    m_workload = new QComboBox(this);
+    for (const auto& w : workloads()) {
+        m_workload->addItem(QString::fromStdString(w.name));
+        m_workload->setItemData(m_workload->count() - 1, QString::fromStdString(w.description), Qt::ToolTipRole);
+    }
+    form->addRow(tr("Workload"), m_workload);
+    m_workloadInfo = new QLabel(this);
+    m_workloadInfo->setWordWrap(true);
+    m_workloadInfo->setStyleSheet(QStringLiteral("color:gray"));
+    form->addRow(m_workloadInfo);
+    m_data = new QComboBox(this);
+    m_data->addItem(tr("real"), QStringLiteral("real"));
+    m_data->addItem(tr("synthetic"), QStringLiteral("synthetic"));
+    form->addRow(tr("Data"), m_data);
+    auto* lengthRow = new QHBoxLayout();
+    m_length = new QSpinBox(this);
+    m_length->setRange(1, 100000000);
+    m_length->setValue(1);
+    m_lengthUnit = new QComboBox(this);
+    m_lengthUnit->addItems({tr("epochs"), tr("steps")});
+    lengthRow->addWidget(m_length);
+    lengthRow->addWidget(m_lengthUnit);
+    form->addRow(tr("Length"), lengthRow);
+    m_target = new QDoubleSpinBox(this);
+    m_target->setRange(0.01, 1.0);
+    m_target->setDecimals(3);
+    m_target->setSingleStep(0.01);
+    form->addRow(tr("Target accuracy"), m_target);
+    m_seed = new QSpinBox(this);
+    m_seed->setRange(0, 1 << 30);
+    form->addRow(tr("Seed"), m_seed);
+    m_fair = new QCheckBox(tr("Fair mode: one lane at a time, each alone on the machine"), this);
+    form->addRow(m_fair);
+    layout->addWidget(m_form);
+
+    auto* lanesHeader = new QHBoxLayout();
+    lanesHeader->addWidget(new QLabel(tr("<b>LANES</b>"), this));
+    lanesHeader->addStretch(1);
+    auto* add = new QPushButton(tr("+ Add"), this);
+    auto* dup = new QPushButton(tr("Duplicate"), this);
+    auto* remove = new QPushButton(tr("Remove"), this);
+    add->setObjectName(QStringLiteral("addLane"));
+    dup->setObjectName(QStringLiteral("duplicateLane"));
+    remove->setObjectName(QStringLiteral("removeLane"));
+    for (auto* b : {add, dup, remove}) {
+        lanesHeader->addWidget(b);
+    }
+    layout->addLayout(lanesHeader);
+    m_lanes = new LanesTable(this);
+    layout->addWidget(m_lanes, 1);
+    connect(add, &QPushButton::clicked, this, [this] {
+        LaneSpec s;
+        s.threads = 1;
+        m_lanes->addLane(s);
+    });
+    connect(dup, &QPushButton::clicked, this, [this] { m_lanes->duplicateLane(std::max(0, m_lanes->currentRow())); });
+    connect(remove, &QPushButton::clicked, this,
+            [this] { m_lanes->removeLane(m_lanes->currentRow() >= 0 ? m_lanes->currentRow() : m_lanes->rowCount() - 1); });
+    connect(m_workload, &QComboBox::currentTextChanged, this, [this] {
+        const auto& w = findWorkload(m_workload->currentText().toStdString());
+        m_target->setValue(w.defaultTarget);
+        if (m_lengthUnit->currentIndex() == 0) {
+            m_length->setValue(w.defaultEpochs);
+        }
+        updateWorkloadInfo();
+    });
+    setRaceSpec(RaceSpec{});
+}
+
+void SetupPanel::updateWorkloadInfo() {
+    const auto& w = findWorkload(m_workload->currentText().toStdString());
+    m_workloadInfo->setText(tr("%1<br>data: %2 · batch %3 · %4")
+                                .arg(QString::fromStdString(w.description).toHtmlEscaped(),
+                                     QString::fromStdString(w.dataset))
+                                .arg(w.defaultBatch)
+                                .arg(QString::fromStdString(w.optimizer)));
+}
+
+RaceSpec SetupPanel::raceSpec() const {
+    RaceSpec spec;
+    spec.workload = m_workload->currentText().toStdString();
+    spec.data = m_data->currentData().toString() == QStringLiteral("synthetic") ? DataMode::Synthetic : DataMode::Real;
+    if (m_lengthUnit->currentIndex() == 0) {
+        spec.epochs = m_length->value();
+    } else {
+        spec.steps = m_length->value();
+    }
+    spec.targetAccuracy = m_target->value();
+    spec.seed = static_cast<std::uint64_t>(m_seed->value());
+    spec.fair = m_fair->isChecked();
+    spec.lanes = m_lanes->lanes();
+    return spec;
+}
+
+void SetupPanel::setRaceSpec(const RaceSpec& spec) {
+    const QSignalBlocker block(m_workload);
+    m_workload->setCurrentText(QString::fromStdString(spec.workload));
+    const auto& w = findWorkload(m_workload->currentText().toStdString());
+    m_data->setCurrentIndex(spec.data == DataMode::Synthetic ? 1 : 0);
+    if (spec.steps) {
+        m_lengthUnit->setCurrentIndex(1);
+        m_length->setValue(static_cast<int>(*spec.steps));
+    } else {
+        m_lengthUnit->setCurrentIndex(0);
+        m_length->setValue(spec.epochs.value_or(w.defaultEpochs));
+    }
+    m_target->setValue(spec.targetAccuracy.value_or(w.defaultTarget));
+    m_seed->setValue(static_cast<int>(spec.seed));
+    m_fair->setChecked(spec.fair);
+    m_lanes->setLanes(spec.lanes.empty() ? defaultLanes() : spec.lanes);
+    updateWorkloadInfo();
+}
+
+std::vector<QColor> SetupPanel::laneColors() const { return m_lanes->colors(); }
+
+void SetupPanel::setEditable(bool editable) {
+    m_form->setEnabled(editable);
+    m_lanes->setEnabled(editable);
+    for (auto* b : findChildren<QPushButton*>()) {
+        if (b->parent() == this) {
+            b->setEnabled(editable);
+        }
+    }
+}
+
+} // namespace devicerace::ui

@@ -1,0 +1,45 @@
+#pragma once
+// Race setup: workload (with its description and data set), data real/synthetic, length
+// (epochs or steps), target accuracy, seed, fair mode, and the lanes. GUI thread only.
+#include <QWidget>
+
+#include "devicerace/lane_spec.h"
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QSpinBox;
+
+namespace devicerace::ui {
+
+class LanesTable;
+
+class SetupPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit SetupPanel(QWidget* parent = nullptr);
+
+    /// The race as set up; throws UsageError for values the widgets cannot catch.
+    RaceSpec raceSpec() const;
+    void setRaceSpec(const RaceSpec& spec);
+    std::vector<QColor> laneColors() const;
+    LanesTable* lanesTable() const { return m_lanes; }
+    /// Setup is disabled while a race runs (never a half-applied change).
+    void setEditable(bool editable);
+
+private:
+    void updateWorkloadInfo();
+    QComboBox* m_workload = nullptr;
+    QLabel* m_workloadInfo = nullptr;
+    QComboBox* m_data = nullptr;
+    QComboBox* m_lengthUnit = nullptr;
+    QSpinBox* m_length = nullptr;
+    QDoubleSpinBox* m_target = nullptr;
+    QSpinBox* m_seed = nullptr;
+    QCheckBox* m_fair = nullptr;
+    LanesTable* m_lanes = nullptr;
+    QWidget* m_form = nullptr;
+};
+
+} // namespace devicerace::ui

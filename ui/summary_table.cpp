@@ -1,0 +1,88 @@
+#include "summary_table.h"
+
+#include <QHeaderView>
+
+#include <cmath>
+
+#include "race_strip.h"
+
+namespace devicerace::ui {
+
+QString groupedNumber(double value) {
+    if (!std::isfinite(value)) {
+        return QStringLiteral("–");
+    }
+    QString digits = QString::number(std::llround(std::fabs(value)));
+    for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
+        digits.insert(i, QLatin1Char(','));
+    }
+    return value < 0 ? QStringLiteral("-") + digits : digits;
+}
+
+QString formatBytes(std::uint64_t bytes) {
+    const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        ++u;
+    }
+    return u == 0 ? QStringLiteral("%1 B").arg(bytes)
+                  : QStringLiteral("%1 %2").arg(v, 0, 'f', 1).arg(QString::fromLatin1(units[u]));
+}
+
+SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
+    setColumnCount(9);
+    setHorizontalHeaderLabels({tr("lane"), tr("device"), tr("samples/s"), tr("steps/s"), tr("test acc"),
+                               tr("time→target"), tr("peak mem"), tr("$/h"), tr("status")});
+    horizontalHeader()->setStretchLastSection(true);
+    verticalHeader()->setVisible(false);
+    setEditTriggers(QAbstractItemView::NoEditTriggers);
+    setSelectionMode(QAbstractItemView::NoSelection);
+    setAlternatingRowColors(true);
+}
+
+void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<LaneInfo>& lanes) {
+    setRowCount(static_cast<int>(summary.lanes.size()));
+    auto dash = QStringLiteral("–");
+    for (int r = 0; r < rowCount(); ++r) {
+        const auto& l = summary.lanes[static_cast<std::size_t>(r)];
+        const QString status =
+            l.error.empty() || l.state == LaneState::Finished
+                ? QString::fromStdString(toString(l.state))
+                : (l.error.rfind(toString(l.state), 0) == 0 ? QString::fromStdString(l.error)
+                                                              : QString::fromStdString(toString(l.state) + ": " + l.error));
+        const QStringList cells = {
+            QString::fromStdString(l.name),
+            QString::fromStdString(l.device),
+            l.samplesPerSec ? groupedNumber(*l.samplesPerSec) : dash,
+            l.stepsPerSec ? QString::number(*l.stepsPerSec, 'f', 1) : dash,
+            l.finalTestAccuracy ? QString::number(*l.finalTestAccuracy, 'f', 4) : dash,
+            l.timeToTargetSeconds ? formatDuration(*l.timeToTargetSeconds) : dash,
+            l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : dash,
+            l.costPerHour ? QString::number(*l.costPerHour, 'f', 2) : dash,
+            status,
+        };
+        for (int c = 0; c < cells.size(); ++c) {
+            auto* item = this->item(r, c);
+            if (!item) {
+                item = new QTableWidgetItem();
+                setItem(r, c, item);
+            }
+            item->setText(cells[c]);
+            item->setTextAlignment(c >= 2 && c <= 7 ? (Qt::AlignRight | Qt::AlignVCenter)
+                                                    : (Qt::AlignLeft | Qt::AlignVCenter));
+            if (c == 0 && r < static_cast<int>(lanes.size())) {
+                item->setForeground(lanes[static_cast<std::size_t>(r)].color);
+            }
+            if (c == 8) {
+                const bool bad = l.state == LaneState::Failed || l.state == LaneState::Diverged;
+                item->setForeground(bad ? QColor(200, 50, 50) : palette().color(QPalette::Text));
+                item->setToolTip(status);
+            }
+        }
+    }
+    resizeColumnsToContents();
+}
+
+} // namespace devicerace::ui
