@@ -2,6 +2,7 @@
 // The right-hand side of the window: the live charts (throughput, accuracy, loss), their
 // controls (x axis, smoothing, samples/steps), the device panel, the race strip with its
 // baseline picker, and the summary table. Exported as one picture. GUI thread only.
+#include <QElapsedTimer>
 #include <QWidget>
 
 #include "lane_history.h"
@@ -36,9 +37,16 @@ public:
     void setDark(bool dark);
     int baseline() const;
 
+    /// The headline above the charts: "fashion-mlp · Fashion-MNIST (real) · live mode".
+    void setHeadline(const QString& text);
     /// Rebuilds series for a new race; refreshes charts and strip from the histories.
     void onRaceStarted();
+    /// Updates the strip, and the charts when their pacing allows: chart work (refresh +
+    /// paint) is kept under ~25% of the GUI thread, so a long history lowers the chart frame
+    /// rate instead of taking CPU from the lanes.
     void refresh();
+    /// Refreshes the charts now, whatever the pacing.
+    void refreshCharts();
     void refreshSummary();
 
 private:
@@ -56,6 +64,9 @@ private:
     QComboBox* m_baseline = nullptr;
     QSlider* m_smoothing = nullptr;
     QLabel* m_modeLabel = nullptr;
+    QLabel* m_title = nullptr;
+    QElapsedTimer m_sinceCharts;
+    double m_chartCostMs = 0; // smoothed cost of one chart refresh + paint
 };
 
 } // namespace devicerace::ui

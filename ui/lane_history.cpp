@@ -51,6 +51,21 @@ void LaneHistory::append(const MetricSample& s) {
     }
 }
 
+std::optional<double> LaneHistory::medianSamplesPerSec(std::size_t window) const {
+    std::vector<double> rates;
+    for (std::size_t i = samplesPerSec.size(); i-- > 0 && (window == 0 || rates.size() < window);) {
+        if (!warmup[i]) {
+            rates.push_back(samplesPerSec[i]);
+        }
+    }
+    if (rates.empty()) {
+        return std::nullopt;
+    }
+    auto mid = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
+    std::nth_element(rates.begin(), mid, rates.end());
+    return *mid;
+}
+
 const std::vector<double>& xColumn(const LaneHistory& h, XAxis axis, bool eval) {
     switch (axis) {
     case XAxis::Step: return eval ? h.evalStep : h.step;
@@ -70,7 +85,7 @@ const std::vector<double>& yColumn(const LaneHistory& h, Metric metric) {
     return h.evalAccuracy;
 }
 
-QList<QPointF> decimateMinMax(const std::vector<double>& xs, const std::vector<double>& ys, double xMin, double xMax,
+QList<QPointF> decimateMinMax(std::span<const double> xs, std::span<const double> ys, double xMin, double xMax,
                               int buckets) {
     QList<QPointF> out;
     const std::size_t n = std::min(xs.size(), ys.size());
@@ -115,6 +130,63 @@ QList<QPointF> decimateMinMax(const std::vector<double>& xs, const std::vector<d
         }
     }
     out.append(QPointF(xs[last - 1], ys[last - 1]));
+    return out;
+}
+
+void CoarseSeries::clear() {
+    m_x.clear();
+    m_y.clear();
+    m_covered = 0;
+    m_next.reset();
+}
+
+CoarseSeries& CoarseSeries::next() {
+    if (!m_next) {
+        m_next = std::make_unique<CoarseSeries>();
+    }
+    return *m_next;
+}
+
+void CoarseSeries::extend(std::span<const double> xs, std::span<const double> ys) {
+    const std::size_t n = std::min(xs.size(), ys.size());
+    if (n < m_covered) {
+        clear(); // the source was replaced
+    }
+    while (m_covered + kGroup <= n) {
+        std::size_t lo = m_covered, hi = m_covered;
+        for (std::size_t i = m_covered; i < m_covered + kGroup; ++i) {
+            if (ys[i] < ys[lo]) {
+                lo = i;
+            }
+            if (ys[i] > ys[hi]) {
+                hi = i;
+            }
+        }
+        const auto a = std::min(lo, hi), b = std::max(lo, hi);
+        m_x.push_back(xs[a]);
+        m_y.push_back(ys[a]);
+        m_x.push_back(xs[b]);
+        m_y.push_back(ys[b]);
+        m_covered += kGroup;
+    }
+}
+
+QList<QPointF> decimateLod(std::span<const double> xs, std::span<const double> ys, CoarseSeries& coarse, double xMin,
+                           double xMax, int buckets) {
+    const std::size_t n = std::min(xs.size(), ys.size());
+    const auto first = static_cast<std::size_t>(std::lower_bound(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n), xMin) - xs.begin());
+    const auto last = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n), xMax) - xs.begin());
+    // Up to 16 points per bucket, the raw points are cheap enough and exact.
+    if (last <= first || last - first <= static_cast<std::size_t>(16 * std::max(1, buckets))) {
+        return decimateMinMax(xs.first(n), ys.first(n), xMin, xMax, buckets);
+    }
+    coarse.extend(xs.first(n), ys.first(n));
+    // Recurse: a level with still too many points per bucket hands over to a coarser one.
+    auto out = decimateLod(coarse.x(), coarse.y(), coarse.next(), xMin, xMax, buckets);
+    const std::size_t tail = coarse.covered();
+    if (tail < n) {
+        out.append(decimateMinMax(xs.subspan(tail, n - tail), ys.subspan(tail, n - tail), xMin, xMax, buckets));
+    }
     return out;
 }
 

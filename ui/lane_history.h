@@ -6,7 +6,9 @@
 #include <QString>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "devicerace/metric_sample.h"
@@ -33,6 +35,8 @@ struct LaneHistory {
     std::optional<std::uint64_t> peakMemory;
 
     void append(const MetricSample& s);
+    /// Median samples/s of the last `window` intervals after warm-up (all when window <= 0).
+    std::optional<double> medianSamplesPerSec(std::size_t window) const;
     std::size_t trainCount() const { return time.size(); }
 };
 
@@ -43,8 +47,34 @@ const std::vector<double>& yColumn(const LaneHistory& h, Metric metric);
 
 /// Keeps the points with x in [xMin, xMax] and reduces them to the first/last point plus the
 /// minimum and maximum of each of `buckets` equal x slices, in x order (<= 2 per bucket + 2).
-QList<QPointF> decimateMinMax(const std::vector<double>& xs, const std::vector<double>& ys, double xMin, double xMax,
+QList<QPointF> decimateMinMax(std::span<const double> xs, std::span<const double> ys, double xMin, double xMax,
                               int buckets);
+
+/// A min/max-reduced copy of a growing (x, y) series for long histories: each group of
+/// kGroup consecutive points becomes its lowest and highest point, in x order. Decimating
+/// this copy shows the same extremes (shifted by under kGroup samples) at 1/32 of the cost.
+class CoarseSeries {
+public:
+    static constexpr std::size_t kGroup = 64;
+    /// Reduces the complete groups of `xs`/`ys` not reduced yet (the arrays only grow).
+    void extend(std::span<const double> xs, std::span<const double> ys);
+    void clear();
+    std::size_t covered() const { return m_covered; } // source points reduced so far
+    std::span<const double> x() const { return m_x; }
+    std::span<const double> y() const { return m_y; }
+    /// The next coarser level (of this level's points), created on first use.
+    CoarseSeries& next();
+
+private:
+    std::vector<double> m_x, m_y;
+    std::size_t m_covered = 0;
+    std::unique_ptr<CoarseSeries> m_next;
+};
+
+/// Decimates with `coarse` for the part it covers when the window holds many points per
+/// bucket, and with the raw points otherwise (and for the uncovered tail).
+QList<QPointF> decimateLod(std::span<const double> xs, std::span<const double> ys, CoarseSeries& coarse, double xMin,
+                           double xMax, int buckets);
 
 /// Time-weighted exponential moving average: each point pulls the average toward it by
 /// 1 - exp(-dx / tau), so uneven sample spacing does not skew it. tau <= 0 returns ys.

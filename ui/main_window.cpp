@@ -178,6 +178,8 @@ void MainWindow::updateTitle() {
                  m_race->datasetLabel() + (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
     }
     setWindowTitle(title);
+    m_dashboard->setHeadline(title.section(QStringLiteral(" — "), 1).isEmpty() ? title
+                                                                              : title.section(QStringLiteral(" — "), 1));
 }
 
 bool MainWindow::startRace() {

@@ -6,6 +6,11 @@
 
 namespace devicerace::ui {
 
+namespace {
+// Intervals (~0.1 s each) in the running median behind a live speedup.
+constexpr std::size_t kRecentIntervals = 50;
+} // namespace
+
 QString formatDuration(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0) {
         return QStringLiteral("--:--");
@@ -24,9 +29,14 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
     std::vector<StripRow> rows;
     const auto& lanes = race.lanes();
     const auto& hist = race.histories();
+    // Speedups compare medians: of the last few seconds while racing (a steady line to read
+    // aloud), of the whole run once a lane has ended (the summary's figure).
+    auto rate = [](const LaneHistory& h) {
+        return h.medianSamplesPerSec(isTerminal(h.state) ? 0 : kRecentIntervals);
+    };
     std::optional<double> baseRate;
     if (baseline >= 0 && baseline < static_cast<int>(hist.size())) {
-        baseRate = hist[static_cast<std::size_t>(baseline)].recentSamplesPerSec;
+        baseRate = rate(hist[static_cast<std::size_t>(baseline)]);
     }
     for (std::size_t i = 0; i < lanes.size() && i < hist.size(); ++i) {
         const auto& lane = lanes[i];
@@ -65,8 +75,8 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         }
         if (static_cast<int>(i) == baseline) {
             row.speedup = QObject::tr("baseline");
-        } else if (baseRate && *baseRate > 0 && h.recentSamplesPerSec) {
-            const double ratio = *h.recentSamplesPerSec / *baseRate;
+        } else if (auto own = rate(h); baseRate && *baseRate > 0 && own) {
+            const double ratio = *own / *baseRate;
             row.speedup = QStringLiteral("%1× %2")
                               .arg(ratio, 0, 'f', ratio >= 10 ? 0 : 1)
                               .arg(lanes[static_cast<std::size_t>(baseline)].name);
@@ -84,6 +94,7 @@ void RaceStrip::setRows(std::vector<StripRow> rows) {
     const bool resize = rows.size() != m_rows.size();
     m_rows = std::move(rows);
     if (resize) {
+        setMinimumHeight(sizeHint().height());
         updateGeometry();
     }
     update();
@@ -91,6 +102,7 @@ void RaceStrip::setRows(std::vector<StripRow> rows) {
 
 void RaceStrip::setFontScale(double scale) {
     m_fontScale = scale;
+    setMinimumHeight(sizeHint().height());
     updateGeometry();
     update();
 }
@@ -110,7 +122,11 @@ void RaceStrip::paintEvent(QPaintEvent*) {
     big.setBold(true);
     big.setPointSizeF(base.pointSizeF() * 1.35);
     const int h = rowHeight();
-    const int nameW = width() / 9;
+    int nameW = width() / 12;
+    const QFontMetrics bigMetrics(big);
+    for (const auto& row : m_rows) {
+        nameW = std::max(nameW, bigMetrics.horizontalAdvance(row.name) + 8);
+    }
     const int barW = width() * 4 / 10;
     const QColor text = palette().color(QPalette::WindowText);
     for (std::size_t i = 0; i < m_rows.size(); ++i) {

@@ -83,6 +83,12 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
         }
     }
     resizeColumnsToContents();
+    // As tall as its rows, so the dashboard gives the rest to the charts.
+    int height = horizontalHeader()->height() + 2 * frameWidth();
+    for (int r = 0; r < rowCount(); ++r) {
+        height += rowHeight(r);
+    }
+    setFixedHeight(height);
 }
 
 } // namespace devicerace::ui

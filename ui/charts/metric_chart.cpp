@@ -10,20 +10,20 @@
 #include <cmath>
 #include <limits>
 
+#include "plot_layer.h"
 #include "safe_chart_view.h"
 
 namespace devicerace::ui {
 
 namespace {
 
-// Smoothing time constant at full slider, per x unit: 20 s, 200 steps, 25,600 samples.
-double tauScale(XAxis axis) {
-    switch (axis) {
-    case XAxis::Step: return 200.0;
-    case XAxis::Samples: return 25600.0;
-    case XAxis::Time: break;
+// Smoothing time constant at full slider: a quarter of the data's x span, rounded to a
+// power of two so it (and the cached smoothed line) changes only when the span doubles.
+double tauFor(double amount, double span) {
+    if (amount <= 0 || span <= 0) {
+        return 0;
     }
-    return 20.0;
+    return amount * amount * std::exp2(std::round(std::log2(span / 4.0)));
 }
 
 QString axisTitle(XAxis axis) {
@@ -67,8 +67,11 @@ MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
     m_targetSeries->attachAxis(m_y);
     m_chart->legend()->markers(m_targetSeries).constFirst()->setVisible(false);
 
+    m_layer = new PlotLayer(m_chart);
     m_view = new SafeChartView(m_chart, this);
-    m_view->setRenderHint(QPainter::Antialiasing);
+    // Grid and axes are straight lines: no antialiasing needed (the plot layer sets its own).
+    m_view->setRenderHint(QPainter::Antialiasing, false);
+    m_view->setViewportUpdateMode(QGraphicsView::MinimalViewportUpdate);
     m_view->setRubberBand(QChartView::HorizontalRubberBand);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
@@ -108,6 +111,7 @@ void MetricChart::setMetric(Metric metric) {
     m_metric = metric;
     for (auto& s : m_series) {
         s.smoothedTau = -1;
+        s.smoothed.clear();
     }
     updateTitles();
     if (m_last) {
@@ -120,6 +124,7 @@ void MetricChart::setXAxis(XAxis axis) {
     m_zoomed = false;
     for (auto& s : m_series) {
         s.smoothedTau = -1;
+        s.smoothed.clear();
     }
     updateTitles();
     if (m_last) {
@@ -138,17 +143,11 @@ void MetricChart::setTarget(std::optional<double> target) { m_target = target; }
 
 void MetricChart::setDark(bool dark) {
     m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
-    // The theme resets series pens: lanes get their colours back on the next setLanes/refresh.
-    for (std::size_t i = 0; i < m_series.size(); ++i) {
-        auto& s = m_series[i];
-        QColor c = s.smooth->property("laneColor").value<QColor>();
-        QPen thick(c, 2.5 * m_fontScale);
-        s.smooth->setPen(thick);
-        QColor faint = c;
-        faint.setAlpha(90);
-        s.raw->setPen(QPen(faint, 1.0));
-        s.warm->setPen(QPen(QColor(150, 150, 150, 160), 1.0));
+    // The theme resets series pens: give the legend entries their lane colours back.
+    for (auto& s : m_series) {
+        s.legend->setPen(QPen(s.color, 2.5 * m_fontScale));
     }
+    pushLines();
     QPen pen(dark ? QColor(200, 200, 200) : QColor(110, 110, 110));
     pen.setStyle(Qt::DashLine);
     pen.setWidthF(1.5);
@@ -173,33 +172,20 @@ void MetricChart::setFontScale(double scale) {
 
 void MetricChart::setLanes(const std::vector<LaneInfo>& lanes) {
     for (auto& s : m_series) {
-        m_chart->removeSeries(s.raw);
-        m_chart->removeSeries(s.warm);
-        m_chart->removeSeries(s.smooth);
-        delete s.raw;
-        delete s.warm;
-        delete s.smooth;
+        m_chart->removeSeries(s.legend);
+        delete s.legend;
     }
     m_series.clear();
     m_last = nullptr;
     m_zoomed = false;
     for (const auto& lane : lanes) {
         LaneSeries s;
-        s.raw = new QLineSeries();
-        s.warm = new QLineSeries();
-        s.smooth = new QLineSeries();
-        s.smooth->setName(lane.name);
-        s.smooth->setProperty("laneColor", lane.color);
-        for (auto* series : {s.warm, s.raw, s.smooth}) {
-            m_chart->addSeries(series);
-            series->attachAxis(m_x);
-            series->attachAxis(m_y);
-        }
-        m_chart->legend()->markers(s.raw).constFirst()->setVisible(false);
-        m_chart->legend()->markers(s.warm).constFirst()->setVisible(false);
-        if (m_metric == Metric::Accuracy) {
-            s.smooth->setPointsVisible(true);
-        }
+        s.color = lane.color;
+        s.legend = new QLineSeries();
+        s.legend->setName(lane.name);
+        m_chart->addSeries(s.legend);
+        s.legend->attachAxis(m_x);
+        s.legend->attachAxis(m_y);
         m_series.push_back(std::move(s));
     }
     setDark(m_chart->theme() == QChart::ChartThemeDark);
@@ -224,7 +210,7 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     }
     const double lo = m_x->min(), hi = m_x->max();
     const int buckets = std::max(100, static_cast<int>(m_chart->plotArea().width()));
-    const double tau = m_smoothing * m_smoothing * tauScale(m_axis);
+    const double tau = tauFor(m_smoothing, xMax);
     double yMin = std::numeric_limits<double>::infinity(), yMax = -yMin;
     auto grow = [&](const QList<QPointF>& pts) {
         for (const auto& p : pts) {
@@ -238,11 +224,10 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         const auto& xs = xColumn(h, m_axis, eval);
         const auto& ys = yColumn(h, m_metric);
         if (eval) {
-            auto pts = decimateMinMax(xs, ys, lo, hi, buckets);
-            grow(pts);
-            s.smooth->replace(pts);
-            s.raw->clear();
-            s.warm->clear();
+            s.smooth = decimateMinMax(xs, ys, lo, hi, buckets);
+            grow(s.smooth);
+            s.raw.clear();
+            s.warm.clear();
             continue;
         }
         // Warm-up intervals (the first few) are drawn grey and kept out of the smoothed line.
@@ -250,23 +235,31 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         while (k < h.warmup.size() && h.warmup[k]) {
             ++k;
         }
-        std::vector<double> wx(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(std::min(k + 1, xs.size())));
-        std::vector<double> wy(ys.begin(), ys.begin() + static_cast<std::ptrdiff_t>(std::min(k + 1, ys.size())));
-        auto warmPts = decimateMinMax(wx, wy, lo, hi, buckets);
-        grow(warmPts);
-        s.warm->replace(warmPts);
-        std::vector<double> rx(xs.begin() + static_cast<std::ptrdiff_t>(std::min(k, xs.size())), xs.end());
-        std::vector<double> ry(ys.begin() + static_cast<std::ptrdiff_t>(std::min(k, ys.size())), ys.end());
-        auto rawPts = decimateMinMax(rx, ry, lo, hi, buckets);
-        grow(rawPts);
-        s.raw->replace(rawPts);
+        const std::size_t n = std::min(xs.size(), ys.size());
+        k = std::min(k, n);
+        const std::span<const double> allX(xs.data(), n), allY(ys.data(), n);
+        const std::size_t warmEnd = std::min(k + 1, n);
+        s.warm = decimateMinMax(allX.first(warmEnd), allY.first(warmEnd), lo, hi, buckets);
+        grow(s.warm);
+        if (s.coarseFrom != k || s.smoothedTau < 0) {
+            s.rawCoarse.clear();
+            s.smoothCoarse.clear();
+            s.coarseFrom = k;
+        }
+        const auto rx = allX.subspan(k), ry = allY.subspan(k);
+        // Min/max per 2-pixel bucket: about 1 point per pixel, every spike kept.
+        s.raw = decimateLod(rx, ry, s.rawCoarse, lo, hi, std::max(50, buckets / 2));
+        grow(s.raw);
         if (tau <= 0) {
-            s.smooth->replace(rawPts);
+            s.smooth = s.raw;
+            s.raw.clear();
+            s.smoothedTau = 0;
             continue;
         }
         // Extend the cached EMA over the new points only.
         if (s.smoothedTau != tau || s.smoothedFrom != k || s.smoothed.size() > ry.size()) {
             s.smoothed.clear();
+            s.smoothCoarse.clear();
             s.smoothedTau = tau;
             s.smoothedFrom = k;
         }
@@ -278,7 +271,8 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             const double alpha = 1.0 - std::exp(-std::max(0.0, rx[j] - rx[j - 1]) / tau);
             s.smoothed.push_back(s.smoothed[j - 1] + alpha * (ry[j] - s.smoothed[j - 1]));
         }
-        s.smooth->replace(decimateMinMax(rx, s.smoothed, lo, hi, buckets));
+        // The smoothed line has no spikes to keep: a point per ~3 pixels draws it faithfully.
+        s.smooth = decimateLod(rx, s.smoothed, s.smoothCoarse, lo, hi, std::max(50, buckets / 6));
     }
     if (m_target && eval) {
         yMin = std::min(yMin, *m_target);
@@ -296,7 +290,30 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     } else {
         const double pad = (yMax - yMin) * 0.08 + 1e-9;
         m_y->setRange(m_metric == Metric::Loss ? std::max(0.0, yMin - pad) : 0.0, yMax + pad);
+        m_y->applyNiceNumbers();
     }
+    pushLines();
+}
+
+void MetricChart::pushLines() {
+    std::vector<PlotLine> lines;
+    lines.reserve(m_series.size() * 3);
+    for (const auto& s : m_series) {
+        // Opaque blends of the lane colour with the background: alpha-blended lines take a
+        // much slower raster path.
+        const QColor bg = m_chart->theme() == QChart::ChartThemeDark ? QColor(40, 40, 44) : QColor(255, 255, 255);
+        const QColor faint = QColor::fromRgbF(0.35f * s.color.redF() + 0.65f * bg.redF(),
+                                              0.35f * s.color.greenF() + 0.65f * bg.greenF(),
+                                              0.35f * s.color.blueF() + 0.65f * bg.blueF());
+        if (!s.warm.isEmpty()) {
+            lines.push_back({QColor(150, 150, 150), 1.0, false, s.warm});
+        }
+        if (!s.raw.isEmpty()) {
+            lines.push_back({faint, 1.0, false, s.raw});
+        }
+        lines.push_back({s.color, 2.5 * m_fontScale, m_metric == Metric::Accuracy, s.smooth});
+    }
+    m_layer->setLines(std::move(lines), m_x->min(), m_x->max(), m_y->min(), m_y->max());
 }
 
 void MetricChart::applyRange(double lo, double hi) {
@@ -325,12 +342,6 @@ void MetricChart::resetZoom() {
 
 std::pair<double, double> MetricChart::xRange() const { return {m_x->min(), m_x->max()}; }
 
-int MetricChart::pointCount() const {
-    int n = 0;
-    for (const auto& s : m_series) {
-        n += static_cast<int>(s.raw->count() + s.warm->count() + s.smooth->count());
-    }
-    return n;
-}
+int MetricChart::pointCount() const { return m_layer->pointCount(); }
 
 } // namespace devicerace::ui

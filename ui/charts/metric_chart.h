@@ -16,6 +16,7 @@ class QValueAxis;
 
 namespace devicerace::ui {
 
+class PlotLayer;
 class SafeChartView;
 
 class MetricChart : public QWidget {
@@ -50,14 +51,17 @@ Q_SIGNALS:
 
 private:
     struct LaneSeries {
-        QLineSeries* raw = nullptr;
-        QLineSeries* warm = nullptr;
-        QLineSeries* smooth = nullptr;
+        QLineSeries* legend = nullptr; // empty: gives the lane its legend entry
+        QColor color;
+        QList<QPointF> warm, raw, smooth; // decimated, in chart values
         std::vector<double> smoothed; // cache, extended incrementally
         std::size_t smoothedFrom = 0;
         double smoothedTau = -1;
+        CoarseSeries rawCoarse, smoothCoarse; // level-of-detail copies for long histories
+        std::size_t coarseFrom = 0;
     };
     void applyRange(double lo, double hi);
+    void pushLines();
     void updateTitles();
 
     Metric m_metric;
@@ -73,6 +77,7 @@ private:
     QValueAxis* m_x = nullptr;
     QValueAxis* m_y = nullptr;
     QLineSeries* m_targetSeries = nullptr;
+    PlotLayer* m_layer = nullptr;
     std::vector<LaneSeries> m_series;
     const std::vector<LaneHistory>* m_last = nullptr;
 };

@@ -1,5 +1,6 @@
 #include "safe_chart_view.h"
 
+#include <QElapsedTimer>
 #include <QMouseEvent>
 #include <QWheelEvent>
 
@@ -43,6 +44,17 @@ void SafeChartView::wheelEvent(QWheelEvent* event) {
         Q_EMIT wheelZoom(std::pow(0.8, steps), value.x());
     }
     event->accept();
+}
+
+} // namespace devicerace::ui
+
+namespace devicerace::ui {
+
+void SafeChartView::paintEvent(QPaintEvent* event) {
+    QElapsedTimer clock;
+    clock.start();
+    QChartView::paintEvent(event);
+    m_lastPaintMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
 }
 
 } // namespace devicerace::ui

@@ -11,6 +11,9 @@ class SafeChartView : public QChartView {
 public:
     using QChartView::QChartView;
 
+    /// Milliseconds the last paint took (the dashboard paces chart refreshes with it).
+    double lastPaintMs() const { return m_lastPaintMs; }
+
 Q_SIGNALS:
     /// Wheel: factor < 1 zooms in around `centerX` (chart x value); Shift+wheel pans by `panFraction`.
     void wheelZoom(double factor, double centerX);
@@ -21,6 +24,10 @@ protected:
     void mousePressEvent(QMouseEvent* event) override;
     void mouseReleaseEvent(QMouseEvent* event) override;
     void wheelEvent(QWheelEvent* event) override;
+    void paintEvent(QPaintEvent* event) override;
+
+private:
+    double m_lastPaintMs = 0;
 };
 
 } // namespace devicerace::ui

@@ -1,0 +1,96 @@
+// Redraw cost of the live charts with a long history: 8 lanes x 1,000,000 train samples each.
+// One "tick" = 8 new samples (one per lane) + refresh of the three charts (decimate +
+// replace) + a synchronous repaint. Prints the median and max over the ticks, in ms.
+// Usage: bench_gui_redraw [samples-per-lane] [ticks]     (runs offscreen)
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "charts/metric_chart.h"
+#include "charts/safe_chart_view.h"
+#include "palette.h"
+
+using namespace devicerace;
+using namespace devicerace::ui;
+
+int main(int argc, char** argv) {
+    qputenv("QT_QPA_PLATFORM", "offscreen");
+    QApplication app(argc, argv);
+    const std::size_t perLane = argc > 1 ? std::stoul(argv[1]) : 1000000;
+    const int ticks = argc > 2 ? std::stoi(argv[2]) : 40;
+    constexpr int kLanes = 8;
+
+    std::vector<LaneInfo> lanes;
+    std::vector<LaneHistory> hist(kLanes);
+    for (int l = 0; l < kLanes; ++l) {
+        LaneInfo info;
+        info.name = QStringLiteral("lane %1").arg(l);
+        info.color = laneColor(l);
+        lanes.push_back(info);
+    }
+    auto sampleFor = [](int lane, std::size_t i) {
+        MetricSample s;
+        s.kind = SampleKind::Train;
+        s.step = static_cast<std::int64_t>(i) * 10;
+        s.samples = s.step * 128;
+        s.time = static_cast<double>(i) * 0.1; // one interval per 100 ms
+        s.samplesPerSec = 1000.0 * (lane + 1) + 50 * std::sin(static_cast<double>(i) / 30.0);
+        s.stepsPerSec = *s.samplesPerSec / 128;
+        s.loss = 2.0 / (1.0 + static_cast<double>(i) / 1000.0);
+        s.warmup = i < 2;
+        return s;
+    };
+    for (int l = 0; l < kLanes; ++l) {
+        for (std::size_t i = 0; i < perLane; ++i) {
+            hist[l].append(sampleFor(l, i));
+        }
+    }
+    QWidget window;
+    auto* layout = new QVBoxLayout(&window);
+    std::vector<MetricChart*> charts = {new MetricChart(QStringLiteral("Throughput"), Metric::SamplesPerSec),
+                                        new MetricChart(QStringLiteral("Loss"), Metric::Loss),
+                                        new MetricChart(QStringLiteral("Accuracy"), Metric::Accuracy)};
+    for (auto* c : charts) {
+        layout->addWidget(c);
+        c->setLanes(lanes);
+    }
+    window.resize(1600, 1200);
+    window.show();
+    QApplication::processEvents();
+    for (auto* c : charts) {
+        c->refresh(hist); // first refresh builds the smoothing caches
+    }
+    std::vector<double> ms, refreshMs;
+    for (int t = 0; t < ticks; ++t) {
+        for (int l = 0; l < kLanes; ++l) {
+            hist[l].append(sampleFor(l, perLane + static_cast<std::size_t>(t)));
+        }
+        QElapsedTimer clock;
+        clock.start();
+        for (auto* c : charts) {
+            c->refresh(hist);
+        }
+        refreshMs.push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
+        QApplication::processEvents(); // deliver the scene changes
+        for (auto* c : charts) {
+            c->view()->viewport()->repaint(); // paint what a screen update paints
+        }
+        ms.push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
+    }
+    std::sort(ms.begin(), ms.end());
+    std::sort(refreshMs.begin(), refreshMs.end());
+    std::printf("refresh (decimate + replace) median %.2f ms\n", refreshMs[refreshMs.size() / 2]);
+    int points = 0;
+    for (auto* c : charts) {
+        points += c->pointCount();
+    }
+    std::printf("redraw: %d lanes x %zu samples, %d ticks: median %.2f ms, max %.2f ms per tick "
+                "(%d points handed to the series)\n",
+                kLanes, perLane, ticks, ms[ms.size() / 2], ms.back(), points);
+    return 0;
+}

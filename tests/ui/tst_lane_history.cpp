@@ -1,0 +1,92 @@
+// LaneHistory, min/max decimation and the time-weighted EMA (no window needed).
+#include <QtTest>
+
+#include <cmath>
+
+#include "lane_history.h"
+
+using namespace devicerace;
+using namespace devicerace::ui;
+
+class TestLaneHistory : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void decimationKeepsExtremesAndOrder() {
+        std::vector<double> xs, ys;
+        for (int i = 0; i < 100000; ++i) {
+            xs.push_back(i);
+            ys.push_back(std::sin(i / 50.0));
+        }
+        ys[31337] = 9.0; // a spike must survive decimation
+        ys[70000] = -9.0;
+        auto pts = decimateMinMax(xs, ys, 0, 99999, 500);
+        QVERIFY(pts.size() <= 2 * 500 + 2);
+        QVERIFY(pts.size() > 500);
+        double maxY = -1e9, minY = 1e9;
+        for (int i = 0; i < pts.size(); ++i) {
+            maxY = std::max(maxY, pts[i].y());
+            minY = std::min(minY, pts[i].y());
+            if (i > 0) {
+                QVERIFY(pts[i].x() >= pts[i - 1].x());
+            }
+        }
+        QCOMPARE(maxY, 9.0);
+        QCOMPARE(minY, -9.0);
+        QCOMPARE(pts.first().x(), 0.0);
+        QCOMPARE(pts.last().x(), 99999.0);
+    }
+
+    void decimationWindowsAndSmallInputs() {
+        std::vector<double> xs = {0, 1, 2, 3, 4, 5}, ys = {5, 4, 3, 2, 1, 0};
+        auto all = decimateMinMax(xs, ys, 0, 10, 100);
+        QCOMPARE(all.size(), 6); // few points pass through unchanged
+        auto window = decimateMinMax(xs, ys, 1.5, 3.5, 100);
+        QCOMPARE(window.size(), 2);
+        QCOMPARE(window[0], QPointF(2, 3));
+        QVERIFY(decimateMinMax(xs, ys, 7, 9, 100).isEmpty());
+        QVERIFY(decimateMinMax({}, {}, 0, 1, 10).isEmpty());
+    }
+
+    void emaIsTimeWeighted() {
+        // Two series with the same values but different spacing: the wider gap pulls harder.
+        auto tight = smoothEma({0, 0.1}, {0, 10}, 1.0);
+        auto wide = smoothEma({0, 5.0}, {0, 10}, 1.0);
+        QVERIFY(tight[1] < 1.0);
+        QVERIFY(wide[1] > 9.9);
+        QCOMPARE(smoothEma({0, 1}, {3, 4}, 0), (std::vector<double>{3, 4}));
+    }
+
+    void historyDropsNonFiniteValues() {
+        LaneHistory h;
+        MetricSample s;
+        s.kind = SampleKind::Train;
+        s.step = 10;
+        s.time = 1;
+        s.samplesPerSec = 100;
+        s.stepsPerSec = 1;
+        s.loss = std::nan("");
+        h.append(s);
+        QCOMPARE(h.trainCount(), std::size_t(0));
+        s.loss = 0.5;
+        s.step = 20;
+        h.append(s);
+        QCOMPARE(h.trainCount(), std::size_t(1));
+        QCOMPARE(h.lastStep, std::int64_t(20));
+        MetricSample e;
+        e.kind = SampleKind::Eval;
+        e.accuracy = 0.9;
+        e.step = 20;
+        h.append(e);
+        QCOMPARE(*h.lastAccuracy, 0.9);
+        MetricSample st;
+        st.kind = SampleKind::State;
+        st.state = LaneState::Diverged;
+        st.message = "diverged at step 21";
+        h.append(st);
+        QVERIFY(h.state == LaneState::Diverged);
+        QCOMPARE(h.message, QStringLiteral("diverged at step 21"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestLaneHistory)
+#include "tst_lane_history.moc"

@@ -1,0 +1,219 @@
+// The race window, offscreen: lanes, a short real race, exports, presentation, closing mid-race.
+#include <QtTest>
+
+#include <QComboBox>
+#include <QImage>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSvgRenderer>
+#include <QTemporaryDir>
+#include <QStandardPaths>
+#include <QtCharts/QChart>
+
+#include "charts/metric_chart.h"
+#include "dashboard.h"
+#include "device_panel.h"
+#include "lanes_table.h"
+#include "main_window.h"
+#include "race_controller.h"
+#include "race_strip.h"
+#include "setup_panel.h"
+#include "summary_table.h"
+
+using namespace devicerace;
+using namespace devicerace::ui;
+
+namespace {
+
+bool haveFashionMnist() { return QFile::exists(QStringLiteral("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")); }
+
+RaceSpec shortRace(std::int64_t steps) {
+    RaceSpec spec;
+    spec.workload = "fashion-mlp";
+    spec.steps = steps;
+    LaneSpec one;
+    one.threads = 1;
+    LaneSpec two;
+    two.threads = 1;
+    two.name = "twin";
+    spec.lanes = {one, two};
+    spec.targetAccuracy = 0.5;
+    if (!haveFashionMnist()) {
+        spec.data = DataMode::Synthetic;
+    }
+    return spec;
+}
+
+} // namespace
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true); // QSettings go to a test location
+        QCoreApplication::setOrganizationName(QStringLiteral("DeviceRaceTest"));
+        QCoreApplication::setApplicationName(QStringLiteral("DeviceRaceTest"));
+    }
+
+    void defaultRaceNeedsNoConfiguration() {
+        MainWindow w;
+        auto* table = w.setupPanel()->lanesTable();
+        QCOMPARE(table->rowCount(), 2); // CPU·1 thread vs the best other device
+        const auto lanes = table->lanes();
+        QCOMPARE(lanes[0].threads.value_or(0), 1);
+        QVERIFY(lanes[1].device == "cpu" || lanes[1].device == "cuda:0");
+        // Unusable devices are listed, greyed, with the reason.
+        auto* device = qobject_cast<QComboBox*>(table->cellWidget(0, LanesTable::ColDevice));
+        if (!deviceReport().cudaAvailable) {
+            const int cuda = device->findData(QStringLiteral("cuda"));
+            QVERIFY(cuda >= 0);
+            QVERIFY(device->itemText(cuda).contains(QStringLiteral("unavailable")));
+        }
+    }
+
+    void addRemoveDuplicateLanes() {
+        MainWindow w;
+        auto* table = w.setupPanel()->lanesTable();
+        auto* add = w.setupPanel()->findChild<QPushButton*>(QStringLiteral("addLane"));
+        auto* dup = w.setupPanel()->findChild<QPushButton*>(QStringLiteral("duplicateLane"));
+        auto* remove = w.setupPanel()->findChild<QPushButton*>(QStringLiteral("removeLane"));
+        QSignalSpy changed(table, &LanesTable::lanesChanged);
+        add->click();
+        QCOMPARE(table->rowCount(), 3);
+        table->selectRow(2);
+        qobject_cast<QSpinBox*>(table->cellWidget(2, LanesTable::ColBatch))->setValue(64);
+        dup->click();
+        QCOMPARE(table->rowCount(), 4);
+        QCOMPARE(table->lanes()[3].batch.value_or(0), 64);
+        // Each lane gets its own colour.
+        auto colors = table->colors();
+        QVERIFY(colors[2] != colors[3]);
+        table->selectRow(0);
+        remove->click();
+        QCOMPARE(table->rowCount(), 3);
+        QVERIFY(changed.count() >= 3);
+        // A bad learning rate is a clear error, not a crash or a silent default.
+        qobject_cast<QLineEdit*>(table->cellWidget(0, LanesTable::ColLr))->setText(QStringLiteral("-1"));
+        QVERIFY(!w.startRace());
+        QVERIFY(w.lastError().contains(QStringLiteral("lr=-1")));
+    }
+
+    void shortRealRaceUpdatesChartsStripAndSummary() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(150));
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+        auto* dash = w.dashboard();
+        QVERIFY(dash->throughputChart()->pointCount() > 0);
+        QVERIFY(dash->lossChart()->pointCount() > 0);
+        QVERIFY(dash->accuracyChart()->pointCount() >= 2); // one final evaluation per lane
+        const auto& rows = dash->strip()->rows();
+        QCOMPARE(rows.size(), std::size_t(2));
+        QVERIFY(rows[0].status.startsWith(QStringLiteral("done")));
+        QCOMPARE(rows[0].speedup, QStringLiteral("baseline"));
+        QVERIFY(rows[1].speedup.endsWith(QStringLiteral("× cpu·1")));
+        auto* table = dash->summaryTable();
+        QCOMPARE(table->rowCount(), 2);
+        QCOMPARE(table->item(1, 0)->text(), QStringLiteral("twin"));
+        QCOMPARE(table->item(0, 8)->text(), QStringLiteral("finished"));
+        QVERIFY(table->item(0, 2)->text() != QStringLiteral("–")); // samples/s measured
+        // Same lane colour in the strip as in the setup.
+        QCOMPARE(rows[1].color, w.setupPanel()->laneColors()[1]);
+    }
+
+    void exportsAreWrittenAndReadable() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(40));
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+        QTemporaryDir dir(QDir::tempPath() + QStringLiteral("/dr export ünïcode XXXXXX"));
+        QVERIFY(dir.isValid());
+        const QString png = dir.filePath(QStringLiteral("dash.png"));
+        QCOMPARE(w.exportDashboardPng(png, QSize(1600, 1000)), QString());
+        QImage image(png);
+        QCOMPARE(image.size(), QSize(1600, 1000));
+        const QString svg = dir.filePath(QStringLiteral("dash.svg"));
+        QCOMPARE(w.exportDashboardSvg(svg), QString());
+        QVERIFY(QSvgRenderer(svg).isValid());
+        const QString csv = dir.filePath(QStringLiteral("data.csv"));
+        QCOMPARE(w.exportCsv(csv), QString());
+        QFile csvFile(csv);
+        QVERIFY(csvFile.open(QIODevice::ReadOnly));
+        const auto lines = csvFile.readAll().split('\n');
+        QVERIFY(lines[0].startsWith("lane,kind,step"));
+        QVERIFY(lines.size() > 4);
+        const QString json = dir.filePath(QStringLiteral("summary.json"));
+        QCOMPARE(w.exportJson(json), QString());
+        QFile jsonFile(json);
+        QVERIFY(jsonFile.open(QIODevice::ReadOnly));
+        const auto doc = QJsonDocument::fromJson(jsonFile.readAll());
+        QCOMPARE(doc.object().value(QStringLiteral("workload")).toString(), QStringLiteral("fashion-mlp"));
+        // Writing into a missing folder is a clear error naming the path.
+        const QString bad = dir.filePath(QStringLiteral("missing/x.png"));
+        QVERIFY(w.exportDashboardPng(bad).contains(QStringLiteral("missing/x.png")));
+        // An existing file is replaced, not appended to.
+        QCOMPARE(w.exportCsv(csv), QString());
+        QFile again(csv);
+        QVERIFY(again.open(QIODevice::ReadOnly));
+        QCOMPARE(again.readAll().split('\n').size(), lines.size());
+    }
+
+    void presentationModeToggles() {
+        MainWindow w;
+        w.show();
+        QVERIFY(w.setupPanel()->isVisible());
+        w.setPresentation(true);
+        QVERIFY(w.presentation());
+        QVERIFY(!w.setupPanel()->isVisible());
+        QVERIFY(!w.dashboard()->summaryTable()->isVisible());
+        QVERIFY(w.dashboard()->strip()->isVisible());
+        QVERIFY(w.dashboard()->throughputChart()->isVisible());
+        QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeDark);
+        w.setPresentation(false);
+        QVERIFY(w.setupPanel()->isVisible());
+        QVERIFY(w.dashboard()->summaryTable()->isVisible());
+        QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeLight);
+    }
+
+    void closeWhileRunningStopsLanesAndCloses() {
+        auto* w = new MainWindow();
+        w->show();
+        auto spec = shortRace(1000000);
+        spec.lanes.push_back(spec.lanes[0]);
+        spec.lanes.push_back(spec.lanes[0]);
+        spec.lanes[2].name = "three";
+        spec.lanes[3].name = "four";
+        w->setupPanel()->setRaceSpec(spec);
+        QVERIFY(w->startRace());
+        QTRY_VERIFY_WITH_TIMEOUT(w->race()->histories()[0].lastStep > 5, 60000);
+        QElapsedTimer clock;
+        clock.start();
+        w->close();
+        QVERIFY(w->isVisible()); // waits for the lanes, showing "Stopping…"
+        QTRY_VERIFY_WITH_TIMEOUT(!w->isVisible(), 10000);
+        QVERIFY(w->race()->finished());
+        for (const auto& h : w->race()->histories()) {
+            QVERIFY(h.state == LaneState::Stopped);
+        }
+        delete w;
+    }
+
+    void chartClicksOnEmptyAreasDoNotCrash() {
+        MainWindow w;
+        w.show();
+        auto* view = reinterpret_cast<QWidget*>(w.dashboard()->throughputChart()->view());
+        QTest::mouseClick(view, Qt::LeftButton, {}, QPoint(2, 2));
+        QTest::mouseClick(view, Qt::RightButton, {}, QPoint(view->width() / 2, view->height() / 2));
+        QVERIFY(!w.dashboard()->throughputChart()->zoomed());
+    }
+};
+
+QTEST_MAIN(TestMainWindow)
+#include "tst_main_window.moc"
