@@ -50,6 +50,10 @@ DevicePanel::DevicePanel(QWidget* parent) : QWidget(parent) {
     layout->addWidget(m_static);
     m_live = new QLabel(this);
     layout->addWidget(m_live);
+    m_lanes = new QLabel(this);
+    m_lanes->setTextFormat(Qt::RichText);
+    m_lanes->setWordWrap(true);
+    layout->addWidget(m_lanes);
     m_note = new QLabel(this);
     m_note->setWordWrap(true);
     m_note->setVisible(false);
@@ -81,6 +85,16 @@ void DevicePanel::refreshLive() {
 void DevicePanel::setSharingNote(const QString& note) {
     m_note->setText(note);
     m_note->setVisible(!note.isEmpty());
+}
+
+void DevicePanel::setLaneCpu(const QList<std::tuple<QString, QColor, double>>& lanes) {
+    QStringList parts;
+    for (const auto& [name, color, percent] : lanes) {
+        parts << QStringLiteral("<span style='color:%1'>■</span> %2 %3%")
+                     .arg(color.name(), name.toHtmlEscaped())
+                     .arg(percent, 0, 'f', 0);
+    }
+    m_lanes->setText(parts.isEmpty() ? QString() : tr("Lane threads' CPU use: ") + parts.join(QStringLiteral("  ")));
 }
 
 QString DevicePanel::text() const { return m_static->text() + QLatin1Char('\n') + m_note->text(); }

@@ -1,7 +1,10 @@
 #pragma once
 // What the machine offers: CPU model, cores, BLAS (a warning banner for a reference BLAS),
 // CUDA devices with memory; live process CPU use and GPU utilisation. GUI thread only.
+#include <QColor>
 #include <QLabel>
+
+#include <tuple>
 #include <QWidget>
 
 #include "devicerace/device_info.h"
@@ -16,6 +19,8 @@ public:
     void refreshLive();
     /// The note about lanes sharing CPU cores in live mode ("" hides it).
     void setSharingNote(const QString& note);
+    /// Live per-lane CPU use: (lane name, colour, percent of one CPU over the last second).
+    void setLaneCpu(const QList<std::tuple<QString, QColor, double>>& lanes);
     QString text() const;
     bool blasWarningVisible() const;
 
@@ -24,6 +29,7 @@ private:
     QLabel* m_banner = nullptr;
     QLabel* m_live = nullptr;
     QLabel* m_note = nullptr;
+    QLabel* m_lanes = nullptr;
     double m_lastCpuSeconds = -1;
     double m_lastWall = 0;
 };

@@ -24,6 +24,7 @@
 #include "exporter.h"
 #include "lanes_table.h"
 #include "race_controller.h"
+#include "race_strip.h"
 #include "setup_panel.h"
 
 namespace devicerace::ui {
@@ -61,6 +62,24 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(&m_slowTimer, &QTimer::timeout, this, [this] {
         m_dashboard->refreshSummary();
         m_dashboard->devicePanel()->refreshLive();
+        // Per-lane CPU: the lane threads' CPU seconds over the last period.
+        const auto cpu = m_race->laneCpuSeconds();
+        QList<std::tuple<QString, QColor, double>> lanes;
+        if (m_race->running() && cpu.size() == m_lastLaneCpu.size()) {
+            for (std::size_t i = 0; i < cpu.size(); ++i) {
+                const auto& lane = m_race->lanes()[i];
+                lanes.append({lane.name, lane.color, (cpu[i] - m_lastLaneCpu[i]) / (m_slowTimer.interval() / 1000.0) * 100});
+            }
+        }
+        m_lastLaneCpu = cpu;
+        m_dashboard->devicePanel()->setLaneCpu(lanes);
+    });
+    connect(m_dashboard->strip(), &RaceStrip::laneMenuRequested, this, [this](int lane, const QPoint& pos) {
+        auto actions = laneActions(lane);
+        if (!actions.isEmpty()) {
+            QMenu::exec(actions, pos, nullptr, this);
+        }
+        qDeleteAll(actions);
     });
     m_slowTimer.start();
     m_closeTimer.setInterval(kCloseTickMs);
@@ -99,6 +118,11 @@ void MainWindow::buildToolbar() {
     esc->setShortcut(QKeySequence(Qt::Key_Escape));
     connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
     addAction(esc);
+
+    m_darkAction = bar->addAction(tr("◐ Dark"));
+    m_darkAction->setCheckable(true);
+    m_darkAction->setToolTip(tr("Dark theme (presentation mode is always dark)"));
+    connect(m_darkAction, &QAction::toggled, this, &MainWindow::setDarkTheme);
 
     auto* menu = new QMenu(this);
     auto ask = [this](const QString& filter, const QString& suffix) {
@@ -250,6 +274,36 @@ void MainWindow::applyTheme(bool dark) {
     m_dashboard->setDark(dark);
 }
 
+void MainWindow::setDarkTheme(bool dark) {
+    m_dark = dark;
+    {
+        const QSignalBlocker block(m_darkAction);
+        m_darkAction->setChecked(dark);
+    }
+    if (!m_presentation) {
+        applyTheme(dark);
+    }
+}
+
+QList<QAction*> MainWindow::laneActions(int lane) {
+    QList<QAction*> out;
+    if (!m_race->running() || lane < 0 || lane >= static_cast<int>(m_race->histories().size())) {
+        return out;
+    }
+    const auto state = m_race->histories()[static_cast<std::size_t>(lane)].state;
+    if (isTerminal(state)) {
+        return out;
+    }
+    const QString name = m_race->lanes()[static_cast<std::size_t>(lane)].name;
+    auto* pause = new QAction(state == LaneState::Paused ? tr("Resume %1").arg(name) : tr("Pause %1").arg(name));
+    connect(pause, &QAction::triggered, this,
+            [this, lane, paused = state == LaneState::Paused] { m_race->setLanePaused(lane, !paused); });
+    auto* stop = new QAction(tr("Stop %1").arg(name));
+    connect(stop, &QAction::triggered, this, [this, lane] { m_race->stopLane(lane); });
+    out << pause << stop;
+    return out;
+}
+
 void MainWindow::setPresentation(bool on) {
     if (on == m_presentation) {
         return;
@@ -262,7 +316,7 @@ void MainWindow::setPresentation(bool on) {
     m_setup->setVisible(!on);
     statusBar()->setVisible(!on);
     m_dashboard->setPresentation(on, on ? kPresentationFontScale : 1.0);
-    applyTheme(on);
+    applyTheme(on || m_dark);
     if (on) {
         m_wasMaximized = isMaximized();
         showFullScreen();
@@ -324,6 +378,7 @@ void MainWindow::showError(const QString& message) {
 bool MainWindow::restoreSettings() {
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+    setDarkTheme(s.value(QStringLiteral("window/dark"), false).toBool());
     if (!s.contains(QStringLiteral("race/workload"))) {
         return false;
     }
@@ -358,6 +413,7 @@ bool MainWindow::restoreSettings() {
 void MainWindow::saveSettings() const {
     QSettings s;
     s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    s.setValue(QStringLiteral("window/dark"), m_dark);
     RaceSpec spec;
     try {
         spec = m_setup->raceSpec();

@@ -31,6 +31,10 @@ public:
     void stopRace();
     void setPaused(bool paused);
     void setPresentation(bool on);
+    void setDarkTheme(bool dark);
+    bool darkTheme() const { return m_dark; }
+    /// The per-lane actions offered on a right-click in the race strip.
+    QList<QAction*> laneActions(int lane);
     bool presentation() const { return m_presentation; }
     /// Exports; each returns an empty string on success, else the error shown to the user.
     QString exportDashboardPng(const QString& path, QSize size = {});
@@ -69,6 +73,9 @@ private:
     int m_closeTicks = 0;
     bool m_closing = false;
     bool m_presentation = false;
+    bool m_dark = false;
+    QAction* m_darkAction = nullptr;
+    std::vector<double> m_lastLaneCpu;
     bool m_wasMaximized = false;
     QString m_lastError;
 };

@@ -79,6 +79,16 @@ void RaceController::stopLane(int lane) {
     }
 }
 
+std::vector<double> RaceController::laneCpuSeconds() const {
+    std::vector<double> out;
+    if (m_race) {
+        for (auto* lane : m_race->lanes()) {
+            out.push_back(lane->cpuSeconds());
+        }
+    }
+    return out;
+}
+
 bool RaceController::running() const { return m_race && !m_race->finished(); }
 bool RaceController::finished() const { return !m_race || m_race->finished(); }
 

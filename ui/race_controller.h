@@ -38,7 +38,9 @@ public:
     void setLanePaused(int lane, bool paused);
     void stopLane(int lane);
 
-    bool running() const; // started and not every lane finished
+    bool running() const;
+    /// CPU seconds of each lane's own thread so far.
+    std::vector<double> laneCpuSeconds() const; // started and not every lane finished
     bool paused() const { return m_paused; }
     bool hasRace() const { return m_race != nullptr; }
     /// Lanes still running after stop() (for a bounded shutdown).

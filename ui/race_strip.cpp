@@ -1,5 +1,6 @@
 #include "race_strip.h"
 
+#include <QContextMenuEvent>
 #include <QPainter>
 
 #include <cmath>
@@ -111,6 +112,19 @@ int RaceStrip::rowHeight() const { return static_cast<int>(fontMetrics().height(
 
 QSize RaceStrip::sizeHint() const {
     return {600, std::max<int>(1, static_cast<int>(m_rows.size())) * rowHeight() + 8};
+}
+
+int RaceStrip::rowAt(int y) const {
+    const int row = (y - 4) / std::max(1, rowHeight());
+    return y >= 4 && row < static_cast<int>(m_rows.size()) ? row : -1;
+}
+
+void RaceStrip::contextMenuEvent(QContextMenuEvent* event) {
+    const int row = rowAt(event->pos().y());
+    if (row >= 0) {
+        Q_EMIT laneMenuRequested(row, event->globalPos());
+        event->accept();
+    }
 }
 
 void RaceStrip::paintEvent(QPaintEvent*) {

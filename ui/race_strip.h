@@ -33,9 +33,16 @@ public:
     void setFontScale(double scale);
     const std::vector<StripRow>& rows() const { return m_rows; }
     QSize sizeHint() const override;
+    /// The lane row at `y` (widget coordinates), or -1.
+    int rowAt(int y) const;
+
+Q_SIGNALS:
+    /// Right-click on a lane: the window offers Pause / Resume / Stop for that lane.
+    void laneMenuRequested(int lane, const QPoint& globalPos);
 
 protected:
     void paintEvent(QPaintEvent* event) override;
+    void contextMenuEvent(QContextMenuEvent* event) override;
 
 private:
     int rowHeight() const;

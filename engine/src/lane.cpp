@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -52,8 +54,14 @@ struct Lane::Impl {
     std::vector<MetricSample> history;
     LaneState state = LaneState::Pending;
     std::string message;
+    std::atomic<double> cpuSeconds{0};
 
     void push(MetricSample s) {
+        if (std::this_thread::get_id() == thread.get_id()) {
+            timespec ts{};
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+            cpuSeconds = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+        }
         if (s.wallTime == 0) {
             s.wallTime = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         }
@@ -217,6 +225,8 @@ std::vector<MetricSample> Lane::takeSamples() {
     out.swap(m_impl->pending);
     return out;
 }
+
+double Lane::cpuSeconds() const { return m_impl->cpuSeconds.load(); }
 
 std::vector<MetricSample> Lane::history() const {
     std::lock_guard lock(m_impl->mutex);

@@ -205,6 +205,52 @@ private Q_SLOTS:
         delete w;
     }
 
+    void perLaneControlsPauseAndStopOneLane() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(1000000));
+        QVERIFY(w.startRace());
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[1].lastStep > 3, 60000);
+        auto actions = w.laneActions(1);
+        QCOMPARE(actions.size(), 2);
+        QVERIFY(actions[0]->text().startsWith(QStringLiteral("Pause twin")));
+        actions[0]->trigger();
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[1].state == LaneState::Paused, 20000);
+        qDeleteAll(actions);
+        actions = w.laneActions(1);
+        QVERIFY(actions[0]->text().startsWith(QStringLiteral("Resume twin")));
+        actions[1]->trigger(); // stop the paused lane
+        qDeleteAll(actions);
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[1].state == LaneState::Stopped, 20000);
+        const auto before = w.race()->histories()[0].lastStep;
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[0].lastStep > before, 20000); // the other races on
+        QVERIFY(w.race()->histories()[0].state == LaneState::Running ||
+                w.race()->histories()[0].state == LaneState::Evaluating);
+        w.stopRace();
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->finished(), 20000);
+    }
+
+    void themeAndLastRacePersist() {
+        {
+            MainWindow w;
+            w.setDarkTheme(true);
+            auto spec = shortRace(77);
+            spec.seed = 5;
+            w.setupPanel()->setRaceSpec(spec);
+            w.saveSettings();
+        }
+        MainWindow again;
+        QVERIFY(again.restoreSettings());
+        QVERIFY(again.darkTheme());
+        const auto spec = again.setupPanel()->raceSpec();
+        QCOMPARE(spec.steps.value_or(0), std::int64_t(77));
+        QCOMPARE(spec.seed, std::uint64_t(5));
+        QCOMPARE(spec.lanes.size(), std::size_t(2));
+        QCOMPARE(QString::fromStdString(spec.lanes[1].name), QStringLiteral("twin"));
+        again.setDarkTheme(false);
+        again.saveSettings();
+    }
+
     void chartClicksOnEmptyAreasDoNotCrash() {
         MainWindow w;
         w.show();

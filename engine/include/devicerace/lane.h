@@ -50,6 +50,8 @@ public:
     /// All samples so far (kept by the lane for its summary).
     std::vector<MetricSample> history() const;
     LaneSummary summary() const;
+    /// CPU seconds used by the lane's own thread so far (its OpenMP helper threads excluded).
+    double cpuSeconds() const;
 
 private:
     struct Impl;
