@@ -386,8 +386,10 @@ bool MainWindow::restoreSettings() {
     try {
         spec.workload = s.value(QStringLiteral("race/workload")).toString().toStdString();
         findWorkload(spec.workload);
-        spec.data = s.value(QStringLiteral("race/data")).toString() == QStringLiteral("synthetic") ? DataMode::Synthetic
-                                                                                                   : DataMode::Real;
+        const QString data = s.value(QStringLiteral("race/data")).toString();
+        if (data == QStringLiteral("synthetic") || data == QStringLiteral("real")) {
+            spec.data = data == QStringLiteral("real") ? DataMode::Real : DataMode::Synthetic;
+        }
         if (s.contains(QStringLiteral("race/steps"))) {
             spec.steps = s.value(QStringLiteral("race/steps")).toLongLong();
         } else {
@@ -421,7 +423,7 @@ void MainWindow::saveSettings() const {
         return;
     }
     s.setValue(QStringLiteral("race/workload"), QString::fromStdString(spec.workload));
-    s.setValue(QStringLiteral("race/data"), QString::fromStdString(toString(spec.data)));
+    s.setValue(QStringLiteral("race/data"), spec.data ? QString::fromStdString(toString(*spec.data)) : QString());
     s.remove(QStringLiteral("race/steps"));
     s.remove(QStringLiteral("race/epochs"));
     if (spec.steps) {

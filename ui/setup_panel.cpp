@@ -33,6 +33,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     m_workloadInfo->setStyleSheet(QStringLiteral("color:gray"));
     form->addRow(m_workloadInfo);
     m_data = new QComboBox(this);
+    m_data->addItem(tr("default (real where available)"), QString());
     m_data->addItem(tr("real"), QStringLiteral("real"));
     m_data->addItem(tr("synthetic"), QStringLiteral("synthetic"));
     form->addRow(tr("Data"), m_data);
@@ -103,7 +104,10 @@ void SetupPanel::updateWorkloadInfo() {
 RaceSpec SetupPanel::raceSpec() const {
     RaceSpec spec;
     spec.workload = m_workload->currentText().toStdString();
-    spec.data = m_data->currentData().toString() == QStringLiteral("synthetic") ? DataMode::Synthetic : DataMode::Real;
+    const QString data = m_data->currentData().toString();
+    if (!data.isEmpty()) {
+        spec.data = data == QStringLiteral("synthetic") ? DataMode::Synthetic : DataMode::Real;
+    }
     if (m_lengthUnit->currentIndex() == 0) {
         spec.epochs = m_length->value();
     } else {
@@ -120,7 +124,7 @@ void SetupPanel::setRaceSpec(const RaceSpec& spec) {
     const QSignalBlocker block(m_workload);
     m_workload->setCurrentText(QString::fromStdString(spec.workload));
     const auto& w = findWorkload(m_workload->currentText().toStdString());
-    m_data->setCurrentIndex(spec.data == DataMode::Synthetic ? 1 : 0);
+    m_data->setCurrentIndex(!spec.data ? 0 : *spec.data == DataMode::Real ? 1 : 2);
     if (spec.steps) {
         m_lengthUnit->setCurrentIndex(1);
         m_length->setValue(static_cast<int>(*spec.steps));

@@ -77,6 +77,9 @@ int runRace(RaceOptions options) {
                fmt::format(", {} train / {} test", race->dataset().train.count, race->dataset().test.count),
                spec.fair ? "fair" : "live", spec.targetAccuracy.value_or(0));
     fmt::print("cpu: {} · {} cores · BLAS {}\n", report.cpu.model, report.cpu.physicalCores, report.cpu.blas);
+    if (!race->dataNote().empty()) {
+        fmt::print("note: {}\n", race->dataNote());
+    }
     int cpuThreads = 0;
     for (auto* lane : lanes) {
         if (lane->spec().device == "cpu") {

@@ -64,6 +64,14 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
             if (m_mode != LiveMode::Table) {
                 fmt::print(m_out, "{:<10} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  test loss {:.4f}  test acc {:.4f}\n",
                            row.name, s.step, s.epoch, s.time, s.loss.value_or(NAN), s.accuracy.value_or(NAN));
+                if (!s.text.empty()) {
+                    // Generated text keeps its line breaks, indented under the lane.
+                    std::string text = s.text;
+                    for (std::size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 12)) {
+                        text.replace(p, 1, "\n           ");
+                    }
+                    fmt::print(m_out, "{:<10} sample: {}\n", row.name, text);
+                }
             }
             break;
         case SampleKind::State:

@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
 
     cli::RaceOptions opt;
     auto& spec = opt.spec;
-    std::string data = "real";
+    std::string data;
     int epochs = 0;
     std::int64_t steps = 0, trainLimit = 0, testLimit = 0;
     double target = 0;
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     auto* stepsOpt = race->add_option("--steps", steps, "Training steps per lane instead of epochs");
     epochsOpt->excludes(stepsOpt);
     auto* targetOpt = race->add_option("--target-accuracy", target, "Test accuracy for time-to-target");
-    race->add_option("--data", data, "real or synthetic")->check(CLI::IsMember({"real", "synthetic"}));
+    race->add_option("--data", data, "real or synthetic (default: real where the machine has it)")->check(CLI::IsMember({"real", "synthetic"}));
     race->add_option("--data-dir", spec.dataDir, "Folder with the Fashion-MNIST IDX files");
     race->add_option("--seed", spec.seed, "Seed of every lane's own generator")->capture_default_str();
     race->add_flag("--fair", spec.fair, "Run lanes one after another, each alone on the machine");
@@ -87,7 +87,9 @@ int main(int argc, char** argv) {
     if (*testLimitOpt) {
         spec.testLimit = testLimit;
     }
-    spec.data = data == "synthetic" ? DataMode::Synthetic : DataMode::Real;
+    if (!data.empty()) {
+        spec.data = data == "synthetic" ? DataMode::Synthetic : DataMode::Real;
+    }
     try {
         return cli::runRace(std::move(opt));
     } catch (const std::exception& e) {

@@ -1,18 +1,23 @@
+// Fashion-MNIST / MNIST from IDX files, and synthetic data descriptions.
 #include "devicerace/dataset.h"
 
 #include <fmt/format.h>
 
-#include <map>
-#include <mutex>
-#include <tuple>
-#include <unistd.h>
-
+#include "data_util.h"
 #include "devicerace/errors.h"
 #include "devicerace/idx.h"
 
 namespace devicerace {
 
 namespace fs = std::filesystem;
+
+std::int64_t DataSplit::exampleSize() const {
+    std::int64_t n = 1;
+    for (auto d : shape) {
+        n *= d;
+    }
+    return n;
+}
 
 fs::path defaultFashionMnistDir() {
     if (const char* env = std::getenv("DEVICERACE_FASHION_MNIST")) {
@@ -36,7 +41,7 @@ fs::path findIdx(const fs::path& dir, const std::string& stem) {
                                 dir.string(), stem, stem));
 }
 
-ImageSet loadSplit(const fs::path& dir, const std::string& prefix, std::optional<std::int64_t> limit, int classes) {
+DataSplit loadSplit(const fs::path& dir, const std::string& prefix, std::optional<std::int64_t> limit, int classes) {
     auto imageFile = findIdx(dir, prefix + "-images-idx3-ubyte");
     auto labelFile = findIdx(dir, prefix + "-labels-idx1-ubyte");
     auto images = readIdx(imageFile, 3);
@@ -55,61 +60,55 @@ ImageSet loadSplit(const fs::path& dir, const std::string& prefix, std::optional
                                         labelFile.string(), labels.data[i], i, classes - 1));
         }
     }
-    ImageSet set;
+    DataSplit set;
     set.count = images.dims[0];
     if (limit && *limit < set.count) {
         set.count = *limit;
     }
-    const std::size_t pixelsPer = 28 * 28;
-    images.data.resize(static_cast<std::size_t>(set.count) * pixelsPer);
-    labels.data.resize(static_cast<std::size_t>(set.count));
+    set.shape = {1, 28, 28};
+    images.data.resize(static_cast<std::size_t>(set.count * set.exampleSize()));
     set.pixels = std::move(images.data);
-    set.labels = std::move(labels.data);
+    set.labels.assign(labels.data.begin(), labels.data.begin() + set.count);
     return set;
 }
 
-std::mutex g_cacheMutex;
-std::map<std::tuple<std::string, std::int64_t, std::int64_t>, std::shared_ptr<const ImageDataset>> g_cache;
-
 } // namespace
 
-std::shared_ptr<const ImageDataset> loadFashionMnist(const fs::path& dir, std::optional<std::int64_t> trainLimit,
-                                                     std::optional<std::int64_t> testLimit) {
-    std::error_code ec;
-    auto status = fs::status(dir, ec);
-    if (ec || !fs::exists(status)) {
-        throw DataError(fmt::format("{}: no such folder; expected the Fashion-MNIST IDX files there "
-                                    "(install dataset-fashion-mnist, pass --data-dir, or use --data synthetic)",
-                                    dir.string()));
-    }
-    if (!fs::is_directory(status)) {
-        throw DataError(fmt::format("{}: is a file, expected a folder holding the IDX files", dir.string()));
-    }
-    if (::access(dir.c_str(), R_OK | X_OK) != 0) {
-        throw DataError(fmt::format("{}: folder is not readable", dir.string()));
-    }
-    auto key = std::make_tuple(fs::weakly_canonical(dir).string(), trainLimit.value_or(-1), testLimit.value_or(-1));
-    std::lock_guard lock(g_cacheMutex);
-    if (auto it = g_cache.find(key); it != g_cache.end()) {
-        return it->second;
-    }
-    auto ds = std::make_shared<ImageDataset>();
-    ds->name = "Fashion-MNIST";
-    ds->source = dir.string();
-    ds->train = loadSplit(dir, "train", trainLimit, ds->classes);
-    ds->test = loadSplit(dir, "t10k", testLimit, ds->classes);
-    g_cache[key] = ds;
+std::shared_ptr<const Dataset> loadFashionMnist(const fs::path& dir, std::optional<std::int64_t> trainLimit,
+                                                std::optional<std::int64_t> testLimit) {
+    detail::checkFolder(dir, "the Fashion-MNIST IDX files (install dataset-fashion-mnist, pass --data-dir, or use "
+                             "--data synthetic)");
+    return detail::cachedLoad("idx", dir, trainLimit, testLimit, {}, [&] {
+        auto ds = std::make_shared<Dataset>();
+        ds->name = "Fashion-MNIST";
+        ds->source = dir.string();
+        ds->train = loadSplit(dir, "train", trainLimit, ds->classes);
+        ds->test = loadSplit(dir, "t10k", testLimit, ds->classes);
+        return ds;
+    });
+}
+
+std::shared_ptr<const Dataset> syntheticDataset(DataKind kind, std::vector<std::int64_t> shape, int classes,
+                                                int vocabulary, std::int64_t trainCount, std::int64_t testCount) {
+    auto ds = std::make_shared<Dataset>();
+    ds->name = "synthetic";
+    ds->source = "synthetic";
+    ds->synthetic = true;
+    ds->kind = kind;
+    ds->classes = classes;
+    ds->vocabulary = vocabulary;
+    ds->train.count = trainCount;
+    ds->train.shape = shape;
+    ds->test.count = testCount;
+    ds->test.shape = std::move(shape);
     return ds;
 }
 
-std::shared_ptr<const ImageDataset> syntheticFashionMnist(std::optional<std::int64_t> trainLimit,
-                                                          std::optional<std::int64_t> testLimit) {
-    auto ds = std::make_shared<ImageDataset>();
+std::shared_ptr<const Dataset> syntheticFashionMnist(std::optional<std::int64_t> trainLimit,
+                                                     std::optional<std::int64_t> testLimit) {
+    auto ds = std::make_shared<Dataset>(*syntheticDataset(DataKind::Images, {1, 28, 28}, 10, 0,
+                                                          trainLimit.value_or(60000), testLimit.value_or(10000)));
     ds->name = "synthetic (Fashion-MNIST shape)";
-    ds->source = "synthetic";
-    ds->synthetic = true;
-    ds->train.count = trainLimit.value_or(60000);
-    ds->test.count = testLimit.value_or(10000);
     return ds;
 }
 

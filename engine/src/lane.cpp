@@ -134,6 +134,14 @@ Lane::Lane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Im
     if (spec.precision == Precision::Fp16 && spec.device == "cpu") {
         throw UsageError(fmt::format("lane {}: precision=fp16 needs a CUDA device; use bf16 on the CPU", spec.name));
     }
+    if (spec.lstm && !workload.hasLstm) {
+        throw UsageError(fmt::format("lane {}: lstm={} applies to the LSTM workloads (imdb-bilstm, charlstm), not {}",
+                                     spec.name, *spec.lstm, workload.name));
+    }
+    if (spec.channelsLast.value_or(false) && workload.input != DataKind::Images) {
+        throw UsageError(fmt::format("lane {}: channels_last applies to image workloads, not {}", spec.name,
+                                     workload.name));
+    }
     ctx.batch = spec.batch.value_or(workload.defaultBatch);
     const auto trainCount = settings.data->train.count;
     if (ctx.batch > trainCount) {
@@ -141,6 +149,18 @@ Lane::Lane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Im
                                      trainCount));
     }
     ctx.lr = spec.lr.value_or(workload.defaultLr);
+    ctx.weightDecay = spec.weightDecay.value_or(workload.weightDecay);
+    ctx.momentum = spec.momentum.value_or(workload.momentum);
+    ctx.schedule = spec.schedule.value_or(workload.schedule);
+    ctx.fusedLstm = spec.lstm.value_or("fused") == "fused";
+    ctx.channelsLast = spec.channelsLast.value_or(false);
+    // Evaluation passes hold ~3 MB of input each by default (1,000 Fashion-MNIST or CIFAR images,
+    // 20 ImageNet ones), never fewer examples than a training batch.
+    std::int64_t exampleSize = 1;
+    for (auto d : workload.inputShape) {
+        exampleSize *= d;
+    }
+    ctx.evalBatch = spec.evalBatch.value_or(std::max(ctx.batch, std::min<std::int64_t>(1000, 3072000 / exampleSize)));
     ctx.threads = spec.threads.value_or(spec.device == "cpu" ? std::max(1, cpu.physicalCores) : 1);
     ctx.stepsPerEpoch = (trainCount + ctx.batch - 1) / ctx.batch;
     if (settings.steps) {

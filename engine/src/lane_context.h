@@ -16,6 +16,12 @@ struct LaneContext {
     int threads = 1;            // resolved CPU intra-op threads
     std::int64_t stepsPerEpoch = 0;
     std::int64_t totalSteps = 0;
+    std::int64_t evalBatch = 1000; // examples per evaluation pass
+    double weightDecay = 0;
+    double momentum = 0;
+    std::string schedule = "constant";
+    bool fusedLstm = true;
+    bool channelsLast = false;
 
     std::atomic<bool> stopRequested{false};
     std::atomic<bool> pauseRequested{false};

@@ -47,6 +47,16 @@ double parseNumber(std::string_view key, std::string_view value, const std::stri
     throw UsageError(fmt::format("lane '{}': {}={} is not a number", spec, key, value));
 }
 
+bool parseBool(std::string_view key, std::string_view value, const std::string& spec) {
+    if (value == "true" || value == "1" || value == "yes") {
+        return true;
+    }
+    if (value == "false" || value == "0" || value == "no") {
+        return false;
+    }
+    throw UsageError(fmt::format("lane '{}': {}={} (expected true or false)", spec, key, value));
+}
+
 } // namespace
 
 LaneSpec parseLaneSpec(const std::string& text) {
@@ -109,9 +119,40 @@ LaneSpec parseLaneSpec(const std::string& text) {
                 throw UsageError(fmt::format("lane '{}': cost={} must be USD per hour, 0 or more", text, value));
             }
             spec.costPerHour = v;
+        } else if (key == "channels_last") {
+            spec.channelsLast = parseBool(key, value, text);
+        } else if (key == "eval_batch") {
+            auto v = parseInteger(key, value, text);
+            if (v < 1) {
+                throw UsageError(fmt::format("lane '{}': eval_batch={} must be at least 1", text, v));
+            }
+            spec.evalBatch = v;
+        } else if (key == "wd" || key == "momentum") {
+            double v = parseNumber(key, value, text);
+            if (!std::isfinite(v) || v < 0 || (key == "momentum" && v >= 1)) {
+                throw UsageError(fmt::format("lane '{}': {}={} must be {}", text, key, value,
+                                             key == "wd" ? "a finite number, 0 or more" : "in [0, 1)"));
+            }
+            (key == "wd" ? spec.weightDecay : spec.momentum) = v;
+        } else if (key == "schedule") {
+            if (value != "constant" && value != "step" && value != "onecycle") {
+                throw UsageError(fmt::format("lane '{}': schedule={} (expected constant, step or onecycle)", text, value));
+            }
+            spec.schedule = std::string(value);
+        } else if (key == "lstm") {
+            if (value != "fused" && value != "cells") {
+                throw UsageError(fmt::format("lane '{}': lstm={} (expected fused or cells)", text, value));
+            }
+            spec.lstm = std::string(value);
+        } else if (key == "data") {
+            if (value != "real" && value != "synthetic") {
+                throw UsageError(fmt::format("lane '{}': data={} (expected real or synthetic)", text, value));
+            }
+            spec.data = value == "real" ? DataMode::Real : DataMode::Synthetic;
         } else {
-            throw UsageError(fmt::format(
-                "lane '{}': unknown key '{}' (expected name, threads, batch, lr, precision or cost)", text, key));
+            throw UsageError(fmt::format("lane '{}': unknown key '{}' (expected name, threads, batch, lr, precision, "
+                                         "cost, channels_last, eval_batch, wd, momentum, schedule, lstm or data)",
+                                         text, key));
         }
     }
     return spec;

@@ -91,6 +91,9 @@ std::string toJsonLine(const MetricSample& s) {
         j["state"] = toString(s.state);
         j["message"] = s.message;
     }
+    if (!s.text.empty()) {
+        j["text"] = s.text;
+    }
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -124,6 +127,7 @@ MetricSample sampleFromJsonLine(const std::string& line) {
         s.intervalSeconds = optionalField<double>(j, "interval_s");
         s.memoryBytes = optionalField<std::uint64_t>(j, "memory_bytes");
         s.warmup = j.value("warmup", false);
+        s.text = j.value("text", std::string());
         if (s.kind == SampleKind::State) {
             s.state = stateFromString(j.at("state").get<std::string>());
             s.message = j.value("message", std::string());

@@ -1,6 +1,7 @@
 #include "devicerace/race.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <atomic>
 #include <set>
@@ -40,6 +41,62 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
 
 } // namespace
 
+ResolvedData resolveData(const WorkloadInfo& w, std::optional<DataMode> mode, const std::string& dataDir,
+                         std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit) {
+    namespace fs = std::filesystem;
+    const auto limited = [&](std::int64_t train, std::int64_t test) {
+        return std::pair{trainLimit ? std::min(*trainLimit, train) : train, testLimit ? std::min(*testLimit, test) : test};
+    };
+    auto synthetic = [&](std::int64_t train, std::int64_t test, std::string note) {
+        auto [tr, te] = limited(train, test);
+        auto ds = std::make_shared<Dataset>(*syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, tr, te));
+        ds->name = fmt::format("synthetic ({})", fmt::join(w.inputShape, "x"));
+        return ResolvedData{ds, std::move(note)};
+    };
+    const bool wantSynthetic = mode == DataMode::Synthetic;
+    const bool explicitReal = mode == DataMode::Real;
+    if (w.dataset == "imagenet") {
+        if (wantSynthetic || (!explicitReal && dataDir.empty())) {
+            return synthetic(1281167, 50000, mode ? "" : "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)");
+        }
+    } else if (w.dataset == "imdb") {
+        if (wantSynthetic || (!explicitReal && dataDir.empty())) {
+            return synthetic(25000, 25000, mode ? "" : "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens");
+        }
+        if (dataDir.empty()) {
+            throw UsageError(fmt::format("{}: IMDb is not on this machine; pass --data-dir with the aclImdb folder, or "
+                                         "--data synthetic",
+                                         w.name));
+        }
+        return {loadImdb(dataDir, w.vocabulary, static_cast<int>(w.inputShape.at(0)), trainLimit, testLimit), ""};
+    } else if (w.dataset == "text") {
+        if (wantSynthetic) {
+            return synthetic(30000, 3000, "");
+        }
+        const fs::path corpus = dataDir.empty() ? defaultTextCorpus() : fs::path(dataDir);
+        // The Keras example's windows: 40 characters, a new one every 3.
+        return {loadTextCorpus(corpus, static_cast<int>(w.inputShape.at(0)), 3, trainLimit, testLimit), ""};
+    } else if (wantSynthetic) {
+        return synthetic(w.dataset == "cifar10" ? 50000 : 60000, 10000, "");
+    }
+    // Image workloads on real data: CIFAR-10 when given, otherwise the Fashion-MNIST the
+    // machine has, padded/resized and channel-expanded to the network's input.
+    if (w.dataset == "cifar10" && !dataDir.empty()) {
+        return {loadCifar10(dataDir, trainLimit, testLimit), ""};
+    }
+    auto fashion = loadFashionMnist(dataDir.empty() || w.dataset != "fashion-mnist" ? defaultFashionMnistDir()
+                                                                                     : fs::path(dataDir),
+                                    trainLimit, testLimit);
+    if (w.dataset == "fashion-mnist") {
+        return {fashion, ""};
+    }
+    auto adapted = std::make_shared<Dataset>(*fashion);
+    adapted->name = fmt::format("Fashion-MNIST (adapted to {})", fmt::join(w.inputShape, "x"));
+    return {adapted, fmt::format("{} races on real Fashion-MNIST, padded/resized and channel-expanded to {}{}", w.name,
+                                 fmt::join(w.inputShape, "x"),
+                                 w.dataset == "cifar10" ? " (pass --data-dir with CIFAR-10 binaries to use CIFAR-10)" : "")};
+}
+
 std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline) {
     std::map<std::string, double> out;
     if (baseline >= lanes.size() || !lanes[baseline].samplesPerSec || *lanes[baseline].samplesPerSec <= 0) {
@@ -56,6 +113,7 @@ std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, st
 struct Race::Impl {
     RaceSpec spec;
     std::shared_ptr<const ImageDataset> data;
+    std::string dataNote;
     std::vector<std::unique_ptr<Lane>> lanes;
     std::thread sequencer; // fair mode: runs lanes one after another
     std::atomic<bool> stop{false};
@@ -86,16 +144,17 @@ Race::Race(RaceSpec spec) : m_impl(std::make_unique<Impl>()) {
     if (!spec.targetAccuracy) {
         spec.targetAccuracy = workload.defaultTarget;
     }
-    if (spec.data == DataMode::Synthetic) {
-        m_impl->data = syntheticFashionMnist(spec.trainLimit, spec.testLimit);
-    } else {
-        auto dir = spec.dataDir.empty() ? defaultFashionMnistDir() : std::filesystem::path(spec.dataDir);
-        m_impl->data = loadFashionMnist(dir, spec.trainLimit, spec.testLimit);
-    }
     for (const auto& laneSpec : spec.lanes) {
+        // A lane's data=... overrides the race's mode; each distinct mode is resolved once.
+        auto mode = laneSpec.data ? laneSpec.data : spec.data;
+        auto resolved = resolveData(workload, mode, spec.dataDir, spec.trainLimit, spec.testLimit);
+        if (!m_impl->data) {
+            m_impl->data = resolved.dataset;
+            m_impl->dataNote = resolved.note;
+        }
         LaneRunSettings settings;
         settings.workload = workload.name;
-        settings.data = m_impl->data;
+        settings.data = resolved.dataset;
         settings.epochs = spec.epochs;
         settings.steps = spec.steps;
         settings.targetAccuracy = spec.targetAccuracy;
@@ -116,7 +175,8 @@ Race::~Race() {
 }
 
 const RaceSpec& Race::spec() const { return m_impl->spec; }
-const ImageDataset& Race::dataset() const { return *m_impl->data; }
+const Dataset& Race::dataset() const { return *m_impl->data; }
+const std::string& Race::dataNote() const { return m_impl->dataNote; }
 
 std::vector<Lane*> Race::lanes() const {
     std::vector<Lane*> out;
@@ -183,6 +243,7 @@ RaceSummary Race::summary() const {
     RaceSummary out;
     out.workload = m_impl->spec.workload;
     out.datasetName = m_impl->data->name;
+    out.dataNote = m_impl->dataNote;
     out.synthetic = m_impl->data->synthetic;
     out.fair = m_impl->spec.fair;
     for (const auto& lane : m_impl->lanes) {

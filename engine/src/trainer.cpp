@@ -8,6 +8,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/padding.h>
+#include <torch/nn/functional/upsampling.h>
 
 #include <fmt/format.h>
 
@@ -18,6 +20,7 @@
 #include "devicerace/errors.h"
 #include "lane_context.h"
 #include "memory_tracker.h"
+#include "devicerace/workload.h"
 #include "models.h"
 
 namespace devicerace::detail {
@@ -28,8 +31,12 @@ using Clock = std::chrono::steady_clock;
 
 // Steps buffered on the device between report points; a report is forced when full.
 constexpr std::int64_t kStepBuffer = 4096;
-// Examples per forward pass during evaluation (no gradients, so larger than training).
-constexpr std::int64_t kEvalBatch = 1000;
+// Synthetic data larger than this (bytes) is a pool of examples reused through the epoch
+// (tf_cnn_benchmarks style): an ImageNet-sized epoch cannot be resident.
+constexpr std::int64_t kSyntheticPoolBytes = 256ll << 20;
+// Characters generated at each charlstm evaluation, and the sampling temperature.
+constexpr int kSampleChars = 200;
+constexpr double kSampleTemperature = 0.5;
 // A lane whose training loss exceeds this multiple of its first value is declared diverged.
 constexpr double kDivergenceFactor = 1000.0;
 
@@ -40,29 +47,87 @@ double unixNow() {
 }
 
 struct DeviceData {
-    torch::Tensor trainX, trainY, testX, testY;
+    torch::Tensor trainX, trainY, testX, testY; // X: uint8 images, float images or int64 tokens
+    std::int64_t trainCount = 0, testCount = 0; // examples per epoch / per evaluation
+    torch::Tensor mean, stddev;                 // per-channel normalisation (undefined: none)
 };
 
-// Real data: bytes -> float [0,1] on the lane's device. Synthetic: generated on the device
-// from the lane's generator, labels fixed for the whole run (tf_cnn_benchmarks style).
-DeviceData toDevice(const ImageDataset& ds, const torch::Device& dev, at::Generator& gen) {
+// Real data: bytes/token ids copied to the lane's device as they are (images stay uint8 and
+// become float per batch: 4x less memory). Synthetic: generated on the device from the
+// lane's generator with labels fixed for the whole run (tf_cnn_benchmarks style), as a pool
+// of examples when the whole set would not fit.
+DeviceData toDevice(const Dataset& ds, const torch::Device& dev, at::Generator& gen, std::int64_t batch) {
     DeviceData d;
-    auto make = [&](const ImageSet& set, torch::Tensor& x, torch::Tensor& y) {
-        const auto shape = std::vector<std::int64_t>{set.count, set.channels, set.height, set.width};
+    auto make = [&](const DataSplit& set, torch::Tensor& x, torch::Tensor& y) {
+        std::vector<std::int64_t> shape{set.count};
+        shape.insert(shape.end(), set.shape.begin(), set.shape.end());
+        auto opts = torch::TensorOptions().device(dev);
         if (ds.synthetic) {
-            x = at::rand(shape, gen, torch::TensorOptions().device(dev));
-            y = at::randint(0, ds.classes, {set.count}, gen, torch::TensorOptions().device(dev).dtype(torch::kLong));
-        } else {
-            auto* pixels = const_cast<std::uint8_t*>(set.pixels.data());
-            auto* labels = const_cast<std::uint8_t*>(set.labels.data());
-            // from_blob never writes; .to() copies into tensors the lane owns.
-            x = torch::from_blob(pixels, shape, torch::kUInt8).to(dev, torch::kFloat32).div_(255.0);
-            y = torch::from_blob(labels, {set.count}, torch::kUInt8).to(dev, torch::kLong);
+            const std::int64_t bytesPer = set.exampleSize() * 4;
+            shape[0] = std::min(set.count, std::max(8 * batch, kSyntheticPoolBytes / std::max<std::int64_t>(1, bytesPer)));
+            x = ds.kind == DataKind::Images ? at::rand(shape, gen, opts)
+                                            : at::randint(0, ds.vocabulary, shape, gen, opts.dtype(torch::kLong));
+            y = at::randint(0, ds.classes, {shape[0]}, gen, opts.dtype(torch::kLong));
+            return;
         }
+        if (ds.kind == DataKind::Images) {
+            auto* pixels = const_cast<std::uint8_t*>(set.pixels.data());
+            // from_blob never writes; .to() copies into tensors the lane owns.
+            x = torch::from_blob(pixels, shape, torch::kUInt8).to(dev);
+        } else {
+            auto* tokens = const_cast<std::int32_t*>(set.tokens.data());
+            x = torch::from_blob(tokens, shape, torch::kInt32).to(dev, torch::kLong);
+        }
+        auto* labels = const_cast<std::int32_t*>(set.labels.data());
+        y = torch::from_blob(labels, {set.count}, torch::kInt32).to(dev, torch::kLong);
     };
     make(ds.train, d.trainX, d.trainY);
     make(ds.test, d.testX, d.testY);
+    d.trainCount = ds.train.count;
+    d.testCount = ds.test.count;
+    if (!ds.mean.empty()) {
+        const auto c = static_cast<std::int64_t>(ds.mean.size());
+        d.mean = torch::tensor(ds.mean).view({1, c, 1, 1}).to(dev);
+        d.stddev = torch::tensor(ds.stddev).view({1, c, 1, 1}).to(dev);
+    }
     return d;
+}
+
+// One batch as the network eats it: float images scaled to [0,1] (and normalised where the
+// data set says so), channel-expanded and padded/resized to the network's input shape
+// (Fashion-MNIST into a CIFAR or ImageNet network); token ids as they are.
+torch::Tensor prepareInput(torch::Tensor x, const DeviceData& d, const std::vector<std::int64_t>& want,
+                           bool channelsLast) {
+    if (x.scalar_type() == torch::kLong) {
+        return x;
+    }
+    if (x.scalar_type() == torch::kUInt8) {
+        x = x.to(torch::kFloat32).div_(255.0);
+    }
+    if (d.mean.defined()) {
+        x = (x - d.mean) / d.stddev;
+    }
+    if (want.size() == 3) {
+        if (x.size(1) != want[0]) {
+            x = x.expand({x.size(0), want[0], x.size(2), x.size(3)});
+        }
+        const auto h = want[1], w = want[2];
+        if (x.size(2) != h || x.size(3) != w) {
+            if (h - x.size(2) > 0 && h - x.size(2) <= 8 && w - x.size(3) > 0 && w - x.size(3) <= 8) {
+                const auto top = (h - x.size(2)) / 2, left = (w - x.size(3)) / 2;
+                namespace F = torch::nn::functional;
+                x = F::pad(x, F::PadFuncOptions({left, w - x.size(3) - left, top, h - x.size(2) - top}));
+            } else {
+                namespace F = torch::nn::functional;
+                x = F::interpolate(x, F::InterpolateFuncOptions()
+                                          .size(std::vector<std::int64_t>{h, w})
+                                          .mode(torch::kBilinear)
+                                          .align_corners(false));
+            }
+        }
+        x = x.contiguous(channelsLast ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+    }
+    return x;
 }
 
 // Turns autocast on for the lane's thread while alive (forward + loss only, never backward).
@@ -114,18 +179,34 @@ public:
         // The autocast weight cache is process-global; lanes must not share it.
         at::autocast::set_autocast_cache_enabled(false);
 
-        const auto& workload = workloadImpl(m_ctx.settings.workload);
+        m_workload = &workloadImpl(m_ctx.settings.workload);
         at::Generator initGen = at::detail::createCPUGenerator(m_ctx.settings.seed);
         m_gen = initGen;
         if (cuda) {
             m_gen = at::cuda::detail::createCUDAGenerator(m_dev.index());
             m_gen.set_current_seed(m_ctx.settings.seed);
         }
-        m_model = workload.makeModel(initGen);
+        ModelOptions modelOptions;
+        modelOptions.fusedLstm = m_ctx.fusedLstm;
+        modelOptions.vocabulary = m_ctx.settings.data->vocabulary;
+        m_model = m_workload->makeModel(initGen, modelOptions);
         m_model->to(m_dev);
+        if (m_ctx.channelsLast) {
+            // Before the optimizer is built, so its state follows the same layout.
+            torch::NoGradGuard noGrad;
+            for (auto& p : m_model->parameters()) {
+                if (p.dim() == 4) {
+                    p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+                }
+            }
+        }
         m_model->gen = m_gen;
-        m_data = toDevice(*m_ctx.settings.data, m_dev, m_gen);
-        m_optimizer = workload.makeOptimizer(m_model->parameters(), m_ctx.lr);
+        m_data = toDevice(*m_ctx.settings.data, m_dev, m_gen, m_ctx.batch);
+        OptimizerSettings opt;
+        opt.lr = m_ctx.lr;
+        opt.weightDecay = m_ctx.weightDecay;
+        opt.momentum = m_ctx.momentum;
+        m_optimizer = m_workload->makeOptimizer(m_model->parameters(), opt);
 
         auto bufOpts = torch::TensorOptions().device(m_dev);
         m_lossBuf = torch::zeros({kStepBuffer}, bufOpts.dtype(torch::kFloat32));
@@ -141,7 +222,8 @@ public:
 
 private:
     LaneOutcome loop() {
-        const std::int64_t n = m_data.trainX.size(0);
+        const std::int64_t n = m_data.trainCount;
+        const std::int64_t pool = m_data.trainX.size(0); // < n for pooled synthetic data
         const std::int64_t b = m_ctx.batch;
         m_start = Clock::now();
         m_intervalStart = m_start;
@@ -175,6 +257,15 @@ private:
             }
             const std::int64_t take = std::min(b, n - pos);
             auto idx = perm.narrow(0, pos, take);
+            if (pool < n) {
+                idx = idx.remainder(pool);
+            }
+            if (m_ctx.schedule != "constant") {
+                const double lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, m_step, m_ctx.totalSteps);
+                for (auto& group : m_optimizer->param_groups()) {
+                    group.options().set_lr(lr);
+                }
+            }
             trainStep(m_data.trainX.index_select(0, idx), m_data.trainY.index_select(0, idx));
             pos += take;
             ++m_step;
@@ -201,12 +292,28 @@ private:
         return {LaneState::Finished, {}};
     }
 
-    void trainStep(const torch::Tensor& x, const torch::Tensor& y) {
+    torch::Tensor lossOf(const torch::Tensor& logits, const torch::Tensor& y, bool sum) const {
+        const auto reduction = sum ? at::Reduction::Sum : at::Reduction::Mean;
+        if (m_workload->task == Task::Binary) {
+            return at::binary_cross_entropy_with_logits(logits.squeeze(1), y.to(torch::kFloat32), {}, {}, reduction);
+        }
+        return at::cross_entropy_loss(logits, y, {}, reduction);
+    }
+
+    torch::Tensor correctOf(const torch::Tensor& logits, const torch::Tensor& y) const {
+        if (m_workload->task == Task::Binary) {
+            return logits.squeeze(1).gt(0).eq(y).sum();
+        }
+        return logits.argmax(1).eq(y).sum();
+    }
+
+    void trainStep(const torch::Tensor& rawX, const torch::Tensor& y) {
+        const auto x = prepareInput(rawX, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
         torch::Tensor logits, loss;
         {
             AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
-            logits = m_model->forward(x);
-            loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), y);
+            logits = m_model->forward(x).to(torch::kFloat32);
+            loss = lossOf(logits, y, false);
         }
         m_optimizer->zero_grad(/*set_to_none=*/true);
         if (m_scale.defined()) {
@@ -216,7 +323,7 @@ private:
             m_optimizer->step();
         }
         m_lossBuf.select(0, m_inBuf).copy_(loss.detach());
-        m_correctBuf.select(0, m_inBuf).copy_(logits.detach().argmax(1).eq(y).sum());
+        m_correctBuf.select(0, m_inBuf).copy_(correctOf(logits.detach(), y));
         ++m_inBuf;
     }
 
@@ -306,15 +413,19 @@ private:
         const std::int64_t n = m_data.testX.size(0);
         auto lossSum = torch::zeros({}, torch::TensorOptions().device(m_dev));
         auto correct = torch::zeros({}, torch::TensorOptions().device(m_dev).dtype(torch::kLong));
-        for (std::int64_t i = 0; i < n; i += kEvalBatch) {
-            const auto take = std::min(kEvalBatch, n - i);
-            auto x = m_data.testX.narrow(0, i, take);
+        for (std::int64_t i = 0; i < n; i += m_ctx.evalBatch) {
+            const auto take = std::min(m_ctx.evalBatch, n - i);
+            auto x = prepareInput(m_data.testX.narrow(0, i, take), m_data, m_workload->info.inputShape,
+                                  m_ctx.channelsLast);
             auto y = m_data.testY.narrow(0, i, take);
             AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
             auto logits = m_model->forward(x).to(torch::kFloat32);
-            lossSum += torch::nn::functional::cross_entropy(
-                logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-            correct += logits.argmax(1).eq(y).sum();
+            lossSum += lossOf(logits, y, true);
+            correct += correctOf(logits, y);
+        }
+        std::string text;
+        if (m_workload->info.samplesText) {
+            text = sampleText();
         }
         m_model->train();
         const double loss = lossSum.item<double>() / static_cast<double>(n);
@@ -325,10 +436,35 @@ private:
         s.loss = loss;
         s.accuracy = acc;
         s.intervalSeconds = seconds(now - evalStart);
+        s.text = std::move(text);
         m_ctx.emit(std::move(s));
         emitState(LaneState::Running, {});
         // Evaluation is on the lane clock (time to accuracy) but not in throughput intervals.
         m_intervalStart = Clock::now();
+    }
+
+    // Generates text from a test window, one character at a time (the Keras example's loop),
+    // sampling with the lane's generator. Called inside evaluate() (no gradients, eval mode).
+    std::string sampleText() {
+        const auto& vocab = m_ctx.settings.data->tokenText;
+        if (vocab.empty() || m_data.testX.size(0) == 0) {
+            return {};
+        }
+        auto window = m_data.testX[0].unsqueeze(0).clone(); // (1, T) token ids
+        std::string out;
+        for (const auto id : std::vector<std::int64_t>(window[0].cpu().data_ptr<std::int64_t>(),
+                                                       window[0].cpu().data_ptr<std::int64_t>() + window.size(1))) {
+            out += vocab.at(static_cast<std::size_t>(id));
+        }
+        out += "\u2502"; // a bar between the seed and what the model wrote
+        for (int i = 0; i < kSampleChars; ++i) {
+            auto logits = m_model->forward(window).to(torch::kFloat32) / kSampleTemperature;
+            auto next = at::multinomial(logits.softmax(1), 1, false, m_gen); // (1, 1)
+            const auto id = next.item<std::int64_t>();
+            out += vocab.at(static_cast<std::size_t>(id));
+            window = torch::cat({window.narrow(1, 1, window.size(1) - 1), next}, 1);
+        }
+        return out;
     }
 
     MetricSample base(SampleKind kind) const {
@@ -363,6 +499,7 @@ private:
     }
 
     LaneContext& m_ctx;
+    const WorkloadImpl* m_workload = nullptr;
     torch::Device m_dev;
     at::Generator m_gen;
     std::shared_ptr<Net> m_model;

@@ -1,6 +1,6 @@
 #pragma once
-/// Raw image-classification data as loaded from disk (bytes, not tensors), shared
-/// read-only between lanes. Thread-safe after construction.
+/// Data as loaded from disk (bytes and token ids, not tensors), shared read-only between
+/// lanes. Thread-safe after construction.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -10,20 +10,34 @@
 
 namespace devicerace {
 
-struct ImageSet {
-    std::int64_t count = 0;
-    int channels = 1, height = 28, width = 28;
-    std::vector<std::uint8_t> pixels; // count * channels * height * width, NCHW
-    std::vector<std::uint8_t> labels; // count
+enum class DataKind {
+    Images, // uint8 pixels, NCHW
+    Tokens  // int32 token ids, N x T
 };
 
-struct ImageDataset {
-    std::string name;            // "Fashion-MNIST"
-    std::string source;          // folder it came from, or "synthetic"
-    bool synthetic = false;
-    int classes = 10;
-    ImageSet train, test;
+struct DataSplit {
+    std::int64_t count = 0;
+    std::vector<std::int64_t> shape;  // one example: {C, H, W} for images, {T} for tokens
+    std::vector<std::uint8_t> pixels; // Images: count * prod(shape)
+    std::vector<std::int32_t> tokens; // Tokens: count * prod(shape)
+    std::vector<std::int32_t> labels; // count
+    std::int64_t exampleSize() const;
 };
+
+struct Dataset {
+    std::string name;      // "Fashion-MNIST", "CIFAR-10", "IMDb", "text: /usr/share/games/fortunes/fortunes"
+    std::string source;    // folder or file it came from, or "synthetic"
+    bool synthetic = false;
+    DataKind kind = DataKind::Images;
+    int classes = 10;      // label values 0..classes-1
+    int vocabulary = 0;    // Tokens: ids 0..vocabulary-1
+    std::vector<std::string> tokenText; // Tokens: the text of each id (charlstm decodes samples)
+    std::vector<float> mean, stddev;    // Images: per-channel normalisation after /255 (empty: none)
+    DataSplit train, test;
+};
+
+/// Kept for the engine's first users.
+using ImageDataset = Dataset;
 
 /// Default folder of Fashion-MNIST (the Debian package dataset-fashion-mnist).
 std::filesystem::path defaultFashionMnistDir();
@@ -31,12 +45,37 @@ std::filesystem::path defaultFashionMnistDir();
 /// Loads Fashion-MNIST/MNIST IDX files (train-images-idx3-ubyte[.gz], ...) from `dir`,
 /// keeping the train/test split as shipped. `trainLimit`/`testLimit` keep only the first N.
 /// Results are cached per (dir, limits). Throws DataError.
-std::shared_ptr<const ImageDataset> loadFashionMnist(const std::filesystem::path& dir,
-                                                     std::optional<std::int64_t> trainLimit = {},
-                                                     std::optional<std::int64_t> testLimit = {});
+std::shared_ptr<const Dataset> loadFashionMnist(const std::filesystem::path& dir,
+                                                std::optional<std::int64_t> trainLimit = {},
+                                                std::optional<std::int64_t> testLimit = {});
 
-/// Shape-only description for synthetic data (generated later on the lane's device).
-std::shared_ptr<const ImageDataset> syntheticFashionMnist(std::optional<std::int64_t> trainLimit = {},
-                                                          std::optional<std::int64_t> testLimit = {});
+/// Loads the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin) from `dir`.
+/// Every record is 1 label byte + 3072 pixel bytes; sizes, labels and presence are checked.
+std::shared_ptr<const Dataset> loadCifar10(const std::filesystem::path& dir,
+                                           std::optional<std::int64_t> trainLimit = {},
+                                           std::optional<std::int64_t> testLimit = {});
+
+/// Loads the IMDb review folders (aclImdb: train/{pos,neg}/*.txt, test/{pos,neg}/*.txt),
+/// keeping the `vocabulary` most frequent words of the training set (ids 2.., 0 = padding,
+/// 1 = out of vocabulary) and the last `maxlen` tokens of each review.
+std::shared_ptr<const Dataset> loadImdb(const std::filesystem::path& dir, int vocabulary, int maxlen,
+                                        std::optional<std::int64_t> trainLimit = {},
+                                        std::optional<std::int64_t> testLimit = {});
+
+/// Character windows of a UTF-8 text corpus (a file, or every regular file of a folder):
+/// `window` characters predict the next; windows start every `stride` characters; the last
+/// 10% of the text is the test split.
+std::shared_ptr<const Dataset> loadTextCorpus(const std::filesystem::path& path, int window, int stride,
+                                              std::optional<std::int64_t> trainLimit = {},
+                                              std::optional<std::int64_t> testLimit = {});
+/// The corpus charlstm uses when none is given (from the Debian package fortunes-min).
+std::filesystem::path defaultTextCorpus();
+
+/// Shape-only description of synthetic data (generated later on the lane's device).
+std::shared_ptr<const Dataset> syntheticDataset(DataKind kind, std::vector<std::int64_t> shape, int classes,
+                                                int vocabulary, std::int64_t trainCount, std::int64_t testCount);
+/// The Fashion-MNIST-shaped synthetic set.
+std::shared_ptr<const Dataset> syntheticFashionMnist(std::optional<std::int64_t> trainLimit = {},
+                                                     std::optional<std::int64_t> testLimit = {});
 
 } // namespace devicerace

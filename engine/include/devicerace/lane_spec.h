@@ -22,9 +22,17 @@ struct LaneSpec {
     std::optional<double> lr;
     Precision precision = Precision::Fp32;
     std::optional<double> costPerHour; // USD per hour of this device
+    std::optional<bool> channelsLast;  // 4-D activations and weights in NHWC
+    std::optional<std::int64_t> evalBatch; // examples per evaluation pass (separate from batch)
+    std::optional<double> weightDecay;
+    std::optional<double> momentum;
+    std::optional<std::string> schedule; // constant | step | onecycle
+    std::optional<std::string> lstm;     // fused | cells
+    std::optional<DataMode> data;        // overrides the race's data mode for this lane
 };
 
-/// Parses "DEVICE[,key=value]..." (keys: name, threads, batch, lr, precision, cost).
+/// Parses "DEVICE[,key=value]..." (keys: name, threads, batch, lr, precision, cost, channels_last,
+/// eval_batch, wd, momentum, schedule, lstm, data). Throws UsageError naming the bad part.
 /// Throws UsageError naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);
 
@@ -35,7 +43,7 @@ struct RaceSpec {
     std::optional<int> epochs;          // exactly one of epochs/steps is used; default 1 epoch
     std::optional<std::int64_t> steps;
     std::optional<double> targetAccuracy; // default: the workload's target
-    DataMode data = DataMode::Real;
+    std::optional<DataMode> data;       // unset: real data where the machine has it, else synthetic
     std::string dataDir;                // empty: the workload's default location
     std::uint64_t seed = 0;
     bool fair = false;                  // lanes one after another instead of concurrently

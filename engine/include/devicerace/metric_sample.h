@@ -36,6 +36,7 @@ struct MetricSample {
     bool warmup = false;          // Train: interval inside the warm-up steps (excluded from figures)
     LaneState state = LaneState::Running; // State: the new state
     std::string message;          // State: error or divergence text
+    std::string text;             // Eval: text the model generated (charlstm), else empty
 };
 
 /// One JSON object on one line (no trailing newline).

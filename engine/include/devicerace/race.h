@@ -7,6 +7,7 @@
 
 #include "devicerace/lane.h"
 #include "devicerace/lane_spec.h"
+#include "devicerace/workload.h"
 
 namespace devicerace {
 
@@ -14,6 +15,7 @@ struct RaceSummary {
     std::string workload;
     std::string datasetName;
     bool synthetic = false;
+    std::string dataNote; // e.g. "no ImageNet here: racing on synthetic data"
     bool fair = false;
     std::vector<LaneSummary> lanes;
     std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
@@ -27,7 +29,9 @@ public:
     ~Race(); // stops and joins every lane
 
     const RaceSpec& spec() const;
-    const ImageDataset& dataset() const;
+    const Dataset& dataset() const;   // the first lane's data
+    const std::string& dataNote() const; // what the user should know about the data, or ""
+
     std::vector<Lane*> lanes() const;
 
     void start();
@@ -41,6 +45,15 @@ private:
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };
+
+struct ResolvedData {
+    std::shared_ptr<const Dataset> dataset;
+    std::string note; // said to the user when the data is not what they might assume
+};
+/// The data a workload races on for a data mode (unset: real where the machine has it).
+/// Throws UsageError / DataError.
+ResolvedData resolveData(const WorkloadInfo& workload, std::optional<DataMode> mode, const std::string& dataDir,
+                         std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit);
 
 /// Speedup of each lane's median samples/sec relative to `baseline` (null when unknown).
 std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline = 0);

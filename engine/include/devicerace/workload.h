@@ -4,19 +4,31 @@
 #include <string>
 #include <vector>
 
+#include "devicerace/dataset.h"
+
 namespace devicerace {
 
 struct WorkloadInfo {
     std::string name;          // "fashion-mlp"
     std::string description;   // one line
-    std::string dataset;       // "fashion-mnist"
+    std::string dataset;       // "fashion-mnist", "cifar10", "imagenet", "imdb", "text"
     std::string origin;        // where the network comes from
     std::string optimizer;     // "RMSprop(lr=1e-3, alpha=0.9, eps=1e-7)"
     std::int64_t defaultBatch = 128;
     double defaultLr = 1e-3;
+    double weightDecay = 0;
+    double momentum = 0;
+    std::string schedule = "constant"; // "constant", "step", "onecycle"
     int defaultEpochs = 1;
     double defaultTarget = 0.85; // test accuracy the "time to target" clock stops at
     std::int64_t parameters = 0; // trainable parameter count
+    DataKind input = DataKind::Images;
+    std::vector<std::int64_t> inputShape; // one example: {C, H, W} or {T}
+    int classes = 10;
+    int vocabulary = 0;                   // token inputs: the embedding size
+    bool syntheticByDefault = false;      // no real data set of its own on a stock machine
+    bool hasLstm = false;                 // the lane key lstm=fused|cells applies
+    bool samplesText = false;             // evaluations carry generated text
 };
 
 const std::vector<WorkloadInfo>& workloads();

@@ -1,0 +1,27 @@
+#pragma once
+// Helpers shared by the data readers: folder checks, bounded file reads, a load cache.
+// Thread-safe.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "devicerace/dataset.h"
+
+namespace devicerace::detail {
+
+/// Throws DataError unless `dir` is an existing, readable folder (`what`: what belongs there).
+void checkFolder(const std::filesystem::path& dir, const std::string& what);
+
+/// Reads a whole regular file of at most `maxBytes`; throws DataError naming it otherwise.
+std::string readFileBounded(const std::filesystem::path& file, std::uint64_t maxBytes);
+
+/// Loads once per (kind, path, limits, extra) and shares the result between lanes and races.
+std::shared_ptr<const Dataset> cachedLoad(const std::string& kind, const std::filesystem::path& path,
+                                          std::optional<std::int64_t> trainLimit,
+                                          std::optional<std::int64_t> testLimit, const std::string& extra,
+                                          const std::function<std::shared_ptr<Dataset>()>& load);
+
+} // namespace devicerace::detail
