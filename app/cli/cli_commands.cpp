@@ -12,6 +12,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
+#include "devicerace/preset.h"
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
 #include "live_table.h"
@@ -45,25 +46,144 @@ int runWorkloads(bool json) {
     return 0;
 }
 
+namespace {
+
+struct RaceResult {
+    int status = 0;
+    std::optional<RaceSummary> summary;
+    std::vector<MetricSample> samples;
+};
+
+RaceResult runOne(const RaceSpec& spec, const RaceOptions& options);
+
+void checkOutputFolders(const RaceOptions& options) {
+    // Fail before training on output paths that cannot be written.
+    for (const auto& file : {options.jsonFile, options.csvFile, options.jsonlFile}) {
+        if (file.empty()) {
+            continue;
+        }
+        auto dir = std::filesystem::path(file).parent_path();
+        if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+            throw UsageError(fmt::format("{}: cannot write: folder {} does not exist", file, dir.string()));
+        }
+    }
+}
+
+int writeOutputs(const RaceOptions& options, const std::string& json, const std::vector<MetricSample>& samples) {
+    try {
+        if (!options.jsonFile.empty()) {
+            writeFileAtomically(options.jsonFile, json);
+        }
+        if (!options.csvFile.empty()) {
+            writeFileAtomically(options.csvFile, samplesToCsv(samples));
+        }
+        if (!options.jsonlFile.empty()) {
+            writeFileAtomically(options.jsonlFile, samplesToJsonLines(samples));
+        }
+    } catch (const Error& e) {
+        fmt::print(stderr, "devicerace-cli: error: {}\n", e.what());
+        return 2;
+    }
+    return 0;
+}
+
+// A preset's races one after another; the command-line race options override the preset's.
+int runPreset(const RaceOptions& options) {
+    Preset preset;
+    try {
+        checkOutputFolders(options);
+        preset = loadPreset(options.preset);
+    } catch (const Error& e) {
+        return usageError(e.what());
+    }
+    fmt::print("preset {} (seed {}): {}\n", preset.name, preset.seed, preset.description);
+    int status = 0;
+    std::string json = "{\"preset\": \"" + preset.name + "\", \"races\": [";
+    std::vector<MetricSample> all;
+    for (std::size_t i = 0; i < preset.races.size(); ++i) {
+        auto race = preset.races[i];
+        const auto& o = options.spec;
+        if (o.epochs || o.steps) {
+            race.spec.epochs = o.epochs;
+            race.spec.steps = o.steps;
+        }
+        race.spec.trainLimit = o.trainLimit ? o.trainLimit : race.spec.trainLimit;
+        race.spec.testLimit = o.testLimit ? o.testLimit : race.spec.testLimit;
+        race.spec.data = o.data ? o.data : race.spec.data;
+        race.spec.dataDir = o.dataDir.empty() ? race.spec.dataDir : o.dataDir;
+        race.spec.fair = race.spec.fair || o.fair;
+        fmt::print("\n== race {}/{}: {}\n", i + 1, preset.races.size(), race.title);
+        for (const auto& note : race.notes) {
+            fmt::print("note: {}\n", note);
+        }
+        auto result = runOne(race.spec, options);
+        if (result.status == 2) {
+            return 2;
+        }
+        status = std::max(status, result.status);
+        json += (i ? ", " : "") + (result.summary ? summaryToJson(*result.summary) : std::string("null"));
+        all.insert(all.end(), result.samples.begin(), result.samples.end());
+    }
+    json += "]}\n";
+    const int written = writeOutputs(options, json, all);
+    return written ? written : status;
+}
+
+} // namespace
+
+int runPresets(bool json) {
+    std::string out = json ? "[" : "";
+    bool first = true;
+    for (const auto& name : presetNames()) {
+        try {
+            auto p = loadPreset(name);
+            if (json) {
+                out += fmt::format("{}{{\"name\": \"{}\", \"seed\": \"{}\", \"races\": {}}}", first ? "" : ", ",
+                                   p.name, p.seed, p.races.size());
+            } else {
+                out += fmt::format("{:<26} seed {} · {} race{} · {}\n", p.name, p.seed, p.races.size(),
+                                   p.races.size() == 1 ? "" : "s", p.description);
+            }
+            first = false;
+        } catch (const Error& e) {
+            fmt::print(stderr, "warning: {}\n", e.what());
+        }
+    }
+    fmt::print("{}{}", out, json ? "]\n" : "");
+    return 0;
+}
+
 int runRace(RaceOptions options) {
-    std::unique_ptr<Race> race;
+    if (!options.preset.empty()) {
+        if (!options.laneTexts.empty()) {
+            return usageError("--preset names its own lanes; leave out --lane");
+        }
+        return runPreset(options);
+    }
     try {
         for (const auto& text : options.laneTexts) {
             options.spec.lanes.push_back(parseLaneSpec(text));
         }
-        // Fail before training on output paths that cannot be written.
-        for (const auto& file : {options.jsonFile, options.csvFile, options.jsonlFile}) {
-            if (file.empty()) {
-                continue;
-            }
-            auto dir = std::filesystem::path(file).parent_path();
-            if (!dir.empty() && !std::filesystem::is_directory(dir)) {
-                throw UsageError(fmt::format("{}: cannot write: folder {} does not exist", file, dir.string()));
-            }
-        }
-        race = std::make_unique<Race>(options.spec);
+        checkOutputFolders(options);
     } catch (const Error& e) {
         return usageError(e.what());
+    }
+    auto result = runOne(options.spec, options);
+    if (result.status == 2 || !result.summary) {
+        return 2;
+    }
+    const int written = writeOutputs(options, summaryToJson(*result.summary), result.samples);
+    return written ? written : result.status;
+}
+
+namespace {
+
+RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
+    std::unique_ptr<Race> race;
+    try {
+        race = std::make_unique<Race>(raceSpec);
+    } catch (const Error& e) {
+        return {usageError(e.what()), std::nullopt, {}};
     }
 
     const auto& report = deviceReport();
@@ -140,21 +260,9 @@ int runRace(RaceOptions options) {
             status = 1;
         }
     }
-    try {
-        if (!options.jsonFile.empty()) {
-            writeFileAtomically(options.jsonFile, summaryToJson(summary));
-        }
-        if (!options.csvFile.empty()) {
-            writeFileAtomically(options.csvFile, samplesToCsv(all));
-        }
-        if (!options.jsonlFile.empty()) {
-            writeFileAtomically(options.jsonlFile, samplesToJsonLines(all));
-        }
-    } catch (const Error& e) {
-        fmt::print(stderr, "devicerace-cli: error: {}\n", e.what());
-        return 2;
-    }
-    return status;
+    return {status, summary, std::move(all)};
 }
+
+} // namespace
 
 } // namespace devicerace::cli

@@ -10,6 +10,7 @@ namespace devicerace::cli {
 
 struct RaceOptions {
     RaceSpec spec;
+    std::string preset;               // run a preset's races instead of the spec
     std::vector<std::string> laneTexts;
     std::string jsonFile, csvFile, jsonlFile;
     bool quiet = false;
@@ -18,5 +19,6 @@ struct RaceOptions {
 int runDevices(bool json);
 int runWorkloads(bool json);
 int runRace(RaceOptions options);
+int runPresets(bool json);
 
 } // namespace devicerace::cli

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
     auto* wl = app.add_subcommand("workloads", "List the workloads (model + data + hyperparameters)");
     wl->add_flag("--json", workloadsJson, "Print JSON");
 
+    bool presetsJson = false;
+    auto* presets = app.add_subcommand("presets", "List the presets (the seed experiments as ready races)");
+    presets->add_flag("--json", presetsJson, "Print JSON");
+
     cli::RaceOptions opt;
     auto& spec = opt.spec;
     std::string data;
@@ -33,9 +37,11 @@ int main(int argc, char** argv) {
     double target = 0;
     auto* race = app.add_subcommand("race", "Train one workload on several lanes and compare them");
     race->add_option("--workload", spec.workload, "Workload name (see 'workloads')")->capture_default_str();
+    race->add_option("--preset", opt.preset, "Run a preset's races (see 'presets'); race options override it");
     race->add_option("--lane", opt.laneTexts,
                      "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N; keys: name, threads, batch, lr, "
-                     "precision (fp32|bf16|fp16), cost (USD per hour). Repeat for more lanes. "
+                     "precision (fp32|bf16|fp16), cost (USD per hour), channels_last, eval_batch, wd, momentum, "
+                     "schedule (constant|step|onecycle), lstm (fused|cells), data (real|synthetic). Repeat for more lanes. "
                      "Default: cpu,threads=1 and the best other device");
     auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");
     auto* stepsOpt = race->add_option("--steps", steps, "Training steps per lane instead of epochs");
@@ -71,6 +77,9 @@ int main(int argc, char** argv) {
     }
     if (*wl) {
         return cli::runWorkloads(workloadsJson);
+    }
+    if (*presets) {
+        return cli::runPresets(presetsJson);
     }
     if (*epochsOpt) {
         spec.epochs = epochs;

@@ -126,7 +126,7 @@ std::vector<char32_t> decodeUtf8(const std::string& s, const fs::path& file) {
         for (int k = 1; k < len; ++k) {
             const auto cc = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
             if ((cc & 0xC0) != 0x80) {
-                throw DataError(fmt::format("{}: not UTF-8 text (invalid byte at offset {})", file.string(), i + k));
+                throw DataError(fmt::format("{}: not UTF-8 text (invalid byte at offset {})", file.string(), i));
             }
             cp = (cp << 6) | (cc & 0x3F);
         }

@@ -17,6 +17,15 @@ TEST(LaneSpec, ParsesEveryKey) {
     EXPECT_DOUBLE_EQ(*s.costPerHour, 0.35);
     EXPECT_EQ(s.name, "laptop");
     EXPECT_EQ(parseLaneSpec("cuda:1").device, "cuda:1");
+    auto more = parseLaneSpec("cuda,channels_last=true,eval_batch=256,wd=5e-4,momentum=0.9,schedule=onecycle,"
+                              "lstm=cells,data=synthetic");
+    EXPECT_EQ(more.channelsLast, true);
+    EXPECT_EQ(more.evalBatch, 256);
+    EXPECT_DOUBLE_EQ(*more.weightDecay, 5e-4);
+    EXPECT_DOUBLE_EQ(*more.momentum, 0.9);
+    EXPECT_EQ(more.schedule, "onecycle");
+    EXPECT_EQ(more.lstm, "cells");
+    EXPECT_EQ(more.data, DataMode::Synthetic);
     EXPECT_EQ(parseLaneSpec(" cuda ").device, "cuda");
 }
 
@@ -42,4 +51,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{"cpu,lr=nan", "finite"}, std::pair{"cpu,lr=inf", "finite"},
                       std::pair{"cpu,lr=abc", "not a number"}, std::pair{"cpu,precision=fp8", "precision=fp8"},
                       std::pair{"cpu,colour=red", "unknown key 'colour'"}, std::pair{"cpu,threads", "not key=value"},
-                      std::pair{"cpu,cost=-2", "USD per hour"}));
+                      std::pair{"cpu,cost=-2", "USD per hour"}, std::pair{"cpu,channels_last=maybe", "true or false"},
+                      std::pair{"cpu,eval_batch=0", "eval_batch=0"}, std::pair{"cpu,wd=-1", "wd=-1"},
+                      std::pair{"cpu,momentum=1.5", "momentum=1.5"}, std::pair{"cpu,schedule=cosine", "schedule=cosine"},
+                      std::pair{"cpu,lstm=gru", "lstm=gru"}, std::pair{"cpu,data=imagenet", "data=imagenet"}));

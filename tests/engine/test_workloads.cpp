@@ -1,0 +1,139 @@
+// Every workload trains 3 steps on the CPU (small batch), and its network has the published
+// parameter count.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "devicerace/race.h"
+#include "devicerace/workload.h"
+
+using namespace devicerace;
+
+TEST(Workloads, ParameterCountsMatchThePublishedNetworks) {
+    std::map<std::string, std::int64_t> counts;
+    for (const auto& w : workloads()) {
+        counts[w.name] = w.parameters;
+    }
+    ASSERT_EQ(counts.size(), 11u);
+    EXPECT_EQ(counts["fashion-mlp"], 669706);       // Keras mnist_mlp summary
+    EXPECT_EQ(counts["fashion-cnn"], 1199882);      // Keras mnist_cnn summary
+    EXPECT_EQ(counts["cifar-vgg"], 1250858);        // Keras cifar10_cnn summary
+    EXPECT_EQ(counts["fasttext"], 1000051);         // Keras imdb_fasttext (unigrams)
+    EXPECT_NEAR(counts["cifar-resnet20"], 0.27e6, 0.01e6); // He et al.: 0.27M
+    EXPECT_NEAR(counts["cifar-resnet32"], 0.46e6, 0.01e6); // 0.46M
+    EXPECT_NEAR(counts["cifar-resnet56"], 0.85e6, 0.01e6); // 0.85M
+    EXPECT_EQ(counts["imagenet-resnet50"], 25557032); // torchvision resnet50
+    EXPECT_NEAR(counts["davidnet"], 6.57e6, 0.01e6);  // the DAWNBench ResNet-9
+    // Keras' BiLSTM has 2,658,945; PyTorch's LSTM carries a second bias vector (+4x64 per direction).
+    EXPECT_EQ(counts["imdb-bilstm"], 2658945 + 2 * 4 * 64);
+}
+
+class EveryWorkload : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryWorkload, TrainsThreeStepsOnTheCpu) {
+    const auto& info = findWorkload(GetParam());
+    RaceSpec spec;
+    spec.workload = info.name;
+    spec.steps = 3;
+    spec.trainLimit = 64;
+    spec.testLimit = 8;
+    // Real data where it is cheap to have (Fashion-MNIST, the text corpus), synthetic otherwise.
+    if (info.syntheticByDefault) {
+        spec.data = DataMode::Synthetic;
+    }
+    LaneSpec lane;
+    lane.threads = 1;
+    lane.batch = info.name == "imagenet-resnet50" ? 2 : 4;
+    if (info.hasLstm) {
+        LaneSpec cells = lane;
+        cells.lstm = "cells";
+        cells.name = "cells";
+        spec.lanes = {lane, cells};
+    } else {
+        spec.lanes = {lane};
+    }
+    Race race(spec);
+    race.start();
+    race.wait();
+    for (const auto& l : race.summary().lanes) {
+        EXPECT_EQ(l.state, LaneState::Finished) << info.name << " " << l.name << ": " << l.error;
+        EXPECT_EQ(l.steps, 3);
+        EXPECT_TRUE(l.finalTestAccuracy.has_value());
+    }
+    if (info.samplesText) {
+        bool sampled = false;
+        for (const auto& s : race.lanes()[0]->history()) {
+            sampled = sampled || (s.kind == SampleKind::Eval && s.text.size() > 40);
+        }
+        EXPECT_TRUE(sampled) << "charlstm evaluations carry generated text";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EveryWorkload,
+                         ::testing::Values("fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32",
+                                           "cifar-resnet56", "cifar-vgg", "davidnet", "imdb-bilstm", "fasttext",
+                                           "charlstm", "imagenet-resnet50"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             std::replace(n.begin(), n.end(), '-', '_');
+                             return n;
+                         });
+
+TEST(Workloads, LaneOptionsReachTheTrainer) {
+    RaceSpec spec;
+    spec.workload = "cifar-resnet20";
+    spec.data = DataMode::Synthetic;
+    spec.steps = 2;
+    spec.trainLimit = 32;
+    spec.testLimit = 8;
+    LaneSpec lane;
+    lane.threads = 1;
+    lane.batch = 4;
+    lane.channelsLast = true;
+    lane.precision = Precision::Bf16;
+    lane.evalBatch = 3;
+    lane.weightDecay = 5e-4;
+    lane.momentum = 0.5;
+    lane.schedule = "onecycle";
+    spec.lanes = {lane};
+    Race race(spec);
+    race.start();
+    race.wait();
+    auto l = race.summary().lanes.at(0);
+    EXPECT_EQ(l.state, LaneState::Finished) << l.error;
+}
+
+TEST(Workloads, OptionsThatDoNotApplyAreRejected) {
+    RaceSpec spec;
+    spec.workload = "fashion-mlp";
+    spec.data = DataMode::Synthetic;
+    LaneSpec lane;
+    lane.lstm = "cells";
+    spec.lanes = {lane};
+    try {
+        Race race(spec);
+        FAIL() << "lstm= accepted for fashion-mlp";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("lstm=cells applies to the LSTM workloads"), std::string::npos);
+    }
+    spec.workload = "imdb-bilstm";
+    spec.lanes[0].lstm.reset();
+    spec.data = DataMode::Real; // asked for real IMDb, none here
+    try {
+        Race race(spec);
+        FAIL() << "real IMDb accepted without a folder";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("IMDb is not on this machine"), std::string::npos);
+    }
+}
+
+TEST(Workloads, DataNotesSayWhatTheRaceRunsOn) {
+    auto r50 = resolveData(findWorkload("imagenet-resnet50"), std::nullopt, "", 16, 4);
+    EXPECT_TRUE(r50.dataset->synthetic);
+    EXPECT_NE(r50.note.find("synthetic"), std::string::npos);
+    EXPECT_EQ(r50.dataset->train.shape, (std::vector<std::int64_t>{3, 224, 224}));
+    auto bilstm = resolveData(findWorkload("imdb-bilstm"), std::nullopt, "", 16, 4);
+    EXPECT_TRUE(bilstm.dataset->synthetic);
+    EXPECT_EQ(bilstm.dataset->kind, DataKind::Tokens);
+}
