@@ -34,10 +34,39 @@ QString laneSpecText(const LaneSpec& s) {
     if (s.costPerHour) {
         out += QStringLiteral(",cost=%1").arg(*s.costPerHour, 0, 'g', 12);
     }
+    if (const auto extra = extraOptionsText(s); !extra.isEmpty()) {
+        out += QLatin1Char(',') + extra;
+    }
     if (!s.name.empty()) {
         out += QStringLiteral(",name=") + QString::fromStdString(s.name);
     }
     return out;
+}
+
+QString extraOptionsText(const LaneSpec& s) {
+    QStringList parts;
+    if (s.channelsLast) {
+        parts << QStringLiteral("channels_last=%1").arg(*s.channelsLast ? QStringLiteral("true") : QStringLiteral("false"));
+    }
+    if (s.evalBatch) {
+        parts << QStringLiteral("eval_batch=%1").arg(*s.evalBatch);
+    }
+    if (s.weightDecay) {
+        parts << QStringLiteral("wd=%1").arg(*s.weightDecay, 0, 'g', 12);
+    }
+    if (s.momentum) {
+        parts << QStringLiteral("momentum=%1").arg(*s.momentum, 0, 'g', 12);
+    }
+    if (s.schedule) {
+        parts << QStringLiteral("schedule=") + QString::fromStdString(*s.schedule);
+    }
+    if (s.lstm) {
+        parts << QStringLiteral("lstm=") + QString::fromStdString(*s.lstm);
+    }
+    if (s.data) {
+        parts << QStringLiteral("data=") + QString::fromStdString(toString(*s.data));
+    }
+    return parts.join(QLatin1Char(','));
 }
 
 namespace {
@@ -78,7 +107,7 @@ QComboBox* deviceCombo(QWidget* parent) {
 LanesTable::LanesTable(QWidget* parent) : QTableWidget(parent) {
     setColumnCount(ColCount);
     setHorizontalHeaderLabels({QString(), tr("name"), tr("device"), tr("threads"), tr("batch"), tr("lr"),
-                               tr("precision"), tr("$/h")});
+                               tr("precision"), tr("$/h"), tr("more options")});
     verticalHeader()->setVisible(false);
     horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     horizontalHeader()->setStretchLastSection(true);
@@ -149,6 +178,12 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
     cost->setSpecialValueText(tr("–"));
     cost->setValue(spec.costPerHour.value_or(0));
     setCellWidget(row, ColCost, cost);
+
+    auto* options = new QLineEdit(extraOptionsText(spec), this);
+    options->setPlaceholderText(QStringLiteral("lstm=cells,wd=5e-4,…"));
+    options->setToolTip(tr("More lane keys, as in devicerace-cli: channels_last, eval_batch, wd, momentum, schedule, "
+                           "lstm, data"));
+    setCellWidget(row, ColOptions, options);
     Q_EMIT lanesChanged();
 }
 
@@ -202,6 +237,22 @@ std::vector<LaneSpec> LanesTable::lanes() const {
                                                     : Precision::Fp32;
         if (double c = qobject_cast<QDoubleSpinBox*>(cellWidget(r, ColCost))->value(); c > 0) {
             s.costPerHour = c;
+        }
+        const QString extra = qobject_cast<QLineEdit*>(cellWidget(r, ColOptions))->text().trimmed();
+        if (!extra.isEmpty()) {
+            LaneSpec more;
+            try {
+                more = parseLaneSpec("cpu," + extra.toStdString());
+            } catch (const UsageError& e) {
+                throw UsageError(QObject::tr("lane %1: %2").arg(r + 1).arg(QString::fromStdString(e.what())).toStdString());
+            }
+            s.channelsLast = more.channelsLast;
+            s.evalBatch = more.evalBatch;
+            s.weightDecay = more.weightDecay;
+            s.momentum = more.momentum;
+            s.schedule = more.schedule;
+            s.lstm = more.lstm;
+            s.data = more.data;
         }
         out.push_back(s);
     }

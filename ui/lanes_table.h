@@ -11,11 +11,13 @@ namespace devicerace::ui {
 
 /// "cpu,threads=2,batch=64,name=laptop": the CLI's lane syntax (used for settings too).
 QString laneSpecText(const LaneSpec& spec);
+/// The keys without a column of their own ("lstm=cells,wd=0.0005"), as the CLI writes them.
+QString extraOptionsText(const LaneSpec& spec);
 
 class LanesTable : public QTableWidget {
     Q_OBJECT
 public:
-    enum Column { ColColor, ColName, ColDevice, ColThreads, ColBatch, ColLr, ColPrecision, ColCost, ColCount };
+    enum Column { ColColor, ColName, ColDevice, ColThreads, ColBatch, ColLr, ColPrecision, ColCost, ColOptions, ColCount };
     explicit LanesTable(QWidget* parent = nullptr);
 
     void addLane(const LaneSpec& spec, std::optional<QColor> color = std::nullopt);

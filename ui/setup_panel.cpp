@@ -10,7 +10,9 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include "devicerace/preset.h"
 #include "devicerace/workload.h"
+#include "devicerace/errors.h"
 #include "lanes_table.h"
 
 namespace devicerace::ui {
@@ -22,6 +24,22 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     m_form = new QWidget(this);
     auto* form = new QFormLayout(m_form);
     form->setContentsMargins(0, 0, 0, 0);
+    m_preset = new QComboBox(this);
+    m_preset->setObjectName(QStringLiteral("preset"));
+    m_preset->addItem(tr("(none)"));
+    for (const auto& name : presetNames()) {
+        m_preset->addItem(QString::fromStdString(name));
+    }
+    m_preset->setToolTip(tr("The seed experiments as ready races; they adapt to this machine"));
+    form->addRow(tr("Preset"), m_preset);
+    m_presetRace = new QComboBox(this);
+    m_presetRace->setVisible(false);
+    form->addRow(m_presetRace);
+    m_presetNotes = new QLabel(this);
+    m_presetNotes->setWordWrap(true);
+    m_presetNotes->setStyleSheet(QStringLiteral("color:#a05a00"));
+    m_presetNotes->setVisible(false);
+    form->addRow(m_presetNotes);
     m_workload = new QComboBox(this);
     for (const auto& w : workloads()) {
         m_workload->addItem(QString::fromStdString(w.name));
@@ -89,7 +107,52 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
         }
         updateWorkloadInfo();
     });
+    connect(m_preset, &QComboBox::currentIndexChanged, this, [this](int index) {
+        if (index > 0) {
+            loadPreset(m_preset->currentText(), 0);
+        } else {
+            m_presetRace->setVisible(false);
+            m_presetNotes->setVisible(false);
+        }
+    });
+    connect(m_presetRace, &QComboBox::activated, this,
+            [this](int race) { loadPreset(m_preset->currentText(), race); });
     setRaceSpec(RaceSpec{});
+}
+
+bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {
+    try {
+        const auto preset = devicerace::loadPreset(name.toStdString());
+        if (race < 0 || race >= static_cast<int>(preset.races.size())) {
+            throw UsageError("no such race in the preset");
+        }
+        {
+            const QSignalBlocker block(m_presetRace);
+            m_presetRace->clear();
+            for (const auto& r : preset.races) {
+                m_presetRace->addItem(QString::fromStdString(r.title));
+            }
+            m_presetRace->setCurrentIndex(race);
+            m_presetRace->setVisible(preset.races.size() > 1);
+        }
+        const auto& chosen = preset.races[static_cast<std::size_t>(race)];
+        setRaceSpec(chosen.spec);
+        QStringList notes;
+        for (const auto& n : chosen.notes) {
+            notes << QString::fromStdString(n);
+        }
+        m_presetNotes->setText(notes.join(QLatin1Char('\n')));
+        m_presetNotes->setVisible(!notes.isEmpty());
+        m_preset->setToolTip(QString::fromStdString(preset.description));
+        return true;
+    } catch (const std::exception& e) {
+        if (error) {
+            *error = QString::fromStdString(e.what());
+        }
+        m_presetNotes->setText(QString::fromStdString(e.what()));
+        m_presetNotes->setVisible(true);
+        return false;
+    }
 }
 
 void SetupPanel::updateWorkloadInfo() {

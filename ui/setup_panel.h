@@ -27,9 +27,14 @@ public:
     LanesTable* lanesTable() const { return m_lanes; }
     /// Setup is disabled while a race runs (never a half-applied change).
     void setEditable(bool editable);
+    /// Loads race `race` of the named preset into the setup; false (and `error`) when it cannot.
+    bool loadPreset(const QString& name, int race, QString* error = nullptr);
 
 private:
     void updateWorkloadInfo();
+    QComboBox* m_preset = nullptr;
+    QComboBox* m_presetRace = nullptr;
+    QLabel* m_presetNotes = nullptr;
     QComboBox* m_workload = nullptr;
     QLabel* m_workloadInfo = nullptr;
     QComboBox* m_data = nullptr;

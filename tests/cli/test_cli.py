@@ -100,6 +100,36 @@ class UsageErrors(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             self.assert_usage_error(["race", "--json", os.path.join(d, "no", "r.json"), *SMALL], "does not exist")
 
+    def test_bad_workload_options(self):
+        cases = [
+            ("cpu,schedule=cosine", "schedule=cosine"),
+            ("cpu,lstm=gru", "lstm=gru"),
+            ("cpu,eval_batch=0", "eval_batch=0"),
+            ("cpu,channels_last=maybe", "channels_last=maybe"),
+            ("cpu,lstm=cells", "lstm=cells applies to the LSTM workloads"),
+        ]
+        for lane, expected in cases:
+            with self.subTest(lane=lane):
+                self.assert_usage_error(["race", "--lane", lane, *SMALL], expected)
+        self.assert_usage_error(["race", "--workload", "imdb-bilstm", "--data", "real"], "IMDb is not on this machine")
+        self.assert_usage_error(["race", "--preset", "nope"], "unknown preset 'nope'")
+        self.assert_usage_error(["race", "--preset", "keras-suite", "--lane", "cpu"], "leave out --lane")
+
+    def test_bad_cifar_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assert_usage_error(["race", "--workload", "cifar-resnet20", "--data-dir", d], "missing data_batch_1.bin")
+            for i in range(1, 6):
+                with open(os.path.join(d, f"data_batch_{i}.bin"), "wb") as f:
+                    f.write(bytes([1] + [0] * 3072) * 4)
+            with open(os.path.join(d, "test_batch.bin"), "wb") as f:
+                f.write(bytes([255] + [0] * 3072) * 2)
+            self.assert_usage_error(["race", "--workload", "cifar-resnet20", "--data-dir", d],
+                                    "test_batch.bin: record 0 has label 255")
+            with open(os.path.join(d, "test_batch.bin"), "wb") as f:
+                f.write(bytes(5000))
+            self.assert_usage_error(["race", "--workload", "cifar-resnet20", "--data-dir", d],
+                                    "not a multiple of the 3073-byte CIFAR-10 record")
+
     def test_bad_data_folders(self):
         with tempfile.TemporaryDirectory() as d:
             self.assert_usage_error(["race", "--data-dir", os.path.join(d, "missing")], "no such folder")
@@ -141,6 +171,24 @@ class Listings(unittest.TestCase):
         if not info["cuda"]["available"]:
             self.assertTrue(info["cuda"]["reason"])
 
+    def test_presets(self):
+        r = run("presets", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        names = {p["name"] for p in json.loads(r.stdout)}
+        self.assertTrue({"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm",
+                         "synthetic-vs-real", "davidnet-batch-and-decay"} <= names)
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "p.json")
+            r = run("race", "--preset", "fused-vs-cells-lstm", "--steps", "2", "--train-limit", "64",
+                    "--test-limit", "16", "--json", out, "--quiet")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            result = json.loads(read(out))
+            self.assertEqual(result["preset"], "fused-vs-cells-lstm")
+            lanes = result["races"][0]["lanes"]
+            self.assertEqual([l["name"] for l in lanes], ["fused", "cells"])
+            self.assertTrue(all(l["status"] == "finished" for l in lanes))
+            self.assertTrue(result["races"][0]["dataset"]["synthetic"])
+
     def test_workloads_json(self):
         r = run("workloads", "--json")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -149,6 +197,8 @@ class Listings(unittest.TestCase):
         self.assertEqual(by_name["fashion-mlp"]["parameters"], 669_706)
         self.assertEqual(by_name["fashion-cnn"]["parameters"], 1_199_882)
         self.assertEqual(by_name["fashion-mlp"]["batch"], 128)
+        self.assertEqual(len(by_name), 11)
+        self.assertEqual(by_name["imagenet-resnet50"]["parameters"], 25_557_032)
 
 
 @unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")

@@ -251,6 +251,23 @@ private Q_SLOTS:
         again.saveSettings();
     }
 
+    void presetsLoadIntoTheSetup() {
+        MainWindow w;
+        QString error;
+        QVERIFY2(w.setupPanel()->loadPreset(QStringLiteral("fused-vs-cells-lstm"), 0, &error), qPrintable(error));
+        auto spec = w.setupPanel()->raceSpec();
+        QCOMPARE(QString::fromStdString(spec.workload), QStringLiteral("imdb-bilstm"));
+        QVERIFY(spec.fair);
+        QCOMPARE(spec.lanes.size(), std::size_t(2));
+        QCOMPARE(QString::fromStdString(spec.lanes[1].lstm.value_or("")), QStringLiteral("cells"));
+        QCOMPARE(QString::fromStdString(spec.lanes[1].name), QStringLiteral("cells"));
+        // A multi-race preset offers its races.
+        QVERIFY(w.setupPanel()->loadPreset(QStringLiteral("keras-suite"), 5, &error));
+        QCOMPARE(QString::fromStdString(w.setupPanel()->raceSpec().workload), QStringLiteral("charlstm"));
+        QVERIFY(!w.setupPanel()->loadPreset(QStringLiteral("no-such-preset"), 0, &error));
+        QVERIFY(error.contains(QStringLiteral("unknown preset")));
+    }
+
     void chartClicksOnEmptyAreasDoNotCrash() {
         MainWindow w;
         w.show();
