@@ -32,9 +32,9 @@ QString formatBytes(std::uint64_t bytes) {
 }
 
 SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
-    setColumnCount(9);
+    setColumnCount(10);
     setHorizontalHeaderLabels({tr("lane"), tr("device"), tr("samples/s"), tr("steps/s"), tr("test acc"),
-                               tr("time→target"), tr("peak mem"), tr("$/h"), tr("status")});
+                               tr("time→target"), tr("peak mem"), tr("$/h"), tr("status"), tr("data")});
     horizontalHeader()->setStretchLastSection(true);
     verticalHeader()->setVisible(false);
     setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -62,6 +62,7 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
             l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : dash,
             l.costPerHour ? QString::number(*l.costPerHour, 'f', 2) : dash,
             status,
+            QString::fromStdString(l.datasetName),
         };
         for (int c = 0; c < cells.size(); ++c) {
             auto* item = this->item(r, c);
@@ -74,6 +75,9 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                                                     : (Qt::AlignLeft | Qt::AlignVCenter));
             if (c == 0 && r < static_cast<int>(lanes.size())) {
                 item->setForeground(lanes[static_cast<std::size_t>(r)].color);
+            }
+            if (c == 9) {
+                item->setForeground(l.synthetic ? QColor(160, 90, 0) : palette().color(QPalette::Text));
             }
             if (c == 8) {
                 const bool bad = l.state == LaneState::Failed || l.state == LaneState::Diverged;

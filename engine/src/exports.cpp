@@ -60,6 +60,7 @@ std::string summaryToJson(const RaceSummary& summary) {
     j["workload"] = summary.workload;
     j["dataset"] = {{"name", summary.datasetName}, {"synthetic", summary.synthetic}};
     j["mode"] = summary.fair ? "fair" : "live";
+    j["data_note"] = summary.dataNote.empty() ? json(nullptr) : json(summary.dataNote);
     j["lanes"] = json::array();
     for (const auto& l : summary.lanes) {
         j["lanes"].push_back({
@@ -80,6 +81,7 @@ std::string summaryToJson(const RaceSummary& summary) {
             {"time_to_target_seconds", orNull(l.timeToTargetSeconds)},
             {"peak_memory_bytes", orNull(l.peakMemoryBytes)},
             {"cost_per_hour", orNull(l.costPerHour)},
+            {"dataset", {{"name", l.datasetName}, {"synthetic", l.synthetic}}},
         });
     }
     j["speedup"] = json::object();

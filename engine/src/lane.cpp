@@ -256,6 +256,8 @@ std::vector<MetricSample> Lane::history() const {
 LaneSummary Lane::summary() const {
     auto samples = history();
     auto s = summarize(m_impl->ctx.spec, m_impl->ctx.batch, samples, m_impl->ctx.settings.targetAccuracy);
+    s.datasetName = m_impl->ctx.settings.data->name;
+    s.synthetic = m_impl->ctx.settings.data->synthetic;
     std::lock_guard lock(m_impl->mutex);
     s.state = m_impl->state;
     s.error = m_impl->message;

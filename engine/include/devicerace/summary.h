@@ -28,6 +28,8 @@ struct LaneSummary {
     std::optional<double> timeToTargetSeconds;  // MLPerf: first evaluation at or above target
     std::optional<std::uint64_t> peakMemoryBytes;
     std::optional<double> costPerHour;
+    std::string datasetName;     // the data this lane trained on
+    bool synthetic = false;
 };
 
 /// Computes a lane's summary from all its samples, in order.
