@@ -90,9 +90,10 @@ TEST(RaceSmoke, RealFashionMnistSubsetLearns) {
     EXPECT_GT(*lane.finalTestAccuracy, 0.6); // chance is 0.1
     ASSERT_TRUE(lane.samplesPerSec.has_value());
     EXPECT_GT(*lane.samplesPerSec, 0);
-    // Peak tensor memory covers at least the lane's float copy of the data.
+    // Peak tensor memory covers at least the weights, their gradients and RMSprop's averages
+    // (the data itself is shared read-only between CPU lanes, not copied).
     ASSERT_TRUE(lane.peakMemoryBytes.has_value());
-    EXPECT_GT(*lane.peakMemoryBytes, 3000u * 784u * 4u);
+    EXPECT_GT(*lane.peakMemoryBytes, 3u * 669706u * 4u);
     EXPECT_EQ(evalLosses(*race.lanes()[0]).size(), 2u); // one evaluation per epoch
 }
 
