@@ -13,6 +13,8 @@
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
 #include "devicerace/preset.h"
+#include "devicerace/recording.h"
+#include "devicerace/tensorboard.h"
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
 #include "live_table.h"
@@ -113,10 +115,14 @@ int runPreset(const RaceOptions& options) {
         race.spec.dataDir = o.dataDir.empty() ? race.spec.dataDir : o.dataDir;
         race.spec.fair = race.spec.fair || o.fair;
         fmt::print("\n== race {}/{}: {}\n", i + 1, preset.races.size(), race.title);
+        RaceOptions raceOptions = options;
+        if (!options.recordDir.empty() && preset.races.size() > 1) {
+            raceOptions.recordDir = (std::filesystem::path(options.recordDir) / fmt::format("race-{}", i + 1)).string();
+        }
         for (const auto& note : race.notes) {
             fmt::print("note: {}\n", note);
         }
-        auto result = runOne(race.spec, options);
+        auto result = runOne(race.spec, raceOptions);
         if (result.status == 2) {
             return 2;
         }
@@ -176,6 +182,56 @@ int runRace(RaceOptions options) {
     return written ? written : result.status;
 }
 
+int runReplay(const std::string& dir) {
+    try {
+        const auto rec = readRecording(dir);
+        fmt::print("recording {} · {} · started {} · {}{}\n", dir, rec.workload, rec.startedAt, rec.cpuModel,
+                   rec.gpuNames.empty() ? "" : " · " + rec.gpuNames);
+        for (const auto& w : rec.warnings) {
+            fmt::print("note: {}\n", w);
+        }
+        fmt::print("{}", summaryText(summarizeRecording(rec), rec.targetAccuracy.value_or(0)));
+    } catch (const Error& e) {
+        return usageError(e.what());
+    }
+    return 0;
+}
+
+int runExport(const ExportOptions& o) {
+    try {
+        const auto rec = readRecording(o.dir);
+        for (const auto& w : rec.warnings) {
+            fmt::print(stderr, "note: {}\n", w);
+        }
+        std::vector<MetricSample> all;
+        for (const auto& lane : rec.lanes) {
+            const auto& s = rec.samples.at(lane.name);
+            all.insert(all.end(), s.begin(), s.end());
+        }
+        if (!o.csvFile.empty()) {
+            writeFileAtomically(o.csvFile, samplesToCsv(all));
+        }
+        if (!o.jsonFile.empty()) {
+            writeFileAtomically(o.jsonFile, summaryToJson(summarizeRecording(rec)));
+        }
+        if (!o.tensorboardDir.empty()) {
+            for (const auto& f : writeTensorBoard(rec, o.tensorboardDir)) {
+                fmt::print("wrote {}\n", f.string());
+            }
+        }
+        if (!o.dawnbenchFile.empty()) {
+            // One TSV per lane when there are several: FILE, FILE.lane-2, ...
+            for (std::size_t i = 0; i < rec.lanes.size(); ++i) {
+                const auto file = i == 0 ? o.dawnbenchFile : fmt::format("{}.lane-{}", o.dawnbenchFile, i + 1);
+                writeFileAtomically(file, dawnbenchTsv(rec, rec.lanes[i].name));
+            }
+        }
+    } catch (const Error& e) {
+        return usageError(e.what());
+    }
+    return 0;
+}
+
 namespace {
 
 RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
@@ -184,6 +240,14 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         race = std::make_unique<Race>(raceSpec);
     } catch (const Error& e) {
         return {usageError(e.what()), std::nullopt, {}};
+    }
+    std::unique_ptr<RecordingWriter> recorder;
+    if (!options.recordDir.empty()) {
+        try {
+            recorder = std::make_unique<RecordingWriter>(options.recordDir, *race);
+        } catch (const Error& e) {
+            return {usageError(e.what()), std::nullopt, {}};
+        }
     }
 
     const auto& report = deviceReport();
@@ -231,6 +295,16 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         for (std::size_t i = 0; i < lanes.size(); ++i) {
             auto samples = lanes[i]->takeSamples();
             view.update(i, samples);
+            if (recorder) {
+                try {
+                    for (const auto& sample : samples) {
+                        recorder->append(sample);
+                    }
+                } catch (const Error& e) {
+                    fmt::print(stderr, "warning: {} (recording stopped; the race goes on)\n", e.what());
+                    recorder.reset();
+                }
+            }
             all.insert(all.end(), samples.begin(), samples.end());
         }
         view.render(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -13,6 +13,7 @@ struct RaceOptions {
     std::string preset;               // run a preset's races instead of the spec
     std::vector<std::string> laneTexts;
     std::string jsonFile, csvFile, jsonlFile;
+    std::string recordDir; // write a recording (manifest + JSON lines per lane) as the race runs
     bool quiet = false;
 };
 
@@ -20,5 +21,12 @@ int runDevices(bool json);
 int runWorkloads(bool json);
 int runRace(RaceOptions options);
 int runPresets(bool json);
+
+struct ExportOptions {
+    std::string dir;
+    std::string csvFile, jsonFile, tensorboardDir, dawnbenchFile;
+};
+int runReplay(const std::string& dir);
+int runExport(const ExportOptions& options);
 
 } // namespace devicerace::cli

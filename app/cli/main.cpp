@@ -60,6 +60,19 @@ int main(int argc, char** argv) {
     race->add_option("--csv", opt.csvFile, "Write every metric sample as CSV");
     race->add_option("--jsonl", opt.jsonlFile, "Write every metric sample as JSON lines");
     race->add_flag("--quiet", opt.quiet, "Print only evaluations, state changes and the summary");
+    race->add_option("--record", opt.recordDir, "Record the race into this folder (manifest + JSON lines per lane)");
+
+    std::string replayDir;
+    auto* replay = app.add_subcommand("replay", "Print the summary table of a recording");
+    replay->add_option("DIR", replayDir, "Recording folder")->required();
+
+    cli::ExportOptions exportOpt;
+    auto* exporter = app.add_subcommand("export", "Export a recording: CSV, JSON summary, TensorBoard, DAWNBench TSV");
+    exporter->add_option("DIR", exportOpt.dir, "Recording folder")->required();
+    exporter->add_option("--csv", exportOpt.csvFile, "One row per metric sample");
+    exporter->add_option("--json", exportOpt.jsonFile, "The summary (the race command's --json schema)");
+    exporter->add_option("--tensorboard", exportOpt.tensorboardDir, "One TensorBoard run folder per lane");
+    exporter->add_option("--dawnbench", exportOpt.dawnbenchFile, "epoch, hours, top1Accuracy (TSV)");
 
     try {
         app.parse(argc, argv);
@@ -80,6 +93,12 @@ int main(int argc, char** argv) {
     }
     if (*presets) {
         return cli::runPresets(presetsJson);
+    }
+    if (*replay) {
+        return cli::runReplay(replayDir);
+    }
+    if (*exporter) {
+        return cli::runExport(exportOpt);
     }
     if (*epochsOpt) {
         spec.epochs = epochs;

@@ -73,6 +73,12 @@ std::vector<fs::path> presetDirs() {
     if (const char* env = std::getenv("DEVICERACE_PRESETS")) {
         dirs.emplace_back(env);
     }
+    // Relocatable installs (cmake --install --prefix, the .deb): next to the executable.
+    std::error_code ec;
+    const auto exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        dirs.push_back(exe.parent_path().parent_path() / "share" / "devicerace" / "presets");
+    }
 #ifdef DEVICERACE_INSTALL_PRESETS
     dirs.emplace_back(DEVICERACE_INSTALL_PRESETS);
 #endif

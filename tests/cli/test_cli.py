@@ -240,6 +240,55 @@ class RealRaces(unittest.TestCase):
                     evals.setdefault(e["lane"], []).append(e["loss"])
             self.assertEqual(evals["cpu·1"], evals["twin"])
 
+    def test_record_replay_export(self):
+        with tempfile.TemporaryDirectory() as d:
+            rec = os.path.join(d, "rec")
+            live_json = os.path.join(d, "live.json")
+            r = run("race", "--lane", "cpu,threads=1", "--lane", "cpu,threads=1,name=b,cost=3", "--steps", "40",
+                    "--eval-every", "20", *SMALL, "--record", rec, "--json", live_json, "--quiet")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            manifest = json.loads(read(os.path.join(rec, "manifest.json")))
+            self.assertEqual(manifest["format"], 1)
+            self.assertEqual([l["name"] for l in manifest["lanes"]], ["cpu·1", "b"])
+            r = run("replay", rec)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("cpu·1", r.stdout)
+            out = {k: os.path.join(d, f"x.{k}") for k in ("json", "csv", "tsv")}
+            tb = os.path.join(d, "tb")
+            r = run("export", rec, "--json", out["json"], "--csv", out["csv"], "--tensorboard", tb,
+                    "--dawnbench", out["tsv"])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            live, replayed = json.loads(read(live_json)), json.loads(read(out["json"]))
+            for a, b in zip(live["lanes"], replayed["lanes"]):
+                for key in ("name", "steps", "samples", "final_test_accuracy", "samples_per_sec", "status"):
+                    self.assertEqual(a[key], b[key], key)
+            self.assertTrue(read(out["tsv"]).startswith("epoch\thours\ttop1Accuracy"))
+            # TensorBoard's own reader accepts the event files.
+            try:
+                from tensorboard.backend.event_processing import event_file_loader
+            except ImportError:
+                self.skipTest("tensorboard is not installed here")
+            lane_dir = os.path.join(tb, "b")
+            (events_file,) = os.listdir(lane_dir)
+            tags = {}
+            for event in event_file_loader.EventFileLoader(os.path.join(lane_dir, events_file)).Load():
+                for value in event.summary.value:
+                    tags.setdefault(value.tag, []).append((event.step, value))
+            self.assertIn("throughput/samples_per_sec", tags)
+            self.assertIn("loss/train", tags)
+            # Evaluations at each epoch end (16 steps of 128 in 2,000) and every 20 steps.
+            self.assertEqual([step for step, _ in tags["accuracy/test"]], [16, 20, 32, 40])
+            # A recording with a lane file cut mid-line still replays.
+            lane0 = os.path.join(rec, "lane-0.jsonl")
+            data = read(lane0)
+            with open(lane0, "w", encoding="utf-8") as f:
+                f.write(data[: len(data) - 10])
+            r = run("replay", rec)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("cut off", r.stdout)
+            r = run("replay", os.path.join(d, "nothing-here"))
+            self.assertEqual(r.returncode, 2)
+
     def test_divergence_exits_1(self):
         r = run("race", "--lane", "cpu,lr=1e6", "--steps", "50", *SMALL, "--quiet")
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)

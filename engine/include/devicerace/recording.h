@@ -1,0 +1,73 @@
+#pragma once
+/// Recordings: a race written to disk as it runs — manifest.json plus one JSON-lines file of
+/// metric samples per lane (the engine's one event schema), flushed at every sample, so a
+/// recording cut off by a crash reads back up to its last whole line. Reading is strict and
+/// bounded. The writer belongs to the thread that feeds it; reading is thread-safe.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+#include "devicerace/metric_sample.h"
+#include "devicerace/race.h"
+
+namespace devicerace {
+
+/// The manifest's format; readers refuse other versions.
+inline constexpr int kRecordingFormat = 1;
+
+struct RecordedLane {
+    std::string name;
+    std::string file;    // JSON-lines file inside the recording folder
+    std::string spec;    // the lane in the CLI's syntax
+    std::string device;
+    std::optional<double> costPerHour;
+    std::int64_t totalSteps = 0;
+    std::int64_t batch = 0;
+};
+
+struct Recording {
+    std::filesystem::path dir;
+    std::string appVersion;
+    std::string workload;
+    std::string dataset;
+    bool synthetic = false;
+    bool fair = false;
+    std::optional<double> targetAccuracy;
+    std::string startedAt;      // ISO 8601, UTC
+    std::string cpuModel, blas, gpuNames, torchVersion, cudaVersion, cudnnVersion, host;
+    std::vector<RecordedLane> lanes;
+    std::map<std::string, std::vector<MetricSample>> samples; // per lane name, in file order
+    std::vector<std::string> warnings; // e.g. "cpu·1.jsonl: last line cut off; read up to line 812"
+};
+
+/// "cpu,threads=2,batch=64,name=laptop": a lane in the CLI's syntax.
+std::string formatLaneSpec(const LaneSpec& spec);
+
+class RecordingWriter {
+public:
+    /// Creates `dir` (must not hold a manifest already) and writes the manifest for `race`.
+    /// Throws Error naming the path and the reason.
+    RecordingWriter(const std::filesystem::path& dir, const Race& race);
+    ~RecordingWriter();
+    RecordingWriter(const RecordingWriter&) = delete;
+    RecordingWriter& operator=(const RecordingWriter&) = delete;
+    /// Appends one sample to its lane's file and flushes it.
+    void append(const MetricSample& sample);
+    const std::filesystem::path& dir() const { return m_dir; }
+
+private:
+    std::filesystem::path m_dir;
+    std::map<std::string, std::FILE*> m_files;
+};
+
+/// Reads a recording folder; throws DataError for a missing/unknown/hostile manifest. A lane
+/// file cut off mid-line reads up to its last whole line (and says so in `warnings`).
+Recording readRecording(const std::filesystem::path& dir);
+/// The summary the live race would have shown, from the recorded samples.
+RaceSummary summarizeRecording(const Recording& recording);
+
+} // namespace devicerace
