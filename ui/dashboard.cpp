@@ -42,7 +42,7 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     controls->setContentsMargins(0, 0, 0, 0);
     m_xAxis = new QComboBox(this);
     m_xAxis->setObjectName(QStringLiteral("xAxis"));
-    m_xAxis->addItems({tr("relative time"), tr("step"), tr("samples seen")});
+    m_xAxis->addItems({tr("relative time"), tr("step"), tr("samples seen"), tr("cost")});
     m_rate = new QComboBox(this);
     m_rate->addItems({tr("samples/s"), tr("steps/s")});
     m_smoothing = new QSlider(Qt::Horizontal, this);

@@ -27,6 +27,7 @@ void LaneHistory::append(const MetricSample& s) {
             samplesPerSec.push_back(*s.samplesPerSec);
             stepsPerSec.push_back(*s.stepsPerSec);
             loss.push_back(*s.loss);
+            cost.push_back(costPerHour ? s.time / 3600.0 * *costPerHour : 0.0);
             warmup.push_back(s.warmup ? 1 : 0);
             if (!s.warmup) {
                 recentSamplesPerSec = s.samplesPerSec;
@@ -39,6 +40,7 @@ void LaneHistory::append(const MetricSample& s) {
             evalStep.push_back(static_cast<double>(s.step));
             evalSamples.push_back(static_cast<double>(s.samples));
             evalAccuracy.push_back(*s.accuracy);
+            evalCost.push_back(costPerHour ? s.time / 3600.0 * *costPerHour : 0.0);
             lastAccuracy = s.accuracy;
         }
         break;
@@ -70,6 +72,7 @@ const std::vector<double>& xColumn(const LaneHistory& h, XAxis axis, bool eval) 
     switch (axis) {
     case XAxis::Step: return eval ? h.evalStep : h.step;
     case XAxis::Samples: return eval ? h.evalSamples : h.samples;
+    case XAxis::Cost: return eval ? h.evalCost : h.cost;
     case XAxis::Time: break;
     }
     return eval ? h.evalTime : h.time;

@@ -15,16 +15,17 @@
 
 namespace devicerace::ui {
 
-enum class XAxis { Time, Step, Samples };
+enum class XAxis { Time, Step, Samples, Cost };
 enum class Metric { SamplesPerSec, StepsPerSec, Loss, Accuracy };
 
 /// One lane's samples as parallel columns (non-finite values never enter).
 struct LaneHistory {
+    std::optional<double> costPerHour; // set before the first append; enables the cost axis
     // Train intervals
-    std::vector<double> time, step, samples, samplesPerSec, stepsPerSec, loss;
+    std::vector<double> time, step, samples, samplesPerSec, stepsPerSec, loss, cost; // cost: USD so far
     std::vector<char> warmup;
     // Evaluations
-    std::vector<double> evalTime, evalStep, evalSamples, evalAccuracy;
+    std::vector<double> evalTime, evalStep, evalSamples, evalAccuracy, evalCost;
     LaneState state = LaneState::Pending;
     QString message;
     std::int64_t lastStep = 0;

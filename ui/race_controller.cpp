@@ -46,6 +46,7 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
         info.costPerHour = lane->spec().costPerHour;
         m_lanes.push_back(info);
         m_histories.emplace_back();
+        m_histories.back().costPerHour = info.costPerHour;
         ++i;
     }
     m_race->start();

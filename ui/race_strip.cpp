@@ -74,6 +74,17 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
             row.status = h.message.isEmpty() ? QString::fromStdString(toString(h.state)) : h.message;
             break;
         }
+        // Money, as the seed posts talk about it: spent so far, and for the whole run at this pace.
+        if (lane.costPerHour && *lane.costPerHour > 0) {
+            const double spent = h.lastTime / 3600.0 * *lane.costPerHour;
+            row.status += QObject::tr(" · $%1").arg(spent, 0, 'f', spent < 1 ? 4 : 2);
+            if (!isTerminal(h.state) && h.recentSamplesPerSec && *h.recentSamplesPerSec > 0 && lane.batch > 0) {
+                const double rest = static_cast<double>(lane.totalSteps - h.lastStep) * static_cast<double>(lane.batch) /
+                                    *h.recentSamplesPerSec;
+                const double total = spent + rest / 3600.0 * *lane.costPerHour;
+                row.status += QObject::tr(" (run ≈ $%1)").arg(total, 0, 'f', total < 1 ? 4 : 2);
+            }
+        }
         if (static_cast<int>(i) == baseline) {
             row.speedup = QObject::tr("baseline");
         } else if (auto own = rate(h); baseRate && *baseRate > 0 && own) {

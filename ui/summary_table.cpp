@@ -32,9 +32,10 @@ QString formatBytes(std::uint64_t bytes) {
 }
 
 SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
-    setColumnCount(10);
+    setColumnCount(12);
     setHorizontalHeaderLabels({tr("lane"), tr("device"), tr("samples/s"), tr("steps/s"), tr("test acc"),
-                               tr("time→target"), tr("peak mem"), tr("$/h"), tr("status"), tr("data")});
+                               tr("time→target"), tr("peak mem"), tr("$/h"), tr("status"), tr("data"), tr("$→target"),
+                               tr("cost ×")});
     horizontalHeader()->setStretchLastSection(true);
     verticalHeader()->setVisible(false);
     setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -63,6 +64,8 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
             l.costPerHour ? QString::number(*l.costPerHour, 'f', 2) : dash,
             status,
             QString::fromStdString(l.datasetName),
+            l.costToTargetUsd ? QStringLiteral("$%1").arg(*l.costToTargetUsd, 0, 'f', 4) : dash,
+            l.costVsBaseline ? QStringLiteral("%1×").arg(*l.costVsBaseline, 0, 'f', 2) : dash,
         };
         for (int c = 0; c < cells.size(); ++c) {
             auto* item = this->item(r, c);
@@ -71,7 +74,7 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                 setItem(r, c, item);
             }
             item->setText(cells[c]);
-            item->setTextAlignment(c >= 2 && c <= 7 ? (Qt::AlignRight | Qt::AlignVCenter)
+            item->setTextAlignment((c >= 2 && c <= 7) || c >= 10 ? (Qt::AlignRight | Qt::AlignVCenter)
                                                     : (Qt::AlignLeft | Qt::AlignVCenter));
             if (c == 0 && r < static_cast<int>(lanes.size())) {
                 item->setForeground(lanes[static_cast<std::size_t>(r)].color);

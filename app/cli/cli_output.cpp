@@ -147,6 +147,10 @@ std::string summaryText(const RaceSummary& s, double target) {
                                   s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");
     out += fmt::format("{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}\n", "lane", "device", "samples/s",
                        "steps/s", "acc", fmt::format("t→{:.2f}", target), "peak mem", "speedup", "status");
+    bool costs = false;
+    for (const auto& l : s.lanes) {
+        costs = costs || l.costPerHour.has_value();
+    }
     for (const auto& l : s.lanes) {
         auto sp = s.speedup.find(l.name);
         out += fmt::format(
@@ -158,6 +162,16 @@ std::string summaryText(const RaceSummary& s, double target) {
             l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
             sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
             stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
+    }
+    if (costs) {
+        out += fmt::format("\n{:<12} {:>8} {:>10} {:>12} {:>12}\n", "lane", "$/hour", "cost", "$→target", "cost ×");
+        for (const auto& l : s.lanes) {
+            auto money = [](const std::optional<double>& v) { return v ? fmt::format("${:.4f}", *v) : std::string("-"); };
+            out += fmt::format("{:<12} {:>8} {:>10} {:>12} {:>12}\n", l.name,
+                               l.costPerHour ? fmt::format("{:.2f}", *l.costPerHour) : "-", money(l.totalCostUsd),
+                               money(l.costToTargetUsd),
+                               l.costVsBaseline ? fmt::format("{:.2f}x", *l.costVsBaseline) : "-");
+        }
     }
     return out;
 }

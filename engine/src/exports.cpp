@@ -81,6 +81,9 @@ std::string summaryToJson(const RaceSummary& summary) {
             {"time_to_target_seconds", orNull(l.timeToTargetSeconds)},
             {"peak_memory_bytes", orNull(l.peakMemoryBytes)},
             {"cost_per_hour", orNull(l.costPerHour)},
+            {"total_cost_usd", orNull(l.totalCostUsd)},
+            {"cost_to_target_usd", orNull(l.costToTargetUsd)},
+            {"cost_vs_baseline", orNull(l.costVsBaseline)},
             {"dataset", {{"name", l.datasetName}, {"synthetic", l.synthetic}}},
         });
     }

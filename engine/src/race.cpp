@@ -97,6 +97,17 @@ ResolvedData resolveData(const WorkloadInfo& w, std::optional<DataMode> mode, co
                                  w.dataset == "cifar10" ? " (pass --data-dir with CIFAR-10 binaries to use CIFAR-10)" : "")};
 }
 
+void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline) {
+    if (baseline >= lanes.size() || !lanes[baseline].costToTargetUsd || *lanes[baseline].costToTargetUsd <= 0) {
+        return;
+    }
+    for (auto& lane : lanes) {
+        if (lane.costToTargetUsd) {
+            lane.costVsBaseline = *lane.costToTargetUsd / *lanes[baseline].costToTargetUsd;
+        }
+    }
+}
+
 std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline) {
     std::map<std::string, double> out;
     if (baseline >= lanes.size() || !lanes[baseline].samplesPerSec || *lanes[baseline].samplesPerSec <= 0) {
@@ -250,6 +261,7 @@ RaceSummary Race::summary() const {
         out.lanes.push_back(lane->summary());
     }
     out.speedup = speedups(out.lanes);
+    normaliseCosts(out.lanes);
     return out;
 }
 

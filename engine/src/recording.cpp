@@ -260,6 +260,7 @@ RaceSummary summarizeRecording(const Recording& r) {
         out.lanes.push_back(std::move(s));
     }
     out.speedup = speedups(out.lanes);
+    normaliseCosts(out.lanes);
     return out;
 }
 

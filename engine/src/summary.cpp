@@ -52,6 +52,12 @@ LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, const std::vecto
             break;
         }
     }
+    if (out.costPerHour) {
+        out.totalCostUsd = out.wallSeconds / 3600.0 * *out.costPerHour;
+        if (out.timeToTargetSeconds) {
+            out.costToTargetUsd = *out.timeToTargetSeconds / 3600.0 * *out.costPerHour;
+        }
+    }
     if (!sampleRates.empty()) {
         out.samplesPerSec = median(sampleRates);
         out.stepsPerSec = median(stepRates);

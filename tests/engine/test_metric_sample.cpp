@@ -5,6 +5,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
 #include "devicerace/metric_sample.h"
+#include "devicerace/race.h"
 #include "devicerace/summary.h"
 
 using namespace devicerace;
@@ -90,6 +91,22 @@ TEST(Summary, MedianExcludesWarmupAndTargetFollowsMlperf) {
     EXPECT_DOUBLE_EQ(sum.measuredSeconds, 2.0);
     EXPECT_EQ(sum.measuredSamples, 400);
     EXPECT_FALSE(summarize(spec, 100, samples, 0.99).timeToTargetSeconds.has_value());
+}
+
+TEST(Summary, CostToTargetAndNormalisedCost) {
+    std::vector<MetricSample> samples = {train(10, 1.0, 100, false), eval(10, 1800, 0.95)};
+    LaneSpec cheap, dear;
+    cheap.name = "cheap";
+    cheap.costPerHour = 1.0;
+    dear.name = "dear";
+    dear.costPerHour = 3.0;
+    std::vector<LaneSummary> lanes = {summarize(cheap, 100, samples, 0.9), summarize(dear, 100, samples, 0.9)};
+    EXPECT_DOUBLE_EQ(*lanes[0].costToTargetUsd, 0.5); // half an hour at $1/h
+    EXPECT_DOUBLE_EQ(*lanes[1].totalCostUsd, 1.5);
+    normaliseCosts(lanes);
+    EXPECT_DOUBLE_EQ(*lanes[1].costVsBaseline, 3.0);
+    LaneSpec free;
+    EXPECT_FALSE(summarize(free, 100, samples, 0.9).costToTargetUsd.has_value());
 }
 
 TEST(Summary, MedianOfEvenAndOdd) {

@@ -56,6 +56,20 @@ private Q_SLOTS:
         QCOMPARE(smoothEma({0, 1}, {3, 4}, 0), (std::vector<double>{3, 4}));
     }
 
+    void costAxisFollowsTheLanesPrice() {
+        LaneHistory h;
+        h.costPerHour = 3.6; // $0.001 a second
+        MetricSample s;
+        s.kind = SampleKind::Train;
+        s.time = 10;
+        s.samplesPerSec = 1;
+        s.stepsPerSec = 1;
+        s.loss = 1;
+        h.append(s);
+        QCOMPARE(xColumn(h, XAxis::Cost, false).size(), std::size_t(1));
+        QVERIFY(std::abs(xColumn(h, XAxis::Cost, false)[0] - 0.01) < 1e-12);
+    }
+
     void historyDropsNonFiniteValues() {
         LaneHistory h;
         MetricSample s;

@@ -30,6 +30,7 @@ QString axisTitle(XAxis axis) {
     switch (axis) {
     case XAxis::Step: return QObject::tr("step");
     case XAxis::Samples: return QObject::tr("samples seen");
+    case XAxis::Cost: return QObject::tr("cost so far (USD, lanes with $/hour)");
     case XAxis::Time: break;
     }
     return QObject::tr("time since lane start (s)");
@@ -105,6 +106,7 @@ void MetricChart::updateTitles() {
     m_x->setTitleText(axisTitle(m_axis));
     m_y->setTitleText(metricTitle(m_metric));
     m_y->setLabelFormat(m_metric == Metric::SamplesPerSec ? QStringLiteral("%.0f") : QStringLiteral("%.2f"));
+    m_x->setLabelFormat(m_axis == XAxis::Cost ? QStringLiteral("$%.4f") : QStringLiteral("%.0f"));
 }
 
 void MetricChart::setMetric(Metric metric) {
@@ -223,6 +225,12 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         const auto& h = histories[i];
         const auto& xs = xColumn(h, m_axis, eval);
         const auto& ys = yColumn(h, m_metric);
+        if (m_axis == XAxis::Cost && !h.costPerHour) {
+            s.warm.clear();
+            s.raw.clear();
+            s.smooth.clear();
+            continue;
+        }
         if (eval) {
             s.smooth = decimateMinMax(xs, ys, lo, hi, buckets);
             grow(s.smooth);

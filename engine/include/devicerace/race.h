@@ -55,6 +55,9 @@ struct ResolvedData {
 ResolvedData resolveData(const WorkloadInfo& workload, std::optional<DataMode> mode, const std::string& dataDir,
                          std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit);
 
+/// Fills each lane's costVsBaseline: its cost to target over the baseline lane's.
+void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
+
 /// Speedup of each lane's median samples/sec relative to `baseline` (null when unknown).
 std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
 

@@ -28,6 +28,9 @@ struct LaneSummary {
     std::optional<double> timeToTargetSeconds;  // MLPerf: first evaluation at or above target
     std::optional<std::uint64_t> peakMemoryBytes;
     std::optional<double> costPerHour;
+    std::optional<double> totalCostUsd;        // wall seconds x $/hour
+    std::optional<double> costToTargetUsd;     // time to target x $/hour
+    std::optional<double> costVsBaseline;      // costToTarget / the baseline lane's (seed 003's normalised cost)
     std::string datasetName;     // the data this lane trained on
     bool synthetic = false;
 };
