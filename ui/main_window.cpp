@@ -3,6 +3,9 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QComboBox>
+#include <QDateTime>
+#include <QStandardPaths>
 #include <QFileDialog>
 #include <QInputDialog>
 #include <QMenu>
@@ -119,6 +122,31 @@ void MainWindow::buildToolbar() {
     connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
     addAction(esc);
 
+    m_recordAction = bar->addAction(tr("⏺ Record"));
+    m_recordAction->setCheckable(true);
+    m_recordAction->setChecked(true);
+    m_recordAction->setToolTip(tr("Record every race into the runs folder (replay it later, here or elsewhere)"));
+    connect(m_recordAction, &QAction::toggled, this, [this](bool on) { m_record = on; });
+    bar->addAction(tr("Open recording…"), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(
+            this, tr("Open a recording"),
+            QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs"));
+        if (!dir.isEmpty()) {
+            openRecording(dir);
+        }
+    });
+    auto* speed = new QComboBox(this);
+    speed->setObjectName(QStringLiteral("replaySpeed"));
+    speed->setToolTip(tr("Playback speed of recordings"));
+    speed->addItem(tr("1×"), 1.0);
+    speed->addItem(tr("2×"), 2.0);
+    speed->addItem(tr("10×"), 10.0);
+    speed->addItem(tr("instantly"), 0.0);
+    connect(speed, &QComboBox::currentIndexChanged, this, [this, speed] { setReplaySpeed(speed->currentData().toDouble()); });
+    bar->addWidget(speed);
+    bar->addAction(tr("Clear recordings"), this, [this] { m_race->clearRecordings(); });
+    bar->addSeparator();
+
     m_darkAction = bar->addAction(tr("◐ Dark"));
     m_darkAction->setCheckable(true);
     m_darkAction->setToolTip(tr("Dark theme (presentation mode is always dark)"));
@@ -218,7 +246,15 @@ bool MainWindow::startRace() {
         return false;
     }
     m_pause->setChecked(false);
-    if (!m_race->start(spec, m_setup->laneColors())) {
+    QString recordDir;
+    if (m_record) {
+        const QString base = m_recordDir.isEmpty()
+                                 ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs")
+                                 : m_recordDir;
+        recordDir = base + QLatin1Char('/') + QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
+                    QLatin1Char('-') + QString::fromStdString(spec.workload);
+    }
+    if (!m_race->start(spec, m_setup->laneColors(), recordDir)) {
         return false;
     }
     int cpuThreads = 0;
@@ -235,8 +271,28 @@ bool MainWindow::startRace() {
                   .arg(cpuThreads)
             : QString());
     saveSettings();
-    statusBar()->showMessage(tr("Racing…"));
+    statusBar()->showMessage(m_race->recordDir().isEmpty() ? tr("Racing…")
+                                                           : tr("Racing… recording to %1").arg(m_race->recordDir()));
     return true;
+}
+
+bool MainWindow::openRecording(const QString& dir) {
+    QString error;
+    if (!m_race->addRecording(dir, &error)) {
+        showError(error);
+        return false;
+    }
+    statusBar()->showMessage(tr("Replaying %1").arg(dir), 5000);
+    return true;
+}
+
+void MainWindow::setReplaySpeed(double speed) { m_race->setReplaySpeed(speed); }
+
+void MainWindow::setRecording(bool on, const QString& dir) {
+    m_record = on;
+    m_recordDir = dir;
+    const QSignalBlocker block(m_recordAction);
+    m_recordAction->setChecked(on);
 }
 
 void MainWindow::stopRace() {

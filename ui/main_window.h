@@ -42,6 +42,12 @@ public:
     QString exportCsv(const QString& path);
     QString exportJson(const QString& path);
     QString lastError() const { return m_lastError; }
+    /// Opens a recording beside the live lanes (played at the chosen speed).
+    bool openRecording(const QString& dir);
+    void setReplaySpeed(double speed);
+    /// Races are recorded into AppDataLocation/runs/ unless switched off; "" = default place.
+    void setRecording(bool on, const QString& dir = {});
+    bool recording() const { return m_record; }
     /// Restores the last race and layout from QSettings (false when there is none).
     bool restoreSettings();
     void saveSettings() const;
@@ -74,6 +80,9 @@ private:
     bool m_closing = false;
     bool m_presentation = false;
     bool m_dark = false;
+    bool m_record = true;
+    QString m_recordDir;
+    QAction* m_recordAction = nullptr;
     QAction* m_darkAction = nullptr;
     std::vector<double> m_lastLaneCpu;
     bool m_wasMaximized = false;

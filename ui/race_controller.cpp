@@ -3,6 +3,8 @@
 #include "devicerace/errors.h"
 #include "palette.h"
 
+#include <algorithm>
+
 namespace devicerace::ui {
 
 namespace {
@@ -20,7 +22,7 @@ RaceController::~RaceController() {
     m_race.reset(); // requests stop and joins every lane
 }
 
-bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colors) {
+bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir) {
     std::unique_ptr<Race> race;
     try {
         race = std::make_unique<Race>(spec);
@@ -29,7 +31,17 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
         return false;
     }
     m_timer.stop();
+    m_recorder.reset();
     m_race = std::move(race);
+    m_recordDir.clear();
+    if (!recordDir.isEmpty()) {
+        try {
+            m_recorder = std::make_unique<RecordingWriter>(recordDir.toStdString(), *m_race);
+            m_recordDir = recordDir;
+        } catch (const std::exception& e) {
+            Q_EMIT failed(tr("not recording: %1").arg(QString::fromStdString(e.what())));
+        }
+    }
     m_lanes.clear();
     m_histories.clear();
     m_samples.clear();
@@ -49,9 +61,97 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
         m_histories.back().costPerHour = info.costPerHour;
         ++i;
     }
+    m_liveLanes = m_lanes.size();
+    rebuildReplays();
     m_race->start();
     m_timer.start();
     Q_EMIT started();
+    return true;
+}
+
+bool RaceController::addRecording(const QString& dir, QString* error) {
+    std::shared_ptr<const Recording> rec;
+    try {
+        rec = std::make_shared<Recording>(readRecording(dir.toStdString()));
+    } catch (const std::exception& e) {
+        if (error) {
+            *error = QString::fromStdString(e.what());
+        }
+        Q_EMIT failed(QString::fromStdString(e.what()));
+        return false;
+    }
+    m_recordings.push_back(rec);
+    if (!m_race) {
+        m_lanes.clear();
+        m_histories.clear();
+        m_liveLanes = 0;
+    }
+    m_lanes.resize(m_liveLanes);
+    m_histories.resize(m_liveLanes);
+    rebuildReplays();
+    m_announcedFinish = false;
+    m_timer.start();
+    Q_EMIT started();
+    return true;
+}
+
+void RaceController::clearRecordings() {
+    m_recordings.clear();
+    m_lanes.resize(m_liveLanes);
+    m_histories.resize(m_liveLanes);
+    m_replays.clear();
+    Q_EMIT started();
+}
+
+void RaceController::setReplaySpeed(double speed) { m_replaySpeed = speed; }
+
+void RaceController::rebuildReplays() {
+    m_replays.clear();
+    for (const auto& rec : m_recordings) {
+        const QString date = QString::fromStdString(rec->startedAt).left(10);
+        for (const auto& lane : rec->lanes) {
+            LaneInfo info;
+            info.recorded = true;
+            // Recorded lanes say so, with their device and date.
+            QString device = QString::fromStdString(lane.device);
+            if (lane.device.starts_with("cuda") && !rec->gpuNames.empty()) {
+                device += QStringLiteral(" ") + QString::fromStdString(rec->gpuNames);
+            }
+            info.name = QString::fromStdString(lane.name) + QStringLiteral(" · rec ") + date;
+            info.device = device + QStringLiteral(" (recorded)");
+            info.color = laneColor(static_cast<int>(m_lanes.size()));
+            info.totalSteps = lane.totalSteps;
+            info.batch = lane.batch;
+            info.costPerHour = lane.costPerHour;
+            m_replays.push_back({rec, lane.name, 0, m_lanes.size()});
+            m_lanes.push_back(info);
+            m_histories.emplace_back();
+            m_histories.back().costPerHour = info.costPerHour;
+        }
+    }
+    m_replayClock.start();
+}
+
+bool RaceController::feedReplays() {
+    const double t = m_replaySpeed <= 0 ? 1e300 : static_cast<double>(m_replayClock.elapsed()) / 1000.0 * m_replaySpeed;
+    bool changed = false;
+    for (auto& r : m_replays) {
+        const auto& samples = r.recording->samples.at(r.lane);
+        while (r.next < samples.size() && samples[r.next].time <= t) {
+            m_histories[r.index].append(samples[r.next]);
+            ++r.next;
+            changed = true;
+        }
+    }
+    return changed;
+}
+
+bool RaceController::replayDone() const {
+    for (const auto& r : m_replays) {
+        if (r.next < r.recording->samples.at(r.lane).size()) {
+            return false;
+        }
+    }
     return true;
 }
 
@@ -94,19 +194,29 @@ bool RaceController::running() const { return m_race && !m_race->finished(); }
 bool RaceController::finished() const { return !m_race || m_race->finished(); }
 
 void RaceController::poll() {
-    if (!m_race) {
-        return;
-    }
-    const bool done = m_race->finished(); // read before taking samples: nothing can follow a final state
-    bool changed = false;
-    auto lanes = m_race->lanes();
-    for (std::size_t i = 0; i < lanes.size(); ++i) {
-        auto batch = lanes[i]->takeSamples();
-        for (const auto& s : batch) {
-            m_histories[i].append(s);
+    // Read before taking samples: nothing can follow a final state.
+    const bool done = (!m_race || m_race->finished()) && replayDone();
+    bool changed = feedReplays();
+    if (m_race) {
+        auto lanes = m_race->lanes();
+        for (std::size_t i = 0; i < lanes.size(); ++i) {
+            auto batch = lanes[i]->takeSamples();
+            for (const auto& s : batch) {
+                m_histories[i].append(s);
+            }
+            if (m_recorder) {
+                try {
+                    for (const auto& s : batch) {
+                        m_recorder->append(s);
+                    }
+                } catch (const std::exception& e) {
+                    m_recorder.reset();
+                    Q_EMIT failed(tr("recording stopped: %1 (the race goes on)").arg(QString::fromStdString(e.what())));
+                }
+            }
+            changed = changed || !batch.empty();
+            m_samples.insert(m_samples.end(), batch.begin(), batch.end());
         }
-        changed = changed || !batch.empty();
-        m_samples.insert(m_samples.end(), batch.begin(), batch.end());
     }
     if (changed) {
         Q_EMIT updated();
@@ -119,10 +229,29 @@ void RaceController::poll() {
 }
 
 std::optional<RaceSummary> RaceController::summary() const {
-    if (!m_race) {
+    if (!m_race && m_recordings.empty()) {
         return std::nullopt;
     }
-    return m_race->summary();
+    RaceSummary out;
+    if (m_race) {
+        out = m_race->summary();
+    }
+    // Recorded lanes: the summary of what has been played back so far.
+    for (const auto& r : m_replays) {
+        Recording partial = *r.recording;
+        partial.lanes.erase(std::remove_if(partial.lanes.begin(), partial.lanes.end(),
+                                           [&](const RecordedLane& l) { return l.name != r.lane; }),
+                            partial.lanes.end());
+        auto& samples = partial.samples[r.lane];
+        samples.resize(r.next);
+        auto lanes = summarizeRecording(partial).lanes;
+        for (auto& l : lanes) {
+            l.name = m_lanes[r.index].name.toStdString();
+            l.device = m_lanes[r.index].device.toStdString();
+            out.lanes.push_back(std::move(l));
+        }
+    }
+    return out;
 }
 
 QString RaceController::datasetLabel() const {

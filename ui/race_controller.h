@@ -4,6 +4,7 @@
 // GUI thread only.
 #include <QColor>
 #include <QObject>
+#include <QElapsedTimer>
 #include <QTimer>
 
 #include <memory>
@@ -11,12 +12,14 @@
 
 #include "devicerace/lane_spec.h"
 #include "devicerace/race.h"
+#include "devicerace/recording.h"
 #include "lane_history.h"
 
 namespace devicerace::ui {
 
 /// What the window shows of a lane besides its samples.
 struct LaneInfo {
+    bool recorded = false; // replayed from a recording, not racing now
     QString name;
     QString device;
     QColor color;
@@ -32,7 +35,17 @@ public:
     ~RaceController() override;
 
     /// Validates and starts a race; on bad input returns false and emits failed(message).
-    bool start(const RaceSpec& spec, const std::vector<QColor>& colors);
+    /// With `recordDir`, the race is recorded there as it runs (a failure to record is reported
+    /// through failed() and the race goes on).
+    bool start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir = {});
+    /// Adds the lanes of a recording, played back beside the live lanes; false + `error` when
+    /// the folder is not a readable recording.
+    bool addRecording(const QString& dir, QString* error = nullptr);
+    void clearRecordings();
+    /// Playback speed of recordings: 1, 2, 10, ... or 0 for instantly.
+    void setReplaySpeed(double speed);
+    int recordingCount() const { return static_cast<int>(m_recordings.size()); }
+    QString recordDir() const { return m_recordDir; }
     void stop();
     void setPaused(bool paused);
     void setLanePaused(int lane, bool paused);
@@ -45,6 +58,8 @@ public:
     bool hasRace() const { return m_race != nullptr; }
     /// Lanes still running after stop() (for a bounded shutdown).
     bool finished() const;
+    /// Every recorded lane has been played to its end.
+    bool replayDone() const;
 
     const std::vector<LaneInfo>& lanes() const { return m_lanes; }
     const std::vector<LaneHistory>& histories() const { return m_histories; }
@@ -66,7 +81,22 @@ Q_SIGNALS:
     void failed(const QString& message);
 
 private:
+    struct Replay {
+        std::shared_ptr<const Recording> recording;
+        std::string lane;
+        std::size_t next = 0;
+        std::size_t index = 0; // into m_lanes / m_histories
+    };
+    void rebuildReplays();
+    bool feedReplays();
     std::unique_ptr<Race> m_race;
+    std::unique_ptr<RecordingWriter> m_recorder;
+    QString m_recordDir;
+    std::vector<std::shared_ptr<const Recording>> m_recordings;
+    std::vector<Replay> m_replays;
+    double m_replaySpeed = 1.0;
+    QElapsedTimer m_replayClock;
+    std::size_t m_liveLanes = 0;
     std::vector<LaneInfo> m_lanes;
     std::vector<LaneHistory> m_histories;
     std::vector<MetricSample> m_samples;

@@ -25,7 +25,13 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     const QCommandLineOption shot(QStringLiteral("screenshot"),
                                   QStringLiteral("Run the race to its end, save the dashboard as PNG, exit"),
                                   QStringLiteral("FILE"));
-    p.addOptions({workload, lane, epochs, steps, data, fair, start, present, shot});
+    const QCommandLineOption replay(QStringLiteral("replay"), QStringLiteral("Play back a recording (repeatable)"),
+                                    QStringLiteral("DIR"));
+    const QCommandLineOption speed(QStringLiteral("replay-speed"),
+                                   QStringLiteral("Playback speed: 1, 2, 10, ... or 0 for instantly"), QStringLiteral("X"));
+    const QCommandLineOption record(QStringLiteral("record"), QStringLiteral("Record races into DIR"), QStringLiteral("DIR"));
+    const QCommandLineOption noRecord(QStringLiteral("no-record"), QStringLiteral("Do not record races"));
+    p.addOptions({workload, lane, epochs, steps, data, fair, start, present, shot, replay, speed, record, noRecord});
     if (!p.parse(arguments)) {
         out.error = p.errorText();
         return out;
@@ -36,7 +42,19 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     out.start = p.isSet(start);
     out.presentation = p.isSet(present);
     out.screenshot = p.value(shot);
-    if (!out.screenshot.isEmpty()) {
+    out.replays = p.values(replay);
+    out.record = !p.isSet(noRecord);
+    out.recordDir = p.value(record);
+    if (p.isSet(speed)) {
+        bool ok = false;
+        out.replaySpeed = p.value(speed).toDouble(&ok);
+        if (!ok || out.replaySpeed < 0) {
+            out.error = QStringLiteral("--replay-speed %1: expected 0 (instantly) or a positive factor").arg(p.value(speed));
+            return out;
+        }
+    }
+    // A screenshot runs the race to its end: start it, unless only recordings are shown.
+    if (!out.screenshot.isEmpty() && (out.replays.isEmpty() || p.isSet(workload) || p.isSet(lane))) {
         out.start = true;
     }
     try {

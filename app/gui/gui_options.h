@@ -15,6 +15,10 @@ struct GuiOptions {
     bool start = false;
     bool presentation = false;
     QString screenshot;
+    QStringList replays;     // recordings to play beside (or instead of) a live race
+    double replaySpeed = 1;  // 0: instantly
+    bool record = true;
+    QString recordDir;
     QString error; // non-empty: bad usage, print and exit 2
 };
 

@@ -56,7 +56,15 @@ int main(int argc, char** argv) {
     } else if (!screenshot) {
         window.restoreSettings();
     }
+    window.setRecording(options.record, options.recordDir);
+    window.setReplaySpeed(options.replaySpeed);
     window.show();
+    for (const auto& dir : options.replays) {
+        if (!window.openRecording(dir)) {
+            std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(window.lastError()));
+            return 2;
+        }
+    }
     if (options.presentation) {
         window.setPresentation(true);
     }

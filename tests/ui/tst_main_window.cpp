@@ -268,6 +268,44 @@ private Q_SLOTS:
         QVERIFY(error.contains(QStringLiteral("unknown preset")));
     }
 
+    void aRecordedRaceReplaysToTheSameSummary() {
+        QTemporaryDir runs;
+        QString recordDir;
+        std::optional<RaceSummary> live;
+        {
+            MainWindow w;
+            w.setRecording(true, runs.path());
+            w.show();
+            w.setupPanel()->setRaceSpec(shortRace(60));
+            QSignalSpy finished(&w, &MainWindow::raceFinished);
+            QVERIFY(w.startRace());
+            QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+            recordDir = w.race()->recordDir();
+            live = w.race()->summary();
+        }
+        QVERIFY(QFile::exists(recordDir + QStringLiteral("/manifest.json")));
+        MainWindow replay;
+        replay.setReplaySpeed(0); // instantly
+        replay.show();
+        QSignalSpy finished(&replay, &MainWindow::raceFinished);
+        QVERIFY(replay.openRecording(recordDir));
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 20000);
+        const auto replayed = replay.race()->summary();
+        QVERIFY(replayed.has_value());
+        QCOMPARE(replayed->lanes.size(), live->lanes.size());
+        for (std::size_t i = 0; i < live->lanes.size(); ++i) {
+            QCOMPARE(replayed->lanes[i].steps, live->lanes[i].steps);
+            QCOMPARE(*replayed->lanes[i].finalTestAccuracy, *live->lanes[i].finalTestAccuracy);
+            QCOMPARE(*replayed->lanes[i].samplesPerSec, *live->lanes[i].samplesPerSec);
+            QVERIFY(replay.race()->lanes()[i].recorded);
+            QVERIFY(replay.race()->lanes()[i].device.contains(QStringLiteral("recorded")));
+        }
+        QVERIFY(replay.dashboard()->throughputChart()->pointCount() > 0);
+        // Not a recording: a clear message, nothing added.
+        QVERIFY(!replay.openRecording(runs.path()));
+        QVERIFY(replay.lastError().contains(QStringLiteral("manifest.json")));
+    }
+
     void chartClicksOnEmptyAreasDoNotCrash() {
         MainWindow w;
         w.show();
