@@ -26,6 +26,24 @@ QString formatDuration(double seconds) {
     return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
 }
 
+std::optional<double> projectedTimeToTarget(const LaneHistory& h, double target) {
+    for (std::size_t i = 0; i < h.evalAccuracy.size(); ++i) {
+        if (h.evalAccuracy[i] >= target) {
+            return h.evalTime[i];
+        }
+    }
+    const std::size_t n = h.evalAccuracy.size();
+    if (n < 2) {
+        return std::nullopt;
+    }
+    const double a1 = h.evalAccuracy[n - 2], a2 = h.evalAccuracy[n - 1];
+    const double t1 = h.evalTime[n - 2], t2 = h.evalTime[n - 1];
+    if (a2 <= a1 || t2 <= t1) {
+        return std::nullopt;
+    }
+    return t2 + (target - a2) * (t2 - t1) / (a2 - a1);
+}
+
 std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::int64_t warmupSteps) {
     std::vector<StripRow> rows;
     const auto& lanes = race.lanes();
@@ -78,11 +96,14 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         if (lane.costPerHour && *lane.costPerHour > 0) {
             const double spent = h.lastTime / 3600.0 * *lane.costPerHour;
             row.status += QObject::tr(" · $%1").arg(spent, 0, 'f', spent < 1 ? 4 : 2);
-            if (!isTerminal(h.state) && h.recentSamplesPerSec && *h.recentSamplesPerSec > 0 && lane.batch > 0) {
-                const double rest = static_cast<double>(lane.totalSteps - h.lastStep) * static_cast<double>(lane.batch) /
-                                    *h.recentSamplesPerSec;
-                const double total = spent + rest / 3600.0 * *lane.costPerHour;
-                row.status += QObject::tr(" (run ≈ $%1)").arg(total, 0, 'f', total < 1 ? 4 : 2);
+            if (auto target = race.targetAccuracy()) {
+                if (auto t = projectedTimeToTarget(h, *target)) {
+                    const double cost = *t / 3600.0 * *lane.costPerHour;
+                    const bool reached = h.lastAccuracy && *h.lastAccuracy >= *target;
+                    row.status += (reached ? QObject::tr(" · $%1 to %2") : QObject::tr(" · ≈$%1 to %2 (projected)"))
+                                      .arg(cost, 0, 'f', cost < 1 ? 4 : 2)
+                                      .arg(*target, 0, 'f', 2);
+                }
             }
         }
         if (static_cast<int>(i) == baseline) {

@@ -22,6 +22,9 @@ struct StripRow {
 
 /// Builds the strip's rows from the race state (`baseline` indexes the lanes).
 std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::int64_t warmupSteps);
+/// Lane-clock seconds at which the lane reaches `target`: the first evaluation at or above it,
+/// else a straight line through the last two evaluations (none while accuracy is not rising).
+std::optional<double> projectedTimeToTarget(const LaneHistory& history, double target);
 /// "1:05", "1:02:03"
 QString formatDuration(double seconds);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "lane_history.h"
+#include "race_strip.h"
 
 using namespace devicerace;
 using namespace devicerace::ui;
@@ -68,6 +69,25 @@ private Q_SLOTS:
         h.append(s);
         QCOMPARE(xColumn(h, XAxis::Cost, false).size(), std::size_t(1));
         QVERIFY(std::abs(xColumn(h, XAxis::Cost, false)[0] - 0.01) < 1e-12);
+    }
+
+    void timeToTargetIsProjectedFromTheLastEvaluations() {
+        LaneHistory h;
+        auto eval = [&](double t, double acc) {
+            MetricSample e;
+            e.kind = SampleKind::Eval;
+            e.time = t;
+            e.accuracy = acc;
+            h.append(e);
+        };
+        QVERIFY(!projectedTimeToTarget(h, 0.9).has_value());
+        eval(10, 0.70);
+        eval(20, 0.80);
+        QCOMPARE(*projectedTimeToTarget(h, 0.9), 30.0); // +0.1 per 10 s
+        eval(30, 0.79);
+        QVERIFY(!projectedTimeToTarget(h, 0.9).has_value()); // not rising: no guess
+        eval(40, 0.91);
+        QCOMPARE(*projectedTimeToTarget(h, 0.9), 40.0); // reached
     }
 
     void historyDropsNonFiniteValues() {
