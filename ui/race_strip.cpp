@@ -173,7 +173,7 @@ void RaceStrip::paintEvent(QPaintEvent*) {
     for (const auto& row : m_rows) {
         nameW = std::max(nameW, bigMetrics.horizontalAdvance(row.name) + 8);
     }
-    const int barW = width() * 4 / 10;
+    const int barW = width() * 3 / 10;
     const QColor text = palette().color(QPalette::WindowText);
     for (std::size_t i = 0; i < m_rows.size(); ++i) {
         const auto& row = m_rows[i];
@@ -192,10 +192,10 @@ void RaceStrip::paintEvent(QPaintEvent*) {
         p.setFont(base);
         p.setPen(row.failed ? QColor(220, 70, 70) : text);
         const int statusX = bar.right() + 12;
-        const int speedW = width() / 4;
-        p.drawText(QRect(statusX, y, width() - statusX - speedW - 6, h), Qt::AlignVCenter | Qt::AlignLeft,
-                   fontMetrics().elidedText(row.status, Qt::ElideRight,
-                                            static_cast<int>((width() - statusX - speedW) / m_fontScale)));
+        const int speedW = std::max(width() / 6, QFontMetrics(big).horizontalAdvance(row.speedup) + 12);
+        const int statusW = width() - statusX - speedW - 6;
+        p.drawText(QRect(statusX, y, statusW, h), Qt::AlignVCenter | Qt::AlignLeft,
+                   QFontMetrics(base).elidedText(row.status, Qt::ElideRight, statusW));
         p.setFont(big);
         p.setPen(text);
         p.drawText(QRect(width() - speedW - 6, y, speedW, h), Qt::AlignVCenter | Qt::AlignRight, row.speedup);
