@@ -13,60 +13,32 @@
 
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
+#include "devicerace/recording.h"
 #include "palette.h"
 
 namespace devicerace::ui {
 
-QString laneSpecText(const LaneSpec& s) {
-    QString out = QString::fromStdString(s.device);
-    if (s.threads) {
-        out += QStringLiteral(",threads=%1").arg(*s.threads);
-    }
-    if (s.batch) {
-        out += QStringLiteral(",batch=%1").arg(*s.batch);
-    }
-    if (s.lr) {
-        out += QStringLiteral(",lr=%1").arg(*s.lr, 0, 'g', 12);
-    }
-    if (s.precision != Precision::Fp32) {
-        out += QStringLiteral(",precision=") + QString::fromStdString(toString(s.precision));
-    }
-    if (s.costPerHour) {
-        out += QStringLiteral(",cost=%1").arg(*s.costPerHour, 0, 'g', 12);
-    }
-    if (const auto extra = extraOptionsText(s); !extra.isEmpty()) {
-        out += QLatin1Char(',') + extra;
-    }
-    if (!s.name.empty()) {
-        out += QStringLiteral(",name=") + QString::fromStdString(s.name);
-    }
-    return out;
+QString laneSpecText(const LaneSpec& s) { return QString::fromStdString(formatLaneSpec(s)); }
+
+namespace {
+// The lane keys that have no column of their own ("more options").
+void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
+    to.channelsLast = from.channelsLast;
+    to.evalBatch = from.evalBatch;
+    to.weightDecay = from.weightDecay;
+    to.momentum = from.momentum;
+    to.schedule = from.schedule;
+    to.lstm = from.lstm;
+    to.data = from.data;
 }
+} // namespace
 
 QString extraOptionsText(const LaneSpec& s) {
-    QStringList parts;
-    if (s.channelsLast) {
-        parts << QStringLiteral("channels_last=%1").arg(*s.channelsLast ? QStringLiteral("true") : QStringLiteral("false"));
-    }
-    if (s.evalBatch) {
-        parts << QStringLiteral("eval_batch=%1").arg(*s.evalBatch);
-    }
-    if (s.weightDecay) {
-        parts << QStringLiteral("wd=%1").arg(*s.weightDecay, 0, 'g', 12);
-    }
-    if (s.momentum) {
-        parts << QStringLiteral("momentum=%1").arg(*s.momentum, 0, 'g', 12);
-    }
-    if (s.schedule) {
-        parts << QStringLiteral("schedule=") + QString::fromStdString(*s.schedule);
-    }
-    if (s.lstm) {
-        parts << QStringLiteral("lstm=") + QString::fromStdString(*s.lstm);
-    }
-    if (s.data) {
-        parts << QStringLiteral("data=") + QString::fromStdString(toString(*s.data));
-    }
-    return parts.join(QLatin1Char(','));
+    // Format a spec holding only the extra keys, minus its device.
+    LaneSpec extra;
+    copyExtraKeys(s, extra);
+    const std::string text = formatLaneSpec(extra);
+    return QString::fromStdString(text.size() > 4 ? text.substr(4) : std::string()); // drop "cpu,"
 }
 
 namespace {
@@ -246,13 +218,7 @@ std::vector<LaneSpec> LanesTable::lanes() const {
             } catch (const UsageError& e) {
                 throw UsageError(QObject::tr("lane %1: %2").arg(r + 1).arg(QString::fromStdString(e.what())).toStdString());
             }
-            s.channelsLast = more.channelsLast;
-            s.evalBatch = more.evalBatch;
-            s.weightDecay = more.weightDecay;
-            s.momentum = more.momentum;
-            s.schedule = more.schedule;
-            s.lstm = more.lstm;
-            s.data = more.data;
+            copyExtraKeys(more, s);
         }
         out.push_back(s);
     }

@@ -4,32 +4,16 @@
 
 #include <cmath>
 
+#include "devicerace/format.h"
 #include "race_strip.h"
 
 namespace devicerace::ui {
 
 QString groupedNumber(double value) {
-    if (!std::isfinite(value)) {
-        return QStringLiteral("–");
-    }
-    QString digits = QString::number(std::llround(std::fabs(value)));
-    for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) {
-        digits.insert(i, QLatin1Char(','));
-    }
-    return value < 0 ? QStringLiteral("-") + digits : digits;
+    return std::isfinite(value) ? QString::fromStdString(groupThousands(value)) : QStringLiteral("–");
 }
 
-QString formatBytes(std::uint64_t bytes) {
-    const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (v >= 1000 && u < 4) {
-        v /= 1000;
-        ++u;
-    }
-    return u == 0 ? QStringLiteral("%1 B").arg(bytes)
-                  : QStringLiteral("%1 %2").arg(v, 0, 'f', 1).arg(QString::fromLatin1(units[u]));
-}
+QString formatBytes(std::uint64_t bytes) { return QString::fromStdString(devicerace::formatBytes(bytes)); }
 
 SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
     setColumnCount(12);

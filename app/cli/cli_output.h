@@ -4,14 +4,11 @@
 #include <string>
 
 #include "devicerace/device_info.h"
+#include "devicerace/format.h"
 #include "devicerace/race.h"
 
 namespace devicerace::cli {
 
-/// 61204.3 -> "61,204" (numbers the audience reads are rounded for reading).
-std::string groupThousands(double value);
-/// 1288490188 -> "1.2 GB".
-std::string formatBytes(std::uint64_t bytes);
 
 /// "finished", "failed: <why>", or the message alone when it already starts with the state.
 std::string stateText(LaneState state, const std::string& message);

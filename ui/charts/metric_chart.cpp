@@ -109,8 +109,7 @@ void MetricChart::updateTitles() {
     m_x->setLabelFormat(m_axis == XAxis::Cost ? QStringLiteral("$%.4f") : QStringLiteral("%.0f"));
 }
 
-void MetricChart::setMetric(Metric metric) {
-    m_metric = metric;
+void MetricChart::resetCaches() {
     for (auto& s : m_series) {
         s.smoothedTau = -1;
         s.smoothed.clear();
@@ -121,17 +120,15 @@ void MetricChart::setMetric(Metric metric) {
     }
 }
 
+void MetricChart::setMetric(Metric metric) {
+    m_metric = metric;
+    resetCaches();
+}
+
 void MetricChart::setXAxis(XAxis axis) {
     m_axis = axis;
     m_zoomed = false;
-    for (auto& s : m_series) {
-        s.smoothedTau = -1;
-        s.smoothed.clear();
-    }
-    updateTitles();
-    if (m_last) {
-        refresh(*m_last);
-    }
+    resetCaches();
 }
 
 void MetricChart::setSmoothing(double amount) {

@@ -62,6 +62,7 @@ private:
     };
     void applyRange(double lo, double hi);
     void pushLines();
+    void resetCaches(); // after a metric or axis change: the cached lines no longer apply
     void updateTitles();
 
     Metric m_metric;
