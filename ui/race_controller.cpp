@@ -238,17 +238,13 @@ std::optional<RaceSummary> RaceController::summary() const {
     }
     // Recorded lanes: the summary of what has been played back so far.
     for (const auto& r : m_replays) {
-        Recording partial = *r.recording;
-        partial.lanes.erase(std::remove_if(partial.lanes.begin(), partial.lanes.end(),
-                                           [&](const RecordedLane& l) { return l.name != r.lane; }),
-                            partial.lanes.end());
-        auto& samples = partial.samples[r.lane];
-        samples.resize(r.next);
-        auto lanes = summarizeRecording(partial).lanes;
-        for (auto& l : lanes) {
-            l.name = m_lanes[r.index].name.toStdString();
-            l.device = m_lanes[r.index].device.toStdString();
-            out.lanes.push_back(std::move(l));
+        for (const auto& lane : r.recording->lanes) {
+            if (lane.name == r.lane) {
+                auto l = summarizeRecordedLane(*r.recording, lane, r.next);
+                l.name = m_lanes[r.index].name.toStdString();
+                l.device = m_lanes[r.index].device.toStdString();
+                out.lanes.push_back(std::move(l));
+            }
         }
     }
     return out;

@@ -238,6 +238,22 @@ Recording readRecording(const fs::path& dir) {
     return r;
 }
 
+LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, std::size_t count) {
+    LaneSpec spec;
+    try {
+        spec = parseLaneSpec(lane.spec.empty() ? "cpu" : lane.spec);
+    } catch (const Error&) {
+    }
+    spec.name = lane.name;
+    spec.device = lane.device.empty() ? spec.device : lane.device;
+    spec.costPerHour = lane.costPerHour;
+    const auto& samples = r.samples.at(lane.name);
+    auto s = summarize(spec, lane.batch, std::span(samples).first(std::min(count, samples.size())), r.targetAccuracy);
+    s.datasetName = r.dataset;
+    s.synthetic = r.synthetic;
+    return s;
+}
+
 RaceSummary summarizeRecording(const Recording& r) {
     RaceSummary out;
     out.workload = r.workload;
@@ -245,19 +261,7 @@ RaceSummary summarizeRecording(const Recording& r) {
     out.synthetic = r.synthetic;
     out.fair = r.fair;
     for (const auto& lane : r.lanes) {
-        LaneSpec spec;
-        try {
-            spec = parseLaneSpec(lane.spec.empty() ? "cpu" : lane.spec);
-        } catch (const Error&) {
-            spec.device = lane.device;
-        }
-        spec.name = lane.name;
-        spec.device = lane.device.empty() ? spec.device : lane.device;
-        spec.costPerHour = lane.costPerHour;
-        auto s = summarize(spec, lane.batch, r.samples.at(lane.name), r.targetAccuracy);
-        s.datasetName = r.dataset;
-        s.synthetic = r.synthetic;
-        out.lanes.push_back(std::move(s));
+        out.lanes.push_back(summarizeRecordedLane(r, lane, SIZE_MAX));
     }
     out.speedup = speedups(out.lanes);
     normaliseCosts(out.lanes);

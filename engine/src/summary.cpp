@@ -10,7 +10,7 @@ double median(std::vector<double> values) {
     return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
 }
 
-LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, const std::vector<MetricSample>& samples,
+LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
                       std::optional<double> targetAccuracy) {
     LaneSummary out;
     out.name = spec.name;

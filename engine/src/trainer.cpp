@@ -231,6 +231,7 @@ private:
         std::int64_t lastEvalStep = -1;
         torch::Tensor perm;
         std::int64_t pos = n; // position in the current epoch's permutation
+        const bool scheduled = m_ctx.schedule != "constant";
         while (m_step < m_ctx.totalSteps) {
             if (m_ctx.stopRequested.load(std::memory_order_relaxed)) {
                 if (auto d = report()) {
@@ -260,7 +261,7 @@ private:
             if (pool < n) {
                 idx = idx.remainder(pool);
             }
-            if (m_ctx.schedule != "constant") {
+            if (scheduled) {
                 const double lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, m_step, m_ctx.totalSteps);
                 for (auto& group : m_optimizer->param_groups()) {
                     group.options().set_lr(lr);

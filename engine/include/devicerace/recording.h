@@ -67,6 +67,8 @@ private:
 /// Reads a recording folder; throws DataError for a missing/unknown/hostile manifest. A lane
 /// file cut off mid-line reads up to its last whole line (and says so in `warnings`).
 Recording readRecording(const std::filesystem::path& dir);
+/// One recorded lane's summary from its first `count` samples (all when count exceeds them).
+LaneSummary summarizeRecordedLane(const Recording& recording, const RecordedLane& lane, std::size_t count);
 /// The summary the live race would have shown, from the recorded samples.
 RaceSummary summarizeRecording(const Recording& recording);
 

@@ -2,6 +2,7 @@
 /// Per-lane results computed from a lane's samples. Pure functions, thread-safe.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,7 @@ struct LaneSummary {
 };
 
 /// Computes a lane's summary from all its samples, in order.
-LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, const std::vector<MetricSample>& samples,
+LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
                       std::optional<double> targetAccuracy);
 
 /// Median of a non-empty list (the mean of the two middle values for even sizes).
