@@ -30,6 +30,9 @@ void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
     to.schedule = from.schedule;
     to.lstm = from.lstm;
     to.data = from.data;
+    to.fused = from.fused;
+    to.graph = from.graph;
+    to.resident = from.resident;
 }
 } // namespace
 
@@ -154,7 +157,7 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
     auto* options = new QLineEdit(extraOptionsText(spec), this);
     options->setPlaceholderText(QStringLiteral("lstm=cells,wd=5e-4,…"));
     options->setToolTip(tr("More lane keys, as in devicerace-cli: channels_last, eval_batch, wd, momentum, schedule, "
-                           "lstm, data"));
+                           "lstm, data, fused, graph, resident"));
     setCellWidget(row, ColOptions, options);
     Q_EMIT lanesChanged();
 }

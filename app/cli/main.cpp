@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
     race->add_option("--lane", opt.laneTexts,
                      "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N; keys: name, threads, batch, lr, "
                      "precision (fp32|bf16|fp16), cost (USD per hour), channels_last, eval_batch, wd, momentum, "
-                     "schedule (constant|step|onecycle), lstm (fused|cells), data (real|synthetic). Repeat for more lanes. "
+                     "schedule (constant|step|onecycle), lstm (fused|cells), data (real|synthetic), fused, graph, resident "
+                     "(true|false: the fast paths). Repeat for more lanes. "
                      "Default: cpu,threads=1 and the best other device");
     auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");
     auto* stepsOpt = race->add_option("--steps", steps, "Training steps per lane instead of epochs");

@@ -85,6 +85,7 @@ std::string summaryToJson(const RaceSummary& summary) {
             {"cost_to_target_usd", orNull(l.costToTargetUsd)},
             {"cost_vs_baseline", orNull(l.costVsBaseline)},
             {"dataset", {{"name", l.datasetName}, {"synthetic", l.synthetic}}},
+            {"execution", l.execution.empty() ? json(nullptr) : json(l.execution)},
         });
     }
     j["speedup"] = json::object();

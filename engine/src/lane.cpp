@@ -41,6 +41,50 @@ std::string resolveDevice(const std::string& device) {
     return name;
 }
 
+// Share of the GPU's memory a real data set may take before a lane keeps it on the host.
+constexpr double kResidentShare = 0.25;
+
+// The fast paths: on where they help unless the lane says otherwise (docs/BENCHMARKS.md).
+void resolveFastPaths(const LaneSpec& spec, const WorkloadInfo& workload, const Dataset& data,
+                      detail::LaneContext& ctx) {
+    const bool cuda = spec.device != "cpu";
+    if (spec.graph.value_or(false) && !cuda) {
+        throw UsageError(fmt::format("lane {}: graph=true applies to CUDA lanes", spec.name));
+    }
+    if (spec.graph.value_or(false) && spec.precision == Precision::Fp16) {
+        throw UsageError(fmt::format("lane {}: graph=true cannot capture fp16 loss scaling (it decides on the host "
+                                     "whether to skip a step); use precision=bf16 or graph=false",
+                                     spec.name));
+    }
+    if (spec.graph.value_or(false) && !spec.fused.value_or(true)) {
+        throw UsageError(fmt::format("lane {}: graph=true needs fused=true (torch::optim keeps its step count on the "
+                                     "host, which a captured graph cannot update)",
+                                     spec.name));
+    }
+    if (spec.resident && !cuda) {
+        throw UsageError(fmt::format("lane {}: resident= applies to CUDA lanes (a CPU lane's data is already in host "
+                                     "memory)",
+                                     spec.name));
+    }
+    if (spec.resident == false && data.synthetic) {
+        throw UsageError(fmt::format("lane {}: resident=false applies to real data; synthetic data is generated on "
+                                     "the GPU",
+                                     spec.name));
+    }
+    ctx.fusedOptimizer = spec.fused.value_or(true);
+    ctx.cudaGraph = spec.graph.value_or(cuda && workload.cudaGraphByDefault && spec.precision != Precision::Fp16 &&
+                                        ctx.fusedOptimizer && spec.lstm.value_or("fused") == "fused");
+    bool resident = true;
+    if (cuda && !data.synthetic) {
+        const auto& gpus = deviceReport().gpus;
+        const auto index = static_cast<std::size_t>(std::stoi(spec.device.substr(5)));
+        const double bytes = static_cast<double>(data.train.pixels.size() + data.test.pixels.size()) +
+                             8.0 * static_cast<double>(data.train.tokens.size() + data.test.tokens.size());
+        resident = index >= gpus.size() || bytes <= kResidentShare * static_cast<double>(gpus[index].totalMemoryBytes);
+    }
+    ctx.dataOnHost = cuda && !spec.resident.value_or(resident);
+}
+
 } // namespace
 
 struct Lane::Impl {
@@ -54,6 +98,7 @@ struct Lane::Impl {
     std::vector<MetricSample> history;
     LaneState state = LaneState::Pending;
     std::string message;
+    std::string execution; // how the lane trains, once it has started
     std::atomic<double> cpuSeconds{0};
 
     void push(MetricSample s) {
@@ -154,6 +199,7 @@ Lane::Lane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Im
     ctx.schedule = spec.schedule.value_or(workload.schedule);
     ctx.fusedLstm = spec.lstm.value_or("fused") == "fused";
     ctx.channelsLast = spec.channelsLast.value_or(false);
+    resolveFastPaths(spec, workload, *settings.data, ctx);
     // Evaluation passes hold ~3 MB of input each by default (1,000 Fashion-MNIST or CIFAR images,
     // 20 ImageNet ones), never fewer examples than a training batch.
     std::int64_t exampleSize = 1;
@@ -162,7 +208,8 @@ Lane::Lane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Im
     }
     ctx.evalBatch = spec.evalBatch.value_or(std::max(ctx.batch, std::min<std::int64_t>(1000, 3072000 / exampleSize)));
     ctx.threads = spec.threads.value_or(spec.device == "cpu" ? std::max(1, cpu.physicalCores) : 1);
-    ctx.stepsPerEpoch = (trainCount + ctx.batch - 1) / ctx.batch;
+    // Graph lanes drop an epoch's last partial batch (one captured batch shape).
+    ctx.stepsPerEpoch = ctx.cudaGraph ? trainCount / ctx.batch : (trainCount + ctx.batch - 1) / ctx.batch;
     if (settings.steps) {
         ctx.totalSteps = *settings.steps;
     } else {
@@ -174,6 +221,10 @@ Lane::Lane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Im
     ctx.spec = std::move(spec);
     ctx.settings = std::move(settings);
     ctx.emit = [impl = m_impl.get()](MetricSample s) { impl->push(std::move(s)); };
+    ctx.describeExecution = [impl = m_impl.get()](std::string text) {
+        std::lock_guard lock(impl->mutex);
+        impl->execution = std::move(text);
+    };
     ctx.waitWhilePaused = [impl = m_impl.get()] {
         const auto t0 = std::chrono::steady_clock::now();
         std::unique_lock lock(impl->mutex);
@@ -261,6 +312,7 @@ LaneSummary Lane::summary() const {
     std::lock_guard lock(m_impl->mutex);
     s.state = m_impl->state;
     s.error = m_impl->message;
+    s.execution = m_impl->execution;
     return s;
 }
 

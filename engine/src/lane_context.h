@@ -22,6 +22,9 @@ struct LaneContext {
     std::string schedule = "constant";
     bool fusedLstm = true;
     bool channelsLast = false;
+    bool fusedOptimizer = true; // multi-tensor optimizer kernels (lane key fused)
+    bool cudaGraph = false;     // capture the step in a CUDA graph (lane key graph); implies drop-last
+    bool dataOnHost = false;    // resident=false: pinned host data, prefetched batches
 
     std::atomic<bool> stopRequested{false};
     std::atomic<bool> pauseRequested{false};
@@ -29,6 +32,8 @@ struct LaneContext {
     std::function<double()> waitWhilePaused;
     /// Hands a sample to the lane's buffer (thread-safe).
     std::function<void(MetricSample)> emit;
+    /// Reports how the lane actually trains ("fused Adam, CUDA graph, ..."; thread-safe).
+    std::function<void(std::string)> describeExecution;
 };
 
 struct LaneOutcome {

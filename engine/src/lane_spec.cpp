@@ -149,9 +149,16 @@ LaneSpec parseLaneSpec(const std::string& text) {
                 throw UsageError(fmt::format("lane '{}': data={} (expected real or synthetic)", text, value));
             }
             spec.data = value == "real" ? DataMode::Real : DataMode::Synthetic;
+        } else if (key == "fused") {
+            spec.fused = parseBool(key, value, text);
+        } else if (key == "graph") {
+            spec.graph = parseBool(key, value, text);
+        } else if (key == "resident") {
+            spec.resident = parseBool(key, value, text);
         } else {
             throw UsageError(fmt::format("lane '{}': unknown key '{}' (expected name, threads, batch, lr, precision, "
-                                         "cost, channels_last, eval_batch, wd, momentum, schedule, lstm or data)",
+                                         "cost, channels_last, eval_batch, wd, momentum, schedule, lstm, data, fused, "
+                                         "graph or resident)",
                                          text, key));
         }
     }

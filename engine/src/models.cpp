@@ -14,8 +14,14 @@ torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::G
     if (!training || p <= 0) {
         return x;
     }
-    auto mask = at::empty_like(x).bernoulli_(1.0 - p, gen);
-    return x * mask * (1.0 / (1.0 - p));
+    if (x.is_cuda()) {
+        // One kernel (mask and scale fused), drawing from the lane's generator; its p is the
+        // probability to KEEP.
+        return std::get<0>(at::_fused_dropout(x, 1.0 - p, gen));
+    }
+    // ATen's CPU dropout: the scaled mask in place, then one multiply (and one in backward).
+    auto mask = at::empty_like(x).bernoulli_(1.0 - p, gen).div_(1.0 - p);
+    return x * mask;
 }
 
 namespace {

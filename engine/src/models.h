@@ -3,12 +3,12 @@
 // belongs to the lane that built it.
 #include <ATen/core/Generator.h>
 #include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
 
 #include <functional>
 #include <memory>
 
 #include "devicerace/workload.h"
+#include "lane_optimizer.h"
 
 namespace devicerace::detail {
 
@@ -29,14 +29,6 @@ struct Net : torch::nn::Module {
 /// one seed start identically); dropout masks also come from the lane's generator.
 using ModelFactory = std::function<std::shared_ptr<Net>(at::Generator gen, const ModelOptions& options)>;
 
-struct OptimizerSettings {
-    double lr = 1e-3;
-    double weightDecay = 0;
-    double momentum = 0;
-};
-using OptimizerFactory =
-    std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor> params, const OptimizerSettings&)>;
-
 enum class Task {
     Classify, // softmax cross-entropy over classes; accuracy = argmax
     Binary    // one logit, sigmoid cross-entropy; accuracy = logit > 0
@@ -46,7 +38,7 @@ struct WorkloadImpl {
     WorkloadInfo info;
     Task task = Task::Classify;
     ModelFactory makeModel;
-    OptimizerFactory makeOptimizer;
+    OptimizerRecipe optimizer; // the update rule; hyperparameters come from the lane
 };
 
 /// Throws UsageError for unknown names.

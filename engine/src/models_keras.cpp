@@ -4,8 +4,6 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/rmsprop.h>
 
 #include "models.h"
 
@@ -100,19 +98,16 @@ struct FastText : Net {
     torch::nn::Linear fc{nullptr};
 };
 
-OptimizerFactory rmsprop(double alpha, double eps) {
-    return [=](std::vector<torch::Tensor> params, const OptimizerSettings& s) {
-        return std::make_unique<torch::optim::RMSprop>(
-            std::move(params), torch::optim::RMSpropOptions(s.lr).alpha(alpha).eps(eps).weight_decay(s.weightDecay));
-    };
+// Keras RMSprop defaults: rho 0.9, epsilon 1e-7.
+OptimizerRecipe kerasRmsprop() {
+    OptimizerRecipe r;
+    r.kind = OptimizerRecipe::Kind::RmsProp;
+    r.alpha = 0.9;
+    r.eps = 1e-7;
+    return r;
 }
 
-OptimizerFactory adam() {
-    return [](std::vector<torch::Tensor> params, const OptimizerSettings& s) {
-        return std::make_unique<torch::optim::Adam>(std::move(params),
-                                                    torch::optim::AdamOptions(s.lr).weight_decay(s.weightDecay));
-    };
-}
+OptimizerRecipe adam() { return OptimizerRecipe{}; }
 
 WorkloadInfo imageInfo(std::string name, std::string description, std::string dataset, std::vector<std::int64_t> shape) {
     WorkloadInfo i;
@@ -136,8 +131,7 @@ std::vector<WorkloadImpl> kerasWorkloads() {
     mlp.info.defaultEpochs = 2;
     mlp.info.defaultTarget = 0.85;
     mlp.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<MnistMlp>(std::move(g)); };
-    // Keras RMSprop defaults: rho 0.9, epsilon 1e-7.
-    mlp.makeOptimizer = rmsprop(0.9, 1e-7);
+    mlp.optimizer = kerasRmsprop();
     list.push_back(std::move(mlp));
 
     WorkloadImpl cnn;
@@ -148,7 +142,7 @@ std::vector<WorkloadImpl> kerasWorkloads() {
     cnn.info.defaultEpochs = 3;
     cnn.info.defaultTarget = 0.89;
     cnn.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<MnistCnn>(std::move(g)); };
-    cnn.makeOptimizer = adam();
+    cnn.optimizer = adam();
     list.push_back(std::move(cnn));
 
     WorkloadImpl vgg;
@@ -161,7 +155,7 @@ std::vector<WorkloadImpl> kerasWorkloads() {
     vgg.info.defaultEpochs = 10;
     vgg.info.defaultTarget = 0.70;
     vgg.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<CifarVgg>(std::move(g)); };
-    vgg.makeOptimizer = rmsprop(0.9, 1e-7);
+    vgg.optimizer = kerasRmsprop();
     list.push_back(std::move(vgg));
 
     WorkloadImpl ft;
@@ -180,7 +174,7 @@ std::vector<WorkloadImpl> kerasWorkloads() {
     ft.info.vocabulary = 20000;
     ft.info.syntheticByDefault = true;
     ft.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<FastText>(std::move(g)); };
-    ft.makeOptimizer = adam();
+    ft.optimizer = adam();
     list.push_back(std::move(ft));
     return list;
 }

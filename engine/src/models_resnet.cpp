@@ -5,7 +5,6 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
 
 #include "models.h"
 
@@ -172,12 +171,11 @@ struct ResNet50 : Net {
     torch::nn::Linear fc{nullptr};
 };
 
-OptimizerFactory sgd(bool nesterov) {
-    return [nesterov](std::vector<torch::Tensor> params, const OptimizerSettings& s) {
-        return std::make_unique<torch::optim::SGD>(
-            std::move(params),
-            torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weightDecay).nesterov(nesterov));
-    };
+OptimizerRecipe sgd(bool nesterov) {
+    OptimizerRecipe r;
+    r.kind = OptimizerRecipe::Kind::Sgd;
+    r.nesterov = nesterov;
+    return r;
 }
 
 WorkloadImpl cifarResNet(int depth) {
@@ -198,7 +196,7 @@ WorkloadImpl cifarResNet(int depth) {
     w.info.defaultTarget = 0.90;
     w.info.inputShape = {3, 32, 32};
     w.makeModel = [n](at::Generator g, const ModelOptions&) { return std::make_shared<CifarResNet>(n, std::move(g)); };
-    w.makeOptimizer = sgd(false);
+    w.optimizer = sgd(false);
     return w;
 }
 
@@ -222,7 +220,7 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     david.info.defaultTarget = 0.94;
     david.info.inputShape = {3, 32, 32};
     david.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<DavidNet>(std::move(g)); };
-    david.makeOptimizer = sgd(true);
+    david.optimizer = sgd(true);
     list.push_back(std::move(david));
 
     WorkloadImpl r50;
@@ -242,7 +240,7 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     r50.info.classes = 1000;
     r50.info.syntheticByDefault = true;
     r50.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<ResNet50>(std::move(g)); };
-    r50.makeOptimizer = sgd(false);
+    r50.optimizer = sgd(false);
     list.push_back(std::move(r50));
     return list;
 }

@@ -4,8 +4,6 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/rnn.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/rmsprop.h>
 
 #include "models.h"
 
@@ -116,10 +114,9 @@ std::vector<WorkloadImpl> rnnWorkloads() {
     bi.makeModel = [](at::Generator g, const ModelOptions& o) {
         return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm);
     };
-    bi.makeOptimizer = [](std::vector<torch::Tensor> params, const OptimizerSettings& s) {
-        return std::make_unique<torch::optim::Adam>(std::move(params),
-                                                    torch::optim::AdamOptions(s.lr).weight_decay(s.weightDecay));
-    };
+    bi.optimizer = OptimizerRecipe{}; // Adam
+    // cuDNN RNNs under graph capture are left to an explicit graph=true.
+    bi.info.cudaGraphByDefault = false;
     list.push_back(std::move(bi));
 
     WorkloadImpl ch;
@@ -141,11 +138,11 @@ std::vector<WorkloadImpl> rnnWorkloads() {
     ch.makeModel = [](at::Generator g, const ModelOptions& o) {
         return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.vocabulary > 0 ? o.vocabulary : 60);
     };
-    ch.makeOptimizer = [](std::vector<torch::Tensor> params, const OptimizerSettings& s) {
-        // Keras RMSprop: rho 0.9, epsilon 1e-7.
-        return std::make_unique<torch::optim::RMSprop>(
-            std::move(params), torch::optim::RMSpropOptions(s.lr).alpha(0.9).eps(1e-7).weight_decay(s.weightDecay));
-    };
+    // Keras RMSprop: rho 0.9, epsilon 1e-7.
+    ch.optimizer.kind = OptimizerRecipe::Kind::RmsProp;
+    ch.optimizer.alpha = 0.9;
+    ch.optimizer.eps = 1e-7;
+    ch.info.cudaGraphByDefault = false;
     list.push_back(std::move(ch));
     return list;
 }

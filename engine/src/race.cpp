@@ -39,6 +39,28 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
     }
 }
 
+// Live races share the CPU: CPU lanes that did not ask for a thread count split the cores
+// that lanes with an explicit count left over, so the race never oversubscribes the machine
+// unless a lane asks for it (threads=N is honoured as given).
+void shareCores(std::vector<LaneSpec>& lanes) {
+    const int cores = std::max(1, deviceReport().cpu.physicalCores);
+    int asked = 0, open = 0;
+    for (const auto& lane : lanes) {
+        if (lane.device == "cpu") {
+            lane.threads ? asked += *lane.threads : ++open;
+        }
+    }
+    if (open == 0) {
+        return;
+    }
+    const int each = std::max(1, (cores - asked) / open);
+    for (auto& lane : lanes) {
+        if (lane.device == "cpu" && !lane.threads) {
+            lane.threads = each;
+        }
+    }
+}
+
 } // namespace
 
 ResolvedData resolveData(const WorkloadInfo& w, std::optional<DataMode> mode, const std::string& dataDir,
@@ -150,6 +172,9 @@ Race::Race(RaceSpec spec) : m_impl(std::make_unique<Impl>()) {
     }
     if (spec.lanes.empty()) {
         spec.lanes = defaultLanes();
+    }
+    if (!spec.fair) {
+        shareCores(spec.lanes);
     }
     nameLanes(spec.lanes);
     if (!spec.targetAccuracy) {

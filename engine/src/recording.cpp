@@ -59,6 +59,12 @@ std::string formatLaneSpec(const LaneSpec& s) {
     if (s.schedule) add("schedule=" + *s.schedule);
     if (s.lstm) add("lstm=" + *s.lstm);
     if (s.data) add("data=" + toString(*s.data));
+    auto flag = [&](const char* key, const std::optional<bool>& v) {
+        if (v) add(fmt::format("{}={}", key, *v ? "true" : "false"));
+    };
+    flag("fused", s.fused);
+    flag("graph", s.graph);
+    flag("resident", s.resident);
     if (!s.name.empty()) add("name=" + s.name);
     return out;
 }

@@ -1,24 +1,26 @@
 // The training loop of one lane (runs in the lane's thread). Timing rules: see
 // ../shared/design/ARCHITECTURE.md — no host sync per step, CUDA synchronised only at
 // report points, evaluation on the lane clock but outside throughput intervals.
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/functional/loss.h>
-#include <torch/nn/functional/padding.h>
-#include <torch/nn/functional/upsampling.h>
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <optional>
 
 #include "devicerace/errors.h"
 #include "lane_context.h"
+#include "lane_data.h"
 #include "memory_tracker.h"
 #include "devicerace/workload.h"
 #include "models.h"
@@ -31,9 +33,9 @@ using Clock = std::chrono::steady_clock;
 
 // Steps buffered on the device between report points; a report is forced when full.
 constexpr std::int64_t kStepBuffer = 4096;
-// Synthetic data larger than this (bytes) is a pool of examples reused through the epoch
-// (tf_cnn_benchmarks style): an ImageNet-sized epoch cannot be resident.
-constexpr std::int64_t kSyntheticPoolBytes = 256ll << 20;
+// Eager steps before a CUDA graph is captured: cuDNN autotuning, lazy initialisation and the
+// optimizer's first step (SGD's momentum buffers start as a gradient) stay out of the graph.
+constexpr std::int64_t kGraphWarmupSteps = 3;
 // Characters generated at each charlstm evaluation, and the sampling temperature.
 constexpr int kSampleChars = 200;
 constexpr double kSampleTemperature = 0.5;
@@ -44,90 +46,6 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 double unixNow() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-struct DeviceData {
-    torch::Tensor trainX, trainY, testX, testY; // X: uint8 images, float images or int64 tokens
-    std::int64_t trainCount = 0, testCount = 0; // examples per epoch / per evaluation
-    torch::Tensor mean, stddev;                 // per-channel normalisation (undefined: none)
-};
-
-// Real data: bytes/token ids copied to the lane's device as they are (images stay uint8 and
-// become float per batch: 4x less memory). Synthetic: generated on the device from the
-// lane's generator with labels fixed for the whole run (tf_cnn_benchmarks style), as a pool
-// of examples when the whole set would not fit.
-DeviceData toDevice(const Dataset& ds, const torch::Device& dev, at::Generator& gen, std::int64_t batch) {
-    DeviceData d;
-    auto make = [&](const DataSplit& set, torch::Tensor& x, torch::Tensor& y) {
-        std::vector<std::int64_t> shape{set.count};
-        shape.insert(shape.end(), set.shape.begin(), set.shape.end());
-        auto opts = torch::TensorOptions().device(dev);
-        if (ds.synthetic) {
-            const std::int64_t bytesPer = set.exampleSize() * 4;
-            shape[0] = std::min(set.count, std::max(8 * batch, kSyntheticPoolBytes / std::max<std::int64_t>(1, bytesPer)));
-            x = ds.kind == DataKind::Images ? at::rand(shape, gen, opts)
-                                            : at::randint(0, ds.vocabulary, shape, gen, opts.dtype(torch::kLong));
-            y = at::randint(0, ds.classes, {shape[0]}, gen, opts.dtype(torch::kLong));
-            return;
-        }
-        if (ds.kind == DataKind::Images) {
-            auto* pixels = const_cast<std::uint8_t*>(set.pixels.data());
-            // from_blob never writes; .to() copies into tensors the lane owns.
-            x = torch::from_blob(pixels, shape, torch::kUInt8).to(dev);
-        } else {
-            auto* tokens = const_cast<std::int32_t*>(set.tokens.data());
-            x = torch::from_blob(tokens, shape, torch::kInt32).to(dev, torch::kLong);
-        }
-        auto* labels = const_cast<std::int32_t*>(set.labels.data());
-        y = torch::from_blob(labels, {set.count}, torch::kInt32).to(dev, torch::kLong);
-    };
-    make(ds.train, d.trainX, d.trainY);
-    make(ds.test, d.testX, d.testY);
-    d.trainCount = ds.train.count;
-    d.testCount = ds.test.count;
-    if (!ds.mean.empty()) {
-        const auto c = static_cast<std::int64_t>(ds.mean.size());
-        d.mean = torch::tensor(ds.mean).view({1, c, 1, 1}).to(dev);
-        d.stddev = torch::tensor(ds.stddev).view({1, c, 1, 1}).to(dev);
-    }
-    return d;
-}
-
-// One batch as the network eats it: float images scaled to [0,1] (and normalised where the
-// data set says so), channel-expanded and padded/resized to the network's input shape
-// (Fashion-MNIST into a CIFAR or ImageNet network); token ids as they are.
-torch::Tensor prepareInput(torch::Tensor x, const DeviceData& d, const std::vector<std::int64_t>& want,
-                           bool channelsLast) {
-    if (x.scalar_type() == torch::kLong) {
-        return x;
-    }
-    if (x.scalar_type() == torch::kUInt8) {
-        x = x.to(torch::kFloat32).div_(255.0);
-    }
-    if (d.mean.defined()) {
-        x = (x - d.mean) / d.stddev;
-    }
-    if (want.size() == 3) {
-        if (x.size(1) != want[0]) {
-            x = x.expand({x.size(0), want[0], x.size(2), x.size(3)});
-        }
-        const auto h = want[1], w = want[2];
-        if (x.size(2) != h || x.size(3) != w) {
-            if (h - x.size(2) > 0 && h - x.size(2) <= 8 && w - x.size(3) > 0 && w - x.size(3) <= 8) {
-                const auto top = (h - x.size(2)) / 2, left = (w - x.size(3)) / 2;
-                namespace F = torch::nn::functional;
-                x = F::pad(x, F::PadFuncOptions({left, w - x.size(3) - left, top, h - x.size(2) - top}));
-            } else {
-                namespace F = torch::nn::functional;
-                x = F::interpolate(x, F::InterpolateFuncOptions()
-                                          .size(std::vector<std::int64_t>{h, w})
-                                          .mode(torch::kBilinear)
-                                          .align_corners(false));
-            }
-        }
-        x = x.contiguous(channelsLast ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
-    }
-    return x;
 }
 
 // Turns autocast on for the lane's thread while alive (forward + loss only, never backward).
@@ -154,6 +72,19 @@ private:
     bool m_active = false;
 };
 
+// Process-wide CUDA settings, made once when the first CUDA lane starts: cuDNN picks the
+// fastest algorithm per shape, and fp32 convolutions and matrix products may use TF32 (the
+// PyTorch peers in bench/ set the same).
+void configureCudaOnce() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        auto& context = at::globalContext();
+        context.setBenchmarkCuDNN(true);
+        context.setAllowTF32CuDNN(true);
+        context.setFloat32MatmulPrecision("high");
+    });
+}
+
 class Trainer {
 public:
     explicit Trainer(LaneContext& ctx) : m_ctx(ctx), m_dev(ctx.spec.device) {}
@@ -168,6 +99,7 @@ public:
         std::optional<c10::cuda::CUDAGuard> deviceGuard;
         std::optional<c10::cuda::CUDAStreamGuard> streamGuard;
         if (cuda) {
+            configureCudaOnce();
             deviceGuard.emplace(m_dev);
             // One pool stream per lane, so a report-point sync waits for this lane only.
             streamGuard.emplace(c10::cuda::getStreamFromPool(false, m_dev.index()));
@@ -201,12 +133,30 @@ public:
             }
         }
         m_model->gen = m_gen;
-        m_data = toDevice(*m_ctx.settings.data, m_dev, m_gen, m_ctx.batch);
+        m_data = loadLaneData(*m_ctx.settings.data, m_dev, m_gen, m_ctx.batch, m_ctx.dataOnHost);
+        // Epoch orders come from a host generator seeded like the lane's own, so every lane with
+        // one seed sees the batches in the same order, wherever its data lives.
+        m_hostGen = at::detail::createCPUGenerator(m_ctx.settings.seed);
+        if (m_data.onHost) {
+            m_batcher = std::make_unique<PinnedBatcher>(m_data, m_ctx.batch);
+        }
+        if (m_data.onHost || m_ctx.cudaGraph) {
+            // One device batch, refilled every step (a graph's inputs must stay at one address).
+            auto xShape = m_data.trainX.sizes().vec();
+            xShape[0] = m_ctx.batch;
+            m_batchX = at::empty(xShape, m_data.trainX.options().device(m_dev).pinned_memory(false));
+            m_batchY = at::empty({m_ctx.batch}, m_data.trainY.options().device(m_dev).pinned_memory(false));
+        }
         OptimizerSettings opt;
         opt.lr = m_ctx.lr;
         opt.weightDecay = m_ctx.weightDecay;
         opt.momentum = m_ctx.momentum;
-        m_optimizer = m_workload->makeOptimizer(m_model->parameters(), opt);
+        m_optimizer = makeLaneOptimizer(m_workload->optimizer, m_model->parameters(), opt, m_ctx.fusedOptimizer);
+        if (m_ctx.cudaGraph && !m_optimizer->captureSafe()) {
+            throw UsageError(fmt::format("lane {}: graph=true needs fused=true ({} reads its step count on the host)",
+                                         m_ctx.spec.name, m_optimizer->describe()));
+        }
+        describeExecution();
 
         auto bufOpts = torch::TensorOptions().device(m_dev);
         m_lossBuf = torch::zeros({kStepBuffer}, bufOpts.dtype(torch::kFloat32));
@@ -231,6 +181,8 @@ private:
         std::int64_t lastEvalStep = -1;
         torch::Tensor perm;
         std::int64_t pos = n; // position in the current epoch's permutation
+        // A captured step has one batch shape: graph lanes drop an epoch's last partial batch.
+        const auto epochDone = [&] { return pos >= n || (m_ctx.cudaGraph && n - pos < b); };
         const bool scheduled = m_ctx.schedule != "constant";
         while (m_step < m_ctx.totalSteps) {
             if (m_ctx.stopRequested.load(std::memory_order_relaxed)) {
@@ -249,8 +201,11 @@ private:
                 emitState(LaneState::Running, {});
                 continue;
             }
-            if (pos >= n) {
-                perm = torch::randperm(n, m_gen, torch::TensorOptions().device(m_dev).dtype(torch::kLong));
+            if (epochDone()) {
+                perm = torch::randperm(n, m_hostGen, torch::TensorOptions().dtype(torch::kLong));
+                if (!m_data.onHost) {
+                    perm = perm.to(m_dev);
+                }
                 pos = 0;
             }
             if (m_ctx.settings.failAtStep > 0 && m_step + 1 == m_ctx.settings.failAtStep) {
@@ -262,17 +217,14 @@ private:
                 idx = idx.remainder(pool);
             }
             if (scheduled) {
-                const double lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, m_step, m_ctx.totalSteps);
-                for (auto& group : m_optimizer->param_groups()) {
-                    group.options().set_lr(lr);
-                }
+                m_optimizer->setLr(m_ctx.lr * scheduleFactor(m_ctx.schedule, m_step, m_ctx.totalSteps));
             }
-            trainStep(m_data.trainX.index_select(0, idx), m_data.trainY.index_select(0, idx));
+            trainStep(idx);
             pos += take;
             ++m_step;
             m_samples += take;
 
-            const bool epochEnd = pos >= n;
+            const bool epochEnd = epochDone();
             const bool last = m_step == m_ctx.totalSteps;
             const bool evalDue = epochEnd || (m_ctx.settings.evalEverySteps > 0 &&
                                               m_step % m_ctx.settings.evalEverySteps == 0);
@@ -308,7 +260,44 @@ private:
         return logits.argmax(1).eq(y).sum();
     }
 
-    void trainStep(const torch::Tensor& rawX, const torch::Tensor& y) {
+    struct StepOutput {
+        torch::Tensor loss, correct; // 0-dim, on the device
+    };
+
+    // One training step on the batch `idx` (rows of the training set; on the host when the
+    // data is), eager or replayed from the captured graph.
+    void trainStep(const torch::Tensor& idx) {
+        torch::Tensor x, y;
+        if (m_batcher) {
+            m_batcher->fetch(idx, m_batchX, m_batchY);
+            x = m_batchX;
+            y = m_batchY;
+        } else if (m_batchX.defined()) {
+            at::index_select_out(m_batchX, m_data.trainX, 0, idx);
+            at::index_select_out(m_batchY, m_data.trainY, 0, idx);
+            x = m_batchX;
+            y = m_batchY;
+        } else {
+            x = m_data.trainX.index_select(0, idx);
+            y = m_data.trainY.index_select(0, idx);
+        }
+        StepOutput out;
+        if (m_graph) {
+            m_graph->replay();
+            out = m_graphOutput;
+        } else if (m_ctx.cudaGraph && m_step >= kGraphWarmupSteps) {
+            capture(x, y);
+            m_graph->replay(); // capturing records the work without running it
+            out = m_graphOutput;
+        } else {
+            out = computeStep(x, y);
+        }
+        m_lossBuf.select(0, m_inBuf).copy_(out.loss);
+        m_correctBuf.select(0, m_inBuf).copy_(out.correct);
+        ++m_inBuf;
+    }
+
+    StepOutput computeStep(const torch::Tensor& rawX, const torch::Tensor& y) {
         const auto x = prepareInput(rawX, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
         torch::Tensor logits, loss;
         {
@@ -316,16 +305,44 @@ private:
             logits = m_model->forward(x).to(torch::kFloat32);
             loss = lossOf(logits, y, false);
         }
-        m_optimizer->zero_grad(/*set_to_none=*/true);
+        m_optimizer->zeroGrad();
         if (m_scale.defined()) {
             fp16Step(loss);
         } else {
             loss.backward();
             m_optimizer->step();
         }
-        m_lossBuf.select(0, m_inBuf).copy_(loss.detach());
-        m_correctBuf.select(0, m_inBuf).copy_(correctOf(logits.detach(), y));
-        ++m_inBuf;
+        return {loss.detach(), correctOf(logits.detach(), y)};
+    }
+
+    // Records forward, backward and the optimizer step of one batch as a CUDA graph: every
+    // later step is one launch. The gradients are allocated inside the graph's memory pool and
+    // rewritten in place by each replay; dropout draws from the lane's registered generator.
+    void capture(const torch::Tensor& x, const torch::Tensor& y) {
+        m_graph = std::make_unique<at::cuda::CUDAGraph>();
+        m_graph->register_generator_state(m_gen);
+        m_optimizer->zeroGrad();
+        bool capturing = false;
+        try {
+            // Thread-local: other lanes' threads may use CUDA while this one captures.
+            m_graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+            capturing = true;
+            m_graphOutput = computeStep(x, y);
+            capturing = false;
+            m_graph->capture_end();
+        } catch (...) {
+            const auto why = describeException(std::current_exception());
+            if (capturing) {
+                try {
+                    m_graph->capture_end();
+                } catch (...) {
+                }
+            }
+            m_graph.reset();
+            throw Error(fmt::format("CUDA graph capture of the training step failed: {} (run this lane with "
+                                    "graph=false)",
+                                    why));
+        }
     }
 
     // fp16 needs dynamic loss scaling; skipping a step on overflow needs the flag on the host,
@@ -416,9 +433,9 @@ private:
         auto correct = torch::zeros({}, torch::TensorOptions().device(m_dev).dtype(torch::kLong));
         for (std::int64_t i = 0; i < n; i += m_ctx.evalBatch) {
             const auto take = std::min(m_ctx.evalBatch, n - i);
-            auto x = prepareInput(m_data.testX.narrow(0, i, take), m_data, m_workload->info.inputShape,
-                                  m_ctx.channelsLast);
-            auto y = m_data.testY.narrow(0, i, take);
+            auto x = m_data.testX.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
+            x = prepareInput(x, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
+            auto y = m_data.testY.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
             AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
             auto logits = m_model->forward(x).to(torch::kFloat32);
             lossSum += lossOf(logits, y, true);
@@ -468,6 +485,23 @@ private:
         return out;
     }
 
+    void describeExecution() {
+        std::string text = m_optimizer->describe();
+        if (m_dev.is_cuda()) {
+            text += m_ctx.cudaGraph ? ", CUDA graph" : ", eager";
+            text += m_data.onHost ? ", pinned host data (prefetched)" : ", data on the GPU";
+        }
+        if (m_ctx.spec.precision != Precision::Fp32) {
+            text += ", " + toString(m_ctx.spec.precision) + " autocast";
+        }
+        if (m_ctx.channelsLast) {
+            text += ", channels_last";
+        }
+        if (m_ctx.describeExecution) {
+            m_ctx.describeExecution(std::move(text));
+        }
+    }
+
     MetricSample base(SampleKind kind) const {
         MetricSample s;
         s.kind = kind;
@@ -504,8 +538,13 @@ private:
     torch::Device m_dev;
     at::Generator m_gen;
     std::shared_ptr<Net> m_model;
-    std::unique_ptr<torch::optim::Optimizer> m_optimizer;
+    std::unique_ptr<LaneOptimizer> m_optimizer;
     DeviceData m_data;
+    at::Generator m_hostGen;                  // epoch permutations (on the host)
+    std::unique_ptr<PinnedBatcher> m_batcher; // resident=false
+    torch::Tensor m_batchX, m_batchY;         // the reused device batch (graph or resident=false)
+    std::unique_ptr<at::cuda::CUDAGraph> m_graph;
+    StepOutput m_graphOutput;                 // the captured step's outputs, rewritten by each replay
     const CpuMemoryTracker* m_cpuMemory = nullptr;
     torch::Tensor m_lossBuf, m_correctBuf;
     torch::Tensor m_scale, m_growth, m_foundInf; // fp16 loss scaling

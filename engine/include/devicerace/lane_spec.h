@@ -29,11 +29,15 @@ struct LaneSpec {
     std::optional<std::string> schedule; // constant | step | onecycle
     std::optional<std::string> lstm;     // fused | cells
     std::optional<DataMode> data;        // overrides the race's data mode for this lane
+    // Fast paths (unset: on where they help; see docs/BENCHMARKS.md).
+    std::optional<bool> fused;           // multi-tensor optimizer kernels (fused Adam/SGD, foreach RMSprop)
+    std::optional<bool> graph;           // CUDA lanes: the whole training step captured in a CUDA graph
+    std::optional<bool> resident;        // CUDA lanes: the data set on the GPU (false: pinned host copies, prefetched)
 };
 
 /// Parses "DEVICE[,key=value]..." (keys: name, threads, batch, lr, precision, cost, channels_last,
-/// eval_batch, wd, momentum, schedule, lstm, data). Throws UsageError naming the bad part.
-/// Throws UsageError naming the bad part.
+/// eval_batch, wd, momentum, schedule, lstm, data, fused, graph, resident). Throws UsageError
+/// naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);
 
 /// A whole race as the user asked for it.

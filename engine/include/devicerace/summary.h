@@ -32,6 +32,7 @@ struct LaneSummary {
     std::optional<double> totalCostUsd;        // wall seconds x $/hour
     std::optional<double> costToTargetUsd;     // time to target x $/hour
     std::optional<double> costVsBaseline;      // costToTarget / the baseline lane's (seed 003's normalised cost)
+    std::string execution;       // how it trained: optimizer kernels, CUDA graph, data placement, precision
     std::string datasetName;     // the data this lane trained on
     bool synthetic = false;
 };

@@ -29,6 +29,7 @@ struct WorkloadInfo {
     bool syntheticByDefault = false;      // no real data set of its own on a stock machine
     bool hasLstm = false;                 // the lane key lstm=fused|cells applies
     bool samplesText = false;             // evaluations carry generated text
+    bool cudaGraphByDefault = true;       // CUDA lanes capture their training step unless graph=false
 };
 
 const std::vector<WorkloadInfo>& workloads();

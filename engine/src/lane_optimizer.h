@@ -1,0 +1,48 @@
+#pragma once
+// The optimizers a lane steps: the plain torch::optim classes (one parameter at a time, a
+// host-side step count) or the multi-tensor fast paths (fused Adam/SGD kernels, foreach
+// RMSprop) that update every parameter in a few kernels and keep all state on the device,
+// so a step needs no host value and can be captured in a CUDA graph. Lane thread only.
+#include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace devicerace::detail {
+
+/// Hyperparameters of the workload's optimizer, resolved for one lane.
+struct OptimizerSettings {
+    double lr = 1e-3;
+    double weightDecay = 0;
+    double momentum = 0;
+};
+
+/// Which update rule a workload trains with (the kind decides the fast path).
+struct OptimizerRecipe {
+    enum class Kind { Adam, Sgd, RmsProp };
+    Kind kind = Kind::Adam;
+    bool nesterov = false; // SGD
+    double alpha = 0.99;   // RMSprop smoothing (Keras: 0.9)
+    double eps = 1e-8;     // Adam/RMSprop epsilon (Keras RMSprop: 1e-7)
+};
+
+class LaneOptimizer {
+public:
+    virtual ~LaneOptimizer() = default;
+    /// The learning rate of the next step. Cheap when unchanged.
+    virtual void setLr(double lr) = 0;
+    virtual void zeroGrad() = 0;
+    virtual void step() = 0;
+    /// True when step() issues only device work (no host reads): safe inside a CUDA graph.
+    virtual bool captureSafe() const = 0;
+    /// "fused Adam", "foreach RMSprop", "torch::optim SGD" ... (shown in the lane's summary).
+    virtual std::string describe() const = 0;
+};
+
+/// `fast`: the multi-tensor path (fused/foreach kernels); otherwise torch::optim.
+std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,
+                                                 const OptimizerSettings& settings, bool fast);
+
+} // namespace devicerace::detail
