@@ -4,8 +4,15 @@
 
 #include <cstdlib>
 
+#include <cmath>
+
+#include "devicerace/dataset.h"
 #include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/lane.h"
 #include "devicerace/race.h"
+#include "devicerace/workload.h"
+#include "test_util.h"
 
 using namespace devicerace;
 
@@ -40,4 +47,143 @@ TEST(Gpu, CpuAgainstCuda0) {
         EXPECT_EQ(lane.state, LaneState::Finished) << lane.name << ": " << lane.error;
         EXPECT_TRUE(lane.peakMemoryBytes.has_value());
     }
+}
+
+namespace {
+
+bool skipWithoutCuda() {
+    const auto& report = deviceReport();
+    if (report.cudaAvailable) {
+        return false;
+    }
+    if (const char* req = std::getenv("DEVICERACE_REQUIRE_CUDA"); req && std::string(req) == "1") {
+        ADD_FAILURE() << "DEVICERACE_REQUIRE_CUDA=1 but CUDA is unavailable: " << report.cudaUnavailableReason;
+    }
+    return true;
+}
+
+struct Run {
+    std::vector<double> losses; // one per step
+    LaneSummary summary;
+};
+
+Run runLane(const std::string& workload, const std::string& laneText, std::shared_ptr<const Dataset> data,
+            std::int64_t steps) {
+    LaneRunSettings settings;
+    settings.workload = workload;
+    settings.data = std::move(data);
+    settings.steps = steps;
+    settings.seed = 11;
+    settings.warmupSteps = 0;
+    settings.reportIntervalSeconds = 0; // a report after every step
+    Lane lane(parseLaneSpec(laneText), settings);
+    lane.start();
+    lane.wait();
+    Run r;
+    r.summary = lane.summary();
+    for (const auto& s : lane.history()) {
+        if (s.kind == SampleKind::Train && s.loss) {
+            r.losses.push_back(*s.loss);
+        }
+    }
+    return r;
+}
+
+std::shared_ptr<const Dataset> synthetic(const std::string& workload, std::int64_t train) {
+    const auto& w = findWorkload(workload);
+    return syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, train, 256);
+}
+
+void expectSameCurve(const Run& a, const Run& b, double tolerance, const std::string& what) {
+    ASSERT_EQ(a.summary.state, LaneState::Finished) << what << ": " << a.summary.error;
+    ASSERT_EQ(b.summary.state, LaneState::Finished) << what << ": " << b.summary.error;
+    ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
+    ASSERT_FALSE(a.losses.empty()) << what;
+    for (std::size_t i = 0; i < a.losses.size(); ++i) {
+        EXPECT_NEAR(a.losses[i], b.losses[i], tolerance * std::max(1.0, std::abs(a.losses[i])))
+            << what << " step " << i + 1;
+    }
+}
+
+} // namespace
+
+// A captured step computes what the eager step computes: same seed, same per-step losses
+// (dropout draws from the lane's generator, registered with the graph).
+TEST(Gpu, GraphFollowsTheEagerLossCurve) {
+    if (skipWithoutCuda()) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    for (const std::string w : {"fashion-mlp", "cifar-resnet20", "fashion-cnn"}) {
+        auto data = synthetic(w, 2048);
+        auto eager = runLane(w, "cuda:0,graph=false", data, 24);
+        auto graph = runLane(w, "cuda:0,graph=true", data, 24);
+        EXPECT_NE(graph.summary.execution.find("CUDA graph"), std::string::npos) << graph.summary.execution;
+        EXPECT_NE(eager.summary.execution.find("eager"), std::string::npos) << eager.summary.execution;
+        expectSameCurve(eager, graph, 2e-3, w + " graph vs eager");
+    }
+}
+
+// Fused and plain optimizers on the GPU (device-side learning rate and step counts).
+TEST(Gpu, FusedFollowsThePlainLossCurve) {
+    if (skipWithoutCuda()) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    for (const std::string w : {"fashion-cnn", "davidnet", "cifar-vgg"}) {
+        auto data = synthetic(w, 1024);
+        auto plain = runLane(w, "cuda:0,graph=false,fused=false,batch=64", data, 16);
+        auto fused = runLane(w, "cuda:0,graph=false,fused=true,batch=64", data, 16);
+        expectSameCurve(plain, fused, 2e-3, w + " fused vs plain");
+    }
+}
+
+// resident=false (pinned host data, prefetched) trains on the same batches as resident data.
+TEST(Gpu, PinnedHostDataMatchesResidentData) {
+    if (skipWithoutCuda()) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    test::TempDir dir;
+    test::writeTinyDataset(dir.path(), 1200, 200);
+    auto data = loadFashionMnist(dir.path());
+    for (const std::string g : {"false", "true"}) {
+        auto resident = runLane("fashion-mlp", "cuda:0,resident=true,graph=" + g, data, 30);
+        auto pinned = runLane("fashion-mlp", "cuda:0,resident=false,graph=" + g, data, 30);
+        EXPECT_NE(pinned.summary.execution.find("pinned host data"), std::string::npos) << pinned.summary.execution;
+        expectSameCurve(resident, pinned, 1e-4, "resident vs pinned, graph=" + g);
+    }
+}
+
+// Every workload trains on the GPU with its defaults and with the precision options.
+TEST(Gpu, EveryWorkloadAndPrecisionFinishes) {
+    if (skipWithoutCuda()) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    for (const auto& w : workloads()) {
+        std::vector<std::string> lanes = {"cuda:0,batch=32", "cuda:0,batch=32,precision=bf16"};
+        if (w.input == DataKind::Images) {
+            lanes.push_back("cuda:0,batch=32,precision=bf16,channels_last=true");
+            lanes.push_back("cuda:0,batch=32,precision=fp16");
+        }
+        if (w.hasLstm) {
+            lanes.push_back("cuda:0,batch=32,lstm=cells");
+            lanes.push_back("cuda:0,batch=32,graph=true");
+        }
+        for (const auto& lane : lanes) {
+            auto r = runLane(w.name, lane, synthetic(w.name, 512), 8);
+            EXPECT_EQ(r.summary.state, LaneState::Finished) << w.name << " " << lane << ": " << r.summary.error;
+            EXPECT_EQ(r.losses.size(), 8u) << w.name << " " << lane;
+        }
+    }
+}
+
+TEST(Gpu, GraphKeyConflictsAreExplained) {
+    if (skipWithoutCuda()) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    LaneRunSettings settings;
+    settings.workload = "fashion-mlp";
+    settings.data = synthetic("fashion-mlp", 256);
+    settings.steps = 1;
+    EXPECT_THROW(Lane(parseLaneSpec("cuda:0,graph=true,precision=fp16"), settings), UsageError);
+    EXPECT_THROW(Lane(parseLaneSpec("cuda:0,graph=true,fused=false"), settings), UsageError);
+    EXPECT_THROW(Lane(parseLaneSpec("cuda:0,resident=false"), settings), UsageError); // synthetic data
 }

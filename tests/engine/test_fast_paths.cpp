@@ -1,0 +1,148 @@
+// The fast paths compute what the plain paths compute: with one seed, a lane with fused=true
+// follows the same per-step loss curve as fused=false (within float rounding), for every
+// optimizer kind the workloads use. And the lane keys that choose them are validated.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "devicerace/dataset.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/lane.h"
+#include "devicerace/race.h"
+#include "devicerace/workload.h"
+#include "test_util.h"
+
+using namespace devicerace;
+
+namespace {
+
+/// Per-step training losses of one lane (a report after every step).
+std::vector<double> stepLosses(const std::string& workload, LaneSpec spec, std::shared_ptr<const Dataset> data,
+                               std::int64_t steps, std::string* execution = nullptr) {
+    LaneRunSettings settings;
+    settings.workload = workload;
+    settings.data = std::move(data);
+    settings.steps = steps;
+    settings.seed = 7;
+    settings.warmupSteps = 0;
+    settings.reportIntervalSeconds = 0; // every step is its own interval
+    Lane lane(std::move(spec), settings);
+    lane.start();
+    lane.wait();
+    EXPECT_EQ(lane.state(), LaneState::Finished) << lane.message();
+    std::vector<double> out;
+    for (const auto& s : lane.history()) {
+        if (s.kind == SampleKind::Train && s.loss) {
+            out.push_back(*s.loss);
+        }
+    }
+    if (execution) {
+        *execution = lane.summary().execution;
+    }
+    return out;
+}
+
+std::shared_ptr<const Dataset> tinyImages(const WorkloadInfo& w, std::int64_t train) {
+    auto ds = std::make_shared<Dataset>(*syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, train, 64));
+    return ds;
+}
+
+struct Case {
+    const char* workload;
+    std::int64_t batch;
+    std::int64_t steps;
+};
+
+class FusedOptimizer : public ::testing::TestWithParam<Case> {};
+
+} // namespace
+
+TEST_P(FusedOptimizer, FollowsThePlainLossCurve) {
+    const auto& c = GetParam();
+    const auto& w = findWorkload(c.workload);
+    auto data = tinyImages(w, c.batch * 4);
+    LaneSpec plain;
+    plain.threads = 1;
+    plain.batch = c.batch;
+    plain.fused = false;
+    LaneSpec fused = plain;
+    fused.fused = true;
+    std::string plainHow, fusedHow;
+    const auto a = stepLosses(c.workload, plain, data, c.steps, &plainHow);
+    const auto b = stepLosses(c.workload, fused, data, c.steps, &fusedHow);
+    EXPECT_NE(plainHow.find("torch::optim"), std::string::npos) << plainHow;
+    EXPECT_TRUE(fusedHow.starts_with("fused") || fusedHow.starts_with("foreach")) << fusedHow;
+    ASSERT_EQ(a.size(), static_cast<std::size_t>(c.steps));
+    ASSERT_EQ(b.size(), a.size());
+    // Training must move the loss, or equal curves would prove nothing.
+    EXPECT_GT(std::abs(a.front() - a.back()), 1e-3) << "the loss did not change";
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_NEAR(a[i], b[i], 1e-3 * std::max(1.0, std::abs(a[i]))) << c.workload << " step " << i + 1;
+    }
+}
+
+// RMSprop (foreach), Adam (fused), SGD with momentum + weight decay + step schedule (fused),
+// Nesterov SGD with the one-cycle schedule (fused), Adam on a binary token task.
+INSTANTIATE_TEST_SUITE_P(EveryOptimizer, FusedOptimizer,
+                         ::testing::Values(Case{"fashion-mlp", 32, 12}, Case{"fashion-cnn", 16, 8},
+                                           Case{"cifar-resnet20", 8, 10}, Case{"davidnet", 4, 6},
+                                           Case{"fasttext", 16, 12}, Case{"cifar-vgg", 8, 10}),
+                         [](const auto& info) {
+                             std::string n = info.param.workload;
+                             std::erase(n, '-');
+                             return n;
+                         });
+
+TEST(FastPathKeys, AreParsedAndFormatted) {
+    auto spec = parseLaneSpec("cuda:0,fused=false,graph=true,resident=false");
+    EXPECT_EQ(spec.fused, false);
+    EXPECT_EQ(spec.graph, true);
+    EXPECT_EQ(spec.resident, false);
+    EXPECT_THROW(parseLaneSpec("cpu,graph=sometimes"), UsageError);
+}
+
+TEST(FastPathKeys, CpuLanesRejectGpuOnlyKeys) {
+    const auto& w = findWorkload("fashion-mlp");
+    LaneRunSettings settings;
+    settings.workload = w.name;
+    settings.data = tinyImages(w, 256);
+    settings.steps = 1;
+    auto message = [&](const std::string& text) {
+        try {
+            Lane lane(parseLaneSpec(text), settings);
+        } catch (const UsageError& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_NE(message("cpu,graph=true").find("graph=true applies to CUDA lanes"), std::string::npos);
+    EXPECT_NE(message("cpu,resident=false").find("resident= applies to CUDA lanes"), std::string::npos);
+    EXPECT_EQ(message("cpu,graph=false,fused=false"), "accepted");
+}
+
+TEST(ThreadSharing, LiveCpuLanesWithoutACountSplitTheCores) {
+    const int cores = std::max(1, deviceReport().cpu.physicalCores);
+    RaceSpec spec;
+    spec.workload = "fashion-mlp";
+    spec.data = DataMode::Synthetic;
+    spec.steps = 1;
+    spec.trainLimit = 256;
+    spec.testLimit = 64;
+    spec.lanes = {parseLaneSpec("cpu"), parseLaneSpec("cpu"), parseLaneSpec("cpu,threads=1")};
+    Race live(spec);
+    int total = 0;
+    for (auto* lane : live.lanes()) {
+        ASSERT_TRUE(lane->spec().threads.has_value());
+        total += *lane->spec().threads;
+    }
+    // Two open lanes share what the explicit one left: never more than the cores, except that
+    // every lane gets at least one thread.
+    EXPECT_LE(total, std::max(cores, 3));
+    EXPECT_EQ(*live.lanes()[2]->spec().threads, 1);
+    // Fair mode runs lanes alone: each may use every core.
+    spec.fair = true;
+    spec.lanes = {parseLaneSpec("cpu")};
+    Race fair(spec);
+    EXPECT_FALSE(fair.lanes()[0]->spec().threads.has_value());
+}
