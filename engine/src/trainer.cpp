@@ -99,6 +99,9 @@ public:
         std::optional<c10::cuda::CUDAGuard> deviceGuard;
         std::optional<c10::cuda::CUDAStreamGuard> streamGuard;
         if (cuda) {
+            // CUDA's lazy initialisation (the caching allocator among it) must precede the first
+            // allocator call below; C++ has no torch.cuda.init() doing it for us.
+            at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
             configureCudaOnce();
             deviceGuard.emplace(m_dev);
             // One pool stream per lane, so a report-point sync waits for this lane only.

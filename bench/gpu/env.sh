@@ -1,0 +1,12 @@
+# Sourced on a lent GPU machine (no Qt, no Debian packages, no build there): the engine, the
+# CLI and the GPU tests built on the build machine travel in .gpu/ (bench/gpu/pack) and link
+# the LibTorch of the machine's own torch 2.11 wheel, the same version as the .venv here.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PY="${PYTHON:-python3}"
+TORCH_LIB="$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+NV="$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "nvidia"))')"
+export LD_LIBRARY_PATH="$ROOT/.gpu/lib:$TORCH_LIB:$NV/cu13/lib:$NV/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export DEVICERACE_FASHION_MNIST="$ROOT/.gpu/data"
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+export PYTHONUNBUFFERED=1
+CLI="$ROOT/.gpu/bin/devicerace-cli"
