@@ -16,11 +16,13 @@ everything that decides the work done per step:
 - learning-rate schedule: engine scheduleFactor (constant / step / onecycle), set on every
   param group before every step, as the C++ lane does;
 - data: real Fashion-MNIST from the IDX files ($DEVICERACE_FASHION_MNIST or
-  /usr/share/datasets/fashion-mnist) resident on the device as uint8, a randperm per epoch,
-  index_select per batch, float /255 per batch, channel-expanded and padded to 32x32 (CIFAR
-  networks) or bilinearly resized to 224 (ResNet-50); or synthetic data generated on the device
-  once (a pool of examples reused with perm % pool when the set would be large), exactly as
-  engine/src/trainer.cpp toDevice/prepareInput and race.cpp resolveData;
+  /usr/share/datasets/fashion-mnist) resident on the device as uint8, a randperm per epoch
+  (drawn on the host, moved to the device), index_select per batch, float /255 per batch,
+  channel-expanded and padded to 32x32 (CIFAR networks) or bilinearly resized to 224
+  (ResNet-50); or synthetic data generated on the device once (a pool of examples reused with
+  perm % pool when the set would be large), as engine lane_data.cpp loadLaneData /
+  prepareInput and race.cpp resolveData. Token workloads (imdb-bilstm, fasttext, charlstm) are
+  synthetic only here: the engine's IMDb and text-corpus loaders have no peer;
 - per step: forward (under torch.autocast for bf16/fp16), float32 loss, zero_grad(set_to_none),
   backward, step (GradScaler for fp16), the loss and the batch's correct count copied into
   preallocated device buffers (no host sync per step);
@@ -30,12 +32,21 @@ everything that decides the work done per step:
   samples_per_sec is the median of their rates. The peer does not evaluate (the C++ lane's
   evaluations lie outside its throughput intervals).
 
+Deliberately PyTorch's defaults rather than the engine's choices (what the comparison measures):
+PyTorch's optimizer implementation (the engine's lanes default to fused/foreach kernels, lane
+key fused=) and no CUDA graphs (graph=); F.dropout (the same math as the engine's laneDropout;
+on CUDA the fused dropout kernel, like the engine's); torch.autocast with its default weight
+cache (the engine disables the process-global cache per lane); the default CUDA stream (the
+engine uses one pool stream per lane). Random streams (initial weights, synthetic data,
+dropout masks, epoch orders) follow the same distributions but are not the engine's numbers.
+
 Usage: peer.py --workload W [--device cpu|cuda] [--threads N] [--batch B] [--steps S]
                [--warmup K] [--precision fp32|bf16|fp16] [--channels-last] [--lstm fused|cells]
                [--data real|synthetic] [--seed N]          -> one JSON line on stdout
-       peer.py --parameters                                -> parameter counts of every workload
+       peer.py --describe            -> every workload's defaults and parameter count (JSON)
 """
 import argparse
+import gc
 import gzip
 import json
 import math
@@ -400,7 +411,7 @@ def schedule_factor(schedule, step, total):
     return 1.0
 
 # ---------------------------------------------------------------------------------------------
-# Data (engine dataset.cpp, race.cpp resolveData, trainer.cpp toDevice / prepareInput).
+# Data (engine dataset.cpp, race.cpp resolveData, lane_data.cpp loadLaneData / prepareInput).
 # ---------------------------------------------------------------------------------------------
 
 def fashion_dir():
@@ -510,21 +521,53 @@ def parse_args(argv):
     ap.add_argument("--data", choices=("real", "synthetic"),
                     help="default: real for the Fashion-MNIST/CIFAR-shaped workloads, synthetic for the others")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--parameters", action="store_true", help="print every workload's parameter count and exit")
+    ap.add_argument("--serve", action="store_true",
+                    help="read one JSON list of these arguments per stdin line, answer one JSON line each "
+                         "(bench/compare keeps one peer process: torch is imported once, not per run)")
+    ap.add_argument("--describe", action="store_true",
+                    help="print every workload's defaults and parameter count as JSON and exit")
     args = ap.parse_args(argv)
-    if not args.parameters and not args.workload:
+    if not args.describe and not args.serve and not args.workload:
         ap.error("--workload is required")
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.parameters:
-        out = {name: count_parameters(build_model(name)) for name in WORKLOADS}
-        out["imdb-bilstm/cells"] = count_parameters(build_model("imdb-bilstm", fused=False))
+    if args.describe:
+        out = {name: {"batch": w["batch"], "lr": w["lr"], "weight_decay": w["wd"], "momentum": w["momentum"],
+                      "schedule": w["schedule"], "input_shape": list(w["shape"]), "classes": w["classes"],
+                      "parameters": count_parameters(build_model(name))}
+               for name, w in WORKLOADS.items()}
+        out["imdb-bilstm"]["parameters_cells"] = count_parameters(build_model("imdb-bilstm", fused=False))
         print(json.dumps(out))
         return 0
+    if args.serve:
+        return serve()
+    print(json.dumps(measure(args)))
+    return 0
 
+
+def serve():
+    """One measurement per request, each with a fresh model, optimizer and data (only the
+    imported modules, the CUDA context and cuDNN's autotuning cache carry over)."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            out = dict(measure(parse_args(json.loads(line))), ok=True)
+        except SystemExit as e:
+            out = {"ok": False, "error": str(e.code)}
+        except Exception as e:  # a failed run must not end the server; the harness reports it
+            out = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        print(json.dumps(out), flush=True)
+    return 0
+
+
+def measure(args):
     w = dict(WORKLOADS[args.workload], name=args.workload)
     device = torch.device(args.device)
     if device.type == "cuda" and device.index is None:
@@ -603,6 +646,9 @@ def main(argv=None):
     total, warmup = args.steps, args.warmup
     scheduled = w["schedule"] != "constant"
     perm, pos = None, n
+    # Epoch orders come from a host generator seeded like the lane's, then move to the device,
+    # as the engine does (and torch.utils.data's RandomSampler).
+    order_gen = torch.Generator().manual_seed(args.seed)
     model.train()
 
     interval_start = time.perf_counter()
@@ -624,7 +670,7 @@ def main(argv=None):
 
     while step < total:
         if pos >= n:
-            perm, pos = torch.randperm(n, device=device), 0
+            perm, pos = torch.randperm(n, generator=order_gen).to(device), 0
         take = min(batch, n - pos)
         idx = perm[pos:pos + take]
         if pool < n:
@@ -645,7 +691,7 @@ def main(argv=None):
         sys.exit(f"peer: {args.workload}: no throughput interval was measured after the {warmup}-step warm-up "
                  f"({total} steps); run more steps than --warmup")
     final_loss = last_losses[-1] if last_losses else None
-    print(json.dumps({
+    return {
         "workload": args.workload, "device": str(device), "samples_per_sec": statistics.median(rates),
         "steps_per_sec": statistics.median(step_rates), "intervals": len(rates),
         "final_loss": final_loss if final_loss is None or math.isfinite(final_loss) else str(final_loss),
@@ -653,8 +699,7 @@ def main(argv=None):
         "precision": args.precision, "channels_last": args.channels_last,
         "lstm": args.lstm if args.workload in ("imdb-bilstm", "charlstm") else None, "data": mode,
         "parameters": count_parameters(model),
-    }))
-    return 0
+    }
 
 
 if __name__ == "__main__":
