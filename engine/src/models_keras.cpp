@@ -154,6 +154,7 @@ std::vector<WorkloadImpl> kerasWorkloads() {
     vgg.info.defaultLr = 1e-4;
     vgg.info.defaultEpochs = 10;
     vgg.info.defaultTarget = 0.70;
+    vgg.info.channelsLastOnCpu = true;
     vgg.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<CifarVgg>(std::move(g)); };
     vgg.optimizer = kerasRmsprop();
     list.push_back(std::move(vgg));

@@ -195,6 +195,7 @@ WorkloadImpl cifarResNet(int depth) {
     w.info.defaultEpochs = 3;
     w.info.defaultTarget = 0.90;
     w.info.inputShape = {3, 32, 32};
+    w.info.channelsLastOnCpu = true;
     w.makeModel = [n](at::Generator g, const ModelOptions&) { return std::make_shared<CifarResNet>(n, std::move(g)); };
     w.optimizer = sgd(false);
     return w;
@@ -219,6 +220,7 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     david.info.defaultEpochs = 24;
     david.info.defaultTarget = 0.94;
     david.info.inputShape = {3, 32, 32};
+    david.info.channelsLastOnCpu = true;
     david.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<DavidNet>(std::move(g)); };
     david.optimizer = sgd(true);
     list.push_back(std::move(david));
@@ -239,6 +241,7 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     r50.info.inputShape = {3, 224, 224};
     r50.info.classes = 1000;
     r50.info.syntheticByDefault = true;
+    r50.info.channelsLastOnCpu = true;
     r50.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<ResNet50>(std::move(g)); };
     r50.optimizer = sgd(false);
     list.push_back(std::move(r50));

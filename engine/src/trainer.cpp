@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 
@@ -110,6 +111,9 @@ public:
         } else {
             cpuMemory.emplace();
             m_cpuMemory = &cpuMemory->tracker();
+            if (!std::getenv("DEVICERACE_KEEP_DENORMALS")) {
+                m_flushDenormals = at::globalContext().setFlushDenormal(true);
+            }
         }
         // The autocast weight cache is process-global; lanes must not share it.
         at::autocast::set_autocast_cache_enabled(false);
@@ -500,6 +504,9 @@ private:
         if (m_ctx.channelsLast) {
             text += ", channels_last";
         }
+        if (m_flushDenormals) {
+            text += ", denormals flushed";
+        }
         if (m_ctx.describeExecution) {
             m_ctx.describeExecution(std::move(text));
         }
@@ -556,6 +563,7 @@ private:
     std::int64_t m_reportedStep = 0, m_reportedSamples = 0;
     Clock::time_point m_start, m_intervalStart;
     double m_paused = 0; // seconds spent paused, excluded from the lane clock
+    bool m_flushDenormals = false; // CPU lane thread: denormal floats flushed to zero
     std::optional<double> m_firstLoss; // first finite training loss (divergence reference)
 };
 

@@ -108,7 +108,11 @@ void expectSameCurve(const Run& a, const Run& b, double tolerance, const std::st
 } // namespace
 
 // A captured step computes what the eager step computes: same seed, same per-step losses
-// (dropout draws from the lane's generator, registered with the graph).
+// (dropout draws from the lane's generator, registered with the graph). cuDNN's autotuned
+// kernels are not bitwise deterministic (atomics in the weight gradients), so deep nets drift
+// apart slowly whatever the path: on an H100 (2026-11-23) fashion-mlp/-cnn matched within 2e-3
+// for 24 steps, cifar-resnet20 drifted to 2.3e-3 relative by step 20. A wrong capture (stale
+// inputs, a missed optimizer update, a replayed dropout mask) moves the loss far more.
 TEST(Gpu, GraphFollowsTheEagerLossCurve) {
     if (skipWithoutCuda()) {
         GTEST_SKIP() << "no CUDA device";
@@ -119,20 +123,22 @@ TEST(Gpu, GraphFollowsTheEagerLossCurve) {
         auto graph = runLane(w, "cuda:0,graph=true", data, 24);
         EXPECT_NE(graph.summary.execution.find("CUDA graph"), std::string::npos) << graph.summary.execution;
         EXPECT_NE(eager.summary.execution.find("eager"), std::string::npos) << eager.summary.execution;
-        expectSameCurve(eager, graph, 2e-3, w + " graph vs eager");
+        expectSameCurve(eager, graph, 1e-2, w + " graph vs eager");
     }
 }
 
-// Fused and plain optimizers on the GPU (device-side learning rate and step counts).
+// Fused and plain optimizers on the GPU (device-side learning rate and step counts). At the
+// workloads' own rates DavidNet's loss on random labels swings to ~13 (chaotic: run-to-run
+// noise grew to 1.6% by step 10 on an H100), so the comparison trains at a tame rate.
 TEST(Gpu, FusedFollowsThePlainLossCurve) {
     if (skipWithoutCuda()) {
         GTEST_SKIP() << "no CUDA device";
     }
     for (const std::string w : {"fashion-cnn", "davidnet", "cifar-vgg"}) {
         auto data = synthetic(w, 1024);
-        auto plain = runLane(w, "cuda:0,graph=false,fused=false,batch=64", data, 16);
-        auto fused = runLane(w, "cuda:0,graph=false,fused=true,batch=64", data, 16);
-        expectSameCurve(plain, fused, 2e-3, w + " fused vs plain");
+        auto plain = runLane(w, "cuda:0,graph=false,fused=false,batch=64,lr=0.002", data, 16);
+        auto fused = runLane(w, "cuda:0,graph=false,fused=true,batch=64,lr=0.002", data, 16);
+        expectSameCurve(plain, fused, 1e-2, w + " fused vs plain");
     }
 }
 

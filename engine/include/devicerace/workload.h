@@ -30,6 +30,7 @@ struct WorkloadInfo {
     bool hasLstm = false;                 // the lane key lstm=fused|cells applies
     bool samplesText = false;             // evaluations carry generated text
     bool cudaGraphByDefault = true;       // CUDA lanes capture their training step unless graph=false
+    bool channelsLastOnCpu = false;       // CPU lanes default to channels_last (measured faster: docs/BENCHMARKS.md)
 };
 
 const std::vector<WorkloadInfo>& workloads();
