@@ -8,6 +8,9 @@ Sections (--sections, default: every one that applies to the device):
   data     DeviceRace on real vs synthetic data (fashion-mlp, fashion-cnn, cifar-resnet32)
   self     (CUDA) DeviceRace against itself: bf16 + channels_last vs fp32, fused LSTM vs
            LSTMCell loop, CUDA graph vs eager
+  gui      (CPU, needs the GUI build) the window's figures: lane speed with the window open vs
+           headless (bench_gui_overhead) and the redraw of 8 lanes x 1,000,000 samples
+           (bench_gui_redraw), offscreen
 
 Each figure is a lane's samples/s: the median over the intervals measured after warm-up inside
 one run; a row's figure is the median over --pairs runs, and its ratio the median of the
@@ -269,18 +272,13 @@ class Harness:
             data = data_mode(workload)
             label = self.label(row, workload, options, batch)
             self.log(f"peers: {label} ({steps} steps, warm-up {warmup}, {self.pairs()} pair(s))")
-            ours, theirs, ratios = [], [], []
             try:
-                for p in range(self.pairs()):
-                    a = self.record("peers", row, "devicerace", p, self.devicerace, workload, batch, steps, warmup,
-                                    threads, options, data)
-                    b = self.record("peers", row, "pytorch", p, self.peer, workload, batch, steps, warmup, threads,
-                                    options, data)
-                    ours.append(a["samples_per_sec"])
-                    theirs.append(b["samples_per_sec"])
-                    ratios.append(a["samples_per_sec"] / b["samples_per_sec"])
-                if a.get("execution"):
-                    notes.append(f"{label}: {a['execution']}")
+                ours, theirs, ratios = self.alternate(
+                    "peers", row, ("devicerace", self.devicerace, workload, batch, steps, warmup, threads, options, data),
+                    ("pytorch", self.peer, workload, batch, steps, warmup, threads, options, data))
+                execution = self.runs[-2].get("execution")
+                if execution:
+                    notes.append(f"{label}: {execution}")
             except RunError as e:
                 self.failed = True
                 lines.append(f"| {label} | FAILED: {e} | | | | | ✗ |")
@@ -343,15 +341,10 @@ class Harness:
         for w in workloads:
             batch, steps, warmup = run_length(w, self.dev, self.short())
             self.log(f"data: {w} real vs synthetic ({steps} steps, {self.pairs()} pair(s))")
-            real, synth, ratios = [], [], []
             try:
-                for p in range(self.pairs()):
-                    a = self.record("data", w, "real", p, self.devicerace, w, batch, steps, warmup, threads, {}, "real")
-                    b = self.record("data", w, "synthetic", p, self.devicerace, w, batch, steps, warmup, threads, {},
-                                    "synthetic")
-                    real.append(a["samples_per_sec"])
-                    synth.append(b["samples_per_sec"])
-                    ratios.append(a["samples_per_sec"] / b["samples_per_sec"])
+                real, synth, ratios = self.alternate(
+                    "data", w, ("real", self.devicerace, w, batch, steps, warmup, threads, {}, "real"),
+                    ("synthetic", self.devicerace, w, batch, steps, warmup, threads, {}, "synthetic"))
             except RunError as e:
                 self.failed = True
                 lines.append(f"| {w} | FAILED: {e} | | | |")
@@ -369,14 +362,9 @@ class Harness:
         for label, w, (run_a, opt_a), (run_b, opt_b), goal in rows:
             la, lb = run_length(run_a, "cuda", self.short()), run_length(run_b, "cuda", self.short())
             self.log(f"self: {label} (A {la[1]} steps, B {lb[1]} steps, {self.pairs()} pair(s))")
-            ra, rb, ratios = [], [], []
             try:
-                for p in range(self.pairs()):
-                    a = self.record("self", label, "A", p, self.devicerace, w, *la, 1, opt_a, data_mode(w))
-                    b = self.record("self", label, "B", p, self.devicerace, w, *lb, 1, opt_b, data_mode(w))
-                    ra.append(a["samples_per_sec"])
-                    rb.append(b["samples_per_sec"])
-                    ratios.append(a["samples_per_sec"] / b["samples_per_sec"])
+                ra, rb, ratios = self.alternate("self", label, ("A", self.devicerace, w, *la, 1, opt_a, data_mode(w)),
+                                                ("B", self.devicerace, w, *lb, 1, opt_b, data_mode(w)))
             except RunError as e:
                 self.failed = True
                 lines.append(f"| {label} | FAILED: {e} | | | | | ✗ |")
@@ -387,7 +375,38 @@ class Harness:
                          f"{min(ratios):.3f}–{max(ratios):.3f} | {goal_text} | {ok} |")
         return "### DeviceRace against itself (cuda)\n\n" + "\n".join(lines)
 
+    def section_gui(self):
+        bench = os.path.join(os.path.dirname(self.args.cli), "..", "..", "bench")
+        redraw, overhead = os.path.join(bench, "bench_gui_redraw"), os.path.join(bench, "bench_gui_overhead")
+        if not (os.access(redraw, os.X_OK) and os.access(overhead, os.X_OK)):
+            self.log("gui: no bench_gui_* next to the CLI's build (a build without Qt); skipped")
+            return None
+        e = dict(env(), QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"))
+        self.log("gui: redraw of 8 lanes x 1,000,000 samples, then the window's overhead (3 pairs x 1,500 steps)")
+        lines = ["| figure | goal | measured |", "|---|---|---|"]
+        for cmd, pattern, goal in (([redraw, "1000000", "40"], "redraw:", "< 16 ms per tick"),
+                                   ([overhead, str(self.pairs()), "1500"], "gui overhead:", "≥ 0.98")):
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=RUN_TIMEOUT, cwd=ROOT)
+            found = [l for l in proc.stdout.splitlines() if l.startswith(pattern)]
+            if proc.returncode != 0 or not found:
+                self.failed = True
+                found = [f"FAILED (exit {proc.returncode}): {' / '.join(proc.stderr.strip().splitlines()[-2:])}"]
+            lines.append(f"| {os.path.basename(cmd[0])} | {goal} | {found[-1]} |")
+            self.runs.append({"section": "gui", "row": os.path.basename(cmd[0]), "output": proc.stdout})
+        return "### The window (offscreen)\n\n" + "\n".join(lines)
+
     # -- helpers -------------------------------------------------------------------------------
+
+    def alternate(self, section, row, side_a, side_b):
+        """Runs (label, fn, *args) A and B alternately for every pair: samples/s of A, of B, A/B."""
+        ra, rb, ratios = [], [], []
+        for p in range(self.pairs()):
+            a = self.record(section, row, side_a[0], p, *side_a[1:])
+            b = self.record(section, row, side_b[0], p, *side_b[1:])
+            ra.append(a["samples_per_sec"])
+            rb.append(b["samples_per_sec"])
+            ratios.append(a["samples_per_sec"] / b["samples_per_sec"])
+        return ra, rb, ratios
 
     def threads(self):
         return 1 if self.cuda else self.args.threads
@@ -473,13 +492,15 @@ def parse_args(argv):
     ap.add_argument("--pairs", type=int, default=3, help="alternating A/B pairs per row (default 3)")
     ap.add_argument("--workloads", help="comma-separated workloads or row ids (e.g. imdb-bilstm/cells); "
                                         "default: every row for the device")
-    ap.add_argument("--sections", help="comma-separated: peers, scaling, data, self (default: those that apply)")
+    ap.add_argument("--sections", help="comma-separated: peers, scaling, data, self, gui (default: those that apply)")
     ap.add_argument("--cli", default=DEFAULT_CLI, help="devicerace-cli (default: the release build)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: a third of the steps, 1 pair")
     ap.add_argument("--short", action="store_true",
                     help="a third of the steps, all the pairs (a lent GPU machine's short lease)")
     ap.add_argument("--markdown", metavar="FILE", help="also write the tables, with a header line, to FILE")
     ap.add_argument("--json", metavar="FILE", help="write every run's raw numbers to FILE")
+    ap.add_argument("--docs", action="store_true",
+                    help="also put the tables into docs/BENCHMARKS.md, between its bench/compare markers")
     ap.add_argument("--no-build", action="store_true", help="(bench/compare) skip the build")
     args = ap.parse_args(argv)
     if args.threads < 1 or args.pairs < 1:
@@ -489,12 +510,12 @@ def parse_args(argv):
     unknown = [w for w in args.workloads if w not in known]
     if unknown:
         ap.error(f"unknown workload(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    applicable = ["peers", "scaling", "data"] if args.device == "cpu" else ["peers", "data", "self"]
+    applicable = ["peers", "scaling", "data", "gui"] if args.device == "cpu" else ["peers", "data", "self"]
     if args.sections:
         args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-        bad = [s for s in args.sections if s not in ("peers", "scaling", "data", "self")]
+        bad = [s for s in args.sections if s not in ("peers", "scaling", "data", "self", "gui")]
         if bad:
-            ap.error(f"unknown section(s) {', '.join(bad)} (expected peers, scaling, data, self)")
+            ap.error(f"unknown section(s) {', '.join(bad)} (expected peers, scaling, data, self, gui)")
         for s in args.sections:
             if s not in applicable:
                 print(f"compare: section '{s}' does not apply to --device {args.device}; skipped", file=sys.stderr)
@@ -505,6 +526,24 @@ def parse_args(argv):
     if not os.access(args.cli, os.X_OK):
         ap.error(f"{args.cli}: no devicerace-cli there (build it, or pass --cli PATH)")
     return args
+
+
+DOCS = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+
+
+def write_docs(device, text):
+    """Replaces the block between `<!-- bench/compare DEVICE begin -->` and `... end -->`."""
+    begin, end = f"<!-- bench/compare {device} begin -->", f"<!-- bench/compare {device} end -->"
+    with open(DOCS) as f:
+        doc = f.read()
+    if begin not in doc or end not in doc:
+        print(f"compare: {DOCS} has no '{begin}' ... '{end}' markers; tables not written there", file=sys.stderr)
+        return
+    head, rest = doc.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    with open(DOCS + ".tmp", "w") as f:
+        f.write(head + begin + "\n" + text.strip() + "\n" + end + tail)
+    os.replace(DOCS + ".tmp", DOCS)
 
 
 def main(argv=None):
@@ -533,6 +572,8 @@ def main(argv=None):
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(header + "\n\n" + "\n\n".join(tables) + "\n")
+    if args.docs:
+        write_docs(args.device, header + "\n\n" + "\n\n".join(tables))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": sys.argv, "header": header, "device": args.device, "torch": torch_version,

@@ -107,6 +107,9 @@ class UsageErrors(unittest.TestCase):
             ("cpu,eval_batch=0", "eval_batch=0"),
             ("cpu,channels_last=maybe", "channels_last=maybe"),
             ("cpu,lstm=cells", "lstm=cells applies to the LSTM workloads"),
+            ("cpu,fused=maybe", "fused=maybe"),
+            ("cpu,graph=true", "graph=true applies to CUDA lanes"),
+            ("cpu,resident=false", "resident= applies to CUDA lanes"),
         ]
         for lane, expected in cases:
             with self.subTest(lane=lane):
@@ -217,9 +220,11 @@ class RealRaces(unittest.TestCase):
             for lane in summary["lanes"]:
                 for key in ("name", "device", "threads", "batch", "status", "error", "steps", "samples",
                             "wall_seconds", "samples_per_sec", "steps_per_sec", "final_test_accuracy",
-                            "time_to_target_seconds", "peak_memory_bytes"):
+                            "time_to_target_seconds", "peak_memory_bytes", "execution"):
                     self.assertIn(key, lane)
                 self.assertEqual(lane["status"], "finished")
+                # How the lane trained: the fast paths it used (fused RMSprop on the CPU).
+                self.assertIn("foreach RMSprop", lane["execution"])
                 self.assertEqual(lane["samples"], 4000)
                 self.assertGreater(lane["final_test_accuracy"], 0.6)
                 # The median interval rate describes the same run as samples / measured time.

@@ -11,36 +11,22 @@
 #include "devicerace/lane.h"
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
+#include "lane_runs.h"
 #include "test_util.h"
 
 using namespace devicerace;
 
 namespace {
 
-/// Per-step training losses of one lane (a report after every step).
+/// Per-step training losses of one lane.
 std::vector<double> stepLosses(const std::string& workload, LaneSpec spec, std::shared_ptr<const Dataset> data,
                                std::int64_t steps, std::string* execution = nullptr) {
-    LaneRunSettings settings;
-    settings.workload = workload;
-    settings.data = std::move(data);
-    settings.steps = steps;
-    settings.seed = 7;
-    settings.warmupSteps = 0;
-    settings.reportIntervalSeconds = 0; // every step is its own interval
-    Lane lane(std::move(spec), settings);
-    lane.start();
-    lane.wait();
-    EXPECT_EQ(lane.state(), LaneState::Finished) << lane.message();
-    std::vector<double> out;
-    for (const auto& s : lane.history()) {
-        if (s.kind == SampleKind::Train && s.loss) {
-            out.push_back(*s.loss);
-        }
-    }
+    auto run = test::runEveryStep(workload, std::move(spec), std::move(data), steps, 7);
+    EXPECT_EQ(run.summary.state, LaneState::Finished) << run.summary.error;
     if (execution) {
-        *execution = lane.summary().execution;
+        *execution = run.summary.execution;
     }
-    return out;
+    return run.losses;
 }
 
 std::shared_ptr<const Dataset> tinyImages(const WorkloadInfo& w, std::int64_t train) {

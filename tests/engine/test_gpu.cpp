@@ -12,6 +12,7 @@
 #include "devicerace/lane.h"
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
+#include "lane_runs.h"
 #include "test_util.h"
 
 using namespace devicerace;
@@ -62,31 +63,11 @@ bool skipWithoutCuda() {
     return true;
 }
 
-struct Run {
-    std::vector<double> losses; // one per step
-    LaneSummary summary;
-};
+using Run = test::StepRun;
 
 Run runLane(const std::string& workload, const std::string& laneText, std::shared_ptr<const Dataset> data,
             std::int64_t steps) {
-    LaneRunSettings settings;
-    settings.workload = workload;
-    settings.data = std::move(data);
-    settings.steps = steps;
-    settings.seed = 11;
-    settings.warmupSteps = 0;
-    settings.reportIntervalSeconds = 0; // a report after every step
-    Lane lane(parseLaneSpec(laneText), settings);
-    lane.start();
-    lane.wait();
-    Run r;
-    r.summary = lane.summary();
-    for (const auto& s : lane.history()) {
-        if (s.kind == SampleKind::Train && s.loss) {
-            r.losses.push_back(*s.loss);
-        }
-    }
-    return r;
+    return test::runEveryStep(workload, parseLaneSpec(laneText), std::move(data), steps, 11);
 }
 
 std::shared_ptr<const Dataset> synthetic(const std::string& workload, std::int64_t train) {

@@ -1,0 +1,39 @@
+#pragma once
+// Runs one lane to its end with a report after every step, so each Train sample carries the
+// loss of exactly one step (the fast-path tests compare such curves).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "devicerace/lane.h"
+
+namespace devicerace::test {
+
+struct StepRun {
+    std::vector<double> losses; // one per step
+    LaneSummary summary;
+};
+
+inline StepRun runEveryStep(const std::string& workload, LaneSpec spec, std::shared_ptr<const Dataset> data,
+                            std::int64_t steps, std::uint64_t seed) {
+    LaneRunSettings settings;
+    settings.workload = workload;
+    settings.data = std::move(data);
+    settings.steps = steps;
+    settings.seed = seed;
+    settings.warmupSteps = 0;
+    settings.reportIntervalSeconds = 0; // every step is its own interval
+    Lane lane(std::move(spec), settings);
+    lane.start();
+    lane.wait();
+    StepRun r;
+    r.summary = lane.summary();
+    for (const auto& s : lane.history()) {
+        if (s.kind == SampleKind::Train && s.loss) {
+            r.losses.push_back(*s.loss);
+        }
+    }
+    return r;
+}
+
+} // namespace devicerace::test
