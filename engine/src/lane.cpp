@@ -13,6 +13,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/workload.h"
+#include "host_allocator.h"
 #include "lane_context.h"
 
 namespace devicerace {
@@ -161,6 +162,9 @@ struct Lane::Impl {
         } catch (...) {
             finish(LaneState::Failed, detail::describeException(std::current_exception()), 0);
         }
+        if (ctx.spec.device == "cpu") {
+            detail::releaseHostCache(); // the lane's tensors are gone; give their blocks back
+        }
     }
 };
 
@@ -253,6 +257,10 @@ void Lane::start() {
         return;
     }
     m_impl->started = true;
+    if (m_impl->ctx.spec.device == "cpu") {
+        // Installed before the lane's thread allocates anything.
+        detail::useCachingHostAllocator();
+    }
     m_impl->thread = std::thread([impl = m_impl.get()] { impl->run(); });
 }
 

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "devicerace/errors.h"
+#include "host_allocator.h"
 #include "lane_context.h"
 #include "lane_data.h"
 #include "memory_tracker.h"
@@ -114,6 +115,7 @@ public:
             if (!std::getenv("DEVICERACE_KEEP_DENORMALS")) {
                 m_flushDenormals = at::globalContext().setFlushDenormal(true);
             }
+            m_cachingHostAllocator = useCachingHostAllocator();
         }
         // The autocast weight cache is process-global; lanes must not share it.
         at::autocast::set_autocast_cache_enabled(false);
@@ -507,6 +509,9 @@ private:
         if (m_flushDenormals) {
             text += ", denormals flushed";
         }
+        if (m_cachingHostAllocator) {
+            text += ", caching host allocator";
+        }
         if (m_ctx.describeExecution) {
             m_ctx.describeExecution(std::move(text));
         }
@@ -564,6 +569,7 @@ private:
     Clock::time_point m_start, m_intervalStart;
     double m_paused = 0; // seconds spent paused, excluded from the lane clock
     bool m_flushDenormals = false; // CPU lane thread: denormal floats flushed to zero
+    bool m_cachingHostAllocator = false; // CPU lane: large blocks recycled (host_allocator.h)
     std::optional<double> m_firstLoss; // first finite training loss (divergence reference)
 };
 

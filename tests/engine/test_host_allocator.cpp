@@ -1,0 +1,103 @@
+// CPU lanes install a caching CPU allocator (engine/src/host_allocator.cpp): the large blocks
+// a training step frees are reused by the next step instead of being returned to the kernel
+// and page-faulted in again. Each case runs in a child process (gtest's death-test machinery)
+// so the process-wide allocator starts fresh; DEVICERACE_KEEP_MALLOC=1 is the control that
+// shows the probe can fail.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "devicerace/dataset.h"
+#include "devicerace/lane.h"
+#include "devicerace/workload.h"
+#include "lane_runs.h"
+
+using namespace devicerace;
+
+namespace {
+
+long processMinorFaults() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_minflt;
+}
+
+// One CPU lane on synthetic data, run to its end.
+LaneSummary runCpuLane(const std::string& workload, std::int64_t steps) {
+    const auto& w = findWorkload(workload);
+    auto data = syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, 4096, 64);
+    auto run = test::runEveryStep(w.name, parseLaneSpec("cpu,threads=1"), data, steps, 7);
+    if (run.summary.state != LaneState::Finished) {
+        std::fprintf(stderr, "lane did not finish: %s\n", run.summary.error.c_str());
+        std::exit(2);
+    }
+    return run.summary;
+}
+
+// Pages a charlstm lane faults in per training step (its fused LSTM frees a 38 MiB block every
+// step), from two lanes of different lengths after a warm-up lane.
+long charLstmPagesPerStep() {
+    runCpuLane("charlstm", 4);
+    const long before = processMinorFaults();
+    runCpuLane("charlstm", 4);
+    const long shortRun = processMinorFaults() - before;
+    const long middle = processMinorFaults();
+    runCpuLane("charlstm", 14);
+    const long longRun = processMinorFaults() - middle;
+    return (longRun - shortRun) / 10;
+}
+
+} // namespace
+
+TEST(HostAllocator, CharLstmStepsReuseTheirMemory) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            unsetenv("DEVICERACE_KEEP_MALLOC");
+            const long pages = charLstmPagesPerStep();
+            std::fprintf(stderr, "charlstm pages faulted per step: %ld\n", pages);
+            std::exit(pages < 1000 ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "");
+    EXPECT_EXIT(
+        {
+            setenv("DEVICERACE_KEEP_MALLOC", "1", 1);
+            const long pages = charLstmPagesPerStep();
+            std::fprintf(stderr, "charlstm pages faulted per step, LibTorch's allocator: %ld\n", pages);
+            std::exit(pages > 4000 ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
+// The lane says which allocator it ran on, and its peak-memory figure still comes through
+// (every block is reported to the memory profiler as LibTorch's allocator does), unchanged.
+TEST(HostAllocator, LaneReportsItAndKeepsItsMemoryFigure) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    // In a child: the lane's peak in MiB as the exit code (fashion-cnn at batch 32: ~100), or 0
+    // where the execution text does not match the allocator in use.
+    auto peakOf = [](bool keepMalloc) {
+        keepMalloc ? setenv("DEVICERACE_KEEP_MALLOC", "1", 1) : unsetenv("DEVICERACE_KEEP_MALLOC");
+        const auto summary = runCpuLane("fashion-cnn", 3);
+        const bool said = summary.execution.find("caching host allocator") != std::string::npos;
+        std::fprintf(stderr, "execution: %s; peak %llu bytes\n", summary.execution.c_str(),
+                     static_cast<unsigned long long>(summary.peakMemoryBytes.value_or(0)));
+        const auto mib = summary.peakMemoryBytes.value_or(0) >> 20;
+        std::exit(said == !keepMalloc ? static_cast<int>(std::min<std::uint64_t>(mib, 255)) : 0);
+    };
+    int cached = -1;
+    int plain = -1;
+    auto exitCodeInto = [](int& code) {
+        return [&code](int status) {
+            code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+            return code > 0;
+        };
+    };
+    EXPECT_EXIT(peakOf(false), exitCodeInto(cached), "");
+    EXPECT_EXIT(peakOf(true), exitCodeInto(plain), "");
+    EXPECT_GT(cached, 10);
+    EXPECT_EQ(cached, plain);
+}
