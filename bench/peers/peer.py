@@ -48,13 +48,14 @@ Usage: peer.py --workload W [--device cpu|cuda] [--threads N] [--batch B] [--ste
 import argparse
 import gc
 import gzip
+import io
 import json
 import math
 import os
 import statistics
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, redirect_stderr
 
 import torch
 import torch.nn as nn
@@ -570,7 +571,13 @@ def serve():
 
 def answer(argv):
     try:
-        return dict(measure(parse_args(argv)), ok=True)
+        with redirect_stderr(io.StringIO()) as usage:  # argparse writes its message there
+            args = parse_args(argv)
+    except SystemExit as e:
+        lines = usage.getvalue().strip().splitlines()
+        return {"ok": False, "error": lines[-1] if lines else f"bad arguments (exit {e.code})"}
+    try:
+        return dict(measure(args), ok=True)
     except SystemExit as e:
         return {"ok": False, "error": str(e.code)}
     except Exception as e:  # a failed run must not end the server; the harness reports it

@@ -1,0 +1,79 @@
+"""The side-by-side harness (bench/compare.py, bench/peers/peer.py) runs and answers as it says.
+
+Run by ctest as: python3 test_harness.py PATH/TO/devicerace-cli  (the .venv python: needs torch)
+"""
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PEER = os.path.join(ROOT, "bench", "peers", "peer.py")
+COMPARE = os.path.join(ROOT, "bench", "compare.py")
+CLI = None
+ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="1")
+
+
+def short(workload, steps=30):
+    return ["--workload", workload, "--device", "cpu", "--threads", "1", "--steps", str(steps), "--warmup", "5",
+            "--data", "synthetic"]
+
+
+class PeerServer(unittest.TestCase):
+    def test_answers_each_request_in_order_and_survives_bad_ones(self):
+        requests = [short("fashion-mlp"), ["--workload", "no-such-net"], short("charlstm", 12),
+                    short("fashion-cnn", 8) + ["--precision", "fp16"]]
+        out = subprocess.run([sys.executable, PEER, "--serve"], input="".join(json.dumps(r) + "\n" for r in requests),
+                             capture_output=True, text=True, timeout=600, env=ENV)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        answers = [json.loads(line) for line in out.stdout.splitlines()]
+        self.assertEqual(len(answers), 4, out.stdout)
+        self.assertTrue(answers[0]["ok"], answers[0])
+        self.assertEqual(answers[0]["workload"], "fashion-mlp")
+        self.assertGreater(answers[0]["samples_per_sec"], 0)
+        self.assertFalse(answers[1]["ok"])
+        self.assertIn("invalid choice: 'no-such-net'", answers[1]["error"])
+        self.assertTrue(answers[2]["ok"], answers[2])
+        self.assertEqual(answers[2]["workload"], "charlstm")
+        self.assertFalse(answers[3]["ok"])
+        self.assertIn("fp16 needs a CUDA device", answers[3]["error"])
+
+    def test_cpu_requests_run_in_a_fresh_child(self):
+        # Each CPU request is forked from the server: a different process every time.
+        requests = [short("fashion-mlp", 10), short("fashion-mlp", 10)]
+        code = ("import json, os, sys; sys.argv = [sys.argv[0], '--serve']; sys.path.insert(0, os.path.dirname(%r));"
+                "import peer; real = peer.measure;"
+                "peer.measure = lambda a: dict(real(a), pid=os.getpid()); sys.exit(peer.main(['--serve']))" % PEER)
+        out = subprocess.run([sys.executable, "-c", code], input="".join(json.dumps(r) + "\n" for r in requests),
+                             capture_output=True, text=True, timeout=300, env=ENV)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        pids = [json.loads(line)["pid"] for line in out.stdout.splitlines()]
+        self.assertEqual(len(pids), 2, out.stdout)
+        self.assertNotEqual(pids[0], pids[1])
+
+
+class Compare(unittest.TestCase):
+    def test_quick_row_prints_the_ratio_table(self):
+        out = subprocess.run([sys.executable, COMPARE, "--cli", CLI, "--quick", "--sections", "peers",
+                              "--workloads", "fashion-mlp"], capture_output=True, text=True, timeout=600, env=ENV)
+        self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+        rows = [line for line in out.stdout.splitlines() if line.startswith("| fashion-mlp |")]
+        self.assertEqual(len(rows), 1, out.stdout)
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        dr, pt, ratio = (float(c.replace(",", "")) for c in cells[1:4])
+        self.assertGreater(dr, 0)
+        self.assertGreater(pt, 0)
+        self.assertAlmostEqual(ratio, dr / pt, delta=0.05 * ratio)  # one pair: the ratio of the two rates
+        self.assertIn("DeviceRace execution", out.stdout)
+
+    def test_unknown_workload_is_a_clear_error(self):
+        out = subprocess.run([sys.executable, COMPARE, "--cli", CLI, "--quick", "--workloads", "no-such-net"],
+                             capture_output=True, text=True, timeout=120, env=ENV)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("no-such-net", out.stderr)
+
+
+if __name__ == "__main__":
+    CLI = sys.argv.pop(1)
+    unittest.main()
