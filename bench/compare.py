@@ -122,6 +122,13 @@ def env():
     return e
 
 
+# --peer-malloc tuned: glibc settings a PyTorch user can give the peer from outside (no code
+# change) to get most of what DeviceRace's caching CPU allocator does for itself: large blocks
+# kept in the heap instead of being returned to the kernel after every step (docs/NOTES.md).
+TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(512 << 20),
+                "MALLOC_TOP_PAD_": str(64 << 20)}
+
+
 def run_length(row, device, quick):
     batch, steps, warmup = RUNS[row][device]
     if quick:
@@ -138,15 +145,17 @@ class PeerServer:
     machine), each request still builds its model, optimizer and data afresh. It sleeps on stdin
     while DeviceRace runs, so the sides still run one at a time."""
 
-    def __init__(self, stderr_path):
+    def __init__(self, stderr_path, extra_env=None):
         self.stderr_path = stderr_path
+        self.extra_env = extra_env or {}
         self.proc = None
 
     def request(self, argv, timeout):
         if self.proc is None or self.proc.poll() is not None:
             self.stderr = open(self.stderr_path, "a")
             self.proc = subprocess.Popen([sys.executable, PEER, "--serve"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env(), cwd=ROOT)
+                                         stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                         env=dict(env(), **self.extra_env), cwd=ROOT)
         self.proc.stdin.write(json.dumps(argv) + "\n")
         self.proc.stdin.flush()
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -168,7 +177,8 @@ class Harness:
         self.runs = []  # every run's raw numbers (--json)
         self.failed = False
         self.tmp = tempfile.mkdtemp(prefix="devicerace-compare-")
-        self.peer_server = PeerServer(os.path.join(self.tmp, "peer-stderr.txt"))
+        self.peer_server = PeerServer(os.path.join(self.tmp, "peer-stderr.txt"),
+                                      TUNED_MALLOC if args.peer_malloc == "tuned" else None)
 
     def log(self, text):
         print(text, file=sys.stderr, flush=True)
@@ -497,6 +507,10 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true", help="a smoke run: a third of the steps, 1 pair")
     ap.add_argument("--short", action="store_true",
                     help="a third of the steps, all the pairs (a lent GPU machine's short lease)")
+    ap.add_argument("--peer-malloc", choices=("default", "tuned"), default="default",
+                    help="the PyTorch peer's glibc malloc: as a fresh python gets it (default), or tuned from "
+                         "the environment to keep freed blocks (MALLOC_*_ variables; a fairer match for "
+                         "DeviceRace's caching CPU allocator)")
     ap.add_argument("--markdown", metavar="FILE", help="also write the tables, with a header line, to FILE")
     ap.add_argument("--json", metavar="FILE", help="write every run's raw numbers to FILE")
     ap.add_argument("--docs", action="store_true",
