@@ -559,23 +559,30 @@ def serve():
     for line in sys.stdin:
         if not line.strip():
             continue
-        argv = json.loads(line)
-        on_cpu = "--device" not in argv or argv[argv.index("--device") + 1] == "cpu"
-        out = answer_forked(argv) if on_cpu else answer(argv)
-        gc.collect()
-        if not on_cpu:
+        args, out = parse_request(json.loads(line))
+        if args is None:
+            pass
+        elif args.device == "cpu":
+            out = answer_forked(args)
+        else:
+            out = answer(args)
+            gc.collect()
             torch.cuda.empty_cache()
         print(json.dumps(out), flush=True)
     return 0
 
 
-def answer(argv):
+def parse_request(argv):
+    """(args, None), or (None, the error answer) with argparse's one-line message."""
     try:
         with redirect_stderr(io.StringIO()) as usage:  # argparse writes its message there
-            args = parse_args(argv)
+            return parse_args(argv), None
     except SystemExit as e:
         lines = usage.getvalue().strip().splitlines()
-        return {"ok": False, "error": lines[-1] if lines else f"bad arguments (exit {e.code})"}
+        return None, {"ok": False, "error": lines[-1] if lines else f"bad arguments (exit {e.code})"}
+
+
+def answer(args):
     try:
         return dict(measure(args), ok=True)
     except SystemExit as e:
@@ -584,14 +591,14 @@ def answer(argv):
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
-def answer_forked(argv):
+def answer_forked(args):
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: measure, write the answer, leave without running atexit handlers
         os.close(read_end)
         try:
             with os.fdopen(write_end, "wb") as f:
-                f.write(json.dumps(answer(argv)).encode())
+                f.write(json.dumps(answer(args)).encode())
         finally:
             os._exit(0)
     os.close(write_end)

@@ -63,10 +63,21 @@ public:
         default_copy_data(dest, src, count);
     }
 
-    void release() {
+    // A CPU lane starts using the cache.
+    void hold() {
+        std::lock_guard lock(m_mutex);
+        ++m_lanes;
+    }
+
+    // A CPU lane is done; the last one out frees the cached blocks (lanes of one race that are
+    // still training keep theirs).
+    void drop() {
         std::vector<void*> blocks;
         {
             std::lock_guard lock(m_mutex);
+            if (--m_lanes > 0) {
+                return;
+            }
             for (auto& [size, list] : m_free) {
                 for (void* block : list) {
                     m_sizes.erase(block);
@@ -99,10 +110,10 @@ private:
         const std::size_t size = (n + kGranule - 1) / kGranule * kGranule;
         {
             std::lock_guard lock(m_mutex);
-            auto& list = m_free[size];
-            if (!list.empty()) {
-                void* block = list.back();
-                list.pop_back();
+            auto it = m_free.find(size);
+            if (it != m_free.end() && !it->second.empty()) {
+                void* block = it->second.back();
+                it->second.pop_back();
                 m_cachedBytes -= size;
                 return block;
             }
@@ -136,6 +147,7 @@ private:
     std::unordered_map<std::size_t, std::vector<void*>> m_free; // rounded size -> free blocks
     std::unordered_map<void*, std::size_t> m_sizes;             // every block this cache owns
     std::size_t m_cachedBytes = 0;
+    int m_lanes = 0; // CPU lanes between hold() and drop()
 };
 
 } // namespace
@@ -152,9 +164,15 @@ bool useCachingHostAllocator() {
     return installed;
 }
 
+void holdHostCache() {
+    if (useCachingHostAllocator()) {
+        CachingHostAllocator::instance().hold();
+    }
+}
+
 void releaseHostCache() {
     if (useCachingHostAllocator()) {
-        CachingHostAllocator::instance().release();
+        CachingHostAllocator::instance().drop();
     }
 }
 

@@ -10,7 +10,11 @@ namespace devicerace::detail {
 /// DEVICERACE_KEEP_MALLOC is set (LibTorch's own allocator stays).
 bool useCachingHostAllocator();
 
-/// Frees every block the cache holds (a CPU lane calls it when it ends).
+/// A CPU lane starts (installs the allocator first): its blocks are kept until
+/// releaseHostCache().
+void holdHostCache();
+
+/// A CPU lane has ended; when no CPU lane is left, the cached blocks are freed.
 void releaseHostCache();
 
 } // namespace devicerace::detail

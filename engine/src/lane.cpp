@@ -163,7 +163,7 @@ struct Lane::Impl {
             finish(LaneState::Failed, detail::describeException(std::current_exception()), 0);
         }
         if (ctx.spec.device == "cpu") {
-            detail::releaseHostCache(); // the lane's tensors are gone; give their blocks back
+            detail::releaseHostCache(); // the lane's tensors are gone (paired with start())
         }
     }
 };
@@ -259,7 +259,7 @@ void Lane::start() {
     m_impl->started = true;
     if (m_impl->ctx.spec.device == "cpu") {
         // Installed before the lane's thread allocates anything.
-        detail::useCachingHostAllocator();
+        detail::holdHostCache();
     }
     m_impl->thread = std::thread([impl = m_impl.get()] { impl->run(); });
 }
