@@ -1,7 +1,10 @@
 #include "cli_commands.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +19,7 @@
 #include "devicerace/recording.h"
 #include "devicerace/tensorboard.h"
 #include "devicerace/race.h"
+#include "devicerace/worker.h"
 #include "devicerace/workload.h"
 #include "live_table.h"
 
@@ -41,6 +45,26 @@ int runDevices(bool json) {
     const auto& report = refreshDeviceReport();
     fmt::print("{}", json ? devicesJson(report) : devicesText(report));
     return 0;
+}
+
+int runRemoteDevices(const std::string& host, const std::string& cliPath, bool json) {
+    try {
+        const auto report = remoteDeviceReport(host, cliPath);
+        fmt::print("{}", json ? devicesJson(report) : devicesText(report));
+        return 0;
+    } catch (const std::exception& e) {
+        return usageError(e.what());
+    }
+}
+
+int runWorkerCommand(int proto) {
+    // Protocol lines only on the real stdout: anything else that prints (LibTorch warnings,
+    // NCCL, a stray printf) lands on stderr, which the parent keeps as the lane's log.
+    const int out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+    if (out < 0 || ::dup2(2, 1) < 0) {
+        return usageError(fmt::format("worker: cannot set up its output: {}", std::strerror(errno)));
+    }
+    return runWorker(0, out, proto);
 }
 
 int runWorkloads(bool json) {

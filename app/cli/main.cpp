@@ -18,8 +18,16 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "devicerace-cli 0.1.0");
 
     bool devicesJson = false;
+    std::string devicesHost, devicesCli;
     auto* devices = app.add_subcommand("devices", "List the CPU, its BLAS and the CUDA devices, and why any is unusable");
     devices->add_flag("--json", devicesJson, "Print JSON");
+    devices->add_option("--host", devicesHost, "ssh://[user@]host[:port]: list that machine's devices (through ssh)");
+    devices->add_option("--cli", devicesCli, "With --host: the devicerace-cli there (default: on its PATH)");
+
+    int workerProto = 0;
+    auto* worker = app.add_subcommand("worker", "Run one lane for a parent DeviceRace, speaking the worker protocol "
+                                                "on stdin/stdout (docs/EVENTS.md); started by DeviceRace itself");
+    worker->add_option("--proto", workerProto, "The protocol major version the parent speaks")->required();
 
     bool workloadsJson = false;
     auto* wl = app.add_subcommand("workloads", "List the workloads (model + data + hyperparameters)");
@@ -42,7 +50,9 @@ int main(int argc, char** argv) {
                      "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N; keys: name, threads, batch, lr, "
                      "precision (fp32|bf16|fp16), cost (USD per hour), channels_last, eval_batch, wd, momentum, "
                      "schedule (constant|step|onecycle), lstm (fused|cells), data (real|synthetic), fused, graph, resident "
-                     "(true|false: the fast paths). Repeat for more lanes. "
+                     "(true|false: the fast paths), isolate (thread|process), cli (worker lanes: the devicerace-cli "
+                     "to run). DEVICE may be ssh://[user@]host[:port]/DEVICE: a lane on another machine. "
+                     "Repeat for more lanes. "
                      "Default: cpu,threads=1 and the best other device");
     auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");
     auto* stepsOpt = race->add_option("--steps", steps, "Training steps per lane instead of epochs");
@@ -86,8 +96,12 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "devicerace-cli: error: expected a command: devices, workloads or race (see --help)\n");
         return 2;
     }
+    if (*worker) {
+        return cli::runWorkerCommand(workerProto);
+    }
     if (*devices) {
-        return cli::runDevices(devicesJson);
+        return devicesHost.empty() ? cli::runDevices(devicesJson)
+                                   : cli::runRemoteDevices(devicesHost, devicesCli, devicesJson);
     }
     if (*wl) {
         return cli::runWorkloads(workloadsJson);

@@ -23,7 +23,8 @@ inline StepRun runEveryStep(const std::string& workload, LaneSpec spec, std::sha
     settings.seed = seed;
     settings.warmupSteps = 0;
     settings.reportIntervalSeconds = 0; // every step is its own interval
-    Lane lane(std::move(spec), settings);
+    auto laneOwner = makeLane(std::move(spec), settings);
+    Lane& lane = *laneOwner;
     lane.start();
     lane.wait();
     StepRun r;

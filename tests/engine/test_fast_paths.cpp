@@ -113,7 +113,8 @@ TEST(FastPathKeys, CpuLanesRejectGpuOnlyKeys) {
     settings.steps = 1;
     auto message = [&](const std::string& text) {
         try {
-            Lane lane(parseLaneSpec(text), settings);
+            auto laneOwner = makeLane(parseLaneSpec(text), settings);
+            Lane& lane = *laneOwner;
         } catch (const UsageError& e) {
             return std::string(e.what());
         }

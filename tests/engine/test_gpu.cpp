@@ -170,7 +170,7 @@ TEST(Gpu, GraphKeyConflictsAreExplained) {
     settings.workload = "fashion-mlp";
     settings.data = synthetic("fashion-mlp", 256);
     settings.steps = 1;
-    EXPECT_THROW(Lane(parseLaneSpec("cuda:0,graph=true,precision=fp16"), settings), UsageError);
-    EXPECT_THROW(Lane(parseLaneSpec("cuda:0,graph=true,fused=false"), settings), UsageError);
-    EXPECT_THROW(Lane(parseLaneSpec("cuda:0,resident=false"), settings), UsageError); // synthetic data
+    EXPECT_THROW(makeLane(parseLaneSpec("cuda:0,graph=true,precision=fp16"), settings), UsageError);
+    EXPECT_THROW(makeLane(parseLaneSpec("cuda:0,graph=true,fused=false"), settings), UsageError);
+    EXPECT_THROW(makeLane(parseLaneSpec("cuda:0,resident=false"), settings), UsageError); // synthetic data
 }

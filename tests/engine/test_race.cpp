@@ -137,8 +137,10 @@ TEST(RaceSmoke, AFailingLaneLeavesTheOthersRacing) {
     auto data = loadFashionMnist(dir.path());
     auto failing = tinySettings(data, 30);
     failing.failAtStep = 5;
-    Lane bad(cpuLane(1, "bad"), failing);
-    Lane good(cpuLane(1, "good"), tinySettings(data, 30));
+    auto badOwner = makeLane(cpuLane(1, "bad"), failing);
+    Lane& bad = *badOwner;
+    auto goodOwner = makeLane(cpuLane(1, "good"), tinySettings(data, 30));
+    Lane& good = *goodOwner;
     bad.start();
     good.start();
     bad.wait();
@@ -154,7 +156,8 @@ TEST(RaceSmoke, HugeLearningRateDivergesWithTheStep) {
     test::writeTinyDataset(dir.path(), 300, 50);
     LaneSpec spec = cpuLane(1, "hot");
     spec.lr = 1e6;
-    Lane lane(spec, tinySettings(loadFashionMnist(dir.path()), 200));
+    auto laneOwner = makeLane(spec, tinySettings(loadFashionMnist(dir.path()), 200));
+    Lane& lane = *laneOwner;
     lane.start();
     lane.wait();
     EXPECT_EQ(lane.state(), LaneState::Diverged);
@@ -171,7 +174,8 @@ TEST(RaceSmoke, PauseResumeAndStop) {
     test::TempDir dir;
     test::writeTinyDataset(dir.path(), 600, 50);
     auto data = loadFashionMnist(dir.path());
-    Lane lane(cpuLane(1, "p"), tinySettings(data, 1000000));
+    auto laneOwner = makeLane(cpuLane(1, "p"), tinySettings(data, 1000000));
+    Lane& lane = *laneOwner;
     lane.setPaused(true);
     lane.start();
     waitFor([&] { return lane.state() == LaneState::Paused; });

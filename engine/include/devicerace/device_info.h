@@ -53,3 +53,18 @@ DeviceReport refreshDeviceReport();
 std::vector<std::string> usableDeviceNames();
 
 } // namespace devicerace
+
+namespace devicerace {
+
+/// The whole report as one JSON object (the worker protocol's `hello` carries it) and back.
+/// Reading is strict about types and bounded in size; throws DataError.
+std::string deviceReportToJson(const DeviceReport& report);
+DeviceReport deviceReportFromJson(const std::string& text);
+
+/// The devices of a machine reached through ssh ("ssh://[user@]host[:port]"): a worker is
+/// started there, says hello and is sent away. `cli`: the remote devicerace-cli (empty: the one
+/// on its PATH). Throws UsageError with the same distinct messages as a remote lane (host
+/// unreachable, key refused, host key unknown, devicerace-cli missing, version mismatch).
+DeviceReport remoteDeviceReport(const std::string& hostUrl, const std::string& cli = {});
+
+} // namespace devicerace

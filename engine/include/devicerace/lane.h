@@ -1,5 +1,7 @@
 #pragma once
-/// One training run of a workload on one device, in its own thread.
+/// One training run of a workload on one device. `Lane` is the interface every kind shares —
+/// a thread of this process, a local worker process, a worker on another machine through
+/// ssh — so Race, the CLI, the window, the recorder and the exports never ask which.
 /// Thread-safe: control calls and takeSamples() may come from any thread.
 #include <memory>
 #include <vector>
@@ -14,7 +16,13 @@ namespace devicerace {
 /// Settings a lane shares with its race (resolved from the RaceSpec).
 struct LaneRunSettings {
     std::string workload;
+    /// The data a thread lane trains on. Worker lanes resolve their own data where they run
+    /// from the fields below (the remote machine may hold data this one lacks).
     std::shared_ptr<const ImageDataset> data;
+    std::optional<DataMode> dataMode;
+    std::string dataDir;
+    std::optional<std::int64_t> trainLimit;
+    std::optional<std::int64_t> testLimit;
     std::optional<int> epochs;
     std::optional<std::int64_t> steps;
     std::optional<double> targetAccuracy;
@@ -24,38 +32,43 @@ struct LaneRunSettings {
     double reportIntervalSeconds = 0.1; // metric samples at most this often
     /// Fault injection for tests of lane isolation: throw at this step (0: never).
     std::int64_t failAtStep = 0;
+    /// A worker process may run fault=abort|segv|exit|hang (it is alone in its process).
+    bool allowProcessFaults = false;
 };
 
 class Lane {
 public:
-    /// Validates the spec against the workload and the machine; throws UsageError.
-    Lane(LaneSpec spec, LaneRunSettings settings);
-    ~Lane(); // requests stop and joins
+    virtual ~Lane() = default; // implementations request stop and wait (bounded)
+    Lane() = default;
     Lane(const Lane&) = delete;
     Lane& operator=(const Lane&) = delete;
 
-    const LaneSpec& spec() const;
-    std::int64_t batch() const;       // resolved batch size
-    std::int64_t totalSteps() const;  // steps the lane will run
+    virtual LaneKind kind() const = 0;
+    virtual const LaneSpec& spec() const = 0;
+    virtual std::int64_t batch() const = 0;      // resolved batch size
+    virtual std::int64_t totalSteps() const = 0; // steps the lane will run
 
-    void start();           // launches the lane thread (once)
-    void requestStop();     // the lane ends at the next step as Stopped
-    void setPaused(bool paused);
-    void wait();            // joins the lane thread (after start)
+    virtual void start() = 0;        // begins training (once)
+    virtual void requestStop() = 0;  // the lane ends soon as Stopped
+    virtual void setPaused(bool paused) = 0;
+    virtual void wait() = 0;         // returns when the lane has ended (after start or stop)
 
-    LaneState state() const;
-    std::string message() const;
+    virtual LaneState state() const = 0;
+    virtual std::string message() const = 0;
     /// Samples emitted since the last call (the consumer's own copy).
-    std::vector<MetricSample> takeSamples();
+    virtual std::vector<MetricSample> takeSamples() = 0;
     /// All samples so far (kept by the lane for its summary).
-    std::vector<MetricSample> history() const;
-    LaneSummary summary() const;
-    /// CPU seconds used by the lane's own thread so far (its OpenMP helper threads excluded).
-    double cpuSeconds() const;
-
-private:
-    struct Impl;
-    std::unique_ptr<Impl> m_impl;
+    virtual std::vector<MetricSample> history() const = 0;
+    virtual LaneSummary summary() const = 0;
+    /// CPU seconds used by the lane's own training thread so far (helper threads excluded).
+    virtual double cpuSeconds() const = 0;
+    /// The data the lane trains on, as it describes itself (remote lanes: on their machine).
+    virtual std::shared_ptr<const Dataset> dataset() const = 0;
 };
+
+/// Builds the lane kind the spec asks for (`isolate=`, an `ssh://` device) and validates it
+/// against the workload and the machine it runs on; throws UsageError with a one-line reason
+/// (for worker lanes, after the worker said hello and accepted the lane).
+std::unique_ptr<Lane> makeLane(LaneSpec spec, LaneRunSettings settings);
 
 } // namespace devicerace

@@ -10,13 +10,22 @@ namespace devicerace {
 enum class Precision { Fp32, Bf16, Fp16 };
 enum class DataMode { Real, Synthetic };
 
+/// Where a lane trains.
+enum class LaneKind {
+    Thread,  // a thread of this process
+    Process, // a local `devicerace-cli worker` child process
+    Remote   // `devicerace-cli worker` on another machine, through the system ssh
+};
+
 std::string toString(Precision p);
+std::string toString(LaneKind k);
 std::string toString(DataMode m);
 
 /// One lane: a device plus per-lane overrides. Unset optionals take the workload's defaults.
 struct LaneSpec {
     std::string name;                 // shown everywhere; defaults to "cpu·2", "cuda:0", ...
-    std::string device = "cpu";       // "cpu", "cuda", "cuda:N"
+    std::string device = "cpu";       // "cpu", "cuda", "cuda:N" (on `host` for remote lanes)
+    std::string host;                 // "": this machine; else "ssh://[user@]host[:port]"
     std::optional<int> threads;       // CPU intra-op threads for this lane
     std::optional<std::int64_t> batch;
     std::optional<double> lr;
@@ -33,11 +42,28 @@ struct LaneSpec {
     std::optional<bool> fused;           // multi-tensor optimizer kernels (fused Adam/SGD, foreach RMSprop)
     std::optional<bool> graph;           // CUDA lanes: the whole training step captured in a CUDA graph
     std::optional<bool> resident;        // CUDA lanes: the data set on the GPU (false: pinned host copies, prefetched)
+    // Where the lane runs (unset: see defaultIsolation in lanes/make_lane.cpp).
+    std::optional<LaneKind> isolate;     // Thread or Process (an ssh:// device is always Remote)
+    std::optional<std::string> cli;      // worker lanes: the devicerace-cli to run (remote default: on PATH)
+    std::optional<std::string> fault;    // tests of isolation: throw|abort|segv|exit|hang[:STEP]
 };
 
+/// "ssh://[user@]host[:port]" split into its parts; throws UsageError for anything else
+/// (a host starting with '-', characters ssh would read as options or a shell would expand).
+struct SshTarget {
+    std::string user;  // empty: ssh's default (~/.ssh/config, then the local user)
+    std::string host;  // a name from ~/.ssh/config, a DNS name or an address
+    std::optional<int> port;
+    std::string url() const; // back to "ssh://..."
+};
+SshTarget parseSshTarget(const std::string& text);
+
+/// The lane's kind as it will run: Remote for ssh:// devices, else `isolate`, else the default.
+LaneKind laneKind(const LaneSpec& spec);
+
 /// Parses "DEVICE[,key=value]..." (keys: name, threads, batch, lr, precision, cost, channels_last,
-/// eval_batch, wd, momentum, schedule, lstm, data, fused, graph, resident). Throws UsageError
-/// naming the bad part.
+/// eval_batch, wd, momentum, schedule, lstm, data, fused, graph, resident, isolate, cli, fault;
+/// DEVICE may be ssh://[user@]host[:port]/DEVICE). Throws UsageError naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);
 
 /// A whole race as the user asked for it.

@@ -14,6 +14,8 @@ namespace devicerace {
 struct LaneSummary {
     std::string name;
     std::string device;
+    LaneKind kind = LaneKind::Thread;
+    std::string host;                           // "ssh://..." for remote lanes, else ""
     std::optional<int> threads;
     std::int64_t batch = 0;
     LaneState state = LaneState::Pending;

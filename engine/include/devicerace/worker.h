@@ -1,0 +1,14 @@
+#pragma once
+/// The worker end of the worker protocol (docs/EVENTS.md): `devicerace-cli worker` runs one
+/// lane for a parent DeviceRace on this or another machine, speaking one JSON object per line.
+
+namespace devicerace {
+
+/// Runs the worker on `inFd` (the parent's control lines) and `outFd` (protocol lines only:
+/// the caller has already moved stdout out of everyone else's way). `requestedProto` is the
+/// parent's protocol major (--proto). Returns the process exit status: 0 lane finished or
+/// stopped, 1 lane failed or diverged, 2 the lane was refused, 3 protocol refused. Never
+/// 126, 127 or 255 (those mean "not installed" and "ssh failed" to the parent).
+int runWorker(int inFd, int outFd, int requestedProto);
+
+} // namespace devicerace

@@ -1,0 +1,103 @@
+// DeviceReport <-> JSON, for the worker protocol's hello (a remote machine's devices).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+
+namespace devicerace {
+
+using nlohmann::json;
+
+namespace {
+
+// A machine with more GPUs than this is not one we know how to describe.
+constexpr std::size_t kMaxGpus = 64;
+
+template <typename T>
+std::optional<T> optionalOf(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        return std::nullopt;
+    }
+    return it->get<T>();
+}
+
+json orNull(const auto& v) { return v ? json(*v) : json(nullptr); }
+
+} // namespace
+
+std::string deviceReportToJson(const DeviceReport& r) {
+    json gpus = json::array();
+    for (const auto& g : r.gpus) {
+        gpus.push_back({{"index", g.index},
+                        {"name", g.name},
+                        {"total_memory_bytes", g.totalMemoryBytes},
+                        {"compute", fmt::format("{}.{}", g.computeMajor, g.computeMinor)},
+                        {"multiprocessors", g.multiprocessors},
+                        {"utilization_percent", orNull(g.utilizationPercent)},
+                        {"used_memory_bytes", orNull(g.usedMemoryBytes)}});
+    }
+    json j = {{"cpu",
+               {{"model", r.cpu.model},
+                {"physical_cores", r.cpu.physicalCores},
+                {"logical_cpus", r.cpu.logicalCpus},
+                {"torch_threads", r.cpu.torchThreads},
+                {"parallel_backend", r.cpu.parallelBackend},
+                {"blas", r.cpu.blas},
+                {"blas_is_reference", r.cpu.blasIsReference}}},
+              {"gpus", gpus},
+              {"cuda_available", r.cudaAvailable},
+              {"cuda_unavailable_reason", r.cudaUnavailableReason},
+              {"torch", r.torchVersion},
+              {"torch_cuda", r.torchCudaVersion},
+              {"cudnn", r.cudnnVersion},
+              {"nvml_driver", r.nvmlDriverVersion},
+              {"host", r.hostName}};
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+DeviceReport deviceReportFromJson(const std::string& text) {
+    try {
+        const auto j = json::parse(text);
+        DeviceReport r;
+        const auto& cpu = j.at("cpu");
+        r.cpu.model = cpu.at("model").get<std::string>();
+        r.cpu.physicalCores = cpu.at("physical_cores").get<int>();
+        r.cpu.logicalCpus = cpu.at("logical_cpus").get<int>();
+        r.cpu.torchThreads = cpu.value("torch_threads", 0);
+        r.cpu.parallelBackend = cpu.value("parallel_backend", std::string());
+        r.cpu.blas = cpu.value("blas", std::string());
+        r.cpu.blasIsReference = cpu.value("blas_is_reference", false);
+        const auto& gpus = j.at("gpus");
+        if (!gpus.is_array() || gpus.size() > kMaxGpus) {
+            throw DataError(fmt::format("gpus: expected a list of at most {}", kMaxGpus));
+        }
+        for (const auto& g : gpus) {
+            GpuInfo info;
+            info.index = g.at("index").get<int>();
+            info.name = g.at("name").get<std::string>();
+            info.totalMemoryBytes = g.at("total_memory_bytes").get<std::uint64_t>();
+            const auto compute = g.value("compute", std::string("0.0"));
+            if (std::sscanf(compute.c_str(), "%d.%d", &info.computeMajor, &info.computeMinor) != 2) {
+                throw DataError(fmt::format("gpu {}: compute capability '{}' is not MAJOR.MINOR", info.index, compute));
+            }
+            info.multiprocessors = g.value("multiprocessors", 0);
+            info.utilizationPercent = optionalOf<int>(g, "utilization_percent");
+            info.usedMemoryBytes = optionalOf<std::uint64_t>(g, "used_memory_bytes");
+            r.gpus.push_back(std::move(info));
+        }
+        r.cudaAvailable = j.at("cuda_available").get<bool>();
+        r.cudaUnavailableReason = j.value("cuda_unavailable_reason", std::string());
+        r.torchVersion = j.value("torch", std::string());
+        r.torchCudaVersion = j.value("torch_cuda", std::string());
+        r.cudnnVersion = j.value("cudnn", std::string());
+        r.nvmlDriverVersion = j.value("nvml_driver", std::string());
+        r.hostName = j.value("host", std::string());
+        return r;
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("malformed device report: {}", e.what()));
+    }
+}
+
+} // namespace devicerace

@@ -1,0 +1,44 @@
+#pragma once
+// The samples, state and message a lane keeps, whatever its kind. Thread-safe.
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "devicerace/metric_sample.h"
+
+namespace devicerace::detail {
+
+class LaneRecord {
+public:
+    explicit LaneRecord(std::string laneName) : m_lane(std::move(laneName)) {}
+
+    /// Stores a sample (wall time filled in when 0; a State sample sets state and message).
+    void push(MetricSample s);
+    /// Pushes the final State sample, carrying the last step/samples/epoch/time forward so
+    /// the record stands on its own. Ignored once the lane is in a terminal state.
+    void finish(LaneState state, std::string message);
+    /// Pending -> Stopped without a sample (a lane stopped before it started). True if done.
+    bool stopIfPending(const std::string& message);
+
+    std::vector<MetricSample> take();
+    std::vector<MetricSample> history() const;
+    LaneState state() const;
+    std::string message() const;
+    std::string execution() const;
+    void setExecution(std::string text);
+    /// Progress so far: the step of the last sample (0 before any).
+    std::int64_t lastStep() const;
+
+private:
+    std::string m_lane;
+    mutable std::mutex m_mutex; // guards everything below
+    std::vector<MetricSample> m_pending;
+    std::vector<MetricSample> m_history;
+    LaneState m_state = LaneState::Pending;
+    std::string m_message;
+    std::string m_execution;
+};
+
+double unixNow(); // seconds since the Unix epoch
+
+} // namespace devicerace::detail

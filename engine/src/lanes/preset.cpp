@@ -1,0 +1,197 @@
+#include "devicerace/preset.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <set>
+
+#include "data/data_util.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/workload.h"
+#include "util/text_util.h"
+
+namespace devicerace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A preset is a few hundred bytes; anything far larger is not one.
+constexpr std::uint64_t kMaxPresetBytes = 1u << 20;
+constexpr int kFormat = 1;
+
+[[noreturn]] void bad(const std::string& origin, const std::string& what) {
+    throw DataError(fmt::format("{}: {}", origin, what));
+}
+
+// Expands one generic lane into concrete lanes for this machine.
+std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::string>& notes) {
+    auto comma = text.find(',');
+    const std::string device(trim(std::string_view(text).substr(0, comma)));
+    const std::string rest = comma == std::string::npos ? "" : text.substr(comma);
+    const auto& report = deviceReport();
+    const bool gpu = report.cudaAvailable && !report.gpus.empty();
+    const int cores = std::max(1, report.cpu.physicalCores);
+    std::vector<std::string> concrete;
+    if (device == "best-gpu") {
+        if (!gpu) {
+            notes.push_back(fmt::format("no CUDA device here ({}): lane '{}' left out", report.cudaUnavailableReason, text));
+            return {};
+        }
+        concrete.push_back("cuda:0" + rest);
+    } else if (device == "best-device") {
+        concrete.push_back((gpu ? std::string("cuda:0") : fmt::format("cpu,threads={}", cores)) + rest);
+    } else if (device == "all-cores") {
+        concrete.push_back(fmt::format("cpu,threads={}", cores) + rest);
+    } else if (text.find("threads=powers") != std::string::npos) {
+        const auto at = text.find("threads=powers");
+        std::vector<int> counts;
+        for (int t = 1; t < cores; t *= 2) {
+            counts.push_back(t);
+        }
+        counts.push_back(cores);
+        for (int t : counts) {
+            concrete.push_back(text.substr(0, at) + fmt::format("threads={}", t) + text.substr(at + 14));
+        }
+    } else {
+        concrete.push_back(text);
+    }
+    std::vector<LaneSpec> out;
+    for (const auto& c : concrete) {
+        out.push_back(parseLaneSpec(c));
+    }
+    return out;
+}
+
+} // namespace
+
+std::vector<fs::path> presetDirs() {
+    std::vector<fs::path> dirs;
+    if (const char* env = std::getenv("DEVICERACE_PRESETS")) {
+        dirs.emplace_back(env);
+    }
+    // Relocatable installs (cmake --install --prefix, the .deb): next to the executable.
+    std::error_code ec;
+    const auto exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        dirs.push_back(exe.parent_path().parent_path() / "share" / "devicerace" / "presets");
+    }
+#ifdef DEVICERACE_INSTALL_PRESETS
+    dirs.emplace_back(DEVICERACE_INSTALL_PRESETS);
+#endif
+#ifdef DEVICERACE_SOURCE_PRESETS
+    dirs.emplace_back(DEVICERACE_SOURCE_PRESETS);
+#endif
+    return dirs;
+}
+
+std::vector<std::string> presetNames() {
+    std::set<std::string> names;
+    for (const auto& dir : presetDirs()) {
+        std::error_code ec;
+        for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+            if (it->path().extension() == ".json") {
+                names.insert(it->path().stem().string());
+            }
+        }
+    }
+    return {names.begin(), names.end()};
+}
+
+Preset parsePreset(const std::string& text, const std::string& origin) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        bad(origin, fmt::format("not valid JSON ({})", e.what()));
+    }
+    if (!j.is_object()) {
+        bad(origin, "a preset must be a JSON object");
+    }
+    if (!j.contains("format") || !j["format"].is_number_integer() || j["format"].get<int>() != kFormat) {
+        bad(origin, fmt::format("unsupported preset format {} (this DeviceRace reads format {})",
+                                j.contains("format") ? j["format"].dump() : "(missing)", kFormat));
+    }
+    Preset p;
+    try {
+        p.name = j.at("name").get<std::string>();
+        p.description = j.value("description", std::string());
+        p.seed = j.value("seed", std::string());
+        const auto& races = j.at("races");
+        if (!races.is_array() || races.empty() || races.size() > 64) {
+            bad(origin, "\"races\" must be a list of 1 to 64 races");
+        }
+        for (const auto& r : races) {
+            PresetRace race;
+            race.title = r.value("title", std::string());
+            race.spec.workload = r.at("workload").get<std::string>();
+            findWorkload(race.spec.workload); // throws for unknown names
+            if (r.contains("epochs")) {
+                race.spec.epochs = r["epochs"].get<int>();
+            }
+            if (r.contains("steps")) {
+                race.spec.steps = r["steps"].get<std::int64_t>();
+            }
+            if (r.contains("data")) {
+                const auto d = r["data"].get<std::string>();
+                if (d != "real" && d != "synthetic") {
+                    bad(origin, fmt::format("race '{}': data \"{}\" (expected real or synthetic)", race.title, d));
+                }
+                race.spec.data = d == "real" ? DataMode::Real : DataMode::Synthetic;
+            }
+            race.spec.fair = r.value("fair", false);
+            race.spec.seed = r.value("seed", std::uint64_t{0});
+            if (r.contains("target_accuracy")) {
+                race.spec.targetAccuracy = r["target_accuracy"].get<double>();
+            }
+            const auto& lanes = r.at("lanes");
+            if (!lanes.is_array() || lanes.empty() || lanes.size() > 64) {
+                bad(origin, fmt::format("race '{}': \"lanes\" must be a list of 1 to 64 lane specs", race.title));
+            }
+            for (const auto& lane : lanes) {
+                for (auto& spec : expandLane(lane.get<std::string>(), race.notes)) {
+                    race.spec.lanes.push_back(std::move(spec));
+                }
+            }
+            if (race.spec.lanes.empty()) {
+                race.spec.lanes = defaultLanes();
+                race.notes.push_back("no lane of the preset fits this machine: racing the default lanes");
+            }
+            p.races.push_back(std::move(race));
+        }
+    } catch (const json::exception& e) {
+        bad(origin, fmt::format("malformed preset ({})", e.what()));
+    } catch (const UsageError& e) {
+        bad(origin, e.what());
+    }
+    return p;
+}
+
+Preset loadPreset(const std::string& nameOrPath) {
+    fs::path file;
+    if (nameOrPath.ends_with(".json") || nameOrPath.find('/') != std::string::npos) {
+        file = nameOrPath;
+    } else {
+        for (const auto& dir : presetDirs()) {
+            std::error_code ec;
+            if (fs::exists(dir / (nameOrPath + ".json"), ec)) {
+                file = dir / (nameOrPath + ".json");
+                break;
+            }
+        }
+        if (file.empty()) {
+            auto names = presetNames();
+            std::string known;
+            for (const auto& n : names) {
+                known += (known.empty() ? "" : ", ") + n;
+            }
+            throw UsageError(fmt::format("unknown preset '{}' (known: {})", nameOrPath, known.empty() ? "none found" : known));
+        }
+    }
+    return parsePreset(detail::readFileBounded(file, kMaxPresetBytes), file.string());
+}
+
+} // namespace devicerace

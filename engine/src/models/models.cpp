@@ -1,0 +1,163 @@
+// The workload registry, schedules and the initialisers shared by the model files.
+#include "models/models.h"
+
+#include <fmt/format.h>
+#include <torch/nn/modules/batchnorm.h>
+
+#include <cmath>
+
+#include "devicerace/errors.h"
+
+namespace devicerace::detail {
+
+torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen) {
+    if (!training || p <= 0) {
+        return x;
+    }
+    if (x.is_cuda()) {
+        // One kernel (mask and scale fused), drawing from the lane's generator; its p is the
+        // probability to KEEP.
+        return std::get<0>(at::_fused_dropout(x, 1.0 - p, gen));
+    }
+    // ATen's CPU dropout: the scaled mask in place, then one multiply (and one in backward).
+    auto mask = at::empty_like(x).bernoulli_(1.0 - p, gen).div_(1.0 - p);
+    return x * mask;
+}
+
+namespace {
+// fan_in = in * receptive field, fan_out = out * receptive field (Keras/PyTorch convention).
+std::pair<double, double> fans(const torch::Tensor& w) {
+    const auto receptive = w.dim() > 2 ? w[0][0].numel() : 1;
+    return {static_cast<double>(w.size(1) * receptive), static_cast<double>(w.size(0) * receptive)};
+}
+} // namespace
+
+void glorotInit(torch::nn::Module& module, at::Generator& gen) {
+    torch::NoGradGuard noGrad;
+    for (auto& item : module.named_parameters(/*recurse=*/true)) {
+        auto& p = item.value();
+        if (p.dim() >= 2) {
+            auto [fanIn, fanOut] = fans(p);
+            const double bound = std::sqrt(6.0 / (fanIn + fanOut));
+            p.uniform_(-bound, bound, gen);
+        } else {
+            p.zero_();
+        }
+    }
+}
+
+void heInit(torch::nn::Module& module, at::Generator& gen) {
+    torch::NoGradGuard noGrad;
+    // Called from constructors: the module is not in a shared_ptr yet, so no modules(include_self).
+    std::vector<torch::nn::Module*> all{&module};
+    for (auto& m : module.modules(/*include_self=*/false)) {
+        all.push_back(m.get());
+    }
+    for (auto* m : all) {
+        for (auto& item : m->named_parameters(/*recurse=*/false)) {
+            auto& p = item.value();
+            const bool batchNorm = dynamic_cast<torch::nn::BatchNorm2dImpl*>(m) != nullptr;
+            if (batchNorm) {
+                item.key() == "weight" ? p.fill_(1.0) : p.zero_();
+            } else if (p.dim() == 4) {
+                p.normal_(0.0, std::sqrt(2.0 / fans(p).second), gen);
+            } else if (p.dim() == 2) {
+                const double bound = 1.0 / std::sqrt(fans(p).first);
+                p.uniform_(-bound, bound, gen);
+            } else {
+                p.zero_();
+            }
+        }
+    }
+}
+
+void lstmInit(torch::nn::Module& module, std::int64_t hidden, at::Generator& gen) {
+    torch::NoGradGuard noGrad;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(hidden));
+    for (auto& p : module.parameters()) {
+        p.uniform_(-bound, bound, gen);
+    }
+}
+
+double scheduleFactor(const std::string& schedule, std::int64_t step, std::int64_t total) {
+    const double f = total > 0 ? static_cast<double>(step) / static_cast<double>(total) : 0;
+    if (schedule == "step") {
+        // The seed's boundaries 40k / 60k / 80k, on a nominal 90k-step run scaled to this one.
+        return f < 4.0 / 9 ? 1.0 : f < 6.0 / 9 ? 0.1 : f < 8.0 / 9 ? 0.01 : 0.001;
+    }
+    if (schedule == "onecycle") {
+        // DAWNBench DavidNet: piecewise linear through (0, 0), (5/24, 1), (1, 0).
+        constexpr double kPeak = 5.0 / 24.0;
+        return f < kPeak ? f / kPeak : std::max(0.0, (1.0 - f) / (1.0 - kPeak));
+    }
+    return 1.0;
+}
+
+namespace {
+
+std::int64_t countParameters(const WorkloadImpl& w) {
+    auto model = w.makeModel(at::detail::createCPUGenerator(0), ModelOptions{});
+    std::int64_t n = 0;
+    for (const auto& p : model->parameters()) {
+        n += p.numel();
+    }
+    return n;
+}
+
+const std::vector<WorkloadImpl>& registry() {
+    static const std::vector<WorkloadImpl> list = [] {
+        std::vector<WorkloadImpl> all;
+        for (auto part : {kerasWorkloads(), resnetWorkloads(), rnnWorkloads()}) {
+            for (auto& w : part) {
+                all.push_back(std::move(w));
+            }
+        }
+        for (auto& w : all) {
+            w.info.parameters = countParameters(w);
+        }
+        return all;
+    }();
+    return list;
+}
+
+} // namespace
+
+const WorkloadImpl& workloadImpl(const std::string& name) {
+    for (const auto& w : registry()) {
+        if (w.info.name == name) {
+            return w;
+        }
+    }
+    std::string known;
+    for (const auto& w : registry()) {
+        known += (known.empty() ? "" : ", ") + w.info.name;
+    }
+    throw UsageError(fmt::format("unknown workload '{}' (known: {})", name, known));
+}
+
+} // namespace devicerace::detail
+
+namespace devicerace {
+
+const std::vector<WorkloadInfo>& workloads() {
+    static const std::vector<WorkloadInfo> infos = [] {
+        std::vector<WorkloadInfo> out;
+        for (const auto& name : {"fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32", "cifar-resnet56",
+                                 "cifar-vgg", "davidnet", "imdb-bilstm", "fasttext", "charlstm", "imagenet-resnet50"}) {
+            out.push_back(detail::workloadImpl(name).info);
+        }
+        return out;
+    }();
+    return infos;
+}
+
+const WorkloadInfo& findWorkload(const std::string& name) {
+    for (const auto& w : workloads()) {
+        if (w.name == name) {
+            return w;
+        }
+    }
+    return detail::workloadImpl(name).info; // throws the UsageError listing the known names
+}
+
+} // namespace devicerace

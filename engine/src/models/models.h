@@ -1,0 +1,66 @@
+#pragma once
+// The workload zoo's networks, their optimizers and schedules. Lane thread only: a model
+// belongs to the lane that built it.
+#include <ATen/core/Generator.h>
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <memory>
+
+#include "devicerace/workload.h"
+#include "train/lane_optimizer.h"
+
+namespace devicerace::detail {
+
+/// Options a lane may override that shape the network itself.
+struct ModelOptions {
+    bool fusedLstm = true; // lstm=fused (torch::nn::LSTM, cuDNN on GPU) or lstm=cells (an LSTMCell loop)
+    int vocabulary = 0;    // token inputs whose vocabulary comes from the data (charlstm); 0: the default
+};
+
+/// A network: inputs (images in [0,1]/normalised, or token ids) -> logits.
+struct Net : torch::nn::Module {
+    virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+    /// Source of dropout masks and sampling; must live on the model's device (set after moving).
+    at::Generator gen;
+};
+
+/// Builds a network with weights drawn from `gen` (the lane's own generator, so two lanes with
+/// one seed start identically); dropout masks also come from the lane's generator.
+using ModelFactory = std::function<std::shared_ptr<Net>(at::Generator gen, const ModelOptions& options)>;
+
+enum class Task {
+    Classify, // softmax cross-entropy over classes; accuracy = argmax
+    Binary    // one logit, sigmoid cross-entropy; accuracy = logit > 0
+};
+
+struct WorkloadImpl {
+    WorkloadInfo info;
+    Task task = Task::Classify;
+    ModelFactory makeModel;
+    OptimizerRecipe optimizer; // the update rule; hyperparameters come from the lane
+};
+
+/// Throws UsageError for unknown names.
+const WorkloadImpl& workloadImpl(const std::string& name);
+
+/// The learning-rate multiplier at `step` of `total` for a schedule name
+/// ("constant", "step": x0.1 at 4/9, 6/9, 8/9 of the run — the seed's 40k/60k/80k of 90k —,
+/// "onecycle": linear 0 -> 1 over the first 5/24, then linear -> 0).
+double scheduleFactor(const std::string& schedule, std::int64_t step, std::int64_t total);
+
+// Initialisation and layers shared by the model files (all draw from the lane's generator).
+torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen);
+/// Keras' default initialisation: Glorot-uniform weights, zero biases.
+void glorotInit(torch::nn::Module& module, at::Generator& gen);
+/// He et al.: conv weights N(0, 2/fan_out), batch-norm scale 1 / shift 0, linear U(+-1/sqrt(fan_in)).
+void heInit(torch::nn::Module& module, at::Generator& gen);
+/// PyTorch's LSTM default, U(+-1/sqrt(hidden)), from the lane's generator.
+void lstmInit(torch::nn::Module& module, std::int64_t hidden, at::Generator& gen);
+
+// The model files' registrations.
+std::vector<WorkloadImpl> kerasWorkloads();   // fashion-mlp, fashion-cnn, cifar-vgg, fasttext
+std::vector<WorkloadImpl> resnetWorkloads();  // cifar-resnet20/32/56, davidnet, imagenet-resnet50
+std::vector<WorkloadImpl> rnnWorkloads();     // imdb-bilstm, charlstm
+
+} // namespace devicerace::detail

@@ -1,0 +1,183 @@
+// Networks from the Keras examples the seed posts benchmark (../shared/seeds/003_*):
+// mnist_mlp, mnist_cnn (on Fashion-MNIST), cifar10_cnn and imdb_fasttext.
+#include <torch/nn/functional.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include "models/models.h"
+
+namespace devicerace::detail {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+// keras-team/keras examples/mnist_mlp.py: Dense 512 ReLU, Dropout 0.2, Dense 512 ReLU, Dropout 0.2, Dense 10.
+struct MnistMlp : Net {
+    explicit MnistMlp(at::Generator initGen) {
+        gen = std::move(initGen);
+        fc1 = register_module("fc1", torch::nn::Linear(784, 512));
+        fc2 = register_module("fc2", torch::nn::Linear(512, 512));
+        fc3 = register_module("fc3", torch::nn::Linear(512, 10));
+        glorotInit(*this, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        // Dropout rate of the Keras example.
+        constexpr double kDrop = 0.2;
+        auto h = x.flatten(1);
+        h = laneDropout(fc1->forward(h).relu_(), kDrop, is_training(), gen);
+        h = laneDropout(fc2->forward(h).relu_(), kDrop, is_training(), gen);
+        return fc3->forward(h);
+    }
+    torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
+};
+
+// keras-team/keras examples/mnist_cnn.py: Conv 32 3x3 ReLU, Conv 64 3x3 ReLU, MaxPool 2, Dropout 0.25,
+// Dense 128 ReLU, Dropout 0.5, Dense 10.
+struct MnistCnn : Net {
+    explicit MnistCnn(at::Generator initGen) {
+        gen = std::move(initGen);
+        conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
+        conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)));
+        fc1 = register_module("fc1", torch::nn::Linear(64 * 12 * 12, 128));
+        fc2 = register_module("fc2", torch::nn::Linear(128, 10));
+        glorotInit(*this, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        auto h = conv1->forward(x).relu_();
+        h = conv2->forward(h).relu_();
+        h = F::max_pool2d(h, F::MaxPool2dFuncOptions(2));
+        h = laneDropout(h, 0.25, is_training(), gen).flatten(1);
+        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
+        return fc2->forward(h);
+    }
+    torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+    torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+// keras-team/keras examples/cifar10_cnn.py: Conv32 same, Conv32, MaxPool, Dropout .25, Conv64 same,
+// Conv64, MaxPool, Dropout .25, Dense 512, Dropout .5, Dense 10 (1,250,858 parameters).
+struct CifarVgg : Net {
+    explicit CifarVgg(at::Generator initGen) {
+        gen = std::move(initGen);
+        using O = torch::nn::Conv2dOptions;
+        c1 = register_module("c1", torch::nn::Conv2d(O(3, 32, 3).padding(1)));
+        c2 = register_module("c2", torch::nn::Conv2d(O(32, 32, 3)));
+        c3 = register_module("c3", torch::nn::Conv2d(O(32, 64, 3).padding(1)));
+        c4 = register_module("c4", torch::nn::Conv2d(O(64, 64, 3)));
+        fc1 = register_module("fc1", torch::nn::Linear(64 * 6 * 6, 512));
+        fc2 = register_module("fc2", torch::nn::Linear(512, 10));
+        glorotInit(*this, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        auto h = c2->forward(c1->forward(x).relu_()).relu_();
+        h = laneDropout(F::max_pool2d(h, F::MaxPool2dFuncOptions(2)), 0.25, is_training(), gen);
+        h = c4->forward(c3->forward(h).relu_()).relu_();
+        h = laneDropout(F::max_pool2d(h, F::MaxPool2dFuncOptions(2)), 0.25, is_training(), gen).flatten(1);
+        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
+        return fc2->forward(h);
+    }
+    torch::nn::Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr}, c4{nullptr};
+    torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+// keras-team/keras examples/imdb_fasttext.py (unigrams): Embedding 20000 x 50, global average
+// pooling, Dense 1 sigmoid (1,000,051 parameters).
+struct FastText : Net {
+    explicit FastText(at::Generator initGen) {
+        gen = std::move(initGen);
+        embed = register_module("embed", torch::nn::Embedding(20000, 50));
+        fc = register_module("fc", torch::nn::Linear(50, 1));
+        torch::NoGradGuard noGrad;
+        embed->weight.uniform_(-0.05, 0.05, gen); // Keras' embedding initialiser
+        glorotInit(*fc, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override { return fc->forward(embed->forward(x).mean(1)); }
+    torch::nn::Embedding embed{nullptr};
+    torch::nn::Linear fc{nullptr};
+};
+
+// Keras RMSprop defaults: rho 0.9, epsilon 1e-7.
+OptimizerRecipe kerasRmsprop() {
+    OptimizerRecipe r;
+    r.kind = OptimizerRecipe::Kind::RmsProp;
+    r.alpha = 0.9;
+    r.eps = 1e-7;
+    return r;
+}
+
+OptimizerRecipe adam() { return OptimizerRecipe{}; }
+
+WorkloadInfo imageInfo(std::string name, std::string description, std::string dataset, std::vector<std::int64_t> shape) {
+    WorkloadInfo i;
+    i.name = std::move(name);
+    i.description = std::move(description);
+    i.dataset = std::move(dataset);
+    i.inputShape = std::move(shape);
+    return i;
+}
+
+} // namespace
+
+std::vector<WorkloadImpl> kerasWorkloads() {
+    std::vector<WorkloadImpl> list;
+
+    WorkloadImpl mlp;
+    mlp.info = imageInfo("fashion-mlp", "Keras mnist_mlp: 784-512-512-10 MLP with dropout, RMSprop", "fashion-mnist",
+                         {1, 28, 28});
+    mlp.info.origin = "keras-team/keras examples/mnist_mlp.py";
+    mlp.info.optimizer = "RMSprop(lr=1e-3, alpha=0.9, eps=1e-7)";
+    mlp.info.defaultEpochs = 2;
+    mlp.info.defaultTarget = 0.85;
+    mlp.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<MnistMlp>(std::move(g)); };
+    mlp.optimizer = kerasRmsprop();
+    list.push_back(std::move(mlp));
+
+    WorkloadImpl cnn;
+    cnn.info = imageInfo("fashion-cnn", "Keras mnist_cnn: two 3x3 convs, max-pool, dense 128, dropout, Adam",
+                         "fashion-mnist", {1, 28, 28});
+    cnn.info.origin = "keras-team/keras examples/mnist_cnn.py";
+    cnn.info.optimizer = "Adam(lr=1e-3)";
+    cnn.info.defaultEpochs = 3;
+    cnn.info.defaultTarget = 0.89;
+    cnn.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<MnistCnn>(std::move(g)); };
+    cnn.optimizer = adam();
+    list.push_back(std::move(cnn));
+
+    WorkloadImpl vgg;
+    vgg.info = imageInfo("cifar-vgg", "Keras cifar10_cnn: 4 convs, 2 max-pools, dense 512, dropout, RMSprop", "cifar10",
+                         {3, 32, 32});
+    vgg.info.origin = "keras-team/keras examples/cifar10_cnn.py";
+    vgg.info.optimizer = "RMSprop(lr=1e-4, alpha=0.9, eps=1e-7)";
+    vgg.info.defaultBatch = 32;
+    vgg.info.defaultLr = 1e-4;
+    vgg.info.defaultEpochs = 10;
+    vgg.info.defaultTarget = 0.70;
+    vgg.info.channelsLastOnCpu = true;
+    vgg.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<CifarVgg>(std::move(g)); };
+    vgg.optimizer = kerasRmsprop();
+    list.push_back(std::move(vgg));
+
+    WorkloadImpl ft;
+    ft.task = Task::Binary;
+    ft.info.name = "fasttext";
+    ft.info.description = "Keras imdb_fasttext: word embeddings averaged, one sigmoid unit (IMDb sentiment)";
+    ft.info.dataset = "imdb";
+    ft.info.origin = "keras-team/keras examples/imdb_fasttext.py";
+    ft.info.optimizer = "Adam(lr=1e-3)";
+    ft.info.defaultBatch = 32;
+    ft.info.defaultEpochs = 5;
+    ft.info.defaultTarget = 0.88;
+    ft.info.input = DataKind::Tokens;
+    ft.info.inputShape = {400}; // maxlen of the example
+    ft.info.classes = 2;
+    ft.info.vocabulary = 20000;
+    ft.info.syntheticByDefault = true;
+    ft.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<FastText>(std::move(g)); };
+    ft.optimizer = adam();
+    list.push_back(std::move(ft));
+    return list;
+}
+
+} // namespace devicerace::detail

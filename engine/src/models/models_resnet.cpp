@@ -1,0 +1,251 @@
+// Residual networks of the seed posts: the CIFAR ResNets of He et al. (seed 000), the
+// DAWNBench "DavidNet" ResNet-9 (seed 004) and ResNet-50 v1.5 (seed 002).
+#include <torch/nn/functional.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include "models/models.h"
+
+namespace devicerace::detail {
+
+namespace F = torch::nn::functional;
+using torch::nn::BatchNorm2d;
+using torch::nn::Conv2d;
+using torch::nn::Conv2dOptions;
+
+namespace {
+
+Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride = 1) {
+    return Conv2d(Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
+}
+
+// He et al. 2015, "Deep Residual Learning", CIFAR-10 section: basic blocks, option-A shortcuts
+// (identity, strided and zero-padded on channels, no parameters).
+struct BasicBlockImpl : torch::nn::Module {
+    BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride) : m_pad(out - in), m_stride(stride) {
+        c1 = register_module("c1", conv(in, out, 3, stride));
+        b1 = register_module("b1", BatchNorm2d(out));
+        c2 = register_module("c2", conv(out, out, 3));
+        b2 = register_module("b2", BatchNorm2d(out));
+    }
+    torch::Tensor forward(const torch::Tensor& x) {
+        auto h = b1->forward(c1->forward(x)).relu_();
+        h = b2->forward(c2->forward(h));
+        auto shortcut = x;
+        if (m_stride != 1 || m_pad != 0) {
+            shortcut = x.slice(2, 0, x.size(2), m_stride).slice(3, 0, x.size(3), m_stride);
+            shortcut = F::pad(shortcut, F::PadFuncOptions({0, 0, 0, 0, m_pad / 2, m_pad - m_pad / 2}));
+        }
+        return (h + shortcut).relu_();
+    }
+    Conv2d c1{nullptr}, c2{nullptr};
+    BatchNorm2d b1{nullptr}, b2{nullptr};
+    std::int64_t m_pad, m_stride;
+};
+TORCH_MODULE(BasicBlock);
+
+struct CifarResNet : Net {
+    CifarResNet(int blocksPerStage, at::Generator initGen) {
+        gen = std::move(initGen);
+        stem = register_module("stem", conv(3, 16, 3));
+        bn = register_module("bn", BatchNorm2d(16));
+        std::int64_t in = 16;
+        for (std::int64_t width : {16, 32, 64}) {
+            for (int b = 0; b < blocksPerStage; ++b) {
+                const std::int64_t stride = (b == 0 && width != 16) ? 2 : 1;
+                blocks->push_back(BasicBlock(in, width, stride));
+                in = width;
+            }
+        }
+        register_module("blocks", blocks);
+        fc = register_module("fc", torch::nn::Linear(64, 10));
+        heInit(*this, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        auto h = bn->forward(stem->forward(x)).relu_();
+        h = blocks->forward(h);
+        return fc->forward(h.mean({2, 3}));
+    }
+    Conv2d stem{nullptr};
+    BatchNorm2d bn{nullptr};
+    torch::nn::Sequential blocks;
+    torch::nn::Linear fc{nullptr};
+};
+
+// myrtle.ai "How to train your ResNet" (DAWNBench CIFAR-10): prep, three layers with two
+// residual blocks, max-pool 4, a bias-free linear layer scaled by 1/8.
+struct ConvBnImpl : torch::nn::Module {
+    ConvBnImpl(std::int64_t in, std::int64_t out) {
+        c = register_module("c", conv(in, out, 3));
+        b = register_module("b", BatchNorm2d(out));
+    }
+    torch::Tensor forward(const torch::Tensor& x) { return b->forward(c->forward(x)).relu_(); }
+    Conv2d c{nullptr};
+    BatchNorm2d b{nullptr};
+};
+TORCH_MODULE(ConvBn);
+
+struct DavidNet : Net {
+    explicit DavidNet(at::Generator initGen) {
+        gen = std::move(initGen);
+        prep = register_module("prep", ConvBn(3, 64));
+        l1 = register_module("l1", ConvBn(64, 128));
+        r1a = register_module("r1a", ConvBn(128, 128));
+        r1b = register_module("r1b", ConvBn(128, 128));
+        l2 = register_module("l2", ConvBn(128, 256));
+        l3 = register_module("l3", ConvBn(256, 512));
+        r3a = register_module("r3a", ConvBn(512, 512));
+        r3b = register_module("r3b", ConvBn(512, 512));
+        fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(512, 10).bias(false)));
+        heInit(*this, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        auto pool = [](const torch::Tensor& t, int k) { return F::max_pool2d(t, F::MaxPool2dFuncOptions(k)); };
+        auto h = prep->forward(x);
+        h = pool(l1->forward(h), 2);
+        h = h + r1b->forward(r1a->forward(h));
+        h = pool(l2->forward(h), 2);
+        h = pool(l3->forward(h), 2);
+        h = h + r3b->forward(r3a->forward(h));
+        h = F::adaptive_max_pool2d(h, F::AdaptiveMaxPool2dFuncOptions(1)).flatten(1);
+        return fc->forward(h) * 0.125; // the reference's output scale
+    }
+    ConvBn prep{nullptr}, l1{nullptr}, r1a{nullptr}, r1b{nullptr}, l2{nullptr}, l3{nullptr}, r3a{nullptr}, r3b{nullptr};
+    torch::nn::Linear fc{nullptr};
+};
+
+// torchvision ResNet-50 v1.5 (NVIDIA DeepLearningExamples): the stride sits on the 3x3 conv.
+struct BottleneckImpl : torch::nn::Module {
+    BottleneckImpl(std::int64_t in, std::int64_t width, std::int64_t stride) {
+        const std::int64_t out = width * 4;
+        c1 = register_module("c1", conv(in, width, 1));
+        b1 = register_module("b1", BatchNorm2d(width));
+        c2 = register_module("c2", conv(width, width, 3, stride));
+        b2 = register_module("b2", BatchNorm2d(width));
+        c3 = register_module("c3", conv(width, out, 1));
+        b3 = register_module("b3", BatchNorm2d(out));
+        if (stride != 1 || in != out) {
+            down = register_module("down", torch::nn::Sequential(conv(in, out, 1, stride), BatchNorm2d(out)));
+        }
+    }
+    torch::Tensor forward(const torch::Tensor& x) {
+        auto h = b1->forward(c1->forward(x)).relu_();
+        h = b2->forward(c2->forward(h)).relu_();
+        h = b3->forward(c3->forward(h));
+        return (h + (down ? down->forward(x) : x)).relu_();
+    }
+    Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr};
+    BatchNorm2d b1{nullptr}, b2{nullptr}, b3{nullptr};
+    torch::nn::Sequential down{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+struct ResNet50 : Net {
+    explicit ResNet50(at::Generator initGen) {
+        gen = std::move(initGen);
+        stem = register_module("stem", conv(3, 64, 7, 2));
+        bn = register_module("bn", BatchNorm2d(64));
+        std::int64_t in = 64;
+        const std::pair<std::int64_t, int> stages[] = {{64, 3}, {128, 4}, {256, 6}, {512, 3}};
+        for (const auto& [width, count] : stages) {
+            for (int b = 0; b < count; ++b) {
+                blocks->push_back(Bottleneck(in, width, (b == 0 && width != 64) ? 2 : 1));
+                in = width * 4;
+            }
+        }
+        register_module("blocks", blocks);
+        fc = register_module("fc", torch::nn::Linear(2048, 1000));
+        heInit(*this, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        auto h = bn->forward(stem->forward(x)).relu_();
+        h = F::max_pool2d(h, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
+        h = blocks->forward(h);
+        return fc->forward(h.mean({2, 3}));
+    }
+    Conv2d stem{nullptr};
+    BatchNorm2d bn{nullptr};
+    torch::nn::Sequential blocks;
+    torch::nn::Linear fc{nullptr};
+};
+
+OptimizerRecipe sgd(bool nesterov) {
+    OptimizerRecipe r;
+    r.kind = OptimizerRecipe::Kind::Sgd;
+    r.nesterov = nesterov;
+    return r;
+}
+
+WorkloadImpl cifarResNet(int depth) {
+    const int n = (depth - 2) / 6;
+    WorkloadImpl w;
+    w.info.name = "cifar-resnet" + std::to_string(depth);
+    w.info.description = "He et al. CIFAR ResNet-" + std::to_string(depth) +
+                         ": basic blocks, option-A shortcuts, SGD momentum, step schedule";
+    w.info.dataset = "cifar10";
+    w.info.origin = "He et al. 2015, arXiv:1512.03385, section 4.2";
+    w.info.optimizer = "SGD(lr=0.1, momentum=0.9, wd=1e-4), x0.1 at 4/9, 6/9, 8/9 of the run";
+    w.info.defaultBatch = 128;
+    w.info.defaultLr = 0.1;
+    w.info.weightDecay = 1e-4;
+    w.info.momentum = 0.9;
+    w.info.schedule = "step";
+    w.info.defaultEpochs = 3;
+    w.info.defaultTarget = 0.90;
+    w.info.inputShape = {3, 32, 32};
+    w.info.channelsLastOnCpu = true;
+    w.makeModel = [n](at::Generator g, const ModelOptions&) { return std::make_shared<CifarResNet>(n, std::move(g)); };
+    w.optimizer = sgd(false);
+    return w;
+}
+
+} // namespace
+
+std::vector<WorkloadImpl> resnetWorkloads() {
+    std::vector<WorkloadImpl> list = {cifarResNet(20), cifarResNet(32), cifarResNet(56)};
+
+    WorkloadImpl david;
+    david.info.name = "davidnet";
+    david.info.description = "DAWNBench ResNet-9 (DavidNet): batch 512, one-cycle LR, Nesterov SGD";
+    david.info.dataset = "cifar10";
+    david.info.origin = "myrtle.ai, How to train your ResNet (DAWNBench CIFAR-10, 2018)";
+    david.info.optimizer = "SGD(peak lr=0.4, Nesterov momentum=0.9, wd=5e-4), one-cycle";
+    david.info.defaultBatch = 512;
+    david.info.defaultLr = 0.4;
+    david.info.weightDecay = 5e-4;
+    david.info.momentum = 0.9;
+    david.info.schedule = "onecycle";
+    david.info.defaultEpochs = 24;
+    david.info.defaultTarget = 0.94;
+    david.info.inputShape = {3, 32, 32};
+    david.info.channelsLastOnCpu = true;
+    david.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<DavidNet>(std::move(g)); };
+    david.optimizer = sgd(true);
+    list.push_back(std::move(david));
+
+    WorkloadImpl r50;
+    r50.info.name = "imagenet-resnet50";
+    r50.info.description = "ResNet-50 v1.5 at 224x224 (ImageNet shape; synthetic data by default)";
+    r50.info.dataset = "imagenet";
+    r50.info.origin = "torchvision resnet50 / NVIDIA DeepLearningExamples ResNet50 v1.5";
+    r50.info.optimizer = "SGD(lr=0.1, momentum=0.9, wd=1e-4), step schedule";
+    r50.info.defaultBatch = 64;
+    r50.info.defaultLr = 0.1;
+    r50.info.weightDecay = 1e-4;
+    r50.info.momentum = 0.9;
+    r50.info.schedule = "step";
+    r50.info.defaultEpochs = 1;
+    r50.info.defaultTarget = 0.76;
+    r50.info.inputShape = {3, 224, 224};
+    r50.info.classes = 1000;
+    r50.info.syntheticByDefault = true;
+    r50.info.channelsLastOnCpu = true;
+    r50.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<ResNet50>(std::move(g)); };
+    r50.optimizer = sgd(false);
+    list.push_back(std::move(r50));
+    return list;
+}
+
+} // namespace devicerace::detail

@@ -1,0 +1,150 @@
+// Recurrent networks of the Keras benchmark (../shared/seeds/003_*): imdb_bidirectional_lstm
+// and lstm_text_generation. Each runs either as torch::nn::LSTM (one fused cuDNN kernel per
+// layer on GPU) or as a loop of LSTMCells (lane key lstm=cells), the comparison seed 003 made.
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/rnn.h>
+
+#include "models/models.h"
+
+namespace devicerace::detail {
+
+namespace {
+
+// One LSTM direction over (B, T, F) -> final hidden state (B, H), fused or as a cell loop.
+struct LstmRunnerImpl : torch::nn::Module {
+    LstmRunnerImpl(std::int64_t input, std::int64_t hidden, bool bidirectional, bool fused)
+        : m_fused(fused), m_bi(bidirectional) {
+        if (fused) {
+            lstm = register_module(
+                "lstm", torch::nn::LSTM(torch::nn::LSTMOptions(input, hidden).batch_first(true).bidirectional(bidirectional)));
+        } else {
+            fwd = register_module("fwd", torch::nn::LSTMCell(input, hidden));
+            if (bidirectional) {
+                bwd = register_module("bwd", torch::nn::LSTMCell(input, hidden));
+            }
+        }
+    }
+    /// Final hidden state(s): (B, H), or (B, 2H) forward ++ backward when bidirectional.
+    torch::Tensor forward(const torch::Tensor& x) {
+        if (m_fused) {
+            auto hn = std::get<0>(std::get<1>(lstm->forward(x))); // (directions, B, H)
+            return m_bi ? torch::cat({hn[0], hn[1]}, 1) : hn[0];
+        }
+        auto run = [&](torch::nn::LSTMCell& cell, bool reverse) {
+            const auto steps = x.size(1);
+            std::optional<std::tuple<torch::Tensor, torch::Tensor>> state;
+            for (std::int64_t i = 0; i < steps; ++i) {
+                auto xt = x.select(1, reverse ? steps - 1 - i : i);
+                state = cell->forward(xt, state);
+            }
+            return std::get<0>(*state);
+        };
+        auto h = run(fwd, false);
+        return m_bi ? torch::cat({h, run(bwd, true)}, 1) : h;
+    }
+    torch::nn::LSTM lstm{nullptr};
+    torch::nn::LSTMCell fwd{nullptr}, bwd{nullptr};
+    bool m_fused, m_bi;
+};
+TORCH_MODULE(LstmRunner);
+
+// keras-team/keras examples/imdb_bidirectional_lstm.py: Embedding 20000 x 128, Bidirectional
+// LSTM 64, Dropout 0.5, Dense 1 sigmoid; maxlen 100, batch 32, Adam.
+struct ImdbBiLstm : Net {
+    ImdbBiLstm(at::Generator initGen, bool fused) {
+        gen = std::move(initGen);
+        embed = register_module("embed", torch::nn::Embedding(20000, 128));
+        rnn = register_module("rnn", LstmRunner(128, 64, true, fused));
+        fc = register_module("fc", torch::nn::Linear(128, 1));
+        torch::NoGradGuard noGrad;
+        embed->weight.uniform_(-0.05, 0.05, gen); // Keras' embedding initialiser
+        lstmInit(*rnn, 64, gen);
+        glorotInit(*fc, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        auto h = rnn->forward(embed->forward(x));
+        return fc->forward(laneDropout(h, 0.5, is_training(), gen));
+    }
+    torch::nn::Embedding embed{nullptr};
+    LstmRunner rnn{nullptr};
+    torch::nn::Linear fc{nullptr};
+};
+
+// keras-team/keras examples/lstm_text_generation.py: one-hot characters, LSTM 128 over
+// 40-character windows, Dense over the alphabet, RMSprop(lr=0.01), batch 128.
+struct CharLstm : Net {
+    CharLstm(at::Generator initGen, bool fused, std::int64_t vocabulary) : m_vocab(vocabulary) {
+        gen = std::move(initGen);
+        rnn = register_module("rnn", LstmRunner(vocabulary, 128, false, fused));
+        fc = register_module("fc", torch::nn::Linear(128, vocabulary));
+        lstmInit(*rnn, 128, gen);
+        glorotInit(*fc, gen);
+    }
+    torch::Tensor forward(const torch::Tensor& x) override {
+        auto onehot = torch::one_hot(x, m_vocab).to(torch::kFloat32);
+        return fc->forward(rnn->forward(onehot));
+    }
+    LstmRunner rnn{nullptr};
+    torch::nn::Linear fc{nullptr};
+    std::int64_t m_vocab;
+};
+
+} // namespace
+
+std::vector<WorkloadImpl> rnnWorkloads() {
+    std::vector<WorkloadImpl> list;
+
+    WorkloadImpl bi;
+    bi.task = Task::Binary;
+    bi.info.name = "imdb-bilstm";
+    bi.info.description = "Keras imdb_bidirectional_lstm: embedding, BiLSTM 64, dropout, sigmoid (IMDb sentiment)";
+    bi.info.dataset = "imdb";
+    bi.info.origin = "keras-team/keras examples/imdb_bidirectional_lstm.py";
+    bi.info.optimizer = "Adam(lr=1e-3)";
+    bi.info.defaultBatch = 32;
+    bi.info.defaultEpochs = 4;
+    bi.info.defaultTarget = 0.83;
+    bi.info.input = DataKind::Tokens;
+    bi.info.inputShape = {100}; // maxlen
+    bi.info.classes = 2;
+    bi.info.vocabulary = 20000;
+    bi.info.syntheticByDefault = true;
+    bi.info.hasLstm = true;
+    bi.makeModel = [](at::Generator g, const ModelOptions& o) {
+        return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm);
+    };
+    bi.optimizer = OptimizerRecipe{}; // Adam
+    // cuDNN RNNs under graph capture are left to an explicit graph=true.
+    bi.info.cudaGraphByDefault = false;
+    list.push_back(std::move(bi));
+
+    WorkloadImpl ch;
+    ch.info.name = "charlstm";
+    ch.info.description = "Keras lstm_text_generation: LSTM 128 over 40-character windows; samples text";
+    ch.info.dataset = "text";
+    ch.info.origin = "keras-team/keras examples/lstm_text_generation.py";
+    ch.info.optimizer = "RMSprop(lr=0.01)";
+    ch.info.defaultBatch = 128;
+    ch.info.defaultLr = 0.01;
+    ch.info.defaultEpochs = 5;
+    ch.info.defaultTarget = 0.45;
+    ch.info.input = DataKind::Tokens;
+    ch.info.inputShape = {40};
+    ch.info.classes = 60;    // the alphabet of the corpus; 60 is typical of English text
+    ch.info.vocabulary = 60;
+    ch.info.hasLstm = true;
+    ch.info.samplesText = true;
+    ch.makeModel = [](at::Generator g, const ModelOptions& o) {
+        return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.vocabulary > 0 ? o.vocabulary : 60);
+    };
+    // Keras RMSprop: rho 0.9, epsilon 1e-7.
+    ch.optimizer.kind = OptimizerRecipe::Kind::RmsProp;
+    ch.optimizer.alpha = 0.9;
+    ch.optimizer.eps = 1e-7;
+    ch.info.cudaGraphByDefault = false;
+    list.push_back(std::move(ch));
+    return list;
+}
+
+} // namespace devicerace::detail

@@ -1,0 +1,280 @@
+#include "devicerace/recording.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+
+#include "data/data_util.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/exports.h"
+#include "devicerace/summary.h"
+
+namespace devicerace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Bounds for files that may come from other people.
+constexpr std::uint64_t kMaxManifestBytes = 1u << 20;
+constexpr std::uint64_t kMaxLaneFileBytes = 1ull << 30;
+constexpr std::size_t kMaxLineBytes = 1u << 20;
+constexpr std::size_t kMaxLanes = 256;
+
+std::string isoNow() {
+    const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+template <typename T>
+json orNull(const std::optional<T>& v) {
+    return v ? json(*v) : json(nullptr);
+}
+
+} // namespace
+
+std::string formatLaneSpec(const LaneSpec& s) {
+    std::string out = s.host.empty() ? s.device : s.host + "/" + s.device;
+    auto add = [&](const std::string& kv) { out += "," + kv; };
+    if (s.threads) add(fmt::format("threads={}", *s.threads));
+    if (s.batch) add(fmt::format("batch={}", *s.batch));
+    if (s.lr) add(fmt::format("lr={}", *s.lr));
+    if (s.precision != Precision::Fp32) add("precision=" + toString(s.precision));
+    if (s.costPerHour) add(fmt::format("cost={}", *s.costPerHour));
+    if (s.channelsLast) add(fmt::format("channels_last={}", *s.channelsLast ? "true" : "false"));
+    if (s.evalBatch) add(fmt::format("eval_batch={}", *s.evalBatch));
+    if (s.weightDecay) add(fmt::format("wd={}", *s.weightDecay));
+    if (s.momentum) add(fmt::format("momentum={}", *s.momentum));
+    if (s.schedule) add("schedule=" + *s.schedule);
+    if (s.lstm) add("lstm=" + *s.lstm);
+    if (s.data) add("data=" + toString(*s.data));
+    auto flag = [&](const char* key, const std::optional<bool>& v) {
+        if (v) add(fmt::format("{}={}", key, *v ? "true" : "false"));
+    };
+    flag("fused", s.fused);
+    flag("graph", s.graph);
+    flag("resident", s.resident);
+    if (s.isolate && s.host.empty()) add("isolate=" + toString(*s.isolate));
+    if (s.cli) add("cli=" + *s.cli);
+    if (s.fault) add("fault=" + *s.fault);
+    if (!s.name.empty()) add("name=" + s.name);
+    return out;
+}
+
+RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(dir) {
+    std::error_code ec;
+    if (fs::exists(dir / "manifest.json", ec)) {
+        throw Error(fmt::format("{}: already holds a recording; choose another folder", dir.string()));
+    }
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir)) {
+        throw Error(fmt::format("{}: cannot create the recording folder: {}", dir.string(),
+                                ec ? ec.message() : "not a folder"));
+    }
+    const auto& report = deviceReport();
+    std::string gpus;
+    for (const auto& g : report.gpus) {
+        gpus += (gpus.empty() ? "" : ", ") + g.name;
+    }
+    json m;
+    m["format"] = kRecordingFormat;
+    m["app_version"] = "0.1.0";
+    m["workload"] = race.spec().workload;
+    m["dataset"] = {{"name", race.dataset().name}, {"synthetic", race.dataset().synthetic}};
+    m["mode"] = race.spec().fair ? "fair" : "live";
+    m["target_accuracy"] = orNull(race.spec().targetAccuracy);
+    m["started_at"] = isoNow();
+    m["device"] = {{"cpu", report.cpu.model}, {"blas", report.cpu.blas},      {"gpus", gpus},
+                   {"torch", report.torchVersion}, {"cuda", report.torchCudaVersion},
+                   {"cudnn", report.cudnnVersion}, {"host", report.hostName}};
+    m["lanes"] = json::array();
+    int index = 0;
+    for (auto* lane : race.lanes()) {
+        const auto file = fmt::format("lane-{}.jsonl", index++);
+        m["lanes"].push_back({{"name", lane->spec().name},
+                              {"file", file},
+                              {"spec", formatLaneSpec(lane->spec())},
+                              {"device", lane->spec().device},
+                              {"cost_per_hour", orNull(lane->spec().costPerHour)},
+                              {"total_steps", lane->totalSteps()},
+                              {"batch", lane->batch()}});
+        std::FILE* f = std::fopen((dir / file).c_str(), "wb");
+        if (!f) {
+            throw Error(fmt::format("{}: cannot write: {}", (dir / file).string(), std::strerror(errno)));
+        }
+        m_files[lane->spec().name] = f;
+    }
+    writeFileAtomically(dir / "manifest.json", m.dump(2) + "\n");
+}
+
+RecordingWriter::~RecordingWriter() {
+    for (auto& [name, f] : m_files) {
+        std::fclose(f);
+    }
+}
+
+void RecordingWriter::append(const MetricSample& sample) {
+    auto it = m_files.find(sample.lane);
+    if (it == m_files.end()) {
+        return;
+    }
+    const std::string line = toJsonLine(sample) + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), it->second) != line.size() || std::fflush(it->second) != 0) {
+        throw Error(fmt::format("{}: recording write failed: {}", m_dir.string(), std::strerror(errno)));
+    }
+}
+
+Recording readRecording(const fs::path& dir) {
+    detail::checkFolder(dir, "a DeviceRace recording (manifest.json and lane files)");
+    Recording r;
+    r.dir = dir;
+    json m;
+    try {
+        m = json::parse(detail::readFileBounded(dir / "manifest.json", kMaxManifestBytes));
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("{}: not valid JSON ({})", (dir / "manifest.json").string(), e.what()));
+    }
+    const auto where = (dir / "manifest.json").string();
+    if (!m.is_object() || !m.contains("format") || !m["format"].is_number_integer() ||
+        m["format"].get<int>() != kRecordingFormat) {
+        throw DataError(fmt::format("{}: unsupported recording format {} (this DeviceRace reads format {})", where,
+                                    m.is_object() && m.contains("format") ? m["format"].dump() : "(missing)",
+                                    kRecordingFormat));
+    }
+    try {
+        r.appVersion = m.value("app_version", std::string());
+        r.workload = m.at("workload").get<std::string>();
+        r.dataset = m.at("dataset").value("name", std::string());
+        r.synthetic = m.at("dataset").value("synthetic", false);
+        r.fair = m.value("mode", std::string("live")) == "fair";
+        if (m.contains("target_accuracy") && m["target_accuracy"].is_number()) {
+            r.targetAccuracy = m["target_accuracy"].get<double>();
+        }
+        r.startedAt = m.value("started_at", std::string());
+        const auto& d = m.value("device", json::object());
+        r.cpuModel = d.value("cpu", std::string());
+        r.blas = d.value("blas", std::string());
+        r.gpuNames = d.value("gpus", std::string());
+        r.torchVersion = d.value("torch", std::string());
+        r.cudaVersion = d.value("cuda", std::string());
+        r.cudnnVersion = d.value("cudnn", std::string());
+        r.host = d.value("host", std::string());
+        const auto& lanes = m.at("lanes");
+        if (!lanes.is_array() || lanes.empty() || lanes.size() > kMaxLanes) {
+            throw DataError(fmt::format("{}: \"lanes\" must list 1 to {} lanes", where, kMaxLanes));
+        }
+        for (const auto& l : lanes) {
+            RecordedLane lane;
+            lane.name = l.at("name").get<std::string>();
+            lane.file = l.at("file").get<std::string>();
+            lane.spec = l.value("spec", std::string());
+            lane.device = l.value("device", std::string());
+            if (l.contains("cost_per_hour") && l["cost_per_hour"].is_number()) {
+                lane.costPerHour = l["cost_per_hour"].get<double>();
+            }
+            lane.totalSteps = l.value("total_steps", std::int64_t{0});
+            lane.batch = l.value("batch", std::int64_t{0});
+            // Lane files live inside the recording: no paths, no escapes.
+            if (lane.file.empty() || lane.file.find('/') != std::string::npos || lane.file.find("..") != std::string::npos) {
+                throw DataError(fmt::format("{}: lane file name '{}' is not a plain file name", where, lane.file));
+            }
+            r.lanes.push_back(std::move(lane));
+        }
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("{}: malformed manifest ({})", where, e.what()));
+    }
+    for (const auto& lane : r.lanes) {
+        const auto file = dir / lane.file;
+        std::error_code ec;
+        const auto size = fs::file_size(file, ec);
+        if (ec) {
+            throw DataError(fmt::format("{}: missing lane file of {}", file.string(), lane.name));
+        }
+        if (size > kMaxLaneFileBytes) {
+            throw DataError(fmt::format("{}: {} bytes, more than a recording lane may hold", file.string(), size));
+        }
+        std::ifstream in(file, std::ios::binary);
+        auto& out = r.samples[lane.name];
+        std::string line;
+        std::size_t number = 0;
+        char c;
+        bool more = true;
+        while (more) {
+            line.clear();
+            bool newline = false;
+            while (in.get(c)) {
+                if (c == '\n') {
+                    newline = true;
+                    break;
+                }
+                line += c;
+                if (line.size() > kMaxLineBytes) {
+                    throw DataError(fmt::format("{}: line {} is longer than {} bytes", file.string(), number + 1,
+                                                kMaxLineBytes));
+                }
+            }
+            more = newline;
+            if (line.empty()) {
+                continue;
+            }
+            ++number;
+            try {
+                auto s = sampleFromJsonLine(line);
+                s.lane = lane.name;
+                out.push_back(std::move(s));
+            } catch (const DataError& e) {
+                if (!newline) {
+                    // The last line, cut off mid-write (crash, power loss): keep what came before.
+                    r.warnings.push_back(fmt::format("{}: the last line is cut off; read up to line {}",
+                                                     file.string(), number - 1));
+                    break;
+                }
+                throw DataError(fmt::format("{}: line {}: {}", file.string(), number, e.what()));
+            }
+        }
+    }
+    return r;
+}
+
+LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, std::size_t count) {
+    LaneSpec spec;
+    try {
+        spec = parseLaneSpec(lane.spec.empty() ? "cpu" : lane.spec);
+    } catch (const Error&) {
+    }
+    spec.name = lane.name;
+    spec.device = lane.device.empty() ? spec.device : lane.device;
+    spec.costPerHour = lane.costPerHour;
+    const auto& samples = r.samples.at(lane.name);
+    auto s = summarize(spec, lane.batch, std::span(samples).first(std::min(count, samples.size())), r.targetAccuracy);
+    s.datasetName = r.dataset;
+    s.synthetic = r.synthetic;
+    return s;
+}
+
+RaceSummary summarizeRecording(const Recording& r) {
+    RaceSummary out;
+    out.workload = r.workload;
+    out.datasetName = r.dataset;
+    out.synthetic = r.synthetic;
+    out.fair = r.fair;
+    for (const auto& lane : r.lanes) {
+        out.lanes.push_back(summarizeRecordedLane(r, lane, SIZE_MAX));
+    }
+    out.speedup = speedups(out.lanes);
+    normaliseCosts(out.lanes);
+    return out;
+}
+
+} // namespace devicerace

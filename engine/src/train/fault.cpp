@@ -1,0 +1,47 @@
+#include "train/fault.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "devicerace/errors.h"
+
+namespace devicerace::detail {
+
+Fault parseFault(const std::string& text) {
+    if (text.empty()) {
+        return {};
+    }
+    const auto colon = text.find(':');
+    Fault f{text.substr(0, colon), 1};
+    if (colon != std::string::npos) {
+        f.step = std::stoll(text.substr(colon + 1)); // validated by the lane-spec parser
+    }
+    return f;
+}
+
+void injectFault(const Fault& fault) {
+    if (fault.kind == "throw") {
+        throw Error(fmt::format("injected fault at step {}", fault.step));
+    }
+    std::fprintf(stderr, "devicerace: injecting fault '%s' at step %lld\n", fault.kind.c_str(),
+                 static_cast<long long>(fault.step));
+    std::fflush(stderr);
+    if (fault.kind == "abort") {
+        std::abort();
+    }
+    if (fault.kind == "segv") {
+        std::raise(SIGSEGV);
+    }
+    if (fault.kind == "exit") {
+        std::_Exit(42);
+    }
+    while (fault.kind == "hang") {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+}
+
+} // namespace devicerace::detail

@@ -1,0 +1,19 @@
+#pragma once
+// Fault injection for tests of lane isolation (lane key fault=KIND[:STEP]).
+#include <cstdint>
+#include <string>
+
+namespace devicerace::detail {
+
+struct Fault {
+    std::string kind;       // throw | abort | segv | exit | hang ("" none)
+    std::int64_t step = 0;  // the step at which it fires (1-based)
+};
+
+/// "segv:40" -> {segv, 40}; "abort" -> {abort, 1}; "" -> none.
+Fault parseFault(const std::string& text);
+/// Does what the fault says, in the calling (lane) thread: throws, aborts the process, raises
+/// SIGSEGV, _exit(42)s, or blocks forever ignoring stop requests.
+void injectFault(const Fault& fault);
+
+} // namespace devicerace::detail

@@ -1,0 +1,209 @@
+// Plain and multi-tensor optimizers (see lane_optimizer.h). The fast paths follow PyTorch's
+// own torch/optim/{adam,sgd,rmsprop}.py fused/foreach implementations, so a lane with
+// fused=true computes the same update as fused=false up to float rounding (tested).
+#include "train/lane_optimizer.h"
+
+#include <ATen/Functions.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <fmt/format.h>
+
+namespace devicerace::detail {
+
+namespace {
+
+// Adam's moment decay rates: torch::optim::Adam's and Keras' defaults.
+constexpr double kBeta1 = 0.9;
+constexpr double kBeta2 = 0.999;
+
+const char* kindName(OptimizerRecipe::Kind k) {
+    switch (k) {
+    case OptimizerRecipe::Kind::Adam: return "Adam";
+    case OptimizerRecipe::Kind::Sgd: return "SGD";
+    case OptimizerRecipe::Kind::RmsProp: return "RMSprop";
+    }
+    return "?";
+}
+
+/// torch::optim: one parameter at a time, step counts on the host.
+class PlainOptimizer final : public LaneOptimizer {
+public:
+    PlainOptimizer(const OptimizerRecipe& r, std::vector<at::Tensor> params, const OptimizerSettings& s)
+        : m_kind(r.kind) {
+        switch (r.kind) {
+        case OptimizerRecipe::Kind::Adam:
+            m_opt = std::make_unique<torch::optim::Adam>(
+                std::move(params), torch::optim::AdamOptions(s.lr).eps(r.eps).weight_decay(s.weightDecay));
+            break;
+        case OptimizerRecipe::Kind::Sgd:
+            m_opt = std::make_unique<torch::optim::SGD>(
+                std::move(params),
+                torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weightDecay).nesterov(r.nesterov));
+            break;
+        case OptimizerRecipe::Kind::RmsProp:
+            m_opt = std::make_unique<torch::optim::RMSprop>(
+                std::move(params),
+                torch::optim::RMSpropOptions(s.lr).alpha(r.alpha).eps(r.eps).weight_decay(s.weightDecay));
+            break;
+        }
+        m_lr = s.lr;
+    }
+    void setLr(double lr) override {
+        if (lr == m_lr) {
+            return;
+        }
+        m_lr = lr;
+        for (auto& group : m_opt->param_groups()) {
+            group.options().set_lr(lr);
+        }
+    }
+    void zeroGrad() override { m_opt->zero_grad(/*set_to_none=*/true); }
+    void step() override { m_opt->step(); }
+    bool captureSafe() const override { return false; }
+    std::string describe() const override { return fmt::format("torch::optim {}", kindName(m_kind)); }
+
+private:
+    OptimizerRecipe::Kind m_kind;
+    std::unique_ptr<torch::optim::Optimizer> m_opt;
+    double m_lr = 0;
+};
+
+/// Fused Adam/SGD kernels and foreach RMSprop: every parameter in a few launches, all state
+/// (moments, step counts, optionally the learning rate) in device tensors.
+class FastOptimizer final : public LaneOptimizer {
+public:
+    FastOptimizer(const OptimizerRecipe& r, std::vector<at::Tensor> params, const OptimizerSettings& s)
+        : m_recipe(r), m_settings(s), m_params(std::move(params)) {
+        torch::NoGradGuard noGrad;
+        const auto dev = m_params.at(0).device();
+        for (const auto& p : m_params) {
+            switch (r.kind) {
+            case OptimizerRecipe::Kind::Adam:
+                m_state1.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+                m_state2.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+                m_steps.push_back(at::zeros({}, at::TensorOptions().device(dev).dtype(at::kFloat)));
+                break;
+            case OptimizerRecipe::Kind::Sgd:
+                if (s.momentum > 0) {
+                    m_state1.push_back(at::empty_like(p, at::MemoryFormat::Preserve));
+                }
+                break;
+            case OptimizerRecipe::Kind::RmsProp:
+                m_state1.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+                break;
+            }
+        }
+        // float32, like the learning-rate tensors PyTorch's fused kernels read.
+        m_lrTensor = at::full({}, s.lr, at::TensorOptions().device(dev).dtype(at::kFloat));
+    }
+
+    void setLr(double lr) override {
+        if (lr == m_settings.lr) {
+            return;
+        }
+        m_settings.lr = lr;
+        m_lrTensor.fill_(lr); // device work only: no host sync, replayed graphs read it
+    }
+
+    void zeroGrad() override {
+        for (auto& p : m_params) {
+            p.mutable_grad().reset();
+        }
+    }
+
+    bool captureSafe() const override { return true; }
+
+    std::string describe() const override {
+        return fmt::format("{} {}", m_recipe.kind == OptimizerRecipe::Kind::RmsProp ? "foreach" : "fused",
+                           kindName(m_recipe.kind));
+    }
+
+    void step() override {
+        torch::NoGradGuard noGrad;
+        // Parameters without a gradient this step are left alone, as torch::optim does.
+        std::vector<at::Tensor> params, grads, s1, s2, steps;
+        for (std::size_t i = 0; i < m_params.size(); ++i) {
+            const auto& g = m_params[i].grad();
+            if (!g.defined()) {
+                continue;
+            }
+            params.push_back(m_params[i]);
+            grads.push_back(g);
+            if (i < m_state1.size()) {
+                s1.push_back(m_state1[i]);
+            }
+            if (i < m_state2.size()) {
+                s2.push_back(m_state2[i]);
+                steps.push_back(m_steps[i]);
+            }
+        }
+        if (params.empty()) {
+            return;
+        }
+        const bool deviceLr = m_params[0].is_cuda();
+        const auto& s = m_settings;
+        switch (m_recipe.kind) {
+        case OptimizerRecipe::Kind::Adam:
+            at::_foreach_add_(steps, 1);
+            if (deviceLr) {
+                at::_fused_adam_(params, grads, s1, s2, {}, steps, m_lrTensor, kBeta1, kBeta2, s.weightDecay,
+                                 m_recipe.eps, false, false);
+            } else {
+                at::_fused_adam_(params, grads, s1, s2, {}, steps, s.lr, kBeta1, kBeta2, s.weightDecay, m_recipe.eps,
+                                 false, false);
+            }
+            break;
+        case OptimizerRecipe::Kind::Sgd:
+            if (deviceLr) {
+                at::_fused_sgd_(params, grads, s1, s.weightDecay, s.momentum, m_lrTensor, 0.0, m_recipe.nesterov,
+                                false, m_firstStep);
+            } else {
+                at::_fused_sgd_(params, grads, s1, s.weightDecay, s.momentum, s.lr, 0.0, m_recipe.nesterov, false,
+                                m_firstStep);
+            }
+            m_firstStep = false;
+            break;
+        case OptimizerRecipe::Kind::RmsProp: {
+            // torch/optim/rmsprop.py _multi_tensor_rmsprop, without centring or momentum.
+            if (s.weightDecay != 0) {
+                grads = at::_foreach_add(grads, params, s.weightDecay);
+            }
+            at::_foreach_mul_(s1, m_recipe.alpha);
+            at::_foreach_addcmul_(s1, grads, grads, 1.0 - m_recipe.alpha);
+            auto avg = at::_foreach_sqrt(s1);
+            at::_foreach_add_(avg, m_recipe.eps);
+            if (deviceLr) {
+                auto update = at::_foreach_div(grads, avg);
+                at::_foreach_mul_(update, m_lrTensor);
+                at::_foreach_sub_(params, update);
+            } else {
+                at::_foreach_addcdiv_(params, grads, avg, -s.lr);
+            }
+            break;
+        }
+        }
+    }
+
+private:
+    OptimizerRecipe m_recipe;
+    OptimizerSettings m_settings;
+    std::vector<at::Tensor> m_params;
+    std::vector<at::Tensor> m_state1, m_state2, m_steps; // Adam: exp_avg, exp_avg_sq, step; SGD: momentum; RMSprop: square_avg
+    at::Tensor m_lrTensor;
+    bool m_firstStep = true; // SGD: the momentum buffers start as the first gradient
+};
+
+} // namespace
+
+std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,
+                                                 const OptimizerSettings& settings, bool fast) {
+    if (fast && !params.empty()) {
+        return std::make_unique<FastOptimizer>(recipe, std::move(params), settings);
+    }
+    return std::make_unique<PlainOptimizer>(recipe, std::move(params), settings);
+}
+
+} // namespace devicerace::detail

@@ -1,0 +1,204 @@
+#include "workers/protocol.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "devicerace/errors.h"
+#include "devicerace/recording.h"
+
+namespace devicerace::detail {
+
+using nlohmann::json;
+
+void LineSplitter::feed(std::string_view bytes, const std::function<void(std::string&&)>& onLine) {
+    while (!bytes.empty()) {
+        const auto nl = bytes.find('\n');
+        const auto chunk = bytes.substr(0, nl);
+        if (!m_skipping) {
+            if (m_partial.size() + chunk.size() > m_max) {
+                m_skipping = true;
+                m_partial.clear();
+                m_partial.shrink_to_fit();
+            } else {
+                m_partial.append(chunk);
+            }
+        }
+        if (nl == std::string_view::npos) {
+            return;
+        }
+        bytes.remove_prefix(nl + 1);
+        if (m_skipping) {
+            ++m_dropped;
+            m_skipping = false;
+            continue;
+        }
+        std::string line;
+        line.swap(m_partial);
+        if (!line.empty() && line.back() == '\r') {
+            line.pop_back();
+        }
+        onLine(std::move(line));
+    }
+}
+
+std::optional<Message> parseMessage(std::string_view line) {
+    if (line.size() > kMaxLineBytes || line.empty() || line.front() != '{') {
+        return std::nullopt;
+    }
+    // Depth-limited by nlohmann's own recursion; an object nested absurdly deep is refused by
+    // the size cap long before the stack matters (1 MiB of '{' is 1M levels: checked below).
+    std::size_t depth = 0, maxDepth = 0;
+    for (char c : line) {
+        if (c == '{' || c == '[') {
+            maxDepth = std::max(maxDepth, ++depth);
+        } else if ((c == '}' || c == ']') && depth > 0) {
+            --depth;
+        }
+    }
+    // Nesting deeper than any message has (strings with brackets only over-count).
+    constexpr std::size_t kMaxDepth = 64;
+    if (maxDepth > kMaxDepth) {
+        return std::nullopt;
+    }
+    auto j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+        return std::nullopt;
+    }
+    auto it = j.find("type");
+    if (it == j.end() || !it->is_string()) {
+        return std::nullopt;
+    }
+    Message m;
+    m.type = it->get<std::string>();
+    m.body = std::move(j);
+    return m;
+}
+
+std::string encodeMessage(const json& message) {
+    return message.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::optional<int> protoMajor(const std::string& version) {
+    const auto dot = version.find('.');
+    int major = 0;
+    auto [ptr, ec] = std::from_chars(version.data(), version.data() + (dot == std::string::npos ? version.size() : dot), major);
+    if (ec != std::errc() || dot == std::string::npos || ptr != version.data() + dot) {
+        return std::nullopt;
+    }
+    return major;
+}
+
+std::string protoVersion() { return fmt::format("{}.{}", kProtoMajor, kProtoMinor); }
+
+namespace {
+
+json orNull(const auto& v) { return v ? json(*v) : json(nullptr); }
+
+template <typename T>
+std::optional<T> optionalOf(const json& j, const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        return std::nullopt;
+    }
+    return it->get<T>();
+}
+
+} // namespace
+
+json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
+    LaneSpec local = spec;
+    local.host.clear(); // the worker runs it where it is
+    local.isolate.reset();
+    local.cli.reset();
+    return {{"type", "config"},
+            {"proto", protoVersion()},
+            {"workload", s.workload},
+            {"lane", formatLaneSpec(local)},
+            {"data", s.dataMode ? json(toString(*s.dataMode)) : json(nullptr)},
+            {"data_dir", s.dataDir},
+            {"train_limit", orNull(s.trainLimit)},
+            {"test_limit", orNull(s.testLimit)},
+            {"epochs", orNull(s.epochs)},
+            {"steps", orNull(s.steps)},
+            {"target", orNull(s.targetAccuracy)},
+            {"seed", s.seed},
+            {"eval_every", s.evalEverySteps},
+            {"warmup", s.warmupSteps},
+            {"report_interval", s.reportIntervalSeconds},
+            {"fail_at_step", s.failAtStep}};
+}
+
+std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
+    try {
+        LaneRunSettings s;
+        s.workload = m.at("workload").get<std::string>();
+        auto spec = parseLaneSpec(m.at("lane").get<std::string>());
+        if (!spec.host.empty()) {
+            throw UsageError("a worker runs its lane where it is: the lane may not name another host");
+        }
+        if (auto data = optionalOf<std::string>(m, "data")) {
+            if (*data != "real" && *data != "synthetic") {
+                throw DataError(fmt::format("config: data '{}' (expected real or synthetic)", *data));
+            }
+            s.dataMode = *data == "real" ? DataMode::Real : DataMode::Synthetic;
+        }
+        s.dataDir = m.value("data_dir", std::string());
+        s.trainLimit = optionalOf<std::int64_t>(m, "train_limit");
+        s.testLimit = optionalOf<std::int64_t>(m, "test_limit");
+        s.epochs = optionalOf<int>(m, "epochs");
+        s.steps = optionalOf<std::int64_t>(m, "steps");
+        s.targetAccuracy = optionalOf<double>(m, "target");
+        s.seed = m.value("seed", std::uint64_t{0});
+        s.evalEverySteps = m.value("eval_every", std::int64_t{0});
+        s.warmupSteps = m.value("warmup", std::int64_t{20});
+        s.reportIntervalSeconds = m.value("report_interval", 0.1);
+        s.failAtStep = m.value("fail_at_step", std::int64_t{0});
+        if ((s.trainLimit && *s.trainLimit < 1) || (s.testLimit && *s.testLimit < 1) || (s.epochs && *s.epochs < 1) ||
+            (s.steps && *s.steps < 1) || s.evalEverySteps < 0 || s.warmupSteps < 0 ||
+            !(s.reportIntervalSeconds >= 0.01 && s.reportIntervalSeconds <= 60)) {
+            throw DataError("config: a count or interval is out of range");
+        }
+        return {std::move(spec), std::move(s)};
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("malformed config message: {}", e.what()));
+    }
+}
+
+json readyMessage(const ReadyInfo& r) {
+    return {{"type", "ready"},
+            {"batch", r.batch},
+            {"total_steps", r.totalSteps},
+            {"threads", orNull(r.threads)},
+            {"dataset",
+             {{"name", r.datasetName},
+              {"source", r.datasetSource},
+              {"synthetic", r.synthetic},
+              {"train", r.trainCount},
+              {"test", r.testCount},
+              {"note", r.dataNote}}}};
+}
+
+ReadyInfo readyFromMessage(const json& m) {
+    try {
+        ReadyInfo r;
+        r.batch = m.at("batch").get<std::int64_t>();
+        r.totalSteps = m.at("total_steps").get<std::int64_t>();
+        r.threads = optionalOf<int>(m, "threads");
+        const auto& d = m.at("dataset");
+        r.datasetName = d.at("name").get<std::string>();
+        r.datasetSource = d.value("source", std::string());
+        r.synthetic = d.value("synthetic", false);
+        r.trainCount = d.value("train", std::int64_t{0});
+        r.testCount = d.value("test", std::int64_t{0});
+        r.dataNote = d.value("note", std::string());
+        if (r.batch < 1 || r.totalSteps < 1) {
+            throw DataError("ready: batch and total_steps must be 1 or more");
+        }
+        return r;
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("malformed ready message: {}", e.what()));
+    }
+}
+
+} // namespace devicerace::detail

@@ -1,0 +1,344 @@
+#include "workers/worker_connection.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "devicerace/errors.h"
+#include "devicerace/format.h"
+
+namespace devicerace::detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Lines of the worker's stderr (and non-protocol stdout) kept for failure messages.
+constexpr std::size_t kLogLines = 20;
+// Characters kept of one log line.
+constexpr std::size_t kLogLineChars = 400;
+// Non-protocol lines tolerated before the hello (a login shell's greeting), then "not a worker".
+constexpr std::size_t kNoiseBeforeHello = 200;
+// Protocol lines per second a worker may send (it sends ~10 samples/s and a heartbeat).
+constexpr std::size_t kMaxLinesPerSecond = 2000;
+
+std::string shellQuote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) {
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    return out + "'";
+}
+
+bool contains(const std::string& text, std::string_view what) { return text.find(what) != std::string::npos; }
+
+} // namespace
+
+std::string localWorkerProgram() {
+    if (const char* env = std::getenv("DEVICERACE_CLI"); env && *env) {
+        return env;
+    }
+    std::error_code ec;
+    const auto self = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        for (const auto& candidate : {self.parent_path() / "devicerace-cli", self.parent_path() / "../cli/devicerace-cli"}) {
+            if (::access(candidate.c_str(), X_OK) == 0) {
+                return fs::weakly_canonical(candidate, ec).string();
+            }
+        }
+    }
+#ifdef DEVICERACE_BUILD_CLI
+    if (::access(DEVICERACE_BUILD_CLI, X_OK) == 0) {
+        return DEVICERACE_BUILD_CLI;
+    }
+#endif
+    return "devicerace-cli";
+}
+
+WorkerEndpoint endpointFor(const LaneSpec& spec) {
+    WorkerEndpoint ep;
+    if (!spec.host.empty()) {
+        ep.remote = true;
+        ep.target = parseSshTarget(spec.host);
+        ep.cli = spec.cli.value_or("devicerace-cli");
+        ep.where = ep.target.host;
+    } else {
+        ep.cli = spec.cli.value_or(localWorkerProgram());
+        ep.where = "the worker process";
+    }
+    return ep;
+}
+
+std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
+    const std::string proto = std::to_string(kProtoMajor);
+    if (!ep.remote) {
+        return {ep.cli, "worker", "--proto", proto};
+    }
+    // BatchMode: never a password or passphrase prompt (the user's agent and keys only);
+    // ConnectTimeout bounds an unreachable host; ServerAlive* notices a dead link in ~15 s.
+    std::vector<std::string> argv{"ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                                  "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+                                  "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no"};
+    if (const char* cfg = std::getenv("DEVICERACE_SSH_CONFIG"); cfg && *cfg) {
+        argv.insert(argv.end(), {"-F", cfg});
+    }
+    if (ep.target.port) {
+        argv.insert(argv.end(), {"-p", std::to_string(*ep.target.port)});
+    }
+    if (!ep.target.user.empty()) {
+        argv.insert(argv.end(), {"-l", ep.target.user});
+    }
+    // The remote login shell re-parses this one string: the program is quoted, the rest fixed.
+    argv.insert(argv.end(), {"--", ep.target.host, fmt::format("exec {} worker --proto {}", shellQuote(ep.cli), proto)});
+    return argv;
+}
+
+WorkerConnection::WorkerConnection(WorkerEndpoint endpoint) : m_ep(std::move(endpoint)) {
+    // A worker that died must give EPIPE on our writes, not a SIGPIPE that ends this process.
+    static const bool sigpipeIgnored = [] {
+        ::signal(SIGPIPE, SIG_IGN);
+        return true;
+    }();
+    (void)sigpipeIgnored;
+    try {
+        m_child = std::make_unique<ChildProcess>(workerArgv(m_ep));
+    } catch (const UsageError& e) {
+        if (m_ep.remote) {
+            throw UsageError(fmt::format("cannot reach {}: the ssh client is not installed here ({})", m_ep.where,
+                                         e.what()));
+        }
+        throw UsageError(fmt::format("cannot start the worker: {} (set DEVICERACE_CLI or name it with cli=PATH)",
+                                     e.what()));
+    }
+    m_lastLine = m_secondStart = Clock::now();
+}
+
+WorkerConnection::~WorkerConnection() = default;
+
+void WorkerConnection::addLog(std::string line) {
+    if (line.size() > kLogLineChars) {
+        line.resize(kLogLineChars);
+        line += "…";
+    }
+    m_log.push_back(std::move(line));
+    if (m_log.size() > kLogLines) {
+        m_log.pop_front();
+    }
+}
+
+std::string WorkerConnection::logTail(std::size_t n) const {
+    std::string out;
+    for (std::size_t i = m_log.size() > n ? m_log.size() - n : 0; i < m_log.size(); ++i) {
+        if (m_log[i].empty()) {
+            continue;
+        }
+        out += (out.empty() ? "" : " | ") + m_log[i];
+    }
+    return out;
+}
+
+void WorkerConnection::onStdoutLine(std::string&& line, const std::function<void(Message&&)>& onMessage) {
+    auto message = parseMessage(line);
+    if (!m_hello) {
+        if (message && message->type == "hello") {
+            m_hello = true;
+            const auto& b = message->body;
+            m_peerProto = b.value("proto", std::string());
+            m_version = b.value("version", std::string());
+            if (b.contains("devices") && b["devices"].is_object()) {
+                try {
+                    m_devices = deviceReportFromJson(b["devices"].dump());
+                } catch (const DataError& e) {
+                    addLog(fmt::format("hello: {}", e.what()));
+                }
+            }
+            return;
+        }
+        ++m_noise;
+        if (m_firstNoise.empty()) {
+            m_firstNoise = line.substr(0, 120);
+        }
+        addLog(std::move(line));
+        return;
+    }
+    if (!message) {
+        addLog(std::move(line)); // a stray print: kept for the log, never interpreted
+        return;
+    }
+    onMessage(std::move(*message));
+}
+
+bool WorkerConnection::pump(double timeoutSeconds, const std::function<void(Message&&)>& onMessage) {
+    if (!m_outOpen && !m_errOpen) {
+        return false;
+    }
+    std::array<pollfd, 2> fds{pollfd{m_outOpen ? m_child->stdoutFd() : -1, POLLIN, 0},
+                              pollfd{m_errOpen ? m_child->stderrFd() : -1, POLLIN, 0}};
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeoutSeconds * 1000));
+    if (ready <= 0) {
+        return true;
+    }
+    std::array<char, 65536> buf{};
+    for (int i = 0; i < 2; ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+            continue;
+        }
+        const auto n = ::read(fds[i].fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            (i == 0 ? m_outOpen : m_errOpen) = false;
+            const auto& rest = i == 0 ? m_out.partial() : m_err.partial();
+            if (!rest.empty()) {
+                addLog(fmt::format("(cut off) {}", rest));
+            }
+            continue;
+        }
+        const std::string_view bytes(buf.data(), static_cast<std::size_t>(n));
+        if (i == 1) {
+            m_err.feed(bytes, [this](std::string&& line) { addLog(std::move(line)); });
+            continue;
+        }
+        m_out.feed(bytes, [&](std::string&& line) {
+            const auto now = Clock::now();
+            m_lastLine = now;
+            if (now - m_secondStart >= std::chrono::seconds(1)) {
+                m_secondStart = now;
+                m_linesThisSecond = 0;
+            }
+            if (++m_linesThisSecond > kMaxLinesPerSecond) {
+                m_flood = m_linesThisSecond;
+                return;
+            }
+            onStdoutLine(std::move(line), onMessage);
+        });
+    }
+    return m_outOpen || m_errOpen;
+}
+
+bool WorkerConnection::send(const nlohmann::json& message) {
+    std::lock_guard lock(m_writeMutex);
+    return m_child->write(encodeMessage(message));
+}
+
+void WorkerConnection::closeStdin() {
+    std::lock_guard lock(m_writeMutex);
+    m_child->closeStdin();
+}
+
+void WorkerConnection::signal(int sig) { m_child->signal(sig); }
+std::optional<int> WorkerConnection::tryWait() { return m_child->tryWait(); }
+
+int WorkerConnection::reap(double graceSeconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(graceSeconds);
+    while (Clock::now() < deadline) {
+        if (auto st = m_child->tryWait()) {
+            return *st;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    m_child->signal(SIGKILL);
+    while (true) {
+        if (auto st = m_child->tryWait()) {
+            return *st;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
+double WorkerConnection::secondsSinceLastLine() const {
+    return std::chrono::duration<double>(Clock::now() - m_lastLine).count();
+}
+
+std::string WorkerConnection::classifyBeforeHello(int status) const {
+    const std::string err = logTail(kLogLines);
+    const std::string tail = logTail(2);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (m_ep.remote && code == 255) {
+        const auto& host = m_ep.where;
+        if (contains(err, "Host key verification failed") || contains(err, "host key is known") ||
+            contains(err, "HOST IDENTIFICATION HAS CHANGED") || contains(err, "No matching host key")) {
+            return fmt::format("cannot reach {}: its host key is unknown or has changed; check it and accept it once "
+                               "with 'ssh {}' (DeviceRace never accepts host keys for you)",
+                               host, host);
+        }
+        if (contains(err, "Permission denied") || contains(err, "Too many authentication failures")) {
+            return fmt::format("cannot reach {}: authentication refused; DeviceRace uses your ssh keys and agent "
+                               "without prompting (BatchMode): load the key with ssh-add or name it with IdentityFile "
+                               "in ~/.ssh/config ({})",
+                               host, tail);
+        }
+        return fmt::format("cannot reach {}: host unreachable ({})", host, tail.empty() ? "ssh exit status 255" : tail);
+    }
+    if (code == 127) {
+        return m_ep.remote ? fmt::format("{} has no '{}': install DeviceRace there, or name its devicerace-cli with "
+                                         "cli=PATH ({})",
+                                         m_ep.where, m_ep.cli, tail)
+                           : fmt::format("cannot start the worker '{}' ({})", m_ep.cli, tail);
+    }
+    if (code == 126) {
+        return fmt::format("'{}' on {} is not executable ({})", m_ep.cli, m_ep.where, tail);
+    }
+    if (code == 3) {
+        return fmt::format("{} refused worker protocol {}: it runs another DeviceRace version; install the same "
+                           "version on both machines ({})",
+                           m_ep.where, kProtoMajor, tail);
+    }
+    if (m_noise > 0) {
+        return fmt::format("'{}' on {} is not a DeviceRace worker: it printed '{}' and ended ({})", m_ep.cli,
+                           m_ep.where, m_firstNoise, describeWaitStatus(status));
+    }
+    return fmt::format("the worker on {} ended before saying hello ({}{}{})", m_ep.where, describeWaitStatus(status),
+                       tail.empty() ? "" : ": ", tail);
+}
+
+void WorkerConnection::failBeforeHello(const std::string& reason) {
+    m_child->signal(SIGKILL);
+    throw UsageError(reason);
+}
+
+void WorkerConnection::awaitHello(double timeoutSeconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeoutSeconds);
+    const auto ignore = [](Message&&) {};
+    while (!m_hello) {
+        if (!pump(0.1, ignore)) {
+            failBeforeHello(classifyBeforeHello(reap(2)));
+        }
+        if (m_noise > kNoiseBeforeHello) {
+            failBeforeHello(fmt::format("'{}' on {} is not a DeviceRace worker (it printed {} lines, the first: '{}')",
+                                        m_ep.cli, m_ep.where, m_noise, m_firstNoise));
+        }
+        if (!m_hello && Clock::now() > deadline) {
+            failBeforeHello(fmt::format("no answer from the worker on {} within {:.0f} s{}{}", m_ep.where,
+                                        timeoutSeconds, m_log.empty() ? "" : ": ", logTail(2)));
+        }
+    }
+    const auto major = protoMajor(m_peerProto);
+    if (!major || *major != kProtoMajor) {
+        failBeforeHello(fmt::format("{} runs DeviceRace {} speaking worker protocol '{}'; this DeviceRace speaks {}: "
+                                    "install the same version on both machines",
+                                    m_ep.where, m_version.empty() ? "(unknown version)" : m_version, m_peerProto,
+                                    protoVersion()));
+    }
+}
+
+std::string WorkerConnection::describeEnd(int status, std::int64_t step) const {
+    const std::string at = fmt::format("at step {}", groupThousands(static_cast<double>(step)));
+    const std::string tail = logTail(3);
+    const std::string last = tail.empty() ? "" : fmt::format(" (last output: {})", tail);
+    if (m_ep.remote && WIFEXITED(status) && WEXITSTATUS(status) == 255) {
+        return fmt::format("connection to {} lost {}{}", m_ep.where, at, last);
+    }
+    return fmt::format("worker {} {}{}", describeWaitStatus(status), at, last);
+}
+
+} // namespace devicerace::detail

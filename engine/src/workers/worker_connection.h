@@ -1,0 +1,90 @@
+#pragma once
+// The parent's end of one worker: the child (devicerace-cli worker, or ssh running it on
+// another machine), its lines, the hello, and what its end means. One thread at a time
+// reads (the lane's constructor, then its I/O thread); send() may come from any thread.
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "devicerace/device_info.h"
+#include "devicerace/lane_spec.h"
+#include "workers/child_process.h"
+#include "workers/protocol.h"
+
+namespace devicerace::detail {
+
+/// Where a worker runs and how it is reached.
+struct WorkerEndpoint {
+    bool remote = false;
+    SshTarget target;   // remote only
+    std::string cli;    // the devicerace-cli to run (remote: as the remote shell finds it)
+    std::string where;  // for messages: "gpubox", "the worker process"
+};
+WorkerEndpoint endpointFor(const LaneSpec& spec);
+/// The argv that starts the worker (no shell locally; ssh in BatchMode remotely).
+std::vector<std::string> workerArgv(const WorkerEndpoint& endpoint);
+/// The local devicerace-cli: $DEVICERACE_CLI, next to this program, the build tree's, the PATH's.
+std::string localWorkerProgram();
+
+class WorkerConnection {
+public:
+    using Clock = std::chrono::steady_clock;
+    /// Starts the worker; throws UsageError when it cannot be started.
+    explicit WorkerConnection(WorkerEndpoint endpoint);
+    ~WorkerConnection();
+
+    /// Reads until the hello (or throws UsageError saying why there is none: unreachable,
+    /// authentication, host key, not installed, another protocol version, no answer).
+    void awaitHello(double timeoutSeconds);
+    /// Reads what is available within `timeoutSeconds` and hands each protocol message to
+    /// `onMessage`; other lines go to the log tail. False once stdout and stderr are closed.
+    bool pump(double timeoutSeconds, const std::function<void(Message&&)>& onMessage);
+    bool send(const nlohmann::json& message);
+    void closeStdin();
+    void signal(int sig);
+    /// Waits for the child to exit, up to `graceSeconds`, then kills it; returns the wait status.
+    int reap(double graceSeconds);
+    std::optional<int> tryWait();
+
+    double secondsSinceLastLine() const;
+    /// Lines over the rate cap in the last second (flooding), else 0.
+    std::size_t floodLines() const { return m_flood; }
+    /// The last `n` lines the worker printed outside the protocol (stderr, noise), joined.
+    std::string logTail(std::size_t n) const;
+    /// Why the worker ended, for a worker that ended without finishing its lane.
+    std::string describeEnd(int status, std::int64_t step) const;
+
+    const WorkerEndpoint& endpoint() const { return m_ep; }
+    const DeviceReport& devices() const { return m_devices; }
+    const std::string& version() const { return m_version; }
+
+private:
+    void onStdoutLine(std::string&& line, const std::function<void(Message&&)>& onMessage);
+    void addLog(std::string line);
+    [[noreturn]] void failBeforeHello(const std::string& reason);
+    std::string classifyBeforeHello(int status) const;
+
+    WorkerEndpoint m_ep;
+    std::unique_ptr<ChildProcess> m_child;
+    std::mutex m_writeMutex; // guards m_child's stdin
+    LineSplitter m_out;
+    LineSplitter m_err{4096};
+    bool m_outOpen = true, m_errOpen = true;
+    std::deque<std::string> m_log;
+    bool m_hello = false;
+    std::size_t m_noise = 0; // non-protocol stdout lines before the hello
+    std::string m_firstNoise;
+    DeviceReport m_devices;
+    std::string m_version, m_peerProto;
+    Clock::time_point m_lastLine;
+    Clock::time_point m_secondStart;
+    std::size_t m_linesThisSecond = 0;
+    std::size_t m_flood = 0;
+};
+
+} // namespace devicerace::detail

@@ -1,0 +1,271 @@
+#include "workers/worker_lane.h"
+
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <thread>
+
+#include "devicerace/errors.h"
+#include "devicerace/format.h"
+#include "lanes/lane_record.h"
+#include "workers/worker_connection.h"
+
+namespace devicerace {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::Message;
+
+// Seconds to wait for a worker's hello: a local process loads LibTorch (~1 s); ssh may also
+// connect, authenticate and start a login shell.
+constexpr double kHelloLocal = 20;
+constexpr double kHelloRemote = 60;
+// Seconds without any line (the worker sends a heartbeat every second) before the lane is lost.
+constexpr double kSilenceLost = 15;
+// Seconds between our pings (the worker stops after 20 s without one: its parent is gone).
+constexpr double kPingEvery = 2;
+// After a stop: seconds until stdin is closed, until SIGTERM, until SIGKILL.
+constexpr double kStopClose = 5, kStopTerm = 10, kStopKill = 15;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+} // namespace
+
+struct WorkerLane::Impl {
+    LaneSpec spec;
+    LaneRunSettings settings;
+    std::unique_ptr<detail::WorkerConnection> conn;
+    std::unique_ptr<detail::LaneRecord> record;
+    detail::ReadyInfo ready;
+    std::shared_ptr<Dataset> data;
+    std::string workerError; // an `error` message's text
+    std::thread io;
+    std::atomic<bool> started{false};
+    std::atomic<bool> stopRequested{false};
+    std::atomic<double> stopAt{0}; // steady seconds when stop was sent (0: not yet)
+    std::atomic<double> cpu{0};
+    std::string failure; // io thread: why it gave up on the worker
+
+    static double nowSeconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+    void handle(Message&& m) {
+        if (m.type == "sample") {
+            try {
+                auto s = sampleFromJsonLine(m.body.at("sample").dump());
+                s.lane = spec.name; // the parent's name, whatever the worker wrote
+                record->push(std::move(s));
+            } catch (const std::exception& e) {
+                failure = fmt::format("the worker sent a malformed sample: {}", e.what());
+            }
+        } else if (m.type == "hb") {
+            if (auto it = m.body.find("cpu"); it != m.body.end() && it->is_number()) {
+                cpu = it->get<double>();
+            }
+        } else if (m.type == "execution") {
+            if (auto it = m.body.find("text"); it != m.body.end() && it->is_string()) {
+                record->setExecution(it->get<std::string>());
+            }
+        } else if (m.type == "error") {
+            workerError = m.body.value("message", std::string("(no message)"));
+        }
+        // ack, bye, log and unknown types: nothing to do (unknown types are ignored by design).
+    }
+
+    void runIo() {
+        auto lastPing = Clock::now();
+        bool stdinClosed = false;
+        int escalation = 0; // 0 none, 1 stdin closed, 2 SIGTERM, 3 SIGKILL
+        double killAt = 0;
+        const auto onMessage = [this](Message&& m) { handle(std::move(m)); };
+        while (conn->pump(0.05, onMessage)) {
+            if (!stdinClosed && since(lastPing) >= kPingEvery) {
+                conn->send({{"type", "ping"}});
+                lastPing = Clock::now();
+            }
+            if (failure.empty() && conn->floodLines() > 0) {
+                failure = fmt::format("the worker on {} flooded its output ({} lines in one second); stopped",
+                                      conn->endpoint().where, groupThousands(static_cast<double>(conn->floodLines())));
+            }
+            if (failure.empty() && conn->secondsSinceLastLine() > kSilenceLost) {
+                failure = conn->endpoint().remote
+                              ? fmt::format("connection to {} lost at step {} (nothing received for {:.0f} s)",
+                                            conn->endpoint().where,
+                                            groupThousands(static_cast<double>(record->lastStep())), kSilenceLost)
+                              : fmt::format("the worker stopped answering at step {} (nothing received for {:.0f} s)",
+                                            groupThousands(static_cast<double>(record->lastStep())), kSilenceLost);
+            }
+            if (!failure.empty() && killAt == 0) {
+                conn->signal(SIGTERM);
+                killAt = nowSeconds() + 2;
+            }
+            if (killAt > 0 && nowSeconds() > killAt) {
+                conn->signal(SIGKILL);
+                killAt = nowSeconds() + 3600;
+            }
+            const double stopped = stopAt.load();
+            if (stopped > 0) {
+                const double t = nowSeconds() - stopped;
+                if (escalation < 1 && t > kStopClose) {
+                    conn->closeStdin();
+                    stdinClosed = true;
+                    escalation = 1;
+                } else if (escalation < 2 && t > kStopTerm) {
+                    conn->signal(SIGTERM);
+                    escalation = 2;
+                } else if (escalation < 3 && t > kStopKill) {
+                    conn->signal(SIGKILL);
+                    escalation = 3;
+                }
+            }
+        }
+        const int status = conn->reap(5);
+        if (isTerminal(record->state())) {
+            return;
+        }
+        if (!failure.empty()) {
+            record->finish(LaneState::Failed, failure);
+        } else if (stopRequested && escalation >= 2) {
+            record->finish(LaneState::Stopped, fmt::format("stopped at step {} (the worker was {} after the stop)",
+                                                           groupThousands(static_cast<double>(record->lastStep())),
+                                                           escalation == 3 ? "killed" : "terminated"));
+        } else if (!workerError.empty()) {
+            record->finish(LaneState::Failed, workerError);
+        } else {
+            record->finish(LaneState::Failed, conn->describeEnd(status, record->lastStep()));
+        }
+    }
+};
+
+WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
+    auto& d = *m_impl;
+    d.spec = std::move(spec);
+    d.settings = std::move(settings);
+    d.settings.data.reset(); // the worker resolves its own
+    d.record = std::make_unique<detail::LaneRecord>(d.spec.name);
+    d.conn = std::make_unique<detail::WorkerConnection>(detail::endpointFor(d.spec));
+    const auto& where = d.conn->endpoint().where;
+    d.conn->awaitHello(d.conn->endpoint().remote ? kHelloRemote : kHelloLocal);
+    if (!d.conn->send(detail::configMessage(d.spec, d.settings))) {
+        throw UsageError(fmt::format("the worker on {} closed its input after hello", where));
+    }
+    // The worker loads its data and builds the lane; heartbeats show it is alive meanwhile.
+    bool readySeen = false;
+    const auto onMessage = [&](Message&& m) {
+        if (m.type == "ready") {
+            d.ready = detail::readyFromMessage(m.body);
+            readySeen = true;
+        } else {
+            d.handle(std::move(m));
+        }
+    };
+    while (!readySeen && d.workerError.empty()) {
+        if (!d.conn->pump(0.1, onMessage)) {
+            throw UsageError(fmt::format("the worker on {} ended while preparing the lane: {}", where,
+                                         d.conn->describeEnd(d.conn->reap(2), 0)));
+        }
+        if (d.conn->secondsSinceLastLine() > kSilenceLost) {
+            d.conn->signal(SIGKILL);
+            throw UsageError(fmt::format("the worker on {} stopped answering while preparing the lane", where));
+        }
+    }
+    if (!d.workerError.empty()) {
+        throw UsageError(d.conn->endpoint().remote ? fmt::format("{}: {}", where, d.workerError) : d.workerError);
+    }
+    auto ds = std::make_shared<Dataset>();
+    ds->name = d.ready.datasetName;
+    ds->source = d.ready.datasetSource;
+    ds->synthetic = d.ready.synthetic;
+    ds->train.count = d.ready.trainCount;
+    ds->test.count = d.ready.testCount;
+    d.data = std::move(ds);
+    if (d.ready.threads && !d.spec.threads) {
+        d.spec.threads = d.ready.threads;
+    }
+    d.io = std::thread([impl = m_impl.get()] { impl->runIo(); });
+}
+
+WorkerLane::~WorkerLane() {
+    requestStop();
+    if (m_impl->io.joinable()) {
+        m_impl->io.join();
+    }
+}
+
+LaneKind WorkerLane::kind() const { return laneKind(m_impl->spec); }
+const LaneSpec& WorkerLane::spec() const { return m_impl->spec; }
+std::int64_t WorkerLane::batch() const { return m_impl->ready.batch; }
+std::int64_t WorkerLane::totalSteps() const { return m_impl->ready.totalSteps; }
+std::shared_ptr<const Dataset> WorkerLane::dataset() const { return m_impl->data; }
+const DeviceReport& WorkerLane::workerDevices() const { return m_impl->conn->devices(); }
+const std::string& WorkerLane::workerVersion() const { return m_impl->conn->version(); }
+
+void WorkerLane::start() {
+    if (m_impl->started.exchange(true) || m_impl->stopRequested) {
+        return;
+    }
+    m_impl->conn->send({{"type", "start"}, {"id", 1}});
+}
+
+void WorkerLane::requestStop() {
+    if (m_impl->stopRequested.exchange(true)) {
+        return;
+    }
+    if (!m_impl->started) {
+        // The worker waits for start: stdin's end sends it away.
+        m_impl->record->stopIfPending("stopped before it started");
+        m_impl->conn->closeStdin();
+        return;
+    }
+    m_impl->conn->send({{"type", "stop"}, {"id", 2}});
+    m_impl->stopAt = Impl::nowSeconds();
+}
+
+void WorkerLane::setPaused(bool paused) {
+    if (m_impl->started) {
+        m_impl->conn->send({{"type", paused ? "pause" : "resume"}});
+    }
+}
+
+void WorkerLane::wait() {
+    if (!m_impl->started && !m_impl->stopRequested) {
+        return;
+    }
+    if (m_impl->io.joinable()) {
+        m_impl->io.join();
+    }
+}
+
+LaneState WorkerLane::state() const { return m_impl->record->state(); }
+std::string WorkerLane::message() const { return m_impl->record->message(); }
+std::vector<MetricSample> WorkerLane::takeSamples() { return m_impl->record->take(); }
+std::vector<MetricSample> WorkerLane::history() const { return m_impl->record->history(); }
+double WorkerLane::cpuSeconds() const { return m_impl->cpu.load(); }
+
+LaneSummary WorkerLane::summary() const {
+    auto samples = history();
+    auto s = summarize(m_impl->spec, m_impl->ready.batch, samples, m_impl->settings.targetAccuracy);
+    s.datasetName = m_impl->ready.datasetName;
+    s.synthetic = m_impl->ready.synthetic;
+    s.state = m_impl->record->state();
+    s.error = m_impl->record->message();
+    s.execution = m_impl->record->execution();
+    return s;
+}
+
+DeviceReport remoteDeviceReport(const std::string& hostUrl, const std::string& cli) {
+    LaneSpec spec;
+    spec.host = parseSshTarget(hostUrl).url();
+    if (!cli.empty()) {
+        spec.cli = cli;
+    }
+    detail::WorkerConnection conn(detail::endpointFor(spec));
+    conn.awaitHello(kHelloRemote);
+    conn.closeStdin(); // the worker leaves on its input's end
+    conn.reap(5);
+    return conn.devices();
+}
+
+} // namespace devicerace

@@ -1,0 +1,43 @@
+#pragma once
+// A lane trained by a `devicerace-cli worker` in another process: a local child (isolate=process)
+// or a worker on another machine through the system ssh (an ssh:// device). The worker protocol
+// runs on the child's standard streams (workers/protocol.h). Thread-safe.
+#include "devicerace/device_info.h"
+#include "devicerace/lane.h"
+
+namespace devicerace {
+
+class WorkerLane final : public Lane {
+public:
+    /// Starts the worker, checks its hello (protocol version), sends the lane and waits until the
+    /// worker accepted it. Throws UsageError with what went wrong (host unreachable, key refused,
+    /// host key unknown, devicerace-cli missing there, version mismatch, device or data missing).
+    WorkerLane(LaneSpec spec, LaneRunSettings settings);
+    ~WorkerLane() override; // stop, then close, SIGTERM, SIGKILL (bounded), reap
+
+    LaneKind kind() const override;
+    const LaneSpec& spec() const override;
+    std::int64_t batch() const override;
+    std::int64_t totalSteps() const override;
+    void start() override;
+    void requestStop() override;
+    void setPaused(bool paused) override;
+    void wait() override;
+    LaneState state() const override;
+    std::string message() const override;
+    std::vector<MetricSample> takeSamples() override;
+    std::vector<MetricSample> history() const override;
+    LaneSummary summary() const override;
+    double cpuSeconds() const override;
+    std::shared_ptr<const Dataset> dataset() const override;
+    /// The machine the worker runs on, as its hello described it.
+    const DeviceReport& workerDevices() const;
+    /// The worker's DeviceRace version, from its hello.
+    const std::string& workerVersion() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+} // namespace devicerace
