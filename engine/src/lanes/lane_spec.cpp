@@ -119,10 +119,17 @@ SshTarget parseSshTarget(const std::string& text) {
             throw UsageError(fmt::format("'{}': empty user name before '@'", text));
         }
     }
-    // host[:port], or [v6]:port
-    auto colon = rest.rfind(':');
-    if (colon != std::string_view::npos && (rest.find(']') == std::string_view::npos || colon > rest.find(']')) &&
-        rest.find(':') == colon) {
+    // host[:port], or [v6]:port (an address in brackets may hold colons itself)
+    std::size_t colon = std::string_view::npos;
+    if (!rest.empty() && rest.front() == '[') {
+        const auto close = rest.find(']');
+        if (close != std::string_view::npos && close + 1 < rest.size() && rest[close + 1] == ':') {
+            colon = close + 1;
+        }
+    } else if (rest.find(':') != std::string_view::npos && rest.find(':') == rest.rfind(':')) {
+        colon = rest.find(':');
+    }
+    if (colon != std::string_view::npos) {
         auto portText = rest.substr(colon + 1);
         int port = 0;
         auto [ptr, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);

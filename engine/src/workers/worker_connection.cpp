@@ -338,6 +338,9 @@ std::string WorkerConnection::describeEnd(int status, std::int64_t step) const {
     if (m_ep.remote && WIFEXITED(status) && WEXITSTATUS(status) == 255) {
         return fmt::format("connection to {} lost {}{}", m_ep.where, at, last);
     }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
+        return classifyBeforeHello(status); // the worker refused our protocol version
+    }
     return fmt::format("worker {} {}{}", describeWaitStatus(status), at, last);
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "devicerace/errors.h"
@@ -29,6 +30,20 @@ constexpr double kSilenceLost = 15;
 constexpr double kPingEvery = 2;
 // After a stop: seconds until stdin is closed, until SIGTERM, until SIGKILL.
 constexpr double kStopClose = 5, kStopTerm = 10, kStopKill = 15;
+
+// DEVICERACE_HELLO_TIMEOUT=SECONDS overrides both (slow links; tests of a silent worker).
+double helloTimeout(bool remote) {
+    if (const char* env = std::getenv("DEVICERACE_HELLO_TIMEOUT"); env && *env) {
+        try {
+            const double v = std::stod(env);
+            if (v > 0 && v <= 3600) {
+                return v;
+            }
+        } catch (const std::exception&) {
+        }
+    }
+    return remote ? kHelloRemote : kHelloLocal;
+}
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -147,7 +162,7 @@ WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::ma
     d.record = std::make_unique<detail::LaneRecord>(d.spec.name);
     d.conn = std::make_unique<detail::WorkerConnection>(detail::endpointFor(d.spec));
     const auto& where = d.conn->endpoint().where;
-    d.conn->awaitHello(d.conn->endpoint().remote ? kHelloRemote : kHelloLocal);
+    d.conn->awaitHello(helloTimeout(d.conn->endpoint().remote));
     if (!d.conn->send(detail::configMessage(d.spec, d.settings))) {
         throw UsageError(fmt::format("the worker on {} closed its input after hello", where));
     }
@@ -217,6 +232,8 @@ void WorkerLane::requestStop() {
         // The worker waits for start: stdin's end sends it away.
         m_impl->record->stopIfPending("stopped before it started");
         m_impl->conn->closeStdin();
+        // A worker that does not leave on its input's end is terminated, then killed.
+        m_impl->stopAt = Impl::nowSeconds() - kStopClose;
         return;
     }
     m_impl->conn->send({{"type", "stop"}, {"id", 2}});
@@ -262,7 +279,7 @@ DeviceReport remoteDeviceReport(const std::string& hostUrl, const std::string& c
         spec.cli = cli;
     }
     detail::WorkerConnection conn(detail::endpointFor(spec));
-    conn.awaitHello(kHelloRemote);
+    conn.awaitHello(helloTimeout(true));
     conn.closeStdin(); // the worker leaves on its input's end
     conn.reap(5);
     return conn.devices();

@@ -1,0 +1,209 @@
+// The worker protocol's pieces, alone: line framing, message parsing, config and ready
+// messages, device reports, ssh targets and the new lane keys.
+#include <gtest/gtest.h>
+
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/lane_spec.h"
+#include "devicerace/recording.h"
+#include "workers/protocol.h"
+
+using namespace devicerace;
+using namespace devicerace::detail;
+
+namespace {
+
+std::vector<std::string> split(LineSplitter& s, std::string_view bytes) {
+    std::vector<std::string> out;
+    s.feed(bytes, [&](std::string&& l) { out.push_back(std::move(l)); });
+    return out;
+}
+
+} // namespace
+
+TEST(LineSplitter, CutsLinesAcrossChunksAndStripsCarriageReturns) {
+    LineSplitter s(100);
+    EXPECT_TRUE(split(s, "{\"a\":").empty());
+    EXPECT_EQ(s.partial(), "{\"a\":");
+    auto lines = split(s, "1}\r\nsecond\nthi");
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0], "{\"a\":1}");
+    EXPECT_EQ(lines[1], "second");
+    EXPECT_EQ(split(s, "rd\n"), std::vector<std::string>{"third"});
+}
+
+TEST(LineSplitter, DropsAndCountsOverlongLinesWithoutKeepingThem) {
+    LineSplitter s(10);
+    auto lines = split(s, "short\n" + std::string(25, 'x'));
+    EXPECT_EQ(lines, std::vector<std::string>{"short"});
+    EXPECT_TRUE(s.partial().empty()); // nothing of the long line is held
+    lines = split(s, std::string(1000, 'y') + "\nafter\n");
+    EXPECT_EQ(lines, std::vector<std::string>{"after"});
+    EXPECT_EQ(s.droppedLines(), 1u);
+}
+
+TEST(WorkerMessage, OnlyJsonObjectsWithAStringTypeAreMessages) {
+    EXPECT_FALSE(parseMessage(""));
+    EXPECT_FALSE(parseMessage("Welcome to gpubox!"));
+    EXPECT_FALSE(parseMessage("[1,2,3]"));
+    EXPECT_FALSE(parseMessage("{\"type\": 3}"));
+    EXPECT_FALSE(parseMessage("{\"kind\": \"train\"}"));
+    EXPECT_FALSE(parseMessage("{\"type\": \"hb\""));          // cut off
+    EXPECT_FALSE(parseMessage(std::string(100, '{')));          // absurd nesting
+    EXPECT_FALSE(parseMessage("{\"type\":\"x\",\"a\":" + std::string(200, '[') + std::string(200, ']') + "}"));
+    auto m = parseMessage(R"({"type":"hb","cpu":1.5,"unknown":{"x":1}})");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->type, "hb");
+    EXPECT_DOUBLE_EQ(m->body["cpu"].get<double>(), 1.5);
+}
+
+TEST(WorkerMessage, EncodedMessagesAreOneLineEvenWithNewlinesAndBadUtf8Inside) {
+    auto line = encodeMessage({{"type", "log"}, {"message", "two\nlines \xff\xfe"}});
+    EXPECT_EQ(line.find('\n'), line.size() - 1);
+    auto m = parseMessage(line.substr(0, line.size() - 1));
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->type, "log");
+}
+
+TEST(WorkerMessage, ProtocolVersionsAreMajorDotMinor) {
+    EXPECT_EQ(protoMajor("1.0"), 1);
+    EXPECT_EQ(protoMajor("12.7"), 12);
+    EXPECT_FALSE(protoMajor("1"));
+    EXPECT_FALSE(protoMajor("x.1"));
+    EXPECT_FALSE(protoMajor(""));
+    EXPECT_EQ(protoMajor(protoVersion()), kProtoMajor);
+}
+
+TEST(WorkerMessage, ConfigRoundTripsTheLaneAndTheRunSettings) {
+    auto spec = parseLaneSpec("ssh://me@gpubox:2222/cuda:0,threads=3,batch=64,lr=0.01,precision=bf16,name=box,"
+                              "cli=/opt/dr/bin/devicerace-cli,fault=throw:7");
+    LaneRunSettings s;
+    s.workload = "fashion-cnn";
+    s.dataMode = DataMode::Synthetic;
+    s.dataDir = "/data/x";
+    s.trainLimit = 500;
+    s.steps = 40;
+    s.targetAccuracy = 0.8;
+    s.seed = 9;
+    s.evalEverySteps = 10;
+    s.warmupSteps = 3;
+    auto [back, settings] = configFromMessage(configMessage(spec, s));
+    EXPECT_TRUE(back.host.empty()); // the worker runs it where it is
+    EXPECT_FALSE(back.cli);          // and never learns a program name from the parent
+    EXPECT_EQ(back.device, "cuda:0");
+    EXPECT_EQ(back.threads, 3);
+    EXPECT_EQ(back.batch, 64);
+    EXPECT_EQ(back.precision, Precision::Bf16);
+    EXPECT_EQ(back.name, "box");
+    EXPECT_EQ(back.fault, "throw:7");
+    EXPECT_EQ(settings.workload, "fashion-cnn");
+    EXPECT_EQ(settings.dataMode, DataMode::Synthetic);
+    EXPECT_EQ(settings.dataDir, "/data/x");
+    EXPECT_EQ(settings.trainLimit, 500);
+    EXPECT_EQ(settings.steps, 40);
+    EXPECT_EQ(settings.seed, 9u);
+    EXPECT_EQ(settings.evalEverySteps, 10);
+    EXPECT_EQ(settings.warmupSteps, 3);
+}
+
+TEST(WorkerMessage, ConfigIsCheckedAsStrictlyAsTheCommandLine) {
+    auto m = configMessage(parseLaneSpec("cpu"), LaneRunSettings{});
+    auto bad = m;
+    bad["lane"] = "cpu,threads=0";
+    EXPECT_THROW(configFromMessage(bad), UsageError);
+    bad = m;
+    bad["lane"] = "ssh://elsewhere/cpu";
+    EXPECT_THROW(configFromMessage(bad), UsageError);
+    bad = m;
+    bad["steps"] = -4;
+    EXPECT_THROW(configFromMessage(bad), DataError);
+    bad = m;
+    bad["seed"] = "nine";
+    EXPECT_THROW(configFromMessage(bad), DataError);
+    bad = m;
+    bad.erase("workload");
+    EXPECT_THROW(configFromMessage(bad), DataError);
+}
+
+TEST(WorkerMessage, ReadyCarriesTheResolvedLaneAndItsData) {
+    ReadyInfo r;
+    r.batch = 128;
+    r.totalSteps = 469;
+    r.threads = 2;
+    r.datasetName = "Fashion-MNIST";
+    r.trainCount = 60000;
+    r.testCount = 10000;
+    auto back = readyFromMessage(readyMessage(r));
+    EXPECT_EQ(back.batch, 128);
+    EXPECT_EQ(back.totalSteps, 469);
+    EXPECT_EQ(back.threads, 2);
+    EXPECT_EQ(back.datasetName, "Fashion-MNIST");
+    EXPECT_EQ(back.trainCount, 60000);
+    auto bad = readyMessage(r);
+    bad["batch"] = 0;
+    EXPECT_THROW(readyFromMessage(bad), DataError);
+}
+
+TEST(DeviceReportJson, RoundTripsEveryField) {
+    DeviceReport r;
+    r.cpu.model = "AMD EPYC";
+    r.cpu.physicalCores = 16;
+    r.cpu.logicalCpus = 32;
+    r.cpu.blas = "MKL";
+    r.cudaAvailable = true;
+    r.gpus.push_back(GpuInfo{0, "NVIDIA H100 80GB HBM3", 85'000'000'000ULL, 9, 0, 132, 37, 1'000'000ULL});
+    r.torchVersion = "2.11.0";
+    r.hostName = "gpubox";
+    auto back = deviceReportFromJson(deviceReportToJson(r));
+    EXPECT_EQ(back.cpu.model, "AMD EPYC");
+    EXPECT_EQ(back.cpu.physicalCores, 16);
+    ASSERT_EQ(back.gpus.size(), 1u);
+    EXPECT_EQ(back.gpus[0].name, "NVIDIA H100 80GB HBM3");
+    EXPECT_EQ(back.gpus[0].totalMemoryBytes, 85'000'000'000ULL);
+    EXPECT_EQ(back.gpus[0].computeMajor, 9);
+    EXPECT_EQ(back.gpus[0].utilizationPercent, 37);
+    EXPECT_TRUE(back.cudaAvailable);
+    EXPECT_EQ(back.hostName, "gpubox");
+    EXPECT_THROW(deviceReportFromJson("{\"cpu\": 3}"), DataError);
+    EXPECT_THROW(deviceReportFromJson("not json"), DataError);
+}
+
+TEST(SshTarget, ParsesUserHostAndPort) {
+    auto t = parseSshTarget("ssh://alice@gpubox.example.com:2222");
+    EXPECT_EQ(t.user, "alice");
+    EXPECT_EQ(t.host, "gpubox.example.com");
+    EXPECT_EQ(t.port, 2222);
+    EXPECT_EQ(t.url(), "ssh://alice@gpubox.example.com:2222");
+    t = parseSshTarget("ssh://gpubox/");
+    EXPECT_EQ(t.user, "");
+    EXPECT_EQ(t.host, "gpubox");
+    EXPECT_FALSE(t.port);
+    EXPECT_EQ(parseSshTarget("ssh://[::1]:22").host, "[::1]");
+}
+
+TEST(SshTarget, RefusesWhatSshOrAShellWouldActOn) {
+    for (const char* bad : {"gpubox", "ssh://", "ssh://-oProxyCommand=evil", "ssh://host:0", "ssh://host:99999",
+                            "ssh://host:22x", "ssh://a b", "ssh://host;rm", "ssh://$(id)", "ssh://@host",
+                            "ssh://-l@host", "ssh://ho`st"}) {
+        EXPECT_THROW(parseSshTarget(bad), UsageError) << bad;
+    }
+}
+
+TEST(LaneSpecWorkers, RemoteDevicesIsolationCliAndFaults) {
+    auto remote = parseLaneSpec("ssh://gpubox/cuda:1,batch=256");
+    EXPECT_EQ(remote.host, "ssh://gpubox");
+    EXPECT_EQ(remote.device, "cuda:1");
+    EXPECT_EQ(laneKind(remote), LaneKind::Remote);
+    EXPECT_EQ(formatLaneSpec(remote), "ssh://gpubox/cuda:1,batch=256");
+    auto process = parseLaneSpec("cpu,isolate=process,fault=segv:30");
+    EXPECT_EQ(laneKind(process), LaneKind::Process);
+    EXPECT_EQ(process.fault, "segv:30");
+    EXPECT_EQ(parseLaneSpec(formatLaneSpec(process)).fault, "segv:30");
+    EXPECT_EQ(laneKind(parseLaneSpec("cpu")), LaneKind::Thread);
+    EXPECT_EQ(laneKind(parseLaneSpec("cpu,isolate=thread")), LaneKind::Thread);
+    EXPECT_THROW(parseLaneSpec("ssh://gpubox"), UsageError);
+    EXPECT_THROW(parseLaneSpec("ssh://gpubox/tpu"), UsageError);
+    EXPECT_THROW(parseLaneSpec("cpu,isolate=vm"), UsageError);
+    EXPECT_THROW(parseLaneSpec("cpu,fault=explode"), UsageError);
+    EXPECT_THROW(parseLaneSpec("cpu,fault=abort:0"), UsageError);
+}
