@@ -50,6 +50,9 @@ int runDevices(bool json) {
 int runRemoteDevices(const std::string& host, const std::string& cliPath, bool json) {
     try {
         const auto report = remoteDeviceReport(host, cliPath);
+        if (!json) {
+            fmt::print("{} ({}):\n", report.hostName.empty() ? host : report.hostName, host);
+        }
         fmt::print("{}", json ? devicesJson(report) : devicesText(report));
         return 0;
     } catch (const std::exception& e) {

@@ -128,7 +128,8 @@ std::string summaryText(const RaceSummary& s, double target) {
     for (const auto& l : s.lanes) {
         auto sp = s.speedup.find(l.name);
         out += fmt::format(
-            "{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}{}\n", l.name, l.device,
+            "{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}{}\n", l.name,
+            l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device,
             l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-",
             l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
             l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",

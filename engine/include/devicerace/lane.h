@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "devicerace/dataset.h"
+#include "devicerace/device_info.h"
 #include "devicerace/lane_spec.h"
 #include "devicerace/metric_sample.h"
 #include "devicerace/summary.h"
@@ -64,6 +65,8 @@ public:
     virtual double cpuSeconds() const = 0;
     /// The data the lane trains on, as it describes itself (remote lanes: on their machine).
     virtual std::shared_ptr<const Dataset> dataset() const = 0;
+    /// The machine a worker lane runs on, as its worker described it (null: this machine).
+    virtual const DeviceReport* workerMachine() const { return nullptr; }
 };
 
 /// Builds the lane kind the spec asks for (`isolate=`, an `ssh://` device) and validates it

@@ -24,6 +24,9 @@ struct RecordedLane {
     std::string file;    // JSON-lines file inside the recording folder
     std::string spec;    // the lane in the CLI's syntax
     std::string device;
+    std::string host;    // "ssh://..." for a remote lane, else ""
+    std::string kind;    // thread | process | remote
+    std::string machine; // worker lanes: the machine it ran on (host, CPU, GPUs, LibTorch)
     std::optional<double> costPerHour;
     std::int64_t totalSteps = 0;
     std::int64_t batch = 0;

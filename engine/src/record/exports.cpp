@@ -66,6 +66,8 @@ std::string summaryToJson(const RaceSummary& summary) {
         j["lanes"].push_back({
             {"name", l.name},
             {"device", l.device},
+            {"kind", toString(l.kind)},
+            {"host", l.host.empty() ? json(nullptr) : json(l.host)},
             {"threads", orNull(l.threads)},
             {"batch", l.batch},
             {"status", toString(l.state)},

@@ -72,6 +72,25 @@ std::string formatLaneSpec(const LaneSpec& s) {
     return out;
 }
 
+namespace {
+
+// "gpubox: AMD EPYC 9654 · NVIDIA H100 80GB HBM3 · LibTorch 2.11.0": where a worker lane ran.
+std::string machineOf(const DeviceReport* r) {
+    if (!r) {
+        return {};
+    }
+    std::string out = r->hostName.empty() ? r->cpu.model : r->hostName + ": " + r->cpu.model;
+    for (const auto& g : r->gpus) {
+        out += " · " + g.name;
+    }
+    if (!r->torchVersion.empty()) {
+        out += " · LibTorch " + r->torchVersion;
+    }
+    return out;
+}
+
+} // namespace
+
 RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(dir) {
     std::error_code ec;
     if (fs::exists(dir / "manifest.json", ec)) {
@@ -106,6 +125,9 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
                               {"file", file},
                               {"spec", formatLaneSpec(lane->spec())},
                               {"device", lane->spec().device},
+                              {"kind", toString(lane->kind())},
+                              {"host", lane->spec().host},
+                              {"machine", machineOf(lane->workerMachine())},
                               {"cost_per_hour", orNull(lane->spec().costPerHour)},
                               {"total_steps", lane->totalSteps()},
                               {"batch", lane->batch()}});
@@ -180,6 +202,9 @@ Recording readRecording(const fs::path& dir) {
             lane.file = l.at("file").get<std::string>();
             lane.spec = l.value("spec", std::string());
             lane.device = l.value("device", std::string());
+            lane.host = l.value("host", std::string());
+            lane.kind = l.value("kind", std::string("thread"));
+            lane.machine = l.value("machine", std::string());
             if (l.contains("cost_per_hour") && l["cost_per_hour"].is_number()) {
                 lane.costPerHour = l["cost_per_hour"].get<double>();
             }

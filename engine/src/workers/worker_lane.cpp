@@ -214,7 +214,7 @@ const LaneSpec& WorkerLane::spec() const { return m_impl->spec; }
 std::int64_t WorkerLane::batch() const { return m_impl->ready.batch; }
 std::int64_t WorkerLane::totalSteps() const { return m_impl->ready.totalSteps; }
 std::shared_ptr<const Dataset> WorkerLane::dataset() const { return m_impl->data; }
-const DeviceReport& WorkerLane::workerDevices() const { return m_impl->conn->devices(); }
+const DeviceReport* WorkerLane::workerMachine() const { return &m_impl->conn->devices(); }
 const std::string& WorkerLane::workerVersion() const { return m_impl->conn->version(); }
 
 void WorkerLane::start() {

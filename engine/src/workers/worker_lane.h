@@ -31,7 +31,7 @@ public:
     double cpuSeconds() const override;
     std::shared_ptr<const Dataset> dataset() const override;
     /// The machine the worker runs on, as its hello described it.
-    const DeviceReport& workerDevices() const;
+    const DeviceReport* workerMachine() const override;
     /// The worker's DeviceRace version, from its hello.
     const std::string& workerVersion() const;
 
