@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include <atomic>
@@ -61,6 +62,17 @@ int runRemoteDevices(const std::string& host, const std::string& cliPath, bool j
 }
 
 int runWorkerCommand(int proto) {
+    // A worker started through ssh gets a login environment without the launchers' settings;
+    // spin-waiting OpenMP threads collapse throughput when anything else shares the cores, and
+    // libgomp reads its settings once at load: so set it and start again (once).
+    if (!std::getenv("OMP_WAIT_POLICY")) {
+        ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        const std::string protoArg = std::to_string(proto);
+        char* const argv[] = {const_cast<char*>("devicerace-cli"), const_cast<char*>("worker"),
+                              const_cast<char*>("--proto"), const_cast<char*>(protoArg.c_str()), nullptr};
+        ::execv("/proc/self/exe", argv);
+        // Not fatal: the worker runs with OpenMP's defaults.
+    }
     // Protocol lines only on the real stdout: anything else that prints (LibTorch warnings,
     // NCCL, a stray printf) lands on stderr, which the parent keeps as the lane's log.
     const int out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);

@@ -1,0 +1,181 @@
+// Report points, evaluations and the samples a lane emits.
+#include "train/trainer.h"
+
+namespace devicerace::detail {
+
+// Reads the buffered step results once (the only host sync in steady state) and emits a
+// Train sample. Returns an outcome when the loss became non-finite.
+std::optional<LaneOutcome> Trainer::report() {
+    if (m_inBuf == 0) {
+        return std::nullopt;
+    }
+    if (m_dev.is_cuda()) {
+        c10::cuda::getCurrentCUDAStream().synchronize();
+    }
+    const auto now = Clock::now();
+    const double dt = seconds(now - m_intervalStart);
+    auto losses = m_lossBuf.narrow(0, 0, m_inBuf).to(torch::kCPU);
+    const auto correct = m_correctBuf.narrow(0, 0, m_inBuf).sum().item<std::int64_t>();
+    const std::int64_t steps = m_step - m_reportedStep;
+    const std::int64_t samples = m_samples - m_reportedSamples;
+    const float* l = losses.data_ptr<float>();
+    double sum = 0;
+    std::int64_t summed = 0; // finite losses before any divergence
+    std::optional<std::int64_t> badStep;
+    std::string why;
+    for (std::int64_t i = 0; i < m_inBuf; ++i) {
+        if (!m_firstLoss && std::isfinite(l[i])) {
+            m_firstLoss = l[i];
+        }
+        if (!std::isfinite(l[i])) {
+            badStep = m_reportedStep + i + 1;
+            why = fmt::format("the training loss became {}", std::isnan(l[i]) ? "NaN" : "infinite");
+            break;
+        }
+        // A loss this far above its starting value never comes back (RMSprop/Adam keep huge
+        // steps finite, so NaN alone misses many blow-ups).
+        if (m_firstLoss && l[i] > kDivergenceFactor * std::max(1.0, *m_firstLoss)) {
+            badStep = m_reportedStep + i + 1;
+            why = fmt::format("the training loss reached {:.3g}, over {:.0f}x its first value {:.3g}", l[i],
+                              kDivergenceFactor, *m_firstLoss);
+            break;
+        }
+        sum += l[i];
+        ++summed;
+    }
+    MetricSample s = base(SampleKind::Train);
+    s.time = seconds(now - m_start) - m_paused;
+    s.loss = summed > 0 ? std::optional<double>(sum / static_cast<double>(summed)) : std::nullopt;
+    s.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
+    s.samplesPerSec = dt > 0 ? std::optional<double>(samples / dt) : std::nullopt;
+    s.stepsPerSec = dt > 0 ? std::optional<double>(steps / dt) : std::nullopt;
+    s.intervalSeconds = dt;
+    s.warmup = m_reportedStep < m_ctx.settings.warmupSteps;
+    m_ctx.emit(std::move(s));
+    m_inBuf = 0;
+    m_reportedStep = m_step;
+    m_reportedSamples = m_samples;
+    m_intervalStart = Clock::now();
+    if (badStep) {
+        return LaneOutcome{LaneState::Diverged, fmt::format("diverged at step {}: {}", *badStep, why)};
+    }
+    return std::nullopt;
+}
+
+void Trainer::evaluate() {
+    emitState(LaneState::Evaluating, {});
+    const auto evalStart = Clock::now();
+    torch::NoGradGuard noGrad;
+    m_model->eval();
+    const std::int64_t n = m_data.testX.size(0);
+    auto lossSum = torch::zeros({}, torch::TensorOptions().device(m_dev));
+    auto correct = torch::zeros({}, torch::TensorOptions().device(m_dev).dtype(torch::kLong));
+    for (std::int64_t i = 0; i < n; i += m_ctx.evalBatch) {
+        const auto take = std::min(m_ctx.evalBatch, n - i);
+        auto x = m_data.testX.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
+        x = prepareInput(x, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
+        auto y = m_data.testY.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
+        AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
+        auto logits = m_model->forward(x).to(torch::kFloat32);
+        lossSum += lossOf(logits, y, true);
+        correct += correctOf(logits, y);
+    }
+    std::string text;
+    if (m_workload->info.samplesText) {
+        text = sampleText();
+    }
+    m_model->train();
+    const double loss = lossSum.item<double>() / static_cast<double>(n);
+    const double acc = static_cast<double>(correct.item<std::int64_t>()) / static_cast<double>(n);
+    const auto now = Clock::now();
+    MetricSample s = base(SampleKind::Eval);
+    s.time = seconds(now - m_start) - m_paused;
+    s.loss = loss;
+    s.accuracy = acc;
+    s.intervalSeconds = seconds(now - evalStart);
+    s.text = std::move(text);
+    m_ctx.emit(std::move(s));
+    emitState(LaneState::Running, {});
+    // Evaluation is on the lane clock (time to accuracy) but not in throughput intervals.
+    m_intervalStart = Clock::now();
+}
+
+// Generates text from a test window, one character at a time (the Keras example's loop),
+// sampling with the lane's generator. Called inside evaluate() (no gradients, eval mode).
+std::string Trainer::sampleText() {
+    const auto& vocab = m_ctx.settings.data->tokenText;
+    if (vocab.empty() || m_data.testX.size(0) == 0) {
+        return {};
+    }
+    auto window = m_data.testX[0].unsqueeze(0).clone(); // (1, T) token ids
+    std::string out;
+    for (const auto id : std::vector<std::int64_t>(window[0].cpu().data_ptr<std::int64_t>(),
+                                                   window[0].cpu().data_ptr<std::int64_t>() + window.size(1))) {
+        out += vocab.at(static_cast<std::size_t>(id));
+    }
+    out += "\u2502"; // a bar between the seed and what the model wrote
+    for (int i = 0; i < kSampleChars; ++i) {
+        auto logits = m_model->forward(window).to(torch::kFloat32) / kSampleTemperature;
+        auto next = at::multinomial(logits.softmax(1), 1, false, m_gen); // (1, 1)
+        const auto id = next.item<std::int64_t>();
+        out += vocab.at(static_cast<std::size_t>(id));
+        window = torch::cat({window.narrow(1, 1, window.size(1) - 1), next}, 1);
+    }
+    return out;
+}
+
+void Trainer::describeExecution() {
+    std::string text = m_optimizer->describe();
+    if (m_dev.is_cuda()) {
+        text += m_ctx.cudaGraph ? ", CUDA graph" : ", eager";
+        text += m_data.onHost ? ", pinned host data (prefetched)" : ", data on the GPU";
+    }
+    if (m_ctx.spec.precision != Precision::Fp32) {
+        text += ", " + toString(m_ctx.spec.precision) + " autocast";
+    }
+    if (m_ctx.channelsLast) {
+        text += ", channels_last";
+    }
+    if (m_flushDenormals) {
+        text += ", denormals flushed";
+    }
+    if (m_cachingHostAllocator) {
+        text += ", caching host allocator";
+    }
+    if (m_ctx.describeExecution) {
+        m_ctx.describeExecution(std::move(text));
+    }
+}
+
+MetricSample Trainer::base(SampleKind kind) const {
+    MetricSample s;
+    s.kind = kind;
+    s.lane = m_ctx.spec.name;
+    s.step = m_step;
+    s.samples = m_samples;
+    s.epoch = m_ctx.stepsPerEpoch > 0 ? static_cast<double>(m_step) / static_cast<double>(m_ctx.stepsPerEpoch) : 0;
+    s.time = seconds(Clock::now() - m_start) - m_paused;
+    s.wallTime = wallClockNow();
+    s.memoryBytes = peakMemory();
+    return s;
+}
+
+std::optional<std::uint64_t> Trainer::peakMemory() const {
+    if (m_dev.is_cuda()) {
+        auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(m_dev.index());
+        return static_cast<std::uint64_t>(stats.allocated_bytes[0].peak); // index 0: all pools
+    }
+    if (m_cpuMemory) {
+        return static_cast<std::uint64_t>(std::max<std::int64_t>(0, m_cpuMemory->peak()));
+    }
+    return std::nullopt;
+}
+
+void Trainer::emitState(LaneState state, std::string message) {
+    MetricSample s = base(SampleKind::State);
+    s.state = state;
+    s.message = std::move(message);
+    m_ctx.emit(std::move(s));
+}
+
+} // namespace devicerace::detail
