@@ -9,6 +9,7 @@
 #include "race_controller.h"
 
 class QComboBox;
+class QGridLayout;
 class QSlider;
 class QLabel;
 
@@ -32,8 +33,14 @@ public:
     DevicePanel* devicePanel() const { return m_devices; }
     QList<MetricChart*> charts() const;
 
-    /// Presentation: only charts + strip, dark, large fonts.
+    /// Presentation: only charts + strip + headline, large fonts.
     void setPresentation(bool on, double fontScale);
+    bool presentation() const { return m_presentation; }
+
+    /// How the charts are placed: 2x2 with the device panel (tall windows), or one row of
+    /// three (short or wide ones: 1280x720, projectors), chosen from the size on resize.
+    enum class Arrangement { Grid, Row };
+    Arrangement arrangement() const { return m_arrangement; }
     void setDark(bool dark);
     int baseline() const;
 
@@ -49,8 +56,18 @@ public:
     void refreshCharts();
     void refreshSummary();
 
+    /// Throughput axis: automatic (log when lanes differ by more than ~10x), linear or log.
+    enum class Scale { Auto, Linear, Log };
+    void setThroughputScale(Scale scale);
+    Scale throughputScale() const { return m_scale; }
+
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
 private:
+    void arrange(bool force = false);
     void linkZoom();
+    bool wantLog();
     RaceController* m_race;
     MetricChart* m_throughput = nullptr;
     MetricChart* m_accuracy = nullptr;
@@ -63,8 +80,14 @@ private:
     QComboBox* m_rate = nullptr;
     QComboBox* m_baseline = nullptr;
     QSlider* m_smoothing = nullptr;
+    QComboBox* m_scaleBox = nullptr;
+    Scale m_scale = Scale::Auto;
+    bool m_autoLog = false; // the automatic choice, with hysteresis
     QLabel* m_modeLabel = nullptr;
     QLabel* m_title = nullptr;
+    QGridLayout* m_grid = nullptr;
+    Arrangement m_arrangement = Arrangement::Grid;
+    bool m_presentation = false;
     QElapsedTimer m_sinceCharts;
     double m_chartCostMs = 0; // smoothed cost of one chart refresh + paint
 };

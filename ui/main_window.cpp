@@ -11,6 +11,7 @@
 #include <QMenu>
 #include <QMessageBox>
 #include <QSettings>
+#include <QScreen>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QStyleFactory>
@@ -37,8 +38,12 @@ namespace {
 // data loading must not keep the window open forever.
 constexpr int kCloseTimeoutMs = 8000;
 constexpr int kCloseTickMs = 50;
-// Presentation mode: fonts about twice as large, readable from the back of a room.
-constexpr double kPresentationFontScale = 2.0;
+// Presentation mode: fonts scale with the screen height, about 1.33x at 720 px and 2x at
+// 1080 px: readable from the back of a room, with room left for the tick labels.
+constexpr double kPresentationPixelsPerScale = 540.0;
+// The window's preferred first size (px), shrunk to the screen's available area.
+constexpr int kPreferredWidth = 1500;
+constexpr int kPreferredHeight = 950;
 } // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -93,7 +98,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             close();
         }
     });
-    resize(1500, 950);
+    resize(kPreferredWidth, kPreferredHeight);
+    fitToScreen();
     updateActions();
     updateTitle();
     statusBar()->showMessage(tr("Ready: press Start (the default race is CPU·1 thread vs the best other device)"));
@@ -101,8 +107,30 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
 MainWindow::~MainWindow() = default;
 
+void MainWindow::fitToScreen() {
+    const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
+    if (!s) {
+        return;
+    }
+    const QRect avail = s->availableGeometry();
+    // The frame (title bar, borders) is not known before the first show: leave it some room.
+    const QMargins frame = isVisible() ? QMargins(frameGeometry().left() - geometry().left(),
+                                                  geometry().top() - frameGeometry().top(),
+                                                  frameGeometry().right() - geometry().right(),
+                                                  frameGeometry().bottom() - geometry().bottom())
+                                       : QMargins(0, 0, 0, 0);
+    const QSize room = avail.size().shrunkBy(frame);
+    const QSize size = this->size().boundedTo(room);
+    resize(size);
+    QPoint pos = geometry().topLeft();
+    pos.setX(std::clamp(pos.x(), avail.left() + frame.left(), avail.right() - frame.right() - size.width() + 1));
+    pos.setY(std::clamp(pos.y(), avail.top() + frame.top(), avail.bottom() - frame.bottom() - size.height() + 1));
+    move(pos - QPoint(frame.left(), frame.top()));
+}
+
 void MainWindow::buildToolbar() {
     auto* bar = addToolBar(tr("Race"));
+    m_toolbar = bar;
     bar->setObjectName(QStringLiteral("raceToolbar"));
     bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
     m_start = bar->addAction(tr("▶ Start"), this, [this] { startRace(); });
@@ -369,17 +397,29 @@ void MainWindow::setPresentation(bool on) {
         const QSignalBlocker block(m_present);
         m_present->setChecked(on);
     }
+    if (on) {
+        // Everything presentation mode changes is put back exactly when it ends.
+        m_splitterBefore = m_splitter->saveState();
+        m_geometryBefore = geometry();
+        m_wasMaximized = isMaximized();
+    }
     m_setup->setVisible(!on);
+    m_toolbar->setVisible(!on);
     statusBar()->setVisible(!on);
-    m_dashboard->setPresentation(on, on ? kPresentationFontScale : 1.0);
+    const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
+    const double scale = s ? std::clamp(s->geometry().height() / kPresentationPixelsPerScale, 1.2, 3.0) : 1.5;
+    m_dashboard->setPresentation(on, on ? scale : 1.0);
     applyTheme(on || m_dark);
     if (on) {
-        m_wasMaximized = isMaximized();
         showFullScreen();
-    } else if (m_wasMaximized) {
-        showMaximized();
     } else {
-        showNormal();
+        if (m_wasMaximized) {
+            showMaximized();
+        } else {
+            showNormal();
+            setGeometry(m_geometryBefore);
+        }
+        m_splitter->restoreState(m_splitterBefore);
     }
 }
 
@@ -434,6 +474,7 @@ void MainWindow::showError(const QString& message) {
 bool MainWindow::restoreSettings() {
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+    fitToScreen(); // saved on a bigger screen, perhaps
     setDarkTheme(s.value(QStringLiteral("window/dark"), false).toBool());
     if (!s.contains(QStringLiteral("race/workload"))) {
         return false;

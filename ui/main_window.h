@@ -8,6 +8,7 @@
 #include "devicerace/lane_spec.h"
 
 class QAction;
+class QToolBar;
 class QSplitter;
 
 namespace devicerace::ui {
@@ -65,6 +66,8 @@ private:
     void showError(const QString& message);
     void onFinished();
     void applyTheme(bool dark);
+    /// Keeps the window inside the screen's available area (restored geometry included).
+    void fitToScreen();
 
     RaceController* m_race = nullptr;
     SetupPanel* m_setup = nullptr;
@@ -86,6 +89,9 @@ private:
     QAction* m_darkAction = nullptr;
     std::vector<double> m_lastLaneCpu;
     bool m_wasMaximized = false;
+    QToolBar* m_toolbar = nullptr;
+    QByteArray m_splitterBefore; // the layout to restore when presentation ends
+    QRect m_geometryBefore;
     QString m_lastError;
 };
 
