@@ -7,6 +7,8 @@
 #include <QResizeEvent>
 #include <QSlider>
 #include <QVBoxLayout>
+#include <QtCharts/QChart>
+#include <QtCharts/QLegend>
 
 #include "charts/axis_ticks.h"
 #include "charts/metric_chart.h"
@@ -135,6 +137,11 @@ void Dashboard::arrange(bool force) {
     }
     // The device panel needs the grid's fourth cell; its sharing warning is also in the strip.
     m_devices->setVisible(want == Arrangement::Grid && !m_presentation);
+    // Legends repeat the strip's coloured lane names; in one row of charts the room they take
+    // (and the names they would elide) goes to the plots instead.
+    for (auto* c : charts()) {
+        c->chart()->legend()->setVisible(want == Arrangement::Grid);
+    }
 }
 
 QList<MetricChart*> Dashboard::charts() const { return {m_throughput, m_accuracy, m_loss}; }
@@ -158,7 +165,12 @@ void Dashboard::linkZoom() {
     }
 }
 
-void Dashboard::setHeadline(const QString& text) { m_title->setText(text); }
+void Dashboard::setHeadline(const QString& text) {
+    m_titleText = text;
+    updateTitle();
+}
+
+QString Dashboard::titleText() const { return m_title->text(); }
 
 int Dashboard::baseline() const { return std::max(0, m_baseline->currentIndex()); }
 
@@ -193,7 +205,18 @@ void Dashboard::refresh() {
     if (due) {
         refreshCharts();
     }
-    m_strip->setRows(stripRows(*m_race, baseline(), m_race->warmupSteps()));
+    auto rows = stripRows(*m_race, baseline(), m_race->warmupSteps());
+    m_headline = headlineText(rows, baseline());
+    m_strip->setRows(std::move(rows));
+    updateTitle();
+}
+
+void Dashboard::updateTitle() {
+    // Presentation: the speedup is the headline, the largest text on screen.
+    const QString text = m_presentation && !m_headline.isEmpty() ? m_headline : m_titleText;
+    if (m_title->text() != text) {
+        m_title->setText(text);
+    }
 }
 
 void Dashboard::setThroughputScale(Scale scale) {
@@ -275,8 +298,10 @@ void Dashboard::setPresentation(bool on, double fontScale) {
     m_strip->setFontScale(fontScale);
     QFont titleFont = font();
     titleFont.setBold(true);
-    titleFont.setPointSizeF(titleFont.pointSizeF() * 1.4 * fontScale);
+    // 1.4x the body text; in presentation 2x the scaled text, above the strip's 1.35x names.
+    titleFont.setPointSizeF(titleFont.pointSizeF() * (on ? 2.0 : 1.4) * fontScale);
     m_title->setFont(titleFont);
+    updateTitle();
     arrange(true);
 }
 

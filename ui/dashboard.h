@@ -32,6 +32,7 @@ public:
     SummaryTable* summaryTable() const { return m_summary; }
     DevicePanel* devicePanel() const { return m_devices; }
     QList<MetricChart*> charts() const;
+    QLabel* titleLabel() const { return m_title; }
 
     /// Presentation: only charts + strip + headline, large fonts.
     void setPresentation(bool on, double fontScale);
@@ -44,8 +45,10 @@ public:
     void setDark(bool dark);
     int baseline() const;
 
-    /// The headline above the charts: "fashion-mlp · Fashion-MNIST (real) · live mode".
+    /// The title above the charts: "fashion-mlp · Fashion-MNIST (real) · live mode"; in
+    /// presentation mode the speedup headline replaces it once there is one.
     void setHeadline(const QString& text);
+    QString titleText() const;
     /// Rebuilds series for a new race; refreshes charts and strip from the histories.
     void onRaceStarted();
     /// Updates the strip, and the charts when their pacing allows: chart work (refresh +
@@ -66,6 +69,7 @@ protected:
 
 private:
     void arrange(bool force = false);
+    void updateTitle();
     void linkZoom();
     bool wantLog();
     RaceController* m_race;
@@ -85,6 +89,8 @@ private:
     bool m_autoLog = false; // the automatic choice, with hysteresis
     QLabel* m_modeLabel = nullptr;
     QLabel* m_title = nullptr;
+    QString m_titleText; // normal mode: workload · data · mode
+    QString m_headline;  // presentation: the speedup
     QGridLayout* m_grid = nullptr;
     Arrangement m_arrangement = Arrangement::Grid;
     bool m_presentation = false;

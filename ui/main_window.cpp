@@ -30,6 +30,7 @@
 #include "race_controller.h"
 #include "race_strip.h"
 #include "setup_panel.h"
+#include "theme.h"
 
 namespace devicerace::ui {
 
@@ -90,6 +91,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         qDeleteAll(actions);
     });
     m_slowTimer.start();
+    connect(m_setup->lanesTable(), &LanesTable::lanesChanged, this, [this] {
+        if (!m_race->hasRace()) {
+            updateTitle();
+        }
+    });
     m_closeTimer.setInterval(kCloseTickMs);
     connect(&m_closeTimer, &QTimer::timeout, this, [this] {
         m_race->poll();
@@ -145,6 +151,23 @@ void MainWindow::buildToolbar() {
     m_present->setShortcut(QKeySequence(Qt::Key_F11));
     connect(m_present, &QAction::toggled, this, &MainWindow::setPresentation);
     addAction(m_present);
+    // Presentation mode has no toolbar: Space starts or pauses, T switches light/dark.
+    m_space = new QAction(this);
+    m_space->setShortcut(QKeySequence(Qt::Key_Space));
+    m_space->setEnabled(false);
+    connect(m_space, &QAction::triggered, this, [this] {
+        if (m_race->running()) {
+            m_pause->setChecked(!m_pause->isChecked());
+        } else {
+            startRace();
+        }
+    });
+    addAction(m_space);
+    m_themeKey = new QAction(this);
+    m_themeKey->setShortcut(QKeySequence(Qt::Key_T));
+    m_themeKey->setEnabled(false);
+    connect(m_themeKey, &QAction::triggered, this, [this] { setPresentationDark(!m_presentationDark); });
+    addAction(m_themeKey);
     auto* esc = new QAction(this);
     esc->setShortcut(QKeySequence(Qt::Key_Escape));
     connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
@@ -177,7 +200,7 @@ void MainWindow::buildToolbar() {
 
     m_darkAction = bar->addAction(tr("◐ Dark"));
     m_darkAction->setCheckable(true);
-    m_darkAction->setToolTip(tr("Dark theme (presentation mode is always dark)"));
+    m_darkAction->setToolTip(tr("Dark theme (presentation mode: press T to switch)"));
     connect(m_darkAction, &QAction::toggled, this, &MainWindow::setDarkTheme);
 
     auto* menu = new QMenu(this);
@@ -258,8 +281,25 @@ void MainWindow::updateTitle() {
                  m_race->datasetLabel() + (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
     }
     setWindowTitle(title);
-    m_dashboard->setHeadline(title.section(QStringLiteral(" — "), 1).isEmpty() ? title
-                                                                              : title.section(QStringLiteral(" — "), 1));
+    if (m_race->hasRace() || m_race->recordingCount() > 0) {
+        m_dashboard->setHeadline(title.section(QStringLiteral(" — "), 1).isEmpty()
+                                     ? title
+                                     : title.section(QStringLiteral(" — "), 1));
+        return;
+    }
+    // Before the first race: what is about to race, and how to start it.
+    QStringList names;
+    try {
+        for (const auto& lane : m_setup->raceSpec().lanes) {
+            names << (!lane.name.empty()     ? QString::fromStdString(lane.name)
+                      : lane.device == "cpu" ? QStringLiteral("cpu·%1").arg(lane.threads.value_or(deviceReport().cpu.physicalCores))
+                                             : QString::fromStdString(lane.device));
+        }
+    } catch (const std::exception&) {
+        // a half-edited lane: the names come back with the next change
+    }
+    m_dashboard->setHeadline(names.join(tr(" vs ")) +
+                             (m_presentation ? tr(" — press Space to start") : tr(" — press Start")));
 }
 
 bool MainWindow::startRace() {
@@ -292,12 +332,18 @@ bool MainWindow::startRace() {
             cpuThreads += l.threads.value_or(cpu.physicalCores);
         }
     }
+    const bool sharing = !spec.fair && cpuThreads > cpu.logicalCpus;
     m_dashboard->devicePanel()->setSharingNote(
-        !spec.fair && cpuThreads > cpu.logicalCpus
-            ? tr("⚠ live mode: the CPU lanes share %1 CPUs with %2 threads; fair mode runs them one at a time")
-                  .arg(cpu.logicalCpus)
-                  .arg(cpuThreads)
-            : QString());
+        sharing ? tr("⚠ live mode: the CPU lanes share %1 CPUs with %2 threads; fair mode runs them one at a time")
+                      .arg(cpu.logicalCpus)
+                      .arg(cpuThreads)
+                : QString());
+    // Where the audience looks too (presentation mode hides the device panel).
+    m_dashboard->strip()->setBadge(
+        sharing ? tr("⚠ live lanes share %1 CPU cores (%2 threads): CPU speedups read low; fair mode runs them one at a time")
+                      .arg(cpu.logicalCpus)
+                      .arg(cpuThreads)
+                : QString());
     saveSettings();
     statusBar()->showMessage(m_race->recordDir().isEmpty() ? tr("Racing…")
                                                            : tr("Racing… recording to %1").arg(m_race->recordDir()));
@@ -343,19 +389,18 @@ void MainWindow::onFinished() {
 
 void MainWindow::applyTheme(bool dark) {
     if (dark) {
-        QPalette p;
-        p.setColor(QPalette::Window, QColor(30, 30, 34));
-        p.setColor(QPalette::WindowText, QColor(235, 235, 235));
-        p.setColor(QPalette::Base, QColor(24, 24, 28));
-        p.setColor(QPalette::Text, QColor(235, 235, 235));
-        p.setColor(QPalette::Button, QColor(45, 45, 50));
-        p.setColor(QPalette::ButtonText, QColor(235, 235, 235));
-        p.setColor(QPalette::Mid, QColor(70, 70, 76));
-        setPalette(p);
+        setPalette(darkPalette());
     } else {
         setPalette(QApplication::palette());
     }
     m_dashboard->setDark(dark);
+}
+
+void MainWindow::setPresentationDark(bool dark) {
+    m_presentationDark = dark;
+    if (m_presentation) {
+        applyTheme(dark);
+    }
 }
 
 void MainWindow::setDarkTheme(bool dark) {
@@ -405,11 +450,14 @@ void MainWindow::setPresentation(bool on) {
     }
     m_setup->setVisible(!on);
     m_toolbar->setVisible(!on);
+    m_space->setEnabled(on);
+    m_themeKey->setEnabled(on);
     statusBar()->setVisible(!on);
     const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
     const double scale = s ? std::clamp(s->geometry().height() / kPresentationPixelsPerScale, 1.2, 3.0) : 1.5;
     m_dashboard->setPresentation(on, on ? scale : 1.0);
-    applyTheme(on || m_dark);
+    applyTheme(on ? m_presentationDark : m_dark);
+    updateTitle();
     if (on) {
         showFullScreen();
     } else {

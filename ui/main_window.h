@@ -34,6 +34,9 @@ public:
     void setPresentation(bool on);
     void setDarkTheme(bool dark);
     bool darkTheme() const { return m_dark; }
+    /// Presentation mode's own theme (dark by default; light for bright rooms).
+    void setPresentationDark(bool dark);
+    bool presentationDark() const { return m_presentationDark; }
     /// The per-lane actions offered on a right-click in the race strip.
     QList<QAction*> laneActions(int lane);
     bool presentation() const { return m_presentation; }
@@ -83,6 +86,9 @@ private:
     bool m_closing = false;
     bool m_presentation = false;
     bool m_dark = false;
+    bool m_presentationDark = true;
+    QAction* m_space = nullptr;
+    QAction* m_themeKey = nullptr;
     bool m_record = true;
     QString m_recordDir;
     QAction* m_recordAction = nullptr;

@@ -105,6 +105,17 @@ void RaceController::clearRecordings() {
 
 void RaceController::setReplaySpeed(double speed) { m_replaySpeed = speed; }
 
+QColor RaceController::unusedColor() const {
+    // The first palette colour no lane has yet: a recorded lane never looks like a live one.
+    for (int i = 0; i < 64; ++i) {
+        const QColor c = laneColor(i);
+        if (std::none_of(m_lanes.begin(), m_lanes.end(), [&](const LaneInfo& l) { return l.color == c; })) {
+            return c;
+        }
+    }
+    return laneColor(static_cast<int>(m_lanes.size()));
+}
+
 void RaceController::rebuildReplays() {
     m_replays.clear();
     for (const auto& rec : m_recordings) {
@@ -117,9 +128,10 @@ void RaceController::rebuildReplays() {
             if (lane.device.starts_with("cuda") && !rec->gpuNames.empty()) {
                 device += QStringLiteral(" ") + QString::fromStdString(rec->gpuNames);
             }
-            info.name = QString::fromStdString(lane.name) + QStringLiteral(" · rec ") + date;
-            info.device = device + QStringLiteral(" (recorded)");
-            info.color = laneColor(static_cast<int>(m_lanes.size()));
+            // Short names (they head legends and the strip); the date goes with the device.
+            info.name = QString::fromStdString(lane.name) + tr(" (rec)");
+            info.device = device + tr(" (recorded %1)").arg(date);
+            info.color = unusedColor();
             info.totalSteps = lane.totalSteps;
             info.batch = lane.batch;
             info.costPerHour = lane.costPerHour;

@@ -88,6 +88,7 @@ private:
         std::size_t index = 0; // into m_lanes / m_histories
     };
     void rebuildReplays();
+    QColor unusedColor() const;
     bool feedReplays();
     std::unique_ptr<Race> m_race;
     std::unique_ptr<RecordingWriter> m_recorder;

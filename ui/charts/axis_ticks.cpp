@@ -161,6 +161,7 @@ AxisTicks timeTicks(double lo, double hi, int maxTicks, bool extend) {
         values = stepValues(lo, hi, step, extend);
     }
     auto t = fromValues(std::move(values), lo, hi, step, extend);
+    t.style = static_cast<int>(style);
     const int decimals = decimalsFor(step);
     for (double v : t.values) {
         t.labels << formatTime(v, style, decimals);
@@ -247,7 +248,7 @@ TimeStyle timeStyleFor(double maxSeconds) {
     if (maxSeconds < 120) {
         return TimeStyle::Seconds;
     }
-    return maxSeconds < 3600 ? TimeStyle::MinSec : TimeStyle::HourMinSec;
+    return maxSeconds <= 3600 ? TimeStyle::MinSec : TimeStyle::HourMinSec; // "60:00" ends an hour
 }
 
 QString formatTime(double seconds, TimeStyle style, int decimals) {

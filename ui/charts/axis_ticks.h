@@ -15,10 +15,13 @@ struct AxisTicks {
     double step = 0;            // distance between ticks (0 on a log axis)
     std::vector<double> values; // tick positions, ascending, within [lo, hi]
     QStringList labels;         // one per value, unique
+    int style = 0;              // time axes: the TimeStyle the labels use
 };
 
 /// How time labels are written; chosen from the largest value on the axis.
 enum class TimeStyle { Seconds, MinSec, HourMinSec };
+/// The style of `ticks` made by timeTicks().
+inline TimeStyle timeStyleOf(const AxisTicks& ticks) { return static_cast<TimeStyle>(ticks.style); }
 
 /// The smallest 1-2-5 × 10^k step that divides `span` into at most `maxTicks - 1` intervals.
 double niceStep(double span, int maxTicks);

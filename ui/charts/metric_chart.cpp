@@ -4,6 +4,7 @@
 #include <QtCharts/QChart>
 #include <QtCharts/QLegendMarker>
 #include <QtCharts/QLineSeries>
+#include <QFontMetricsF>
 #include <QTimer>
 #include <QtCharts/QCategoryAxis>
 
@@ -257,11 +258,17 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         xt = fitTicks([&](int n) { return time ? timeTicks(zlo, zhi, n, false) : niceTicks(zlo, zhi, n, false); },
                       m_x->labelsFont(), plotLength(true), true);
     }
-    m_timeStyle = timeStyleFor(std::max(std::abs(xt.lo), std::abs(xt.hi)));
+    m_timeStyle = timeStyleOf(xt);
     if (m_axis == XAxis::Cost) {
         for (auto& label : xt.labels) {
             label.prepend(QLatin1Char('$'));
         }
+    }
+    // QtCharts centres the last x label on the plot's right edge: leave room for its half.
+    const QFontMetricsF fm(m_x->labelsFont());
+    const int right = static_cast<int>(std::ceil(fm.horizontalAdvance(xt.labels.isEmpty() ? QString() : xt.labels.last()) / 2)) + 6;
+    if (m_chart->margins().right() != right) {
+        m_chart->setMargins(QMargins(4, 4, right, 4));
     }
     m_settingRange = true;
     applyTicks(m_x, xt);
