@@ -4,6 +4,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/workload.h"
+#include "lanes_table.h"
 
 namespace devicerace::gui {
 
@@ -66,6 +67,10 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             }
             for (const auto& text : p.values(lane)) {
                 spec.lanes.push_back(parseLaneSpec(text.toStdString()));
+                // The window refuses what the CLI refuses: a device this machine cannot use.
+                if (const QString why = ui::deviceProblem(spec.lanes.back().device); !why.isEmpty()) {
+                    throw UsageError(QStringLiteral("--lane %1: %2").arg(text, why).toStdString());
+                }
             }
             auto number = [&](const QCommandLineOption& o) {
                 bool ok = false;
