@@ -25,6 +25,7 @@
 #include "devicerace/exports.h"
 #include "devicerace/workload.h"
 #include "device_panel.h"
+#include "eval_interval.h"
 #include "exporter.h"
 #include "lanes_table.h"
 #include "race_controller.h"
@@ -312,6 +313,14 @@ bool MainWindow::startRace() {
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));
         return false;
+    }
+    if (m_setup->autoEvaluations()) {
+        try {
+            spec.evalEverySteps = autoEvalInterval(spec);
+        } catch (const std::exception& e) {
+            showError(QString::fromStdString(e.what()));
+            return false;
+        }
     }
     m_pause->setChecked(false);
     QString recordDir;

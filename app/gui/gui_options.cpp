@@ -20,6 +20,9 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     const QCommandLineOption epochs(QStringLiteral("epochs"), QStringLiteral("Epochs per lane"), QStringLiteral("N"));
     const QCommandLineOption steps(QStringLiteral("steps"), QStringLiteral("Steps per lane"), QStringLiteral("N"));
     const QCommandLineOption data(QStringLiteral("data"), QStringLiteral("real or synthetic"), QStringLiteral("MODE"));
+    const QCommandLineOption evalEvery(QStringLiteral("eval-every"),
+                                       QStringLiteral("Evaluate every N steps (default: about ten times per race)"),
+                                       QStringLiteral("N"));
     const QCommandLineOption fair(QStringLiteral("fair"), QStringLiteral("Run lanes one after another"));
     const QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the race at once"));
     const QCommandLineOption present(QStringLiteral("presentation"), QStringLiteral("Open in presentation mode"));
@@ -32,7 +35,7 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                                    QStringLiteral("Playback speed: 1, 2, 10, ... or 0 for instantly"), QStringLiteral("X"));
     const QCommandLineOption record(QStringLiteral("record"), QStringLiteral("Record races into DIR"), QStringLiteral("DIR"));
     const QCommandLineOption noRecord(QStringLiteral("no-record"), QStringLiteral("Do not record races"));
-    p.addOptions({workload, lane, epochs, steps, data, fair, start, present, shot, replay, speed, record, noRecord});
+    p.addOptions({workload, lane, epochs, steps, evalEvery, data, fair, start, present, shot, replay, speed, record, noRecord});
     if (!p.parse(arguments)) {
         out.error = p.errorText();
         return out;
@@ -59,7 +62,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
         out.start = true;
     }
     try {
-        if (p.isSet(workload) || p.isSet(lane) || p.isSet(epochs) || p.isSet(steps) || p.isSet(data) || p.isSet(fair)) {
+        if (p.isSet(workload) || p.isSet(lane) || p.isSet(epochs) || p.isSet(steps) || p.isSet(data) || p.isSet(fair) ||
+            p.isSet(evalEvery)) {
             RaceSpec spec;
             if (p.isSet(workload)) {
                 spec.workload = p.value(workload).toStdString();
@@ -90,6 +94,9 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             }
             if (p.isSet(steps)) {
                 spec.steps = number(steps);
+            }
+            if (p.isSet(evalEvery)) {
+                spec.evalEverySteps = number(evalEvery);
             }
             if (p.isSet(data)) {
                 if (p.value(data) != QStringLiteral("real") && p.value(data) != QStringLiteral("synthetic")) {

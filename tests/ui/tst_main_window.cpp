@@ -16,6 +16,7 @@
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "device_panel.h"
+#include "eval_interval.h"
 #include "lanes_table.h"
 #include "main_window.h"
 #include "race_controller.h"
@@ -124,6 +125,33 @@ private Q_SLOTS:
         QVERIFY(table->item(0, 2)->text() != QStringLiteral("–")); // samples/s measured
         // Same lane colour in the strip as in the setup.
         QCOMPARE(rows[1].color, w.setupPanel()->laneColors()[1]);
+    }
+
+    void shortRaceDrawsAccuracyAlongTheWay() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(100));
+        // The default: about ten evaluations per race, worked out from the lanes' steps.
+        QVERIFY(w.setupPanel()->autoEvaluations());
+        QCOMPARE(autoEvalInterval(w.setupPanel()->raceSpec()), std::int64_t(10));
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        QCOMPARE(w.race()->histories().size(), std::size_t(2));
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+        for (const auto& h : w.race()->histories()) {
+            QVERIFY2(h.evalAccuracy.size() >= 9, qPrintable(QString::number(h.evalAccuracy.size())));
+        }
+        QVERIFY(w.dashboard()->accuracyChart()->pointCount() >= 18);
+        // Explicit choices reach the race spec.
+        auto* mode = w.setupPanel()->findChild<QComboBox*>(QStringLiteral("evalMode"));
+        auto* steps = w.setupPanel()->findChild<QSpinBox*>(QStringLiteral("evalSteps"));
+        mode->setCurrentIndex(1);
+        steps->setValue(25);
+        QCOMPARE(w.setupPanel()->raceSpec().evalEverySteps, std::int64_t(25));
+        QVERIFY(!w.setupPanel()->autoEvaluations());
+        mode->setCurrentIndex(2); // at epoch ends only
+        QCOMPARE(w.setupPanel()->raceSpec().evalEverySteps, std::int64_t(0));
+        QVERIFY(!w.setupPanel()->autoEvaluations());
     }
 
     void exportsAreWrittenAndReadable() {
