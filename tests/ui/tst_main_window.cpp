@@ -10,12 +10,15 @@
 #include <QSpinBox>
 #include <QSvgRenderer>
 #include <QTemporaryDir>
+#include <QToolBar>
 #include <QStandardPaths>
 #include <QtCharts/QChart>
 
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "device_panel.h"
+#include "palette.h"
+#include "theme.h"
 #include "eval_interval.h"
 #include "lanes_table.h"
 #include "main_window.h"
@@ -208,6 +211,69 @@ private Q_SLOTS:
         QVERIFY(w.setupPanel()->isVisible());
         QVERIFY(w.dashboard()->summaryTable()->isVisible());
         QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeLight);
+    }
+
+    void presentationKeysThemesAndContrast() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(1000000));
+        w.setPresentation(true);
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        QVERIFY(!w.findChild<QToolBar*>()->isVisible()); // no toolbar (its glyphs need emoji fonts)
+        QVERIFY(w.dashboard()->titleLabel()->text().contains(QStringLiteral("press Space")));
+        // Space starts, then pauses and resumes.
+        QTest::keyClick(&w, Qt::Key_Space);
+        QVERIFY(w.race()->running());
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[0].lastStep > 3, 60000);
+        QTest::keyClick(&w, Qt::Key_Space);
+        QVERIFY(w.race()->paused());
+        QTest::keyClick(&w, Qt::Key_Space);
+        QVERIFY(!w.race()->paused());
+        // T: a light theme for bright rooms, and back.
+        QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeDark);
+        QTest::keyClick(&w, Qt::Key_T);
+        QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeLight);
+        // Lane names reach 4.5:1 on either background.
+        for (bool dark : {false, true}) {
+            w.setPresentationDark(dark);
+            w.dashboard()->refresh();
+            const QColor bg = w.dashboard()->strip()->palette().color(QPalette::Window);
+            const auto texts = w.dashboard()->strip()->texts();
+            QVERIFY(!texts.empty());
+            for (const auto& t : texts) {
+                QVERIFY2(contrastRatio(t.color, bg) >= 4.5,
+                         qPrintable(QStringLiteral("%1 on %2: %3").arg(t.color.name(), bg.name()).arg(contrastRatio(t.color, bg))));
+            }
+        }
+        for (int i = 0; i < 8; ++i) {
+            for (const QColor bg : {QColor(30, 30, 34), QColor(239, 239, 239), QColor(255, 255, 255)}) {
+                QVERIFY(contrastRatio(readableOn(laneColor(i), bg), bg) >= 4.5);
+            }
+        }
+        QVERIFY(contrastRatio(laneColor(1), QColor(30, 30, 34)) < 4.5); // the review's 3.2:1 blue...
+        QCOMPARE(readableOn(laneColor(1), QColor(255, 255, 255)), laneColor(1)); // ...kept where it reads
+        w.stopRace();
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->finished(), 20000);
+        w.setPresentation(false);
+    }
+
+    void darkThemeShowsStateAndHints() {
+        const QPalette p = darkPalette();
+        // Disabled controls look disabled; alternate rows stay dark under light text; hints visible.
+        QVERIFY(contrastRatio(p.color(QPalette::Disabled, QPalette::Text), p.color(QPalette::Base)) <
+                contrastRatio(p.color(QPalette::Active, QPalette::Text), p.color(QPalette::Base)) / 2);
+        QVERIFY(p.color(QPalette::AlternateBase).lightness() < 80);
+        QVERIFY(contrastRatio(p.color(QPalette::Text), p.color(QPalette::AlternateBase)) >= 7);
+        QVERIFY(contrastRatio(p.color(QPalette::PlaceholderText), p.color(QPalette::Base)) >= 4.5);
+        MainWindow w;
+        w.show();
+        w.setDarkTheme(true);
+        auto* name = qobject_cast<QLineEdit*>(w.setupPanel()->lanesTable()->cellWidget(0, LanesTable::ColName));
+        QCOMPARE(name->palette().color(QPalette::PlaceholderText), p.color(QPalette::PlaceholderText));
+        w.setupPanel()->setEditable(false);
+        QVERIFY(!name->isEnabled());
+        QCOMPARE(name->palette().color(QPalette::Disabled, QPalette::Text), p.color(QPalette::Disabled, QPalette::Text));
+        w.setDarkTheme(false);
     }
 
     void closeWhileRunningStopsLanesAndCloses() {
