@@ -261,6 +261,9 @@ void Dashboard::refreshCharts() {
             }
         }
     }
+    if (axis == XAxis::Time) {
+        xMax = std::max(xMax, m_fixedXMax);
+    }
     double shared = 0;
     for (auto* c : charts()) {
         shared = std::max(shared, c->autoXTicks(xMax).hi);

@@ -63,6 +63,9 @@ public:
     enum class Scale { Auto, Linear, Log };
     void setThroughputScale(Scale scale);
     Scale throughputScale() const { return m_scale; }
+    /// Time axis at least this long (seconds; 0: follow the data). Video export shows the
+    /// whole race from the first frame.
+    void setFixedXMax(double seconds) { m_fixedXMax = seconds; }
 
 protected:
     void resizeEvent(QResizeEvent* event) override;
@@ -87,6 +90,7 @@ private:
     QComboBox* m_scaleBox = nullptr;
     Scale m_scale = Scale::Auto;
     bool m_autoLog = false; // the automatic choice, with hysteresis
+    double m_fixedXMax = 0;
     QLabel* m_modeLabel = nullptr;
     QLabel* m_title = nullptr;
     QString m_titleText; // normal mode: workload · data · mode

@@ -32,6 +32,7 @@
 #include "race_strip.h"
 #include "setup_panel.h"
 #include "theme.h"
+#include "video_dialog.h"
 
 namespace devicerace::ui {
 
@@ -243,6 +244,21 @@ void MainWindow::buildToolbar() {
             } catch (const std::exception& e) {
                 error = QString::fromStdString(e.what());
             }
+            report(error, path);
+        }
+    });
+    menu->addAction(tr("Video (MP4 / GIF)…"), this, [this, report] {
+        if (m_race->running()) {
+            showError(tr("Video export renders a finished race: wait for the finish or press Stop"));
+            return;
+        }
+        QStringList recordings = m_race->recordingDirs();
+        if (!m_race->recordDir().isEmpty()) {
+            recordings.prepend(m_race->recordDir());
+        }
+        QString error;
+        const QString path = runVideoDialog(this, recordings, &error);
+        if (!path.isEmpty() || !error.isEmpty()) {
             report(error, path);
         }
     });

@@ -145,7 +145,9 @@ void RaceController::rebuildReplays() {
 }
 
 bool RaceController::feedReplays() {
-    const double t = m_replaySpeed <= 0 ? 1e300 : static_cast<double>(m_replayClock.elapsed()) / 1000.0 * m_replaySpeed;
+    const double t = m_replayTime >= 0   ? m_replayTime
+                     : m_replaySpeed <= 0 ? 1e300
+                                          : static_cast<double>(m_replayClock.elapsed()) / 1000.0 * m_replaySpeed;
     bool changed = false;
     for (auto& r : m_replays) {
         const auto& samples = r.recording->samples.at(r.lane);
@@ -156,6 +158,25 @@ bool RaceController::feedReplays() {
         }
     }
     return changed;
+}
+
+QStringList RaceController::recordingDirs() const {
+    QStringList out;
+    for (const auto& rec : m_recordings) {
+        out << QString::fromStdString(rec->dir.string());
+    }
+    return out;
+}
+
+double RaceController::replayLength() const {
+    double end = 0;
+    for (const auto& r : m_replays) {
+        const auto& samples = r.recording->samples.at(r.lane);
+        if (!samples.empty()) {
+            end = std::max(end, samples.back().time);
+        }
+    }
+    return end;
 }
 
 bool RaceController::replayDone() const {
@@ -273,7 +294,16 @@ QString RaceController::datasetLabel() const {
 bool RaceController::fair() const { return m_race && m_race->spec().fair; }
 std::int64_t RaceController::warmupSteps() const { return m_race ? m_race->spec().warmupSteps : 0; }
 std::optional<double> RaceController::targetAccuracy() const {
-    return m_race ? m_race->spec().targetAccuracy : std::nullopt;
+    if (m_race) {
+        return m_race->spec().targetAccuracy;
+    }
+    // Only recordings: their own target (the first that has one).
+    for (const auto& rec : m_recordings) {
+        if (rec->targetAccuracy) {
+            return rec->targetAccuracy;
+        }
+    }
+    return std::nullopt;
 }
 
 } // namespace devicerace::ui

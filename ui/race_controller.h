@@ -4,6 +4,7 @@
 // GUI thread only.
 #include <QColor>
 #include <QObject>
+#include <QStringList>
 #include <QElapsedTimer>
 #include <QTimer>
 
@@ -45,6 +46,13 @@ public:
     /// Playback speed of recordings: 1, 2, 10, ... or 0 for instantly.
     void setReplaySpeed(double speed);
     int recordingCount() const { return static_cast<int>(m_recordings.size()); }
+    /// The folders of the recordings shown (for video export).
+    QStringList recordingDirs() const;
+    /// Plays recordings to lane time `seconds` on the next poll(), instead of by the wall clock
+    /// (video export renders frame by frame); negative: back to the clock.
+    void setReplayTime(double seconds) { m_replayTime = seconds; }
+    /// The longest recorded lane's last sample time (seconds).
+    double replayLength() const;
     QString recordDir() const { return m_recordDir; }
     void stop();
     void setPaused(bool paused);
@@ -96,6 +104,7 @@ private:
     std::vector<std::shared_ptr<const Recording>> m_recordings;
     std::vector<Replay> m_replays;
     double m_replaySpeed = 1.0;
+    double m_replayTime = -1; // >= 0: the replay position, set by the caller
     QElapsedTimer m_replayClock;
     std::size_t m_liveLanes = 0;
     std::vector<LaneInfo> m_lanes;

@@ -5,6 +5,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/workload.h"
 #include "lanes_table.h"
+#include "video_export.h"
 
 namespace devicerace::gui {
 
@@ -35,7 +36,17 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                                    QStringLiteral("Playback speed: 1, 2, 10, ... or 0 for instantly"), QStringLiteral("X"));
     const QCommandLineOption record(QStringLiteral("record"), QStringLiteral("Record races into DIR"), QStringLiteral("DIR"));
     const QCommandLineOption noRecord(QStringLiteral("no-record"), QStringLiteral("Do not record races"));
-    p.addOptions({workload, lane, epochs, steps, evalEvery, data, fair, start, present, shot, replay, speed, record, noRecord});
+    const QCommandLineOption video(QStringLiteral("video"),
+                                   QStringLiteral("Render the --replay recordings to FILE (.mp4 or .gif) with ffmpeg, exit"),
+                                   QStringLiteral("FILE"));
+    const QCommandLineOption videoSpeed(QStringLiteral("video-speed"),
+                                        QStringLiteral("Race seconds per video second (default 10)"), QStringLiteral("X"));
+    const QCommandLineOption videoSize(QStringLiteral("video-size"), QStringLiteral("WIDTHxHEIGHT (default 1280x720)"),
+                                       QStringLiteral("SIZE"));
+    const QCommandLineOption videoFps(QStringLiteral("video-fps"), QStringLiteral("Frames per second (default 30)"),
+                                      QStringLiteral("N"));
+    p.addOptions({workload, lane, epochs, steps, evalEvery, data, fair, start, present, shot, replay, speed, record,
+                  noRecord, video, videoSpeed, videoSize, videoFps});
     if (!p.parse(arguments)) {
         out.error = p.errorText();
         return out;
@@ -56,6 +67,34 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             out.error = QStringLiteral("--replay-speed %1: expected 0 (instantly) or a positive factor").arg(p.value(speed));
             return out;
         }
+    }
+    out.video = p.value(video);
+    auto positive = [&](const QCommandLineOption& o, double& into) {
+        if (!p.isSet(o)) {
+            return true;
+        }
+        bool ok = false;
+        into = p.value(o).toDouble(&ok);
+        if (!ok || !(into > 0) || into > 1e6) {
+            out.error = QStringLiteral("--%1 %2: expected a number above 0").arg(o.names().first(), p.value(o));
+            return false;
+        }
+        return true;
+    };
+    if (!positive(videoSpeed, out.videoSpeed) || !positive(videoFps, out.videoFps)) {
+        return out;
+    }
+    if (p.isSet(videoSize)) {
+        out.videoSize = ui::parseVideoSize(p.value(videoSize));
+        if (!out.videoSize.isValid()) {
+            out.error = QStringLiteral("--video-size %1: expected WIDTHxHEIGHT with even numbers, e.g. 1280x720")
+                            .arg(p.value(videoSize));
+            return out;
+        }
+    }
+    if (!out.video.isEmpty() && out.replays.isEmpty()) {
+        out.error = QStringLiteral("--video renders recordings: give one or more --replay DIR");
+        return out;
     }
     // A screenshot runs the race to its end: start it, unless only recordings are shown.
     if (!out.screenshot.isEmpty() && (out.replays.isEmpty() || p.isSet(workload) || p.isSet(lane))) {
