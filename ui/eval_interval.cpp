@@ -20,7 +20,10 @@ std::int64_t autoEvalInterval(const RaceSpec& spec, int evaluations) {
     if (fewest == std::numeric_limits<std::int64_t>::max() || fewest <= 0) {
         return 0;
     }
-    return std::max<std::int64_t>(1, fewest / std::max(1, evaluations));
+    // Never more often than every kMinInterval steps: a 30-step race spending most of its
+    // time on ten test-set passes would be a slow demo of nothing.
+    constexpr std::int64_t kMinInterval = 10;
+    return std::max(kMinInterval, fewest / std::max(1, evaluations));
 }
 
 } // namespace devicerace::ui

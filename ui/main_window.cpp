@@ -31,6 +31,7 @@
 #include "race_controller.h"
 #include "race_strip.h"
 #include "setup_panel.h"
+#include "recording_menu.h"
 #include "theme.h"
 #include "video_dialog.h"
 
@@ -180,14 +181,22 @@ void MainWindow::buildToolbar() {
     m_recordAction->setChecked(true);
     m_recordAction->setToolTip(tr("Record every race into the runs folder (replay it later, here or elsewhere)"));
     connect(m_recordAction, &QAction::toggled, this, [this](bool on) { m_record = on; });
-    bar->addAction(tr("Open recording…"), this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(
-            this, tr("Open a recording"),
-            QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs"));
-        if (!dir.isEmpty()) {
-            openRecording(dir);
-        }
+    auto* openButton = new QToolButton(this);
+    openButton->setText(tr("Open recording"));
+    openButton->setToolTip(tr("Show a recorded race beside the live lanes: it is drawn complete, and replays from "
+                              "the start with them when you press Start (or alone with Replay)"));
+    auto* recordings = new QMenu(openButton);
+    connect(recordings, &QMenu::aboutToShow, this, [this, recordings] {
+        const QString runs = m_recordDir.isEmpty()
+                                 ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs")
+                                 : m_recordDir;
+        fillRecordingMenu(recordings, runs, this, [this](const QString& dir) { openRecording(dir); });
     });
+    openButton->setMenu(recordings);
+    openButton->setPopupMode(QToolButton::InstantPopup);
+    bar->addWidget(openButton);
+    m_replay = bar->addAction(tr("Replay"), this, [this] { replayRecordings(); });
+    m_replay->setToolTip(tr("Play the recorded lanes again from their start, at the chosen speed"));
     auto* speed = new QComboBox(this);
     speed->setObjectName(QStringLiteral("replaySpeed"));
     speed->setToolTip(tr("Playback speed of recordings"));
@@ -197,7 +206,11 @@ void MainWindow::buildToolbar() {
     speed->addItem(tr("instantly"), 0.0);
     connect(speed, &QComboBox::currentIndexChanged, this, [this, speed] { setReplaySpeed(speed->currentData().toDouble()); });
     bar->addWidget(speed);
-    bar->addAction(tr("Clear recordings"), this, [this] { m_race->clearRecordings(); });
+    m_removeRecorded = bar->addAction(tr("Remove recorded lanes"), this, [this] {
+        m_race->clearRecordings();
+        updateActions();
+    });
+    m_removeRecorded->setToolTip(tr("Take the recorded lanes off the charts (the recordings stay on disk)"));
     bar->addSeparator();
 
     m_darkAction = bar->addAction(tr("◐ Dark"));
@@ -286,8 +299,15 @@ void MainWindow::updateActions() {
     const bool running = m_race->running();
     m_start->setEnabled(!running && !m_closing);
     m_pause->setEnabled(running);
-    m_stop->setEnabled(running);
+    m_stop->setEnabled(running || m_race->replaying());
     m_setup->setEditable(!running);
+    m_replay->setEnabled(!running && m_race->recordingCount() > 0);
+    m_removeRecorded->setEnabled(!running && m_race->recordingCount() > 0);
+}
+
+void MainWindow::replayRecordings() {
+    m_race->replayRecordings();
+    updateActions();
 }
 
 void MainWindow::updateTitle() {
@@ -381,7 +401,9 @@ bool MainWindow::openRecording(const QString& dir) {
         showError(error);
         return false;
     }
-    statusBar()->showMessage(tr("Replaying %1").arg(dir), 5000);
+    statusBar()->showMessage(tr("Opened %1: it replays beside the live lanes on Start, or alone with Replay").arg(dir),
+                             8000);
+    updateActions();
     return true;
 }
 

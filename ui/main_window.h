@@ -46,8 +46,10 @@ public:
     QString exportCsv(const QString& path);
     QString exportJson(const QString& path);
     QString lastError() const { return m_lastError; }
-    /// Opens a recording beside the live lanes (played at the chosen speed).
+    /// Opens a recording beside the live lanes, drawn complete; it replays on Start.
     bool openRecording(const QString& dir);
+    /// Plays the open recordings again from their start (alone).
+    void replayRecordings();
     void setReplaySpeed(double speed);
     /// Races are recorded into AppDataLocation/runs/ unless switched off; "" = default place.
     void setRecording(bool on, const QString& dir = {});
@@ -80,6 +82,8 @@ private:
     QAction* m_pause = nullptr;
     QAction* m_stop = nullptr;
     QAction* m_present = nullptr;
+    QAction* m_replay = nullptr;
+    QAction* m_removeRecorded = nullptr;
     QTimer m_slowTimer; // ~2 Hz: summary table and device figures
     QTimer m_closeTimer;
     int m_closeTicks = 0;

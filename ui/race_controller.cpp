@@ -4,6 +4,7 @@
 #include "palette.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace devicerace::ui {
 
@@ -63,6 +64,7 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
     }
     m_liveLanes = m_lanes.size();
     rebuildReplays();
+    m_replayTime = -1; // recordings race from the start beside the live lanes
     m_race->start();
     m_timer.start();
     Q_EMIT started();
@@ -89,11 +91,28 @@ bool RaceController::addRecording(const QString& dir, QString* error) {
     m_lanes.resize(m_liveLanes);
     m_histories.resize(m_liveLanes);
     rebuildReplays();
+    // Shown complete until a start() or replayRecordings() plays it from the beginning.
+    m_replayTime = std::numeric_limits<double>::infinity();
     m_announcedFinish = false;
     m_timer.start();
     Q_EMIT started();
     return true;
 }
+
+void RaceController::replayRecordings() {
+    if (m_recordings.empty()) {
+        return;
+    }
+    m_lanes.resize(m_liveLanes);
+    m_histories.resize(m_liveLanes);
+    rebuildReplays();
+    m_replayTime = -1;
+    m_announcedFinish = false;
+    m_timer.start();
+    Q_EMIT started();
+}
+
+bool RaceController::replaying() const { return !m_replays.empty() && !replayDone(); }
 
 void RaceController::clearRecordings() {
     m_recordings.clear();
@@ -142,9 +161,13 @@ void RaceController::rebuildReplays() {
         }
     }
     m_replayClock.start();
+    m_replayStopped = false;
 }
 
 bool RaceController::feedReplays() {
+    if (m_replayStopped) {
+        return false;
+    }
     const double t = m_replayTime >= 0   ? m_replayTime
                      : m_replaySpeed <= 0 ? 1e300
                                           : static_cast<double>(m_replayClock.elapsed()) / 1000.0 * m_replaySpeed;
@@ -180,6 +203,9 @@ double RaceController::replayLength() const {
 }
 
 bool RaceController::replayDone() const {
+    if (m_replayStopped) {
+        return true;
+    }
     for (const auto& r : m_replays) {
         if (r.next < r.recording->samples.at(r.lane).size()) {
             return false;
@@ -191,6 +217,10 @@ bool RaceController::replayDone() const {
 void RaceController::stop() {
     if (m_race) {
         m_race->requestStop();
+    }
+    if (replaying()) {
+        m_replayStopped = true; // recorded lanes stop where they are, like the live ones
+        m_timer.start();        // the next poll announces the finish
     }
 }
 

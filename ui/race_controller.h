@@ -39,10 +39,16 @@ public:
     /// With `recordDir`, the race is recorded there as it runs (a failure to record is reported
     /// through failed() and the race goes on).
     bool start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir = {});
-    /// Adds the lanes of a recording, played back beside the live lanes; false + `error` when
-    /// the folder is not a readable recording.
+    /// Adds the lanes of a recording, shown complete at once (to look at); they replay from the
+    /// start beside the live lanes on the next start(), or alone on replayRecordings(). False
+    /// + `error` when the folder is not a readable recording.
     bool addRecording(const QString& dir, QString* error = nullptr);
+    /// Plays the recorded lanes again from their start, at the replay speed.
+    void replayRecordings();
+    /// Removes the recorded lanes (the live ones stay).
     void clearRecordings();
+    /// Recorded lanes still playing back.
+    bool replaying() const;
     /// Playback speed of recordings: 1, 2, 10, ... or 0 for instantly.
     void setReplaySpeed(double speed);
     int recordingCount() const { return static_cast<int>(m_recordings.size()); }
@@ -105,6 +111,7 @@ private:
     std::vector<Replay> m_replays;
     double m_replaySpeed = 1.0;
     double m_replayTime = -1; // >= 0: the replay position, set by the caller
+    bool m_replayStopped = false; // Stop froze the playback where it was
     QElapsedTimer m_replayClock;
     std::size_t m_liveLanes = 0;
     std::vector<LaneInfo> m_lanes;

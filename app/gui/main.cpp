@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    if (!options.replays.isEmpty() && !options.start) {
+        window.replayRecordings(); // --replay plays them (at --replay-speed); with --start they race the live lanes
+    }
     if (options.presentation) {
         window.setPresentation(true);
     }

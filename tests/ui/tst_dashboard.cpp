@@ -125,6 +125,37 @@ private Q_SLOTS:
         }
     }
 
+    void openShowsCompleteStartReplaysStopStops() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 600},
+                                                {QStringLiteral("b"), QStringLiteral("cpu"), 1500, 400}}));
+        MainWindow w;
+        w.show();
+        w.setReplaySpeed(1); // real time: 10 minutes, far longer than this test
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.openRecording(dir.path()));
+        // Opening draws the recording complete (to look at), it does not start playing.
+        QTRY_COMPARE(finished.count(), 1);
+        const auto complete = w.race()->histories()[0].trainCount();
+        QVERIFY(complete > 1000);
+        QVERIFY(!w.race()->replaying());
+        // Replay plays it from the start; Stop stops it where it is.
+        w.replayRecordings();
+        QVERIFY(w.race()->replaying());
+        QTest::qWait(300);
+        QVERIFY(w.race()->histories()[0].trainCount() < complete);
+        w.stopRace();
+        QTRY_COMPARE(finished.count(), 2);
+        QVERIFY(!w.race()->replaying());
+        const auto stoppedAt = w.race()->histories()[0].trainCount();
+        QTest::qWait(300);
+        QCOMPARE(w.race()->histories()[0].trainCount(), stoppedAt);
+        // A recorded lane never takes a colour a lane already has.
+        const auto& lanes = w.race()->lanes();
+        QVERIFY(lanes[0].color != lanes[1].color);
+        QVERIFY(lanes[0].name.endsWith(QStringLiteral("(rec)")));
+    }
+
     void dragZoomRedrawsTheLines() {
         QTemporaryDir dir;
         QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 100},

@@ -276,6 +276,26 @@ private Q_SLOTS:
         w.setDarkTheme(false);
     }
 
+    void closesWithinASecondWhenIdle() {
+        for (bool raced : {false, true}) {
+            auto* w = new MainWindow();
+            w->show();
+            if (raced) {
+                w->setupPanel()->setRaceSpec(shortRace(30));
+                QSignalSpy finished(w, &MainWindow::raceFinished);
+                QVERIFY(w->startRace());
+                QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 60000);
+            }
+            QTest::qWait(600); // idle: the device panel's timer has ticked
+            QElapsedTimer clock;
+            clock.start();
+            QVERIFY(w->close());
+            delete w;
+            QVERIFY2(clock.elapsed() < 1000, qPrintable(QString::number(clock.elapsed())));
+            qInfo("closed in %lld ms (%s)", static_cast<long long>(clock.elapsed()), raced ? "after a race" : "fresh");
+        }
+    }
+
     void closeWhileRunningStopsLanesAndCloses() {
         auto* w = new MainWindow();
         w->show();
