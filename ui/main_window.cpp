@@ -3,37 +3,26 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
-#include <QComboBox>
 #include <QDateTime>
 #include <QStandardPaths>
-#include <QFileDialog>
-#include <QInputDialog>
 #include <QMenu>
 #include <QMessageBox>
-#include <QSettings>
 #include <QScreen>
 #include <QSplitter>
 #include <QStatusBar>
-#include <QStyleFactory>
 #include <QToolBar>
-#include <QToolButton>
 
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
-#include "devicerace/exports.h"
-#include "devicerace/workload.h"
 #include "device_panel.h"
 #include "eval_interval.h"
-#include "exporter.h"
 #include "lanes_table.h"
 #include "race_controller.h"
 #include "race_strip.h"
 #include "setup_panel.h"
-#include "recording_menu.h"
 #include "theme.h"
-#include "video_dialog.h"
 
 namespace devicerace::ui {
 
@@ -135,164 +124,6 @@ void MainWindow::fitToScreen() {
     pos.setX(std::clamp(pos.x(), avail.left() + frame.left(), avail.right() - frame.right() - size.width() + 1));
     pos.setY(std::clamp(pos.y(), avail.top() + frame.top(), avail.bottom() - frame.bottom() - size.height() + 1));
     move(pos - QPoint(frame.left(), frame.top()));
-}
-
-void MainWindow::buildToolbar() {
-    auto* bar = addToolBar(tr("Race"));
-    m_toolbar = bar;
-    bar->setObjectName(QStringLiteral("raceToolbar"));
-    bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
-    m_start = bar->addAction(tr("▶ Start"), this, [this] { startRace(); });
-    m_start->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
-    m_pause = bar->addAction(tr("⏸ Pause"));
-    m_pause->setCheckable(true);
-    connect(m_pause, &QAction::toggled, this, &MainWindow::setPaused);
-    m_stop = bar->addAction(tr("■ Stop"), this, &MainWindow::stopRace);
-    bar->addSeparator();
-    m_present = bar->addAction(tr("⛶ Present"));
-    m_present->setCheckable(true);
-    m_present->setShortcut(QKeySequence(Qt::Key_F11));
-    connect(m_present, &QAction::toggled, this, &MainWindow::setPresentation);
-    addAction(m_present);
-    // Presentation mode has no toolbar: Space starts or pauses, T switches light/dark.
-    m_space = new QAction(this);
-    m_space->setShortcut(QKeySequence(Qt::Key_Space));
-    m_space->setEnabled(false);
-    connect(m_space, &QAction::triggered, this, [this] {
-        if (m_race->running()) {
-            m_pause->setChecked(!m_pause->isChecked());
-        } else {
-            startRace();
-        }
-    });
-    addAction(m_space);
-    m_themeKey = new QAction(this);
-    m_themeKey->setShortcut(QKeySequence(Qt::Key_T));
-    m_themeKey->setEnabled(false);
-    connect(m_themeKey, &QAction::triggered, this, [this] { setPresentationDark(!m_presentationDark); });
-    addAction(m_themeKey);
-    auto* esc = new QAction(this);
-    esc->setShortcut(QKeySequence(Qt::Key_Escape));
-    connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
-    addAction(esc);
-
-    m_recordAction = bar->addAction(tr("⏺ Record"));
-    m_recordAction->setCheckable(true);
-    m_recordAction->setChecked(true);
-    m_recordAction->setToolTip(tr("Record every race into the runs folder (replay it later, here or elsewhere)"));
-    connect(m_recordAction, &QAction::toggled, this, [this](bool on) { m_record = on; });
-    auto* openButton = new QToolButton(this);
-    openButton->setText(tr("Open recording"));
-    openButton->setToolTip(tr("Show a recorded race beside the live lanes: it is drawn complete, and replays from "
-                              "the start with them when you press Start (or alone with Replay)"));
-    auto* recordings = new QMenu(openButton);
-    connect(recordings, &QMenu::aboutToShow, this, [this, recordings] {
-        const QString runs = m_recordDir.isEmpty()
-                                 ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs")
-                                 : m_recordDir;
-        fillRecordingMenu(recordings, runs, this, [this](const QString& dir) { openRecording(dir); });
-    });
-    openButton->setMenu(recordings);
-    openButton->setPopupMode(QToolButton::InstantPopup);
-    bar->addWidget(openButton);
-    m_replay = bar->addAction(tr("Replay"), this, [this] { replayRecordings(); });
-    m_replay->setToolTip(tr("Play the recorded lanes again from their start, at the chosen speed"));
-    auto* speed = new QComboBox(this);
-    speed->setObjectName(QStringLiteral("replaySpeed"));
-    speed->setToolTip(tr("Playback speed of recordings"));
-    speed->addItem(tr("1×"), 1.0);
-    speed->addItem(tr("2×"), 2.0);
-    speed->addItem(tr("10×"), 10.0);
-    speed->addItem(tr("instantly"), 0.0);
-    connect(speed, &QComboBox::currentIndexChanged, this, [this, speed] { setReplaySpeed(speed->currentData().toDouble()); });
-    bar->addWidget(speed);
-    m_removeRecorded = bar->addAction(tr("Remove recorded lanes"), this, [this] {
-        m_race->clearRecordings();
-        updateActions();
-    });
-    m_removeRecorded->setToolTip(tr("Take the recorded lanes off the charts (the recordings stay on disk)"));
-    bar->addSeparator();
-
-    m_darkAction = bar->addAction(tr("◐ Dark"));
-    m_darkAction->setCheckable(true);
-    m_darkAction->setToolTip(tr("Dark theme (presentation mode: press T to switch)"));
-    connect(m_darkAction, &QAction::toggled, this, &MainWindow::setDarkTheme);
-
-    auto* menu = new QMenu(this);
-    auto ask = [this](const QString& filter, const QString& suffix) {
-        return QFileDialog::getSaveFileName(this, tr("Export"), QStringLiteral("devicerace.") + suffix, filter);
-    };
-    auto report = [this](const QString& error, const QString& path) {
-        if (error.isEmpty()) {
-            statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
-        } else {
-            showError(error);
-        }
-    };
-    menu->addAction(tr("Dashboard as PNG…"), this, [this, ask, report] {
-        const QString path = ask(tr("PNG image (*.png)"), QStringLiteral("png"));
-        if (path.isEmpty()) {
-            return;
-        }
-        bool ok = false;
-        const int width = QInputDialog::getInt(this, tr("PNG size"), tr("Width in pixels (height keeps the shape):"),
-                                               m_dashboard->width(), 200, 16384, 100, &ok);
-        if (ok) {
-            const int height = width * m_dashboard->height() / std::max(1, m_dashboard->width());
-            report(exportDashboardPng(path, QSize(width, height)), path);
-        }
-    });
-    menu->addAction(tr("Dashboard as SVG…"), this, [this, ask, report] {
-        const QString path = ask(tr("SVG image (*.svg)"), QStringLiteral("svg"));
-        if (!path.isEmpty()) {
-            report(exportDashboardSvg(path), path);
-        }
-    });
-    menu->addAction(tr("Throughput chart as PNG…"), this, [this, ask, report] {
-        const QString path = ask(tr("PNG image (*.png)"), QStringLiteral("png"));
-        if (!path.isEmpty()) {
-            QString error;
-            try {
-                savePng(m_dashboard->charts().first(), path);
-            } catch (const std::exception& e) {
-                error = QString::fromStdString(e.what());
-            }
-            report(error, path);
-        }
-    });
-    menu->addAction(tr("Video (MP4 / GIF)…"), this, [this, report] {
-        if (m_race->running()) {
-            showError(tr("Video export renders a finished race: wait for the finish or press Stop"));
-            return;
-        }
-        QStringList recordings = m_race->recordingDirs();
-        if (!m_race->recordDir().isEmpty()) {
-            recordings.prepend(m_race->recordDir());
-        }
-        QString error;
-        const QString path = runVideoDialog(this, recordings, &error);
-        if (!path.isEmpty() || !error.isEmpty()) {
-            report(error, path);
-        }
-    });
-    menu->addSeparator();
-    menu->addAction(tr("Data as CSV…"), this, [this, ask, report] {
-        const QString path = ask(tr("CSV (*.csv)"), QStringLiteral("csv"));
-        if (!path.isEmpty()) {
-            report(exportCsv(path), path);
-        }
-    });
-    menu->addAction(tr("Summary as JSON…"), this, [this, ask, report] {
-        const QString path = ask(tr("JSON (*.json)"), QStringLiteral("json"));
-        if (!path.isEmpty()) {
-            report(exportJson(path), path);
-        }
-    });
-    auto* exportButton = new QToolButton(this);
-    exportButton->setText(tr("⤓ Export"));
-    exportButton->setMenu(menu);
-    exportButton->setPopupMode(QToolButton::InstantPopup);
-    bar->addWidget(exportButton);
 }
 
 void MainWindow::updateActions() {
@@ -518,119 +349,12 @@ void MainWindow::setPresentation(bool on) {
     }
 }
 
-QString MainWindow::exportDashboardPng(const QString& path, QSize size) {
-    try {
-        savePng(m_dashboard, path, size);
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
-
-QString MainWindow::exportDashboardSvg(const QString& path) {
-    try {
-        saveSvg(m_dashboard, path);
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
-
-QString MainWindow::exportCsv(const QString& path) {
-    try {
-        saveBytes(path, QByteArray::fromStdString(samplesToCsv(m_race->samples())));
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
-
-QString MainWindow::exportJson(const QString& path) {
-    auto summary = m_race->summary();
-    if (!summary) {
-        return tr("%1: nothing to export yet: run a race first").arg(path);
-    }
-    try {
-        saveBytes(path, QByteArray::fromStdString(summaryToJson(*summary)));
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
-
 void MainWindow::showError(const QString& message) {
     m_lastError = message;
     statusBar()->showMessage(message, 15000);
     if (QApplication::platformName() != QStringLiteral("offscreen") && isVisible()) {
         QMessageBox::warning(this, tr("DeviceRace"), message);
     }
-}
-
-bool MainWindow::restoreSettings() {
-    QSettings s;
-    restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
-    fitToScreen(); // saved on a bigger screen, perhaps
-    setDarkTheme(s.value(QStringLiteral("window/dark"), false).toBool());
-    if (!s.contains(QStringLiteral("race/workload"))) {
-        return false;
-    }
-    RaceSpec spec;
-    try {
-        spec.workload = s.value(QStringLiteral("race/workload")).toString().toStdString();
-        findWorkload(spec.workload);
-        const QString data = s.value(QStringLiteral("race/data")).toString();
-        if (data == QStringLiteral("synthetic") || data == QStringLiteral("real")) {
-            spec.data = data == QStringLiteral("real") ? DataMode::Real : DataMode::Synthetic;
-        }
-        if (s.contains(QStringLiteral("race/steps"))) {
-            spec.steps = s.value(QStringLiteral("race/steps")).toLongLong();
-        } else {
-            spec.epochs = s.value(QStringLiteral("race/epochs"), 1).toInt();
-        }
-        spec.targetAccuracy = s.value(QStringLiteral("race/target"), 0.85).toDouble();
-        spec.seed = s.value(QStringLiteral("race/seed"), 0).toULongLong();
-        spec.fair = s.value(QStringLiteral("race/fair"), false).toBool();
-        for (const auto& text : s.value(QStringLiteral("race/lanes")).toStringList()) {
-            auto lane = parseLaneSpec(text.toStdString());
-            if (lane.device != "cpu" && !deviceReport().cudaAvailable) {
-                continue; // a GPU lane from another machine
-            }
-            spec.lanes.push_back(lane);
-        }
-    } catch (const std::exception&) {
-        return false; // settings from another version: keep the defaults
-    }
-    m_setup->setRaceSpec(spec);
-    return true;
-}
-
-void MainWindow::saveSettings() const {
-    QSettings s;
-    s.setValue(QStringLiteral("window/geometry"), saveGeometry());
-    s.setValue(QStringLiteral("window/dark"), m_dark);
-    RaceSpec spec;
-    try {
-        spec = m_setup->raceSpec();
-    } catch (const std::exception&) {
-        return;
-    }
-    s.setValue(QStringLiteral("race/workload"), QString::fromStdString(spec.workload));
-    s.setValue(QStringLiteral("race/data"), spec.data ? QString::fromStdString(toString(*spec.data)) : QString());
-    s.remove(QStringLiteral("race/steps"));
-    s.remove(QStringLiteral("race/epochs"));
-    if (spec.steps) {
-        s.setValue(QStringLiteral("race/steps"), static_cast<qlonglong>(*spec.steps));
-    } else {
-        s.setValue(QStringLiteral("race/epochs"), spec.epochs.value_or(1));
-    }
-    s.setValue(QStringLiteral("race/target"), spec.targetAccuracy.value_or(0.85));
-    s.setValue(QStringLiteral("race/seed"), static_cast<qulonglong>(spec.seed));
-    s.setValue(QStringLiteral("race/fair"), spec.fair);
-    QStringList lanes;
-    for (const auto& l : spec.lanes) {
-        lanes << laneSpecText(l);
-    }
-    s.setValue(QStringLiteral("race/lanes"), lanes);
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
