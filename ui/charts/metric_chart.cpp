@@ -5,6 +5,7 @@
 #include <QtCharts/QLegendMarker>
 #include <QtCharts/QLineSeries>
 #include <QFontMetricsF>
+#include <QGraphicsTextItem>
 #include <QTimer>
 #include <QtCharts/QCategoryAxis>
 
@@ -326,6 +327,29 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     }
     applyYTicks(yMin, yMax);
     pushLines();
+    cacheStaticItems();
+}
+
+void MetricChart::cacheStaticItems() {
+    // Grid, axes, labels, titles and the background change only when the ticks or the size
+    // do: drawing them from pixmaps leaves a tick's paint mostly to the data lines.
+    const auto top = m_chart->childItems();
+    std::vector<QGraphicsItem*> todo(top.begin(), top.end());
+    while (!todo.empty()) {
+        QGraphicsItem* item = todo.back();
+        todo.pop_back();
+        if (item == m_layer) {
+            continue;
+        }
+        // Text items are left alone: QtCharts moves and rotates its titles after layout, and a
+        // cached copy of them can come out blank.
+        if (dynamic_cast<QGraphicsTextItem*>(item) == nullptr &&
+            item->cacheMode() != QGraphicsItem::DeviceCoordinateCache) {
+            item->setCacheMode(QGraphicsItem::DeviceCoordinateCache);
+        }
+        const auto children = item->childItems();
+        todo.insert(todo.end(), children.begin(), children.end());
+    }
 }
 
 void MetricChart::pushLines() {

@@ -79,6 +79,7 @@ private:
     void updateTitles();
     double plotLength(bool horizontal) const;
     void applyYTicks(double yMin, double yMax);
+    void cacheStaticItems();
 
     Metric m_metric;
     XAxis m_axis = XAxis::Time;
