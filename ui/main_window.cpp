@@ -105,6 +105,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
 MainWindow::~MainWindow() = default;
 
+void MainWindow::setInitialSize(QSize size) {
+    resize(size);
+    fitToScreen();
+}
+
 void MainWindow::fitToScreen() {
     const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
     if (!s) {
@@ -143,10 +148,9 @@ void MainWindow::replayRecordings() {
 
 void MainWindow::updateTitle() {
     QString title = QStringLiteral("DeviceRace");
-    if (m_race->hasRace()) {
-        const auto spec = m_setup->raceSpec();
-        title += QStringLiteral(" — ") + QString::fromStdString(spec.workload) + QStringLiteral(" · ") +
-                 m_race->datasetLabel() + (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
+    if (m_race->hasRace() || m_race->recordingCount() > 0) {
+        title += QStringLiteral(" — ") + m_race->workload() + QStringLiteral(" · ") + m_race->datasetLabel() +
+                 (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
     }
     setWindowTitle(title);
     if (m_race->hasRace() || m_race->recordingCount() > 0) {

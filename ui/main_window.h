@@ -54,6 +54,8 @@ public:
     /// Races are recorded into AppDataLocation/runs/ unless switched off; "" = default place.
     void setRecording(bool on, const QString& dir = {});
     bool recording() const { return m_record; }
+    /// Resizes the window, kept inside the screen's available area.
+    void setInitialSize(QSize size);
     /// Restores the last race and layout from QSettings (false when there is none).
     bool restoreSettings();
     void saveSettings() const;

@@ -315,13 +315,27 @@ std::optional<RaceSummary> RaceController::summary() const {
 
 QString RaceController::datasetLabel() const {
     if (!m_race) {
-        return {};
+        // Only recordings: what the first one raced on.
+        if (m_recordings.empty()) {
+            return {};
+        }
+        const auto& rec = *m_recordings.front();
+        return QString::fromStdString(rec.dataset) + (rec.synthetic ? tr(" (synthetic, recorded)") : tr(" (recorded)"));
     }
     const auto& ds = m_race->dataset();
     return QString::fromStdString(ds.name) + (ds.synthetic ? QStringLiteral(" (synthetic)") : QStringLiteral(" (real)"));
 }
 
-bool RaceController::fair() const { return m_race && m_race->spec().fair; }
+bool RaceController::fair() const {
+    return m_race ? m_race->spec().fair : !m_recordings.empty() && m_recordings.front()->fair;
+}
+
+QString RaceController::workload() const {
+    if (m_race) {
+        return QString::fromStdString(m_race->spec().workload);
+    }
+    return m_recordings.empty() ? QString() : QString::fromStdString(m_recordings.front()->workload);
+}
 std::int64_t RaceController::warmupSteps() const { return m_race ? m_race->spec().warmupSteps : 0; }
 std::optional<double> RaceController::targetAccuracy() const {
     if (m_race) {

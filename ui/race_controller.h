@@ -81,6 +81,8 @@ public:
     const std::vector<MetricSample>& samples() const { return m_samples; }
     std::optional<RaceSummary> summary() const;
     QString datasetLabel() const;
+    /// The race's workload (or the first recording's when only recordings are shown).
+    QString workload() const;
     bool fair() const;
     std::int64_t warmupSteps() const;
     std::optional<double> targetAccuracy() const;

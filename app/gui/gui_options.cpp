@@ -45,8 +45,11 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                                        QStringLiteral("SIZE"));
     const QCommandLineOption videoFps(QStringLiteral("video-fps"), QStringLiteral("Frames per second (default 30)"),
                                       QStringLiteral("N"));
+    const QCommandLineOption windowSize(QStringLiteral("window-size"),
+                                        QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen)"),
+                                        QStringLiteral("SIZE"));
     p.addOptions({workload, lane, epochs, steps, evalEvery, data, fair, start, present, shot, replay, speed, record,
-                  noRecord, video, videoSpeed, videoSize, videoFps});
+                  noRecord, video, videoSpeed, videoSize, videoFps, windowSize});
     if (!p.parse(arguments)) {
         out.error = p.errorText();
         return out;
@@ -89,6 +92,13 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
         if (!out.videoSize.isValid()) {
             out.error = QStringLiteral("--video-size %1: expected WIDTHxHEIGHT with even numbers, e.g. 1280x720")
                             .arg(p.value(videoSize));
+            return out;
+        }
+    }
+    if (p.isSet(windowSize)) {
+        out.windowSize = ui::parseVideoSize(p.value(windowSize));
+        if (!out.windowSize.isValid()) {
+            out.error = QStringLiteral("--window-size %1: expected WIDTHxHEIGHT, e.g. 1920x1080").arg(p.value(windowSize));
             return out;
         }
     }

@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
         window.restoreSettings();
     }
     window.setRecording(options.record, options.recordDir);
+    if (options.windowSize.isValid()) {
+        window.setInitialSize(options.windowSize);
+    }
     window.setReplaySpeed(options.replaySpeed);
     window.show();
     for (const auto& dir : options.replays) {
