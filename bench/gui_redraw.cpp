@@ -1,10 +1,11 @@
 // Redraw cost of the live charts with a long history: 8 lanes x 1,000,000 train samples each.
 // One "tick" = 8 new samples (one per lane) + refresh of the three charts (decimate +
 // replace) + a synchronous repaint. Prints the median and max over the ticks, in ms.
-// Usage: bench_gui_redraw [samples-per-lane] [ticks]     (runs offscreen)
+// Usage: bench_gui_redraw [samples-per-lane] [ticks] [WIDTHxHEIGHT]     (runs offscreen)
+// A wide window (1280x720, 1920x1080) places the charts in one row, as the dashboard does.
 #include <QApplication>
 #include <QElapsedTimer>
-#include <QVBoxLayout>
+#include <QBoxLayout>
 
 #include <algorithm>
 #include <cmath>
@@ -50,8 +51,14 @@ int main(int argc, char** argv) {
             hist[l].append(sampleFor(l, i));
         }
     }
+    QSize size(1600, 1200);
+    if (argc > 3) {
+        const QStringList wh = QString::fromLocal8Bit(argv[3]).split(QLatin1Char('x'));
+        size = QSize(wh.value(0).toInt(), wh.value(1).toInt());
+    }
     QWidget window;
-    auto* layout = new QVBoxLayout(&window);
+    auto* layout = new QBoxLayout(size.width() > size.height() * 3 / 2 ? QBoxLayout::LeftToRight : QBoxLayout::TopToBottom,
+                                  &window);
     std::vector<MetricChart*> charts = {new MetricChart(QStringLiteral("Throughput"), Metric::SamplesPerSec),
                                         new MetricChart(QStringLiteral("Loss"), Metric::Loss),
                                         new MetricChart(QStringLiteral("Accuracy"), Metric::Accuracy)};
@@ -59,7 +66,7 @@ int main(int argc, char** argv) {
         layout->addWidget(c);
         c->setLanes(lanes);
     }
-    window.resize(1600, 1200);
+    window.resize(size);
     window.show();
     QApplication::processEvents();
     for (auto* c : charts) {
@@ -89,8 +96,8 @@ int main(int argc, char** argv) {
     for (auto* c : charts) {
         points += c->pointCount();
     }
-    std::printf("redraw: %d lanes x %zu samples, %d ticks: median %.2f ms, max %.2f ms per tick "
+    std::printf("redraw at %dx%d: %d lanes x %zu samples, %d ticks: median %.2f ms, max %.2f ms per tick "
                 "(%d points handed to the series)\n",
-                kLanes, perLane, ticks, ms[ms.size() / 2], ms.back(), points);
+                size.width(), size.height(), kLanes, perLane, ticks, ms[ms.size() / 2], ms.back(), points);
     return 0;
 }

@@ -4,9 +4,13 @@
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QResizeEvent>
 #include <QSlider>
 #include <QVBoxLayout>
+#include <QtCharts/QChart>
+#include <QtCharts/QLegend>
 
+#include "charts/axis_ticks.h"
 #include "charts/metric_chart.h"
 #include "charts/safe_chart_view.h"
 #include "device_panel.h"
@@ -24,17 +28,12 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     titleFont.setBold(true);
     m_title->setFont(titleFont);
     layout->addWidget(m_title);
-    auto* grid = new QGridLayout();
+    m_grid = new QGridLayout();
+    auto* grid = m_grid;
     m_throughput = new MetricChart(tr("Throughput"), Metric::SamplesPerSec, this);
     m_accuracy = new MetricChart(tr("Test accuracy"), Metric::Accuracy, this);
     m_loss = new MetricChart(tr("Training loss"), Metric::Loss, this);
     m_devices = new DevicePanel(this);
-    grid->addWidget(m_throughput, 0, 0);
-    grid->addWidget(m_accuracy, 0, 1);
-    grid->addWidget(m_loss, 1, 0);
-    grid->addWidget(m_devices, 1, 1);
-    grid->setRowStretch(0, 1);
-    grid->setRowStretch(1, 1);
     layout->addLayout(grid, 5);
 
     m_controls = new QWidget(this);
@@ -49,11 +48,16 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     m_smoothing->setRange(0, 100);
     m_smoothing->setValue(60);
     m_smoothing->setMaximumWidth(160);
+    m_scaleBox = new QComboBox(this);
+    m_scaleBox->setObjectName(QStringLiteral("throughputScale"));
+    m_scaleBox->addItems({tr("auto"), tr("linear"), tr("log")});
+    m_scaleBox->setToolTip(tr("Throughput axis: auto turns logarithmic when lanes differ by more than 10×"));
     m_modeLabel = new QLabel(this);
     controls->addWidget(new QLabel(tr("x:"), this));
     controls->addWidget(m_xAxis);
     controls->addWidget(new QLabel(tr("throughput:"), this));
     controls->addWidget(m_rate);
+    controls->addWidget(m_scaleBox);
     controls->addWidget(new QLabel(tr("smoothing:"), this));
     controls->addWidget(m_smoothing);
     controls->addStretch(1);
@@ -83,10 +87,61 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
         }
     });
     connect(m_baseline, &QComboBox::currentIndexChanged, this, [this] { refresh(); });
+    connect(m_scaleBox, &QComboBox::currentIndexChanged, this, [this](int i) { setThroughputScale(static_cast<Scale>(i)); });
     for (auto* c : charts()) {
         c->setSmoothing(m_smoothing->value() / 100.0);
     }
     linkZoom();
+    arrange(true);
+}
+
+void Dashboard::resizeEvent(QResizeEvent* event) {
+    QWidget::resizeEvent(event);
+    arrange();
+}
+
+void Dashboard::arrange(bool force) {
+    // Below ~850 px of height two rows of charts leave each plot too short to read (and the
+    // strip and table need their room); in presentation mode the charts always share one row.
+    constexpr int kGridMinHeight = 850;
+    const Arrangement want = m_presentation || height() < kGridMinHeight ? Arrangement::Row : Arrangement::Grid;
+    if (want == m_arrangement && !force) {
+        return;
+    }
+    m_arrangement = want;
+    for (QWidget* w : {static_cast<QWidget*>(m_throughput), static_cast<QWidget*>(m_accuracy),
+                       static_cast<QWidget*>(m_loss), static_cast<QWidget*>(m_devices)}) {
+        m_grid->removeWidget(w);
+    }
+    for (int i = 0; i < 3; ++i) {
+        m_grid->setRowStretch(i, 0);
+        m_grid->setColumnStretch(i, 0);
+    }
+    if (want == Arrangement::Grid) {
+        m_grid->addWidget(m_throughput, 0, 0);
+        m_grid->addWidget(m_accuracy, 0, 1);
+        m_grid->addWidget(m_loss, 1, 0);
+        m_grid->addWidget(m_devices, 1, 1);
+        m_grid->setRowStretch(0, 1);
+        m_grid->setRowStretch(1, 1);
+        m_grid->setColumnStretch(0, 1);
+        m_grid->setColumnStretch(1, 1);
+    } else {
+        m_grid->addWidget(m_throughput, 0, 0);
+        m_grid->addWidget(m_accuracy, 0, 1);
+        m_grid->addWidget(m_loss, 0, 2);
+        m_grid->setRowStretch(0, 1);
+        for (int i = 0; i < 3; ++i) {
+            m_grid->setColumnStretch(i, 1);
+        }
+    }
+    // The device panel needs the grid's fourth cell; its sharing warning is also in the strip.
+    m_devices->setVisible(want == Arrangement::Grid && !m_presentation);
+    // Legends repeat the strip's coloured lane names; in one row of charts the room they take
+    // (and the names they would elide) goes to the plots instead.
+    for (auto* c : charts()) {
+        c->chart()->legend()->setVisible(want == Arrangement::Grid);
+    }
 }
 
 QList<MetricChart*> Dashboard::charts() const { return {m_throughput, m_accuracy, m_loss}; }
@@ -110,7 +165,12 @@ void Dashboard::linkZoom() {
     }
 }
 
-void Dashboard::setHeadline(const QString& text) { m_title->setText(text); }
+void Dashboard::setHeadline(const QString& text) {
+    m_titleText = text;
+    updateTitle();
+}
+
+QString Dashboard::titleText() const { return m_title->text(); }
 
 int Dashboard::baseline() const { return std::max(0, m_baseline->currentIndex()); }
 
@@ -127,6 +187,7 @@ void Dashboard::onRaceStarted() {
         for (const auto& l : lanes) {
             m_baseline->addItem(l.name);
         }
+        m_autoLog = false;
         m_baseline->setCurrentIndex(previous >= 0 && previous < m_baseline->count() ? previous : 0);
     }
     m_modeLabel->setText(m_race->fair() ? tr("fair mode: lanes ran one at a time, aligned at their start")
@@ -144,15 +205,73 @@ void Dashboard::refresh() {
     if (due) {
         refreshCharts();
     }
-    m_strip->setRows(stripRows(*m_race, baseline(), m_race->warmupSteps()));
+    auto rows = stripRows(*m_race, baseline(), m_race->warmupSteps());
+    m_headline = headlineText(rows, baseline());
+    m_strip->setRows(std::move(rows));
+    updateTitle();
+}
+
+void Dashboard::updateTitle() {
+    // Presentation: the speedup is the headline, the largest text on screen.
+    const QString text = m_presentation && !m_headline.isEmpty() ? m_headline : m_titleText;
+    if (m_title->text() != text) {
+        m_title->setText(text);
+    }
+}
+
+void Dashboard::setThroughputScale(Scale scale) {
+    m_scale = scale;
+    {
+        const QSignalBlocker block(m_scaleBox);
+        m_scaleBox->setCurrentIndex(static_cast<int>(scale));
+    }
+    refreshCharts();
+}
+
+bool Dashboard::wantLog() {
+    if (m_scale != Scale::Auto) {
+        return m_scale == Scale::Log;
+    }
+    // Lanes' recent median throughputs; log above a 10x spread, back to linear below 5x (a
+    // race near the threshold must not flip axes every second).
+    std::vector<double> rates;
+    for (const auto& h : m_race->histories()) {
+        if (auto r = h.medianSamplesPerSec(50)) {
+            rates.push_back(*r);
+        }
+    }
+    if (rates.size() >= 2) {
+        m_autoLog = wantsLogAxis(rates, m_autoLog ? 5.0 : 10.0);
+    }
+    return m_autoLog;
 }
 
 void Dashboard::refreshCharts() {
     QElapsedTimer clock;
     clock.start();
     double paintMs = 0;
+    const auto& histories = m_race->histories();
+    // One x range for every chart: the widest of their rounded auto ranges.
+    const auto axis = static_cast<XAxis>(std::max(0, m_xAxis->currentIndex()));
+    double xMax = 0;
+    for (const auto& h : histories) {
+        for (bool eval : {false, true}) {
+            if (const auto& xs = xColumn(h, axis, eval); !xs.empty()) {
+                xMax = std::max(xMax, xs.back());
+            }
+        }
+    }
+    if (axis == XAxis::Time) {
+        xMax = std::max(xMax, m_fixedXMax);
+    }
+    double shared = 0;
     for (auto* c : charts()) {
-        c->refresh(m_race->histories());
+        shared = std::max(shared, c->autoXTicks(xMax).hi);
+    }
+    m_throughput->setLogScale(wantLog());
+    for (auto* c : charts()) {
+        c->setSharedXMax(shared);
+        c->refresh(histories);
         paintMs += c->view()->lastPaintMs();
     }
     const double cost = static_cast<double>(clock.nsecsElapsed()) / 1e6 + paintMs;
@@ -173,25 +292,20 @@ void Dashboard::setDark(bool dark) {
 }
 
 void Dashboard::setPresentation(bool on, double fontScale) {
-    m_devices->setVisible(!on);
+    m_presentation = on;
     m_summary->setVisible(!on);
     m_controls->setVisible(!on);
     for (auto* c : charts()) {
         c->setFontScale(fontScale);
     }
     m_strip->setFontScale(fontScale);
-    // Presentation: two big charts on top, loss below, strip as the largest text.
-    auto* grid = qobject_cast<QGridLayout*>(layout()->itemAt(1)->layout());
     QFont titleFont = font();
     titleFont.setBold(true);
-    titleFont.setPointSizeF(titleFont.pointSizeF() * 1.4 * fontScale);
+    // 1.4x the body text; in presentation 2x the scaled text, above the strip's 1.35x names.
+    titleFont.setPointSizeF(titleFont.pointSizeF() * (on ? 2.0 : 1.4) * fontScale);
     m_title->setFont(titleFont);
-    grid->removeWidget(m_loss);
-    if (on) {
-        grid->addWidget(m_loss, 1, 0, 1, 2);
-    } else {
-        grid->addWidget(m_loss, 1, 0);
-    }
+    updateTitle();
+    arrange(true);
 }
 
 } // namespace devicerace::ui

@@ -9,6 +9,7 @@
 #include "race_controller.h"
 
 class QComboBox;
+class QGridLayout;
 class QSlider;
 class QLabel;
 
@@ -31,14 +32,23 @@ public:
     SummaryTable* summaryTable() const { return m_summary; }
     DevicePanel* devicePanel() const { return m_devices; }
     QList<MetricChart*> charts() const;
+    QLabel* titleLabel() const { return m_title; }
 
-    /// Presentation: only charts + strip, dark, large fonts.
+    /// Presentation: only charts + strip + headline, large fonts.
     void setPresentation(bool on, double fontScale);
+    bool presentation() const { return m_presentation; }
+
+    /// How the charts are placed: 2x2 with the device panel (tall windows), or one row of
+    /// three (short or wide ones: 1280x720, projectors), chosen from the size on resize.
+    enum class Arrangement { Grid, Row };
+    Arrangement arrangement() const { return m_arrangement; }
     void setDark(bool dark);
     int baseline() const;
 
-    /// The headline above the charts: "fashion-mlp · Fashion-MNIST (real) · live mode".
+    /// The title above the charts: "fashion-mlp · Fashion-MNIST (real) · live mode"; in
+    /// presentation mode the speedup headline replaces it once there is one.
     void setHeadline(const QString& text);
+    QString titleText() const;
     /// Rebuilds series for a new race; refreshes charts and strip from the histories.
     void onRaceStarted();
     /// Updates the strip, and the charts when their pacing allows: chart work (refresh +
@@ -49,8 +59,22 @@ public:
     void refreshCharts();
     void refreshSummary();
 
+    /// Throughput axis: automatic (log when lanes differ by more than ~10x), linear or log.
+    enum class Scale { Auto, Linear, Log };
+    void setThroughputScale(Scale scale);
+    Scale throughputScale() const { return m_scale; }
+    /// Time axis at least this long (seconds; 0: follow the data). Video export shows the
+    /// whole race from the first frame.
+    void setFixedXMax(double seconds) { m_fixedXMax = seconds; }
+
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
 private:
+    void arrange(bool force = false);
+    void updateTitle();
     void linkZoom();
+    bool wantLog();
     RaceController* m_race;
     MetricChart* m_throughput = nullptr;
     MetricChart* m_accuracy = nullptr;
@@ -63,8 +87,17 @@ private:
     QComboBox* m_rate = nullptr;
     QComboBox* m_baseline = nullptr;
     QSlider* m_smoothing = nullptr;
+    QComboBox* m_scaleBox = nullptr;
+    Scale m_scale = Scale::Auto;
+    bool m_autoLog = false; // the automatic choice, with hysteresis
+    double m_fixedXMax = 0;
     QLabel* m_modeLabel = nullptr;
     QLabel* m_title = nullptr;
+    QString m_titleText; // normal mode: workload · data · mode
+    QString m_headline;  // presentation: the speedup
+    QGridLayout* m_grid = nullptr;
+    Arrangement m_arrangement = Arrangement::Grid;
+    bool m_presentation = false;
     QElapsedTimer m_sinceCharts;
     double m_chartCostMs = 0; // smoothed cost of one chart refresh + paint
 };

@@ -44,6 +44,24 @@ QString extraOptionsText(const LaneSpec& s) {
     return QString::fromStdString(text.size() > 4 ? text.substr(4) : std::string()); // drop "cpu,"
 }
 
+QString deviceProblem(const std::string& device) {
+    if (device == "cpu") {
+        return {};
+    }
+    const auto& r = deviceReport();
+    const QString name = QString::fromStdString(device);
+    if (!r.cudaAvailable) {
+        return QObject::tr("device %1: CUDA is not available: %2").arg(name, QString::fromStdString(r.cudaUnavailableReason));
+    }
+    const std::string index = device == "cuda" ? "0" : device.substr(device.find(':') + 1);
+    bool ok = false;
+    const int i = QString::fromStdString(index).toInt(&ok);
+    if (!ok || i < 0 || i >= static_cast<int>(r.gpus.size())) {
+        return QObject::tr("device %1: this machine has %n CUDA device(s)", nullptr, static_cast<int>(r.gpus.size())).arg(name);
+    }
+    return {};
+}
+
 namespace {
 
 void paintSwatch(QPushButton* button, const QColor& color) {
@@ -122,8 +140,23 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
     setCellWidget(row, ColName, name);
 
     auto* device = deviceCombo(this);
-    const int found = device->findData(QString::fromStdString(spec.device == "cuda" ? "cuda:0" : spec.device));
-    device->setCurrentIndex(found >= 0 ? found : 0);
+    int found = device->findData(QString::fromStdString(spec.device == "cuda" ? "cuda:0" : spec.device));
+    if (found < 0) {
+        found = device->findData(QString::fromStdString(spec.device));
+    }
+    if (found < 0) {
+        // A device this machine lacks stays what was asked for (greyed, with the reason):
+        // never silently a CPU lane. Start then refuses it as the CLI does.
+        const QString why = deviceProblem(spec.device);
+        auto* model = qobject_cast<QStandardItemModel*>(device->model());
+        auto* item = new QStandardItem(QString::fromStdString(spec.device) + QStringLiteral(" (") + why + QLatin1Char(')'));
+        item->setData(QString::fromStdString(spec.device), Qt::UserRole);
+        item->setToolTip(why);
+        item->setFlags(item->flags() & ~(Qt::ItemIsEnabled | Qt::ItemIsSelectable));
+        model->appendRow(item);
+        found = device->count() - 1;
+    }
+    device->setCurrentIndex(found);
     setCellWidget(row, ColDevice, device);
 
     auto* threads = new QSpinBox(this);
@@ -191,6 +224,7 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         LaneSpec s;
         s.name = qobject_cast<QLineEdit*>(cellWidget(r, ColName))->text().trimmed().toStdString();
         s.device = qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString().toStdString();
+
         if (int t = qobject_cast<QSpinBox*>(cellWidget(r, ColThreads))->value(); t > 0) {
             s.threads = t;
         }

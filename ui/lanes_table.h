@@ -14,6 +14,10 @@ QString laneSpecText(const LaneSpec& spec);
 /// The keys without a column of their own ("lstm=cells,wd=0.0005"), as the CLI writes them.
 QString extraOptionsText(const LaneSpec& spec);
 
+/// Why `device` cannot race on this machine, in the CLI's words ("device cuda: CUDA is not
+/// available: no NVIDIA driver found ..."), or "" when it can.
+QString deviceProblem(const std::string& device);
+
 class LanesTable : public QTableWidget {
     Q_OBJECT
 public:

@@ -3,32 +3,26 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
-#include <QComboBox>
 #include <QDateTime>
 #include <QStandardPaths>
-#include <QFileDialog>
-#include <QInputDialog>
 #include <QMenu>
 #include <QMessageBox>
-#include <QSettings>
+#include <QScreen>
 #include <QSplitter>
 #include <QStatusBar>
-#include <QStyleFactory>
 #include <QToolBar>
-#include <QToolButton>
 
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
-#include "devicerace/exports.h"
-#include "devicerace/workload.h"
 #include "device_panel.h"
-#include "exporter.h"
+#include "eval_interval.h"
 #include "lanes_table.h"
 #include "race_controller.h"
 #include "race_strip.h"
 #include "setup_panel.h"
+#include "theme.h"
 
 namespace devicerace::ui {
 
@@ -37,8 +31,12 @@ namespace {
 // data loading must not keep the window open forever.
 constexpr int kCloseTimeoutMs = 8000;
 constexpr int kCloseTickMs = 50;
-// Presentation mode: fonts about twice as large, readable from the back of a room.
-constexpr double kPresentationFontScale = 2.0;
+// Presentation mode: fonts scale with the screen height, about 1.33x at 720 px and 2x at
+// 1080 px: readable from the back of a room, with room left for the tick labels.
+constexpr double kPresentationPixelsPerScale = 540.0;
+// The window's preferred first size (px), shrunk to the screen's available area.
+constexpr int kPreferredWidth = 1500;
+constexpr int kPreferredHeight = 950;
 } // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -85,6 +83,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         qDeleteAll(actions);
     });
     m_slowTimer.start();
+    connect(m_setup->lanesTable(), &LanesTable::lanesChanged, this, [this] {
+        if (!m_race->hasRace()) {
+            updateTitle();
+        }
+    });
     m_closeTimer.setInterval(kCloseTickMs);
     connect(&m_closeTimer, &QTimer::timeout, this, [this] {
         m_race->poll();
@@ -93,7 +96,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
             close();
         }
     });
-    resize(1500, 950);
+    resize(kPreferredWidth, kPreferredHeight);
+    fitToScreen();
     updateActions();
     updateTitle();
     statusBar()->showMessage(tr("Ready: press Start (the default race is CPU·1 thread vs the best other device)"));
@@ -101,137 +105,73 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
 MainWindow::~MainWindow() = default;
 
-void MainWindow::buildToolbar() {
-    auto* bar = addToolBar(tr("Race"));
-    bar->setObjectName(QStringLiteral("raceToolbar"));
-    bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
-    m_start = bar->addAction(tr("▶ Start"), this, [this] { startRace(); });
-    m_start->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
-    m_pause = bar->addAction(tr("⏸ Pause"));
-    m_pause->setCheckable(true);
-    connect(m_pause, &QAction::toggled, this, &MainWindow::setPaused);
-    m_stop = bar->addAction(tr("■ Stop"), this, &MainWindow::stopRace);
-    bar->addSeparator();
-    m_present = bar->addAction(tr("⛶ Present"));
-    m_present->setCheckable(true);
-    m_present->setShortcut(QKeySequence(Qt::Key_F11));
-    connect(m_present, &QAction::toggled, this, &MainWindow::setPresentation);
-    addAction(m_present);
-    auto* esc = new QAction(this);
-    esc->setShortcut(QKeySequence(Qt::Key_Escape));
-    connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
-    addAction(esc);
+void MainWindow::setInitialSize(QSize size) {
+    resize(size);
+    fitToScreen();
+}
 
-    m_recordAction = bar->addAction(tr("⏺ Record"));
-    m_recordAction->setCheckable(true);
-    m_recordAction->setChecked(true);
-    m_recordAction->setToolTip(tr("Record every race into the runs folder (replay it later, here or elsewhere)"));
-    connect(m_recordAction, &QAction::toggled, this, [this](bool on) { m_record = on; });
-    bar->addAction(tr("Open recording…"), this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(
-            this, tr("Open a recording"),
-            QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs"));
-        if (!dir.isEmpty()) {
-            openRecording(dir);
-        }
-    });
-    auto* speed = new QComboBox(this);
-    speed->setObjectName(QStringLiteral("replaySpeed"));
-    speed->setToolTip(tr("Playback speed of recordings"));
-    speed->addItem(tr("1×"), 1.0);
-    speed->addItem(tr("2×"), 2.0);
-    speed->addItem(tr("10×"), 10.0);
-    speed->addItem(tr("instantly"), 0.0);
-    connect(speed, &QComboBox::currentIndexChanged, this, [this, speed] { setReplaySpeed(speed->currentData().toDouble()); });
-    bar->addWidget(speed);
-    bar->addAction(tr("Clear recordings"), this, [this] { m_race->clearRecordings(); });
-    bar->addSeparator();
-
-    m_darkAction = bar->addAction(tr("◐ Dark"));
-    m_darkAction->setCheckable(true);
-    m_darkAction->setToolTip(tr("Dark theme (presentation mode is always dark)"));
-    connect(m_darkAction, &QAction::toggled, this, &MainWindow::setDarkTheme);
-
-    auto* menu = new QMenu(this);
-    auto ask = [this](const QString& filter, const QString& suffix) {
-        return QFileDialog::getSaveFileName(this, tr("Export"), QStringLiteral("devicerace.") + suffix, filter);
-    };
-    auto report = [this](const QString& error, const QString& path) {
-        if (error.isEmpty()) {
-            statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
-        } else {
-            showError(error);
-        }
-    };
-    menu->addAction(tr("Dashboard as PNG…"), this, [this, ask, report] {
-        const QString path = ask(tr("PNG image (*.png)"), QStringLiteral("png"));
-        if (path.isEmpty()) {
-            return;
-        }
-        bool ok = false;
-        const int width = QInputDialog::getInt(this, tr("PNG size"), tr("Width in pixels (height keeps the shape):"),
-                                               m_dashboard->width(), 200, 16384, 100, &ok);
-        if (ok) {
-            const int height = width * m_dashboard->height() / std::max(1, m_dashboard->width());
-            report(exportDashboardPng(path, QSize(width, height)), path);
-        }
-    });
-    menu->addAction(tr("Dashboard as SVG…"), this, [this, ask, report] {
-        const QString path = ask(tr("SVG image (*.svg)"), QStringLiteral("svg"));
-        if (!path.isEmpty()) {
-            report(exportDashboardSvg(path), path);
-        }
-    });
-    menu->addAction(tr("Throughput chart as PNG…"), this, [this, ask, report] {
-        const QString path = ask(tr("PNG image (*.png)"), QStringLiteral("png"));
-        if (!path.isEmpty()) {
-            QString error;
-            try {
-                savePng(m_dashboard->charts().first(), path);
-            } catch (const std::exception& e) {
-                error = QString::fromStdString(e.what());
-            }
-            report(error, path);
-        }
-    });
-    menu->addSeparator();
-    menu->addAction(tr("Data as CSV…"), this, [this, ask, report] {
-        const QString path = ask(tr("CSV (*.csv)"), QStringLiteral("csv"));
-        if (!path.isEmpty()) {
-            report(exportCsv(path), path);
-        }
-    });
-    menu->addAction(tr("Summary as JSON…"), this, [this, ask, report] {
-        const QString path = ask(tr("JSON (*.json)"), QStringLiteral("json"));
-        if (!path.isEmpty()) {
-            report(exportJson(path), path);
-        }
-    });
-    auto* exportButton = new QToolButton(this);
-    exportButton->setText(tr("⤓ Export"));
-    exportButton->setMenu(menu);
-    exportButton->setPopupMode(QToolButton::InstantPopup);
-    bar->addWidget(exportButton);
+void MainWindow::fitToScreen() {
+    const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
+    if (!s) {
+        return;
+    }
+    const QRect avail = s->availableGeometry();
+    // The frame (title bar, borders) is not known before the first show: leave it some room.
+    const QMargins frame = isVisible() ? QMargins(frameGeometry().left() - geometry().left(),
+                                                  geometry().top() - frameGeometry().top(),
+                                                  frameGeometry().right() - geometry().right(),
+                                                  frameGeometry().bottom() - geometry().bottom())
+                                       : QMargins(0, 0, 0, 0);
+    const QSize room = avail.size().shrunkBy(frame);
+    const QSize size = this->size().boundedTo(room);
+    resize(size);
+    QPoint pos = geometry().topLeft();
+    pos.setX(std::clamp(pos.x(), avail.left() + frame.left(), avail.right() - frame.right() - size.width() + 1));
+    pos.setY(std::clamp(pos.y(), avail.top() + frame.top(), avail.bottom() - frame.bottom() - size.height() + 1));
+    move(pos - QPoint(frame.left(), frame.top()));
 }
 
 void MainWindow::updateActions() {
     const bool running = m_race->running();
     m_start->setEnabled(!running && !m_closing);
     m_pause->setEnabled(running);
-    m_stop->setEnabled(running);
+    m_stop->setEnabled(running || m_race->replaying());
     m_setup->setEditable(!running);
+    m_replay->setEnabled(!running && m_race->recordingCount() > 0);
+    m_removeRecorded->setEnabled(!running && m_race->recordingCount() > 0);
+}
+
+void MainWindow::replayRecordings() {
+    m_race->replayRecordings();
+    updateActions();
 }
 
 void MainWindow::updateTitle() {
     QString title = QStringLiteral("DeviceRace");
-    if (m_race->hasRace()) {
-        const auto spec = m_setup->raceSpec();
-        title += QStringLiteral(" — ") + QString::fromStdString(spec.workload) + QStringLiteral(" · ") +
-                 m_race->datasetLabel() + (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
+    if (m_race->hasRace() || m_race->recordingCount() > 0) {
+        title += QStringLiteral(" — ") + m_race->workload() + QStringLiteral(" · ") + m_race->datasetLabel() +
+                 (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
     }
     setWindowTitle(title);
-    m_dashboard->setHeadline(title.section(QStringLiteral(" — "), 1).isEmpty() ? title
-                                                                              : title.section(QStringLiteral(" — "), 1));
+    if (m_race->hasRace() || m_race->recordingCount() > 0) {
+        m_dashboard->setHeadline(title.section(QStringLiteral(" — "), 1).isEmpty()
+                                     ? title
+                                     : title.section(QStringLiteral(" — "), 1));
+        return;
+    }
+    // Before the first race: what is about to race, and how to start it.
+    QStringList names;
+    try {
+        for (const auto& lane : m_setup->raceSpec().lanes) {
+            names << (!lane.name.empty()     ? QString::fromStdString(lane.name)
+                      : lane.device == "cpu" ? QStringLiteral("cpu·%1").arg(lane.threads.value_or(deviceReport().cpu.physicalCores))
+                                             : QString::fromStdString(lane.device));
+        }
+    } catch (const std::exception&) {
+        // a half-edited lane: the names come back with the next change
+    }
+    m_dashboard->setHeadline(names.join(tr(" vs ")) +
+                             (m_presentation ? tr(" — press Space to start") : tr(" — press Start")));
 }
 
 bool MainWindow::startRace() {
@@ -244,6 +184,14 @@ bool MainWindow::startRace() {
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));
         return false;
+    }
+    if (m_setup->autoEvaluations()) {
+        try {
+            spec.evalEverySteps = autoEvalInterval(spec);
+        } catch (const std::exception& e) {
+            showError(QString::fromStdString(e.what()));
+            return false;
+        }
     }
     m_pause->setChecked(false);
     QString recordDir;
@@ -264,12 +212,18 @@ bool MainWindow::startRace() {
             cpuThreads += l.threads.value_or(cpu.physicalCores);
         }
     }
+    const bool sharing = !spec.fair && cpuThreads > cpu.logicalCpus;
     m_dashboard->devicePanel()->setSharingNote(
-        !spec.fair && cpuThreads > cpu.logicalCpus
-            ? tr("⚠ live mode: the CPU lanes share %1 CPUs with %2 threads; fair mode runs them one at a time")
-                  .arg(cpu.logicalCpus)
-                  .arg(cpuThreads)
-            : QString());
+        sharing ? tr("⚠ live mode: the CPU lanes share %1 CPUs with %2 threads; fair mode runs them one at a time")
+                      .arg(cpu.logicalCpus)
+                      .arg(cpuThreads)
+                : QString());
+    // Where the audience looks too (presentation mode hides the device panel).
+    m_dashboard->strip()->setBadge(
+        sharing ? tr("⚠ live lanes share %1 CPU cores (%2 threads): CPU speedups read low; fair mode runs them one at a time")
+                      .arg(cpu.logicalCpus)
+                      .arg(cpuThreads)
+                : QString());
     saveSettings();
     statusBar()->showMessage(m_race->recordDir().isEmpty() ? tr("Racing…")
                                                            : tr("Racing… recording to %1").arg(m_race->recordDir()));
@@ -282,7 +236,9 @@ bool MainWindow::openRecording(const QString& dir) {
         showError(error);
         return false;
     }
-    statusBar()->showMessage(tr("Replaying %1").arg(dir), 5000);
+    statusBar()->showMessage(tr("Opened %1: it replays beside the live lanes on Start, or alone with Replay").arg(dir),
+                             8000);
+    updateActions();
     return true;
 }
 
@@ -315,19 +271,18 @@ void MainWindow::onFinished() {
 
 void MainWindow::applyTheme(bool dark) {
     if (dark) {
-        QPalette p;
-        p.setColor(QPalette::Window, QColor(30, 30, 34));
-        p.setColor(QPalette::WindowText, QColor(235, 235, 235));
-        p.setColor(QPalette::Base, QColor(24, 24, 28));
-        p.setColor(QPalette::Text, QColor(235, 235, 235));
-        p.setColor(QPalette::Button, QColor(45, 45, 50));
-        p.setColor(QPalette::ButtonText, QColor(235, 235, 235));
-        p.setColor(QPalette::Mid, QColor(70, 70, 76));
-        setPalette(p);
+        setPalette(darkPalette());
     } else {
         setPalette(QApplication::palette());
     }
     m_dashboard->setDark(dark);
+}
+
+void MainWindow::setPresentationDark(bool dark) {
+    m_presentationDark = dark;
+    if (m_presentation) {
+        applyTheme(dark);
+    }
 }
 
 void MainWindow::setDarkTheme(bool dark) {
@@ -369,58 +324,33 @@ void MainWindow::setPresentation(bool on) {
         const QSignalBlocker block(m_present);
         m_present->setChecked(on);
     }
-    m_setup->setVisible(!on);
-    statusBar()->setVisible(!on);
-    m_dashboard->setPresentation(on, on ? kPresentationFontScale : 1.0);
-    applyTheme(on || m_dark);
     if (on) {
+        // Everything presentation mode changes is put back exactly when it ends.
+        m_splitterBefore = m_splitter->saveState();
+        m_geometryBefore = geometry();
         m_wasMaximized = isMaximized();
+    }
+    m_setup->setVisible(!on);
+    m_toolbar->setVisible(!on);
+    m_space->setEnabled(on);
+    m_themeKey->setEnabled(on);
+    statusBar()->setVisible(!on);
+    const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
+    const double scale = s ? std::clamp(s->geometry().height() / kPresentationPixelsPerScale, 1.2, 3.0) : 1.5;
+    m_dashboard->setPresentation(on, on ? scale : 1.0);
+    applyTheme(on ? m_presentationDark : m_dark);
+    updateTitle();
+    if (on) {
         showFullScreen();
-    } else if (m_wasMaximized) {
-        showMaximized();
     } else {
-        showNormal();
+        if (m_wasMaximized) {
+            showMaximized();
+        } else {
+            showNormal();
+            setGeometry(m_geometryBefore);
+        }
+        m_splitter->restoreState(m_splitterBefore);
     }
-}
-
-QString MainWindow::exportDashboardPng(const QString& path, QSize size) {
-    try {
-        savePng(m_dashboard, path, size);
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
-
-QString MainWindow::exportDashboardSvg(const QString& path) {
-    try {
-        saveSvg(m_dashboard, path);
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
-
-QString MainWindow::exportCsv(const QString& path) {
-    try {
-        saveBytes(path, QByteArray::fromStdString(samplesToCsv(m_race->samples())));
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
-
-QString MainWindow::exportJson(const QString& path) {
-    auto summary = m_race->summary();
-    if (!summary) {
-        return tr("%1: nothing to export yet: run a race first").arg(path);
-    }
-    try {
-        saveBytes(path, QByteArray::fromStdString(summaryToJson(*summary)));
-    } catch (const std::exception& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
 }
 
 void MainWindow::showError(const QString& message) {
@@ -429,72 +359,6 @@ void MainWindow::showError(const QString& message) {
     if (QApplication::platformName() != QStringLiteral("offscreen") && isVisible()) {
         QMessageBox::warning(this, tr("DeviceRace"), message);
     }
-}
-
-bool MainWindow::restoreSettings() {
-    QSettings s;
-    restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
-    setDarkTheme(s.value(QStringLiteral("window/dark"), false).toBool());
-    if (!s.contains(QStringLiteral("race/workload"))) {
-        return false;
-    }
-    RaceSpec spec;
-    try {
-        spec.workload = s.value(QStringLiteral("race/workload")).toString().toStdString();
-        findWorkload(spec.workload);
-        const QString data = s.value(QStringLiteral("race/data")).toString();
-        if (data == QStringLiteral("synthetic") || data == QStringLiteral("real")) {
-            spec.data = data == QStringLiteral("real") ? DataMode::Real : DataMode::Synthetic;
-        }
-        if (s.contains(QStringLiteral("race/steps"))) {
-            spec.steps = s.value(QStringLiteral("race/steps")).toLongLong();
-        } else {
-            spec.epochs = s.value(QStringLiteral("race/epochs"), 1).toInt();
-        }
-        spec.targetAccuracy = s.value(QStringLiteral("race/target"), 0.85).toDouble();
-        spec.seed = s.value(QStringLiteral("race/seed"), 0).toULongLong();
-        spec.fair = s.value(QStringLiteral("race/fair"), false).toBool();
-        for (const auto& text : s.value(QStringLiteral("race/lanes")).toStringList()) {
-            auto lane = parseLaneSpec(text.toStdString());
-            if (lane.device != "cpu" && !deviceReport().cudaAvailable) {
-                continue; // a GPU lane from another machine
-            }
-            spec.lanes.push_back(lane);
-        }
-    } catch (const std::exception&) {
-        return false; // settings from another version: keep the defaults
-    }
-    m_setup->setRaceSpec(spec);
-    return true;
-}
-
-void MainWindow::saveSettings() const {
-    QSettings s;
-    s.setValue(QStringLiteral("window/geometry"), saveGeometry());
-    s.setValue(QStringLiteral("window/dark"), m_dark);
-    RaceSpec spec;
-    try {
-        spec = m_setup->raceSpec();
-    } catch (const std::exception&) {
-        return;
-    }
-    s.setValue(QStringLiteral("race/workload"), QString::fromStdString(spec.workload));
-    s.setValue(QStringLiteral("race/data"), spec.data ? QString::fromStdString(toString(*spec.data)) : QString());
-    s.remove(QStringLiteral("race/steps"));
-    s.remove(QStringLiteral("race/epochs"));
-    if (spec.steps) {
-        s.setValue(QStringLiteral("race/steps"), static_cast<qlonglong>(*spec.steps));
-    } else {
-        s.setValue(QStringLiteral("race/epochs"), spec.epochs.value_or(1));
-    }
-    s.setValue(QStringLiteral("race/target"), spec.targetAccuracy.value_or(0.85));
-    s.setValue(QStringLiteral("race/seed"), static_cast<qulonglong>(spec.seed));
-    s.setValue(QStringLiteral("race/fair"), spec.fair);
-    QStringList lanes;
-    for (const auto& l : spec.lanes) {
-        lanes << laneSpecText(l);
-    }
-    s.setValue(QStringLiteral("race/lanes"), lanes);
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

@@ -8,6 +8,7 @@
 #include "devicerace/lane_spec.h"
 
 class QAction;
+class QToolBar;
 class QSplitter;
 
 namespace devicerace::ui {
@@ -33,6 +34,9 @@ public:
     void setPresentation(bool on);
     void setDarkTheme(bool dark);
     bool darkTheme() const { return m_dark; }
+    /// Presentation mode's own theme (dark by default; light for bright rooms).
+    void setPresentationDark(bool dark);
+    bool presentationDark() const { return m_presentationDark; }
     /// The per-lane actions offered on a right-click in the race strip.
     QList<QAction*> laneActions(int lane);
     bool presentation() const { return m_presentation; }
@@ -42,12 +46,16 @@ public:
     QString exportCsv(const QString& path);
     QString exportJson(const QString& path);
     QString lastError() const { return m_lastError; }
-    /// Opens a recording beside the live lanes (played at the chosen speed).
+    /// Opens a recording beside the live lanes, drawn complete; it replays on Start.
     bool openRecording(const QString& dir);
+    /// Plays the open recordings again from their start (alone).
+    void replayRecordings();
     void setReplaySpeed(double speed);
     /// Races are recorded into AppDataLocation/runs/ unless switched off; "" = default place.
     void setRecording(bool on, const QString& dir = {});
     bool recording() const { return m_record; }
+    /// Resizes the window, kept inside the screen's available area.
+    void setInitialSize(QSize size);
     /// Restores the last race and layout from QSettings (false when there is none).
     bool restoreSettings();
     void saveSettings() const;
@@ -65,6 +73,8 @@ private:
     void showError(const QString& message);
     void onFinished();
     void applyTheme(bool dark);
+    /// Keeps the window inside the screen's available area (restored geometry included).
+    void fitToScreen();
 
     RaceController* m_race = nullptr;
     SetupPanel* m_setup = nullptr;
@@ -74,18 +84,26 @@ private:
     QAction* m_pause = nullptr;
     QAction* m_stop = nullptr;
     QAction* m_present = nullptr;
+    QAction* m_replay = nullptr;
+    QAction* m_removeRecorded = nullptr;
     QTimer m_slowTimer; // ~2 Hz: summary table and device figures
     QTimer m_closeTimer;
     int m_closeTicks = 0;
     bool m_closing = false;
     bool m_presentation = false;
     bool m_dark = false;
+    bool m_presentationDark = true;
+    QAction* m_space = nullptr;
+    QAction* m_themeKey = nullptr;
     bool m_record = true;
     QString m_recordDir;
     QAction* m_recordAction = nullptr;
     QAction* m_darkAction = nullptr;
     std::vector<double> m_lastLaneCpu;
     bool m_wasMaximized = false;
+    QToolBar* m_toolbar = nullptr;
+    QByteArray m_splitterBefore; // the layout to restore when presentation ends
+    QRect m_geometryBefore;
     QString m_lastError;
 };
 

@@ -1,10 +1,16 @@
 #pragma once
-// Lane colours: the Okabe-Ito colour-blind-safe palette, one colour per lane everywhere.
+// Lane colours: a colour-blind-safe palette, and lane text that stays readable (WCAG 4.5:1)
+// on light and dark backgrounds. Thread-safe (pure functions).
 #include <QColor>
 
 namespace devicerace::ui {
 
-/// The default colour of the lane at `index` (wraps after 8).
+/// The colour of lane `index` (Okabe & Ito palette, repeating).
 QColor laneColor(int index);
+/// WCAG 2 contrast ratio of two colours, 1 to 21.
+double contrastRatio(const QColor& a, const QColor& b);
+/// `color`, lightened or darkened just enough to reach `minRatio` against `background`
+/// (the hue stays recognisable): lane names in the strip, the table and exports.
+QColor readableOn(const QColor& color, const QColor& background, double minRatio = 4.5);
 
 } // namespace devicerace::ui

@@ -4,6 +4,7 @@
 #include "palette.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace devicerace::ui {
 
@@ -63,6 +64,7 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
     }
     m_liveLanes = m_lanes.size();
     rebuildReplays();
+    m_replayTime = -1; // recordings race from the start beside the live lanes
     m_race->start();
     m_timer.start();
     Q_EMIT started();
@@ -89,11 +91,28 @@ bool RaceController::addRecording(const QString& dir, QString* error) {
     m_lanes.resize(m_liveLanes);
     m_histories.resize(m_liveLanes);
     rebuildReplays();
+    // Shown complete until a start() or replayRecordings() plays it from the beginning.
+    m_replayTime = std::numeric_limits<double>::infinity();
     m_announcedFinish = false;
     m_timer.start();
     Q_EMIT started();
     return true;
 }
+
+void RaceController::replayRecordings() {
+    if (m_recordings.empty()) {
+        return;
+    }
+    m_lanes.resize(m_liveLanes);
+    m_histories.resize(m_liveLanes);
+    rebuildReplays();
+    m_replayTime = -1;
+    m_announcedFinish = false;
+    m_timer.start();
+    Q_EMIT started();
+}
+
+bool RaceController::replaying() const { return !m_replays.empty() && !replayDone(); }
 
 void RaceController::clearRecordings() {
     m_recordings.clear();
@@ -104,6 +123,17 @@ void RaceController::clearRecordings() {
 }
 
 void RaceController::setReplaySpeed(double speed) { m_replaySpeed = speed; }
+
+QColor RaceController::unusedColor() const {
+    // The first palette colour no lane has yet: a recorded lane never looks like a live one.
+    for (int i = 0; i < 64; ++i) {
+        const QColor c = laneColor(i);
+        if (std::none_of(m_lanes.begin(), m_lanes.end(), [&](const LaneInfo& l) { return l.color == c; })) {
+            return c;
+        }
+    }
+    return laneColor(static_cast<int>(m_lanes.size()));
+}
 
 void RaceController::rebuildReplays() {
     m_replays.clear();
@@ -117,9 +147,10 @@ void RaceController::rebuildReplays() {
             if (lane.device.starts_with("cuda") && !rec->gpuNames.empty()) {
                 device += QStringLiteral(" ") + QString::fromStdString(rec->gpuNames);
             }
-            info.name = QString::fromStdString(lane.name) + QStringLiteral(" · rec ") + date;
-            info.device = device + QStringLiteral(" (recorded)");
-            info.color = laneColor(static_cast<int>(m_lanes.size()));
+            // Short names (they head legends and the strip); the date goes with the device.
+            info.name = QString::fromStdString(lane.name) + tr(" (rec)");
+            info.device = device + tr(" (recorded %1)").arg(date);
+            info.color = unusedColor();
             info.totalSteps = lane.totalSteps;
             info.batch = lane.batch;
             info.costPerHour = lane.costPerHour;
@@ -130,10 +161,16 @@ void RaceController::rebuildReplays() {
         }
     }
     m_replayClock.start();
+    m_replayStopped = false;
 }
 
 bool RaceController::feedReplays() {
-    const double t = m_replaySpeed <= 0 ? 1e300 : static_cast<double>(m_replayClock.elapsed()) / 1000.0 * m_replaySpeed;
+    if (m_replayStopped) {
+        return false;
+    }
+    const double t = m_replayTime >= 0   ? m_replayTime
+                     : m_replaySpeed <= 0 ? 1e300
+                                          : static_cast<double>(m_replayClock.elapsed()) / 1000.0 * m_replaySpeed;
     bool changed = false;
     for (auto& r : m_replays) {
         const auto& samples = r.recording->samples.at(r.lane);
@@ -146,7 +183,29 @@ bool RaceController::feedReplays() {
     return changed;
 }
 
+QStringList RaceController::recordingDirs() const {
+    QStringList out;
+    for (const auto& rec : m_recordings) {
+        out << QString::fromStdString(rec->dir.string());
+    }
+    return out;
+}
+
+double RaceController::replayLength() const {
+    double end = 0;
+    for (const auto& r : m_replays) {
+        const auto& samples = r.recording->samples.at(r.lane);
+        if (!samples.empty()) {
+            end = std::max(end, samples.back().time);
+        }
+    }
+    return end;
+}
+
 bool RaceController::replayDone() const {
+    if (m_replayStopped) {
+        return true;
+    }
     for (const auto& r : m_replays) {
         if (r.next < r.recording->samples.at(r.lane).size()) {
             return false;
@@ -158,6 +217,10 @@ bool RaceController::replayDone() const {
 void RaceController::stop() {
     if (m_race) {
         m_race->requestStop();
+    }
+    if (replaying()) {
+        m_replayStopped = true; // recorded lanes stop where they are, like the live ones
+        m_timer.start();        // the next poll announces the finish
     }
 }
 
@@ -252,16 +315,39 @@ std::optional<RaceSummary> RaceController::summary() const {
 
 QString RaceController::datasetLabel() const {
     if (!m_race) {
-        return {};
+        // Only recordings: what the first one raced on.
+        if (m_recordings.empty()) {
+            return {};
+        }
+        const auto& rec = *m_recordings.front();
+        return QString::fromStdString(rec.dataset) + (rec.synthetic ? tr(" (synthetic, recorded)") : tr(" (recorded)"));
     }
     const auto& ds = m_race->dataset();
     return QString::fromStdString(ds.name) + (ds.synthetic ? QStringLiteral(" (synthetic)") : QStringLiteral(" (real)"));
 }
 
-bool RaceController::fair() const { return m_race && m_race->spec().fair; }
+bool RaceController::fair() const {
+    return m_race ? m_race->spec().fair : !m_recordings.empty() && m_recordings.front()->fair;
+}
+
+QString RaceController::workload() const {
+    if (m_race) {
+        return QString::fromStdString(m_race->spec().workload);
+    }
+    return m_recordings.empty() ? QString() : QString::fromStdString(m_recordings.front()->workload);
+}
 std::int64_t RaceController::warmupSteps() const { return m_race ? m_race->spec().warmupSteps : 0; }
 std::optional<double> RaceController::targetAccuracy() const {
-    return m_race ? m_race->spec().targetAccuracy : std::nullopt;
+    if (m_race) {
+        return m_race->spec().targetAccuracy;
+    }
+    // Only recordings: their own target (the first that has one).
+    for (const auto& rec : m_recordings) {
+        if (rec->targetAccuracy) {
+            return rec->targetAccuracy;
+        }
+    }
+    return std::nullopt;
 }
 
 } // namespace devicerace::ui

@@ -4,6 +4,7 @@
 // GUI thread only.
 #include <QColor>
 #include <QObject>
+#include <QStringList>
 #include <QElapsedTimer>
 #include <QTimer>
 
@@ -38,13 +39,26 @@ public:
     /// With `recordDir`, the race is recorded there as it runs (a failure to record is reported
     /// through failed() and the race goes on).
     bool start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir = {});
-    /// Adds the lanes of a recording, played back beside the live lanes; false + `error` when
-    /// the folder is not a readable recording.
+    /// Adds the lanes of a recording, shown complete at once (to look at); they replay from the
+    /// start beside the live lanes on the next start(), or alone on replayRecordings(). False
+    /// + `error` when the folder is not a readable recording.
     bool addRecording(const QString& dir, QString* error = nullptr);
+    /// Plays the recorded lanes again from their start, at the replay speed.
+    void replayRecordings();
+    /// Removes the recorded lanes (the live ones stay).
     void clearRecordings();
+    /// Recorded lanes still playing back.
+    bool replaying() const;
     /// Playback speed of recordings: 1, 2, 10, ... or 0 for instantly.
     void setReplaySpeed(double speed);
     int recordingCount() const { return static_cast<int>(m_recordings.size()); }
+    /// The folders of the recordings shown (for video export).
+    QStringList recordingDirs() const;
+    /// Plays recordings to lane time `seconds` on the next poll(), instead of by the wall clock
+    /// (video export renders frame by frame); negative: back to the clock.
+    void setReplayTime(double seconds) { m_replayTime = seconds; }
+    /// The longest recorded lane's last sample time (seconds).
+    double replayLength() const;
     QString recordDir() const { return m_recordDir; }
     void stop();
     void setPaused(bool paused);
@@ -67,6 +81,8 @@ public:
     const std::vector<MetricSample>& samples() const { return m_samples; }
     std::optional<RaceSummary> summary() const;
     QString datasetLabel() const;
+    /// The race's workload (or the first recording's when only recordings are shown).
+    QString workload() const;
     bool fair() const;
     std::int64_t warmupSteps() const;
     std::optional<double> targetAccuracy() const;
@@ -88,6 +104,7 @@ private:
         std::size_t index = 0; // into m_lanes / m_histories
     };
     void rebuildReplays();
+    QColor unusedColor() const;
     bool feedReplays();
     std::unique_ptr<Race> m_race;
     std::unique_ptr<RecordingWriter> m_recorder;
@@ -95,6 +112,8 @@ private:
     std::vector<std::shared_ptr<const Recording>> m_recordings;
     std::vector<Replay> m_replays;
     double m_replaySpeed = 1.0;
+    double m_replayTime = -1; // >= 0: the replay position, set by the caller
+    bool m_replayStopped = false; // Stop froze the playback where it was
     QElapsedTimer m_replayClock;
     std::size_t m_liveLanes = 0;
     std::vector<LaneInfo> m_lanes;

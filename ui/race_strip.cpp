@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "palette.h"
+
 namespace devicerace::ui {
 
 namespace {
@@ -24,6 +26,41 @@ QString formatDuration(double seconds) {
             .arg(s % 60, 2, 10, QLatin1Char('0'));
     }
     return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
+}
+
+QString headlineText(const std::vector<StripRow>& rows, int baseline) {
+    if (baseline < 0 || baseline >= static_cast<int>(rows.size())) {
+        return {};
+    }
+    const auto& base = rows[static_cast<std::size_t>(baseline)];
+    const StripRow* best = nullptr;
+    for (const auto& r : rows) {
+        if (r.ratio && (!best || *r.ratio > *best->ratio)) {
+            best = &r;
+        }
+    }
+    auto times = [](double ratio) -> QString { return QString::number(ratio, 'f', ratio >= 10 ? 0 : 1) + QStringLiteral("×"); };
+    if (!best) {
+        QStringList names;
+        for (const auto& r : rows) {
+            names << r.name;
+        }
+        return names.join(QObject::tr(" vs "));
+    }
+    if (*best->ratio >= 1.05) {
+        return QObject::tr("%1 %2 faster than %3").arg(best->name, times(*best->ratio), base.name);
+    }
+    // Every lane is slower than the baseline: say how much faster the baseline is.
+    const StripRow* slowest = best;
+    for (const auto& r : rows) {
+        if (r.ratio && *r.ratio < *slowest->ratio) {
+            slowest = &r;
+        }
+    }
+    if (*slowest->ratio > 0 && 1.0 / *slowest->ratio >= 1.05) {
+        return QObject::tr("%1 %2 faster than %3").arg(base.name, times(1.0 / *slowest->ratio), slowest->name);
+    }
+    return QObject::tr("%1 and %2: neck and neck").arg(base.name, best->name);
 }
 
 std::optional<double> projectedTimeToTarget(const LaneHistory& h, double target) {
@@ -110,6 +147,7 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
             row.speedup = QObject::tr("baseline");
         } else if (auto own = rate(h); baseRate && *baseRate > 0 && own) {
             const double ratio = *own / *baseRate;
+            row.ratio = ratio;
             row.speedup = QStringLiteral("%1× %2")
                               .arg(ratio, 0, 'f', ratio >= 10 ? 0 : 1)
                               .arg(lanes[static_cast<std::size_t>(baseline)].name);
@@ -140,10 +178,115 @@ void RaceStrip::setFontScale(double scale) {
     update();
 }
 
+namespace {
+// Pixels between the strip's columns, and the narrowest useful progress bar.
+constexpr int kGap = 12;
+constexpr int kMinBar = 40;
+// The bar takes at most this share of the width (the texts matter more).
+constexpr double kMaxBarShare = 0.3;
+// Fonts shrink to this factor before a status text is elided.
+constexpr double kMinFit = 0.6;
+
+struct StripFonts {
+    QFont base, big;
+};
+
+StripFonts stripFonts(const QFont& font, double scale) {
+    StripFonts f{font, font};
+    f.base.setPointSizeF(font.pointSizeF() * scale);
+    f.big = f.base;
+    f.big.setBold(true);
+    f.big.setPointSizeF(f.base.pointSizeF() * 1.35);
+    return f;
+}
+} // namespace
+
 int RaceStrip::rowHeight() const { return static_cast<int>(fontMetrics().height() * 1.9 * m_fontScale); }
 
+double RaceStrip::fitScale() const {
+    for (double fit = 1.0; fit > kMinFit - 1e-9; fit -= 0.05) {
+        const auto f = stripFonts(font(), m_fontScale * fit);
+        const QFontMetrics big(f.big), base(f.base);
+        int name = 0, status = 0, speed = 0;
+        for (const auto& row : m_rows) {
+            name = std::max(name, big.horizontalAdvance(row.name));
+            status = std::max(status, base.horizontalAdvance(row.status));
+            speed = std::max(speed, big.horizontalAdvance(row.speedup));
+        }
+        if (6 + name + kGap + kMinBar + kGap + status + kGap + speed + 6 <= width()) {
+            return fit;
+        }
+    }
+    return kMinFit;
+}
+
+std::vector<StripText> RaceStrip::texts() const {
+    std::vector<StripText> out;
+    const double fit = fitScale();
+    const auto f = stripFonts(font(), m_fontScale * fit);
+    const QFontMetrics big(f.big), base(f.base);
+    const int h = rowHeight();
+    int nameW = 0, speedW = 0;
+    for (const auto& row : m_rows) {
+        nameW = std::max(nameW, big.horizontalAdvance(row.name));
+        speedW = std::max(speedW, big.horizontalAdvance(row.speedup));
+    }
+    const QRect firstBar = bars().empty() ? QRect(6 + nameW + kGap, 0, 0, 0) : bars().front();
+    const int statusX = firstBar.right() + 1 + kGap;
+    const int statusW = std::max(0, width() - statusX - speedW - kGap - 6);
+    const QColor text = palette().color(QPalette::WindowText);
+    for (std::size_t i = 0; i < m_rows.size(); ++i) {
+        const auto& row = m_rows[i];
+        const int y = 4 + static_cast<int>(i) * h;
+        out.push_back({row.name, QRect(6, y, nameW, h), f.big, readableOn(row.color, palette().color(QPalette::Window)),
+                       Qt::AlignVCenter | Qt::AlignLeft});
+        out.push_back({base.elidedText(row.status, Qt::ElideRight, statusW), QRect(statusX, y, statusW, h), f.base,
+                       row.failed ? QColor(220, 70, 70) : text, Qt::AlignVCenter | Qt::AlignLeft});
+        out.push_back({row.speedup, QRect(width() - speedW - 6, y, speedW, h), f.big, text,
+                       Qt::AlignVCenter | Qt::AlignRight});
+    }
+    if (!m_badge.isEmpty()) {
+        const int y = 4 + static_cast<int>(m_rows.size()) * h;
+        out.push_back({base.elidedText(m_badge, Qt::ElideRight, width() - 12), QRect(6, y, width() - 12, h), f.base,
+                       palette().color(QPalette::Window).lightness() < 128 ? QColor(255, 196, 64) : QColor(160, 90, 0),
+                       Qt::AlignVCenter | Qt::AlignLeft});
+    }
+    return out;
+}
+
+std::vector<QRect> RaceStrip::bars() const {
+    const auto f = stripFonts(font(), m_fontScale * fitScale());
+    const QFontMetrics big(f.big), base(f.base);
+    int nameW = 0, statusW = 0, speedW = 0;
+    for (const auto& row : m_rows) {
+        nameW = std::max(nameW, big.horizontalAdvance(row.name));
+        statusW = std::max(statusW, base.horizontalAdvance(row.status));
+        speedW = std::max(speedW, big.horizontalAdvance(row.speedup));
+    }
+    // The bar gets what the texts leave, up to its share of the width.
+    const int free = width() - (6 + nameW + kGap + kGap + statusW + kGap + speedW + 6);
+    const int barW = std::clamp(free, kMinBar, std::max(kMinBar, static_cast<int>(width() * kMaxBarShare)));
+    std::vector<QRect> out;
+    const int h = rowHeight();
+    for (std::size_t i = 0; i < m_rows.size(); ++i) {
+        out.emplace_back(6 + nameW + kGap, 4 + static_cast<int>(i) * h + h / 4, barW, h / 2);
+    }
+    return out;
+}
+
+void RaceStrip::setBadge(const QString& text) {
+    if (text == m_badge) {
+        return;
+    }
+    m_badge = text;
+    setMinimumHeight(sizeHint().height());
+    updateGeometry();
+    update();
+}
+
 QSize RaceStrip::sizeHint() const {
-    return {600, std::max<int>(1, static_cast<int>(m_rows.size())) * rowHeight() + 8};
+    const int rows = std::max<int>(1, static_cast<int>(m_rows.size())) + (m_badge.isEmpty() ? 0 : 1);
+    return {600, rows * rowHeight() + 8};
 }
 
 int RaceStrip::rowAt(int y) const {
@@ -162,43 +305,21 @@ void RaceStrip::contextMenuEvent(QContextMenuEvent* event) {
 void RaceStrip::paintEvent(QPaintEvent*) {
     QPainter p(this);
     p.setRenderHint(QPainter::Antialiasing);
-    QFont base = font();
-    base.setPointSizeF(base.pointSizeF() * m_fontScale);
-    QFont big = base;
-    big.setBold(true);
-    big.setPointSizeF(base.pointSizeF() * 1.35);
-    const int h = rowHeight();
-    int nameW = width() / 12;
-    const QFontMetrics bigMetrics(big);
-    for (const auto& row : m_rows) {
-        nameW = std::max(nameW, bigMetrics.horizontalAdvance(row.name) + 8);
-    }
-    const int barW = width() * 3 / 10;
-    const QColor text = palette().color(QPalette::WindowText);
-    for (std::size_t i = 0; i < m_rows.size(); ++i) {
+    const auto bars = this->bars();
+    for (std::size_t i = 0; i < m_rows.size() && i < bars.size(); ++i) {
         const auto& row = m_rows[i];
-        const int y = 4 + static_cast<int>(i) * h;
-        p.setFont(big);
-        p.setPen(row.color);
-        p.drawText(QRect(6, y, nameW, h), Qt::AlignVCenter | Qt::AlignLeft, row.name);
-        const QRect bar(nameW + 12, y + h / 4, barW, h / 2);
         p.setPen(Qt::NoPen);
         p.setBrush(palette().color(QPalette::Mid));
-        p.drawRoundedRect(bar, 3, 3);
-        QRect fill = bar;
-        fill.setWidth(static_cast<int>(bar.width() * std::clamp(row.progress, 0.0, 1.0)));
+        p.drawRoundedRect(bars[i], 3, 3);
+        QRect fill = bars[i];
+        fill.setWidth(static_cast<int>(bars[i].width() * std::clamp(row.progress, 0.0, 1.0)));
         p.setBrush(row.failed ? QColor(200, 60, 60) : row.color);
         p.drawRoundedRect(fill, 3, 3);
-        p.setFont(base);
-        p.setPen(row.failed ? QColor(220, 70, 70) : text);
-        const int statusX = bar.right() + 12;
-        const int speedW = std::max(width() / 6, QFontMetrics(big).horizontalAdvance(row.speedup) + 12);
-        const int statusW = width() - statusX - speedW - 6;
-        p.drawText(QRect(statusX, y, statusW, h), Qt::AlignVCenter | Qt::AlignLeft,
-                   QFontMetrics(base).elidedText(row.status, Qt::ElideRight, statusW));
-        p.setFont(big);
-        p.setPen(text);
-        p.drawText(QRect(width() - speedW - 6, y, speedW, h), Qt::AlignVCenter | Qt::AlignRight, row.speedup);
+    }
+    for (const auto& t : texts()) {
+        p.setFont(t.font);
+        p.setPen(t.color);
+        p.drawText(t.rect, t.flags, t.text);
     }
 }
 

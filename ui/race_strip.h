@@ -17,6 +17,7 @@ struct StripRow {
     double progress = 0; // 0..1
     QString status;      // "epoch 2 · acc 0.88 · ETA 6:10", "done 0:41", "failed: …"
     QString speedup;     // "37.2× cpu·1", "baseline", ""
+    std::optional<double> ratio; // throughput over the baseline's
     bool failed = false;
 };
 
@@ -25,8 +26,20 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
 /// Lane-clock seconds at which the lane reaches `target`: the first evaluation at or above it,
 /// else a straight line through the last two evaluations (none while accuracy is not rising).
 std::optional<double> projectedTimeToTarget(const LaneHistory& history, double target);
+/// The presentation headline: "cuda:0 41× faster than cpu·1" (the fastest lane against the
+/// baseline), or "cpu·1 vs cpu·2" before there is a measurement.
+QString headlineText(const std::vector<StripRow>& rows, int baseline);
 /// "1:05", "1:02:03"
 QString formatDuration(double seconds);
+
+/// One piece of text the strip draws, where, and in which font (layout is testable).
+struct StripText {
+    QString text;
+    QRect rect;
+    QFont font;
+    QColor color;
+    int flags = 0; // Qt::Alignment
+};
 
 class RaceStrip : public QWidget {
     Q_OBJECT
@@ -35,6 +48,14 @@ public:
     void setRows(std::vector<StripRow> rows);
     void setFontScale(double scale);
     const std::vector<StripRow>& rows() const { return m_rows; }
+    /// A warning shown under the lanes ("⚠ live lanes share 2 CPU cores"); "" hides it.
+    void setBadge(const QString& text);
+    QString badge() const { return m_badge; }
+    /// Every text as it is drawn at the current size: fonts shrink (to 60%) before anything
+    /// is elided, so on a 1280-pixel screen nothing is.
+    std::vector<StripText> texts() const;
+    /// The progress bars, one per row.
+    std::vector<QRect> bars() const;
     QSize sizeHint() const override;
     /// The lane row at `y` (widget coordinates), or -1.
     int rowAt(int y) const;
@@ -49,7 +70,9 @@ protected:
 
 private:
     int rowHeight() const;
+    double fitScale() const; // 1 or less: what makes every row fit the width
     std::vector<StripRow> m_rows;
+    QString m_badge;
     double m_fontScale = 1.0;
 };
 

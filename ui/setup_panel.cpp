@@ -69,6 +69,21 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     m_target->setDecimals(3);
     m_target->setSingleStep(0.01);
     form->addRow(tr("Target accuracy"), m_target);
+    auto* evalRow = new QHBoxLayout();
+    m_evalMode = new QComboBox(this);
+    m_evalMode->setObjectName(QStringLiteral("evalMode"));
+    m_evalMode->addItems({tr("≈10 times per race"), tr("every N steps"), tr("at epoch ends")});
+    m_evalMode->setToolTip(tr("When lanes measure test accuracy (each evaluation pauses the lane's clock)"));
+    m_evalSteps = new QSpinBox(this);
+    m_evalSteps->setObjectName(QStringLiteral("evalSteps"));
+    m_evalSteps->setRange(1, 100000000);
+    m_evalSteps->setValue(100);
+    m_evalSteps->setSuffix(tr(" steps"));
+    m_evalSteps->setVisible(false);
+    evalRow->addWidget(m_evalMode, 1);
+    evalRow->addWidget(m_evalSteps);
+    form->addRow(tr("Evaluate"), evalRow);
+    connect(m_evalMode, &QComboBox::currentIndexChanged, this, [this](int i) { m_evalSteps->setVisible(i == 1); });
     m_seed = new QSpinBox(this);
     m_seed->setRange(0, 1 << 30);
     form->addRow(tr("Seed"), m_seed);
@@ -180,6 +195,7 @@ RaceSpec SetupPanel::raceSpec() const {
     spec.seed = static_cast<std::uint64_t>(m_seed->value());
     spec.fair = m_fair->isChecked();
     spec.lanes = m_lanes->lanes();
+    spec.evalEverySteps = m_evalMode->currentIndex() == 1 ? m_evalSteps->value() : 0;
     return spec;
 }
 
@@ -198,11 +214,18 @@ void SetupPanel::setRaceSpec(const RaceSpec& spec) {
     m_target->setValue(spec.targetAccuracy.value_or(w.defaultTarget));
     m_seed->setValue(static_cast<int>(spec.seed));
     m_fair->setChecked(spec.fair);
+    // 0 (no interval given) takes the window's default: about ten evaluations per race.
+    m_evalMode->setCurrentIndex(spec.evalEverySteps > 0 ? 1 : 0);
+    if (spec.evalEverySteps > 0) {
+        m_evalSteps->setValue(static_cast<int>(std::min<std::int64_t>(spec.evalEverySteps, 100000000)));
+    }
     m_lanes->setLanes(spec.lanes.empty() ? defaultLanes() : spec.lanes);
     updateWorkloadInfo();
 }
 
 std::vector<QColor> SetupPanel::laneColors() const { return m_lanes->colors(); }
+
+bool SetupPanel::autoEvaluations() const { return m_evalMode->currentIndex() == 0; }
 
 void SetupPanel::setEditable(bool editable) {
     m_form->setEnabled(editable);

@@ -24,6 +24,9 @@ public:
     RaceSpec raceSpec() const;
     void setRaceSpec(const RaceSpec& spec);
     std::vector<QColor> laneColors() const;
+    /// "About ten evaluations per race" is chosen: the race's interval is worked out at Start
+    /// from the lanes' step counts (raceSpec() then says 0).
+    bool autoEvaluations() const;
     LanesTable* lanesTable() const { return m_lanes; }
     /// Setup is disabled while a race runs (never a half-applied change).
     void setEditable(bool editable);
@@ -42,6 +45,8 @@ private:
     QSpinBox* m_length = nullptr;
     QDoubleSpinBox* m_target = nullptr;
     QSpinBox* m_seed = nullptr;
+    QComboBox* m_evalMode = nullptr;
+    QSpinBox* m_evalSteps = nullptr;
     QCheckBox* m_fair = nullptr;
     LanesTable* m_lanes = nullptr;
     QWidget* m_form = nullptr;

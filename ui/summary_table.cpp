@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "devicerace/format.h"
+#include "palette.h"
 #include "race_strip.h"
 
 namespace devicerace::ui {
@@ -61,7 +62,7 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
             item->setTextAlignment((c >= 2 && c <= 7) || c >= 10 ? (Qt::AlignRight | Qt::AlignVCenter)
                                                     : (Qt::AlignLeft | Qt::AlignVCenter));
             if (c == 0 && r < static_cast<int>(lanes.size())) {
-                item->setForeground(lanes[static_cast<std::size_t>(r)].color);
+                item->setForeground(readableOn(lanes[static_cast<std::size_t>(r)].color, palette().color(QPalette::Base)));
             }
             if (c == 9) {
                 item->setForeground(l.synthetic ? QColor(160, 90, 0) : palette().color(QPalette::Text));

@@ -4,6 +4,8 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/workload.h"
+#include "lanes_table.h"
+#include "video_export.h"
 
 namespace devicerace::gui {
 
@@ -19,6 +21,9 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     const QCommandLineOption epochs(QStringLiteral("epochs"), QStringLiteral("Epochs per lane"), QStringLiteral("N"));
     const QCommandLineOption steps(QStringLiteral("steps"), QStringLiteral("Steps per lane"), QStringLiteral("N"));
     const QCommandLineOption data(QStringLiteral("data"), QStringLiteral("real or synthetic"), QStringLiteral("MODE"));
+    const QCommandLineOption evalEvery(QStringLiteral("eval-every"),
+                                       QStringLiteral("Evaluate every N steps (default: about ten times per race)"),
+                                       QStringLiteral("N"));
     const QCommandLineOption fair(QStringLiteral("fair"), QStringLiteral("Run lanes one after another"));
     const QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the race at once"));
     const QCommandLineOption present(QStringLiteral("presentation"), QStringLiteral("Open in presentation mode"));
@@ -31,7 +36,20 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                                    QStringLiteral("Playback speed: 1, 2, 10, ... or 0 for instantly"), QStringLiteral("X"));
     const QCommandLineOption record(QStringLiteral("record"), QStringLiteral("Record races into DIR"), QStringLiteral("DIR"));
     const QCommandLineOption noRecord(QStringLiteral("no-record"), QStringLiteral("Do not record races"));
-    p.addOptions({workload, lane, epochs, steps, data, fair, start, present, shot, replay, speed, record, noRecord});
+    const QCommandLineOption video(QStringLiteral("video"),
+                                   QStringLiteral("Render the --replay recordings to FILE (.mp4 or .gif) with ffmpeg, exit"),
+                                   QStringLiteral("FILE"));
+    const QCommandLineOption videoSpeed(QStringLiteral("video-speed"),
+                                        QStringLiteral("Race seconds per video second (default 10)"), QStringLiteral("X"));
+    const QCommandLineOption videoSize(QStringLiteral("video-size"), QStringLiteral("WIDTHxHEIGHT (default 1280x720)"),
+                                       QStringLiteral("SIZE"));
+    const QCommandLineOption videoFps(QStringLiteral("video-fps"), QStringLiteral("Frames per second (default 30)"),
+                                      QStringLiteral("N"));
+    const QCommandLineOption windowSize(QStringLiteral("window-size"),
+                                        QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen)"),
+                                        QStringLiteral("SIZE"));
+    p.addOptions({workload, lane, epochs, steps, evalEvery, data, fair, start, present, shot, replay, speed, record,
+                  noRecord, video, videoSpeed, videoSize, videoFps, windowSize});
     if (!p.parse(arguments)) {
         out.error = p.errorText();
         return out;
@@ -53,12 +71,48 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             return out;
         }
     }
+    out.video = p.value(video);
+    auto positive = [&](const QCommandLineOption& o, double& into) {
+        if (!p.isSet(o)) {
+            return true;
+        }
+        bool ok = false;
+        into = p.value(o).toDouble(&ok);
+        if (!ok || !(into > 0) || into > 1e6) {
+            out.error = QStringLiteral("--%1 %2: expected a number above 0").arg(o.names().first(), p.value(o));
+            return false;
+        }
+        return true;
+    };
+    if (!positive(videoSpeed, out.videoSpeed) || !positive(videoFps, out.videoFps)) {
+        return out;
+    }
+    if (p.isSet(videoSize)) {
+        out.videoSize = ui::parseVideoSize(p.value(videoSize));
+        if (!out.videoSize.isValid()) {
+            out.error = QStringLiteral("--video-size %1: expected WIDTHxHEIGHT with even numbers, e.g. 1280x720")
+                            .arg(p.value(videoSize));
+            return out;
+        }
+    }
+    if (p.isSet(windowSize)) {
+        out.windowSize = ui::parseVideoSize(p.value(windowSize));
+        if (!out.windowSize.isValid()) {
+            out.error = QStringLiteral("--window-size %1: expected WIDTHxHEIGHT, e.g. 1920x1080").arg(p.value(windowSize));
+            return out;
+        }
+    }
+    if (!out.video.isEmpty() && out.replays.isEmpty()) {
+        out.error = QStringLiteral("--video renders recordings: give one or more --replay DIR");
+        return out;
+    }
     // A screenshot runs the race to its end: start it, unless only recordings are shown.
     if (!out.screenshot.isEmpty() && (out.replays.isEmpty() || p.isSet(workload) || p.isSet(lane))) {
         out.start = true;
     }
     try {
-        if (p.isSet(workload) || p.isSet(lane) || p.isSet(epochs) || p.isSet(steps) || p.isSet(data) || p.isSet(fair)) {
+        if (p.isSet(workload) || p.isSet(lane) || p.isSet(epochs) || p.isSet(steps) || p.isSet(data) || p.isSet(fair) ||
+            p.isSet(evalEvery)) {
             RaceSpec spec;
             if (p.isSet(workload)) {
                 spec.workload = p.value(workload).toStdString();
@@ -66,6 +120,10 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             }
             for (const auto& text : p.values(lane)) {
                 spec.lanes.push_back(parseLaneSpec(text.toStdString()));
+                // The window refuses what the CLI refuses: a device this machine cannot use.
+                if (const QString why = ui::deviceProblem(spec.lanes.back().device); !why.isEmpty()) {
+                    throw UsageError(QStringLiteral("--lane %1: %2").arg(text, why).toStdString());
+                }
             }
             auto number = [&](const QCommandLineOption& o) {
                 bool ok = false;
@@ -85,6 +143,9 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             }
             if (p.isSet(steps)) {
                 spec.steps = number(steps);
+            }
+            if (p.isSet(evalEvery)) {
+                spec.evalEverySteps = number(evalEvery);
             }
             if (p.isSet(data)) {
                 if (p.value(data) != QStringLiteral("real") && p.value(data) != QStringLiteral("synthetic")) {

@@ -1,6 +1,7 @@
 #pragma once
 // The window's command line: the CLI's race options plus --start, --presentation and
 // --screenshot FILE. Parsing is separate from main() so it can be tested.
+#include <QSize>
 #include <QString>
 #include <QStringList>
 
@@ -19,6 +20,11 @@ struct GuiOptions {
     double replaySpeed = 1;  // 0: instantly
     bool record = true;
     QString recordDir;
+    QString video;            // render the replays to this file (.mp4 / .gif) and exit
+    double videoSpeed = 10;   // race seconds per video second
+    double videoFps = 30;
+    QSize videoSize{1280, 720};
+    QSize windowSize;         // --window-size: the window's first size (kept inside the screen)
     QString error; // non-empty: bad usage, print and exit 2
 };
 

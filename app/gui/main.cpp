@@ -12,6 +12,7 @@
 #include "main_window.h"
 #include "race_controller.h"
 #include "setup_panel.h"
+#include "video_export.h"
 
 namespace {
 
@@ -24,6 +25,34 @@ bool displayAvailable() {
     return !qEnvironmentVariableIsEmpty("DISPLAY") || !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY");
 }
 
+// --video: renders the recordings offscreen and exits (0 done, 1 failed).
+int renderVideo(const devicerace::gui::GuiOptions& options) {
+    devicerace::ui::VideoOptions v;
+    v.path = options.video;
+    v.recordings = options.replays;
+    v.size = options.videoSize;
+    v.fps = options.videoFps;
+    v.speed = options.videoSpeed;
+    int lastTenth = -1;
+    const auto result = devicerace::ui::exportVideo(v, [&](int frame, int frames) {
+        const int tenth = frame * 10 / std::max(1, frames);
+        if (tenth != lastTenth) {
+            lastTenth = tenth;
+            std::fprintf(stderr, "\rdevicerace: rendering %s: %d%%", qPrintable(options.video), tenth * 10);
+        }
+        return true;
+    });
+    std::fprintf(stderr, "\n");
+    if (!result.error.isEmpty()) {
+        std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(result.error));
+        return 1;
+    }
+    std::printf("devicerace: saved %s: %d frames, %.1f s at %g fps (%.1f frames/s rendered)\n",
+                qPrintable(QFileInfo(options.video).absoluteFilePath()), result.frames, result.seconds, options.videoFps,
+                result.renderFps);
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -32,8 +61,9 @@ int main(int argc, char** argv) {
         args << QString::fromLocal8Bit(argv[i]);
     }
     const bool screenshot = args.contains(QStringLiteral("--screenshot"));
-    if (screenshot && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
-        qputenv("QT_QPA_PLATFORM", "offscreen"); // a screenshot needs no screen
+    const bool video = args.contains(QStringLiteral("--video"));
+    if ((screenshot || video) && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
+        qputenv("QT_QPA_PLATFORM", "offscreen"); // a screenshot or a video needs no screen
     }
     if (!displayAvailable()) {
         std::fprintf(stderr, "devicerace: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run races headless with "
@@ -50,6 +80,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(options.error));
         return 2;
     }
+    if (!options.video.isEmpty()) {
+        return renderVideo(options);
+    }
     devicerace::ui::MainWindow window;
     if (options.race) {
         window.setupPanel()->setRaceSpec(*options.race);
@@ -57,6 +90,9 @@ int main(int argc, char** argv) {
         window.restoreSettings();
     }
     window.setRecording(options.record, options.recordDir);
+    if (options.windowSize.isValid()) {
+        window.setInitialSize(options.windowSize);
+    }
     window.setReplaySpeed(options.replaySpeed);
     window.show();
     for (const auto& dir : options.replays) {
@@ -64,6 +100,9 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(window.lastError()));
             return 2;
         }
+    }
+    if (!options.replays.isEmpty() && !options.start) {
+        window.replayRecordings(); // --replay plays them (at --replay-speed); with --start they race the live lanes
     }
     if (options.presentation) {
         window.setPresentation(true);

@@ -10,12 +10,16 @@
 #include <QSpinBox>
 #include <QSvgRenderer>
 #include <QTemporaryDir>
+#include <QToolBar>
 #include <QStandardPaths>
 #include <QtCharts/QChart>
 
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "device_panel.h"
+#include "palette.h"
+#include "theme.h"
+#include "eval_interval.h"
 #include "lanes_table.h"
 #include "main_window.h"
 #include "race_controller.h"
@@ -126,6 +130,33 @@ private Q_SLOTS:
         QCOMPARE(rows[1].color, w.setupPanel()->laneColors()[1]);
     }
 
+    void shortRaceDrawsAccuracyAlongTheWay() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(100));
+        // The default: about ten evaluations per race, worked out from the lanes' steps.
+        QVERIFY(w.setupPanel()->autoEvaluations());
+        QCOMPARE(autoEvalInterval(w.setupPanel()->raceSpec()), std::int64_t(10));
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        QCOMPARE(w.race()->histories().size(), std::size_t(2));
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+        for (const auto& h : w.race()->histories()) {
+            QVERIFY2(h.evalAccuracy.size() >= 9, qPrintable(QString::number(h.evalAccuracy.size())));
+        }
+        QVERIFY(w.dashboard()->accuracyChart()->pointCount() >= 18);
+        // Explicit choices reach the race spec.
+        auto* mode = w.setupPanel()->findChild<QComboBox*>(QStringLiteral("evalMode"));
+        auto* steps = w.setupPanel()->findChild<QSpinBox*>(QStringLiteral("evalSteps"));
+        mode->setCurrentIndex(1);
+        steps->setValue(25);
+        QCOMPARE(w.setupPanel()->raceSpec().evalEverySteps, std::int64_t(25));
+        QVERIFY(!w.setupPanel()->autoEvaluations());
+        mode->setCurrentIndex(2); // at epoch ends only
+        QCOMPARE(w.setupPanel()->raceSpec().evalEverySteps, std::int64_t(0));
+        QVERIFY(!w.setupPanel()->autoEvaluations());
+    }
+
     void exportsAreWrittenAndReadable() {
         MainWindow w;
         w.show();
@@ -180,6 +211,89 @@ private Q_SLOTS:
         QVERIFY(w.setupPanel()->isVisible());
         QVERIFY(w.dashboard()->summaryTable()->isVisible());
         QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeLight);
+    }
+
+    void presentationKeysThemesAndContrast() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(1000000));
+        w.setPresentation(true);
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        QVERIFY(!w.findChild<QToolBar*>()->isVisible()); // no toolbar (its glyphs need emoji fonts)
+        QVERIFY(w.dashboard()->titleLabel()->text().contains(QStringLiteral("press Space")));
+        // Space starts, then pauses and resumes.
+        QTest::keyClick(&w, Qt::Key_Space);
+        QVERIFY(w.race()->running());
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[0].lastStep > 3, 60000);
+        QTest::keyClick(&w, Qt::Key_Space);
+        QVERIFY(w.race()->paused());
+        QTest::keyClick(&w, Qt::Key_Space);
+        QVERIFY(!w.race()->paused());
+        // T: a light theme for bright rooms, and back.
+        QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeDark);
+        QTest::keyClick(&w, Qt::Key_T);
+        QCOMPARE(w.dashboard()->throughputChart()->chart()->theme(), QChart::ChartThemeLight);
+        // Lane names reach 4.5:1 on either background.
+        for (bool dark : {false, true}) {
+            w.setPresentationDark(dark);
+            w.dashboard()->refresh();
+            const QColor bg = w.dashboard()->strip()->palette().color(QPalette::Window);
+            const auto texts = w.dashboard()->strip()->texts();
+            QVERIFY(!texts.empty());
+            for (const auto& t : texts) {
+                QVERIFY2(contrastRatio(t.color, bg) >= 4.5,
+                         qPrintable(QStringLiteral("%1 on %2: %3").arg(t.color.name(), bg.name()).arg(contrastRatio(t.color, bg))));
+            }
+        }
+        for (int i = 0; i < 8; ++i) {
+            for (const QColor bg : {QColor(30, 30, 34), QColor(239, 239, 239), QColor(255, 255, 255)}) {
+                QVERIFY(contrastRatio(readableOn(laneColor(i), bg), bg) >= 4.5);
+            }
+        }
+        QVERIFY(contrastRatio(laneColor(1), QColor(30, 30, 34)) < 4.5); // the review's 3.2:1 blue...
+        QCOMPARE(readableOn(laneColor(1), QColor(255, 255, 255)), laneColor(1)); // ...kept where it reads
+        w.stopRace();
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->finished(), 20000);
+        w.setPresentation(false);
+    }
+
+    void darkThemeShowsStateAndHints() {
+        const QPalette p = darkPalette();
+        // Disabled controls look disabled; alternate rows stay dark under light text; hints visible.
+        QVERIFY(contrastRatio(p.color(QPalette::Disabled, QPalette::Text), p.color(QPalette::Base)) <
+                contrastRatio(p.color(QPalette::Active, QPalette::Text), p.color(QPalette::Base)) / 2);
+        QVERIFY(p.color(QPalette::AlternateBase).lightness() < 80);
+        QVERIFY(contrastRatio(p.color(QPalette::Text), p.color(QPalette::AlternateBase)) >= 7);
+        QVERIFY(contrastRatio(p.color(QPalette::PlaceholderText), p.color(QPalette::Base)) >= 4.5);
+        MainWindow w;
+        w.show();
+        w.setDarkTheme(true);
+        auto* name = qobject_cast<QLineEdit*>(w.setupPanel()->lanesTable()->cellWidget(0, LanesTable::ColName));
+        QCOMPARE(name->palette().color(QPalette::PlaceholderText), p.color(QPalette::PlaceholderText));
+        w.setupPanel()->setEditable(false);
+        QVERIFY(!name->isEnabled());
+        QCOMPARE(name->palette().color(QPalette::Disabled, QPalette::Text), p.color(QPalette::Disabled, QPalette::Text));
+        w.setDarkTheme(false);
+    }
+
+    void closesWithinASecondWhenIdle() {
+        for (bool raced : {false, true}) {
+            auto* w = new MainWindow();
+            w->show();
+            if (raced) {
+                w->setupPanel()->setRaceSpec(shortRace(30));
+                QSignalSpy finished(w, &MainWindow::raceFinished);
+                QVERIFY(w->startRace());
+                QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 60000);
+            }
+            QTest::qWait(600); // idle: the device panel's timer has ticked
+            QElapsedTimer clock;
+            clock.start();
+            QVERIFY(w->close());
+            delete w;
+            QVERIFY2(clock.elapsed() < 1000, qPrintable(QString::number(clock.elapsed())));
+            qInfo("closed in %lld ms (%s)", static_cast<long long>(clock.elapsed()), raced ? "after a race" : "fresh");
+        }
     }
 
     void closeWhileRunningStopsLanesAndCloses() {

@@ -4,7 +4,10 @@
 #include <QtCharts/QChart>
 #include <QtCharts/QLegendMarker>
 #include <QtCharts/QLineSeries>
-#include <QtCharts/QValueAxis>
+#include <QFontMetricsF>
+#include <QGraphicsTextItem>
+#include <QTimer>
+#include <QtCharts/QCategoryAxis>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +15,7 @@
 
 #include "plot_layer.h"
 #include "safe_chart_view.h"
+#include "tick_axis.h"
 
 namespace devicerace::ui {
 
@@ -26,15 +30,24 @@ double tauFor(double amount, double span) {
     return amount * amount * std::exp2(std::round(std::log2(span / 4.0)));
 }
 
-QString axisTitle(XAxis axis) {
+QString axisTitle(XAxis axis, TimeStyle style) {
     switch (axis) {
     case XAxis::Step: return QObject::tr("step");
     case XAxis::Samples: return QObject::tr("samples seen");
     case XAxis::Cost: return QObject::tr("cost so far (USD, lanes with $/hour)");
     case XAxis::Time: break;
     }
-    return QObject::tr("time since lane start (s)");
+    return QObject::tr("time since lane start (%1)").arg(timeUnit(style));
 }
+
+QCategoryAxis* newAxis(QObject* parent) {
+    auto* axis = new QCategoryAxis(parent);
+    axis->setLabelsPosition(QCategoryAxis::AxisLabelsPositionOnValue);
+    return axis;
+}
+
+// Smallest throughput a log axis shows (samples/s): keeps log10 finite for a stalled lane.
+constexpr double kLogFloor = 1e-3;
 
 QString metricTitle(Metric m) {
     switch (m) {
@@ -53,9 +66,8 @@ MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
     m_chart = new QChart();
     m_chart->legend()->setAlignment(Qt::AlignBottom);
     m_chart->setMargins(QMargins(4, 4, 4, 4));
-    m_x = new QValueAxis(m_chart);
-    m_y = new QValueAxis(m_chart);
-    m_x->setLabelFormat(QStringLiteral("%.0f"));
+    m_x = newAxis(m_chart);
+    m_y = newAxis(m_chart);
     m_chart->addAxis(m_x, Qt::AlignBottom);
     m_chart->addAxis(m_y, Qt::AlignLeft);
     m_targetSeries = new QLineSeries(m_chart);
@@ -84,6 +96,12 @@ MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
         }
         m_zoomed = true; // the user zoomed (rubber band) — tell the linked charts
         Q_EMIT xRangeChanged(lo, hi);
+        // Redraw the lines for the new range once QChart has finished zooming.
+        QTimer::singleShot(0, this, [this] {
+            if (m_last) {
+                refresh(*m_last);
+            }
+        });
     });
     connect(m_view, &SafeChartView::resetZoomRequested, this, &MetricChart::resetZoomRequested);
     connect(m_view, &SafeChartView::wheelZoom, this, [this](double factor, double center) {
@@ -103,10 +121,9 @@ MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
 
 void MetricChart::updateTitles() {
     m_chart->setTitle(m_title);
-    m_x->setTitleText(axisTitle(m_axis));
-    m_y->setTitleText(metricTitle(m_metric));
-    m_y->setLabelFormat(m_metric == Metric::SamplesPerSec ? QStringLiteral("%.0f") : QStringLiteral("%.2f"));
-    m_x->setLabelFormat(m_axis == XAxis::Cost ? QStringLiteral("$%.4f") : QStringLiteral("%.0f"));
+    m_x->setTitleText(axisTitle(m_axis, m_timeStyle));
+    const bool rate = m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec;
+    m_y->setTitleText(metricTitle(m_metric) + (rate && m_log ? tr(" (log)") : QString()));
 }
 
 void MetricChart::resetCaches() {
@@ -139,6 +156,7 @@ void MetricChart::setSmoothing(double amount) {
 }
 
 void MetricChart::setTarget(std::optional<double> target) { m_target = target; }
+
 
 void MetricChart::setDark(bool dark) {
     m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
@@ -193,20 +211,41 @@ void MetricChart::setLanes(const std::vector<LaneInfo>& lanes) {
 void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     m_last = &histories;
     const bool eval = m_metric == Metric::Accuracy;
+    // Train and evaluation points both count, so every chart of a race shares one x range.
     double xMax = 0;
     for (const auto& h : histories) {
-        const auto& xs = xColumn(h, m_axis, eval);
-        if (!xs.empty()) {
-            xMax = std::max(xMax, xs.back());
-        }
-        const auto& tx = xColumn(h, m_axis, false);
-        if (!tx.empty()) {
-            xMax = std::max(xMax, tx.back());
+        for (bool e : {false, true}) {
+            if (const auto& xs = xColumn(h, m_axis, e); !xs.empty()) {
+                xMax = std::max(xMax, xs.back());
+            }
         }
     }
-    if (!m_zoomed) {
-        applyRange(0, xMax > 0 ? xMax * 1.02 : 1);
+    AxisTicks xt;
+    if (!m_zoomed && m_sharedXMax <= 0) {
+        xt = autoXTicks(xMax);
+    } else {
+        // A zoomed window, or the dashboard's shared range: keep it, round ticks inside.
+        const double zlo = m_zoomed ? m_x->min() : 0.0, zhi = m_zoomed ? m_x->max() : m_sharedXMax;
+        const bool time = m_axis == XAxis::Time;
+        xt = fitTicks([&](int n) { return time ? timeTicks(zlo, zhi, n, false) : niceTicks(zlo, zhi, n, false); },
+                      m_x->labelsFont(), plotLength(true), true);
     }
+    m_timeStyle = timeStyleOf(xt);
+    if (m_axis == XAxis::Cost) {
+        for (auto& label : xt.labels) {
+            label.prepend(QLatin1Char('$'));
+        }
+    }
+    // QtCharts centres the last x label on the plot's right edge: leave room for its half.
+    const QFontMetricsF fm(m_x->labelsFont());
+    const int right = static_cast<int>(std::ceil(fm.horizontalAdvance(xt.labels.isEmpty() ? QString() : xt.labels.last()) / 2)) + 6;
+    if (m_chart->margins().right() != right) {
+        m_chart->setMargins(QMargins(4, 4, right, 4));
+    }
+    m_settingRange = true;
+    applyTicks(m_x, xt);
+    m_settingRange = false;
+    m_x->setTitleText(axisTitle(m_axis, m_timeStyle));
     const double lo = m_x->min(), hi = m_x->max();
     const int buckets = std::max(100, static_cast<int>(m_chart->plotArea().width()));
     const double tau = tauFor(m_smoothing, xMax);
@@ -286,21 +325,46 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     } else {
         m_targetSeries->clear();
     }
-    if (!std::isfinite(yMin)) {
-        yMin = 0;
-        yMax = 1;
-    }
-    if (m_metric == Metric::Accuracy) {
-        m_y->setRange(std::max(0.0, std::floor((yMin - 0.02) * 20) / 20), std::min(1.0, yMax + 0.02));
-    } else {
-        const double pad = (yMax - yMin) * 0.08 + 1e-9;
-        m_y->setRange(m_metric == Metric::Loss ? std::max(0.0, yMin - pad) : 0.0, yMax + pad);
-        m_y->applyNiceNumbers();
-    }
+    applyYTicks(yMin, yMax);
     pushLines();
+    cacheStaticItems();
+}
+
+void MetricChart::cacheStaticItems() {
+    // Grid, axes, labels, titles and the background change only when the ticks or the size
+    // do: drawing them from pixmaps leaves a tick's paint mostly to the data lines.
+    const auto top = m_chart->childItems();
+    std::vector<QGraphicsItem*> todo(top.begin(), top.end());
+    while (!todo.empty()) {
+        QGraphicsItem* item = todo.back();
+        todo.pop_back();
+        if (item == m_layer) {
+            continue;
+        }
+        // Text items are left alone: QtCharts moves and rotates its titles after layout, and a
+        // cached copy of them can come out blank.
+        if (dynamic_cast<QGraphicsTextItem*>(item) == nullptr &&
+            item->cacheMode() != QGraphicsItem::DeviceCoordinateCache) {
+            item->setCacheMode(QGraphicsItem::DeviceCoordinateCache);
+        }
+        const auto children = item->childItems();
+        todo.insert(todo.end(), children.begin(), children.end());
+    }
 }
 
 void MetricChart::pushLines() {
+    // A log axis shows log10 of the values (the layer maps linearly).
+    const bool log = m_log && (m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec);
+    auto shown = [log](const QList<QPointF>& pts) {
+        if (!log) {
+            return pts;
+        }
+        QList<QPointF> out(pts.size());
+        for (qsizetype i = 0; i < pts.size(); ++i) {
+            out[i] = QPointF(pts[i].x(), std::log10(std::max(kLogFloor, pts[i].y())));
+        }
+        return out;
+    };
     std::vector<PlotLine> lines;
     lines.reserve(m_series.size() * 3);
     for (const auto& s : m_series) {
@@ -311,12 +375,12 @@ void MetricChart::pushLines() {
                                               0.35f * s.color.greenF() + 0.65f * bg.greenF(),
                                               0.35f * s.color.blueF() + 0.65f * bg.blueF());
         if (!s.warm.isEmpty()) {
-            lines.push_back({QColor(150, 150, 150), 1.0, false, s.warm});
+            lines.push_back({QColor(150, 150, 150), 1.0, false, shown(s.warm)});
         }
         if (!s.raw.isEmpty()) {
-            lines.push_back({faint, 1.0, false, s.raw});
+            lines.push_back({faint, 1.0, false, shown(s.raw)});
         }
-        lines.push_back({s.color, 2.5 * m_fontScale, m_metric == Metric::Accuracy, s.smooth});
+        lines.push_back({s.color, 2.5 * m_fontScale, m_metric == Metric::Accuracy, shown(s.smooth)});
     }
     m_layer->setLines(std::move(lines), m_x->min(), m_x->max(), m_y->min(), m_y->max());
 }

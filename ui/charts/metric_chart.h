@@ -7,12 +7,13 @@
 #include <optional>
 #include <vector>
 
+#include "axis_ticks.h"
 #include "lane_history.h"
 #include "race_controller.h"
 
+class QCategoryAxis;
 class QChart;
 class QLineSeries;
-class QValueAxis;
 
 namespace devicerace::ui {
 
@@ -33,8 +34,19 @@ public:
     void setDark(bool dark);
     void setFontScale(double scale);
     void setLanes(const std::vector<LaneInfo>& lanes);
+    /// Logarithmic y axis (throughput races of 10x and more).
+    void setLogScale(bool on);
+    bool logScale() const { return m_log; }
     /// Re-decimates every series from the histories (one replace() per series).
     void refresh(const std::vector<LaneHistory>& histories);
+
+    /// The x ticks this chart would show for data up to `xMax` (auto range, fitted to its width).
+    AxisTicks autoXTicks(double xMax) const;
+    /// The auto (unzoomed) x range shared by every chart of the dashboard; 0 = own data only.
+    void setSharedXMax(double hi) { m_sharedXMax = hi; }
+    /// The tick labels on screen (tests): x axis, y axis.
+    QStringList xLabels() const;
+    QStringList yLabels() const;
 
     /// Linked zoom: show [lo, hi] on the x axis (stops following new data until reset).
     void setXRange(double lo, double hi);
@@ -42,6 +54,7 @@ public:
     bool zoomed() const { return m_zoomed; }
     std::pair<double, double> xRange() const;
     int pointCount() const; // points currently handed to series (tests, benchmarks)
+    PlotLayer* plotLayer() const { return m_layer; }
     QChart* chart() const { return m_chart; }
     SafeChartView* view() const { return m_view; }
 
@@ -64,6 +77,9 @@ private:
     void pushLines();
     void resetCaches(); // after a metric or axis change: the cached lines no longer apply
     void updateTitles();
+    double plotLength(bool horizontal) const;
+    void applyYTicks(double yMin, double yMax);
+    void cacheStaticItems();
 
     Metric m_metric;
     XAxis m_axis = XAxis::Time;
@@ -75,8 +91,11 @@ private:
     QString m_title;
     QChart* m_chart = nullptr;
     SafeChartView* m_view = nullptr;
-    QValueAxis* m_x = nullptr;
-    QValueAxis* m_y = nullptr;
+    QCategoryAxis* m_x = nullptr;
+    QCategoryAxis* m_y = nullptr;
+    bool m_log = false;
+    double m_sharedXMax = 0;
+    TimeStyle m_timeStyle = TimeStyle::Seconds;
     QLineSeries* m_targetSeries = nullptr;
     PlotLayer* m_layer = nullptr;
     std::vector<LaneSeries> m_series;

@@ -29,6 +29,8 @@ public:
     /// Replaces every line; `xMin..yMax` are the axes' ranges the values map into.
     void setLines(std::vector<PlotLine> lines, double xMin, double xMax, double yMin, double yMax);
     int pointCount() const;
+    /// The lines as last handed over (chart values; tests).
+    const std::vector<PlotLine>& lines() const { return m_lines; }
     QRectF boundingRect() const override;
     void paint(QPainter* painter, const QStyleOptionGraphicsItem* option, QWidget* widget) override;
 

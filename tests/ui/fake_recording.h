@@ -1,0 +1,98 @@
+#pragma once
+// Writes a small recording folder (manifest.json + one JSON-lines file per lane) with made-up
+// but well-formed samples: lanes of chosen throughput, evaluations, a finish. Tests only.
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QString>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "devicerace/metric_sample.h"
+
+namespace devicerace::test {
+
+struct FakeLane {
+    QString name;
+    QString device = QStringLiteral("cpu");
+    double samplesPerSec = 1000; // steady throughput
+    double seconds = 60;         // lane time to the finish
+};
+
+// Writes the recording into `dir` (created); returns false when a file cannot be written.
+inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& lanes, double sampleEvery = 0.5,
+                               int evaluations = 10) {
+    constexpr int kBatch = 128;
+    if (!QDir().mkpath(dir)) {
+        return false;
+    }
+    QJsonArray manifestLanes;
+    for (const auto& lane : lanes) {
+        const QString file = lane.name + QStringLiteral(".jsonl");
+        const auto totalSteps = static_cast<qint64>(lane.samplesPerSec * lane.seconds / kBatch);
+        manifestLanes.append(QJsonObject{{QStringLiteral("name"), lane.name},
+                                         {QStringLiteral("file"), file},
+                                         {QStringLiteral("spec"), lane.device},
+                                         {QStringLiteral("device"), lane.device},
+                                         {QStringLiteral("total_steps"), totalSteps},
+                                         {QStringLiteral("batch"), kBatch}});
+        QFile out(dir + QLatin1Char('/') + file);
+        if (!out.open(QIODevice::WriteOnly)) {
+            return false;
+        }
+        auto write = [&](const MetricSample& s) { out.write((toJsonLine(s) + "\n").c_str()); };
+        MetricSample state;
+        state.kind = SampleKind::State;
+        state.lane = lane.name.toStdString();
+        state.state = LaneState::Running;
+        write(state);
+        int evalsDone = 0;
+        for (double t = sampleEvery; t <= lane.seconds + 1e-9; t += sampleEvery) {
+            MetricSample s;
+            s.lane = lane.name.toStdString();
+            s.time = t;
+            s.samples = static_cast<std::int64_t>(lane.samplesPerSec * t);
+            s.step = s.samples / kBatch;
+            s.epoch = t / lane.seconds;
+            // A little wobble so lines are not ruler-straight; loss falls, accuracy rises.
+            s.samplesPerSec = lane.samplesPerSec * (1 + 0.05 * std::sin(t * 1.7));
+            s.stepsPerSec = *s.samplesPerSec / kBatch;
+            s.loss = 0.3 + 2.0 * std::exp(-3 * t / lane.seconds);
+            s.intervalSeconds = sampleEvery;
+            s.warmup = t < 2 * sampleEvery;
+            write(s);
+            while (evalsDone < evaluations && t >= lane.seconds * (evalsDone + 1) / evaluations - 1e-9) {
+                ++evalsDone;
+                MetricSample e = s;
+                e.kind = SampleKind::Eval;
+                e.accuracy = 0.9 - 0.4 * std::exp(-3.0 * evalsDone / evaluations);
+                e.samplesPerSec.reset();
+                e.stepsPerSec.reset();
+                write(e);
+            }
+        }
+        state.time = lane.seconds;
+        state.state = LaneState::Finished;
+        write(state);
+    }
+    const QJsonObject manifest{
+        {QStringLiteral("format"), 1},
+        {QStringLiteral("app_version"), QStringLiteral("0.1.0")},
+        {QStringLiteral("workload"), QStringLiteral("fashion-mlp")},
+        {QStringLiteral("dataset"), QJsonObject{{QStringLiteral("name"), QStringLiteral("Fashion-MNIST")},
+                                                {QStringLiteral("synthetic"), false}}},
+        {QStringLiteral("mode"), QStringLiteral("live")},
+        {QStringLiteral("target_accuracy"), 0.85},
+        {QStringLiteral("started_at"), QStringLiteral("2026-11-23T10:00:00Z")},
+        {QStringLiteral("device"), QJsonObject{{QStringLiteral("cpu"), QStringLiteral("test CPU")},
+                                               {QStringLiteral("gpus"), QStringLiteral("Test GPU")}}},
+        {QStringLiteral("lanes"), manifestLanes}};
+    QFile m(dir + QStringLiteral("/manifest.json"));
+    return m.open(QIODevice::WriteOnly) && m.write(QJsonDocument(manifest).toJson()) > 0;
+}
+
+} // namespace devicerace::test

@@ -1,0 +1,205 @@
+// The dashboard's charts over recorded races: one shared x range, a log throughput axis for
+// CPU-vs-GPU ratios (automatic and chosen), and drag-zoom redrawing the lines.
+#include <QtTest>
+
+#include <QMouseEvent>
+#include <QTemporaryDir>
+#include <QtCharts/QChart>
+
+#include "charts/metric_chart.h"
+#include "charts/plot_layer.h"
+#include "charts/safe_chart_view.h"
+#include "dashboard.h"
+#include "fake_recording.h"
+#include "main_window.h"
+#include "race_controller.h"
+
+using namespace devicerace;
+using namespace devicerace::ui;
+using devicerace::test::FakeLane;
+using devicerace::test::writeFakeRecording;
+
+namespace {
+
+// Opens a recording in `w`, played instantly, and waits until it has been drawn.
+bool replay(MainWindow& w, const QString& dir) {
+    w.setReplaySpeed(0);
+    QSignalSpy finished(&w, &MainWindow::raceFinished);
+    if (!w.openRecording(dir)) {
+        return false;
+    }
+    return finished.wait(20000) || finished.count() == 1;
+}
+
+void sendMouse(QWidget* target, QEvent::Type type, QPoint pos, Qt::MouseButtons buttons) {
+    QMouseEvent e(type, pos, target->mapToGlobal(pos), Qt::LeftButton, buttons, Qt::NoModifier);
+    QApplication::sendEvent(target, &e);
+}
+
+// The x values of every thick (smoothed) line the chart draws.
+std::pair<double, double> drawnXExtent(const MetricChart* chart) {
+    double lo = 1e300, hi = -1e300;
+    for (const auto& line : chart->plotLayer()->lines()) {
+        for (const auto& p : line.points) {
+            lo = std::min(lo, p.x());
+            hi = std::max(hi, p.x());
+        }
+    }
+    return {lo, hi};
+}
+
+} // namespace
+
+class TestDashboard : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCoreApplication::setOrganizationName(QStringLiteral("DeviceRaceTest"));
+        QCoreApplication::setApplicationName(QStringLiteral("DeviceRaceTest"));
+    }
+
+    void hundredfoldRaceGetsALogAxis() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 600},
+                                                {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 60}}));
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(replay(w, dir.path()));
+        auto* chart = w.dashboard()->throughputChart();
+        QVERIFY(chart->logScale());
+        // Decades on the axis, with separators: the slow lane is no longer on the floor.
+        const QStringList labels = chart->yLabels();
+        QVERIFY2(labels.contains(QStringLiteral("10")) && labels.contains(QStringLiteral("1,000")),
+                 qPrintable(labels.join(QLatin1Char(' '))));
+        QVERIFY(chart->chart()->axes(Qt::Vertical).first()->titleText().contains(QStringLiteral("log")));
+        // The slow lane's line sits well above the bottom of the plot: log10(17) vs the axis.
+        double slowY = 0;
+        for (const auto& line : chart->plotLayer()->lines()) {
+            if (line.width > 1 && !line.points.isEmpty() && line.points.last().y() < 2) {
+                slowY = line.points.last().y();
+            }
+        }
+        QVERIFY(slowY > 1.0); // log10(17) = 1.23, drawn on a log scale
+        // The presenter's choice wins over the automatic one.
+        w.dashboard()->setThroughputScale(Dashboard::Scale::Linear);
+        QVERIFY(!chart->logScale());
+        QVERIFY(chart->yLabels().contains(QStringLiteral("0")));
+        w.dashboard()->setThroughputScale(Dashboard::Scale::Auto);
+        QVERIFY(chart->logScale());
+    }
+
+    void similarLanesKeepALinearAxis() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 900, 60},
+                                                {QStringLiteral("cpu·2"), QStringLiteral("cpu"), 1700, 35}}));
+        MainWindow w;
+        w.show();
+        QVERIFY(replay(w, dir.path()));
+        auto* chart = w.dashboard()->throughputChart();
+        QVERIFY(!chart->logScale());
+        w.dashboard()->setThroughputScale(Dashboard::Scale::Log);
+        QVERIFY(chart->logScale());
+    }
+
+    void chartsShareOneRoundXRange() {
+        QTemporaryDir dir;
+        // 49 minutes of training: m:ss ticks, one range for all three charts.
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("slow"), QStringLiteral("cpu"), 17, 2945},
+                                                {QStringLiteral("fast"), QStringLiteral("cpu"), 1660, 31}},
+                                   5.0));
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(replay(w, dir.path()));
+        const auto charts = w.dashboard()->charts();
+        const auto range = charts.first()->xRange();
+        QVERIFY(range.second >= 2945);
+        for (auto* c : charts) {
+            QCOMPARE(c->xRange(), range);
+            for (const auto& label : c->xLabels()) {
+                QVERIFY2(label.contains(QLatin1Char(':')), qPrintable(label)); // m:ss, not raw seconds
+            }
+            QVERIFY(c->chart()->axes(Qt::Horizontal).first()->titleText().contains(QStringLiteral("m:ss")));
+        }
+    }
+
+    void openShowsCompleteStartReplaysStopStops() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 600},
+                                                {QStringLiteral("b"), QStringLiteral("cpu"), 1500, 400}}));
+        MainWindow w;
+        w.show();
+        w.setReplaySpeed(1); // real time: 10 minutes, far longer than this test
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.openRecording(dir.path()));
+        // Opening draws the recording complete (to look at), it does not start playing.
+        QTRY_COMPARE(finished.count(), 1);
+        const auto complete = w.race()->histories()[0].trainCount();
+        QVERIFY(complete > 1000);
+        QVERIFY(!w.race()->replaying());
+        // Replay plays it from the start; Stop stops it where it is.
+        w.replayRecordings();
+        QVERIFY(w.race()->replaying());
+        QTest::qWait(300);
+        QVERIFY(w.race()->histories()[0].trainCount() < complete);
+        w.stopRace();
+        QTRY_COMPARE(finished.count(), 2);
+        QVERIFY(!w.race()->replaying());
+        const auto stoppedAt = w.race()->histories()[0].trainCount();
+        QTest::qWait(300);
+        QCOMPARE(w.race()->histories()[0].trainCount(), stoppedAt);
+        // A recorded lane never takes a colour a lane already has.
+        const auto& lanes = w.race()->lanes();
+        QVERIFY(lanes[0].color != lanes[1].color);
+        QVERIFY(lanes[0].name.endsWith(QStringLiteral("(rec)")));
+    }
+
+    void dragZoomRedrawsTheLines() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 100},
+                                                {QStringLiteral("b"), QStringLiteral("cpu"), 1500, 80}}));
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(replay(w, dir.path()));
+        auto* chart = w.dashboard()->lossChart();
+        auto* other = w.dashboard()->throughputChart();
+        const auto before = drawnXExtent(chart);
+        QVERIFY(before.first < 5 && before.second > 90);
+        const int pointsBefore = chart->pointCount();
+        // Drag across the middle fifth of the plot area.
+        const QRectF area = chart->chart()->plotArea();
+        auto* viewport = chart->view()->viewport();
+        const auto toView = [&](double fx) {
+            return chart->view()->mapFromScene(chart->chart()->mapToScene(
+                QPointF(area.left() + area.width() * fx, area.center().y())));
+        };
+        sendMouse(viewport, QEvent::MouseButtonPress, toView(0.4), Qt::LeftButton);
+        sendMouse(viewport, QEvent::MouseMove, toView(0.5), Qt::LeftButton);
+        sendMouse(viewport, QEvent::MouseMove, toView(0.6), Qt::LeftButton);
+        sendMouse(viewport, QEvent::MouseButtonRelease, toView(0.6), Qt::NoButton);
+        QVERIFY(chart->zoomed());
+        const auto range = chart->xRange();
+        QVERIFY(range.first > 20 && range.second < 80);
+        // The drawn lines now cover the zoomed window only, in finer detail.
+        QTRY_VERIFY(drawnXExtent(chart).first >= range.first - (range.second - range.first) * 0.02);
+        const auto after = drawnXExtent(chart);
+        QVERIFY2(after.second <= range.second + (range.second - range.first) * 0.02,
+                 qPrintable(QStringLiteral("%1 > %2").arg(after.second).arg(range.second)));
+        QVERIFY(after != before);
+        QVERIFY(chart->pointCount() != pointsBefore);
+        // The linked chart followed, lines included.
+        QCOMPARE(other->xRange(), range);
+        QVERIFY(drawnXExtent(other).first >= range.first - (range.second - range.first) * 0.02);
+        // Right-click resets every chart.
+        QTest::mouseClick(viewport, Qt::RightButton, {}, toView(0.5));
+        QVERIFY(!chart->zoomed());
+        QVERIFY(drawnXExtent(chart).first < 5);
+    }
+};
+
+QTEST_MAIN(TestDashboard)
+#include "tst_dashboard.moc"

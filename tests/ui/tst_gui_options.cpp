@@ -1,0 +1,66 @@
+// The window's command line: race options as the CLI takes them, and the same refusals.
+#include <QtTest>
+
+#include "devicerace/device_info.h"
+#include "gui_options.h"
+#include "lanes_table.h"
+#include "main_window.h"
+#include "race_controller.h"
+#include "setup_panel.h"
+
+using namespace devicerace;
+
+namespace {
+gui::GuiOptions parse(QStringList args) {
+    args.prepend(QStringLiteral("devicerace"));
+    return gui::parseGuiOptions(args);
+}
+} // namespace
+
+class TestGuiOptions : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+    void raceOptionsParse() {
+        const auto o = parse({QStringLiteral("--workload"), QStringLiteral("fashion-mlp"), QStringLiteral("--lane"),
+                              QStringLiteral("cpu,threads=1"), QStringLiteral("--steps"), QStringLiteral("30")});
+        QVERIFY2(o.error.isEmpty(), qPrintable(o.error));
+        QVERIFY(o.race);
+        QCOMPARE(o.race->lanes.size(), std::size_t(1));
+        QCOMPARE(o.race->steps.value_or(0), std::int64_t(30));
+    }
+
+    void cudaLaneWithoutCudaIsRefusedWithTheReason() {
+        if (deviceReport().cudaAvailable) {
+            QSKIP("this machine has CUDA: cuda lanes are usable here");
+        }
+        for (const QString lane : {QStringLiteral("cuda"), QStringLiteral("cuda:0,batch=512")}) {
+            const auto o = parse({QStringLiteral("--lane"), lane});
+            QVERIFY2(o.error.contains(QStringLiteral("CUDA is not available")), qPrintable(o.error));
+            QVERIFY(o.error.contains(QString::fromStdString(deviceReport().cudaUnavailableReason)));
+        }
+        // The setup keeps a cuda lane as cuda (greyed, with the reason) and Start refuses it.
+        ui::MainWindow w;
+        RaceSpec spec;
+        LaneSpec cpu, cuda;
+        cpu.threads = 1;
+        cuda.device = "cuda";
+        spec.lanes = {cpu, cuda};
+        spec.steps = 5;
+        w.setupPanel()->setRaceSpec(spec);
+        QCOMPARE(w.setupPanel()->raceSpec().lanes[1].device, std::string("cuda"));
+        QVERIFY(!w.startRace());
+        QVERIFY2(w.lastError().contains(QStringLiteral("CUDA is not available")), qPrintable(w.lastError()));
+        QVERIFY(!w.race()->hasRace());
+    }
+
+    void cudaIndexBeyondTheMachineIsRefused() {
+        const auto o = parse({QStringLiteral("--lane"), QStringLiteral("cuda:7")});
+        QVERIFY(!o.error.isEmpty());
+        QVERIFY(o.error.contains(QStringLiteral("cuda:7")));
+    }
+};
+
+QTEST_MAIN(TestGuiOptions)
+#include "tst_gui_options.moc"

@@ -1,0 +1,233 @@
+// The window on real screen sizes (two offscreen screens: 1280x720 and 1920x1080): it opens
+// inside the screen, nothing the audience reads is elided in normal or presentation mode, and
+// leaving presentation mode restores exactly the layout before.
+#include <QtTest>
+
+#include <QGraphicsScene>
+#include <QGraphicsTextItem>
+#include <QLabel>
+#include <QScreen>
+#include <QSplitter>
+#include <QTemporaryDir>
+#include <QtCharts/QAbstractAxis>
+#include <QtCharts/QChart>
+
+#include "charts/metric_chart.h"
+#include "charts/safe_chart_view.h"
+#include "dashboard.h"
+#include "fake_recording.h"
+#include "main_window.h"
+#include "race_strip.h"
+#include "setup_panel.h"
+
+using namespace devicerace;
+using namespace devicerace::ui;
+
+namespace {
+
+bool elided(const QString& text) { return text.contains(QStringLiteral("…")) || text.contains(QStringLiteral("...")); }
+
+// Every problem a reader would see: elided or clipped texts, missing tick labels.
+QStringList readabilityProblems(MainWindow& w) {
+    QStringList problems;
+    for (auto* chart : w.dashboard()->charts()) {
+        if (!chart->isVisible()) {
+            problems << QStringLiteral("a chart is hidden");
+            continue;
+        }
+        const QRectF sceneRect = chart->chart()->rect();
+        QSet<QString> shown;
+        for (auto* item : chart->chart()->scene()->items()) {
+            auto* text = dynamic_cast<QGraphicsTextItem*>(item);
+            if (!text || !text->isVisible() || text->toPlainText().isEmpty()) {
+                continue;
+            }
+            const QString t = text->toPlainText();
+            shown.insert(t);
+            if (elided(t)) {
+                problems << chart->chart()->title() + QStringLiteral(": elided \"") + t + QLatin1Char('"');
+            }
+            const QRectF r = text->sceneBoundingRect();
+            if (!sceneRect.adjusted(-1, -1, 1, 1).contains(r)) {
+                problems << chart->chart()->title() + QStringLiteral(": \"") + t + QStringLiteral("\" cut at the edge");
+            }
+        }
+        for (const auto& label : chart->xLabels() + chart->yLabels()) {
+            if (!shown.contains(label)) {
+                problems << chart->chart()->title() + QStringLiteral(": tick label \"") + label +
+                                QStringLiteral("\" not drawn");
+            }
+        }
+        for (auto* axis : chart->chart()->axes()) {
+            if (!shown.contains(axis->titleText())) {
+                problems << chart->chart()->title() + QStringLiteral(": axis title \"") + axis->titleText() +
+                                QStringLiteral("\" not drawn in full");
+            }
+        }
+        if (chart->chart()->plotArea().height() < 100) {
+            problems << chart->chart()->title() + QStringLiteral(": plot only %1 px tall").arg(chart->chart()->plotArea().height());
+        }
+    }
+    auto* strip = w.dashboard()->strip();
+    for (const auto& t : strip->texts()) {
+        if (elided(t.text) || QFontMetrics(t.font).horizontalAdvance(t.text) > t.rect.width() ||
+            !strip->rect().contains(t.rect)) {
+            problems << QStringLiteral("strip: \"") + t.text + QStringLiteral("\" does not fit");
+        }
+    }
+    auto* title = w.dashboard()->titleLabel();
+    if (QFontMetrics(title->font()).horizontalAdvance(title->text()) > title->contentsRect().width()) {
+        problems << QStringLiteral("headline \"") + title->text() + QStringLiteral("\" cut");
+    }
+    return problems;
+}
+
+} // namespace
+
+class TestWindowLayout : public QObject {
+    Q_OBJECT
+private:
+    QTemporaryDir m_dir;
+    QString m_recording;
+
+    QScreen* screenOf(int width) {
+        for (auto* s : QGuiApplication::screens()) {
+            if (s->geometry().width() == width) {
+                return s;
+            }
+        }
+        return nullptr;
+    }
+
+    // A window on the screen `width` wide, replaying the recording (instantly).
+    std::unique_ptr<MainWindow> openOn(int width) {
+        auto w = std::make_unique<MainWindow>();
+        QScreen* s = screenOf(width);
+        w->setScreen(s);
+        w->move(s->availableGeometry().topLeft());
+        w->resize(1500, 950); // the preferred size; the window must shrink to fit
+        w->setReplaySpeed(0);
+        w->show();
+        if (!QTest::qWaitForWindowExposed(w.get())) {
+            return nullptr;
+        }
+        QSignalSpy finished(w.get(), &MainWindow::raceFinished);
+        if (!w->openRecording(m_recording) || !(finished.count() == 1 || finished.wait(20000))) {
+            return nullptr;
+        }
+        return w;
+    }
+
+private Q_SLOTS:
+    void initTestCase() {
+        QStandardPaths::setTestModeEnabled(true);
+        QCOMPARE(QGuiApplication::screens().size(), 2);
+        // A long CPU lane beside a 100x faster one: m:ss ticks, a log axis, long texts.
+        m_recording = m_dir.filePath(QStringLiteral("rec"));
+        QVERIFY(test::writeFakeRecording(m_recording, {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 2945},
+                                                       {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 31}},
+                                         5.0));
+    }
+
+    void opensInsideTheScreen_data() {
+        QTest::addColumn<int>("width");
+        QTest::newRow("1280x720") << 1280;
+        QTest::newRow("1920x1080") << 1920;
+    }
+    void opensInsideTheScreen() {
+        QFETCH(int, width);
+        MainWindow w;
+        QScreen* s = screenOf(width);
+        w.setScreen(s);
+        w.move(s->availableGeometry().topLeft());
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY2(s->availableGeometry().contains(w.frameGeometry()),
+                 qPrintable(QStringLiteral("%1x%2").arg(w.frameGeometry().width()).arg(w.frameGeometry().height())));
+    }
+
+    void nothingElided_data() {
+        QTest::addColumn<int>("width");
+        QTest::addColumn<bool>("presentation");
+        QTest::addColumn<bool>("maximized");
+        QTest::newRow("1280x720 normal") << 1280 << false << false;
+        QTest::newRow("1280x720 presentation") << 1280 << true << false;
+        QTest::newRow("1920x1080 normal") << 1920 << false << false;
+        QTest::newRow("1920x1080 normal maximized") << 1920 << false << true;
+        QTest::newRow("1920x1080 presentation") << 1920 << true << false;
+    }
+    void nothingElided() {
+        QFETCH(int, width);
+        QFETCH(bool, presentation);
+        QFETCH(bool, maximized);
+        auto w = openOn(width);
+        QVERIFY(w);
+        if (maximized) {
+            w->showMaximized();
+        }
+        w->setPresentation(presentation);
+        QTest::qWait(100);
+        w->dashboard()->refreshCharts(); // ticks fitted to the final sizes
+        QTest::qWait(50);
+        if (presentation) {
+            QCOMPARE(w->dashboard()->width(), width);
+            // The headline speedup is the largest text on screen.
+            QVERIFY(w->dashboard()->titleLabel()->text().contains(QStringLiteral("faster than")));
+            const double headline = QFontInfo(w->dashboard()->titleLabel()->font()).pixelSize();
+            for (const auto& t : w->dashboard()->strip()->texts()) {
+                QVERIFY(QFontInfo(t.font).pixelSize() < headline);
+            }
+        }
+        const QStringList problems = readabilityProblems(*w);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+    }
+
+    void leavingPresentationRestoresTheLayout() {
+        auto w = openOn(1280);
+        QVERIFY(w);
+        QTest::qWait(50);
+        auto geometries = [&] {
+            QList<QRect> out{w->geometry(), w->dashboard()->geometry(), w->setupPanel()->geometry()};
+            for (auto* c : w->dashboard()->charts()) {
+                out << QRect(c->mapTo(w.get(), QPoint(0, 0)), c->size());
+            }
+            return out;
+        };
+        const auto before = geometries();
+        const auto splitter = w->findChild<QSplitter*>()->sizes();
+        for (int round = 0; round < 2; ++round) {
+            w->setPresentation(true);
+            QTest::qWait(50);
+            QVERIFY(!w->setupPanel()->isVisible());
+            w->setPresentation(false);
+            QTRY_COMPARE(geometries(), before);
+            QCOMPARE(w->findChild<QSplitter*>()->sizes(), splitter);
+        }
+        // Esc leaves presentation mode the same way.
+        w->setPresentation(true);
+        QTest::qWait(50);
+        QTest::keyClick(w.get(), Qt::Key_Escape);
+        QVERIFY(!w->presentation());
+        QTRY_COMPARE(geometries(), before);
+    }
+};
+
+int main(int argc, char** argv) {
+    // Two offscreen screens of the sizes projectors and monitors have.
+    QTemporaryDir dir;
+    const QString config = dir.filePath(QStringLiteral("screens.json"));
+    QFile file(config);
+    if (!file.open(QIODevice::WriteOnly) ||
+        file.write(R"({"synchronousWindowSystemEvents": true, "windowFrameMargins": false, "screens": [
+            {"name": "projector", "x": 0, "y": 0, "width": 1280, "height": 720, "logicalDpi": 96},
+            {"name": "monitor", "x": 1280, "y": 0, "width": 1920, "height": 1080, "logicalDpi": 96}]})") < 0) {
+        return 2;
+    }
+    file.close();
+    qputenv("QT_QPA_PLATFORM", QByteArray("offscreen:configfile=") + config.toLocal8Bit());
+    QApplication app(argc, argv);
+    TestWindowLayout test;
+    return QTest::qExec(&test, argc, argv);
+}
+
+#include "tst_window_layout.moc"

@@ -1,0 +1,124 @@
+#include "main_window.h"
+
+#include <QSettings>
+
+#include "dashboard.h"
+#include "devicerace/device_info.h"
+#include "devicerace/exports.h"
+#include "devicerace/workload.h"
+#include "exporter.h"
+#include "lanes_table.h"
+#include "race_controller.h"
+#include "setup_panel.h"
+
+// The window's exports and its saved settings (split from main_window.cpp).
+namespace devicerace::ui {
+
+QString MainWindow::exportDashboardPng(const QString& path, QSize size) {
+    try {
+        savePng(m_dashboard, path, size);
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+QString MainWindow::exportDashboardSvg(const QString& path) {
+    try {
+        saveSvg(m_dashboard, path);
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+QString MainWindow::exportCsv(const QString& path) {
+    try {
+        saveBytes(path, QByteArray::fromStdString(samplesToCsv(m_race->samples())));
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+QString MainWindow::exportJson(const QString& path) {
+    auto summary = m_race->summary();
+    if (!summary) {
+        return tr("%1: nothing to export yet: run a race first").arg(path);
+    }
+    try {
+        saveBytes(path, QByteArray::fromStdString(summaryToJson(*summary)));
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+bool MainWindow::restoreSettings() {
+    QSettings s;
+    restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+    fitToScreen(); // saved on a bigger screen, perhaps
+    setDarkTheme(s.value(QStringLiteral("window/dark"), false).toBool());
+    if (!s.contains(QStringLiteral("race/workload"))) {
+        return false;
+    }
+    RaceSpec spec;
+    try {
+        spec.workload = s.value(QStringLiteral("race/workload")).toString().toStdString();
+        findWorkload(spec.workload);
+        const QString data = s.value(QStringLiteral("race/data")).toString();
+        if (data == QStringLiteral("synthetic") || data == QStringLiteral("real")) {
+            spec.data = data == QStringLiteral("real") ? DataMode::Real : DataMode::Synthetic;
+        }
+        if (s.contains(QStringLiteral("race/steps"))) {
+            spec.steps = s.value(QStringLiteral("race/steps")).toLongLong();
+        } else {
+            spec.epochs = s.value(QStringLiteral("race/epochs"), 1).toInt();
+        }
+        spec.targetAccuracy = s.value(QStringLiteral("race/target"), 0.85).toDouble();
+        spec.seed = s.value(QStringLiteral("race/seed"), 0).toULongLong();
+        spec.fair = s.value(QStringLiteral("race/fair"), false).toBool();
+        for (const auto& text : s.value(QStringLiteral("race/lanes")).toStringList()) {
+            auto lane = parseLaneSpec(text.toStdString());
+            if (lane.device != "cpu" && !deviceReport().cudaAvailable) {
+                continue; // a GPU lane from another machine
+            }
+            spec.lanes.push_back(lane);
+        }
+    } catch (const std::exception&) {
+        return false; // settings from another version: keep the defaults
+    }
+    m_setup->setRaceSpec(spec);
+    return true;
+}
+
+void MainWindow::saveSettings() const {
+    QSettings s;
+    s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    s.setValue(QStringLiteral("window/dark"), m_dark);
+    RaceSpec spec;
+    try {
+        spec = m_setup->raceSpec();
+    } catch (const std::exception&) {
+        return;
+    }
+    s.setValue(QStringLiteral("race/workload"), QString::fromStdString(spec.workload));
+    s.setValue(QStringLiteral("race/data"), spec.data ? QString::fromStdString(toString(*spec.data)) : QString());
+    s.remove(QStringLiteral("race/steps"));
+    s.remove(QStringLiteral("race/epochs"));
+    if (spec.steps) {
+        s.setValue(QStringLiteral("race/steps"), static_cast<qlonglong>(*spec.steps));
+    } else {
+        s.setValue(QStringLiteral("race/epochs"), spec.epochs.value_or(1));
+    }
+    s.setValue(QStringLiteral("race/target"), spec.targetAccuracy.value_or(0.85));
+    s.setValue(QStringLiteral("race/seed"), static_cast<qulonglong>(spec.seed));
+    s.setValue(QStringLiteral("race/fair"), spec.fair);
+    QStringList lanes;
+    for (const auto& l : spec.lanes) {
+        lanes << laneSpecText(l);
+    }
+    s.setValue(QStringLiteral("race/lanes"), lanes);
+}
+
+} // namespace devicerace::ui
