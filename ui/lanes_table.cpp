@@ -14,6 +14,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/recording.h"
+#include "remote_hosts.h"
 #include "palette.h"
 
 namespace devicerace::ui {
@@ -33,6 +34,15 @@ void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
     to.fused = from.fused;
     to.graph = from.graph;
     to.resident = from.resident;
+    to.isolate = from.isolate;
+    to.cli = from.cli;
+    to.fault = from.fault;
+}
+
+// The device combo's value for a spec: "cpu", "cuda:0", or "ssh://gpubox/cuda:0".
+QString deviceValue(const LaneSpec& spec) {
+    const std::string device = spec.device == "cuda" ? "cuda:0" : spec.device;
+    return QString::fromStdString(spec.host.empty() ? device : spec.host + "/" + device);
 }
 } // namespace
 
@@ -42,6 +52,16 @@ QString extraOptionsText(const LaneSpec& s) {
     copyExtraKeys(s, extra);
     const std::string text = formatLaneSpec(extra);
     return QString::fromStdString(text.size() > 4 ? text.substr(4) : std::string()); // drop "cpu,"
+}
+
+LaneSpec laneDevice(const QString& value) {
+    try {
+        return parseLaneSpec(value.toStdString());
+    } catch (const std::exception&) {
+        LaneSpec s;
+        s.device = value.toStdString(); // refused with its reason at Start
+        return s;
+    }
 }
 
 QString deviceProblem(const std::string& device) {
@@ -91,8 +111,52 @@ QComboBox* deviceCombo(QWidget* parent) {
         const auto why = QString::fromStdString(r.cudaUnavailableReason);
         add(QObject::tr("cuda (unavailable: %1)").arg(why), QStringLiteral("cuda"), false, why);
     }
+    // The hosts of Settings → Hosts…: their devices once they answered, else greyed with why.
+    for (const auto& h : RemoteHosts::instance().hosts()) {
+        const QString host = QString::fromStdString(parseSshTarget(h.url.toStdString()).host);
+        if (h.status != RemoteHosts::Status::Reachable) {
+            const QString why = h.status == RemoteHosts::Status::Unreachable ? h.reason : QObject::tr("checking…");
+            add(QStringLiteral("%1 (%2)").arg(h.url, why), h.url, false, why);
+            continue;
+        }
+        add(host + QStringLiteral(" · cpu"), RemoteHosts::laneDevice(h, QStringLiteral("cpu")), true,
+            QString::fromStdString(h.report.cpu.model));
+        for (const auto& g : h.report.gpus) {
+            const auto name = QStringLiteral("cuda:%1").arg(g.index);
+            add(host + QStringLiteral(" · ") + name + QStringLiteral(" · ") + QString::fromStdString(g.name),
+                RemoteHosts::laneDevice(h, name), true, QString::fromStdString(g.name));
+        }
+        if (h.report.gpus.empty()) {
+            const auto why = QString::fromStdString(h.report.cudaUnavailableReason);
+            add(host + QObject::tr(" · cuda (unavailable: %1)").arg(why), RemoteHosts::laneDevice(h, QStringLiteral("cuda")),
+                false, why);
+        }
+    }
     combo->setModel(model);
     return combo;
+}
+
+// Selects `value` in a device combo; a device not offered stays what was asked for: a local
+// one greyed with the reason (never silently a CPU lane; Start refuses it as the CLI does), a
+// remote one as it is (its host checks it when the race starts).
+void selectDevice(QComboBox* combo, const QString& value, const LaneSpec& spec) {
+    int found = combo->findData(value);
+    if (found < 0 && spec.host.empty()) {
+        found = combo->findData(QString::fromStdString(spec.device));
+    }
+    if (found < 0) {
+        const QString why = spec.host.empty() ? deviceProblem(spec.device) : QObject::tr("checked at Start");
+        auto* model = qobject_cast<QStandardItemModel*>(combo->model());
+        auto* item = new QStandardItem(value + QStringLiteral(" (") + why + QLatin1Char(')'));
+        item->setData(value, Qt::UserRole);
+        item->setToolTip(why);
+        if (spec.host.empty()) {
+            item->setFlags(item->flags() & ~(Qt::ItemIsEnabled | Qt::ItemIsSelectable));
+        }
+        model->appendRow(item);
+        found = combo->count() - 1;
+    }
+    combo->setCurrentIndex(found);
 }
 
 } // namespace
@@ -106,6 +170,20 @@ LanesTable::LanesTable(QWidget* parent) : QTableWidget(parent) {
     horizontalHeader()->setStretchLastSection(true);
     setSelectionBehavior(QAbstractItemView::SelectRows);
     setSelectionMode(QAbstractItemView::SingleSelection);
+    connect(&RemoteHosts::instance(), &RemoteHosts::changed, this, &LanesTable::refreshDevices);
+}
+
+void LanesTable::refreshDevices() {
+    for (int r = 0; r < rowCount(); ++r) {
+        auto* old = qobject_cast<QComboBox*>(cellWidget(r, ColDevice));
+        if (!old) {
+            continue;
+        }
+        const LaneSpec current = laneDevice(old->currentData().toString());
+        auto* combo = deviceCombo(this);
+        selectDevice(combo, old->currentData().toString(), current);
+        setCellWidget(r, ColDevice, combo); // deletes the old one
+    }
 }
 
 QColor LanesTable::nextColor() const {
@@ -140,23 +218,7 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
     setCellWidget(row, ColName, name);
 
     auto* device = deviceCombo(this);
-    int found = device->findData(QString::fromStdString(spec.device == "cuda" ? "cuda:0" : spec.device));
-    if (found < 0) {
-        found = device->findData(QString::fromStdString(spec.device));
-    }
-    if (found < 0) {
-        // A device this machine lacks stays what was asked for (greyed, with the reason):
-        // never silently a CPU lane. Start then refuses it as the CLI does.
-        const QString why = deviceProblem(spec.device);
-        auto* model = qobject_cast<QStandardItemModel*>(device->model());
-        auto* item = new QStandardItem(QString::fromStdString(spec.device) + QStringLiteral(" (") + why + QLatin1Char(')'));
-        item->setData(QString::fromStdString(spec.device), Qt::UserRole);
-        item->setToolTip(why);
-        item->setFlags(item->flags() & ~(Qt::ItemIsEnabled | Qt::ItemIsSelectable));
-        model->appendRow(item);
-        found = device->count() - 1;
-    }
-    device->setCurrentIndex(found);
+    selectDevice(device, deviceValue(spec), spec);
     setCellWidget(row, ColDevice, device);
 
     auto* threads = new QSpinBox(this);
@@ -223,7 +285,9 @@ std::vector<LaneSpec> LanesTable::lanes() const {
     for (int r = 0; r < rowCount(); ++r) {
         LaneSpec s;
         s.name = qobject_cast<QLineEdit*>(cellWidget(r, ColName))->text().trimmed().toStdString();
-        s.device = qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString().toStdString();
+        const LaneSpec where = laneDevice(qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString());
+        s.device = where.device;
+        s.host = where.host;
 
         if (int t = qobject_cast<QSpinBox*>(cellWidget(r, ColThreads))->value(); t > 0) {
             s.threads = t;

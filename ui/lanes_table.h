@@ -17,6 +17,8 @@ QString extraOptionsText(const LaneSpec& spec);
 /// Why `device` cannot race on this machine, in the CLI's words ("device cuda: CUDA is not
 /// available: no NVIDIA driver found ..."), or "" when it can.
 QString deviceProblem(const std::string& device);
+/// The device (and host, for "ssh://host/DEVICE") of a device-picker value.
+LaneSpec laneDevice(const QString& value);
 
 class LanesTable : public QTableWidget {
     Q_OBJECT
@@ -32,6 +34,8 @@ public:
     std::vector<LaneSpec> lanes() const;
     std::vector<QColor> colors() const;
     void setLaneColor(int row, const QColor& color);
+    /// Rebuilds the device pickers (Settings → Hosts… answered), keeping each lane's device.
+    void refreshDevices();
 
 Q_SIGNALS:
     void lanesChanged();

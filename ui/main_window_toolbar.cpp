@@ -5,6 +5,8 @@
 #include <QFileDialog>
 #include <QInputDialog>
 #include <QMenu>
+
+#include "hosts_dialog.h"
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QToolBar>
@@ -95,6 +97,10 @@ void MainWindow::buildToolbar() {
     });
     m_removeRecorded->setToolTip(tr("Take the recorded lanes off the charts (the recordings stay on disk)"));
     bar->addSeparator();
+
+    auto* hosts = bar->addAction(tr("Hosts…"), this, [this] { HostsDialog(this).exec(); });
+    hosts->setObjectName(QStringLiteral("hostsAction"));
+    hosts->setToolTip(tr("Machines to race over ssh: their devices join the lane picker"));
 
     m_darkAction = bar->addAction(tr("◐ Dark"));
     m_darkAction->setCheckable(true);

@@ -1,5 +1,9 @@
 #include "race_controller.h"
 
+#include <QEventLoop>
+
+#include <thread>
+
 #include "devicerace/errors.h"
 #include "palette.h"
 
@@ -24,11 +28,30 @@ RaceController::~RaceController() {
 }
 
 bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir) {
+    // Building a race loads data and, for worker lanes, starts processes and connects over ssh
+    // (seconds; up to ssh's 10 s connect timeout): off the GUI thread, which keeps painting
+    // but takes no input meanwhile.
     std::unique_ptr<Race> race;
-    try {
-        race = std::make_unique<Race>(spec);
-    } catch (const std::exception& e) {
-        Q_EMIT failed(QString::fromStdString(e.what()));
+    std::exception_ptr error;
+    QEventLoop wait;
+    std::thread builder([&] {
+        try {
+            race = std::make_unique<Race>(spec);
+        } catch (...) {
+            error = std::current_exception();
+        }
+        QMetaObject::invokeMethod(&wait, &QEventLoop::quit, Qt::QueuedConnection);
+    });
+    wait.exec(QEventLoop::ExcludeUserInputEvents);
+    builder.join();
+    if (error) {
+        try {
+            std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+            Q_EMIT failed(QString::fromStdString(e.what()));
+        } catch (...) {
+            Q_EMIT failed(tr("the race could not be set up"));
+        }
         return false;
     }
     m_timer.stop();
@@ -52,7 +75,10 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
     for (auto* lane : m_race->lanes()) {
         LaneInfo info;
         info.name = QString::fromStdString(lane->spec().name);
-        info.device = QString::fromStdString(lane->spec().device);
+        // Remote lanes carry their host wherever the device shows ("gpubox/cuda:0").
+        info.device = QString::fromStdString(
+            lane->spec().host.empty() ? lane->spec().device
+                                      : parseSshTarget(lane->spec().host).host + "/" + lane->spec().device);
         info.color = i < static_cast<int>(colors.size()) ? colors[static_cast<std::size_t>(i)] : laneColor(i);
         info.totalSteps = lane->totalSteps();
         info.batch = lane->batch();

@@ -40,7 +40,7 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                                                               : QString::fromStdString(toString(l.state) + ": " + l.error));
         const QStringList cells = {
             QString::fromStdString(l.name),
-            QString::fromStdString(l.device),
+            QString::fromStdString(l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device),
             l.samplesPerSec ? groupedNumber(*l.samplesPerSec) : dash,
             l.stepsPerSec ? QString::number(*l.stepsPerSec, 'f', 1) : dash,
             l.finalTestAccuracy ? QString::number(*l.finalTestAccuracy, 'f', 4) : dash,

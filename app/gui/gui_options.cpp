@@ -121,7 +121,10 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             for (const auto& text : p.values(lane)) {
                 spec.lanes.push_back(parseLaneSpec(text.toStdString()));
                 // The window refuses what the CLI refuses: a device this machine cannot use.
-                if (const QString why = ui::deviceProblem(spec.lanes.back().device); !why.isEmpty()) {
+                // (A remote lane's device is checked on its host when the race starts.)
+                if (const QString why = spec.lanes.back().host.empty() ? ui::deviceProblem(spec.lanes.back().device)
+                                                                        : QString();
+                    !why.isEmpty()) {
                     throw UsageError(QStringLiteral("--lane %1: %2").arg(text, why).toStdString());
                 }
             }

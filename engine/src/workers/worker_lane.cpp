@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <future>
 #include <cstdlib>
 #include <thread>
 
@@ -89,6 +90,50 @@ struct WorkerLane::Impl {
         // ack, bye, log and unknown types: nothing to do (unknown types are ignored by design).
     }
 
+    // Starts the worker, checks its hello, sends the lane, waits until it was accepted.
+    // Throws UsageError saying what went wrong.
+    void connect() {
+        conn = std::make_unique<detail::WorkerConnection>(detail::endpointFor(spec));
+        const auto& where = conn->endpoint().where;
+        conn->awaitHello(helloTimeout(conn->endpoint().remote));
+        if (!conn->send(detail::configMessage(spec, settings))) {
+            throw UsageError(fmt::format("the worker on {} closed its input after hello", where));
+        }
+        // The worker loads its data and builds the lane; heartbeats show it is alive meanwhile.
+        bool readySeen = false;
+        const auto onMessage = [&](Message&& m) {
+            if (m.type == "ready") {
+                ready = detail::readyFromMessage(m.body);
+                readySeen = true;
+            } else {
+                handle(std::move(m));
+            }
+        };
+        while (!readySeen && workerError.empty()) {
+            if (!conn->pump(0.1, onMessage)) {
+                throw UsageError(fmt::format("the worker on {} ended while preparing the lane: {}", where,
+                                             conn->describeEnd(conn->reap(2), 0)));
+            }
+            if (conn->secondsSinceLastLine() > kSilenceLost) {
+                conn->signal(SIGKILL);
+                throw UsageError(fmt::format("the worker on {} stopped answering while preparing the lane", where));
+            }
+        }
+        if (!workerError.empty()) {
+            throw UsageError(conn->endpoint().remote ? fmt::format("{}: {}", where, workerError) : workerError);
+        }
+        auto ds = std::make_shared<Dataset>();
+        ds->name = ready.datasetName;
+        ds->source = ready.datasetSource;
+        ds->synthetic = ready.synthetic;
+        ds->train.count = ready.trainCount;
+        ds->test.count = ready.testCount;
+        data = std::move(ds);
+        if (ready.threads && !spec.threads) {
+            spec.threads = ready.threads;
+        }
+    }
+
     void runIo() {
         auto lastPing = Clock::now();
         bool stdinClosed = false;
@@ -160,46 +205,28 @@ WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::ma
     d.settings = std::move(settings);
     d.settings.data.reset(); // the worker resolves its own
     d.record = std::make_unique<detail::LaneRecord>(d.spec.name);
-    d.conn = std::make_unique<detail::WorkerConnection>(detail::endpointFor(d.spec));
-    const auto& where = d.conn->endpoint().where;
-    d.conn->awaitHello(helloTimeout(d.conn->endpoint().remote));
-    if (!d.conn->send(detail::configMessage(d.spec, d.settings))) {
-        throw UsageError(fmt::format("the worker on {} closed its input after hello", where));
-    }
-    // The worker loads its data and builds the lane; heartbeats show it is alive meanwhile.
-    bool readySeen = false;
-    const auto onMessage = [&](Message&& m) {
-        if (m.type == "ready") {
-            d.ready = detail::readyFromMessage(m.body);
-            readySeen = true;
-        } else {
-            d.handle(std::move(m));
+    // The lane's own thread starts the worker and keeps it: the child's PR_SET_PDEATHSIG fires
+    // when its parent *thread* ends, so it must be one that lives exactly as long as the lane
+    // (whichever thread builds the race: the GUI's, a helper's, the CLI's).
+    std::promise<void> connected;
+    auto result = connected.get_future();
+    d.io = std::thread([impl = m_impl.get(), connected = std::move(connected)]() mutable {
+        try {
+            impl->connect();
+        } catch (...) {
+            connected.set_exception(std::current_exception());
+            impl->conn.reset(); // kills and reaps the worker
+            return;
         }
-    };
-    while (!readySeen && d.workerError.empty()) {
-        if (!d.conn->pump(0.1, onMessage)) {
-            throw UsageError(fmt::format("the worker on {} ended while preparing the lane: {}", where,
-                                         d.conn->describeEnd(d.conn->reap(2), 0)));
-        }
-        if (d.conn->secondsSinceLastLine() > kSilenceLost) {
-            d.conn->signal(SIGKILL);
-            throw UsageError(fmt::format("the worker on {} stopped answering while preparing the lane", where));
-        }
+        connected.set_value();
+        impl->runIo();
+    });
+    try {
+        result.get();
+    } catch (...) {
+        d.io.join();
+        throw;
     }
-    if (!d.workerError.empty()) {
-        throw UsageError(d.conn->endpoint().remote ? fmt::format("{}: {}", where, d.workerError) : d.workerError);
-    }
-    auto ds = std::make_shared<Dataset>();
-    ds->name = d.ready.datasetName;
-    ds->source = d.ready.datasetSource;
-    ds->synthetic = d.ready.synthetic;
-    ds->train.count = d.ready.trainCount;
-    ds->test.count = d.ready.testCount;
-    d.data = std::move(ds);
-    if (d.ready.threads && !d.spec.threads) {
-        d.spec.threads = d.ready.threads;
-    }
-    d.io = std::thread([impl = m_impl.get()] { impl->runIo(); });
 }
 
 WorkerLane::~WorkerLane() {
