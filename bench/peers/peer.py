@@ -69,39 +69,40 @@ SYNTHETIC_POOL_BYTES = 256 << 20
 REPORT_SECONDS = 0.1
 
 # ---------------------------------------------------------------------------------------------
-# Workloads: the engine's WorkloadInfo defaults (engine/src/models_*.cpp).
+# Workloads: the engine's WorkloadInfo defaults (engine/src/models_*.cpp); epochs is the default
+# run length, lstm marks the workloads that take --lstm.
 # ---------------------------------------------------------------------------------------------
 
 def _w(**kw):
     base = dict(batch=128, lr=1e-3, wd=0.0, momentum=0.0, schedule="constant", classes=10,
-                vocabulary=0, tokens=False, binary=False)
+                vocabulary=0, tokens=False, binary=False, epochs=1, lstm=False)
     base.update(kw)
     return base
 
 
 def _resnet_cifar(depth):
-    return _w(dataset="cifar10", shape=(3, 32, 32), lr=0.1, wd=1e-4, momentum=0.9, schedule="step",
+    return _w(dataset="cifar10", shape=(3, 32, 32), lr=0.1, wd=1e-4, momentum=0.9, schedule="step", epochs=3,
               optimizer="sgd", model=lambda o: CifarResNet((depth - 2) // 6))
 
 
 WORKLOADS = {
-    "fashion-mlp": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="rmsprop",
+    "fashion-mlp": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="rmsprop", epochs=2,
                       model=lambda o: MnistMlp()),
-    "fashion-cnn": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="adam",
+    "fashion-cnn": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="adam", epochs=3,
                       model=lambda o: MnistCnn()),
     "cifar-resnet20": _resnet_cifar(20),
     "cifar-resnet32": _resnet_cifar(32),
     "cifar-resnet56": _resnet_cifar(56),
-    "cifar-vgg": _w(dataset="cifar10", shape=(3, 32, 32), batch=32, lr=1e-4, optimizer="rmsprop",
+    "cifar-vgg": _w(dataset="cifar10", shape=(3, 32, 32), batch=32, lr=1e-4, optimizer="rmsprop", epochs=10,
                     model=lambda o: CifarVgg()),
     "davidnet": _w(dataset="cifar10", shape=(3, 32, 32), batch=512, lr=0.4, wd=5e-4, momentum=0.9,
-                   schedule="onecycle", optimizer="sgd-nesterov", model=lambda o: DavidNet()),
+                   schedule="onecycle", optimizer="sgd-nesterov", epochs=24, model=lambda o: DavidNet()),
     "imdb-bilstm": _w(dataset="imdb", shape=(100,), batch=32, classes=2, vocabulary=20000, tokens=True,
-                      binary=True, optimizer="adam", model=lambda o: ImdbBiLstm(o["fused"])),
+                      binary=True, optimizer="adam", epochs=4, lstm=True, model=lambda o: ImdbBiLstm(o["fused"])),
     "fasttext": _w(dataset="imdb", shape=(400,), batch=32, classes=2, vocabulary=20000, tokens=True,
-                   binary=True, optimizer="adam", model=lambda o: FastText()),
+                   binary=True, optimizer="adam", epochs=5, model=lambda o: FastText()),
     "charlstm": _w(dataset="text", shape=(40,), batch=128, lr=0.01, classes=60, vocabulary=60, tokens=True,
-                   optimizer="rmsprop", model=lambda o: CharLstm(o["fused"], 60)),
+                   optimizer="rmsprop", epochs=5, lstm=True, model=lambda o: CharLstm(o["fused"], 60)),
     "imagenet-resnet50": _w(dataset="imagenet", shape=(3, 224, 224), batch=64, lr=0.1, wd=1e-4, momentum=0.9,
                             schedule="step", classes=1000, optimizer="sgd", model=lambda o: ResNet50()),
 }
@@ -445,6 +446,13 @@ def load_data(w, mode, batch, device):
             sys.exit("peer: Fashion-MNIST images and labels differ in count")
         return x.to(device), y.to(device), x.size(0)
     count = SYNTHETIC_TRAIN[w["dataset"]]
+    x, y = synthetic_split(w, count, batch, device)
+    return x, y, count
+
+
+def synthetic_split(w, count, batch, device):
+    """(X, Y) of a synthetic set of `count` examples, generated on the device with the global
+    generator: a pool of min(count, max(8 batches, 256 MiB)) examples (loadLaneData)."""
     elems = math.prod(w["shape"])
     pool = min(count, max(8 * batch, SYNTHETIC_POOL_BYTES // max(1, elems * 4)))
     shape = (pool, *w["shape"])
@@ -453,7 +461,7 @@ def load_data(w, mode, batch, device):
     else:
         x = torch.rand(shape, device=device)
     y = torch.randint(0, w["classes"], (pool,), device=device, dtype=torch.int64)
-    return x, y, count
+    return x, y
 
 
 def prepare_input(x, want, channels_last):
@@ -479,6 +487,42 @@ def prepare_input(x, want, channels_last):
 # ---------------------------------------------------------------------------------------------
 # The lane.
 # ---------------------------------------------------------------------------------------------
+
+def loss_functions(w):
+    """(loss_of(logits, y, reduction="mean"), correct_of(logits, y)) for the workload: binary
+    cross-entropy on one logit for the binary ones, cross-entropy otherwise."""
+    if w["binary"]:
+        def loss_of(logits, y, reduction="mean"):
+            return F.binary_cross_entropy_with_logits(logits.squeeze(1), y.to(torch.float32), reduction=reduction)
+
+        def correct_of(logits, y):
+            return ((logits.squeeze(1) > 0) == y).sum()
+    else:
+        def loss_of(logits, y, reduction="mean"):
+            return F.cross_entropy(logits, y, reduction=reduction)
+
+        def correct_of(logits, y):
+            return (logits.argmax(1) == y).sum()
+    return loss_of, correct_of
+
+
+def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y):
+    """One optimizer step on a prepared batch: forward (under `autocast()`), float32 loss,
+    zero_grad(set_to_none), backward, step (through `scaler` for fp16). Returns the detached
+    loss and the batch's correct count as device tensors (no host sync)."""
+    with autocast():
+        logits = model(x).to(torch.float32)
+        loss = loss_of(logits, y)
+    opt.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
+    return loss.detach(), correct_of(logits.detach(), y)
+
 
 def physical_cores():
     """The engine's default CPU thread count: distinct (physical id, core id) pairs."""
@@ -649,19 +693,7 @@ def measure(args):
     autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
     want = w["shape"]
 
-    if w["binary"]:
-        def loss_of(logits, y):
-            return F.binary_cross_entropy_with_logits(logits.squeeze(1), y.to(torch.float32))
-
-        def correct_of(logits, y):
-            return ((logits.squeeze(1) > 0) == y).sum()
-    else:
-        def loss_of(logits, y):
-            return F.cross_entropy(logits, y)
-
-        def correct_of(logits, y):
-            return (logits.argmax(1) == y).sum()
-
+    loss_of, correct_of = loss_functions(w)
     loss_buf = torch.zeros(STEP_BUFFER, device=device, dtype=torch.float32)
     correct_buf = torch.zeros(STEP_BUFFER, device=device, dtype=torch.int64)
     in_buf = 0
@@ -669,19 +701,9 @@ def measure(args):
     def train_step(raw_x, y):
         nonlocal in_buf
         x = prepare_input(raw_x, want, args.channels_last)
-        with autocast():
-            logits = model(x).to(torch.float32)
-            loss = loss_of(logits, y)
-        opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        loss_buf[in_buf].copy_(loss.detach())
-        correct_buf[in_buf].copy_(correct_of(logits.detach(), y))
+        loss, correct = train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y)
+        loss_buf[in_buf].copy_(loss)
+        correct_buf[in_buf].copy_(correct)
         in_buf += 1
 
     rates, step_rates, last_losses = [], [], []

@@ -1,0 +1,366 @@
+"""lanes/python/pytorch_lane.py driven over the worker protocol exactly as DeviceRace drives it
+(hello -> config -> ready -> start -> samples -> bye), through a subprocess and pipes.
+
+Run as: .venv/bin/python tests/lanes/test_pytorch_lane.py   (about a minute on 2 CPU cores)
+"""
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LANES = os.path.join(ROOT, "lanes", "python")
+LANE = os.path.join(LANES, "pytorch_lane.py")
+PYTHON = os.environ.get("DEVICERACE_PYTHON") or sys.executable
+sys.path.insert(0, LANES)
+import devicerace_worker as dw  # noqa: E402  (no torch in this process)
+
+FASHION = os.environ.get("DEVICERACE_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+MLP_PARAMETERS = 669706  # the engine's count for fashion-mlp (devicerace-cli workloads --json)
+TYPES = {"hello", "ready", "error", "sample", "execution", "hb", "ack", "bye"}
+STATES = {"preparing", "running", "evaluating", "paused", "finished", "failed", "diverged", "stopped"}
+# Seconds a lane may take to say hello / to answer (torch imports slowly on a busy machine).
+PATIENCE = 60
+
+# The test for a print() from the model code: the lane with its MLP's forward printing (through
+# print() and straight to fd 1, as C code would), started like the real one.
+PRINTING_LANE = """
+import os, sys
+sys.path.insert(0, {lanes!r})
+import pytorch_lane as pl
+load = pl.load_framework
+def patched():
+    load()
+    forward = pl.peer.MnistMlp.forward
+    def noisy(self, x):
+        print("PRINT FROM MODEL")
+        os.write(1, b"RAW WRITE TO FD 1\\n")
+        return forward(self, x)
+    pl.peer.MnistMlp.forward = noisy
+pl.load_framework = patched
+pl.dw.finish(pl.main(sys.argv[1:]))
+"""
+
+
+def config(**over):
+    c = {"type": "config", "proto": "1.0", "workload": "fashion-mlp",
+         "lane": "cpu,threads=1,batch=64,name=torch,framework=pytorch", "data": "real", "data_dir": "",
+         "train_limit": 2000, "test_limit": 500, "epochs": None, "steps": 60, "target": None, "seed": 0,
+         "eval_every": 0, "warmup": 5, "report_interval": 0.1, "fail_at_step": 0,
+         "expected_parameters": MLP_PARAMETERS}
+    c.update(over)
+    return c
+
+
+class Lane:
+    """One lane process and its pipes, read on threads (as the parent's poll loop does)."""
+
+    def __init__(self, argv=None, proto="1"):
+        argv = argv or [PYTHON, LANE]
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        self.p = subprocess.Popen(argv + ["--proto", proto], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env)
+        self.lines = queue.Queue()
+        self.raw = []  # every stdout line, as bytes
+        self.err = []
+        threading.Thread(target=self._read_out, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_out(self):
+        for line in self.p.stdout:
+            self.raw.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _read_err(self):
+        for line in self.p.stderr:
+            self.err.append(line.decode("utf-8", "replace"))
+
+    def send(self, message):
+        self.p.stdin.write((json.dumps(message) + "\n").encode())
+        self.p.stdin.flush()
+
+    def send_raw(self, data):
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+    def next(self, timeout=PATIENCE, skip=("hb",)):
+        """The next message (hb skipped), or None at the end of its output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no message within {timeout} s; stderr: {self.stderr()[-1500:]}")
+            if line is None:
+                return None
+            m = json.loads(line)  # every stdout line is a protocol message
+            if m.get("type") not in skip:
+                return m
+
+    def until(self, pred, timeout=PATIENCE):
+        seen = []
+        while True:
+            m = self.next(timeout)
+            if m is None:
+                raise AssertionError(f"output ended waiting; saw {[x.get('type') for x in seen][-10:]}; "
+                                     f"stderr: {self.stderr()[-1500:]}")
+            seen.append(m)
+            if pred(m):
+                return m, seen
+
+    def wait(self, timeout=PATIENCE):
+        return self.p.wait(timeout)
+
+    def stderr(self):
+        return "".join(self.err)
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def check_sample(test, s):
+    """One sample against docs/EVENTS.md's schema (what sampleFromJsonLine needs, and types)."""
+    test.assertIn(s["kind"], ("train", "eval", "state"))
+    test.assertIsInstance(s["lane"], str)
+    for key in ("step", "samples"):
+        test.assertIsInstance(s[key], int)
+        test.assertGreaterEqual(s[key], 0)
+    for key in ("epoch", "t", "wall_time"):
+        test.assertIsInstance(s[key], (int, float))
+        test.assertTrue(math.isfinite(s[key]))
+    for key in ("loss", "accuracy", "samples_per_sec", "steps_per_sec", "interval_s"):
+        test.assertIn(key, s)
+        test.assertTrue(s[key] is None or isinstance(s[key], (int, float)), key)
+    test.assertIn("memory_bytes", s)
+    test.assertIsInstance(s["warmup"], bool)
+    if s["kind"] == "train":
+        for key in ("accuracy", "samples_per_sec", "steps_per_sec", "interval_s"):
+            test.assertIsInstance(s[key], float, key)
+        test.assertGreaterEqual(s["accuracy"], 0)
+        test.assertLessEqual(s["accuracy"], 1)
+    elif s["kind"] == "eval":
+        test.assertIsInstance(s["loss"], float)
+        test.assertIsInstance(s["interval_s"], float)
+        test.assertTrue(0 <= s["accuracy"] <= 1)
+    else:
+        test.assertIn(s["state"], STATES)
+        test.assertIsInstance(s["message"], str)
+
+
+class PyTorchLaneTest(unittest.TestCase):
+    def start(self, **kw):
+        lane = Lane(**kw)
+        self.addCleanup(lane.close)
+        return lane
+
+    def hello(self, lane):
+        m = lane.next()
+        self.assertIsNotNone(m, lane.stderr())
+        self.assertEqual(m["type"], "hello")
+        return m
+
+    def test_race(self):
+        """A whole run: every line a message, samples with the schema, learning, exit 0."""
+        lane = self.start()
+        hello = self.hello(lane)
+        self.assertEqual(hello["proto"], "1.0")
+        self.assertTrue(hello["version"].startswith("pytorch 2."), hello["version"])
+        self.assertEqual(hello["pid"], lane.p.pid)
+        self.assertIsInstance(hello["host"], str)
+        d = hello["devices"]
+        self.assertIsInstance(d["cpu"]["model"], str)
+        self.assertGreaterEqual(d["cpu"]["physical_cores"], 1)
+        self.assertGreaterEqual(d["cpu"]["logical_cpus"], d["cpu"]["physical_cores"])
+        self.assertIsInstance(d["cuda_available"], bool)
+        self.assertIsInstance(d["cuda_unavailable_reason"], str)
+        for g in d["gpus"]:
+            self.assertIsInstance(g["index"], int)
+            self.assertIsInstance(g["name"], str)
+            self.assertIsInstance(g["total_memory_bytes"], int)
+            self.assertRegex(g["compute"], r"^\d+\.\d+$")
+        # Noise the lane must ignore: not JSON, not a message, a line over 64 KiB, an unknown type.
+        lane.send_raw(b"hello there\n[1,2]\n{\"no\":\"type\"}\n" + b"{\"type\":\"stop\",\"pad\":\"" + b"x" * 70000
+                      + b"\"}\n")
+        lane.send({"type": "what-is-this", "id": 7})
+        self.assertEqual(lane.next(), {"type": "ack", "id": 7})
+        # Engine keys it ignores ride along in the lane string, as DeviceRace sends them.
+        lane.send(config(lane="cpu,threads=1,batch=64,name=torch,framework=pytorch,fused=true,graph=false,"
+                              "resident=true,cost=0.5,isolate=process"))
+        ready = lane.next()
+        self.assertEqual(ready["type"], "ready", ready)
+        self.assertEqual(ready["batch"], 64)
+        self.assertEqual(ready["total_steps"], 60)
+        self.assertEqual(ready["threads"], 1)
+        self.assertEqual(ready["dataset"], {"name": "Fashion-MNIST", "source": FASHION, "synthetic": False,
+                                            "train": 2000, "test": 500, "note": ""})
+        lane.send({"type": "start", "id": 1})
+        self.assertEqual(lane.next(), {"type": "ack", "id": 1})
+        lane.send({"type": "ping", "id": 3})
+        bye, seen = lane.until(lambda m: m["type"] == "bye")
+        self.assertEqual(bye["reason"], "finished")
+        self.assertEqual(lane.wait(), 0, lane.stderr())
+        for line in lane.raw:
+            self.assertIn(json.loads(line)["type"], TYPES)
+        self.assertIn({"type": "ack", "id": 3}, seen)
+        self.assertTrue(any(json.loads(line)["type"] == "hb" for line in lane.raw), "no heartbeat")
+        hbs = [json.loads(line) for line in lane.raw if b'"hb"' in line]
+        self.assertTrue(all(isinstance(h.get("cpu", 0.0), float) for h in hbs))
+
+        samples = [m["sample"] for m in seen if m["type"] == "sample"]
+        for s in samples:
+            check_sample(self, s)
+            self.assertEqual(s["lane"], "torch")
+        states = [s["state"] for s in samples if s["kind"] == "state"]
+        self.assertEqual(states[:2], ["preparing", "running"])
+        self.assertEqual(states[-1], "finished")
+        self.assertNotIn("failed", states)
+        executions = [m for m in seen if m["type"] == "execution"]
+        self.assertEqual(len(executions), 1)
+        self.assertIn("PyTorch", executions[0]["text"])
+        steps = [s["step"] for s in samples]
+        self.assertEqual(steps, sorted(steps))
+        times = [s["t"] for s in samples]
+        self.assertEqual(times, sorted(times))
+        train = [s for s in samples if s["kind"] == "train"]
+        self.assertEqual(train[-1]["step"], 60)
+        self.assertEqual(train[-1]["samples"], 2000 + 28 * 64)  # an epoch is 31 full batches and one of 16
+        self.assertTrue(any(s["step"] == 5 and s["warmup"] for s in train), "no report at the warm-up step")
+        self.assertFalse(train[-1]["warmup"])
+        self.assertTrue(all(s["loss"] is not None and s["loss"] > 0 for s in train))
+        evals = [s for s in samples if s["kind"] == "eval"]
+        self.assertEqual([s["step"] for s in evals], [32, 60])  # the epoch end and the last step
+        self.assertAlmostEqual(evals[0]["epoch"], 1.0)
+        self.assertGreater(evals[-1]["accuracy"], 0.5)
+        final = samples[-1]
+        self.assertEqual((final["kind"], final["state"], final["step"]), ("state", "finished", 60))
+
+    def test_pause_stop_and_prints(self):
+        """Pause, resume, stop mid-run: state stopped, exit 0; the model's prints reach stderr only."""
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(PRINTING_LANE.format(lanes=LANES))
+        self.addCleanup(os.unlink, f.name)
+        lane = self.start(argv=[PYTHON, f.name])
+        self.hello(lane)
+        lane.send(config(steps=100000, data=None, warmup=0))
+        self.assertEqual(lane.next()["type"], "ready")
+        lane.send({"type": "start", "id": 1})
+        lane.until(lambda m: m["type"] == "sample" and m["sample"]["kind"] == "train" and m["sample"]["step"] >= 3)
+        lane.send({"type": "pause"})
+        paused, _ = lane.until(lambda m: m["type"] == "sample" and m["sample"]["kind"] == "state")
+        self.assertEqual(paused["sample"]["state"], "paused")
+        time.sleep(0.5)
+        lane.send({"type": "resume"})
+        running, between = lane.until(lambda m: m["type"] == "sample" and m["sample"]["kind"] == "state")
+        self.assertEqual(running["sample"]["state"], "running")
+        self.assertEqual([m for m in between if m["type"] == "sample"], [running])  # nothing trained while paused
+        # The paused time is off the lane clock.
+        self.assertLess(running["sample"]["t"] - paused["sample"]["t"], 0.4)
+        lane.until(lambda m: m["type"] == "sample" and m["sample"]["kind"] == "train")
+        lane.send({"type": "stop", "id": 2})
+        bye, seen = lane.until(lambda m: m["type"] == "bye")
+        self.assertIn({"type": "ack", "id": 2}, seen)
+        self.assertEqual(bye["reason"], "stopped")
+        final = [m["sample"] for m in seen if m["type"] == "sample"][-1]
+        check_sample(self, final)
+        self.assertEqual(final["state"], "stopped")
+        self.assertEqual(final["message"], f"stopped at step {final['step']}")
+        self.assertGreater(final["step"], 3)
+        self.assertEqual(lane.wait(), 0, lane.stderr())
+        for line in lane.raw:
+            self.assertIn(json.loads(line)["type"], TYPES)
+        self.assertIn("PRINT FROM MODEL", lane.stderr())
+        self.assertIn("RAW WRITE TO FD 1", lane.stderr())
+
+    def test_input_ends_before_start(self):
+        lane = self.start()
+        self.hello(lane)
+        lane.send(config())
+        self.assertEqual(lane.next()["type"], "ready")
+        t0 = time.monotonic()
+        lane.p.stdin.close()
+        self.assertIsNone(lane.next(timeout=10))  # nothing more: never started, so no samples, no bye
+        self.assertEqual(lane.wait(10), 0, lane.stderr())
+        self.assertLess(time.monotonic() - t0, 3)
+
+    def test_bad_lane_key(self):
+        lane = self.start()
+        self.hello(lane)
+        lane.send(config(lane="cpu,threads=1,bogus=3"))
+        m = lane.next()
+        self.assertEqual((m["type"], m["phase"]), ("error", "config"), m)
+        self.assertIn("'bogus'", m["message"])
+        self.assertNotIn("\n", m["message"])
+        self.assertIsNone(lane.next())
+        self.assertEqual(lane.wait(), 2)
+
+    def test_parameter_count_mismatch(self):
+        lane = self.start()
+        self.hello(lane)
+        lane.send(config(expected_parameters=12345))
+        m = lane.next()
+        self.assertEqual(m["type"], "error", m)
+        self.assertIn("669,706", m["message"])
+        self.assertIn("12,345", m["message"])
+        self.assertEqual(lane.wait(), 2)
+
+    def test_other_protocol(self):
+        lane = self.start(proto="2")
+        m = self.hello(lane)
+        self.assertEqual(m["proto"], "1.0")
+        self.assertEqual(lane.wait(), 3)
+        self.assertIn("protocol 2", lane.stderr())
+
+
+class LaneSpecTest(unittest.TestCase):
+    """The framework-neutral parsing (no process, no torch)."""
+
+    def parse(self, text):
+        return dw.parse_lane_spec(text, ("name", "threads", "batch", "lr", "precision", "data", "fault"),
+                                  ("framework", "fused"), "the PyTorch lane")
+
+    def test_spec(self):
+        self.assertEqual(self.parse("cuda:1, threads=2 ,batch=32,lr=0.01,precision=bf16,fused=true,fault=throw:3"),
+                         {"device": "cuda:1", "threads": 2, "batch": 32, "lr": 0.01, "precision": "bf16",
+                          "fault": "throw:3"})
+        for bad in ("", "tpu", "cuda:x", "ssh://box/cpu", "cpu,threads=0", "cpu,batch=-1", "cpu,lr=0",
+                    "cpu,lr=inf", "cpu,precision=fp8", "cpu,threads", "cpu,name=", "cpu,fault=boom",
+                    "cpu,fault=throw:0", "cpu,wd=1", "cpu,fused=maybe"):
+            with self.assertRaises(dw.LaneRefused, msg=bad):
+                self.parse(bad)
+
+    def test_config(self):
+        c = dw.parse_config(config())
+        self.assertEqual((c["steps"], c["warmup"], c["report_interval"], c["data_dir"]), (60, 5, 0.1, ""))
+        for bad in ({"proto": "2.0"}, {"steps": 0}, {"report_interval": 0.001}, {"data": "fake"},
+                    {"workload": None}, {"seed": "x"}):
+            with self.assertRaises(dw.LaneRefused, msg=str(bad)):
+                dw.parse_config(config(**bad))
+
+    def test_messages(self):
+        self.assertIsNone(dw.parse_message(b'{"type":"x","a":' + b"[" * 100 + b"]" * 100 + b"}"))
+        self.assertIsNotNone(dw.parse_message(b'{"type":"x","a":' + b"[" * 10 + b"]" * 10 + b"}"))
+        self.assertIsNone(dw.parse_message(b'{"type": 3}'))
+        self.assertEqual(dw.parse_message(b'{"type":"ping"}'), {"type": "ping"})
+        self.assertEqual(dw.encode_message({"a": float("nan"), "b": [float("inf")]}), b'{"a":null,"b":[null]}\n')
+        s = dw.LineSplitter(10)
+        self.assertEqual(s.feed(b"abc\ndef"), [b"abc"])
+        self.assertEqual(s.feed(b"ghijklmnopq\nxy\r\n"), [b"xy"])
+        self.assertEqual(s.dropped, 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
