@@ -493,8 +493,9 @@ class Meter:
 # ---------------------------------------------------------------------------------------------
 
 class Session:
-    def __init__(self, writer):
+    def __init__(self, writer, name="lane"):
         self._writer = writer
+        self.name = name
         self._cond = threading.Condition(threading.RLock())
         self.stop_requested = False
         self.pause_requested = False
@@ -512,7 +513,7 @@ class Session:
     def request_stop(self, why):
         if not self.stop_requested:
             self.stop_reason = why
-            log(f"worker: stopping: {why}")
+            log(f"{self.name}: stopping: {why}")
         self.stop_requested = True
         with self._cond:
             self._cond.notify_all()
@@ -563,7 +564,7 @@ class Worker:
         self.program = program
         self.name = name
         self.writer = Writer(guard_stdout())
-        self.session = Session(self.writer)
+        self.session = Session(self.writer, name)
         self.inbox = queue.Queue()
         self.last_from_parent = time.monotonic()
         self.input_open = True
@@ -620,8 +621,12 @@ class Worker:
 
     def _heartbeat(self):
         next_beat = time.monotonic() + HEARTBEAT_S
+        reported_signal = 0
         while not self.done.wait(0.05):
             now = time.monotonic()
+            if self.signal_number and not reported_signal:
+                reported_signal = self.signal_number
+                self._stop(f"signal {reported_signal}")
             if self.writer.broken and not self.stopping:
                 self._stop("the parent stopped reading")
             if (self.input_open and now - self.last_from_parent > PARENT_SILENCE_S
@@ -635,7 +640,13 @@ class Worker:
                 self.writer.send(hb)
 
     def _on_signal(self, sig, frame):
-        # Runs in the main thread between bytecodes: plain assignments only (no locks).
+        # Runs in the main thread between bytecodes: plain assignments and a raw write only
+        # (no locks: the main thread may hold them).
+        if not self.signal_number:
+            try:
+                os.write(2, f"{self.name}: stopping: signal {sig}\n".encode())
+            except OSError:
+                pass
         self.signal_number = sig
         self.stopping = True
         self.session.stop_requested = True
@@ -660,11 +671,7 @@ class Worker:
             self.done.set()
 
     def _loop(self):
-        reported_signal = False
         while True:
-            if self.signal_number and not reported_signal:
-                reported_signal = True
-                self._stop(f"signal {self.signal_number}")
             if not self.input_open and self.lane is None:
                 return EXIT_OK  # the parent left before a lane was set up
             if self.lane is not None and not self.started and (not self.input_open or self.stopping):
