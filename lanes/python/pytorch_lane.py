@@ -318,8 +318,9 @@ class TorchLane:
             torch.cuda.reset_peak_memory_stats(device)
 
         self.meter = dw.Meter(session.emit, self.name, self.steps_per_epoch, c["warmup"], self.memory)
-        self.ready = {"batch": self.batch, "total_steps": self.total_steps, "threads": self.threads,
-                      "dataset": self.dataset}
+        # The CPU threads it trains with; a CUDA lane names them only when asked (as the C++ worker).
+        self.ready = {"batch": self.batch, "total_steps": self.total_steps,
+                      "threads": self.threads if (not self.cuda or threads) else None, "dataset": self.dataset}
 
     def memory(self):
         return int(torch.cuda.max_memory_allocated(self.device)) if self.cuda else None
