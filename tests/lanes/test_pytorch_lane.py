@@ -7,6 +7,7 @@ import json
 import math
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -285,11 +286,34 @@ class PyTorchLaneTest(unittest.TestCase):
         self.assertIn("PRINT FROM MODEL", lane.stderr())
         self.assertIn("RAW WRITE TO FD 1", lane.stderr())
 
-    def test_input_ends_before_start(self):
+    def test_sigterm_mid_run(self):
+        """DeviceRace's escalation after a stop: SIGTERM ends the lane as stopped, exit 0."""
         lane = self.start()
         self.hello(lane)
-        lane.send(config())
+        lane.send(config(steps=100000, warmup=0))
         self.assertEqual(lane.next()["type"], "ready")
+        lane.send({"type": "start", "id": 1})
+        lane.until(lambda m: m["type"] == "sample" and m["sample"]["kind"] == "train")
+        lane.p.send_signal(signal.SIGTERM)
+        bye, seen = lane.until(lambda m: m["type"] == "bye")
+        self.assertEqual(bye["reason"], "stopped")
+        final = [m["sample"] for m in seen if m["type"] == "sample"][-1]
+        self.assertEqual((final["state"], final["message"]), ("stopped", f"stopped at step {final['step']}"))
+        self.assertEqual(lane.wait(), 0, lane.stderr())
+        self.assertIn("signal 15", lane.stderr())
+
+    def test_input_ends_before_start(self):
+        """Synthetic data, another workload; stdin's end before start: exit 0 at once, no bye."""
+        lane = self.start()
+        self.hello(lane)
+        lane.send(config(workload="fashion-cnn", data="synthetic", train_limit=None, test_limit=100,
+                         expected_parameters=1199882, epochs=2, steps=None))
+        ready = lane.next()
+        self.assertEqual(ready["type"], "ready", ready)
+        self.assertEqual(ready["batch"], 64)
+        self.assertEqual(ready["total_steps"], 2 * 938)  # 60,000 synthetic examples, 938 batches an epoch
+        self.assertEqual(ready["dataset"], {"name": "synthetic (1x28x28)", "source": "synthetic", "synthetic": True,
+                                            "train": 60000, "test": 100, "note": ""})
         t0 = time.monotonic()
         lane.p.stdin.close()
         self.assertIsNone(lane.next(timeout=10))  # nothing more: never started, so no samples, no bye
