@@ -174,6 +174,26 @@ void MainWindow::updateTitle() {
                              (m_presentation ? tr(" — press Space to start") : tr(" — press Start")));
 }
 
+bool MainWindow::confirmCommands(RaceSpec& spec) {
+    // A cmd= lane runs a program: never without the user seeing the exact command line.
+    QStringList commands;
+    for (const auto& lane : spec.lanes) {
+        if (lane.cmd) {
+            commands << QString::fromStdString(*lane.cmd) + QStringLiteral(" --proto 1");
+        }
+    }
+    if (commands.isEmpty()) {
+        return true;
+    }
+    const auto answer = QMessageBox::question(
+        this, tr("Run these programs?"),
+        tr("This race runs programs as lanes (they must speak DeviceRace's worker protocol):\n\n%1\n\nRun them?")
+            .arg(commands.join(QLatin1Char('\n'))),
+        QMessageBox::Yes | QMessageBox::No, QMessageBox::No);
+    spec.allowCommands = answer == QMessageBox::Yes;
+    return spec.allowCommands;
+}
+
 bool MainWindow::startRace() {
     if (m_race->running()) {
         return false;
@@ -183,6 +203,9 @@ bool MainWindow::startRace() {
         spec = m_setup->raceSpec();
     } catch (const std::exception& e) {
         showError(QString::fromStdString(e.what()));
+        return false;
+    }
+    if (!confirmCommands(spec)) {
         return false;
     }
     if (m_setup->autoEvaluations()) {

@@ -29,6 +29,8 @@ public:
 
     /// Starts the race set up in the panel; false (and a message) on bad input.
     bool startRace();
+    /// Asks before a race runs cmd= programs; sets spec.allowCommands. False: not consented.
+    bool confirmCommands(RaceSpec& spec);
     void stopRace();
     void setPaused(bool paused);
     void setPresentation(bool on);

@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
     race->add_option("--data-dir", spec.dataDir, "Folder with the Fashion-MNIST IDX files");
     race->add_option("--seed", spec.seed, "Seed of every lane's own generator")->capture_default_str();
     race->add_flag("--fair", spec.fair, "Run lanes one after another, each alone on the machine");
+    race->add_flag("--allow-commands", spec.allowCommands,
+                   "Allow the programs that cmd= lanes name to run (never implied by a preset or file)");
     race->add_option("--eval-every", spec.evalEverySteps, "Also evaluate every N steps (0: each epoch only)");
     race->add_option("--warmup-steps", spec.warmupSteps, "Steps excluded from throughput figures")
         ->capture_default_str();

@@ -108,6 +108,64 @@ class ProcessLanes(unittest.TestCase):
         self.assertRegex(r.stdout, r"fine\s.*finished")
 
 
+SPEAKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fakes", "protocol_speaker.py")
+
+
+class CommandLanes(unittest.TestCase):
+    """cmd= lanes: any program speaking the protocol, only with the user's consent."""
+
+    def test_a_command_lane_needs_consent(self):
+        r = subprocess.run([CLI, "race", *SMALL, "--steps", "5", "--lane", f"cpu,cmd={SPEAKER}"],
+                           capture_output=True, text=True, env=env(), timeout=120)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--allow-commands", r.stderr)
+        self.assertIn(SPEAKER, r.stderr)
+
+    def test_a_command_lane_races_beside_a_devicerace_lane(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = os.path.join(tmp, "s.json")
+            r = subprocess.run([CLI, "race", *SMALL, "--steps", "20", "--quiet", "--allow-commands", "--json", summary,
+                                "--lane", "cpu,threads=1,name=engine", "--lane", f"cpu,cmd={SPEAKER},name=counter"],
+                               capture_output=True, text=True, env=env(), timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(summary) as f:
+                lanes = {l["name"]: l for l in json.load(f)["lanes"]}
+            self.assertEqual(lanes["counter"]["kind"], "external")
+            self.assertEqual(lanes["counter"]["status"], "finished")
+            self.assertEqual(lanes["counter"]["samples_per_sec"], 640.0)
+            self.assertEqual(lanes["counter"]["final_test_accuracy"], 0.9)
+            self.assertEqual(lanes["engine"]["status"], "finished")
+
+    def test_the_pytorch_lane_races_beside_a_devicerace_lane(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = os.path.join(tmp, "s.json")
+            r = subprocess.run([CLI, "race", *SMALL, "--steps", "40", "--quiet", "--json", summary,
+                                "--lane", "cpu,threads=1,name=engine",
+                                "--lane", "cpu,threads=1,framework=pytorch,name=torch"],
+                               capture_output=True, text=True, env=env(), timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(summary) as f:
+                lanes = {l["name"]: l for l in json.load(f)["lanes"]}
+            torch = lanes["torch"]
+            self.assertEqual(torch["kind"], "external")
+            self.assertEqual(torch["status"], "finished")
+            self.assertEqual(torch["steps"], 40)
+            self.assertGreater(torch["samples_per_sec"], 0)
+            self.assertGreater(torch["final_test_accuracy"], 0.3)
+            self.assertIn("PyTorch", torch["execution"])
+
+    def test_a_preset_may_not_name_a_program(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "evil.json"), "w") as f:
+                json.dump({"format": 1, "name": "evil", "description": "runs a program",
+                           "races": [{"title": "x", "workload": "fashion-mlp", "steps": 5,
+                                      "lanes": [f"cpu,cmd={SPEAKER}"]}]}, f)
+            r = subprocess.run([CLI, "race", "--preset", "evil", "--allow-commands"], capture_output=True, text=True,
+                               env=env(DEVICERACE_PRESETS=tmp), timeout=120)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("presets may not use cmd=", r.stderr)
+
+
 @unittest.skipIf(sshd_fixture.available(), sshd_fixture.available() or "")
 class RemoteLanes(unittest.TestCase):
     @classmethod

@@ -14,7 +14,8 @@ enum class DataMode { Real, Synthetic };
 enum class LaneKind {
     Thread,  // a thread of this process
     Process, // a local `devicerace-cli worker` child process
-    Remote   // `devicerace-cli worker` on another machine, through the system ssh
+    Remote,  // `devicerace-cli worker` on another machine, through the system ssh
+    External // another program speaking the worker protocol: framework=pytorch, or cmd=
 };
 
 std::string toString(Precision p);
@@ -46,6 +47,9 @@ struct LaneSpec {
     std::optional<LaneKind> isolate;     // Thread or Process (an ssh:// device is always Remote)
     std::optional<std::string> cli;      // worker lanes: the devicerace-cli to run (remote default: on PATH)
     std::optional<std::string> fault;    // tests of isolation: throw|abort|segv|exit|hang[:STEP]
+    // Other trainers as lanes (docs/EVENTS.md, the worker protocol).
+    std::optional<std::string> framework; // devicerace (default) | pytorch: a shipped lane program
+    std::optional<std::string> cmd;       // any program speaking the protocol; runs only with consent
 };
 
 /// "ssh://[user@]host[:port]" split into its parts; throws UsageError for anything else
@@ -77,6 +81,9 @@ struct RaceSpec {
     std::string dataDir;                // empty: the workload's default location
     std::uint64_t seed = 0;
     bool fair = false;                  // lanes one after another instead of concurrently
+    /// The user consented to running the programs that cmd= lanes name (--allow-commands, or
+    /// the window's confirmation). Never set from a file.
+    bool allowCommands = false;
     std::int64_t evalEverySteps = 0;    // 0: evaluate at the end of every epoch only
     std::int64_t warmupSteps = 20;      // steps excluded from throughput figures
     std::optional<std::int64_t> trainLimit; // use only the first N training examples (smoke runs)

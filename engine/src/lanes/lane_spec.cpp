@@ -26,6 +26,7 @@ std::string toString(LaneKind k) {
     case LaneKind::Thread: return "thread";
     case LaneKind::Process: return "process";
     case LaneKind::Remote: return "remote";
+    case LaneKind::External: return "external";
     }
     return "?";
 }
@@ -160,6 +161,9 @@ LaneKind laneKind(const LaneSpec& spec) {
     if (!spec.host.empty()) {
         return LaneKind::Remote;
     }
+    if (spec.cmd || spec.framework.value_or("devicerace") != "devicerace") {
+        return LaneKind::External;
+    }
     return spec.isolate.value_or(LaneKind::Thread);
 }
 
@@ -281,6 +285,21 @@ LaneSpec parseLaneSpec(const std::string& text) {
                 }
             }
             spec.cli = std::string(value);
+        } else if (key == "framework") {
+            if (value != "devicerace" && value != "pytorch") {
+                throw UsageError(fmt::format("lane '{}': framework={} (expected devicerace or pytorch{})", text, value,
+                                             value.starts_with("keras")
+                                                 ? "; the Keras lanes are not built yet"
+                                                 : ""));
+            }
+            spec.framework = std::string(value);
+        } else if (key == "cmd") {
+            for (char c : value) {
+                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+                    throw UsageError(fmt::format("lane '{}': cmd= holds a control character", text));
+                }
+            }
+            spec.cmd = std::string(value);
         } else if (key == "fault") {
             if (!validFault(value)) {
                 throw UsageError(fmt::format("lane '{}': fault={} (expected throw, abort, segv, exit or hang, "
@@ -291,9 +310,16 @@ LaneSpec parseLaneSpec(const std::string& text) {
         } else {
             throw UsageError(fmt::format("lane '{}': unknown key '{}' (expected name, threads, batch, lr, precision, "
                                          "cost, channels_last, eval_batch, wd, momentum, schedule, lstm, data, fused, "
-                                         "graph, resident, isolate, cli or fault)",
+                                         "graph, resident, isolate, cli, fault, framework or cmd)",
                                          text, key));
         }
+    }
+    if (spec.cmd && spec.framework.value_or("devicerace") != "devicerace") {
+        throw UsageError(fmt::format("lane '{}': cmd= and framework= both name the program; give one", text));
+    }
+    if ((spec.cmd || spec.framework.value_or("devicerace") != "devicerace") && !spec.host.empty()) {
+        throw UsageError(fmt::format("lane '{}': framework and cmd lanes run on this machine for now (not over ssh)",
+                                     text));
     }
     return spec;
 }

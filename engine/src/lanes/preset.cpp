@@ -61,7 +61,12 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
     }
     std::vector<LaneSpec> out;
     for (const auto& c : concrete) {
-        out.push_back(parseLaneSpec(c));
+        auto spec = parseLaneSpec(c);
+        if (spec.cmd || spec.cli || spec.fault) {
+            // A file from someone else never names a program to run (nor crashes a lane).
+            throw UsageError(fmt::format("lane '{}': presets may not use cmd=, cli= or fault=", c));
+        }
+        out.push_back(std::move(spec));
     }
     return out;
 }

@@ -200,6 +200,13 @@ Race::Race(RaceSpec spec) : m_impl(std::make_unique<Impl>()) {
     if (!spec.fair) {
         shareCores(spec.lanes);
     }
+    for (const auto& lane : spec.lanes) {
+        if (lane.cmd && !spec.allowCommands) {
+            throw UsageError(fmt::format("lane {}: cmd={} would run that program; DeviceRace runs a command only with "
+                                         "your consent: pass --allow-commands (the window asks)",
+                                         lane.name.empty() ? lane.device : lane.name, *lane.cmd));
+        }
+    }
     defaultIsolation(spec.lanes);
     nameLanes(spec.lanes);
     if (!spec.targetAccuracy) {

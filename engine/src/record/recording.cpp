@@ -68,6 +68,8 @@ std::string formatLaneSpec(const LaneSpec& s) {
     if (s.isolate && s.host.empty()) add("isolate=" + toString(*s.isolate));
     if (s.cli) add("cli=" + *s.cli);
     if (s.fault) add("fault=" + *s.fault);
+    if (s.framework) add("framework=" + *s.framework);
+    if (s.cmd) add("cmd=" + *s.cmd);
     if (!s.name.empty()) add("name=" + s.name);
     return out;
 }

@@ -6,6 +6,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/recording.h"
+#include "devicerace/workload.h"
 
 namespace devicerace::detail {
 
@@ -93,6 +94,14 @@ std::string protoVersion() { return fmt::format("{}.{}", kProtoMajor, kProtoMino
 
 namespace {
 
+json expectedParameters(const std::string& workload) {
+    try {
+        return findWorkload(workload).parameters;
+    } catch (const std::exception&) {
+        return nullptr; // the worker names the unknown workload itself
+    }
+}
+
 json orNull(const auto& v) { return v ? json(*v) : json(nullptr); }
 
 template <typename T>
@@ -111,6 +120,7 @@ json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
     local.host.clear(); // the worker runs it where it is
     local.isolate.reset();
     local.cli.reset();
+    local.cmd.reset(); // a program name never travels to a worker
     return {{"type", "config"},
             {"proto", protoVersion()},
             {"workload", s.workload},
@@ -126,7 +136,9 @@ json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
             {"eval_every", s.evalEverySteps},
             {"warmup", s.warmupSteps},
             {"report_interval", s.reportIntervalSeconds},
-            {"fail_at_step", s.failAtStep}};
+            {"fail_at_step", s.failAtStep},
+            // Other trainers check their network against the engine's (the same model?).
+            {"expected_parameters", expectedParameters(s.workload)}};
 }
 
 std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {

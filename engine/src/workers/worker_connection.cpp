@@ -63,9 +63,46 @@ std::string localWorkerProgram() {
     return "devicerace-cli";
 }
 
+std::string pythonProgram() {
+    if (const char* env = std::getenv("DEVICERACE_PYTHON"); env && *env) {
+        return env;
+    }
+#ifdef DEVICERACE_VENV_PYTHON
+    if (::access(DEVICERACE_VENV_PYTHON, X_OK) == 0) {
+        return DEVICERACE_VENV_PYTHON;
+    }
+#endif
+    return "python3";
+}
+
+std::string laneProgramDir() {
+    if (const char* env = std::getenv("DEVICERACE_LANES"); env && *env) {
+        return env;
+    }
+#ifdef DEVICERACE_INSTALL_LANES
+    if (::access(DEVICERACE_INSTALL_LANES "/pytorch_lane.py", R_OK) == 0) {
+        return DEVICERACE_INSTALL_LANES;
+    }
+#endif
+#ifdef DEVICERACE_SOURCE_LANES
+    return DEVICERACE_SOURCE_LANES;
+#else
+    return "lanes/python";
+#endif
+}
+
 WorkerEndpoint endpointFor(const LaneSpec& spec) {
     WorkerEndpoint ep;
-    if (!spec.host.empty()) {
+    if (spec.cmd) {
+        ep.program = {*spec.cmd};
+        ep.cli = *spec.cmd;
+        ep.where = fmt::format("the command '{}'", *spec.cmd);
+    } else if (spec.framework.value_or("devicerace") != "devicerace") {
+        const auto script = (fs::path(laneProgramDir()) / (*spec.framework + "_lane.py")).string();
+        ep.program = {pythonProgram(), script};
+        ep.cli = script;
+        ep.where = fmt::format("the {} lane", *spec.framework);
+    } else if (!spec.host.empty()) {
         ep.remote = true;
         ep.target = parseSshTarget(spec.host);
         ep.cli = spec.cli.value_or("devicerace-cli");
@@ -79,6 +116,11 @@ WorkerEndpoint endpointFor(const LaneSpec& spec) {
 
 std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
     const std::string proto = std::to_string(kProtoMajor);
+    if (!ep.program.empty()) {
+        auto argv = ep.program;
+        argv.insert(argv.end(), {"--proto", proto});
+        return argv;
+    }
     if (!ep.remote) {
         return {ep.cli, "worker", "--proto", proto};
     }
@@ -324,8 +366,8 @@ void WorkerConnection::awaitHello(double timeoutSeconds) {
     }
     const auto major = protoMajor(m_peerProto);
     if (!major || *major != kProtoMajor) {
-        failBeforeHello(fmt::format("{} runs DeviceRace {} speaking worker protocol '{}'; this DeviceRace speaks {}: "
-                                    "install the same version on both machines",
+        failBeforeHello(fmt::format("{} ({}) speaks worker protocol '{}'; this DeviceRace speaks {}: "
+                                    "install the same version on both sides",
                                     m_ep.where, m_version.empty() ? "(unknown version)" : m_version, m_peerProto,
                                     protoVersion()));
     }

@@ -21,6 +21,7 @@ namespace devicerace::detail {
 /// Where a worker runs and how it is reached.
 struct WorkerEndpoint {
     bool remote = false;
+    std::vector<std::string> program; // external lanes: the argv before "--proto 1"
     SshTarget target;   // remote only
     std::string cli;    // the devicerace-cli to run (remote: as the remote shell finds it)
     std::string where;  // for messages: "gpubox", "the worker process"
@@ -30,6 +31,10 @@ WorkerEndpoint endpointFor(const LaneSpec& spec);
 std::vector<std::string> workerArgv(const WorkerEndpoint& endpoint);
 /// The local devicerace-cli: $DEVICERACE_CLI, next to this program, the build tree's, the PATH's.
 std::string localWorkerProgram();
+/// The Python that runs the shipped lane programs: $DEVICERACE_PYTHON, the build's .venv, python3.
+std::string pythonProgram();
+/// Where the shipped lane programs are: $DEVICERACE_LANES, the installed copy, the source tree's.
+std::string laneProgramDir();
 
 class WorkerConnection {
 public:

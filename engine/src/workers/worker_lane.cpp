@@ -95,7 +95,8 @@ struct WorkerLane::Impl {
     void connect() {
         conn = std::make_unique<detail::WorkerConnection>(detail::endpointFor(spec));
         const auto& where = conn->endpoint().where;
-        conn->awaitHello(helloTimeout(conn->endpoint().remote));
+        // Python lanes import their framework first (torch: 3-7 s on a busy 2-core machine).
+        conn->awaitHello(helloTimeout(conn->endpoint().remote || !conn->endpoint().program.empty()));
         if (!conn->send(detail::configMessage(spec, settings))) {
             throw UsageError(fmt::format("the worker on {} closed its input after hello", where));
         }
