@@ -45,6 +45,9 @@ public:
     QString exportDashboardSvg(const QString& path);
     QString exportCsv(const QString& path);
     QString exportJson(const QString& path);
+    /// TensorBoard event files (one run folder per lane) from the race's recording and the
+    /// recordings shown.
+    QString exportTensorBoard(const QString& dir);
     QString lastError() const { return m_lastError; }
     /// Opens a recording beside the live lanes, drawn complete; it replays on Start.
     bool openRecording(const QString& dir);

@@ -27,12 +27,12 @@ void MainWindow::buildToolbar() {
     bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
     m_start = bar->addAction(tr("▶ Start"), this, [this] { startRace(); });
     m_start->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
-    m_pause = bar->addAction(tr("⏸ Pause"));
+    m_pause = bar->addAction(tr("Pause"));
     m_pause->setCheckable(true);
     connect(m_pause, &QAction::toggled, this, &MainWindow::setPaused);
     m_stop = bar->addAction(tr("■ Stop"), this, &MainWindow::stopRace);
     bar->addSeparator();
-    m_present = bar->addAction(tr("⛶ Present"));
+    m_present = bar->addAction(tr("Present"));
     m_present->setCheckable(true);
     m_present->setShortcut(QKeySequence(Qt::Key_F11));
     connect(m_present, &QAction::toggled, this, &MainWindow::setPresentation);
@@ -59,7 +59,7 @@ void MainWindow::buildToolbar() {
     connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
     addAction(esc);
 
-    m_recordAction = bar->addAction(tr("⏺ Record"));
+    m_recordAction = bar->addAction(tr("Record"));
     m_recordAction->setCheckable(true);
     m_recordAction->setChecked(true);
     m_recordAction->setToolTip(tr("Record every race into the runs folder (replay it later, here or elsewhere)"));
@@ -163,6 +163,12 @@ void MainWindow::buildToolbar() {
         const QString path = ask(tr("CSV (*.csv)"), QStringLiteral("csv"));
         if (!path.isEmpty()) {
             report(exportCsv(path), path);
+        }
+    });
+    menu->addAction(tr("TensorBoard event files…"), this, [this, report] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("TensorBoard log folder"));
+        if (!dir.isEmpty()) {
+            report(exportTensorBoard(dir), dir);
         }
     });
     menu->addAction(tr("Summary as JSON…"), this, [this, ask, report] {

@@ -2,6 +2,7 @@
 #include <QtTest>
 
 #include <QComboBox>
+#include <QDirIterator>
 #include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -17,6 +18,7 @@
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "device_panel.h"
+#include "devicerace/tensorboard.h"
 #include "palette.h"
 #include "theme.h"
 #include "eval_interval.h"
@@ -415,6 +417,18 @@ private Q_SLOTS:
             QVERIFY(replay.race()->lanes()[i].device.contains(QStringLiteral("recorded")));
         }
         QVERIFY(replay.dashboard()->throughputChart()->pointCount() > 0);
+        // TensorBoard files from the recording, readable with every CRC checked.
+        QTemporaryDir tb;
+        QCOMPARE(replay.exportTensorBoard(tb.path()), QString());
+        int files = 0;
+        QDirIterator it(tb.path(), {QStringLiteral("events.out.tfevents.*")}, QDir::Files, QDirIterator::Subdirectories);
+        while (it.hasNext()) {
+            const auto events = readTfEventFile(it.next().toStdString());
+            QCOMPARE(QString::fromStdString(events.fileVersion), QStringLiteral("brain.Event:2"));
+            QVERIFY(!events.scalars.empty());
+            ++files;
+        }
+        QCOMPARE(files, 2); // one run per lane
         // Not a recording: a clear message, nothing added.
         QVERIFY(!replay.openRecording(runs.path()));
         QVERIFY(replay.lastError().contains(QStringLiteral("manifest.json")));
