@@ -48,6 +48,7 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     m_smoothing->setRange(0, 100);
     m_smoothing->setValue(60);
     m_smoothing->setMaximumWidth(160);
+    m_smoothing->setMinimumWidth(60);
     m_scaleBox = new QComboBox(this);
     m_scaleBox->setObjectName(QStringLiteral("throughputScale"));
     m_scaleBox->addItems({tr("auto"), tr("linear"), tr("log")});

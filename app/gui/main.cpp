@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
     window.setRecording(options.record, options.recordDir);
     if (options.windowSize.isValid()) {
         window.setInitialSize(options.windowSize);
+    } else if (screenshot) {
+        window.resize(1500, 950); // offscreen has no real screen to fit: the preferred size
     }
     window.setReplaySpeed(options.replaySpeed);
     window.show();

@@ -71,6 +71,8 @@ private Q_SLOTS:
         const auto lanes = table->lanes();
         QCOMPARE(lanes[0].threads.value_or(0), 1);
         QVERIFY(lanes[1].device == "cpu" || lanes[1].device == "cuda:0");
+        // Without a GPU the default race is thread scaling in fair mode (an honest speedup).
+        QCOMPARE(w.setupPanel()->raceSpec().fair, !deviceReport().cudaAvailable);
         // Unusable devices are listed, greyed, with the reason.
         auto* device = qobject_cast<QComboBox*>(table->cellWidget(0, LanesTable::ColDevice));
         if (!deviceReport().cudaAvailable) {
