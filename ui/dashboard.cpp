@@ -158,6 +158,12 @@ void Dashboard::linkZoom() {
                 }
             }
         });
+        // One crosshair across the charts: they share the x axis.
+        connect(source, &MetricChart::hoveredAt, this, [this](std::optional<double> x) {
+            for (auto* c : charts()) {
+                c->showCrosshair(x);
+            }
+        });
         connect(source, &MetricChart::resetZoomRequested, this, [this] {
             for (auto* c : charts()) {
                 c->resetZoom();

@@ -156,6 +156,42 @@ private Q_SLOTS:
         QVERIFY(lanes[0].name.endsWith(QStringLiteral("(rec)")));
     }
 
+    void hoverShowsEveryLanesValueOnEveryChart() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 100},
+                                                {QStringLiteral("b"), QStringLiteral("cpu"), 3000, 80}}));
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(replay(w, dir.path()));
+        auto* chart = w.dashboard()->throughputChart();
+        const QRectF area = chart->chart()->plotArea();
+        auto* viewport = chart->view()->viewport();
+        const QPoint at = chart->view()->mapFromScene(chart->chart()->mapToScene(
+            QPointF(area.left() + area.width() * 0.3, area.center().y())));
+        sendMouse(viewport, QEvent::MouseMove, at, Qt::NoButton);
+        for (auto* c : w.dashboard()->charts()) {
+            const auto& text = c->plotLayer()->crosshairText();
+            QCOMPARE(text.size(), std::size_t(3)); // the x value, then each lane
+            QVERIFY(text[1].first.startsWith(QStringLiteral("a (rec)")));
+            QVERIFY(text[2].first.startsWith(QStringLiteral("b (rec)")));
+            QCOMPARE(*c->plotLayer()->crosshairX(), *chart->plotLayer()->crosshairX());
+        }
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w.dashboard()->grab().save(shots + QStringLiteral("/crosshair.png"));
+        }
+        // Throughput values read as the lanes' rates (~1,000 and ~3,000 samples/s).
+        const QString a = chart->plotLayer()->crosshairText()[1].first.section(QStringLiteral("  "), 1);
+        const double rate = QString(a).remove(QLatin1Char(',')).toDouble();
+        QVERIFY2(rate > 900 && rate < 1100, qPrintable(a));
+        QEvent leave(QEvent::Leave);
+        QApplication::sendEvent(chart->view(), &leave);
+        for (auto* c : w.dashboard()->charts()) {
+            QVERIFY(!c->plotLayer()->crosshairX());
+        }
+    }
+
     void dragZoomRedrawsTheLines() {
         QTemporaryDir dir;
         QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 100},

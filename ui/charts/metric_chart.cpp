@@ -104,6 +104,8 @@ MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
         });
     });
     connect(m_view, &SafeChartView::resetZoomRequested, this, &MetricChart::resetZoomRequested);
+    connect(m_view, &SafeChartView::hovered, this, [this](double x) { Q_EMIT hoveredAt(x); });
+    connect(m_view, &SafeChartView::hoverLeft, this, [this] { Q_EMIT hoveredAt(std::nullopt); });
     connect(m_view, &SafeChartView::wheelZoom, this, [this](double factor, double center) {
         auto [lo, hi] = xRange();
         const double nlo = center - (center - lo) * factor, nhi = center + (hi - center) * factor;
@@ -328,6 +330,9 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     applyYTicks(yMin, yMax);
     pushLines();
     cacheStaticItems();
+    if (auto x = m_layer->crosshairX()) {
+        showCrosshair(x); // the values under a resting pointer follow the new data
+    }
 }
 
 void MetricChart::cacheStaticItems() {

@@ -58,8 +58,13 @@ public:
     QChart* chart() const { return m_chart; }
     SafeChartView* view() const { return m_view; }
 
+    /// The hover crosshair at chart x `x` with each lane's (smoothed) value there; nullopt hides it.
+    void showCrosshair(std::optional<double> x);
+
 Q_SIGNALS:
     void xRangeChanged(double lo, double hi);
+    /// The pointer moved over this chart's plot (x in chart values) or left it (nullopt).
+    void hoveredAt(std::optional<double> x);
     void resetZoomRequested();
 
 private:
