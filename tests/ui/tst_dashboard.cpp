@@ -77,11 +77,17 @@ private Q_SLOTS:
         // The slow lane's line sits well above the bottom of the plot: log10(17) vs the axis.
         double slowY = 0;
         for (const auto& line : chart->plotLayer()->lines()) {
-            if (line.width > 1 && !line.points.isEmpty() && line.points.last().y() < 2) {
+            if (line.width > 1 && !line.marks && !line.points.isEmpty() && line.points.last().y() < 2) {
                 slowY = line.points.last().y();
             }
         }
         QVERIFY(slowY > 1.0); // log10(17) = 1.23, drawn on a log scale
+        // Evaluations are marked along the bottom: ten per lane (writeFakeRecording's default).
+        int marks = 0;
+        for (const auto& line : chart->plotLayer()->lines()) {
+            marks += line.marks ? static_cast<int>(line.points.size()) : 0;
+        }
+        QCOMPARE(marks, 20);
         // The presenter's choice wins over the automatic one.
         w.dashboard()->setThroughputScale(Dashboard::Scale::Linear);
         QVERIFY(!chart->logScale());

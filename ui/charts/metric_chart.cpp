@@ -276,6 +276,13 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             s.warm.clear();
             continue;
         }
+        // Where the lane evaluated (its clock paused): marked along the bottom of the plot.
+        s.evals.clear();
+        for (double ex : xColumn(h, m_axis, true)) {
+            if (ex >= lo && ex <= hi) {
+                s.evals.append(QPointF(ex, 0));
+            }
+        }
         // Warm-up intervals (the first few) are drawn grey and kept out of the smoothed line.
         std::size_t k = 0;
         while (k < h.warmup.size() && h.warmup[k]) {
@@ -386,6 +393,11 @@ void MetricChart::pushLines() {
             lines.push_back({faint, 1.0, false, shown(s.raw)});
         }
         lines.push_back({s.color, 2.5 * m_fontScale, m_metric == Metric::Accuracy, shown(s.smooth)});
+        if (!s.evals.isEmpty() && m_metric != Metric::Accuracy) {
+            PlotLine marks{s.color, 1.5 * m_fontScale, false, s.evals};
+            marks.marks = true;
+            lines.push_back(std::move(marks));
+        }
     }
     m_layer->setLines(std::move(lines), m_x->min(), m_x->max(), m_y->min(), m_y->max());
 }

@@ -72,6 +72,7 @@ private:
         QLineSeries* legend = nullptr; // empty: gives the lane its legend entry
         QColor color;
         QList<QPointF> warm, raw, smooth; // decimated, in chart values
+        QList<QPointF> evals;             // evaluation x positions (marked on train charts)
         std::vector<double> smoothed; // cache, extended incrementally
         std::size_t smoothedFrom = 0;
         double smoothedTau = -1;

@@ -94,6 +94,17 @@ void PlotLayer::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidge
         if (line.points.isEmpty()) {
             continue;
         }
+        if (line.marks) {
+            // Evaluations on a training chart: ticks rising from the bottom edge.
+            painter->setRenderHint(QPainter::Antialiasing, false);
+            painter->setPen(QPen(line.color, line.width));
+            const double tick = std::max(6.0, area.height() * 0.04);
+            for (const auto& p : line.points) {
+                const double x = area.left() + (p.x() - m_xMin) * sx;
+                painter->drawLine(QPointF(x, area.bottom()), QPointF(x, area.bottom() - tick));
+            }
+            continue;
+        }
         m_scratch.resize(line.points.size());
         for (qsizetype i = 0; i < line.points.size(); ++i) {
             const QPointF& p = line.points[i];

@@ -23,6 +23,7 @@ struct PlotLine {
     double width = 1.0;             // device-independent pixels
     bool dots = false;              // draw a dot on every point (evaluations)
     QList<QPointF> points;          // chart values (x, y)
+    bool marks = false;             // only x matters: a short tick at the plot's bottom per point
 };
 
 class PlotLayer : public QGraphicsObject {
