@@ -150,6 +150,14 @@ private Q_SLOTS:
         QVERIFY(w.race()->replaying());
         QTest::qWait(300);
         QVERIFY(w.race()->histories()[0].trainCount() < complete);
+        // Pause holds the recorded lanes too.
+        w.setPaused(true);
+        QTest::qWait(150);
+        const auto paused = w.race()->histories()[0].trainCount();
+        QTest::qWait(400);
+        QCOMPARE(w.race()->histories()[0].trainCount(), paused);
+        w.setPaused(false);
+        QTRY_VERIFY(w.race()->histories()[0].trainCount() > paused);
         w.stopRace();
         QTRY_COMPARE(finished.count(), 2);
         QVERIFY(!w.race()->replaying());
