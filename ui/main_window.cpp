@@ -334,7 +334,7 @@ void MainWindow::setPresentation(bool on) {
         m_geometryBefore = geometry();
         m_wasMaximized = isMaximized();
     }
-    m_setup->setVisible(!on);
+    m_setup->setVisible(!on && m_setupAction->isChecked());
     m_toolbar->setVisible(!on);
     m_space->setEnabled(on);
     m_themeKey->setEnabled(on);

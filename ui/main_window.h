@@ -88,6 +88,7 @@ private:
     QAction* m_stop = nullptr;
     QAction* m_present = nullptr;
     QAction* m_replay = nullptr;
+    QAction* m_setupAction = nullptr;
     QAction* m_removeRecorded = nullptr;
     QTimer m_slowTimer; // ~2 Hz: summary table and device figures
     QTimer m_closeTimer;

@@ -15,6 +15,7 @@
 #include "exporter.h"
 #include "race_controller.h"
 #include "recording_menu.h"
+#include "setup_panel.h"
 #include "video_dialog.h"
 
 // The window's toolbar and its Export menu (split from main_window.cpp).
@@ -25,6 +26,18 @@ void MainWindow::buildToolbar() {
     m_toolbar = bar;
     bar->setObjectName(QStringLiteral("raceToolbar"));
     bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    // The setup panel folds away (more room for the charts on small screens).
+    m_setupAction = bar->addAction(tr("Setup"));
+    m_setupAction->setCheckable(true);
+    m_setupAction->setChecked(true);
+    m_setupAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_B));
+    m_setupAction->setToolTip(tr("Show or fold away the race setup (Ctrl+B)"));
+    connect(m_setupAction, &QAction::toggled, this, [this](bool on) {
+        if (!m_presentation) {
+            m_setup->setVisible(on);
+        }
+    });
+    bar->addSeparator();
     m_start = bar->addAction(tr("▶ Start"), this, [this] { startRace(); });
     m_start->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
     m_pause = bar->addAction(tr("Pause"));

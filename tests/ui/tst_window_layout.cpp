@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QScreen>
 #include <QSplitter>
+#include <QToolBar>
 #include <QTemporaryDir>
 #include <QtCharts/QAbstractAxis>
 #include <QtCharts/QChart>
@@ -234,6 +235,19 @@ private Q_SLOTS:
             QTRY_COMPARE(geometries(), before);
             QCOMPARE(w->findChild<QSplitter*>()->sizes(), splitter);
         }
+        // The setup panel folds away and comes back (Ctrl+B); presentation keeps it folded.
+        auto* setup = w->findChild<QToolBar*>()->actions().first();
+        QCOMPARE(setup->text(), QStringLiteral("Setup"));
+        const int dashboardWidth = w->dashboard()->width();
+        setup->toggle();
+        QVERIFY(!w->setupPanel()->isVisible());
+        QTRY_VERIFY(w->dashboard()->width() > dashboardWidth);
+        w->setPresentation(true);
+        w->setPresentation(false);
+        QVERIFY(!w->setupPanel()->isVisible());
+        setup->toggle();
+        QVERIFY(w->setupPanel()->isVisible());
+        QTRY_COMPARE(geometries(), before);
         // Esc leaves presentation mode the same way.
         w->setPresentation(true);
         QTest::qWait(50);
