@@ -48,6 +48,7 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     m_smoothing->setRange(0, 100);
     m_smoothing->setValue(60);
     m_smoothing->setMaximumWidth(160);
+    m_smoothing->setMinimumWidth(60);
     m_scaleBox = new QComboBox(this);
     m_scaleBox->setObjectName(QStringLiteral("throughputScale"));
     m_scaleBox->addItems({tr("auto"), tr("linear"), tr("log")});
@@ -155,6 +156,12 @@ void Dashboard::linkZoom() {
                     const QSignalBlocker block(c);
                     c->setXRange(lo, hi);
                 }
+            }
+        });
+        // One crosshair across the charts: they share the x axis.
+        connect(source, &MetricChart::hoveredAt, this, [this](std::optional<double> x) {
+            for (auto* c : charts()) {
+                c->showCrosshair(x);
             }
         });
         connect(source, &MetricChart::resetZoomRequested, this, [this] {

@@ -133,6 +133,10 @@ QComboBox* deviceCombo(QWidget* parent) {
         }
     }
     combo->setModel(model);
+    // The long "unavailable: why" items must not widen the column: the reason is in the
+    // list and in the tooltip.
+    combo->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    combo->setMinimumContentsLength(6);
     return combo;
 }
 
@@ -168,6 +172,13 @@ LanesTable::LanesTable(QWidget* parent) : QTableWidget(parent) {
     verticalHeader()->setVisible(false);
     horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     horizontalHeader()->setStretchLastSection(true);
+    // What differs between lanes first (device, threads, batch, precision), so a narrow setup
+    // panel shows it without scrolling; name, lr, cost and more options follow.
+    auto* header = horizontalHeader();
+    const int order[] = {ColColor, ColDevice, ColThreads, ColBatch, ColPrecision, ColName, ColLr, ColCost, ColOptions};
+    for (int visual = 0; visual < ColCount; ++visual) {
+        header->moveSection(header->visualIndex(order[visual]), visual);
+    }
     setSelectionBehavior(QAbstractItemView::SelectRows);
     setSelectionMode(QAbstractItemView::SingleSelection);
     connect(&RemoteHosts::instance(), &RemoteHosts::changed, this, &LanesTable::refreshDevices);
@@ -215,6 +226,7 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
 
     auto* name = new QLineEdit(QString::fromStdString(spec.name), this);
     name->setPlaceholderText(tr("auto"));
+    name->setMaximumWidth(fontMetrics().horizontalAdvance(QStringLiteral("cuda:0·bf16#2")) + 12);
     setCellWidget(row, ColName, name);
 
     auto* device = deviceCombo(this);

@@ -134,7 +134,7 @@ void MainWindow::fitToScreen() {
 void MainWindow::updateActions() {
     const bool running = m_race->running();
     m_start->setEnabled(!running && !m_closing);
-    m_pause->setEnabled(running);
+    m_pause->setEnabled(running || m_race->replaying());
     m_stop->setEnabled(running || m_race->replaying());
     m_setup->setEditable(!running);
     m_replay->setEnabled(!running && m_race->recordingCount() > 0);
@@ -142,6 +142,10 @@ void MainWindow::updateActions() {
 }
 
 void MainWindow::replayRecordings() {
+    {
+        const QSignalBlocker block(m_pause);
+        m_pause->setChecked(false);
+    }
     m_race->replayRecordings();
     updateActions();
 }
@@ -353,7 +357,7 @@ void MainWindow::setPresentation(bool on) {
         m_geometryBefore = geometry();
         m_wasMaximized = isMaximized();
     }
-    m_setup->setVisible(!on);
+    m_setup->setVisible(!on && m_setupAction->isChecked());
     m_toolbar->setVisible(!on);
     m_space->setEnabled(on);
     m_themeKey->setEnabled(on);

@@ -47,6 +47,9 @@ public:
     QString exportDashboardSvg(const QString& path);
     QString exportCsv(const QString& path);
     QString exportJson(const QString& path);
+    /// TensorBoard event files (one run folder per lane) from the race's recording and the
+    /// recordings shown.
+    QString exportTensorBoard(const QString& dir);
     QString lastError() const { return m_lastError; }
     /// Opens a recording beside the live lanes, drawn complete; it replays on Start.
     bool openRecording(const QString& dir);
@@ -87,6 +90,7 @@ private:
     QAction* m_stop = nullptr;
     QAction* m_present = nullptr;
     QAction* m_replay = nullptr;
+    QAction* m_setupAction = nullptr;
     QAction* m_removeRecorded = nullptr;
     QTimer m_slowTimer; // ~2 Hz: summary table and device figures
     QTimer m_closeTimer;

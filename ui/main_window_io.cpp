@@ -5,6 +5,8 @@
 #include "dashboard.h"
 #include "devicerace/device_info.h"
 #include "devicerace/exports.h"
+#include "devicerace/recording.h"
+#include "devicerace/tensorboard.h"
 #include "devicerace/workload.h"
 #include "exporter.h"
 #include "lanes_table.h"
@@ -48,6 +50,31 @@ QString MainWindow::exportJson(const QString& path) {
     }
     try {
         saveBytes(path, QByteArray::fromStdString(summaryToJson(*summary)));
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+QString MainWindow::exportTensorBoard(const QString& dir) {
+    // TensorBoard files are written from recordings: the race's own and those opened.
+    QStringList recordings = m_race->recordingDirs();
+    if (!m_race->recordDir().isEmpty() && !m_race->running()) {
+        recordings.prepend(m_race->recordDir());
+    }
+    if (recordings.isEmpty()) {
+        return tr("%1: nothing to export: race with recording on (Record), or open a recording").arg(dir);
+    }
+    try {
+        for (const auto& rec : recordings) {
+            const auto recording = readRecording(rec.toStdString());
+            // One folder per recording when there are several (lane names may repeat).
+            const std::filesystem::path out = recordings.size() == 1
+                                                  ? std::filesystem::path(dir.toStdString())
+                                                  : std::filesystem::path(dir.toStdString()) /
+                                                        std::filesystem::path(rec.toStdString()).filename();
+            writeTensorBoard(recording, out);
+        }
     } catch (const std::exception& e) {
         return QString::fromStdString(e.what());
     }

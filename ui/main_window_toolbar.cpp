@@ -17,6 +17,7 @@
 #include "exporter.h"
 #include "race_controller.h"
 #include "recording_menu.h"
+#include "setup_panel.h"
 #include "video_dialog.h"
 
 // The window's toolbar and its Export menu (split from main_window.cpp).
@@ -27,14 +28,26 @@ void MainWindow::buildToolbar() {
     m_toolbar = bar;
     bar->setObjectName(QStringLiteral("raceToolbar"));
     bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    // The setup panel folds away (more room for the charts on small screens).
+    m_setupAction = bar->addAction(tr("Setup"));
+    m_setupAction->setCheckable(true);
+    m_setupAction->setChecked(true);
+    m_setupAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_B));
+    m_setupAction->setToolTip(tr("Show or fold away the race setup (Ctrl+B)"));
+    connect(m_setupAction, &QAction::toggled, this, [this](bool on) {
+        if (!m_presentation) {
+            m_setup->setVisible(on);
+        }
+    });
+    bar->addSeparator();
     m_start = bar->addAction(tr("▶ Start"), this, [this] { startRace(); });
     m_start->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return));
-    m_pause = bar->addAction(tr("⏸ Pause"));
+    m_pause = bar->addAction(tr("Pause"));
     m_pause->setCheckable(true);
     connect(m_pause, &QAction::toggled, this, &MainWindow::setPaused);
     m_stop = bar->addAction(tr("■ Stop"), this, &MainWindow::stopRace);
     bar->addSeparator();
-    m_present = bar->addAction(tr("⛶ Present"));
+    m_present = bar->addAction(tr("Present"));
     m_present->setCheckable(true);
     m_present->setShortcut(QKeySequence(Qt::Key_F11));
     connect(m_present, &QAction::toggled, this, &MainWindow::setPresentation);
@@ -61,7 +74,7 @@ void MainWindow::buildToolbar() {
     connect(esc, &QAction::triggered, this, [this] { m_present->setChecked(false); });
     addAction(esc);
 
-    m_recordAction = bar->addAction(tr("⏺ Record"));
+    m_recordAction = bar->addAction(tr("Record"));
     m_recordAction->setCheckable(true);
     m_recordAction->setChecked(true);
     m_recordAction->setToolTip(tr("Record every race into the runs folder (replay it later, here or elsewhere)"));
@@ -169,6 +182,12 @@ void MainWindow::buildToolbar() {
         const QString path = ask(tr("CSV (*.csv)"), QStringLiteral("csv"));
         if (!path.isEmpty()) {
             report(exportCsv(path), path);
+        }
+    });
+    menu->addAction(tr("TensorBoard event files…"), this, [this, report] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("TensorBoard log folder"));
+        if (!dir.isEmpty()) {
+            report(exportTensorBoard(dir), dir);
         }
     });
     menu->addAction(tr("Summary as JSON…"), this, [this, ask, report] {

@@ -133,6 +133,7 @@ void RaceController::replayRecordings() {
     m_histories.resize(m_liveLanes);
     rebuildReplays();
     m_replayTime = -1;
+    m_paused = false;
     m_announcedFinish = false;
     m_timer.start();
     Q_EMIT started();
@@ -187,6 +188,7 @@ void RaceController::rebuildReplays() {
         }
     }
     m_replayClock.start();
+    m_pausedMs = 0;
     m_replayStopped = false;
 }
 
@@ -194,9 +196,12 @@ bool RaceController::feedReplays() {
     if (m_replayStopped) {
         return false;
     }
+    if (m_paused && m_replayTime < 0) {
+        return false;
+    }
     const double t = m_replayTime >= 0   ? m_replayTime
                      : m_replaySpeed <= 0 ? 1e300
-                                          : static_cast<double>(m_replayClock.elapsed()) / 1000.0 * m_replaySpeed;
+                                          : static_cast<double>(m_replayClock.elapsed() - m_pausedMs) / 1000.0 * m_replaySpeed;
     bool changed = false;
     for (auto& r : m_replays) {
         const auto& samples = r.recording->samples.at(r.lane);
@@ -251,8 +256,19 @@ void RaceController::stop() {
 }
 
 void RaceController::setPaused(bool paused) {
+    if (!m_race && !replaying()) {
+        return;
+    }
+    if (paused != m_paused && m_replayClock.isValid()) {
+        // Recorded lanes pause with the live ones: their clock skips the paused time.
+        if (paused) {
+            m_pausedSince = m_replayClock.elapsed();
+        } else {
+            m_pausedMs += m_replayClock.elapsed() - m_pausedSince;
+        }
+    }
+    m_paused = paused;
     if (m_race) {
-        m_paused = paused;
         m_race->setPaused(paused);
     }
 }

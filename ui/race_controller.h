@@ -114,6 +114,8 @@ private:
     double m_replaySpeed = 1.0;
     double m_replayTime = -1; // >= 0: the replay position, set by the caller
     bool m_replayStopped = false; // Stop froze the playback where it was
+    qint64 m_pausedMs = 0;        // replay clock time spent paused
+    qint64 m_pausedSince = 0;
     QElapsedTimer m_replayClock;
     std::size_t m_liveLanes = 0;
     std::vector<LaneInfo> m_lanes;

@@ -10,6 +10,7 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include "devicerace/device_info.h"
 #include "devicerace/preset.h"
 #include "devicerace/workload.h"
 #include "devicerace/errors.h"
@@ -132,7 +133,12 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     });
     connect(m_presetRace, &QComboBox::activated, this,
             [this](int race) { loadPreset(m_preset->currentText(), race); });
-    setRaceSpec(RaceSpec{});
+    // The first race must be honest: without a GPU the default lanes are CPU threads, and
+    // threads racing at once on a small machine share its cores (a 2-core laptop reads ~1x).
+    // Fair mode runs them one at a time, each alone, so the speedup is the real one.
+    RaceSpec first;
+    first.fair = !deviceReport().cudaAvailable;
+    setRaceSpec(first);
 }
 
 bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {

@@ -2,11 +2,18 @@
 #include <QApplication>
 #include <QDir>
 #include <QFileInfo>
+#include <QDateTime>
+#include <QElapsedTimer>
 #include <QTimer>
+
+#include <memory>
 
 #include <cstdio>
 #include <cstdlib>
 
+#include "charts/metric_chart.h"
+#include "charts/safe_chart_view.h"
+#include "dashboard.h"
 #include "exporter.h"
 #include "gui_options.h"
 #include "main_window.h"
@@ -53,9 +60,38 @@ int renderVideo(const devicerace::gui::GuiOptions& options) {
     return 0;
 }
 
+// DEVICERACE_STARTUP_TIMING=1 prints when the window's first frame is painted (ms since the
+// epoch, and since main() began); =exit also quits there. For measuring open-to-first-frame.
+class FirstFrameProbe : public QObject {
+public:
+    FirstFrameProbe(QElapsedTimer sinceMain, bool quit) : m_sinceMain(sinceMain), m_quit(quit) {}
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override {
+        if (event->type() == QEvent::Paint && !m_done) {
+            m_done = true;
+            std::printf("devicerace: first frame at %lld ms since the epoch, %lld ms after main()\n",
+                        static_cast<long long>(QDateTime::currentMSecsSinceEpoch()),
+                        static_cast<long long>(m_sinceMain.elapsed()));
+            std::fflush(stdout);
+            if (m_quit) {
+                QTimer::singleShot(0, qApp, [] { QApplication::exit(0); });
+            }
+        }
+        return QObject::eventFilter(watched, event);
+    }
+
+private:
+    QElapsedTimer m_sinceMain;
+    bool m_quit;
+    bool m_done = false;
+};
+
 } // namespace
 
 int main(int argc, char** argv) {
+    QElapsedTimer sinceMain;
+    sinceMain.start();
     QStringList args;
     for (int i = 0; i < argc; ++i) {
         args << QString::fromLocal8Bit(argv[i]);
@@ -92,8 +128,15 @@ int main(int argc, char** argv) {
     window.setRecording(options.record, options.recordDir);
     if (options.windowSize.isValid()) {
         window.setInitialSize(options.windowSize);
+    } else if (screenshot) {
+        window.resize(1500, 950); // offscreen has no real screen to fit: the preferred size
     }
     window.setReplaySpeed(options.replaySpeed);
+    std::unique_ptr<FirstFrameProbe> probe;
+    if (const QByteArray timing = qgetenv("DEVICERACE_STARTUP_TIMING"); !timing.isEmpty()) {
+        probe = std::make_unique<FirstFrameProbe>(sinceMain, timing == "exit");
+        window.dashboard()->throughputChart()->view()->viewport()->installEventFilter(probe.get());
+    }
     window.show();
     for (const auto& dir : options.replays) {
         if (!window.openRecording(dir)) {

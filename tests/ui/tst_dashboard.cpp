@@ -77,11 +77,17 @@ private Q_SLOTS:
         // The slow lane's line sits well above the bottom of the plot: log10(17) vs the axis.
         double slowY = 0;
         for (const auto& line : chart->plotLayer()->lines()) {
-            if (line.width > 1 && !line.points.isEmpty() && line.points.last().y() < 2) {
+            if (line.width > 1 && !line.marks && !line.points.isEmpty() && line.points.last().y() < 2) {
                 slowY = line.points.last().y();
             }
         }
         QVERIFY(slowY > 1.0); // log10(17) = 1.23, drawn on a log scale
+        // Evaluations are marked along the bottom: ten per lane (writeFakeRecording's default).
+        int marks = 0;
+        for (const auto& line : chart->plotLayer()->lines()) {
+            marks += line.marks ? static_cast<int>(line.points.size()) : 0;
+        }
+        QCOMPARE(marks, 20);
         // The presenter's choice wins over the automatic one.
         w.dashboard()->setThroughputScale(Dashboard::Scale::Linear);
         QVERIFY(!chart->logScale());
@@ -144,6 +150,14 @@ private Q_SLOTS:
         QVERIFY(w.race()->replaying());
         QTest::qWait(300);
         QVERIFY(w.race()->histories()[0].trainCount() < complete);
+        // Pause holds the recorded lanes too.
+        w.setPaused(true);
+        QTest::qWait(150);
+        const auto paused = w.race()->histories()[0].trainCount();
+        QTest::qWait(400);
+        QCOMPARE(w.race()->histories()[0].trainCount(), paused);
+        w.setPaused(false);
+        QTRY_VERIFY(w.race()->histories()[0].trainCount() > paused);
         w.stopRace();
         QTRY_COMPARE(finished.count(), 2);
         QVERIFY(!w.race()->replaying());
@@ -154,6 +168,42 @@ private Q_SLOTS:
         const auto& lanes = w.race()->lanes();
         QVERIFY(lanes[0].color != lanes[1].color);
         QVERIFY(lanes[0].name.endsWith(QStringLiteral("(rec)")));
+    }
+
+    void hoverShowsEveryLanesValueOnEveryChart() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 100},
+                                                {QStringLiteral("b"), QStringLiteral("cpu"), 3000, 80}}));
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(replay(w, dir.path()));
+        auto* chart = w.dashboard()->throughputChart();
+        const QRectF area = chart->chart()->plotArea();
+        auto* viewport = chart->view()->viewport();
+        const QPoint at = chart->view()->mapFromScene(chart->chart()->mapToScene(
+            QPointF(area.left() + area.width() * 0.3, area.center().y())));
+        sendMouse(viewport, QEvent::MouseMove, at, Qt::NoButton);
+        for (auto* c : w.dashboard()->charts()) {
+            const auto& text = c->plotLayer()->crosshairText();
+            QCOMPARE(text.size(), std::size_t(3)); // the x value, then each lane
+            QVERIFY(text[1].first.startsWith(QStringLiteral("a (rec)")));
+            QVERIFY(text[2].first.startsWith(QStringLiteral("b (rec)")));
+            QCOMPARE(*c->plotLayer()->crosshairX(), *chart->plotLayer()->crosshairX());
+        }
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w.dashboard()->grab().save(shots + QStringLiteral("/crosshair.png"));
+        }
+        // Throughput values read as the lanes' rates (~1,000 and ~3,000 samples/s).
+        const QString a = chart->plotLayer()->crosshairText()[1].first.section(QStringLiteral("  "), 1);
+        const double rate = QString(a).remove(QLatin1Char(',')).toDouble();
+        QVERIFY2(rate > 900 && rate < 1100, qPrintable(a));
+        QEvent leave(QEvent::Leave);
+        QApplication::sendEvent(chart->view(), &leave);
+        for (auto* c : w.dashboard()->charts()) {
+            QVERIFY(!c->plotLayer()->crosshairX());
+        }
     }
 
     void dragZoomRedrawsTheLines() {

@@ -35,7 +35,7 @@ private Q_SLOTS:
         if (deviceReport().cudaAvailable) {
             QSKIP("this machine has CUDA: cuda lanes are usable here");
         }
-        for (const QString lane : {QStringLiteral("cuda"), QStringLiteral("cuda:0,batch=512")}) {
+        for (const QString& lane : {QStringLiteral("cuda"), QStringLiteral("cuda:0,batch=512")}) {
             const auto o = parse({QStringLiteral("--lane"), lane});
             QVERIFY2(o.error.contains(QStringLiteral("CUDA is not available")), qPrintable(o.error));
             QVERIFY(o.error.contains(QString::fromStdString(deviceReport().cudaUnavailableReason)));

@@ -2,6 +2,7 @@
 #include <QtTest>
 
 #include <QComboBox>
+#include <QDirIterator>
 #include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -17,6 +18,7 @@
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "device_panel.h"
+#include "devicerace/tensorboard.h"
 #include "palette.h"
 #include "theme.h"
 #include "eval_interval.h"
@@ -69,6 +71,8 @@ private Q_SLOTS:
         const auto lanes = table->lanes();
         QCOMPARE(lanes[0].threads.value_or(0), 1);
         QVERIFY(lanes[1].device == "cpu" || lanes[1].device == "cuda:0");
+        // Without a GPU the default race is thread scaling in fair mode (an honest speedup).
+        QCOMPARE(w.setupPanel()->raceSpec().fair, !deviceReport().cudaAvailable);
         // Unusable devices are listed, greyed, with the reason.
         auto* device = qobject_cast<QComboBox*>(table->cellWidget(0, LanesTable::ColDevice));
         if (!deviceReport().cudaAvailable) {
@@ -415,6 +419,18 @@ private Q_SLOTS:
             QVERIFY(replay.race()->lanes()[i].device.contains(QStringLiteral("recorded")));
         }
         QVERIFY(replay.dashboard()->throughputChart()->pointCount() > 0);
+        // TensorBoard files from the recording, readable with every CRC checked.
+        QTemporaryDir tb;
+        QCOMPARE(replay.exportTensorBoard(tb.path()), QString());
+        int files = 0;
+        QDirIterator it(tb.path(), {QStringLiteral("events.out.tfevents.*")}, QDir::Files, QDirIterator::Subdirectories);
+        while (it.hasNext()) {
+            const auto events = readTfEventFile(it.next().toStdString());
+            QCOMPARE(QString::fromStdString(events.fileVersion), QStringLiteral("brain.Event:2"));
+            QVERIFY(!events.scalars.empty());
+            ++files;
+        }
+        QCOMPARE(files, 2); // one run per lane
         // Not a recording: a clear message, nothing added.
         QVERIFY(!replay.openRecording(runs.path()));
         QVERIFY(replay.lastError().contains(QStringLiteral("manifest.json")));

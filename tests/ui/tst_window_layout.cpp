@@ -5,9 +5,11 @@
 
 #include <QGraphicsScene>
 #include <QGraphicsTextItem>
+#include <QHeaderView>
 #include <QLabel>
 #include <QScreen>
 #include <QSplitter>
+#include <QToolBar>
 #include <QTemporaryDir>
 #include <QtCharts/QAbstractAxis>
 #include <QtCharts/QChart>
@@ -19,6 +21,7 @@
 #include "main_window.h"
 #include "race_strip.h"
 #include "setup_panel.h"
+#include "lanes_table.h"
 
 using namespace devicerace;
 using namespace devicerace::ui;
@@ -105,7 +108,11 @@ private:
         QScreen* s = screenOf(width);
         w->setScreen(s);
         w->move(s->availableGeometry().topLeft());
-        w->resize(1500, 950); // the preferred size; the window must shrink to fit
+        // The window sized itself for the primary screen (the projector) when it was made;
+        // on the monitor it keeps that size or grows to its preferred one.
+        if (width == 1920) {
+            w->setInitialSize(QSize(1500, 950));
+        }
         w->setReplaySpeed(0);
         w->show();
         if (!QTest::qWaitForWindowExposed(w.get())) {
@@ -162,6 +169,7 @@ private Q_SLOTS:
         QFETCH(bool, maximized);
         auto w = openOn(width);
         QVERIFY(w);
+        QVERIFY(screenOf(width)->availableGeometry().contains(w->frameGeometry()));
         if (maximized) {
             w->showMaximized();
         }
@@ -178,8 +186,32 @@ private Q_SLOTS:
                 QVERIFY(QFontInfo(t.font).pixelSize() < headline);
             }
         }
+        // DEVICERACE_LAYOUT_SHOTS=DIR keeps a picture of each case to look at.
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w->grab().save(shots + QLatin1Char('/') + QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
+                           QStringLiteral(".png"));
+        }
         const QStringList problems = readabilityProblems(*w);
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+    }
+
+    void lanesTableShowsWhatDiffersWithoutScrolling_data() {
+        QTest::addColumn<int>("width");
+        QTest::newRow("1280x720") << 1280;
+        QTest::newRow("1920x1080") << 1920;
+    }
+    void lanesTableShowsWhatDiffersWithoutScrolling() {
+        QFETCH(int, width);
+        auto w = openOn(width);
+        QVERIFY(w);
+        auto* table = w->setupPanel()->lanesTable();
+        auto* header = table->horizontalHeader();
+        for (int column : {int(LanesTable::ColDevice), int(LanesTable::ColThreads), int(LanesTable::ColBatch),
+                           int(LanesTable::ColPrecision)}) {
+            const int right = header->sectionViewportPosition(column) + header->sectionSize(column);
+            QVERIFY2(header->sectionViewportPosition(column) >= 0 && right <= table->viewport()->width(),
+                     qPrintable(QStringLiteral("column %1 ends at %2 of %3").arg(column).arg(right).arg(table->viewport()->width())));
+        }
     }
 
     void leavingPresentationRestoresTheLayout() {
@@ -203,6 +235,19 @@ private Q_SLOTS:
             QTRY_COMPARE(geometries(), before);
             QCOMPARE(w->findChild<QSplitter*>()->sizes(), splitter);
         }
+        // The setup panel folds away and comes back (Ctrl+B); presentation keeps it folded.
+        auto* setup = w->findChild<QToolBar*>()->actions().first();
+        QCOMPARE(setup->text(), QStringLiteral("Setup"));
+        const int dashboardWidth = w->dashboard()->width();
+        setup->toggle();
+        QVERIFY(!w->setupPanel()->isVisible());
+        QTRY_VERIFY(w->dashboard()->width() > dashboardWidth);
+        w->setPresentation(true);
+        w->setPresentation(false);
+        QVERIFY(!w->setupPanel()->isVisible());
+        setup->toggle();
+        QVERIFY(w->setupPanel()->isVisible());
+        QTRY_COMPARE(geometries(), before);
         // Esc leaves presentation mode the same way.
         w->setPresentation(true);
         QTest::qWait(50);

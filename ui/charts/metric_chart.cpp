@@ -46,8 +46,6 @@ QCategoryAxis* newAxis(QObject* parent) {
     return axis;
 }
 
-// Smallest throughput a log axis shows (samples/s): keeps log10 finite for a stalled lane.
-constexpr double kLogFloor = 1e-3;
 
 QString metricTitle(Metric m) {
     switch (m) {
@@ -104,6 +102,8 @@ MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
         });
     });
     connect(m_view, &SafeChartView::resetZoomRequested, this, &MetricChart::resetZoomRequested);
+    connect(m_view, &SafeChartView::hovered, this, [this](double x) { Q_EMIT hoveredAt(x); });
+    connect(m_view, &SafeChartView::hoverLeft, this, [this] { Q_EMIT hoveredAt(std::nullopt); });
     connect(m_view, &SafeChartView::wheelZoom, this, [this](double factor, double center) {
         auto [lo, hi] = xRange();
         const double nlo = center - (center - lo) * factor, nhi = center + (hi - center) * factor;
@@ -274,6 +274,13 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             s.warm.clear();
             continue;
         }
+        // Where the lane evaluated (its clock paused): marked along the bottom of the plot.
+        s.evals.clear();
+        for (double ex : xColumn(h, m_axis, true)) {
+            if (ex >= lo && ex <= hi) {
+                s.evals.append(QPointF(ex, 0));
+            }
+        }
         // Warm-up intervals (the first few) are drawn grey and kept out of the smoothed line.
         std::size_t k = 0;
         while (k < h.warmup.size() && h.warmup[k]) {
@@ -328,61 +335,9 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     applyYTicks(yMin, yMax);
     pushLines();
     cacheStaticItems();
-}
-
-void MetricChart::cacheStaticItems() {
-    // Grid, axes, labels, titles and the background change only when the ticks or the size
-    // do: drawing them from pixmaps leaves a tick's paint mostly to the data lines.
-    const auto top = m_chart->childItems();
-    std::vector<QGraphicsItem*> todo(top.begin(), top.end());
-    while (!todo.empty()) {
-        QGraphicsItem* item = todo.back();
-        todo.pop_back();
-        if (item == m_layer) {
-            continue;
-        }
-        // Text items are left alone: QtCharts moves and rotates its titles after layout, and a
-        // cached copy of them can come out blank.
-        if (dynamic_cast<QGraphicsTextItem*>(item) == nullptr &&
-            item->cacheMode() != QGraphicsItem::DeviceCoordinateCache) {
-            item->setCacheMode(QGraphicsItem::DeviceCoordinateCache);
-        }
-        const auto children = item->childItems();
-        todo.insert(todo.end(), children.begin(), children.end());
+    if (auto x = m_layer->crosshairX()) {
+        showCrosshair(x); // the values under a resting pointer follow the new data
     }
-}
-
-void MetricChart::pushLines() {
-    // A log axis shows log10 of the values (the layer maps linearly).
-    const bool log = m_log && (m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec);
-    auto shown = [log](const QList<QPointF>& pts) {
-        if (!log) {
-            return pts;
-        }
-        QList<QPointF> out(pts.size());
-        for (qsizetype i = 0; i < pts.size(); ++i) {
-            out[i] = QPointF(pts[i].x(), std::log10(std::max(kLogFloor, pts[i].y())));
-        }
-        return out;
-    };
-    std::vector<PlotLine> lines;
-    lines.reserve(m_series.size() * 3);
-    for (const auto& s : m_series) {
-        // Opaque blends of the lane colour with the background: alpha-blended lines take a
-        // much slower raster path.
-        const QColor bg = m_chart->theme() == QChart::ChartThemeDark ? QColor(40, 40, 44) : QColor(255, 255, 255);
-        const QColor faint = QColor::fromRgbF(0.35f * s.color.redF() + 0.65f * bg.redF(),
-                                              0.35f * s.color.greenF() + 0.65f * bg.greenF(),
-                                              0.35f * s.color.blueF() + 0.65f * bg.blueF());
-        if (!s.warm.isEmpty()) {
-            lines.push_back({QColor(150, 150, 150), 1.0, false, shown(s.warm)});
-        }
-        if (!s.raw.isEmpty()) {
-            lines.push_back({faint, 1.0, false, shown(s.raw)});
-        }
-        lines.push_back({s.color, 2.5 * m_fontScale, m_metric == Metric::Accuracy, shown(s.smooth)});
-    }
-    m_layer->setLines(std::move(lines), m_x->min(), m_x->max(), m_y->min(), m_y->max());
 }
 
 void MetricChart::applyRange(double lo, double hi) {

@@ -58,8 +58,13 @@ public:
     QChart* chart() const { return m_chart; }
     SafeChartView* view() const { return m_view; }
 
+    /// The hover crosshair at chart x `x` with each lane's (smoothed) value there; nullopt hides it.
+    void showCrosshair(std::optional<double> x);
+
 Q_SIGNALS:
     void xRangeChanged(double lo, double hi);
+    /// The pointer moved over this chart's plot (x in chart values) or left it (nullopt).
+    void hoveredAt(std::optional<double> x);
     void resetZoomRequested();
 
 private:
@@ -67,6 +72,7 @@ private:
         QLineSeries* legend = nullptr; // empty: gives the lane its legend entry
         QColor color;
         QList<QPointF> warm, raw, smooth; // decimated, in chart values
+        QList<QPointF> evals;             // evaluation x positions (marked on train charts)
         std::vector<double> smoothed; // cache, extended incrementally
         std::size_t smoothedFrom = 0;
         double smoothedTau = -1;

@@ -2,10 +2,13 @@
 
 #include <QtCharts/QCategoryAxis>
 #include <QtCharts/QChart>
+#include <QtCharts/QLineSeries>
 
 #include <algorithm>
 #include <cmath>
 
+#include "palette.h"
+#include "plot_layer.h"
 #include "safe_chart_view.h"
 #include "tick_axis.h"
 
@@ -42,6 +45,43 @@ AxisTicks MetricChart::autoXTicks(double xMax) const {
     const bool time = m_axis == XAxis::Time;
     return fitTicks([&](int n) { return time ? timeTicks(0, hi, n) : niceTicks(0, hi, n); }, m_x->labelsFont(),
                     plotLength(true), true);
+}
+
+void MetricChart::showCrosshair(std::optional<double> x) {
+    if (!x) {
+        m_layer->setCrosshair(std::nullopt);
+        return;
+    }
+    std::vector<std::pair<QString, QColor>> text;
+    text.emplace_back(m_axis == XAxis::Time ? formatTime(*x, m_timeStyle, m_timeStyle == TimeStyle::Seconds ? 1 : 0)
+                                            : formatNumber(*x, 0),
+                      QColor());
+    const QColor bg = m_chart->theme() == QChart::ChartThemeDark ? QColor(30, 30, 34) : QColor(255, 255, 255);
+    const bool rate = m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec;
+    for (const auto& s : m_series) {
+        // The drawn (smoothed) line's point nearest to x; accuracy: the last evaluation up to x.
+        const auto& pts = s.smooth;
+        auto it = std::lower_bound(pts.begin(), pts.end(), *x, [](const QPointF& p, double v) { return p.x() < v; });
+        if (m_metric == Metric::Accuracy) {
+            if (it == pts.end() || it->x() > *x) {
+                if (it == pts.begin()) {
+                    continue;
+                }
+                --it;
+            }
+        } else if (it == pts.end()) {
+            continue; // the lane has no data this far right
+        } else if (it != pts.begin() && std::abs(std::prev(it)->x() - *x) < std::abs(it->x() - *x)) {
+            --it;
+        }
+        if (it == pts.end() || (m_metric != Metric::Accuracy && it == pts.begin() && it->x() > *x)) {
+            continue;
+        }
+        const double v = it->y();
+        const QString value = rate ? formatNumber(v, v < 100 ? 1 : 0) : formatNumber(v, 3);
+        text.emplace_back(s.legend->name() + QStringLiteral("  ") + value, readableOn(s.color, bg));
+    }
+    m_layer->setCrosshair(x, std::move(text));
 }
 
 QStringList MetricChart::xLabels() const { return m_x->categoriesLabels(); }

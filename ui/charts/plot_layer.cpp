@@ -1,7 +1,9 @@
 #include "plot_layer.h"
 
+#include <QFontMetricsF>
 #include <QPainter>
 #include <QtCharts/QChart>
+#include <QtCharts/QLegend>
 
 namespace devicerace::ui {
 
@@ -20,6 +22,52 @@ void PlotLayer::setLines(std::vector<PlotLine> lines, double xMin, double xMax, 
     m_yMin = yMin;
     m_yMax = yMax > yMin ? yMax : yMin + 1;
     update();
+}
+
+void PlotLayer::setCrosshair(std::optional<double> x, std::vector<std::pair<QString, QColor>> text) {
+    if (!x && !m_crossX) {
+        return;
+    }
+    m_crossX = x;
+    m_crossText = std::move(text);
+    update();
+}
+
+void PlotLayer::paintCrosshair(QPainter* painter, const QRectF& area) {
+    if (!m_crossX || *m_crossX < m_xMin || *m_crossX > m_xMax) {
+        return;
+    }
+    const double px = area.left() + (*m_crossX - m_xMin) * area.width() / (m_xMax - m_xMin);
+    painter->setRenderHint(QPainter::Antialiasing, false);
+    const QColor fg = m_chart->theme() == QChart::ChartThemeDark ? QColor(230, 230, 230) : QColor(60, 60, 60);
+    QPen pen(fg, 0, Qt::DashLine);
+    pen.setCosmetic(true);
+    painter->setPen(pen);
+    painter->drawLine(QPointF(px, area.top()), QPointF(px, area.bottom()));
+    if (m_crossText.empty()) {
+        return;
+    }
+    // The values box sits right of the line, or left of it near the right edge.
+    painter->setFont(m_chart->legend()->font());
+    const QFontMetricsF fm(painter->font());
+    double w = 0;
+    for (const auto& [text, color] : m_crossText) {
+        w = std::max(w, fm.horizontalAdvance(text));
+    }
+    const double pad = 4, h = fm.height() * static_cast<double>(m_crossText.size()) + 2 * pad;
+    w += 2 * pad;
+    const double left = px + 8 + w <= area.right() ? px + 8 : px - 8 - w;
+    const QRectF box(left, area.top() + 4, w, h);
+    const QColor bg = m_chart->theme() == QChart::ChartThemeDark ? QColor(30, 30, 34) : QColor(255, 255, 255);
+    painter->setPen(QPen(fg, 0));
+    painter->setBrush(bg);
+    painter->drawRect(box);
+    double y = box.top() + pad + fm.ascent();
+    for (const auto& [text, color] : m_crossText) {
+        painter->setPen(color.isValid() ? color : fg);
+        painter->drawText(QPointF(box.left() + pad, y), text);
+        y += fm.height();
+    }
 }
 
 int PlotLayer::pointCount() const {
@@ -44,6 +92,17 @@ void PlotLayer::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidge
     const double sy = area.height() / (m_yMax - m_yMin);
     for (const auto& line : m_lines) {
         if (line.points.isEmpty()) {
+            continue;
+        }
+        if (line.marks) {
+            // Evaluations on a training chart: ticks rising from the bottom edge.
+            painter->setRenderHint(QPainter::Antialiasing, false);
+            painter->setPen(QPen(line.color, line.width));
+            const double tick = std::max(6.0, area.height() * 0.04);
+            for (const auto& p : line.points) {
+                const double x = area.left() + (p.x() - m_xMin) * sx;
+                painter->drawLine(QPointF(x, area.bottom()), QPointF(x, area.bottom() - tick));
+            }
             continue;
         }
         m_scratch.resize(line.points.size());
@@ -81,6 +140,7 @@ void PlotLayer::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidge
             }
         }
     }
+    paintCrosshair(painter, area);
     painter->restore();
 }
 

@@ -8,7 +8,10 @@
 #include <QList>
 #include <QLineF>
 #include <QPointF>
+#include <QString>
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 class QChart;
@@ -20,6 +23,7 @@ struct PlotLine {
     double width = 1.0;             // device-independent pixels
     bool dots = false;              // draw a dot on every point (evaluations)
     QList<QPointF> points;          // chart values (x, y)
+    bool marks = false;             // only x matters: a short tick at the plot's bottom per point
 };
 
 class PlotLayer : public QGraphicsObject {
@@ -29,6 +33,11 @@ public:
     /// Replaces every line; `xMin..yMax` are the axes' ranges the values map into.
     void setLines(std::vector<PlotLine> lines, double xMin, double xMax, double yMin, double yMax);
     int pointCount() const;
+    /// A vertical line at chart x `x` with a box of coloured lines of text beside it; nullopt
+    /// removes it.
+    void setCrosshair(std::optional<double> x, std::vector<std::pair<QString, QColor>> text = {});
+    const std::vector<std::pair<QString, QColor>>& crosshairText() const { return m_crossText; }
+    std::optional<double> crosshairX() const { return m_crossX; }
     /// The lines as last handed over (chart values; tests).
     const std::vector<PlotLine>& lines() const { return m_lines; }
     QRectF boundingRect() const override;
@@ -40,6 +49,9 @@ private:
     double m_xMin = 0, m_xMax = 1, m_yMin = 0, m_yMax = 1;
     QPolygonF m_scratch; // reused between paints
     QList<QLineF> m_segments;
+    std::optional<double> m_crossX;
+    std::vector<std::pair<QString, QColor>> m_crossText;
+    void paintCrosshair(QPainter* painter, const QRectF& area);
 };
 
 } // namespace devicerace::ui

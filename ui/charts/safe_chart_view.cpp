@@ -8,6 +8,28 @@
 
 namespace devicerace::ui {
 
+SafeChartView::SafeChartView(QChart* chart, QWidget* parent) : QChartView(chart, parent) {
+    setMouseTracking(true); // hover crosshair without a button pressed
+}
+
+void SafeChartView::mouseMoveEvent(QMouseEvent* event) {
+    if (chart()) {
+        const QPointF scene = mapToScene(event->position().toPoint());
+        const QPointF local = chart()->mapFromScene(scene);
+        if (chart()->plotArea().contains(local)) {
+            Q_EMIT hovered(chart()->mapToValue(local).x());
+        } else {
+            Q_EMIT hoverLeft();
+        }
+    }
+    QChartView::mouseMoveEvent(event);
+}
+
+void SafeChartView::leaveEvent(QEvent* event) {
+    Q_EMIT hoverLeft();
+    QChartView::leaveEvent(event);
+}
+
 void SafeChartView::mousePressEvent(QMouseEvent* event) {
     if (itemAt(event->position().toPoint()) == nullptr) {
         QGraphicsView::mousePressEvent(event); // QTBUG-118669: QChartView crashes here

@@ -9,7 +9,7 @@ namespace devicerace::ui {
 class SafeChartView : public QChartView {
     Q_OBJECT
 public:
-    using QChartView::QChartView;
+    SafeChartView(QChart* chart, QWidget* parent = nullptr);
 
     /// Milliseconds the last paint took (the dashboard paces chart refreshes with it).
     double lastPaintMs() const { return m_lastPaintMs; }
@@ -19,11 +19,16 @@ Q_SIGNALS:
     void wheelZoom(double factor, double centerX);
     void wheelPan(double panFraction);
     void resetZoomRequested();
+    /// The pointer is over the plot at chart x value `x` (crosshair), or has left it.
+    void hovered(double x);
+    void hoverLeft();
 
 protected:
     void mousePressEvent(QMouseEvent* event) override;
     void mouseReleaseEvent(QMouseEvent* event) override;
     void wheelEvent(QWheelEvent* event) override;
+    void mouseMoveEvent(QMouseEvent* event) override;
+    void leaveEvent(QEvent* event) override;
     void paintEvent(QPaintEvent* event) override;
 
 private:
