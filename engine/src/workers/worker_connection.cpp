@@ -96,20 +96,24 @@ WorkerEndpoint endpointFor(const LaneSpec& spec) {
     if (spec.cmd) {
         ep.program = {*spec.cmd};
         ep.cli = *spec.cmd;
-        ep.where = fmt::format("the command '{}'", *spec.cmd);
+        ep.where = "this machine";
+        ep.who = fmt::format("the command '{}'", *spec.cmd);
     } else if (spec.framework.value_or("devicerace") != "devicerace") {
         const auto script = (fs::path(laneProgramDir()) / (*spec.framework + "_lane.py")).string();
         ep.program = {pythonProgram(), script};
         ep.cli = script;
-        ep.where = fmt::format("the {} lane", *spec.framework);
+        ep.where = "this machine";
+        ep.who = fmt::format("the {} lane", *spec.framework);
     } else if (!spec.host.empty()) {
         ep.remote = true;
         ep.target = parseSshTarget(spec.host);
         ep.cli = spec.cli.value_or("devicerace-cli");
         ep.where = ep.target.host;
+        ep.who = "the worker on " + ep.where;
     } else {
         ep.cli = spec.cli.value_or(localWorkerProgram());
-        ep.where = "the worker process";
+        ep.where = "this machine";
+        ep.who = "the worker process";
     }
     return ep;
 }
@@ -332,14 +336,14 @@ std::string WorkerConnection::classifyBeforeHello(int status) const {
     }
     if (code == 3) {
         return fmt::format("{} refused worker protocol {}: it runs another DeviceRace version; install the same "
-                           "version on both machines ({})",
-                           m_ep.where, kProtoMajor, tail);
+                           "version on both sides ({})",
+                           m_ep.who, kProtoMajor, tail);
     }
     if (m_noise > 0) {
         return fmt::format("'{}' on {} is not a DeviceRace worker: it printed '{}' and ended ({})", m_ep.cli,
                            m_ep.where, m_firstNoise, describeWaitStatus(status));
     }
-    return fmt::format("the worker on {} ended before saying hello ({}{}{})", m_ep.where, describeWaitStatus(status),
+    return fmt::format("{} ended before saying hello ({}{}{})", m_ep.who, describeWaitStatus(status),
                        tail.empty() ? "" : ": ", tail);
 }
 
@@ -360,7 +364,7 @@ void WorkerConnection::awaitHello(double timeoutSeconds) {
                                         m_ep.cli, m_ep.where, m_noise, m_firstNoise));
         }
         if (!m_hello && Clock::now() > deadline) {
-            failBeforeHello(fmt::format("no answer from the worker on {} within {:.0f} s{}{}", m_ep.where,
+            failBeforeHello(fmt::format("no answer from {} within {:.0f} s{}{}", m_ep.who,
                                         timeoutSeconds, m_log.empty() ? "" : ": ", logTail(2)));
         }
     }

@@ -24,7 +24,8 @@ struct WorkerEndpoint {
     std::vector<std::string> program; // external lanes: the argv before "--proto 1"
     SshTarget target;   // remote only
     std::string cli;    // the devicerace-cli to run (remote: as the remote shell finds it)
-    std::string where;  // for messages: "gpubox", "the worker process"
+    std::string where;  // the machine, for messages: "gpubox", "this machine"
+    std::string who;    // the worker, for messages: "the worker on gpubox", "the pytorch lane"
 };
 WorkerEndpoint endpointFor(const LaneSpec& spec);
 /// The argv that starts the worker (no shell locally; ssh in BatchMode remotely).

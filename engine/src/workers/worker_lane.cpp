@@ -95,10 +95,12 @@ struct WorkerLane::Impl {
     void connect() {
         conn = std::make_unique<detail::WorkerConnection>(detail::endpointFor(spec));
         const auto& where = conn->endpoint().where;
+        const auto& who = conn->endpoint().who;
         // Python lanes import their framework first (torch: 3-7 s on a busy 2-core machine).
         conn->awaitHello(helloTimeout(conn->endpoint().remote || !conn->endpoint().program.empty()));
         if (!conn->send(detail::configMessage(spec, settings))) {
-            throw UsageError(fmt::format("the worker on {} closed its input after hello", where));
+            // It left right after its hello (e.g. it refused our protocol version): say why.
+            throw UsageError(fmt::format("{} ended after its hello: {}", who, conn->describeEnd(conn->reap(2), 0)));
         }
         // The worker loads its data and builds the lane; heartbeats show it is alive meanwhile.
         bool readySeen = false;
@@ -112,12 +114,12 @@ struct WorkerLane::Impl {
         };
         while (!readySeen && workerError.empty()) {
             if (!conn->pump(0.1, onMessage)) {
-                throw UsageError(fmt::format("the worker on {} ended while preparing the lane: {}", where,
+                throw UsageError(fmt::format("{} ended while preparing the lane: {}", who,
                                              conn->describeEnd(conn->reap(2), 0)));
             }
             if (conn->secondsSinceLastLine() > kSilenceLost) {
                 conn->signal(SIGKILL);
-                throw UsageError(fmt::format("the worker on {} stopped answering while preparing the lane", where));
+                throw UsageError(fmt::format("{} stopped answering while preparing the lane", who));
             }
         }
         if (!workerError.empty()) {
@@ -147,8 +149,8 @@ struct WorkerLane::Impl {
                 lastPing = Clock::now();
             }
             if (failure.empty() && conn->floodLines() > 0) {
-                failure = fmt::format("the worker on {} flooded its output ({} lines in one second); stopped",
-                                      conn->endpoint().where, groupThousands(static_cast<double>(conn->floodLines())));
+                failure = fmt::format("{} flooded its output ({} lines in one second); stopped",
+                                      conn->endpoint().who, groupThousands(static_cast<double>(conn->floodLines())));
             }
             if (failure.empty() && conn->secondsSinceLastLine() > kSilenceLost) {
                 failure = conn->endpoint().remote
