@@ -4,26 +4,20 @@
 
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
+#include "util/json_util.h"
 
 namespace devicerace {
 
 using nlohmann::json;
+using detail::optionalOf;
+using detail::orNull;
 
 namespace {
 
 // A machine with more GPUs than this is not one we know how to describe.
 constexpr std::size_t kMaxGpus = 64;
 
-template <typename T>
-std::optional<T> optionalOf(const json& j, const char* key) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) {
-        return std::nullopt;
-    }
-    return it->get<T>();
-}
 
-json orNull(const auto& v) { return v ? json(*v) : json(nullptr); }
 
 } // namespace
 

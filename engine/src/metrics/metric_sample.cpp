@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "devicerace/errors.h"
+#include "util/json_util.h"
 
 namespace devicerace {
 
@@ -50,14 +51,6 @@ json number(const std::optional<double>& v) {
     return *v;
 }
 
-template <typename T>
-std::optional<T> optionalField(const json& j, const char* key) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) {
-        return std::nullopt;
-    }
-    return it->get<T>();
-}
 
 LaneState stateFromString(const std::string& s) {
     for (auto st : {LaneState::Pending, LaneState::Preparing, LaneState::Running, LaneState::Evaluating, LaneState::Paused,
@@ -120,12 +113,12 @@ MetricSample sampleFromJsonLine(const std::string& line) {
         s.epoch = j.value("epoch", 0.0);
         s.time = j.at("t").get<double>();
         s.wallTime = j.value("wall_time", 0.0);
-        s.loss = optionalField<double>(j, "loss");
-        s.accuracy = optionalField<double>(j, "accuracy");
-        s.samplesPerSec = optionalField<double>(j, "samples_per_sec");
-        s.stepsPerSec = optionalField<double>(j, "steps_per_sec");
-        s.intervalSeconds = optionalField<double>(j, "interval_s");
-        s.memoryBytes = optionalField<std::uint64_t>(j, "memory_bytes");
+        s.loss = detail::optionalOf<double>(j, "loss");
+        s.accuracy = detail::optionalOf<double>(j, "accuracy");
+        s.samplesPerSec = detail::optionalOf<double>(j, "samples_per_sec");
+        s.stepsPerSec = detail::optionalOf<double>(j, "steps_per_sec");
+        s.intervalSeconds = detail::optionalOf<double>(j, "interval_s");
+        s.memoryBytes = detail::optionalOf<std::uint64_t>(j, "memory_bytes");
         s.warmup = j.value("warmup", false);
         s.text = j.value("text", std::string());
         if (s.kind == SampleKind::State) {

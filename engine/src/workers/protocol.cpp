@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "devicerace/errors.h"
+#include "util/json_util.h"
 #include "devicerace/recording.h"
 #include "devicerace/workload.h"
 
@@ -102,16 +103,7 @@ json expectedParameters(const std::string& workload) {
     }
 }
 
-json orNull(const auto& v) { return v ? json(*v) : json(nullptr); }
 
-template <typename T>
-std::optional<T> optionalOf(const json& j, const char* key) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) {
-        return std::nullopt;
-    }
-    return it->get<T>();
-}
 
 } // namespace
 
