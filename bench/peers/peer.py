@@ -47,7 +47,6 @@ Usage: peer.py --workload W [--device cpu|cuda] [--threads N] [--batch B] [--ste
 """
 import argparse
 import gc
-import gzip
 import io
 import json
 import math
@@ -61,54 +60,26 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Steps buffered on the device between report points (trainer.cpp kStepBuffer).
-STEP_BUFFER = 4096
-# Synthetic sets larger than this (bytes, 4 per element) become a pool (kSyntheticPoolBytes).
-SYNTHETIC_POOL_BYTES = 256 << 20
-# Report points at most this far apart (LaneRunSettings::reportIntervalSeconds).
-REPORT_SECONDS = 0.1
+import peer_workloads
+from peer_workloads import (REPORT_SECONDS, STEP_BUFFER, SYNTHETIC_POOL_BYTES, SYNTHETIC_TRAIN,  # noqa: F401
+                            fashion_dir, physical_cores, schedule_factor)
 
-# ---------------------------------------------------------------------------------------------
-# Workloads: the engine's WorkloadInfo defaults (engine/src/models_*.cpp); epochs is the default
-# run length, lstm marks the workloads that take --lstm.
-# ---------------------------------------------------------------------------------------------
-
-def _w(**kw):
-    base = dict(batch=128, lr=1e-3, wd=0.0, momentum=0.0, schedule="constant", classes=10,
-                vocabulary=0, tokens=False, binary=False, epochs=1, lstm=False)
-    base.update(kw)
-    return base
-
-
-def _resnet_cifar(depth):
-    return _w(dataset="cifar10", shape=(3, 32, 32), lr=0.1, wd=1e-4, momentum=0.9, schedule="step", epochs=3,
-              optimizer="sgd", model=lambda o: CifarResNet((depth - 2) // 6))
-
-
-WORKLOADS = {
-    "fashion-mlp": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="rmsprop", epochs=2,
-                      model=lambda o: MnistMlp()),
-    "fashion-cnn": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="adam", epochs=3,
-                      model=lambda o: MnistCnn()),
-    "cifar-resnet20": _resnet_cifar(20),
-    "cifar-resnet32": _resnet_cifar(32),
-    "cifar-resnet56": _resnet_cifar(56),
-    "cifar-vgg": _w(dataset="cifar10", shape=(3, 32, 32), batch=32, lr=1e-4, optimizer="rmsprop", epochs=10,
-                    model=lambda o: CifarVgg()),
-    "davidnet": _w(dataset="cifar10", shape=(3, 32, 32), batch=512, lr=0.4, wd=5e-4, momentum=0.9,
-                   schedule="onecycle", optimizer="sgd-nesterov", epochs=24, model=lambda o: DavidNet()),
-    "imdb-bilstm": _w(dataset="imdb", shape=(100,), batch=32, classes=2, vocabulary=20000, tokens=True,
-                      binary=True, optimizer="adam", epochs=4, lstm=True, model=lambda o: ImdbBiLstm(o["fused"])),
-    "fasttext": _w(dataset="imdb", shape=(400,), batch=32, classes=2, vocabulary=20000, tokens=True,
-                   binary=True, optimizer="adam", epochs=5, model=lambda o: FastText()),
-    "charlstm": _w(dataset="text", shape=(40,), batch=128, lr=0.01, classes=60, vocabulary=60, tokens=True,
-                   optimizer="rmsprop", epochs=5, lstm=True, model=lambda o: CharLstm(o["fused"], 60)),
-    "imagenet-resnet50": _w(dataset="imagenet", shape=(3, 224, 224), batch=64, lr=0.1, wd=1e-4, momentum=0.9,
-                            schedule="step", classes=1000, optimizer="sgd", model=lambda o: ResNet50()),
+# The networks of the workloads (peer_workloads.WORKLOADS has their defaults, shared with the
+# Keras lane); WORKLOADS below is that table with a `model` factory in each entry.
+MODELS = {
+    "fashion-mlp": lambda o: MnistMlp(),
+    "fashion-cnn": lambda o: MnistCnn(),
+    "cifar-resnet20": lambda o: CifarResNet((20 - 2) // 6),
+    "cifar-resnet32": lambda o: CifarResNet((32 - 2) // 6),
+    "cifar-resnet56": lambda o: CifarResNet((56 - 2) // 6),
+    "cifar-vgg": lambda o: CifarVgg(),
+    "davidnet": lambda o: DavidNet(),
+    "imdb-bilstm": lambda o: ImdbBiLstm(o["fused"]),
+    "fasttext": lambda o: FastText(),
+    "charlstm": lambda o: CharLstm(o["fused"], 60),
+    "imagenet-resnet50": lambda o: ResNet50(),
 }
-
-# resolveData's synthetic training-set sizes.
-SYNTHETIC_TRAIN = {"cifar10": 50000, "fashion-mnist": 60000, "imagenet": 1281167, "imdb": 25000, "text": 30000}
+WORKLOADS = {name: dict(w, model=MODELS[name]) for name, w in peer_workloads.WORKLOADS.items()}
 
 # ---------------------------------------------------------------------------------------------
 # Initialisers (engine/src/models.cpp).
@@ -389,7 +360,7 @@ class CharLstm(nn.Module):
         return self.fc(self.rnn(F.one_hot(x, self.vocab).to(torch.float32)))
 
 # ---------------------------------------------------------------------------------------------
-# Optimizers and schedules (engine models*.cpp, models.cpp scheduleFactor).
+# Optimizers (engine models*.cpp; the schedules are in peer_workloads.py).
 # ---------------------------------------------------------------------------------------------
 
 def make_optimizer(kind, params, lr, wd, momentum):
@@ -403,35 +374,13 @@ def make_optimizer(kind, params, lr, wd, momentum):
     raise ValueError(kind)
 
 
-def schedule_factor(schedule, step, total):
-    f = step / total if total > 0 else 0.0
-    if schedule == "step":  # x0.1 at 4/9, 6/9, 8/9 of the run
-        return 1.0 if f < 4.0 / 9 else 0.1 if f < 6.0 / 9 else 0.01 if f < 8.0 / 9 else 0.001
-    if schedule == "onecycle":  # piecewise linear through (0, 0), (5/24, 1), (1, 0)
-        peak = 5.0 / 24.0
-        return f / peak if f < peak else max(0.0, (1.0 - f) / (1.0 - peak))
-    return 1.0
-
 # ---------------------------------------------------------------------------------------------
 # Data (engine dataset.cpp, race.cpp resolveData, lane_data.cpp loadLaneData / prepareInput).
 # ---------------------------------------------------------------------------------------------
 
-def fashion_dir():
-    return os.environ.get("DEVICERACE_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
-
-
 def read_idx(folder, stem):
-    """An IDX file as a uint8 tensor (plain or .gz, the plain one first, like the engine)."""
-    for path in (os.path.join(folder, stem), os.path.join(folder, stem + ".gz")):
-        if os.path.exists(path):
-            opener = gzip.open if path.endswith(".gz") else open
-            with opener(path, "rb") as f:
-                raw = bytearray(f.read())
-            ndim = raw[3]
-            dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-            return torch.frombuffer(raw, dtype=torch.uint8, offset=4 + 4 * ndim).reshape(dims)
-    sys.exit(f"peer: {folder}: missing {stem} (or {stem}.gz); set DEVICERACE_FASHION_MNIST "
-             "or use --data synthetic")
+    """An IDX file as a uint8 tensor (peer_workloads.read_idx)."""
+    return torch.from_numpy(peer_workloads.read_idx(folder, stem))
 
 
 def load_data(w, mode, batch, device):
@@ -522,24 +471,6 @@ def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y):
         loss.backward()
         opt.step()
     return loss.detach(), correct_of(logits.detach(), y)
-
-
-def physical_cores():
-    """The engine's default CPU thread count: distinct (physical id, core id) pairs."""
-    cores, phys = set(), "0"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if key == "physical id":
-                    phys = value
-                elif key == "core id":
-                    cores.add((phys, value))
-    except OSError:
-        pass
-    logical = os.cpu_count() or 1
-    return max(1, min(len(cores) or logical, logical))
 
 
 def build_model(name, fused=True):

@@ -14,7 +14,8 @@ last step); evaluations (eval mode, no gradients, the whole test set) at each ep
 eval_every steps and at the last step, on the lane clock but outside throughput intervals.
 
 peer.py is looked for in $DEVICERACE_PEERS, next to this file (an installed copy) and in
-../../bench/peers (the source tree).
+../../bench/peers (the source tree); the data, lane keys and loop shared with keras_lane.py are
+in lane_common.py.
 """
 import importlib.metadata
 import math
@@ -28,6 +29,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import devicerace_worker as dw  # noqa: E402  (must come before torch: it guards stdout)
+import lane_common as lc  # noqa: E402
 
 NAME = "pytorch_lane"
 # Lane keys this lane acts on, and the engine keys it accepts without acting on them (DeviceRace's
@@ -35,18 +37,7 @@ NAME = "pytorch_lane"
 ACCEPTED = ("name", "threads", "batch", "lr", "precision", "channels_last", "wd", "momentum", "schedule", "lstm",
             "data", "eval_batch", "fault")
 IGNORED = ("framework", "fused", "graph", "resident", "cost", "isolate", "cli", "cmd")
-# resolveData's synthetic test-set sizes (the training sizes are peer.SYNTHETIC_TRAIN).
-SYNTHETIC_TEST = {"cifar10": 10000, "fashion-mnist": 10000, "imagenet": 50000, "imdb": 25000, "text": 3000}
-
 torch = F = peer = None  # imported by load_framework(), after the protocol stream is guarded
-
-
-def find_peer_dir():
-    candidates = [os.environ.get("DEVICERACE_PEERS", ""), HERE, os.path.join(HERE, "..", "..", "bench", "peers")]
-    for folder in candidates:
-        if folder and os.path.isfile(os.path.join(folder, "peer.py")):
-            return os.path.abspath(folder)
-    return None
 
 
 def load_framework():
@@ -56,12 +47,7 @@ def load_framework():
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch as torch_module
     import torch.nn.functional as functional
-    folder = find_peer_dir()
-    if folder is None:
-        raise ImportError("bench/peers/peer.py not found (looked in $DEVICERACE_PEERS, next to pytorch_lane.py "
-                          "and in ../../bench/peers)")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    lc.use_peer_dir("pytorch_lane.py")
     import peer as peer_module
     torch, F, peer = torch_module, functional, peer_module
 
@@ -118,98 +104,18 @@ def device_report():
 
 
 # ---------------------------------------------------------------------------------------------
-# Data (engine race.cpp resolveData, dataset.cpp, lane_data.cpp; the peer's readers).
-# ---------------------------------------------------------------------------------------------
-
-def resolve_data(name, w, mode, data_dir, train_limit, test_limit):
-    """What the lane trains on, decided as the engine decides it: a dict with the ready
-    message's dataset fields plus "fashion" (the IDX folder) or "synthetic" (train, test counts)."""
-    shape = "x".join(str(d) for d in w["shape"])
-
-    def limited(train, test):
-        return (min(train_limit, train) if train_limit else train, min(test_limit, test) if test_limit else test)
-
-    def synthetic(train, test, note):
-        tr, te = limited(train, test)
-        return {"name": f"synthetic ({shape})", "source": "synthetic", "synthetic": True, "train": tr, "test": te,
-                "note": note, "counts": (tr, te)}
-
-    want_synthetic, explicit_real = mode == "synthetic", mode == "real"
-    ds = w["dataset"]
-    if ds == "imagenet":
-        if want_synthetic or (not explicit_real and not data_dir):
-            return synthetic(peer.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
-                             "" if mode else "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)")
-    elif ds == "imdb":
-        if want_synthetic or (not explicit_real and not data_dir):
-            return synthetic(peer.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
-                             "" if mode else "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens")
-        raise dw.LaneRefused(f"{name}: the PyTorch lane has no IMDb reader; race it on synthetic tokens "
-                             "(--data synthetic or data=synthetic) or on a DeviceRace lane")
-    elif ds == "text":
-        if want_synthetic:
-            return synthetic(peer.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
-        raise dw.LaneRefused(f"{name}: the PyTorch lane has no text-corpus reader; race it on synthetic text "
-                             "(--data synthetic or data=synthetic) or on a DeviceRace lane")
-    elif want_synthetic:
-        return synthetic(peer.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
-    if ds == "cifar10" and data_dir:
-        raise dw.LaneRefused(f"{name}: the PyTorch lane cannot read CIFAR-10 binaries ({data_dir}); without "
-                             "--data-dir it races on Fashion-MNIST adapted to 3x32x32, or use --data synthetic")
-    folder = data_dir if (data_dir and ds == "fashion-mnist") else peer.fashion_dir()
-    if not os.path.isdir(folder):
-        raise dw.LaneRefused(f"{folder}: not a folder; expected the Fashion-MNIST IDX files (install "
-                             "dataset-fashion-mnist, pass --data-dir, or use --data synthetic)")
-    out = {"name": "Fashion-MNIST", "source": folder, "synthetic": False, "note": "", "fashion": folder}
-    if ds != "fashion-mnist":
-        out["name"] = f"Fashion-MNIST (adapted to {shape})"
-        out["note"] = (f"{name} races on real Fashion-MNIST, padded/resized and channel-expanded to {shape}"
-                       + (" (pass --data-dir with CIFAR-10 binaries to use CIFAR-10)" if ds == "cifar10" else ""))
-    return out
-
-
-def load_fashion_split(folder, prefix, limit, classes):
-    """(images (N,1,28,28) uint8, labels int64), the first `limit` examples (dataset.cpp loadSplit)."""
-    x = peer.read_idx(folder, f"{prefix}-images-idx3-ubyte")
-    y = peer.read_idx(folder, f"{prefix}-labels-idx1-ubyte")
-    if x.dim() != 3 or y.dim() != 1 or x.size(0) != y.size(0):
-        raise dw.LaneRefused(f"{folder}: {prefix} images {tuple(x.shape)} and labels {tuple(y.shape)} do not match")
-    if x.size(1) != 28 or x.size(2) != 28:
-        raise dw.LaneRefused(f"{folder}: {prefix} images are {x.size(1)}x{x.size(2)}, expected 28x28 (Fashion-MNIST)")
-    if y.numel() and int(y.max()) >= classes:
-        raise dw.LaneRefused(f"{folder}: {prefix} labels go up to {int(y.max())}, expected 0 to {classes - 1}")
-    n = min(limit, x.size(0)) if limit else x.size(0)
-    return x[:n].unsqueeze(1).clone(), y[:n].to(torch.int64)
-
-
-# ---------------------------------------------------------------------------------------------
 # The lane.
 # ---------------------------------------------------------------------------------------------
 
-def parse_fault(text):
-    if not text:
-        return None, 0
-    kind, _, step = text.partition(":")
-    return kind, int(step) if step else 1
-
-
-def inject_fault(kind, step):
-    """fault=KIND[:STEP], as engine/src/train/fault.cpp (tests of how a parent copes)."""
-    if kind == "throw":
-        raise dw.LaneError(f"injected fault at step {step}")
-    dw.log(f"{NAME}: injecting fault '{kind}' at step {step}")
-    if kind == "abort":
-        os.abort()
-    if kind == "segv":
-        import signal
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if kind == "exit":
-        os._exit(42)
-    while kind == "hang":
-        time.sleep(1)
+def fashion_split(folder, prefix, limit, classes):
+    """(images (N,1,28,28) uint8, labels int64) tensors on the host (lane_common.load_fashion_split)."""
+    x, y = lc.load_fashion_split(folder, prefix, limit, classes)
+    return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
 
 
 class TorchLane:
+    step_buffer = None  # peer.STEP_BUFFER, set once the peer is loaded
+
     def __init__(self, config, session):
         c = dw.parse_config(config)
         workload = c["workload"]
@@ -232,11 +138,7 @@ class TorchLane:
                 raise dw.LaneRefused(f"lane {self.name}: {device} does not exist (this machine has "
                                      f"{torch.cuda.device_count()} CUDA device(s))")
         self.device = device
-        cpu = dw.cpu_report()
-        threads = spec.get("threads")
-        if threads and threads > cpu["logical_cpus"] * dw.MAX_THREADS_PER_CPU:
-            raise dw.LaneRefused(f"lane {self.name}: threads={threads} is far more than the {cpu['logical_cpus']} "
-                                 f"CPUs present (at most {cpu['logical_cpus'] * dw.MAX_THREADS_PER_CPU})")
+        threads, cpu = lc.check_threads(spec, self.name)
         self.threads = threads or (1 if self.cuda else cpu["physical_cores"])
         self.precision = spec.get("precision", "fp32")
         if self.precision == "fp16" and not self.cuda:
@@ -252,7 +154,7 @@ class TorchLane:
         self.wd = spec.get("wd", w["wd"])
         self.momentum = spec.get("momentum", w["momentum"])
         self.schedule = spec.get("schedule", w["schedule"])
-        self.fault = parse_fault(spec.get("fault"))
+        self.fault = lc.parse_fault(spec.get("fault"))
 
         # The network first: a model that differs from the engine's is refused before any data loads.
         torch.set_num_threads(self.threads)
@@ -264,15 +166,12 @@ class TorchLane:
             torch.backends.cudnn.allow_tf32 = True
         model = peer.build_model(workload, fused=self.lstm == "fused")
         count = peer.count_parameters(model)
-        expected = c["expected_parameters"]
-        if expected is not None and count != expected:
-            raise dw.LaneRefused(f"{workload}: the PyTorch model has {count:,} parameters but DeviceRace's has "
-                                 f"{expected:,}: not the same network, so the race would not be fair")
+        lc.check_parameters(workload, count, c["expected_parameters"], "PyTorch")
         self.parameters = count
 
         # Data.
         mode = spec.get("data") or c["data"]
-        d = resolve_data(workload, w, mode, c["data_dir"], c["train_limit"], c["test_limit"])
+        d = lc.resolve_data(workload, w, mode, c["data_dir"], c["train_limit"], c["test_limit"])
         requested_batch = spec.get("batch", w["batch"])
         if d["synthetic"]:
             train_count, test_count = d["counts"]
@@ -287,8 +186,8 @@ class TorchLane:
             self.train_x, self.train_y = peer.synthetic_split(w, train_count, requested_batch, device)
             self.test_x, self.test_y = peer.synthetic_split(w, test_count, requested_batch, device)
         else:
-            tx, ty = load_fashion_split(d["fashion"], "train", c["train_limit"], w["classes"])
-            ex, ey = load_fashion_split(d["fashion"], "t10k", c["test_limit"], w["classes"])
+            tx, ty = fashion_split(d["fashion"], "train", c["train_limit"], w["classes"])
+            ex, ey = fashion_split(d["fashion"], "t10k", c["test_limit"], w["classes"])
             train_count, test_count = tx.size(0), ex.size(0)
             if requested_batch > train_count:
                 raise dw.LaneRefused(f"lane {self.name}: batch={requested_batch} is larger than the {train_count} "
@@ -374,69 +273,34 @@ class TorchLane:
     # The loop (engine trainer.cpp Trainer::loop) --------------------------------------------
 
     def run(self, session):
-        meter, c = self.meter, self.c
-        meter.state("preparing")
+        self.meter.state("preparing")
         torch.set_num_threads(self.threads)
-        n, pool, b = self.train_count, self.train_x.size(0), self.batch
-        total, warmup = self.total_steps, c["warmup"]
-        scheduled = self.schedule != "constant"
-        want = self.w["shape"]
-        order = torch.Generator().manual_seed(c["seed"])  # epoch orders: a host generator, as the engine
-        fault_kind, fault_step = self.fault
+        self.step_buffer = peer.STEP_BUFFER
+        self.scheduled = self.schedule != "constant"
+        self.order_gen = torch.Generator().manual_seed(self.c["seed"])  # epoch orders: a host generator, as the engine
         self.model.train()
-        meter.begin()
-        meter.state("running")
-        session.execution(self.describe())
-        last_eval = -1
-        perm, pos = None, n
-        while meter.step < total:
-            if session.stop_requested:
-                return self.report() or ("stopped", f"stopped at step {meter.step}")
-            if session.pause_requested:
-                diverged = self.report()
-                if diverged:
-                    return diverged
-                meter.state("paused")
-                meter.paused_for(session.wait_while_paused())
-                meter.state("running")
-                continue
-            if pos >= n:
-                perm, pos = torch.randperm(n, generator=order).to(self.device), 0
-            step = meter.step
-            if c["fail_at_step"] > 0 and step + 1 == c["fail_at_step"]:
-                raise dw.LaneError(f"injected fault at step {step + 1}")
-            if fault_kind and step + 1 == fault_step:
-                inject_fault(fault_kind, fault_step)
-            take = min(b, n - pos)
-            idx = perm[pos:pos + take]
-            if pool < n:
-                idx = idx.remainder(pool)
-            if scheduled:
-                lr = self.lr * peer.schedule_factor(self.schedule, step, total)
-                for group in self.opt.param_groups:
-                    group["lr"] = lr
-            x = peer.prepare_input(self.train_x.index_select(0, idx), want, self.channels_last)
-            loss, correct = peer.train_step_once(self.model, self.opt, self.scaler, self.autocast, self.loss_of,
-                                                 self.correct_of, x, self.train_y.index_select(0, idx))
-            self.loss_buf[self.in_buf].copy_(loss)
-            self.correct_buf[self.in_buf].copy_(correct)
-            self.in_buf += 1
-            pos += take
-            meter.advance(take)
+        return lc.train_loop(self, session, NAME)
 
-            step = meter.step
-            epoch_end = pos >= n
-            last = step == total
-            eval_due = epoch_end or (c["eval_every"] > 0 and step % c["eval_every"] == 0)
-            if (self.in_buf == peer.STEP_BUFFER or step == warmup or eval_due or last
-                    or meter.interval_elapsed() >= c["report_interval"]):
-                diverged = self.report()
-                if diverged:
-                    return diverged
-            if eval_due or (last and last_eval != step):
-                self.evaluate()
-                last_eval = step
-        return "finished", ""
+    def new_order(self):
+        return torch.randperm(self.train_count, generator=self.order_gen).to(self.device)
+
+    def pending(self):
+        return self.in_buf
+
+    def step(self, order, pos, take, step):
+        idx = order[pos:pos + take]
+        if self.train_x.size(0) < self.train_count:  # a synthetic pool
+            idx = idx.remainder(self.train_x.size(0))
+        if self.scheduled:
+            lr = self.lr * peer.schedule_factor(self.schedule, step, self.total_steps)
+            for group in self.opt.param_groups:
+                group["lr"] = lr
+        x = peer.prepare_input(self.train_x.index_select(0, idx), self.w["shape"], self.channels_last)
+        loss, correct = peer.train_step_once(self.model, self.opt, self.scaler, self.autocast, self.loss_of,
+                                             self.correct_of, x, self.train_y.index_select(0, idx))
+        self.loss_buf[self.in_buf].copy_(loss)
+        self.correct_buf[self.in_buf].copy_(correct)
+        self.in_buf += 1
 
 
 class TorchProgram:

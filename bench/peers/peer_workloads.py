@@ -1,0 +1,111 @@
+"""What every peer of a DeviceRace workload shares, without any framework: the engine's
+workload defaults, the run-length constants, the learning-rate schedules and the Fashion-MNIST
+reader (numpy only).
+
+peer.py (PyTorch) adds its networks to this table; lanes/python/keras_lane.py (Keras 3 on JAX,
+TensorFlow or PyTorch) builds its own from the same entries, so neither lane imports the
+other's framework. Installed beside peer.py in share/devicerace/lanes.
+"""
+import gzip
+import os
+import sys
+
+import numpy as np
+
+# Steps buffered on the device between report points (trainer.cpp kStepBuffer).
+STEP_BUFFER = 4096
+# Synthetic sets larger than this (bytes, 4 per element) become a pool (kSyntheticPoolBytes).
+SYNTHETIC_POOL_BYTES = 256 << 20
+# Report points at most this far apart (LaneRunSettings::reportIntervalSeconds).
+REPORT_SECONDS = 0.1
+
+# ---------------------------------------------------------------------------------------------
+# Workloads: the engine's WorkloadInfo defaults (engine/src/models_*.cpp); epochs is the default
+# run length, lstm marks the workloads that take --lstm.
+# ---------------------------------------------------------------------------------------------
+
+
+def _w(**kw):
+    base = dict(batch=128, lr=1e-3, wd=0.0, momentum=0.0, schedule="constant", classes=10,
+                vocabulary=0, tokens=False, binary=False, epochs=1, lstm=False)
+    base.update(kw)
+    return base
+
+
+def _resnet_cifar(depth):
+    return _w(dataset="cifar10", shape=(3, 32, 32), lr=0.1, wd=1e-4, momentum=0.9, schedule="step", epochs=3,
+              optimizer="sgd", depth=depth)
+
+
+WORKLOADS = {
+    "fashion-mlp": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="rmsprop", epochs=2),
+    "fashion-cnn": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="adam", epochs=3),
+    "cifar-resnet20": _resnet_cifar(20),
+    "cifar-resnet32": _resnet_cifar(32),
+    "cifar-resnet56": _resnet_cifar(56),
+    "cifar-vgg": _w(dataset="cifar10", shape=(3, 32, 32), batch=32, lr=1e-4, optimizer="rmsprop", epochs=10),
+    "davidnet": _w(dataset="cifar10", shape=(3, 32, 32), batch=512, lr=0.4, wd=5e-4, momentum=0.9,
+                   schedule="onecycle", optimizer="sgd-nesterov", epochs=24),
+    "imdb-bilstm": _w(dataset="imdb", shape=(100,), batch=32, classes=2, vocabulary=20000, tokens=True,
+                      binary=True, optimizer="adam", epochs=4, lstm=True),
+    "fasttext": _w(dataset="imdb", shape=(400,), batch=32, classes=2, vocabulary=20000, tokens=True,
+                   binary=True, optimizer="adam", epochs=5),
+    "charlstm": _w(dataset="text", shape=(40,), batch=128, lr=0.01, classes=60, vocabulary=60, tokens=True,
+                   optimizer="rmsprop", epochs=5, lstm=True),
+    "imagenet-resnet50": _w(dataset="imagenet", shape=(3, 224, 224), batch=64, lr=0.1, wd=1e-4, momentum=0.9,
+                            schedule="step", classes=1000, optimizer="sgd"),
+}
+
+# resolveData's synthetic training-set sizes.
+SYNTHETIC_TRAIN = {"cifar10": 50000, "fashion-mnist": 60000, "imagenet": 1281167, "imdb": 25000, "text": 30000}
+
+
+def schedule_factor(schedule, step, total):
+    """The engine's scheduleFactor (models.cpp): the learning rate's multiplier at `step`."""
+    f = step / total if total > 0 else 0.0
+    if schedule == "step":  # x0.1 at 4/9, 6/9, 8/9 of the run
+        return 1.0 if f < 4.0 / 9 else 0.1 if f < 6.0 / 9 else 0.01 if f < 8.0 / 9 else 0.001
+    if schedule == "onecycle":  # piecewise linear through (0, 0), (5/24, 1), (1, 0)
+        peak = 5.0 / 24.0
+        return f / peak if f < peak else max(0.0, (1.0 - f) / (1.0 - peak))
+    return 1.0
+
+# ---------------------------------------------------------------------------------------------
+# Data (engine dataset.cpp).
+# ---------------------------------------------------------------------------------------------
+
+
+def fashion_dir():
+    return os.environ.get("DEVICERACE_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+
+
+def read_idx(folder, stem):
+    """An IDX file as a uint8 numpy array (plain or .gz, the plain one first, like the engine)."""
+    for path in (os.path.join(folder, stem), os.path.join(folder, stem + ".gz")):
+        if os.path.exists(path):
+            opener = gzip.open if path.endswith(".gz") else open
+            with opener(path, "rb") as f:
+                raw = bytearray(f.read())
+            ndim = raw[3]
+            dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+            return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+    sys.exit(f"peer: {folder}: missing {stem} (or {stem}.gz); set DEVICERACE_FASHION_MNIST "
+             "or use --data synthetic")
+
+
+def physical_cores():
+    """The engine's default CPU thread count: distinct (physical id, core id) pairs."""
+    cores, phys = set(), "0"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "physical id":
+                    phys = value
+                elif key == "core id":
+                    cores.add((phys, value))
+    except OSError:
+        pass
+    logical = os.cpu_count() or 1
+    return max(1, min(len(cores) or logical, logical))

@@ -1,0 +1,223 @@
+"""What DeviceRace's Python lane programs share beyond the protocol (devicerace_worker.py): where
+the peers' code is, the data a lane trains on (decided as the engine decides it), the lane keys
+every lane reads the same way, injected faults, and the training loop with its report points.
+
+pytorch_lane.py and keras_lane.py both run `train_loop`: one step at a time, the step's loss
+and correct count kept on the device, read at report points only (the warm-up step, every
+report_interval seconds, each epoch end, before each evaluation, the last step, a full step
+buffer), evaluations outside throughput intervals (engine trainer.cpp Trainer::loop).
+
+Imports no framework and nothing beyond the standard library and numpy (numpy only where data
+is read), so a lane can say hello and refuse cleanly when its framework is missing.
+"""
+import os
+import signal
+import sys
+import time
+
+import devicerace_worker as dw
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# resolveData's synthetic test-set sizes (the training sizes are peer_workloads.SYNTHETIC_TRAIN).
+SYNTHETIC_TEST = {"cifar10": 10000, "fashion-mnist": 10000, "imagenet": 50000, "imdb": 25000, "text": 3000}
+
+
+def find_peer_dir():
+    """The folder with peer.py and peer_workloads.py: $DEVICERACE_PEERS, next to the lane
+    programs (an installed copy) or ../../bench/peers (the source tree); None when absent."""
+    candidates = [os.environ.get("DEVICERACE_PEERS", ""), HERE, os.path.join(HERE, "..", "..", "bench", "peers")]
+    for folder in candidates:
+        if folder and os.path.isfile(os.path.join(folder, "peer_workloads.py")):
+            return os.path.abspath(folder)
+    return None
+
+
+def use_peer_dir(program):
+    """Puts the peers' folder on sys.path (ImportError naming where it looked otherwise)."""
+    folder = find_peer_dir()
+    if folder is None:
+        raise ImportError(f"bench/peers/peer_workloads.py not found (looked in $DEVICERACE_PEERS, next to {program} "
+                          "and in ../../bench/peers)")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return folder
+
+# ---------------------------------------------------------------------------------------------
+# Lane keys every lane reads alike (thread_lane.cpp's checks).
+# ---------------------------------------------------------------------------------------------
+
+
+def check_threads(spec, name):
+    """The threads= key checked against the CPUs present; (threads or None, cpu report)."""
+    cpu = dw.cpu_report()
+    threads = spec.get("threads")
+    if threads and threads > cpu["logical_cpus"] * dw.MAX_THREADS_PER_CPU:
+        raise dw.LaneRefused(f"lane {name}: threads={threads} is far more than the {cpu['logical_cpus']} "
+                             f"CPUs present (at most {cpu['logical_cpus'] * dw.MAX_THREADS_PER_CPU})")
+    return threads, cpu
+
+
+def check_parameters(workload, count, expected, framework):
+    """Refuses a network whose parameter count differs from the engine's (config's expected_parameters)."""
+    if expected is not None and count != expected:
+        raise dw.LaneRefused(f"{workload}: the {framework} model has {count:,} parameters but DeviceRace's has "
+                             f"{expected:,}: not the same network, so the race would not be fair")
+
+
+def parse_fault(text):
+    if not text:
+        return None, 0
+    kind, _, step = text.partition(":")
+    return kind, int(step) if step else 1
+
+
+def inject_fault(kind, step, program):
+    """fault=KIND[:STEP], as engine/src/train/fault.cpp (tests of how a parent copes)."""
+    if kind == "throw":
+        raise dw.LaneError(f"injected fault at step {step}")
+    dw.log(f"{program}: injecting fault '{kind}' at step {step}")
+    if kind == "abort":
+        os.abort()
+    if kind == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "exit":
+        os._exit(42)
+    while kind == "hang":
+        time.sleep(1)
+
+# ---------------------------------------------------------------------------------------------
+# Data (engine race.cpp resolveData, dataset.cpp, lane_data.cpp; the peer's readers).
+# ---------------------------------------------------------------------------------------------
+
+
+def resolve_data(name, w, mode, data_dir, train_limit, test_limit, lane="the PyTorch lane"):
+    """What the lane trains on, decided as the engine decides it: a dict with the ready
+    message's dataset fields plus "fashion" (the IDX folder) or "counts" (synthetic train, test)."""
+    import peer_workloads as pw
+    shape = "x".join(str(d) for d in w["shape"])
+    Lane = lane[0].upper() + lane[1:]
+
+    def limited(train, test):
+        return (min(train_limit, train) if train_limit else train, min(test_limit, test) if test_limit else test)
+
+    def synthetic(train, test, note):
+        tr, te = limited(train, test)
+        return {"name": f"synthetic ({shape})", "source": "synthetic", "synthetic": True, "train": tr, "test": te,
+                "note": note, "counts": (tr, te)}
+
+    want_synthetic, explicit_real = mode == "synthetic", mode == "real"
+    ds = w["dataset"]
+    if ds == "imagenet":
+        if want_synthetic or (not explicit_real and not data_dir):
+            return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
+                             "" if mode else "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)")
+    elif ds == "imdb":
+        if want_synthetic or (not explicit_real and not data_dir):
+            return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
+                             "" if mode else "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens")
+        raise dw.LaneRefused(f"{name}: {lane} has no IMDb reader; race it on synthetic tokens "
+                             "(--data synthetic or data=synthetic) or on a DeviceRace lane")
+    elif ds == "text":
+        if want_synthetic:
+            return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
+        raise dw.LaneRefused(f"{name}: {lane} has no text-corpus reader; race it on synthetic text "
+                             "(--data synthetic or data=synthetic) or on a DeviceRace lane")
+    elif want_synthetic:
+        return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
+    if ds == "cifar10" and data_dir:
+        raise dw.LaneRefused(f"{name}: {Lane} cannot read CIFAR-10 binaries ({data_dir}); without "
+                             "--data-dir it races on Fashion-MNIST adapted to 3x32x32, or use --data synthetic")
+    folder = data_dir if (data_dir and ds == "fashion-mnist") else pw.fashion_dir()
+    if not os.path.isdir(folder):
+        raise dw.LaneRefused(f"{folder}: not a folder; expected the Fashion-MNIST IDX files (install "
+                             "dataset-fashion-mnist, pass --data-dir, or use --data synthetic)")
+    out = {"name": "Fashion-MNIST", "source": folder, "synthetic": False, "note": "", "fashion": folder}
+    if ds != "fashion-mnist":
+        out["name"] = f"Fashion-MNIST (adapted to {shape})"
+        out["note"] = (f"{name} races on real Fashion-MNIST, padded/resized and channel-expanded to {shape}"
+                       + (" (pass --data-dir with CIFAR-10 binaries to use CIFAR-10)" if ds == "cifar10" else ""))
+    return out
+
+
+def load_fashion_split(folder, prefix, limit, classes):
+    """(images (N, 28, 28) uint8, labels (N,) int64) numpy arrays, the first `limit` examples
+    (dataset.cpp loadSplit)."""
+    import numpy as np
+    import peer_workloads as pw
+    try:
+        x = pw.read_idx(folder, f"{prefix}-images-idx3-ubyte")
+        y = pw.read_idx(folder, f"{prefix}-labels-idx1-ubyte")
+    except SystemExit as e:  # the reader's message for a missing file
+        raise dw.LaneRefused(str(e.code)) from None
+    if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+        raise dw.LaneRefused(f"{folder}: {prefix} images {tuple(x.shape)} and labels {tuple(y.shape)} do not match")
+    if x.shape[1] != 28 or x.shape[2] != 28:
+        raise dw.LaneRefused(f"{folder}: {prefix} images are {x.shape[1]}x{x.shape[2]}, expected 28x28 (Fashion-MNIST)")
+    if y.size and int(y.max()) >= classes:
+        raise dw.LaneRefused(f"{folder}: {prefix} labels go up to {int(y.max())}, expected 0 to {classes - 1}")
+    n = min(limit, x.shape[0]) if limit else x.shape[0]
+    return x[:n].copy(), y[:n].astype(np.int64)
+
+# ---------------------------------------------------------------------------------------------
+# The loop (engine trainer.cpp Trainer::loop).
+# ---------------------------------------------------------------------------------------------
+
+
+def train_loop(lane, session, program):
+    """Trains `lane` to its last step, or until stopped, paused time excluded; returns (final
+    state, message). The lane provides:
+      meter, c (the parsed config), total_steps, train_count, batch, fault ((kind, step) or (None, 0)),
+      describe()                 -> the execution text
+      new_order()                -> an epoch's order of the train_count examples (any indexable)
+      step(order, pos, take, k)  -> queues optimizer step k (0-based) on order[pos:pos + take]: the
+                                    loss and correct count stay on the device until report()
+      pending()                  -> steps queued since the last report
+      report()                   -> synchronises, reads the queued values into meter.report
+                                    (its result: ("diverged", message) or None)
+      evaluate()                 -> the whole test set, between meter.state("evaluating") and "running"
+    """
+    meter, c = lane.meter, lane.c
+    n, b = lane.train_count, lane.batch
+    total, warmup = lane.total_steps, c["warmup"]
+    fault_kind, fault_step = lane.fault
+    meter.begin()
+    meter.state("running")
+    session.execution(lane.describe())
+    last_eval = -1
+    order, pos = None, n
+    while meter.step < total:
+        if session.stop_requested:
+            return lane.report() or ("stopped", f"stopped at step {meter.step}")
+        if session.pause_requested:
+            diverged = lane.report()
+            if diverged:
+                return diverged
+            meter.state("paused")
+            meter.paused_for(session.wait_while_paused())
+            meter.state("running")
+            continue
+        if pos >= n:
+            order, pos = lane.new_order(), 0
+        step = meter.step
+        if c["fail_at_step"] > 0 and step + 1 == c["fail_at_step"]:
+            raise dw.LaneError(f"injected fault at step {step + 1}")
+        if fault_kind and step + 1 == fault_step:
+            inject_fault(fault_kind, fault_step, program)
+        take = min(b, n - pos)
+        lane.step(order, pos, take, step)
+        pos += take
+        meter.advance(take)
+
+        step = meter.step
+        epoch_end = pos >= n
+        last = step == total
+        eval_due = epoch_end or (c["eval_every"] > 0 and step % c["eval_every"] == 0)
+        if (lane.pending() >= lane.step_buffer or step == warmup or eval_due or last
+                or meter.interval_elapsed() >= c["report_interval"]):
+            diverged = lane.report()
+            if diverged:
+                return diverged
+        if eval_due or (last and last_eval != step):
+            lane.evaluate()
+            last_eval = step
+    return "finished", ""
