@@ -1,0 +1,770 @@
+#!/usr/bin/env python3
+"""DeviceRace's Keras lane: one lane trained by Keras 3 on JAX, TensorFlow or PyTorch, driven over
+the worker protocol (seed 003 raced Keras on two backends; this races it on three).
+
+DeviceRace starts it for a lane with framework=keras-jax, keras-tensorflow or keras-torch as
+    python lanes/python/keras_lane.py --backend jax|tensorflow|torch --proto 1
+and speaks the worker protocol (docs/EVENTS.md) with it on stdin/stdout (devicerace_worker.py).
+
+What it trains is what a Keras user writes for the workload: the engine's network built from
+Keras layers (channels-last images, Keras' Glorot-uniform defaults for the Keras networks, He
+fan-out normal convolutions and BatchNormalization(momentum=0.9, epsilon=1e-5) - PyTorch's -
+for the ResNets), the engine's optimizer with its hyperparameters (Adam's epsilon 1e-8 as the
+engine's; weight decay added to every gradient as torch.optim does), the engine's learning-rate
+schedule as a Keras LearningRateSchedule, and the workload table and data of the PyTorch peer
+(bench/peers/peer_workloads.py; uint8 images scaled by 1/255, channel-expanded and padded to
+32x32 for the CIFAR networks, inside the compiled step). Parameter counts are checked against
+the engine's before any data loads.
+
+One training step is the backend's own compiled step, as Keras' fit() would run it: a jax.jit
+of stateless_call + value_and_grad + the optimizer's stateless_apply (JAX); a tf.function with
+a GradientTape and optimizer.apply, XLA only where TensorFlow sees a GPU as Keras' jit_compile
+"auto" decides (TensorFlow); eager model call, backward and optimizer.apply (PyTorch). Each step's
+loss and correct count stay on the device until a report point (lane_common.train_loop), where
+the lane waits for the device (jax.block_until_ready; reading the values) before the clock is
+read.
+
+Devices: a `cpu` lane runs on the framework's CPU device; a `cuda` / `cuda:N` lane on the N-th
+accelerator the framework finds - for JAX that is a GPU or a TPU, so on a Cloud TPU VM reached
+over ssh:// a keras-jax `cuda` lane is a TPU lane (README, "Race frameworks"; untested here).
+threads=N on a CPU lane pins the process to N CPUs (XLA and TensorFlow size their thread pools
+from the CPUs they may use) and sets PyTorch's / TensorFlow's intra-op threads.
+
+A backend that is not installed is refused at config with the command that installs it
+(scripts/setup --frameworks).
+"""
+import importlib.metadata
+import importlib.util
+import math
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import devicerace_worker as dw  # noqa: E402  (must come before any framework: it guards stdout)
+import lane_common as lc  # noqa: E402
+
+NAME = "keras_lane"
+# The backends and the Python modules each needs besides keras.
+BACKENDS = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",), "torch": ("torch",)}
+# Lane keys this lane acts on, and the engine keys it accepts without acting on them (DeviceRace's
+# own fast paths, costs, process placement; Keras images are channels-last already).
+ACCEPTED = ("name", "threads", "batch", "lr", "precision", "wd", "momentum", "schedule", "data", "eval_batch",
+            "fault")
+IGNORED = ("framework", "fused", "graph", "resident", "cost", "isolate", "cli", "cmd", "channels_last")
+# What installs the frameworks (the refusal names it).
+SETUP = "scripts/setup --frameworks"
+# Workloads the Keras lane does not build, and why (the parameter check would refuse them anyway).
+NOT_BUILT = {
+    "imdb-bilstm": "Keras' LSTM has one bias vector per gate where DeviceRace's (PyTorch's) has two, so the "
+                   "networks differ (2,658,945 vs 2,659,457 parameters)",
+    "charlstm": "Keras' LSTM has one bias vector per gate where DeviceRace's (PyTorch's) has two, so the "
+                "networks differ (104,508 vs 105,020 parameters)",
+    "imagenet-resnet50": "the Keras lane does not build ResNet-50 v1.5 yet",
+}
+
+keras = ops = np = pw = None  # imported by load_framework(), after the protocol stream is guarded
+BACKEND = None
+
+
+def package_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def version_text(backend):
+    b = {"jax": "jax", "tensorflow": "tensorflow-cpu", "torch": "torch"}[backend]
+    bv = package_version(b) or (package_version("tensorflow") if backend == "tensorflow" else None)
+    return f"keras {package_version('keras') or '(not installed)'} on {backend} {bv or '(not installed)'}"
+
+
+def missing_modules(backend):
+    """The modules this backend needs that this Python cannot import (find_spec: nothing loads)."""
+    return [m for m in ("numpy", "keras") + BACKENDS[backend] if importlib.util.find_spec(m) is None]
+
+
+def load_framework(backend):
+    """Imports keras on `backend`; returns None, or why it cannot (shown in the refusal)."""
+    global keras, ops, np, pw, BACKEND
+    missing = missing_modules(backend)
+    if missing:
+        return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed for {sys.executable}; "
+                f"run {SETUP} (it installs the pinned keras, jax, jaxlib and tensorflow-cpu into .venv)")
+    os.environ["KERAS_BACKEND"] = backend
+    # Passive OpenMP waiting (shared cores); TensorFlow's C++ INFO lines would fill the lane's log.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import numpy as numpy_module
+        import keras as keras_module
+        lc.use_peer_dir("keras_lane.py")
+        import peer_workloads
+    except Exception as e:
+        return (f"keras on {backend} cannot be imported ({type(e).__name__}: {' '.join(str(e).split())}); "
+                f"run {SETUP}")
+    if keras_module.backend.backend() != backend:
+        return f"keras chose the {keras_module.backend.backend()} backend, not {backend} (KERAS_BACKEND)"
+    keras, ops, np, pw, BACKEND = keras_module, keras_module.ops, numpy_module, peer_workloads, backend
+    return None
+
+# ---------------------------------------------------------------------------------------------
+# The machine (hello) and the lane's device.
+# ---------------------------------------------------------------------------------------------
+
+
+def accelerators():
+    """[(platform, index, name, extra report fields)] of the accelerators the backend sees."""
+    out = []
+    if BACKEND == "jax":
+        import jax
+        for platform in ("gpu", "tpu"):
+            try:
+                devices = jax.devices(platform)
+            except RuntimeError:  # no such backend in this jaxlib
+                continue
+            for i, d in enumerate(devices):
+                out.append((platform, i, d.device_kind, {"jax_device": str(d)}))
+    elif BACKEND == "tensorflow":
+        import tensorflow as tf
+        for i, d in enumerate(tf.config.list_physical_devices("GPU")):
+            details = tf.config.experimental.get_device_details(d)
+            cc = details.get("compute_capability")
+            out.append(("gpu", i, details.get("device_name", d.name),
+                        {"compute": f"{cc[0]}.{cc[1]}" if cc else ""}))
+    else:
+        import torch
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                out.append(("gpu", i, p.name, {"total_memory_bytes": int(p.total_memory),
+                                               "compute": f"{p.major}.{p.minor}"}))
+    return out
+
+
+def device_report():
+    cpu = dw.cpu_report()
+    cpu["blas"] = {"jax": "XLA:CPU (Eigen)", "tensorflow": "oneDNN / Eigen",
+                   "torch": "MKL (bundled with PyTorch)"}[BACKEND]
+    cpu["blas_is_reference"] = False
+    gpus, others = [], []
+    reason = ""
+    try:
+        found = accelerators()
+    except Exception as e:
+        found, reason = [], f"{BACKEND} could not list its devices: {type(e).__name__}: {e}"
+    for platform, i, name, extra in found:
+        entry = dict({"index": i, "name": name, "utilization_percent": None, "used_memory_bytes": None}, **extra)
+        (gpus if platform == "gpu" else others).append(dict(entry, platform=platform))
+    if not gpus and not reason:
+        reason = f"{BACKEND} finds no GPU here" + (f" (it finds {len(others)} TPU core(s))" if others else "")
+    report = {"cpu": cpu, "gpus": gpus, "cuda_available": bool(gpus), "cuda_unavailable_reason": reason,
+              "accelerators": gpus + others, "keras": keras.__version__, "backend": BACKEND,
+              "backend_version": version_text(BACKEND), "host": dw.host_name()}
+    if BACKEND == "torch":
+        import torch
+        report["torch"] = torch.__version__.split("+")[0]
+    return report
+
+
+def lane_device(spec, name):
+    """(keras device for keras.device(), label, is_accelerator) for the lane's DEVICE."""
+    if spec["device"] == "cpu":
+        if BACKEND == "jax":
+            import jax
+            return jax.devices("cpu")[0], "CPU", False
+        # Keras' PyTorch variables are .to(device) Parameters: "cpu:0" would copy them into plain tensors.
+        return "cpu" if BACKEND == "torch" else "cpu:0", "CPU", False
+    index = int(spec["device"].split(":")[1]) if ":" in spec["device"] else 0
+    found = accelerators()
+    if not found:
+        hint = {"jax": "install a jax with CUDA (jax[cuda12]) or run on a TPU VM (jax[tpu])",
+                "tensorflow": "tensorflow-cpu has no GPU support (install tensorflow[and-cuda])",
+                "torch": "this PyTorch sees no CUDA device"}[BACKEND]
+        raise dw.LaneRefused(f"lane {name}: {BACKEND} finds no GPU{' or TPU' if BACKEND == 'jax' else ''} on this "
+                             f"machine ({hint}); race it on cpu")
+    if index >= len(found):
+        raise dw.LaneRefused(f"lane {name}: {spec['device']} does not exist ({BACKEND} finds {len(found)} "
+                             "accelerator(s))")
+    platform, i, kind, _ = found[index]
+    if BACKEND == "jax":
+        import jax
+        return jax.devices(platform)[i], f"{platform.upper()} {i} ({kind})", True
+    return f"gpu:{i}", f"GPU {i} ({kind})", True
+
+
+def limit_cpus(threads):
+    """Pins every thread of this process to `threads` of the CPUs it may use (XLA and TensorFlow
+    size their pools from these); True when it pinned."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return False
+    if threads >= len(allowed):
+        return False
+    keep = set(allowed[:threads])
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), keep)
+        except OSError:
+            pass
+    return True
+
+# ---------------------------------------------------------------------------------------------
+# Networks (engine/src/models_keras.cpp, models_resnet.cpp; peer.py's PyTorch versions).
+# ---------------------------------------------------------------------------------------------
+
+
+def he_conv(filters, k, stride=1):
+    """PyTorch-style conv: no bias, N(0, 2/fan_out) weights, symmetric zero padding k//2."""
+    L = keras.layers
+    init = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+    layers = []
+    if k // 2 and stride != 1:
+        layers.append(L.ZeroPadding2D(k // 2))  # "same" would pad bottom/right only at stride 2
+    layers.append(L.Conv2D(filters, k, strides=stride, padding="same" if stride == 1 else "valid", use_bias=False,
+                           kernel_initializer=init))
+
+    def apply(x):
+        for layer in layers:
+            x = layer(x)
+        return x
+    return apply
+
+
+def bn():
+    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5)  # PyTorch's defaults
+
+
+def torch_dense(units, fan_in, use_bias=True):
+    bound = 1.0 / math.sqrt(fan_in)
+    return keras.layers.Dense(units, use_bias=use_bias, kernel_initializer=keras.initializers.RandomUniform(-bound, bound))
+
+
+def option_a_shortcut(pad, stride):
+    """He et al.'s option A: the strided identity, zero-padded on channels."""
+    class ShortcutA(keras.layers.Layer):
+        def call(self, x):
+            x = x[:, ::stride, ::stride, :]
+            lo = pad // 2
+            return ops.pad(x, [[0, 0], [0, 0], [0, 0], [lo, pad - lo]])
+    return ShortcutA()
+
+
+def mlp(inputs):
+    L = keras.layers
+    h = L.Flatten()(inputs)
+    h = L.Dropout(0.2)(L.Dense(512, activation="relu")(h))
+    h = L.Dropout(0.2)(L.Dense(512, activation="relu")(h))
+    return L.Dense(10)(h)
+
+
+def cnn(inputs):
+    L = keras.layers
+    h = L.Conv2D(32, 3, activation="relu")(inputs)
+    h = L.MaxPooling2D(2)(L.Conv2D(64, 3, activation="relu")(h))
+    h = L.Flatten()(L.Dropout(0.25)(h))
+    h = L.Dropout(0.5)(L.Dense(128, activation="relu")(h))
+    return L.Dense(10)(h)
+
+
+def vgg(inputs):
+    L = keras.layers
+    h = L.Conv2D(32, 3, padding="same", activation="relu")(inputs)
+    h = L.Dropout(0.25)(L.MaxPooling2D(2)(L.Conv2D(32, 3, activation="relu")(h)))
+    h = L.Conv2D(64, 3, padding="same", activation="relu")(h)
+    h = L.Dropout(0.25)(L.MaxPooling2D(2)(L.Conv2D(64, 3, activation="relu")(h)))
+    h = L.Dropout(0.5)(L.Dense(512, activation="relu")(L.Flatten()(h)))
+    return L.Dense(10)(h)
+
+
+def cifar_resnet(depth):
+    def build(inputs):
+        L = keras.layers
+        h = L.ReLU()(bn()(he_conv(16, 3)(inputs)))
+        cin = 16
+        for width in (16, 32, 64):
+            for b in range((depth - 2) // 6):
+                stride = 2 if (b == 0 and width != 16) else 1
+                r = L.ReLU()(bn()(he_conv(width, 3, stride)(h)))
+                r = bn()(he_conv(width, 3)(r))
+                shortcut = option_a_shortcut(width - cin, stride)(h) if (stride != 1 or width != cin) else h
+                h = L.ReLU()(L.Add()([r, shortcut]))
+                cin = width
+        return torch_dense(10, 64)(L.GlobalAveragePooling2D()(h))
+    return build
+
+
+def davidnet(inputs):
+    L = keras.layers
+
+    def conv_bn(x, filters):
+        return L.ReLU()(bn()(he_conv(filters, 3)(x)))
+
+    h = conv_bn(inputs, 64)
+    h = L.MaxPooling2D(2)(conv_bn(h, 128))
+    h = L.Add()([h, conv_bn(conv_bn(h, 128), 128)])
+    h = L.MaxPooling2D(2)(conv_bn(h, 256))
+    h = L.MaxPooling2D(2)(conv_bn(h, 512))
+    h = L.Add()([h, conv_bn(conv_bn(h, 512), 512)])
+    h = L.GlobalMaxPooling2D()(h)
+    return L.Rescaling(0.125)(torch_dense(10, 512, use_bias=False)(h))  # the reference's output scale
+
+
+def fasttext(inputs):
+    L = keras.layers
+    h = L.GlobalAveragePooling1D()(L.Embedding(20000, 50)(inputs))  # Keras' U(+-0.05) embedding
+    return L.Dense(1)(h)
+
+
+BUILDERS = {"fashion-mlp": mlp, "fashion-cnn": cnn, "cifar-resnet20": cifar_resnet(20),
+            "cifar-resnet32": cifar_resnet(32), "cifar-resnet56": cifar_resnet(56), "cifar-vgg": vgg,
+            "davidnet": davidnet, "fasttext": fasttext}
+
+
+def input_shape(w):
+    """The network's input as Keras sees it: channels-last images, token sequences as is."""
+    if w["tokens"]:
+        return tuple(w["shape"])
+    c, h, wd = w["shape"]
+    return (h, wd, c)
+
+
+def build_model(workload, w):
+    if workload in NOT_BUILT:
+        raise dw.LaneRefused(f"{workload}: not raced by the Keras lane: {NOT_BUILT[workload]}")
+    if workload not in BUILDERS:
+        raise dw.LaneRefused(f"unknown workload '{workload}' for the Keras lane (it runs {', '.join(BUILDERS)})")
+    inputs = keras.Input(input_shape(w), dtype="int32" if w["tokens"] else "float32")
+    return keras.Model(inputs, BUILDERS[workload](inputs), name=workload.replace("-", "_"))
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer, schedule, loss, input preparation (keras.ops: the same code on every backend).
+# ---------------------------------------------------------------------------------------------
+
+
+def engine_schedule(lr, schedule, total):
+    """peer_workloads.schedule_factor as a Keras schedule of the optimizer's step count."""
+    class EngineSchedule(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            f = ops.cast(step, "float32") / float(total)
+            if schedule == "step":
+                factor = ops.where(f < 4.0 / 9, 1.0, ops.where(f < 6.0 / 9, 0.1, ops.where(f < 8.0 / 9, 0.01, 0.001)))
+            else:  # onecycle
+                peak = 5.0 / 24.0
+                factor = ops.where(f < peak, f / peak, ops.maximum(0.0, (1.0 - f) / (1.0 - peak)))
+            return lr * factor
+
+        def get_config(self):
+            return {"lr": lr, "schedule": schedule, "total": total}
+    return EngineSchedule()
+
+
+def make_optimizer(kind, lr, momentum):
+    O = keras.optimizers
+    if kind == "rmsprop":  # Keras' own defaults: rho 0.9, epsilon 1e-7
+        return O.RMSprop(learning_rate=lr, rho=0.9, epsilon=1e-7)
+    if kind == "adam":  # the engine's (PyTorch's) epsilon
+        return O.Adam(learning_rate=lr, epsilon=1e-8)
+    if kind in ("sgd", "sgd-nesterov"):
+        return O.SGD(learning_rate=lr, momentum=momentum, nesterov=kind == "sgd-nesterov")
+    raise ValueError(kind)
+
+
+def make_loss(binary):
+    """loss_and_correct(logits, y) -> (mean float32 loss, int32 correct count) and the summed form."""
+    def losses(logits, y):
+        logits = ops.cast(logits, "float32")
+        if binary:
+            z = ops.squeeze(logits, 1)
+            per = ops.binary_crossentropy(ops.cast(y, "float32"), z, from_logits=True)
+            right = ops.equal(ops.cast(z > 0, "int32"), ops.cast(y, "int32"))
+        else:
+            per = ops.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            right = ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), ops.cast(y, "int32"))
+        return per, ops.sum(ops.cast(right, "int32"))
+
+    def mean(logits, y):
+        per, correct = losses(logits, y)
+        return ops.mean(per), correct
+
+    def total(logits, y):
+        per, correct = losses(logits, y)
+        return ops.sum(per), correct
+    return mean, total
+
+
+def make_prepare(w):
+    """One batch as the network eats it (lane_data.cpp prepareInput): uint8 images scaled to
+    [0, 1], channel-expanded and padded (or resized) to the network's shape."""
+    if w["tokens"]:
+        return lambda x: x
+    c, h, wd = w["shape"]
+
+    def prepare(x):
+        if x.dtype == "uint8" or str(x.dtype).endswith("uint8"):
+            x = ops.cast(x, "float32") / 255.0
+            x = ops.expand_dims(x, -1)  # (B, 28, 28, 1)
+        if x.shape[-1] != c:
+            x = ops.repeat(x, c, axis=-1)
+        dh, dwid = h - x.shape[1], wd - x.shape[2]
+        if 0 < dh <= 8 and 0 < dwid <= 8:
+            x = ops.pad(x, [[0, 0], [dh // 2, dh - dh // 2], [dwid // 2, dwid - dwid // 2], [0, 0]])
+        elif dh or dwid:
+            x = ops.image.resize(x, (h, wd), interpolation="bilinear")
+        return x
+    return prepare
+
+# ---------------------------------------------------------------------------------------------
+# The backends' training steps: step(x, y) -> (loss, correct) left on the device.
+# ---------------------------------------------------------------------------------------------
+
+
+class JaxSteps:
+    """jax.jit of the whole step on the model's state as arrays (Keras' JAX trainer does the same)."""
+
+    def __init__(self, model, optimizer, wd, prepare, loss_mean, loss_sum):
+        import jax
+        self.jax = jax
+        optimizer.build(model.trainable_variables)
+        self.state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
+                      [v.value for v in optimizer.variables])
+
+        def forward(tv, ntv, x, y):
+            logits, ntv = model.stateless_call(tv, ntv, prepare(x), training=True)
+            loss, correct = loss_mean(logits, y)
+            return loss, (ntv, correct)
+        grad = jax.value_and_grad(forward, has_aux=True)
+
+        def train(state, x, y):
+            tv, ntv, ov = state
+            (loss, (ntv, correct)), grads = grad(tv, ntv, x, y)
+            if wd:
+                grads = [g + wd * v for g, v in zip(grads, tv)]
+            tv, ov = optimizer.stateless_apply(ov, grads, tv)
+            return (tv, ntv, ov), loss, correct
+
+        def evaluate(state, x, y):
+            tv, ntv, _ = state
+            logits, _ = model.stateless_call(tv, ntv, prepare(x), training=False)
+            return loss_sum(logits, y)
+        self._train = jax.jit(train, donate_argnums=0)
+        self._eval = jax.jit(evaluate)
+
+    def step(self, x, y):
+        self.state, loss, correct = self._train(self.state, x, y)
+        return loss, correct
+
+    def evaluate(self, x, y):
+        return self._eval(self.state, x, y)
+
+    def sync(self):
+        self.jax.block_until_ready(self.state)
+
+
+class TensorFlowSteps:
+    """A tf.function of forward, GradientTape and optimizer.apply; XLA as Keras' "auto" decides."""
+
+    def __init__(self, model, optimizer, wd, prepare, loss_mean, loss_sum, accelerator):
+        import tensorflow as tf
+        variables = model.trainable_variables
+        optimizer.build(variables)
+        self.xla = accelerator  # Keras: jit_compile "auto" is off on CPU-only machines
+
+        def train(x, y):
+            with tf.GradientTape() as tape:
+                logits = model(prepare(x), training=True)
+                loss, correct = loss_mean(logits, y)
+            grads = tape.gradient(loss, [v.value for v in variables])
+            if wd:
+                grads = [g + wd * v.value for g, v in zip(grads, variables)]
+            optimizer.apply(grads, variables)
+            return loss, correct
+
+        def evaluate(x, y):
+            return loss_sum(model(prepare(x), training=False), y)
+        self._train = tf.function(train, jit_compile=self.xla, reduce_retracing=True)
+        self._eval = tf.function(evaluate, jit_compile=self.xla, reduce_retracing=True)
+
+    def step(self, x, y):
+        return self._train(x, y)
+
+    def evaluate(self, x, y):
+        return self._eval(x, y)
+
+    def sync(self):
+        pass  # reading the values waits for them
+
+
+class TorchSteps:
+    """Eager forward, backward and optimizer.apply (Keras' PyTorch trainer: no torch.compile by default)."""
+
+    def __init__(self, model, optimizer, wd, prepare, loss_mean, loss_sum, device):
+        import torch
+        self.torch, self.model, self.optimizer = torch, model, optimizer
+        self.variables = model.trainable_variables
+        optimizer.build(self.variables)
+        self.wd, self.prepare, self.loss_mean, self.loss_sum = wd, prepare, loss_mean, loss_sum
+        self.cuda = device.startswith("gpu")
+
+    def tensor(self, a):
+        return ops.convert_to_tensor(a)
+
+    def step(self, x, y):
+        torch = self.torch
+        logits = self.model(self.prepare(self.tensor(x)), training=True)
+        loss, correct = self.loss_mean(logits, self.tensor(y))
+        self.model.zero_grad()
+        loss.backward()
+        grads = [v.value.grad for v in self.variables]
+        with torch.no_grad():
+            if self.wd:
+                grads = [g + self.wd * v.value for g, v in zip(grads, self.variables)]
+            self.optimizer.apply(grads, self.variables)
+        return loss.detach(), correct
+
+    def evaluate(self, x, y):
+        with self.torch.no_grad():
+            return self.loss_sum(self.model(self.prepare(self.tensor(x)), training=False), self.tensor(y))
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+# ---------------------------------------------------------------------------------------------
+# The lane.
+# ---------------------------------------------------------------------------------------------
+
+
+def synthetic_arrays(w, count, batch, rng):
+    """(X, Y) numpy arrays of a synthetic set: a pool of min(count, max(8 batches, 256 MiB))
+    examples reused with index % pool, as peer.synthetic_split."""
+    shape = input_shape(w)
+    elems = math.prod(shape)
+    pool = min(count, max(8 * batch, pw.SYNTHETIC_POOL_BYTES // max(1, elems * 4)))
+    if w["tokens"]:
+        x = rng.integers(0, w["vocabulary"], (pool, *shape), dtype=np.int32)
+    else:
+        x = rng.random((pool, *shape), dtype=np.float32)
+    return x, rng.integers(0, w["classes"], (pool,), dtype=np.int32)
+
+
+class KerasLane:
+    step_buffer = None
+
+    def __init__(self, config, session):
+        c = dw.parse_config(config)
+        workload = c["workload"]
+        if workload not in pw.WORKLOADS:
+            raise dw.LaneRefused(f"unknown workload '{workload}' for the Keras lane (it runs {', '.join(BUILDERS)})")
+        w = dict(pw.WORKLOADS[workload], name=workload)
+        lane_label = f"the Keras ({BACKEND}) lane"
+        spec = dw.parse_lane_spec(c["lane"], ACCEPTED, IGNORED, lane_label)
+        self.c, self.w, self.spec = c, w, spec
+        self.name = spec.get("name") or spec["device"]
+        self.step_buffer = pw.STEP_BUFFER
+
+        # Device, threads, precision.
+        self.device, self.device_label, self.accelerator = lane_device(spec, self.name)
+        threads, cpu = lc.check_threads(spec, self.name)
+        self.threads = threads or (1 if self.accelerator else cpu["physical_cores"])
+        self.pinned = False
+        if not self.accelerator:
+            self.pinned = limit_cpus(self.threads)
+            self.set_threads()
+        self.precision = spec.get("precision", "fp32")
+        if self.precision == "fp16":
+            raise dw.LaneRefused(f"lane {self.name}: the Keras lane trains in fp32 or bf16 (mixed_bfloat16), not fp16")
+        keras.mixed_precision.set_global_policy("mixed_bfloat16" if self.precision == "bf16" else "float32")
+        self.lr = spec.get("lr", w["lr"])
+        self.wd = spec.get("wd", w["wd"])
+        self.momentum = spec.get("momentum", w["momentum"])
+        self.schedule = spec.get("schedule", w["schedule"])
+        self.fault = lc.parse_fault(spec.get("fault"))
+        keras.utils.set_random_seed(c["seed"])
+
+        with keras.device(self.device):
+            # The network first: a model that differs from the engine's is refused before any data loads.
+            self.model = build_model(workload, w)
+            self.parameters = parameter_count(self.model)
+            lc.check_parameters(workload, self.parameters, c["expected_parameters"], "Keras")
+
+            # Data: numpy on the host, one batch gathered per step (as Keras' fit feeds arrays).
+            mode = spec.get("data") or c["data"]
+            d = lc.resolve_data(workload, w, mode, c["data_dir"], c["train_limit"], c["test_limit"], lane_label)
+            self.batch = spec.get("batch", w["batch"])
+            rng = np.random.default_rng(c["seed"])
+            if d["synthetic"]:
+                train_count, test_count = d["counts"]
+                if self.batch > train_count:
+                    raise dw.LaneRefused(f"lane {self.name}: batch={self.batch} is larger than the {train_count} "
+                                         "training examples")
+                self.train_x, self.train_y = synthetic_arrays(w, train_count, self.batch, rng)
+                self.test_x, self.test_y = synthetic_arrays(w, test_count, self.batch, rng)
+            else:
+                self.train_x, self.train_y = lc.load_fashion_split(d["fashion"], "train", c["train_limit"], w["classes"])
+                self.test_x, self.test_y = lc.load_fashion_split(d["fashion"], "t10k", c["test_limit"], w["classes"])
+                self.train_y, self.test_y = self.train_y.astype(np.int32), self.test_y.astype(np.int32)
+                train_count, test_count = len(self.train_x), len(self.test_x)
+                if self.batch > train_count:
+                    raise dw.LaneRefused(f"lane {self.name}: batch={self.batch} is larger than the {train_count} "
+                                         "training examples")
+            self.train_count, self.test_count = train_count, test_count
+            self.dataset = {k: d[k] for k in ("name", "source", "synthetic", "note")}
+            self.dataset.update(train=train_count, test=test_count)
+            self.rng = rng
+
+            # Run length, evaluation batches.
+            self.steps_per_epoch = (train_count + self.batch - 1) // self.batch
+            self.total_steps = c["steps"] or self.steps_per_epoch * (c["epochs"] or w["epochs"])
+            self.eval_batch = spec.get("eval_batch") or max(self.batch, min(1000, 3072000 // math.prod(w["shape"])))
+
+            # Optimizer and the backend's step.
+            lr = self.lr if self.schedule == "constant" else engine_schedule(self.lr, self.schedule, self.total_steps)
+            self.optimizer = make_optimizer(w["optimizer"], lr, self.momentum)
+            loss_mean, loss_sum = make_loss(w["binary"])
+            prepare = make_prepare(w)
+            if BACKEND == "jax":
+                self.steps = JaxSteps(self.model, self.optimizer, self.wd, prepare, loss_mean, loss_sum)
+            elif BACKEND == "tensorflow":
+                self.steps = TensorFlowSteps(self.model, self.optimizer, self.wd, prepare, loss_mean, loss_sum,
+                                             self.accelerator)
+            else:
+                self.steps = TorchSteps(self.model, self.optimizer, self.wd, prepare, loss_mean, loss_sum,
+                                        str(self.device))
+        self.queued = []
+
+        self.meter = dw.Meter(session.emit, self.name, self.steps_per_epoch, c["warmup"])
+        self.ready = {"batch": self.batch, "total_steps": self.total_steps,
+                      "threads": self.threads if (not self.accelerator or threads) else None, "dataset": self.dataset,
+                      "device": self.device_label}
+
+    def set_threads(self):
+        if BACKEND == "torch":
+            import torch
+            torch.set_num_threads(self.threads)
+        elif BACKEND == "tensorflow":
+            import tensorflow as tf
+            try:
+                tf.config.threading.set_intra_op_parallelism_threads(self.threads)
+                tf.config.threading.set_inter_op_parallelism_threads(self.threads)
+            except RuntimeError:  # the runtime already started: the CPU pinning bounds it
+                pass
+
+    def describe(self):
+        kind = {"rmsprop": "RMSprop", "adam": "Adam", "sgd": "SGD", "sgd-nesterov": "Nesterov SGD"}[self.w["optimizer"]]
+        how = {"jax": "jax.jit step (stateless_call, value_and_grad, stateless_apply)",
+               "tensorflow": "tf.function step" + (" with XLA" if getattr(self.steps, "xla", False) else
+                                                   " (no XLA on a CPU, as Keras' jit_compile=auto)"),
+               "torch": "eager step (Keras' PyTorch trainer, no torch.compile)"}[BACKEND]
+        text = f"Keras {keras.__version__} on {version_text(BACKEND).split(' on ', 1)[1]}, {how}, keras.optimizers.{kind}"
+        text += f", {'mixed_bfloat16' if self.precision == 'bf16' else 'fp32'}, channels-last, on {self.device_label}"
+        if self.pinned:
+            text += f" (pinned to {self.threads} CPU{'s' if self.threads > 1 else ''})"
+        return text
+
+    # Report points and evaluations ------------------------------------------------------
+
+    def pending(self):
+        return len(self.queued)
+
+    def report(self):
+        if not self.queued:
+            return None
+        self.steps.sync()
+        losses = ops.convert_to_numpy(ops.stack([q[0] for q in self.queued]))
+        correct = int(ops.convert_to_numpy(ops.sum(ops.stack([q[1] for q in self.queued]))))
+        self.queued = []
+        return self.meter.report([float(v) for v in losses], correct)
+
+    def evaluate(self):
+        meter = self.meter
+        meter.state("evaluating")
+        start = time.perf_counter()
+        n = len(self.test_x)
+        loss_sum, correct = 0.0, 0
+        with keras.device(self.device):
+            for i in range(0, n, self.eval_batch):
+                loss, right = self.steps.evaluate(self.test_x[i:i + self.eval_batch], self.test_y[i:i + self.eval_batch])
+                loss_sum += float(ops.convert_to_numpy(loss))
+                correct += int(ops.convert_to_numpy(right))
+        meter.evaluation(loss_sum / n, correct / n, time.perf_counter() - start)
+        meter.state("running")
+
+    # The loop ---------------------------------------------------------------------------------
+
+    def new_order(self):
+        return self.rng.permutation(self.train_count)
+
+    def step(self, order, pos, take, step):
+        idx = order[pos:pos + take]
+        if len(self.train_x) < self.train_count:  # a synthetic pool
+            idx = idx % len(self.train_x)
+        self.queued.append(self.steps.step(self.train_x[idx], self.train_y[idx]))
+
+    def run(self, session):
+        self.meter.state("preparing")
+        if not self.accelerator:
+            self.set_threads()
+        with keras.device(self.device):
+            return lc.train_loop(self, session, NAME)
+
+
+def parameter_count(model):
+    """The parameter count as the engine (PyTorch) counts it: trainable weights; BatchNorm's
+    moving mean and variance are buffers there, not parameters."""
+    return int(sum(math.prod(v.shape) for v in model.trainable_weights))
+
+
+class KerasProgram:
+    def __init__(self, backend, missing):
+        self.backend, self.missing = backend, missing
+
+    def hello(self):
+        if self.missing:
+            return {"version": version_text(self.backend), "devices": {
+                "cpu": dw.cpu_report(), "gpus": [], "cuda_available": False,
+                "cuda_unavailable_reason": f"keras-{self.backend} is not installed", "host": dw.host_name()}}
+        return {"version": version_text(self.backend), "devices": device_report()}
+
+    def configure(self, config, session):
+        if self.missing:
+            raise dw.LaneRefused(f"framework=keras-{self.backend}: {self.missing}")
+        return KerasLane(config, session)
+
+
+def parse_backend(argv):
+    for i, a in enumerate(argv):
+        if a == "--backend" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--backend="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def main(argv):
+    dw.guard_stdout()
+    backend = parse_backend(argv)
+    if backend not in BACKENDS:
+        dw.log(f"{NAME}: --backend {backend or '(missing)'}: expected one of {', '.join(BACKENDS)}")
+        return dw.EXIT_FAILED
+    proto = dw.parse_proto(argv)
+    if proto != dw.PROTO_MAJOR:
+        return dw.refuse_protocol(proto if proto is not None else "(not a number)", version_text(backend), NAME)
+    missing = load_framework(backend)
+    if missing:
+        dw.log(f"{NAME}: {missing}")
+    return dw.Worker(KerasProgram(backend, missing), NAME).run()
+
+
+if __name__ == "__main__":
+    try:
+        code = main(sys.argv[1:])
+    except BaseException as e:  # anything unforeseen: a message for the log, never status 120/255
+        dw.log(f"{NAME}: {type(e).__name__}: {e}")
+        code = dw.EXIT_FAILED
+    dw.finish(code)
