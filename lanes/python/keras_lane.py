@@ -182,8 +182,8 @@ def lane_device(spec, name):
     index = int(spec["device"].split(":")[1]) if ":" in spec["device"] else 0
     found = accelerators()
     if not found:
-        hint = {"jax": "install a jax with CUDA (jax[cuda12]) or run on a TPU VM (jax[tpu])",
-                "tensorflow": "tensorflow-cpu has no GPU support (install tensorflow[and-cuda])",
+        hint = {"jax": f"{SETUP} installs a CPU-only jaxlib: add jax[cuda12] for a GPU, jax[tpu] on a TPU VM",
+                "tensorflow": f"{SETUP} installs tensorflow-cpu: add tensorflow[and-cuda] for a GPU",
                 "torch": "this PyTorch sees no CUDA device"}[BACKEND]
         raise dw.LaneRefused(f"lane {name}: {BACKEND} finds no GPU{' or TPU' if BACKEND == 'jax' else ''} on this "
                              f"machine ({hint}); race it on cpu")
@@ -424,6 +424,13 @@ def make_prepare(w):
 # ---------------------------------------------------------------------------------------------
 
 
+def fetch_stacked(queued):
+    """The queued (loss, correct) values on the host, stacked on the device first (one copy)."""
+    losses = ops.convert_to_numpy(ops.stack([q[0] for q in queued]))
+    correct = int(ops.convert_to_numpy(ops.sum(ops.stack([q[1] for q in queued]))))
+    return [float(v) for v in losses], correct
+
+
 class JaxSteps:
     """jax.jit of the whole step on the model's state as arrays (Keras' JAX trainer does the same)."""
 
@@ -465,6 +472,12 @@ class JaxSteps:
     def sync(self):
         self.jax.block_until_ready(self.state)
 
+    def fetch(self, queued):
+        """The queued (loss, correct) values on the host: one transfer, no stack (jnp.stack would
+        compile anew for every count of steps between reports)."""
+        values = self.jax.device_get(queued)
+        return [float(loss) for loss, _ in values], int(sum(int(c) for _, c in values))
+
 
 class TensorFlowSteps:
     """A tf.function of forward, GradientTape and optimizer.apply; XLA as Keras' "auto" decides."""
@@ -498,6 +511,9 @@ class TensorFlowSteps:
 
     def sync(self):
         pass  # reading the values waits for them
+
+    def fetch(self, queued):
+        return fetch_stacked(queued)
 
 
 class TorchSteps:
@@ -534,6 +550,9 @@ class TorchSteps:
     def sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
+
+    def fetch(self, queued):
+        return fetch_stacked(queued)
 
 # ---------------------------------------------------------------------------------------------
 # The lane.
@@ -676,10 +695,9 @@ class KerasLane:
         if not self.queued:
             return None
         self.steps.sync()
-        losses = ops.convert_to_numpy(ops.stack([q[0] for q in self.queued]))
-        correct = int(ops.convert_to_numpy(ops.sum(ops.stack([q[1] for q in self.queued]))))
+        losses, correct = self.steps.fetch(self.queued)
         self.queued = []
-        return self.meter.report([float(v) for v in losses], correct)
+        return self.meter.report(losses, correct)
 
     def evaluate(self):
         meter = self.meter

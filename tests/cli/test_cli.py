@@ -179,7 +179,8 @@ class Listings(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         names = {p["name"] for p in json.loads(r.stdout)}
         self.assertTrue({"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm",
-                         "synthetic-vs-real", "davidnet-batch-and-decay"} <= names)
+                         "synthetic-vs-real", "davidnet-batch-and-decay", "keras-backends",
+                         "framework-vs-framework"} <= names)
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "p.json")
             r = run("race", "--preset", "fused-vs-cells-lstm", "--steps", "2", "--train-limit", "64",

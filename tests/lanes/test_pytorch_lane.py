@@ -4,30 +4,19 @@
 Run as: .venv/bin/python tests/lanes/test_pytorch_lane.py   (about a minute on 2 CPU cores)
 """
 import json
-import math
 import os
-import queue
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LANES = os.path.join(ROOT, "lanes", "python")
-LANE = os.path.join(LANES, "pytorch_lane.py")
-PYTHON = os.environ.get("DEVICERACE_PYTHON") or sys.executable
-sys.path.insert(0, LANES)
-import devicerace_worker as dw  # noqa: E402  (no torch in this process)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity, check_sample,  # noqa: E402
+                          dw)
 
-FASHION = os.environ.get("DEVICERACE_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+LANE = os.path.join(LANES, "pytorch_lane.py")
 MLP_PARAMETERS = 669706  # the engine's count for fashion-mlp (devicerace-cli workloads --json)
-TYPES = {"hello", "ready", "error", "sample", "execution", "hb", "ack", "bye"}
-STATES = {"preparing", "running", "evaluating", "paused", "finished", "failed", "diverged", "stopped"}
-# Seconds a lane may take to say hello / to answer (torch imports slowly on a busy machine).
-PATIENCE = 60
 
 # The test for a print() from the model code: the lane with its MLP's forward printing (through
 # print() and straight to fd 1, as C code would), started like the real one.
@@ -59,112 +48,9 @@ def config(**over):
     return c
 
 
-class Lane:
-    """One lane process and its pipes, read on threads (as the parent's poll loop does)."""
-
-    def __init__(self, argv=None, proto="1"):
-        argv = argv or [PYTHON, LANE]
-        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-        self.p = subprocess.Popen(argv + ["--proto", proto], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, env=env)
-        self.lines = queue.Queue()
-        self.raw = []  # every stdout line, as bytes
-        self.err = []
-        threading.Thread(target=self._read_out, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
-
-    def _read_out(self):
-        for line in self.p.stdout:
-            self.raw.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _read_err(self):
-        for line in self.p.stderr:
-            self.err.append(line.decode("utf-8", "replace"))
-
-    def send(self, message):
-        self.p.stdin.write((json.dumps(message) + "\n").encode())
-        self.p.stdin.flush()
-
-    def send_raw(self, data):
-        self.p.stdin.write(data)
-        self.p.stdin.flush()
-
-    def next(self, timeout=PATIENCE, skip=("hb",)):
-        """The next message (hb skipped), or None at the end of its output."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no message within {timeout} s; stderr: {self.stderr()[-1500:]}")
-            if line is None:
-                return None
-            m = json.loads(line)  # every stdout line is a protocol message
-            if m.get("type") not in skip:
-                return m
-
-    def until(self, pred, timeout=PATIENCE):
-        seen = []
-        while True:
-            m = self.next(timeout)
-            if m is None:
-                raise AssertionError(f"output ended waiting; saw {[x.get('type') for x in seen][-10:]}; "
-                                     f"stderr: {self.stderr()[-1500:]}")
-            seen.append(m)
-            if pred(m):
-                return m, seen
-
-    def wait(self, timeout=PATIENCE):
-        return self.p.wait(timeout)
-
-    def stderr(self):
-        return "".join(self.err)
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
-        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-def check_sample(test, s):
-    """One sample against docs/EVENTS.md's schema (what sampleFromJsonLine needs, and types)."""
-    test.assertIn(s["kind"], ("train", "eval", "state"))
-    test.assertIsInstance(s["lane"], str)
-    for key in ("step", "samples"):
-        test.assertIsInstance(s[key], int)
-        test.assertGreaterEqual(s[key], 0)
-    for key in ("epoch", "t", "wall_time"):
-        test.assertIsInstance(s[key], (int, float))
-        test.assertTrue(math.isfinite(s[key]))
-    for key in ("loss", "accuracy", "samples_per_sec", "steps_per_sec", "interval_s"):
-        test.assertIn(key, s)
-        test.assertTrue(s[key] is None or isinstance(s[key], (int, float)), key)
-    test.assertIn("memory_bytes", s)
-    test.assertIsInstance(s["warmup"], bool)
-    if s["kind"] == "train":
-        for key in ("accuracy", "samples_per_sec", "steps_per_sec", "interval_s"):
-            test.assertIsInstance(s[key], float, key)
-        test.assertGreaterEqual(s["accuracy"], 0)
-        test.assertLessEqual(s["accuracy"], 1)
-    elif s["kind"] == "eval":
-        test.assertIsInstance(s["loss"], float)
-        test.assertIsInstance(s["interval_s"], float)
-        test.assertTrue(0 <= s["accuracy"] <= 1)
-    else:
-        test.assertIn(s["state"], STATES)
-        test.assertIsInstance(s["message"], str)
-
-
 class PyTorchLaneTest(unittest.TestCase):
-    def start(self, **kw):
-        lane = Lane(**kw)
+    def start(self, argv=None, **kw):
+        lane = Lane(argv or [PYTHON, LANE], **kw)
         self.addCleanup(lane.close)
         return lane
 
@@ -248,6 +134,18 @@ class PyTorchLaneTest(unittest.TestCase):
         self.assertGreater(evals[-1]["accuracy"], 0.5)
         final = samples[-1]
         self.assertEqual((final["kind"], final["state"], final["step"]), ("state", "finished", 60))
+
+    def test_rate_integrity(self):
+        """Its samples/s is within 3% of samples / wall time of the measured steps, seen from here."""
+        lane = self.start()
+        self.hello(lane)
+        # One epoch (60,000 examples) is longer than the run: no evaluation before the last step.
+        lane.send(config(train_limit=None, test_limit=100, steps=400, warmup=20))
+        self.assertEqual(lane.next()["type"], "ready")
+        lane.send({"type": "start"})
+        bye, _ = lane.until(lambda m: m["type"] == "bye")
+        self.assertEqual(bye["reason"], "finished")
+        assert_rate_integrity(self, lane)
 
     def test_pause_stop_and_prints(self):
         """Pause, resume, stop mid-run: state stopped, exit 0; the model's prints reach stderr only."""

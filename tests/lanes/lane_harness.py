@@ -1,0 +1,158 @@
+"""What the tests of the Python lane programs (tests/lanes/test_*_lane.py) share: a lane process
+driven over the worker protocol as DeviceRace drives it, the sample schema, and the
+measurement-integrity check (a lane's reported samples/s against samples / wall time seen from
+outside the lane).
+"""
+import json
+import math
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LANES = os.path.join(ROOT, "lanes", "python")
+PYTHON = os.environ.get("DEVICERACE_PYTHON") or sys.executable
+sys.path.insert(0, LANES)
+import devicerace_worker as dw  # noqa: E402,F401  (no framework in this process)
+
+FASHION = os.environ.get("DEVICERACE_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+TYPES = {"hello", "ready", "error", "sample", "execution", "hb", "ack", "bye"}
+STATES = {"preparing", "running", "evaluating", "paused", "finished", "failed", "diverged", "stopped"}
+# Seconds a lane may take to say hello / to answer (torch imports slowly on a busy machine).
+PATIENCE = 60
+# How far a lane's reported samples/s may be from samples / wall time of its measured steps.
+RATE_TOLERANCE = 0.03
+
+
+class Lane:
+    """One lane process and its pipes, read on threads (as the parent's poll loop does)."""
+
+    def __init__(self, argv, proto="1", env=None):
+        env = dict(env or os.environ, OMP_WAIT_POLICY="PASSIVE")
+        self.p = subprocess.Popen(argv + ["--proto", proto], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env)
+        self.lines = queue.Queue()
+        self.raw = []  # every stdout line, as bytes
+        self.received = []  # (time.monotonic() when read, message) of every message next() returned
+        self.err = []
+        threading.Thread(target=self._read_out, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_out(self):
+        for line in self.p.stdout:
+            self.raw.append(line)
+            self.lines.put((time.monotonic(), line))
+        self.lines.put(None)
+
+    def _read_err(self):
+        for line in self.p.stderr:
+            self.err.append(line.decode("utf-8", "replace"))
+
+    def send(self, message):
+        self.p.stdin.write((json.dumps(message) + "\n").encode())
+        self.p.stdin.flush()
+
+    def send_raw(self, data):
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+    def next(self, timeout=PATIENCE, skip=("hb",)):
+        """The next message (hb skipped), or None at the end of its output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no message within {timeout} s; stderr: {self.stderr()[-1500:]}")
+            if line is None:
+                return None
+            arrival, line = line
+            m = json.loads(line)  # every stdout line is a protocol message
+            if m.get("type") not in skip:
+                self.received.append((arrival, m))
+                return m
+
+    def until(self, pred, timeout=PATIENCE):
+        seen = []
+        while True:
+            m = self.next(timeout)
+            if m is None:
+                raise AssertionError(f"output ended waiting; saw {[x.get('type') for x in seen][-10:]}; "
+                                     f"stderr: {self.stderr()[-1500:]}")
+            seen.append(m)
+            if pred(m):
+                return m, seen
+
+    def wait(self, timeout=PATIENCE):
+        return self.p.wait(timeout)
+
+    def stderr(self):
+        return "".join(self.err)
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def check_sample(test, s):
+    """One sample against docs/EVENTS.md's schema (what sampleFromJsonLine needs, and types)."""
+    test.assertIn(s["kind"], ("train", "eval", "state"))
+    test.assertIsInstance(s["lane"], str)
+    for key in ("step", "samples"):
+        test.assertIsInstance(s[key], int)
+        test.assertGreaterEqual(s[key], 0)
+    for key in ("epoch", "t", "wall_time"):
+        test.assertIsInstance(s[key], (int, float))
+        test.assertTrue(math.isfinite(s[key]))
+    for key in ("loss", "accuracy", "samples_per_sec", "steps_per_sec", "interval_s"):
+        test.assertIn(key, s)
+        test.assertTrue(s[key] is None or isinstance(s[key], (int, float)), key)
+    test.assertIn("memory_bytes", s)
+    test.assertIsInstance(s["warmup"], bool)
+    if s["kind"] == "train":
+        for key in ("accuracy", "samples_per_sec", "steps_per_sec", "interval_s"):
+            test.assertIsInstance(s[key], float, key)
+        test.assertGreaterEqual(s["accuracy"], 0)
+        test.assertLessEqual(s["accuracy"], 1)
+    elif s["kind"] == "eval":
+        test.assertIsInstance(s["loss"], float)
+        test.assertIsInstance(s["interval_s"], float)
+        test.assertTrue(0 <= s["accuracy"] <= 1)
+    else:
+        test.assertIn(s["state"], STATES)
+        test.assertIsInstance(s["message"], str)
+
+
+def assert_rate_integrity(test, lane, tolerance=RATE_TOLERANCE):
+    """The lane's samples/s as DeviceRace summarises it (the median of its intervals after the
+    warm-up, engine summary.cpp) against what the parent sees: the samples trained between the
+    warm-up report and the last training report, over the wall time between their arrivals.
+    A lane that reads its clock before the device finished (no synchronisation), leaves work
+    out of its intervals or counts samples wrongly fails this. The run must have no evaluation
+    or pause between those two reports (one epoch longer than the steps, no eval_every).
+    Returns (reported, observed) samples/s."""
+    train = [(t, m["sample"]) for t, m in lane.received
+             if m["type"] == "sample" and m["sample"]["kind"] == "train"]
+    measured = [s for _, s in train if not s["warmup"]]
+    test.assertGreaterEqual(len(measured), 10, "too few measured intervals for a rate")
+    first = max(i for i, (_, s) in enumerate(train) if s["warmup"])  # the report that ends the warm-up
+    (t0, s0), (t1, s1) = train[first], train[-1]
+    between = [m["sample"] for t, m in lane.received if t0 < t < t1 and m["type"] == "sample"
+               and m["sample"]["kind"] != "train"]
+    test.assertEqual(between, [], "an evaluation or pause inside the measured window")
+    reported = statistics.median(s["samples_per_sec"] for s in measured)
+    observed = (s1["samples"] - s0["samples"]) / (t1 - t0)
+    test.assertLessEqual(abs(reported / observed - 1), tolerance,
+                         f"reported {reported:.1f} samples/s, observed {observed:.1f} "
+                         f"({s1['samples'] - s0['samples']} samples in {t1 - t0:.3f} s)")
+    return reported, observed
