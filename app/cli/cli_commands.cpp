@@ -61,7 +61,27 @@ int runRemoteDevices(const std::string& host, const std::string& cliPath, bool j
     }
 }
 
-int runWorkerCommand(int proto) {
+int runWorkerCommand(int proto, const std::string& framework) {
+    // A shipped lane program (a framework= lane started on this machine by a parent elsewhere):
+    // this machine's Python runs this machine's copy. The name is one of frameworkProgram's.
+    if (!framework.empty()) {
+        const auto program = frameworkProgram(framework);
+        if (!program) {
+            return usageError(fmt::format("worker: --framework {}: expected pytorch, keras-jax, keras-tensorflow or "
+                                          "keras-torch",
+                                          framework));
+        }
+        auto argv = localFrameworkArgv(*program);
+        argv.insert(argv.end(), {"--proto", std::to_string(proto)});
+        std::vector<char*> cargv;
+        for (auto& a : argv) {
+            cargv.push_back(a.data());
+        }
+        cargv.push_back(nullptr);
+        ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+        ::execvp(cargv[0], cargv.data());
+        return usageError(fmt::format("worker: cannot run {}: {}", argv[0], std::strerror(errno)));
+    }
     // A worker started through ssh gets a login environment without the launchers' settings;
     // spin-waiting OpenMP threads collapse throughput when anything else shares the cores, and
     // libgomp reads its settings once at load: so set it and start again (once).

@@ -21,7 +21,7 @@ int runDevices(bool json);
 /// devices --host ssh://...: the devices of another machine, through its worker's hello.
 int runRemoteDevices(const std::string& host, const std::string& cli, bool json);
 /// worker --proto N: stdout is moved aside (only protocol lines go there), then the worker runs.
-int runWorkerCommand(int proto);
+int runWorkerCommand(int proto, const std::string& framework);
 int runWorkloads(bool json);
 int runRace(RaceOptions options);
 int runPresets(bool json);

@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
     auto* worker = app.add_subcommand("worker", "Run one lane for a parent DeviceRace, speaking the worker protocol "
                                                 "on stdin/stdout (docs/EVENTS.md); started by DeviceRace itself");
     worker->add_option("--proto", workerProto, "The protocol major version the parent speaks")->required();
+    std::string workerFramework;
+    worker->add_option("--framework", workerFramework,
+                       "Run this machine's shipped lane program instead (pytorch, keras-jax, keras-tensorflow, "
+                       "keras-torch)");
 
     bool workloadsJson = false;
     auto* wl = app.add_subcommand("workloads", "List the workloads (model + data + hyperparameters)");
@@ -99,7 +103,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (*worker) {
-        return cli::runWorkerCommand(workerProto);
+        return cli::runWorkerCommand(workerProto, workerFramework);
     }
     if (*devices) {
         return devicesHost.empty() ? cli::runDevices(devicesJson)

@@ -14,6 +14,20 @@
 
 namespace devicerace {
 
+/// One rank of a data-parallel lane, as its parent configured it (the worker protocol's
+/// `config.dist`); see docs/PARALLEL.md.
+struct DistConfig {
+    int rank = 0;
+    int world = 1;
+    std::string backend = "gloo"; // gloo | nccl
+    std::string storeHost;        // rank 0: "" (it serves the store); the others: where it listens
+    int storePort = 0;
+    std::string bindHost;         // the address Gloo binds ("127.0.0.1": every rank on one machine)
+    double timeoutSeconds = 60;   // rendezvous: every rank must have joined by then
+    bool fixedGlobalBatch = false;
+    std::shared_ptr<void> store;  // rank 0's worker: the TCPStore it serves, kept for the lane's life
+};
+
 /// Settings a lane shares with its race (resolved from the RaceSpec).
 struct LaneRunSettings {
     std::string workload;
@@ -35,6 +49,8 @@ struct LaneRunSettings {
     std::int64_t failAtStep = 0;
     /// A worker process may run fault=abort|segv|exit|hang (it is alone in its process).
     bool allowProcessFaults = false;
+    /// Set in the workers of a data-parallel lane: this process is one rank of it.
+    std::optional<DistConfig> dist;
 };
 
 class Lane {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace devicerace {
@@ -15,7 +16,14 @@ enum class LaneKind {
     Thread,  // a thread of this process
     Process, // a local `devicerace-cli worker` child process
     Remote,  // `devicerace-cli worker` on another machine, through the system ssh
-    External // another program speaking the worker protocol: framework=pytorch, or cmd=
+    External, // another program speaking the worker protocol: framework=pytorch, or cmd=
+    Parallel  // one model trained data-parallel by N worker processes (c10d): workers=N, cuda:0-7, A+B
+};
+
+/// One rank of a data-parallel lane: a device on this machine or on an ssh:// host.
+struct LaneMember {
+    std::string host;   // "": this machine; else "ssh://[user@]host[:port]"
+    std::string device; // "cpu", "cuda", "cuda:N", or "cuda:all" until expanded (this machine only)
 };
 
 std::string toString(Precision p);
@@ -48,8 +56,15 @@ struct LaneSpec {
     std::optional<std::string> cli;      // worker lanes: the devicerace-cli to run (remote default: on PATH)
     std::optional<std::string> fault;    // tests of isolation: throw|abort|segv|exit|hang[:STEP]
     // Other trainers as lanes (docs/EVENTS.md, the worker protocol).
-    std::optional<std::string> framework; // devicerace (default) | pytorch: a shipped lane program
+    std::optional<std::string> framework; // devicerace (default) | pytorch | keras-jax | keras-tensorflow |
+                                          // keras-torch: a shipped lane program (frameworkProgram)
     std::optional<std::string> cmd;       // any program speaking the protocol; runs only with consent
+    // Data-parallel lanes (docs/PARALLEL.md): one model, N ranks, gradients averaged by c10d.
+    std::vector<LaneMember> members;      // the ranks' devices before `workers` multiplies them ("" = one device)
+    std::optional<int> workers;           // ranks per listed device (a CPU lane: N processes of `threads` each)
+    std::optional<std::string> backend;   // gloo | nccl (default: nccl for CUDA, gloo for the CPU)
+    std::optional<bool> fixedGlobalBatch; // global_batch=fixed: batch is the global batch, split over the ranks
+    std::optional<std::string> master;    // the address the ranks reach rank 0's store at (default: derived)
 };
 
 /// "ssh://[user@]host[:port]" split into its parts; throws UsageError for anything else
@@ -62,6 +77,15 @@ struct SshTarget {
 };
 SshTarget parseSshTarget(const std::string& text);
 
+/// A shipped lane program (lanes/python): the script, its arguments before "--proto", and the
+/// Python packages it needs. nullopt for a framework= value that names none.
+struct FrameworkProgram {
+    std::string script;              // file name in the lane program folder
+    std::vector<std::string> args;   // e.g. {"--backend", "jax"}
+    std::vector<std::string> needs;  // Python modules it imports (for the "install it" message)
+};
+std::optional<FrameworkProgram> frameworkProgram(std::string_view framework);
+
 /// The lane's kind as it will run: Remote for ssh:// devices, else `isolate`, else the default.
 LaneKind laneKind(const LaneSpec& spec);
 
@@ -69,6 +93,10 @@ LaneKind laneKind(const LaneSpec& spec);
 /// eval_batch, wd, momentum, schedule, lstm, data, fused, graph, resident, isolate, cli, fault;
 /// DEVICE may be ssh://[user@]host[:port]/DEVICE). Throws UsageError naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);
+
+/// The ranks of a data-parallel lane in rank order (members × workers, cuda:A-B expanded;
+/// cuda:all left for the lane to expand). Empty for any other lane.
+std::vector<LaneMember> laneRanks(const LaneSpec& spec);
 
 /// A whole race as the user asked for it.
 struct RaceSpec {

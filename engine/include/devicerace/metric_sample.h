@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace devicerace {
 
@@ -37,6 +38,9 @@ struct MetricSample {
     LaneState state = LaneState::Running; // State: the new state
     std::string message;          // State: error or divergence text
     std::string text;             // Eval: text the model generated (charlstm), else empty
+    // Data-parallel lanes, Train samples (rank 0 reports for all ranks):
+    std::vector<double> workerSamplesPerSec; // each rank's own samples/s over the interval
+    std::optional<double> allreduceShare;    // mean share of a step spent waiting for gradients
 };
 
 /// One JSON object on one line (no trailing newline).

@@ -58,6 +58,10 @@ ResolvedData resolveData(const WorkloadInfo& workload, std::optional<DataMode> m
 /// Fills each lane's costVsBaseline: its cost to target over the baseline lane's.
 void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
 
+/// Fills the data-parallel lanes' scaling figures: speedup and efficiency against the lane of
+/// the same device kind with the fewest workers (the 1-worker baseline of a scaling race).
+void fillScaling(std::vector<LaneSummary>& lanes);
+
 /// Speedup of each lane's median samples/sec relative to `baseline` (null when unknown).
 std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
 

@@ -37,6 +37,14 @@ struct LaneSummary {
     std::string execution;       // how it trained: optimizer kernels, CUDA graph, data placement, precision
     std::string datasetName;     // the data this lane trained on
     bool synthetic = false;
+    // Data-parallel lanes (medians over the intervals after warm-up):
+    int workers = 0;                          // ranks (0: not a data-parallel lane)
+    std::vector<double> workerSamplesPerSec;  // each rank's own samples/s
+    std::optional<double> allreduceShare;     // share of a step spent waiting for gradients
+    // Scaling (seed 002): against the race's data-parallel lane with the fewest workers.
+    std::string scalingBaseline;              // that lane's name ("" : no scaling figures)
+    std::optional<double> scalingSpeedup;     // samples/s ÷ the baseline's
+    std::optional<double> scalingEfficiency;  // speedup ÷ (workers ÷ the baseline's workers)
 };
 
 /// Computes a lane's summary from all its samples, in order.

@@ -2,7 +2,17 @@
 /// The worker end of the worker protocol (docs/EVENTS.md): `devicerace-cli worker` runs one
 /// lane for a parent DeviceRace on this or another machine, speaking one JSON object per line.
 
+#include <string>
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+
 namespace devicerace {
+
+/// python, the shipped lane program and its arguments (before "--proto N") on this machine:
+/// $DEVICERACE_PYTHON or the build's .venv, and $DEVICERACE_LANES, the installed or the
+/// source tree's lanes/python.
+std::vector<std::string> localFrameworkArgv(const FrameworkProgram& program);
 
 /// Runs the worker on `inFd` (the parent's control lines) and `outFd` (protocol lines only:
 /// the caller has already moved stdout out of everyone else's way). `requestedProto` is the

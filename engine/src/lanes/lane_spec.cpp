@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <string_view>
 
@@ -27,6 +28,7 @@ std::string toString(LaneKind k) {
     case LaneKind::Process: return "process";
     case LaneKind::Remote: return "remote";
     case LaneKind::External: return "external";
+    case LaneKind::Parallel: return "parallel";
     }
     return "?";
 }
@@ -74,8 +76,18 @@ bool sshNameChar(char c) {
            c == '_' || c == ':' || c == '[' || c == ']';
 }
 
-// The fault kinds a test may inject into a lane (fault=KIND[:STEP]).
+// The fault kinds a test may inject into a lane (fault=KIND[:STEP][@RANK]; STEP 0: before
+// training starts, i.e. before a data-parallel rank joins its group).
 bool validFault(std::string_view v) {
+    if (const auto at = v.find('@'); at != std::string_view::npos) {
+        std::int64_t rank = 0;
+        auto r = v.substr(at + 1);
+        auto [ptr, ec] = std::from_chars(r.data(), r.data() + r.size(), rank);
+        if (ec != std::errc() || ptr != r.data() + r.size() || rank < 0) {
+            return false;
+        }
+        v = v.substr(0, at);
+    }
     auto kind = v.substr(0, v.find(':'));
     if (kind != "throw" && kind != "abort" && kind != "segv" && kind != "exit" && kind != "hang") {
         return false;
@@ -86,7 +98,7 @@ bool validFault(std::string_view v) {
     auto step = v.substr(kind.size() + 1);
     std::int64_t n = 0;
     auto [ptr, ec] = std::from_chars(step.data(), step.data() + step.size(), n);
-    return ec == std::errc() && ptr == step.data() + step.size() && n >= 1;
+    return ec == std::errc() && ptr == step.data() + step.size() && n >= 0;
 }
 
 } // namespace
@@ -158,6 +170,9 @@ SshTarget parseSshTarget(const std::string& text) {
 }
 
 LaneKind laneKind(const LaneSpec& spec) {
+    if (!spec.members.empty() || spec.workers) {
+        return LaneKind::Parallel;
+    }
     if (!spec.host.empty()) {
         return LaneKind::Remote;
     }
@@ -173,22 +188,53 @@ LaneSpec parseLaneSpec(const std::string& text) {
         throw UsageError(fmt::format("lane '{}': expected DEVICE[,key=value]... with DEVICE cpu, cuda or cuda:N", text));
     }
     LaneSpec spec;
-    spec.device = std::string(trim(parts[0]));
-    if (spec.device.starts_with("ssh://")) {
-        const auto slash = spec.device.find('/', 6);
-        if (slash == std::string::npos || slash + 1 == spec.device.size()) {
-            throw UsageError(fmt::format("lane '{}': expected ssh://[user@]host[:port]/DEVICE, e.g. "
-                                         "ssh://gpubox/cuda:0",
-                                         text));
+    // DEVICE, or data-parallel ranks: DEVICE+DEVICE+..., cuda:A-B, cuda:all (each may be on an ssh:// host).
+    const std::string devices(trim(parts[0]));
+    for (auto piece : splitString(devices, '+')) {
+        LaneMember member;
+        member.device = std::string(trim(piece));
+        if (member.device.starts_with("ssh://")) {
+            const auto slash = member.device.find('/', 6);
+            if (slash == std::string::npos || slash + 1 == member.device.size()) {
+                throw UsageError(fmt::format("lane '{}': expected ssh://[user@]host[:port]/DEVICE, e.g. "
+                                             "ssh://gpubox/cuda:0",
+                                             text));
+            }
+            member.host = parseSshTarget(member.device.substr(0, slash)).url();
+            member.device = member.device.substr(slash + 1);
         }
-        spec.host = parseSshTarget(spec.device.substr(0, slash)).url();
-        spec.device = spec.device.substr(slash + 1);
+        if (member.device != "cpu" && member.device != "cuda" && !member.device.starts_with("cuda:")) {
+            throw UsageError(fmt::format("lane '{}': unknown device '{}' (expected cpu, cuda, cuda:N, or for a "
+                                         "data-parallel lane cuda:A-B, cuda:all, DEVICE+DEVICE)",
+                                         text, member.device));
+        }
+        if (member.device.starts_with("cuda:")) {
+            const auto index = std::string_view(member.device).substr(5);
+            const auto dash = index.find('-');
+            if (index == "all") {
+                if (!member.host.empty()) {
+                    throw UsageError(fmt::format("lane '{}': cuda:all counts this machine's GPUs; on {} list them, "
+                                                 "e.g. {}/cuda:0-7",
+                                                 text, member.host, member.host));
+                }
+            } else if (dash != std::string_view::npos) {
+                const auto a = parseInteger("cuda", index.substr(0, dash), text);
+                const auto b = parseInteger("cuda", index.substr(dash + 1), text);
+                if (a < 0 || b < a || b - a >= 1024) {
+                    throw UsageError(fmt::format("lane '{}': cuda:{} is not a range A-B with A <= B", text, index));
+                }
+            } else {
+                parseInteger("cuda", index, text);
+            }
+        }
+        spec.members.push_back(std::move(member));
     }
-    if (spec.device != "cpu" && spec.device != "cuda" && !spec.device.starts_with("cuda:")) {
-        throw UsageError(fmt::format("lane '{}': unknown device '{}' (expected cpu, cuda or cuda:N)", text, spec.device));
-    }
-    if (spec.device.starts_with("cuda:")) {
-        parseInteger("cuda", std::string_view(spec.device).substr(5), text);
+    spec.device = spec.members.front().device;
+    spec.host = spec.members.front().host;
+    const bool grouped = spec.members.size() > 1 || spec.device == "cuda:all" ||
+                         (spec.device.starts_with("cuda:") && spec.device.find('-') != std::string::npos);
+    if (!grouped) {
+        spec.members.clear();
     }
     for (std::size_t i = 1; i < parts.size(); ++i) {
         auto part = trim(parts[i]);
@@ -286,13 +332,37 @@ LaneSpec parseLaneSpec(const std::string& text) {
             }
             spec.cli = std::string(value);
         } else if (key == "framework") {
-            if (value != "devicerace" && value != "pytorch") {
-                throw UsageError(fmt::format("lane '{}': framework={} (expected devicerace or pytorch{})", text, value,
-                                             value.starts_with("keras")
-                                                 ? "; the Keras lanes are not built yet"
-                                                 : ""));
+            if (value != "devicerace" && !frameworkProgram(value)) {
+                throw UsageError(fmt::format("lane '{}': framework={} (expected devicerace, pytorch, keras-jax, "
+                                             "keras-tensorflow or keras-torch)",
+                                             text, value));
             }
             spec.framework = std::string(value);
+        } else if (key == "workers") {
+            const auto v = parseInteger(key, value, text);
+            if (v < 1 || v > 1024) {
+                throw UsageError(fmt::format("lane '{}': workers={} is out of range (1 to 1,024)", text, v));
+            }
+            spec.workers = static_cast<int>(v);
+        } else if (key == "backend") {
+            if (value != "gloo" && value != "nccl") {
+                throw UsageError(fmt::format("lane '{}': backend={} (expected gloo or nccl)", text, value));
+            }
+            spec.backend = std::string(value);
+        } else if (key == "global_batch") {
+            if (value != "fixed" && value != "scaled") {
+                throw UsageError(fmt::format("lane '{}': global_batch={} (expected scaled: batch per worker, or "
+                                             "fixed: batch split over the workers)",
+                                             text, value));
+            }
+            spec.fixedGlobalBatch = value == "fixed";
+        } else if (key == "master") {
+            for (char c : value) {
+                if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':' && c != '_') {
+                    throw UsageError(fmt::format("lane '{}': master={} is not a host name or address", text, value));
+                }
+            }
+            spec.master = std::string(value);
         } else if (key == "cmd") {
             for (char c : value) {
                 if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
@@ -303,25 +373,78 @@ LaneSpec parseLaneSpec(const std::string& text) {
         } else if (key == "fault") {
             if (!validFault(value)) {
                 throw UsageError(fmt::format("lane '{}': fault={} (expected throw, abort, segv, exit or hang, "
-                                             "optionally :STEP)",
+                                             "optionally :STEP and, in a data-parallel lane, @RANK)",
                                              text, value));
             }
             spec.fault = std::string(value);
         } else {
             throw UsageError(fmt::format("lane '{}': unknown key '{}' (expected name, threads, batch, lr, precision, "
                                          "cost, channels_last, eval_batch, wd, momentum, schedule, lstm, data, fused, "
-                                         "graph, resident, isolate, cli, fault, framework or cmd)",
+                                         "graph, resident, isolate, cli, fault, framework, cmd, workers, backend, global_batch or master)",
                                          text, key));
         }
     }
     if (spec.cmd && spec.framework.value_or("devicerace") != "devicerace") {
         throw UsageError(fmt::format("lane '{}': cmd= and framework= both name the program; give one", text));
     }
-    if ((spec.cmd || spec.framework.value_or("devicerace") != "devicerace") && !spec.host.empty()) {
-        throw UsageError(fmt::format("lane '{}': framework and cmd lanes run on this machine for now (not over ssh)",
+    const bool parallel = !spec.members.empty() || spec.workers;
+    if (parallel && (spec.cmd || spec.framework.value_or("devicerace") != "devicerace")) {
+        throw UsageError(fmt::format("lane '{}': data-parallel lanes run DeviceRace's engine (not framework= or cmd=)",
                                      text));
     }
+    if (parallel && spec.isolate == LaneKind::Thread) {
+        throw UsageError(fmt::format("lane '{}': a data-parallel lane's ranks are processes (isolate=thread does not "
+                                     "apply)",
+                                     text));
+    }
+    if (!parallel && (spec.backend || spec.fixedGlobalBatch || spec.master)) {
+        throw UsageError(fmt::format("lane '{}': backend, global_batch and master apply to data-parallel lanes "
+                                     "(workers=N, cuda:A-B or DEVICE+DEVICE)",
+                                     text));
+    }
+    if (spec.backend == "nccl" && spec.device == "cpu") {
+        throw UsageError(fmt::format("lane '{}': backend=nccl needs CUDA devices; CPU ranks use gloo", text));
+    }
     return spec;
+}
+
+std::vector<LaneMember> laneRanks(const LaneSpec& spec) {
+    if (laneKind(spec) != LaneKind::Parallel) {
+        return {};
+    }
+    auto listed = spec.members.empty() ? std::vector<LaneMember>{{spec.host, spec.device}} : spec.members;
+    std::vector<LaneMember> ranks;
+    for (const auto& m : listed) {
+        std::vector<LaneMember> devices;
+        const auto dash = m.device.find('-');
+        if (m.device.starts_with("cuda:") && dash != std::string::npos) {
+            const auto a = std::stoll(m.device.substr(5, dash - 5));
+            const auto b = std::stoll(m.device.substr(dash + 1));
+            for (auto i = a; i <= b; ++i) {
+                devices.push_back({m.host, fmt::format("cuda:{}", i)});
+            }
+        } else {
+            devices.push_back(m);
+        }
+        for (const auto& d : devices) {
+            for (int w = 0; w < spec.workers.value_or(1); ++w) {
+                ranks.push_back(d);
+            }
+        }
+    }
+    return ranks;
+}
+
+std::optional<FrameworkProgram> frameworkProgram(std::string_view framework) {
+    if (framework == "pytorch") {
+        return FrameworkProgram{"pytorch_lane.py", {}, {"torch"}};
+    }
+    for (const char* backend : {"jax", "tensorflow", "torch"}) {
+        if (framework == std::string("keras-") + backend) {
+            return FrameworkProgram{"keras_lane.py", {"--backend", backend}, {"keras", backend}};
+        }
+    }
+    return std::nullopt;
 }
 
 std::vector<LaneSpec> defaultLanes() {

@@ -46,6 +46,32 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
         concrete.push_back((gpu ? std::string("cuda:0") : fmt::format("cpu,threads={}", cores)) + rest);
     } else if (device == "all-cores") {
         concrete.push_back(fmt::format("cpu,threads={}", cores) + rest);
+    } else if (const auto at = text.find("workers=powers"); at != std::string::npos) {
+        // A scaling race (seed 002): 1, 2, 4, ... data-parallel workers up to what is here —
+        // CPU processes up to the cores, or GPUs (one rank each) up to the GPUs.
+        const bool onGpu = device == "best-gpu" || device.starts_with("cuda");
+        if (onGpu && !gpu) {
+            notes.push_back(fmt::format("no CUDA device here ({}): lane '{}' left out", report.cudaUnavailableReason, text));
+            return {};
+        }
+        const int most = onGpu ? static_cast<int>(report.gpus.size()) : cores;
+        std::vector<int> counts;
+        for (int n = 1; n < most; n *= 2) {
+            counts.push_back(n);
+        }
+        counts.push_back(most);
+        const auto keys = text.substr(comma, at - comma) + text.substr(at + 14); // ",...," without workers=powers
+        for (int n : counts) {
+            concrete.push_back(onGpu ? fmt::format("cuda:0-{}{}", n - 1, keys) : fmt::format("cpu{}workers={}", keys, n));
+        }
+        for (auto& c : concrete) {
+            while (c.find(",,") != std::string::npos) {
+                c.erase(c.find(",,"), 1);
+            }
+            if (c.ends_with(",")) {
+                c.pop_back();
+            }
+        }
     } else if (text.find("threads=powers") != std::string::npos) {
         const auto at = text.find("threads=powers");
         std::vector<int> counts;

@@ -20,7 +20,29 @@ namespace {
 void nameLanes(std::vector<LaneSpec>& lanes) {
     std::set<std::string> used;
     for (auto& lane : lanes) {
-        if (lane.name.empty() && !lane.host.empty()) {
+        if (lane.name.empty() && laneKind(lane) == LaneKind::Parallel) {
+            // "cpu·1×2", "cuda×8", "gpubox·cuda×8", "2 hosts·cpu×2": the ranks' device and count.
+            const auto ranks = laneRanks(lane);
+            std::set<std::string> hosts;
+            for (const auto& r : ranks) {
+                hosts.insert(r.host);
+            }
+            std::string where;
+            if (hosts.size() > 1) {
+                where = fmt::format("{} hosts·", hosts.size());
+            } else if (!lane.host.empty()) {
+                where = parseSshTarget(lane.host).host + "·";
+            }
+            std::string device = lane.device.starts_with("cuda") ? "cuda" : "cpu";
+            if (device == "cpu" && lane.threads) {
+                device += fmt::format("·{}", *lane.threads);
+            }
+            lane.name = lane.device == "cuda:all" ? where + "cuda×all"
+                                                  : fmt::format("{}{}×{}", where, device, ranks.size());
+            if (lane.precision != Precision::Fp32) {
+                lane.name += "·" + toString(lane.precision);
+            }
+        } else if (lane.name.empty() && !lane.host.empty()) {
             // "gpubox·cuda:0": remote lanes carry their host (threads are decided over there).
             lane.name = parseSshTarget(lane.host).host + "·" + (lane.device == "cuda" ? "cuda:0" : lane.device);
             if (lane.threads) {
@@ -53,18 +75,28 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
 // unless a lane asks for it (threads=N is honoured as given).
 void shareCores(std::vector<LaneSpec>& lanes) {
     const int cores = std::max(1, deviceReport().cpu.physicalCores);
+    // A data-parallel lane's local CPU ranks each take `threads` (one process per rank).
+    const auto localCpuProcesses = [](const LaneSpec& lane) {
+        if (laneKind(lane) != LaneKind::Parallel) {
+            return lane.device == "cpu" && lane.host.empty() ? 1 : 0;
+        }
+        int n = 0;
+        for (const auto& r : laneRanks(lane)) {
+            n += r.device == "cpu" && r.host.empty();
+        }
+        return n;
+    };
     int asked = 0, open = 0;
     for (const auto& lane : lanes) {
-        if (lane.device == "cpu" && lane.host.empty()) {
-            lane.threads ? asked += *lane.threads : ++open;
-        }
+        const int n = localCpuProcesses(lane);
+        lane.threads ? asked += *lane.threads * n : open += n;
     }
     if (open == 0) {
         return;
     }
     const int each = std::max(1, (cores - asked) / open);
     for (auto& lane : lanes) {
-        if (lane.device == "cpu" && lane.host.empty() && !lane.threads) {
+        if (localCpuProcesses(lane) > 0 && !lane.threads) {
             lane.threads = each;
         }
     }
@@ -76,10 +108,11 @@ void shareCores(std::vector<LaneSpec>& lanes) {
 void defaultIsolation(std::vector<LaneSpec>& lanes) {
     int cudaLanes = 0;
     for (const auto& lane : lanes) {
-        cudaLanes += lane.host.empty() && lane.device != "cpu";
+        cudaLanes += lane.host.empty() && lane.device != "cpu" && laneKind(lane) != LaneKind::Parallel;
     }
     for (auto& lane : lanes) {
-        if (!lane.isolate && lane.host.empty() && lane.device != "cpu" && cudaLanes > 1) {
+        if (!lane.isolate && lane.host.empty() && lane.device != "cpu" && cudaLanes > 1 &&
+            laneKind(lane) != LaneKind::Parallel) {
             lane.isolate = LaneKind::Process;
         }
     }
@@ -151,6 +184,27 @@ void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline) {
         if (lane.costToTargetUsd) {
             lane.costVsBaseline = *lane.costToTargetUsd / *lanes[baseline].costToTargetUsd;
         }
+    }
+}
+
+void fillScaling(std::vector<LaneSummary>& lanes) {
+    for (auto& lane : lanes) {
+        if (lane.workers < 1 || !lane.samplesPerSec) {
+            continue;
+        }
+        const LaneSummary* base = nullptr;
+        for (const auto& other : lanes) {
+            if (other.workers >= 1 && other.samplesPerSec && *other.samplesPerSec > 0 &&
+                (other.device == "cpu") == (lane.device == "cpu") && (!base || other.workers < base->workers)) {
+                base = &other;
+            }
+        }
+        if (!base) {
+            continue;
+        }
+        lane.scalingBaseline = base->name;
+        lane.scalingSpeedup = *lane.samplesPerSec / *base->samplesPerSec;
+        lane.scalingEfficiency = *lane.scalingSpeedup / (static_cast<double>(lane.workers) / base->workers);
     }
 }
 
@@ -328,6 +382,7 @@ RaceSummary Race::summary() const {
     }
     out.speedup = speedups(out.lanes);
     normaliseCosts(out.lanes);
+    fillScaling(out.lanes);
     return out;
 }
 

@@ -154,6 +154,16 @@ ThreadLane::ThreadLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::ma
                                      workload.name));
     }
     ctx.batch = spec.batch.value_or(workload.defaultBatch);
+    const std::int64_t world = settings.dist ? settings.dist->world : 1;
+    if (settings.dist && settings.dist->fixedGlobalBatch) {
+        // global_batch=fixed: batch= is the lane's global batch, split over the ranks.
+        if (ctx.batch % world != 0) {
+            throw UsageError(fmt::format("lane {}: global_batch=fixed splits batch={} over {} workers: make it a "
+                                         "multiple of {}",
+                                         spec.name, ctx.batch, world, world));
+        }
+        ctx.batch /= world;
+    }
     const auto trainCount = settings.data->train.count;
     if (ctx.batch > trainCount) {
         throw UsageError(fmt::format("lane {}: batch={} is larger than the {} training examples", spec.name, ctx.batch,
@@ -176,8 +186,13 @@ ThreadLane::ThreadLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::ma
     }
     ctx.evalBatch = spec.evalBatch.value_or(std::max(ctx.batch, std::min<std::int64_t>(1000, 3072000 / exampleSize)));
     ctx.threads = spec.threads.value_or(spec.device == "cpu" ? std::max(1, cpu.physicalCores) : 1);
-    // Graph lanes drop an epoch's last partial batch (one captured batch shape).
-    ctx.stepsPerEpoch = ctx.cudaGraph ? trainCount / ctx.batch : (trainCount + ctx.batch - 1) / ctx.batch;
+    if (settings.dist) {
+        ctx.cudaGraph = false; // the gradient hooks launch collectives from inside the backward pass
+    }
+    // Graph lanes drop an epoch's last partial batch (one captured batch shape); data-parallel
+    // steps take world × batch examples.
+    const std::int64_t stepBatch = ctx.batch * world;
+    ctx.stepsPerEpoch = ctx.cudaGraph ? trainCount / ctx.batch : (trainCount + stepBatch - 1) / stepBatch;
     if (settings.steps) {
         ctx.totalSteps = *settings.steps;
     } else {

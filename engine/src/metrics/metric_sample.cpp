@@ -87,6 +87,16 @@ std::string toJsonLine(const MetricSample& s) {
     if (!s.text.empty()) {
         j["text"] = s.text;
     }
+    if (!s.workerSamplesPerSec.empty()) {
+        json rates = json::array();
+        for (double r : s.workerSamplesPerSec) {
+            rates.push_back(number(r));
+        }
+        j["worker_samples_per_sec"] = std::move(rates);
+    }
+    if (s.allreduceShare) {
+        j["allreduce_share"] = number(s.allreduceShare);
+    }
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -121,6 +131,15 @@ MetricSample sampleFromJsonLine(const std::string& line) {
         s.memoryBytes = detail::optionalOf<std::uint64_t>(j, "memory_bytes");
         s.warmup = j.value("warmup", false);
         s.text = j.value("text", std::string());
+        if (auto it = j.find("worker_samples_per_sec"); it != j.end()) {
+            if (!it->is_array() || it->size() > 4096) {
+                throw DataError("worker_samples_per_sec must be an array of at most 4,096 numbers");
+            }
+            for (const auto& r : *it) {
+                s.workerSamplesPerSec.push_back(r.is_number() ? r.get<double>() : 0.0);
+            }
+        }
+        s.allreduceShare = detail::optionalOf<double>(j, "allreduce_share");
         if (s.kind == SampleKind::State) {
             s.state = stateFromString(j.at("state").get<std::string>());
             s.message = j.value("message", std::string());

@@ -20,7 +20,8 @@ LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const 
     out.threads = spec.threads;
     out.batch = batch;
     out.costPerHour = spec.costPerHour;
-    std::vector<double> sampleRates, stepRates;
+    std::vector<double> sampleRates, stepRates, shares;
+    std::vector<std::vector<double>> workerRates;
     for (const auto& s : samples) {
         out.steps = std::max(out.steps, s.step);
         out.samples = std::max(out.samples, s.samples);
@@ -36,6 +37,15 @@ LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const 
                 stepRates.push_back(*s.stepsPerSec);
                 out.measuredSamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
                 out.measuredSeconds += *s.intervalSeconds;
+                if (s.allreduceShare) {
+                    shares.push_back(*s.allreduceShare);
+                }
+                if (workerRates.size() < s.workerSamplesPerSec.size()) {
+                    workerRates.resize(s.workerSamplesPerSec.size());
+                }
+                for (std::size_t r = 0; r < s.workerSamplesPerSec.size(); ++r) {
+                    workerRates[r].push_back(s.workerSamplesPerSec[r]);
+                }
             }
             break;
         case SampleKind::Eval:
@@ -63,6 +73,15 @@ LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const 
     if (!sampleRates.empty()) {
         out.samplesPerSec = median(sampleRates);
         out.stepsPerSec = median(stepRates);
+    }
+    if (!shares.empty()) {
+        out.allreduceShare = median(shares);
+    }
+    for (auto& rates : workerRates) {
+        out.workerSamplesPerSec.push_back(rates.empty() ? 0.0 : median(rates));
+    }
+    if (out.kind == LaneKind::Parallel) {
+        out.workers = static_cast<int>(std::max<std::size_t>(laneRanks(spec).size(), workerRates.size()));
     }
     return out;
 }

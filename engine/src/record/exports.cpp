@@ -89,6 +89,17 @@ std::string summaryToJson(const RaceSummary& summary) {
             {"dataset", {{"name", l.datasetName}, {"synthetic", l.synthetic}}},
             {"execution", l.execution.empty() ? json(nullptr) : json(l.execution)},
         });
+        if (l.workers > 0) {
+            auto& lane = j["lanes"].back();
+            lane["workers"] = l.workers;
+            lane["worker_samples_per_sec"] = l.workerSamplesPerSec;
+            lane["allreduce_share"] = orNull(l.allreduceShare);
+            lane["scaling"] = l.scalingBaseline.empty()
+                                  ? json(nullptr)
+                                  : json{{"baseline", l.scalingBaseline},
+                                         {"speedup", orNull(l.scalingSpeedup)},
+                                         {"efficiency", orNull(l.scalingEfficiency)}};
+        }
     }
     j["speedup"] = json::object();
     for (const auto& l : summary.lanes) {

@@ -45,7 +45,14 @@ json orNull(const std::optional<T>& v) {
 } // namespace
 
 std::string formatLaneSpec(const LaneSpec& s) {
-    std::string out = s.host.empty() ? s.device : s.host + "/" + s.device;
+    std::string out;
+    if (s.members.empty()) {
+        out = s.host.empty() ? s.device : s.host + "/" + s.device;
+    } else {
+        for (const auto& m : s.members) {
+            out += (out.empty() ? "" : "+") + (m.host.empty() ? m.device : m.host + "/" + m.device);
+        }
+    }
     auto add = [&](const std::string& kv) { out += "," + kv; };
     if (s.threads) add(fmt::format("threads={}", *s.threads));
     if (s.batch) add(fmt::format("batch={}", *s.batch));
@@ -70,6 +77,10 @@ std::string formatLaneSpec(const LaneSpec& s) {
     if (s.fault) add("fault=" + *s.fault);
     if (s.framework) add("framework=" + *s.framework);
     if (s.cmd) add("cmd=" + *s.cmd);
+    if (s.workers) add(fmt::format("workers={}", *s.workers));
+    if (s.backend) add("backend=" + *s.backend);
+    if (s.fixedGlobalBatch) add(fmt::format("global_batch={}", *s.fixedGlobalBatch ? "fixed" : "scaled"));
+    if (s.master) add("master=" + *s.master);
     if (!s.name.empty()) add("name=" + s.name);
     return out;
 }
@@ -301,6 +312,7 @@ RaceSummary summarizeRecording(const Recording& r) {
     }
     out.speedup = speedups(out.lanes);
     normaliseCosts(out.lanes);
+    fillScaling(out.lanes);
     return out;
 }
 

@@ -7,7 +7,7 @@ namespace devicerace::detail {
 
 struct Fault {
     std::string kind;       // throw | abort | segv | exit | hang ("" none)
-    std::int64_t step = 0;  // the step at which it fires (1-based)
+    std::int64_t step = 0;  // the step at which it fires (1-based; 0: before training starts)
 };
 
 /// "segv:40" -> {segv, 40}; "abort" -> {abort, 1}; "" -> none.

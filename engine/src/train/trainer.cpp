@@ -1,5 +1,6 @@
 // The lane thread's training job: set-up (model, data, optimizer, device) and the loop.
 #include "train/trainer.h"
+#include <cctype>
 
 namespace devicerace::detail {
 
@@ -49,6 +50,13 @@ LaneOutcome Trainer::run() {
     // The autocast weight cache is process-global; lanes must not share it.
     at::autocast::set_autocast_cache_enabled(false);
 
+    if (!m_ctx.fault.kind.empty() && m_ctx.fault.step == 0) {
+        injectFault(m_ctx.fault); // fault=KIND:0: before anything (a rank that never joins)
+    }
+    if (m_ctx.settings.dist) {
+        // The rendezvous: every rank of the lane must arrive, or this throws naming who did not.
+        m_dist = std::make_unique<DistGroup>(*m_ctx.settings.dist, m_dev);
+    }
     m_workload = &workloadImpl(m_ctx.settings.workload);
     at::Generator initGen = at::detail::createCPUGenerator(m_ctx.settings.seed);
     m_gen = initGen;
@@ -71,7 +79,20 @@ LaneOutcome Trainer::run() {
         }
     }
     m_model->gen = m_gen;
+    if (m_dist) {
+        // Every rank starts from rank 0's weights and trains them with averaged gradients.
+        auto tensors = m_model->parameters();
+        for (const auto& b : m_model->buffers()) {
+            tensors.push_back(b);
+        }
+        m_dist->broadcast(tensors);
+        m_dist->attach(m_model->parameters());
+    }
     m_data = loadLaneData(*m_ctx.settings.data, m_dev, m_gen, m_ctx.batch, m_ctx.dataOnHost);
+    if (m_dist) {
+        // Every rank made the same synthetic data from the lane's seed; dropout draws per rank.
+        m_gen.set_current_seed(m_ctx.settings.seed + static_cast<std::uint64_t>(m_dist->rank()));
+    }
     // Epoch orders come from a host generator seeded like the lane's own, so every lane with
     // one seed sees the batches in the same order, wherever its data lives.
     m_hostGen = at::detail::createCPUGenerator(m_ctx.settings.seed);
@@ -112,6 +133,11 @@ LaneOutcome Trainer::loop() {
     const std::int64_t n = m_data.trainCount;
     const std::int64_t pool = m_data.trainX.size(0); // < n for pooled synthetic data
     const std::int64_t b = m_ctx.batch;
+    // Data-parallel: each step takes world × batch examples of the epoch's permutation (the
+    // same on every rank: one seed) and rank r trains on its r-th slice of them — disjoint
+    // shards, as DistributedSampler gives; an epoch's last partial batch is split evenly.
+    const std::int64_t world = m_dist ? m_dist->world() : 1;
+    const std::int64_t rank = m_dist ? m_dist->rank() : 0;
     m_start = Clock::now();
     m_intervalStart = m_start;
     emitState(LaneState::Running, {});
@@ -119,16 +145,20 @@ LaneOutcome Trainer::loop() {
     torch::Tensor perm;
     std::int64_t pos = n; // position in the current epoch's permutation
     // A captured step has one batch shape: graph lanes drop an epoch's last partial batch.
-    const auto epochDone = [&] { return pos >= n || (m_ctx.cudaGraph && n - pos < b); };
+    const auto epochDone = [&] { return pos >= n || (m_ctx.cudaGraph && n - pos < b) || n - pos < world; };
     const bool scheduled = m_ctx.schedule != "constant";
+    const auto intervalDue = [&] {
+        return seconds(Clock::now() - m_intervalStart) >= m_ctx.settings.reportIntervalSeconds;
+    };
     while (m_step < m_ctx.totalSteps) {
-        if (m_ctx.stopRequested.load(std::memory_order_relaxed)) {
+        if (m_dist ? m_agreed.stop : m_ctx.stopRequested.load(std::memory_order_relaxed)) {
             if (auto d = report()) {
                 return *d;
             }
             return {LaneState::Stopped, fmt::format("stopped at step {}", m_step)};
         }
-        if (m_ctx.pauseRequested.load(std::memory_order_relaxed)) {
+        if (m_dist ? m_agreed.pause : m_ctx.pauseRequested.load(std::memory_order_relaxed)) {
+            m_agreed.pause = false;
             if (auto d = report()) {
                 return *d;
             }
@@ -151,18 +181,25 @@ LaneOutcome Trainer::loop() {
         if (!m_ctx.fault.kind.empty() && m_step + 1 == m_ctx.fault.step) {
             injectFault(m_ctx.fault);
         }
-        const std::int64_t take = std::min(b, n - pos);
-        auto idx = perm.narrow(0, pos, take);
+        const std::int64_t take = std::min(b * world, n - pos) / world; // this rank's share
+        auto idx = perm.narrow(0, pos + rank * take, take);
         if (pool < n) {
             idx = idx.remainder(pool);
         }
         if (scheduled) {
             m_optimizer->setLr(m_ctx.lr * scheduleFactor(m_ctx.schedule, m_step, m_ctx.totalSteps));
         }
+        if (m_dist) {
+            m_dist->beginStep(intervalDue(), m_ctx.stopRequested.load(std::memory_order_relaxed),
+                              m_ctx.pauseRequested.load(std::memory_order_relaxed));
+        }
         trainStep(idx);
-        pos += take;
+        if (m_dist) {
+            m_agreed = m_dist->agreed();
+        }
+        pos += std::min(b * world, n - pos);
         ++m_step;
-        m_samples += take;
+        m_samples += take * world;
 
         const bool epochEnd = epochDone();
         const bool last = m_step == m_ctx.totalSteps;
@@ -172,17 +209,44 @@ LaneOutcome Trainer::loop() {
             ++m_epochsDone;
         }
         if (m_inBuf == kStepBuffer || m_step == m_ctx.settings.warmupSteps || evalDue || last ||
-            seconds(Clock::now() - m_intervalStart) >= m_ctx.settings.reportIntervalSeconds) {
+            (m_dist ? m_agreed.report : intervalDue())) {
             if (auto d = report()) {
                 return *d;
             }
         }
-        if (evalDue || (last && lastEvalStep != m_step)) {
-            evaluate();
+        if ((evalDue || (last && lastEvalStep != m_step)) && isReporter()) {
+            evaluate(); // data-parallel: rank 0 evaluates; the others wait in their next step
             lastEvalStep = m_step;
         }
     }
+    writeWeightsDigest();
     return {LaneState::Finished, {}};
+}
+
+// Tests of data-parallel lanes: DEVICERACE_WEIGHTS_DIGEST=DIR makes each finished lane (each
+// rank) write a 64-bit FNV-1a digest of its parameters' bytes to DIR/LANE-rank-R.txt.
+void Trainer::writeWeightsDigest() const {
+    const char* dir = std::getenv("DEVICERACE_WEIGHTS_DIGEST");
+    if (!dir || !*dir) {
+        return;
+    }
+    std::uint64_t h = 1469598103934665603ull;
+    for (const auto& p : m_model->parameters()) {
+        auto bytes = p.detach().to(torch::kCPU).contiguous();
+        const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
+        for (std::size_t i = 0; i < bytes.nbytes(); ++i) {
+            h = (h ^ data[i]) * 1099511628211ull;
+        }
+    }
+    auto lane = m_ctx.spec.name.substr(0, m_ctx.spec.name.find("/rank"));
+    for (auto& c : lane) {
+        c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    }
+    const auto path = fmt::format("{}/{}-rank-{}.txt", dir, lane, m_dist ? m_dist->rank() : 0);
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+        std::fprintf(f, "%016llx\n", static_cast<unsigned long long>(h));
+        std::fclose(f);
+    }
 }
 
 LaneOutcome runTraining(LaneContext& ctx) {

@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "devicerace/errors.h"
+#include "distributed/dist_group.h"
 #include "train/host_allocator.h"
 #include "train/lane_context.h"
 #include "data/lane_data.h"
@@ -120,6 +121,8 @@ private:
 
     void describeExecution();
 
+    void writeWeightsDigest() const;
+
     MetricSample base(SampleKind kind) const;
 
     std::optional<std::uint64_t> peakMemory() const;
@@ -149,6 +152,10 @@ private:
     bool m_flushDenormals = false; // CPU lane thread: denormal floats flushed to zero
     bool m_cachingHostAllocator = false; // CPU lane: large blocks recycled (host_allocator.h)
     std::optional<double> m_firstLoss; // first finite training loss (divergence reference)
+    // Data-parallel lanes: this process is one rank; every rank follows one schedule.
+    std::unique_ptr<DistGroup> m_dist;
+    DistGroup::Agreement m_agreed; // what the ranks agreed at the end of the last step
+    bool isReporter() const { return !m_dist || m_dist->rank() == 0; }
 };
 
 } // namespace devicerace::detail

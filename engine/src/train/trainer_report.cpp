@@ -45,13 +45,33 @@ std::optional<LaneOutcome> Trainer::report() {
     }
     MetricSample s = base(SampleKind::Train);
     s.time = seconds(now - m_start) - m_paused;
-    s.loss = summed > 0 ? std::optional<double>(sum / static_cast<double>(summed)) : std::nullopt;
-    s.accuracy = static_cast<double>(correct) / static_cast<double>(samples);
+    double lossSum = sum, lossCount = static_cast<double>(summed), correctAll = static_cast<double>(correct);
+    if (m_dist) {
+        // A report point is a barrier: every rank's figures, summed over the lane; rank 0's
+        // clock times the interval (the ranks step together: each step ends in an allreduce).
+        const auto all = m_dist->gather({sum, static_cast<double>(summed), static_cast<double>(correct), dt,
+                                         m_dist->takeWaitSeconds()});
+        lossSum = lossCount = correctAll = 0;
+        double share = 0;
+        for (const auto& r : all) {
+            lossSum += r[DistGroup::LossSum];
+            lossCount += r[DistGroup::LossCount];
+            correctAll += r[DistGroup::Correct];
+            const double t = r[DistGroup::Seconds];
+            s.workerSamplesPerSec.push_back(t > 0 ? static_cast<double>(samples) / m_dist->world() / t : 0.0);
+            share += t > 0 ? r[DistGroup::WaitSeconds] / t : 0.0;
+        }
+        s.allreduceShare = share / m_dist->world();
+    }
+    s.loss = lossCount > 0 ? std::optional<double>(lossSum / lossCount) : std::nullopt;
+    s.accuracy = correctAll / static_cast<double>(samples);
     s.samplesPerSec = dt > 0 ? std::optional<double>(samples / dt) : std::nullopt;
     s.stepsPerSec = dt > 0 ? std::optional<double>(steps / dt) : std::nullopt;
     s.intervalSeconds = dt;
     s.warmup = m_reportedStep < m_ctx.settings.warmupSteps;
-    m_ctx.emit(std::move(s));
+    if (isReporter()) {
+        m_ctx.emit(std::move(s));
+    }
     m_inBuf = 0;
     m_reportedStep = m_step;
     m_reportedSamples = m_samples;
@@ -141,6 +161,9 @@ void Trainer::describeExecution() {
     }
     if (m_cachingHostAllocator) {
         text += ", caching host allocator";
+    }
+    if (m_dist) {
+        text += ", " + m_dist->describe();
     }
     if (m_ctx.describeExecution) {
         m_ctx.describeExecution(std::move(text));

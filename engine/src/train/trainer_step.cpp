@@ -64,6 +64,9 @@ Trainer::StepOutput Trainer::computeStep(const torch::Tensor& rawX, const torch:
         fp16Step(loss);
     } else {
         loss.backward();
+        if (m_dist) {
+            m_dist->finishGradients();
+        }
         m_optimizer->step();
     }
     return {loss.detach(), correctOf(logits.detach(), y)};
@@ -103,6 +106,9 @@ void Trainer::capture(const torch::Tensor& x, const torch::Tensor& y) {
 // so fp16 lanes sync once per step (prefer bf16, which needs none).
 void Trainer::fp16Step(const torch::Tensor& loss) {
     (loss * m_scale).backward();
+    if (m_dist) {
+        m_dist->finishGradients();
+    }
     std::vector<torch::Tensor> grads;
     for (auto& p : m_model->parameters()) {
         if (p.grad().defined()) {

@@ -130,7 +130,16 @@ json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
             {"report_interval", s.reportIntervalSeconds},
             {"fail_at_step", s.failAtStep},
             // Other trainers check their network against the engine's (the same model?).
-            {"expected_parameters", expectedParameters(s.workload)}};
+            {"expected_parameters", expectedParameters(s.workload)},
+            {"dist", s.dist ? json{{"rank", s.dist->rank},
+                                   {"world", s.dist->world},
+                                   {"backend", s.dist->backend},
+                                   {"store_host", s.dist->storeHost},
+                                   {"store_port", s.dist->storePort},
+                                   {"bind_host", s.dist->bindHost},
+                                   {"timeout", s.dist->timeoutSeconds},
+                                   {"fixed_global_batch", s.dist->fixedGlobalBatch}}
+                            : json(nullptr)}};
 }
 
 std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
@@ -158,6 +167,24 @@ std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
         s.warmupSteps = m.value("warmup", std::int64_t{20});
         s.reportIntervalSeconds = m.value("report_interval", 0.1);
         s.failAtStep = m.value("fail_at_step", std::int64_t{0});
+        if (auto it = m.find("dist"); it != m.end() && !it->is_null()) {
+            DistConfig d;
+            d.rank = it->at("rank").get<int>();
+            d.world = it->at("world").get<int>();
+            d.backend = it->at("backend").get<std::string>();
+            d.storeHost = it->value("store_host", std::string());
+            d.storePort = it->value("store_port", 0);
+            d.bindHost = it->value("bind_host", std::string());
+            d.timeoutSeconds = it->value("timeout", 60.0);
+            d.fixedGlobalBatch = it->value("fixed_global_batch", false);
+            if (d.world < 1 || d.world > 4096 || d.rank < 0 || d.rank >= d.world ||
+                (d.backend != "gloo" && d.backend != "nccl") || d.storePort < 0 || d.storePort > 65535 ||
+                (d.rank > 0 && (d.storeHost.empty() || d.storePort == 0)) ||
+                !(d.timeoutSeconds >= 1 && d.timeoutSeconds <= 3600)) {
+                throw DataError("config: dist is out of range (rank, world, backend, store or timeout)");
+            }
+            s.dist = std::move(d);
+        }
         if ((s.trainLimit && *s.trainLimit < 1) || (s.testLimit && *s.testLimit < 1) || (s.epochs && *s.epochs < 1) ||
             (s.steps && *s.steps < 1) || s.evalEverySteps < 0 || s.warmupSteps < 0 ||
             !(s.reportIntervalSeconds >= 0.01 && s.reportIntervalSeconds <= 60)) {
@@ -180,7 +207,8 @@ json readyMessage(const ReadyInfo& r) {
               {"synthetic", r.synthetic},
               {"train", r.trainCount},
               {"test", r.testCount},
-              {"note", r.dataNote}}}};
+              {"note", r.dataNote}}},
+            {"store_port", orNull(r.storePort)}};
 }
 
 ReadyInfo readyFromMessage(const json& m) {
@@ -196,6 +224,7 @@ ReadyInfo readyFromMessage(const json& m) {
         r.trainCount = d.value("train", std::int64_t{0});
         r.testCount = d.value("test", std::int64_t{0});
         r.dataNote = d.value("note", std::string());
+        r.storePort = optionalOf<int>(m, "store_port");
         if (r.batch < 1 || r.totalSteps < 1) {
             throw DataError("ready: batch and total_steps must be 1 or more");
         }

@@ -67,6 +67,7 @@ struct ReadyInfo {
     std::string datasetName, datasetSource, dataNote;
     bool synthetic = false;
     std::int64_t trainCount = 0, testCount = 0;
+    std::optional<int> storePort; // rank 0 of a data-parallel lane: where its rendezvous store listens
 };
 nlohmann::json readyMessage(const ReadyInfo& info);
 ReadyInfo readyFromMessage(const nlohmann::json& message); // throws DataError

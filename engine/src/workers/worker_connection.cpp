@@ -93,39 +93,72 @@ std::string laneProgramDir() {
 
 WorkerEndpoint endpointFor(const LaneSpec& spec) {
     WorkerEndpoint ep;
+    const auto framework = spec.framework.value_or("devicerace");
+    if (!spec.host.empty()) {
+        // Any worker on another machine: ssh runs the program the lane names there.
+        ep.remote = true;
+        ep.target = parseSshTarget(spec.host);
+        ep.where = ep.target.host;
+        if (spec.cmd) {
+            ep.cli = *spec.cmd;
+            ep.command = true;
+            ep.who = fmt::format("the command '{}' on {}", *spec.cmd, ep.where);
+        } else {
+            ep.cli = spec.cli.value_or("devicerace-cli");
+            if (framework != "devicerace") {
+                ep.framework = framework;
+                ep.who = fmt::format("the {} lane on {}", framework, ep.where);
+            } else {
+                ep.who = "the worker on " + ep.where;
+            }
+        }
+        return ep;
+    }
+    ep.where = "this machine";
     if (spec.cmd) {
         ep.program = {*spec.cmd};
         ep.cli = *spec.cmd;
-        ep.where = "this machine";
         ep.who = fmt::format("the command '{}'", *spec.cmd);
-    } else if (spec.framework.value_or("devicerace") != "devicerace") {
-        const auto script = (fs::path(laneProgramDir()) / (*spec.framework + "_lane.py")).string();
-        ep.program = {pythonProgram(), script};
-        ep.cli = script;
-        ep.where = "this machine";
-        ep.who = fmt::format("the {} lane", *spec.framework);
-    } else if (!spec.host.empty()) {
-        ep.remote = true;
-        ep.target = parseSshTarget(spec.host);
-        ep.cli = spec.cli.value_or("devicerace-cli");
-        ep.where = ep.target.host;
-        ep.who = "the worker on " + ep.where;
+    } else if (framework != "devicerace") {
+        const auto program = frameworkProgram(framework);
+        if (!program) {
+            throw UsageError(fmt::format("framework={}: no such lane program", framework));
+        }
+        ep.program = localFrameworkArgv(*program);
+        ep.cli = ep.program[1];
+        ep.framework = framework;
+        ep.who = fmt::format("the {} lane", framework);
     } else {
         ep.cli = spec.cli.value_or(localWorkerProgram());
-        ep.where = "this machine";
         ep.who = "the worker process";
     }
     return ep;
 }
 
+} // namespace devicerace::detail
+
+namespace devicerace {
+
+std::vector<std::string> localFrameworkArgv(const FrameworkProgram& program) {
+    using detail::laneProgramDir;
+    using detail::pythonProgram;
+    std::vector<std::string> argv{pythonProgram(), (std::filesystem::path(laneProgramDir()) / program.script).string()};
+    argv.insert(argv.end(), program.args.begin(), program.args.end());
+    return argv;
+}
+
+} // namespace devicerace
+
+namespace devicerace::detail {
+
 std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
     const std::string proto = std::to_string(kProtoMajor);
-    if (!ep.program.empty()) {
-        auto argv = ep.program;
-        argv.insert(argv.end(), {"--proto", proto});
-        return argv;
-    }
     if (!ep.remote) {
+        if (!ep.program.empty()) {
+            auto argv = ep.program;
+            argv.insert(argv.end(), {"--proto", proto});
+            return argv;
+        }
         return {ep.cli, "worker", "--proto", proto};
     }
     // BatchMode: never a password or passphrase prompt (the user's agent and keys only);
@@ -142,8 +175,14 @@ std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
     if (!ep.target.user.empty()) {
         argv.insert(argv.end(), {"-l", ep.target.user});
     }
-    // The remote login shell re-parses this one string: the program is quoted, the rest fixed.
-    argv.insert(argv.end(), {"--", ep.target.host, fmt::format("exec {} worker --proto {}", shellQuote(ep.cli), proto)});
+    // The remote login shell re-parses this one string: the program is quoted, the rest fixed
+    // (a framework name is one of frameworkProgram's, never free text).
+    std::string remote = ep.command ? fmt::format("exec {} --proto {}", shellQuote(ep.cli), proto)
+                                    : fmt::format("exec {} worker --proto {}", shellQuote(ep.cli), proto);
+    if (!ep.framework.empty()) {
+        remote += " --framework " + ep.framework;
+    }
+    argv.insert(argv.end(), {"--", ep.target.host, remote});
     return argv;
 }
 

@@ -246,6 +246,7 @@ std::int64_t WorkerLane::totalSteps() const { return m_impl->ready.totalSteps; }
 std::shared_ptr<const Dataset> WorkerLane::dataset() const { return m_impl->data; }
 const DeviceReport* WorkerLane::workerMachine() const { return &m_impl->conn->devices(); }
 const std::string& WorkerLane::workerVersion() const { return m_impl->conn->version(); }
+std::optional<int> WorkerLane::storePort() const { return m_impl->ready.storePort; }
 
 void WorkerLane::start() {
     if (m_impl->started.exchange(true) || m_impl->stopRequested) {

@@ -34,6 +34,8 @@ public:
     const DeviceReport* workerMachine() const override;
     /// The worker's DeviceRace version, from its hello.
     const std::string& workerVersion() const;
+    /// Rank 0 of a data-parallel lane: the port its rendezvous store listens on.
+    std::optional<int> storePort() const;
 
 private:
     struct Impl;

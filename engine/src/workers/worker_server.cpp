@@ -16,6 +16,7 @@
 #include "devicerace/race.h"
 #include "devicerace/worker.h"
 #include "devicerace/workload.h"
+#include "distributed/rendezvous_store.h"
 #include "lanes/thread_lane.h"
 #include "workers/protocol.h"
 
@@ -226,6 +227,11 @@ private:
                                     settings.trainLimit, settings.testLimit);
         settings.data = resolved.dataset;
         settings.allowProcessFaults = true;
+        int storePort = 0;
+        if (settings.dist && settings.dist->rank == 0) {
+            // Rank 0 serves the lane's rendezvous; the parent passes the port to the others.
+            settings.dist->store = detail::serveRendezvousStore(settings.dist->timeoutSeconds, &storePort);
+        }
         if (spec.name.empty()) {
             spec.name = spec.device;
         }
@@ -240,6 +246,9 @@ private:
         ready.trainCount = resolved.dataset->train.count;
         ready.testCount = resolved.dataset->test.count;
         ready.dataNote = resolved.note;
+        if (storePort) {
+            ready.storePort = storePort;
+        }
         m_laneReady = m_lane.get();
         m_out.send(detail::readyMessage(ready));
     }

@@ -1,0 +1,352 @@
+// A data-parallel lane: N WorkerLanes as the ranks of one c10d group (parallel_lane.h).
+#include "distributed/parallel_lane.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "devicerace/errors.h"
+#include "lanes/lane_record.h"
+#include "workers/worker_lane.h"
+
+namespace devicerace {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often the lane gathers its ranks' samples and states.
+constexpr auto kPoll = std::chrono::milliseconds(20);
+// After the first rank fails: how long the others get to end on their own (their collectives
+// fail at once when a peer's sockets close) before they are told to stop.
+constexpr auto kGraceAfterFailure = std::chrono::seconds(2);
+
+std::string hostOf(const LaneMember& m) { return m.host.empty() ? std::string() : parseSshTarget(m.host).host; }
+
+// "rank 1 (gpubox, cuda:1)" / "rank 1 (cpu)"
+std::string rankName(int rank, const LaneMember& m) {
+    return m.host.empty() ? fmt::format("rank {} ({})", rank, m.device)
+                          : fmt::format("rank {} ({}, {})", rank, hostOf(m), m.device);
+}
+
+std::string thisHostName() {
+    char buf[256] = {};
+    ::gethostname(buf, sizeof buf - 1);
+    return buf;
+}
+
+// The fault a test injects hits one rank: fault=KIND[:STEP][@RANK], default the last rank.
+std::optional<std::string> faultFor(const std::optional<std::string>& fault, int rank, int world) {
+    if (!fault) {
+        return std::nullopt;
+    }
+    const auto at = fault->find('@');
+    const int target = at == std::string::npos ? world - 1 : std::stoi(fault->substr(at + 1));
+    if (target != rank) {
+        return std::nullopt;
+    }
+    return fault->substr(0, at);
+}
+
+} // namespace
+
+double rendezvousTimeout(bool remote) {
+    if (const char* env = std::getenv("DEVICERACE_RENDEZVOUS_TIMEOUT"); env && *env) {
+        try {
+            const double v = std::stod(env);
+            if (v >= 1 && v <= 3600) {
+                return v;
+            }
+        } catch (const std::exception&) {
+        }
+    }
+    return remote ? 120 : 60;
+}
+
+struct ParallelLane::Impl {
+    LaneSpec spec;
+    LaneRunSettings settings;
+    std::vector<LaneMember> ranks;
+    std::vector<std::unique_ptr<WorkerLane>> members;
+    std::unique_ptr<detail::LaneRecord> record;
+    std::thread monitor;
+    std::atomic<bool> started{false};
+    std::atomic<bool> stopRequested{false};
+
+    LaneSpec memberSpec(int rank) const {
+        LaneSpec m = spec;
+        m.members.clear();
+        m.workers.reset();
+        m.backend.reset();
+        m.fixedGlobalBatch.reset();
+        m.master.reset();
+        m.device = ranks[static_cast<std::size_t>(rank)].device;
+        m.host = ranks[static_cast<std::size_t>(rank)].host;
+        m.isolate = LaneKind::Process;
+        m.fault = faultFor(spec.fault, rank, static_cast<int>(ranks.size()));
+        m.name = fmt::format("{}/rank {}", spec.name, rank);
+        return m;
+    }
+
+    // Where rank `r` reaches rank 0's store: master=, loopback on rank 0's machine, else its name.
+    std::string storeHostFor(int r) const {
+        if (spec.master) {
+            return *spec.master;
+        }
+        const auto& zero = ranks.front();
+        const auto& mine = ranks[static_cast<std::size_t>(r)];
+        if (hostOf(zero) == hostOf(mine)) {
+            return "127.0.0.1";
+        }
+        return zero.host.empty() ? thisHostName() : hostOf(zero);
+    }
+
+    void connect() {
+        const int world = static_cast<int>(ranks.size());
+        std::set<std::string> machines;
+        bool remote = false;
+        for (const auto& r : ranks) {
+            machines.insert(hostOf(r));
+            remote = remote || !r.host.empty();
+        }
+        DistConfig dist;
+        dist.world = world;
+        dist.backend = spec.backend.value_or(spec.device == "cpu" ? "gloo" : "nccl");
+        dist.bindHost = machines.size() == 1 ? "127.0.0.1" : "";
+        dist.timeoutSeconds = rendezvousTimeout(remote);
+        dist.fixedGlobalBatch = spec.fixedGlobalBatch.value_or(false);
+        const auto settingsFor = [&](int rank) {
+            LaneRunSettings s = settings;
+            s.data.reset();
+            s.dist = dist;
+            s.dist->rank = rank;
+            return s;
+        };
+        const auto wrap = [&](int rank, const std::exception& e) {
+            return UsageError(fmt::format("lane {}: {}: {}", spec.name, rankName(rank, ranks[static_cast<std::size_t>(rank)]),
+                                          e.what()));
+        };
+        try {
+            members.push_back(std::make_unique<WorkerLane>(memberSpec(0), settingsFor(0)));
+        } catch (const std::exception& e) {
+            throw wrap(0, e);
+        }
+        const auto port = members.front()->storePort();
+        if (!port) {
+            throw UsageError(fmt::format("lane {}: rank 0's worker started no rendezvous store (is DeviceRace there "
+                                         "older than this one? {})",
+                                         spec.name, members.front()->workerVersion()));
+        }
+        dist.storePort = *port;
+        // The other ranks start together (each loads LibTorch and its data).
+        std::vector<std::future<std::unique_ptr<WorkerLane>>> pending;
+        for (int r = 1; r < world; ++r) {
+            dist.storeHost = storeHostFor(r);
+            pending.push_back(std::async(std::launch::async, [spec = memberSpec(r), s = settingsFor(r)] {
+                return std::make_unique<WorkerLane>(spec, s);
+            }));
+        }
+        std::optional<UsageError> first;
+        for (int r = 1; r < world; ++r) {
+            try {
+                members.push_back(pending[static_cast<std::size_t>(r - 1)].get());
+            } catch (const std::exception& e) {
+                if (!first) {
+                    first = wrap(r, e);
+                }
+            }
+        }
+        if (first) {
+            throw *first;
+        }
+    }
+
+    // Forwards rank 0's samples as the lane's; ends the lane when every rank has ended.
+    void run() {
+        std::optional<Clock::time_point> firstFailure;
+        bool told = false;
+        while (true) {
+            bool allEnded = true;
+            for (std::size_t r = 0; r < members.size(); ++r) {
+                auto samples = members[r]->takeSamples();
+                const auto st = members[r]->state();
+                allEnded = allEnded && isTerminal(st);
+                if ((st == LaneState::Failed || st == LaneState::Diverged) && !firstFailure) {
+                    firstFailure = Clock::now();
+                }
+                if (r != 0) {
+                    continue; // the other ranks' samples stay in their own records
+                }
+                for (auto& s : samples) {
+                    if (s.kind == SampleKind::State && isTerminal(s.state)) {
+                        continue; // the lane's end is decided below, over all ranks
+                    }
+                    s.lane = spec.name;
+                    record->push(std::move(s));
+                }
+            }
+            if (allEnded) {
+                break;
+            }
+            if (firstFailure && !told && Clock::now() - *firstFailure > kGraceAfterFailure) {
+                for (auto& m : members) {
+                    m->requestStop();
+                }
+                told = true;
+            }
+            std::this_thread::sleep_for(kPoll);
+        }
+        for (auto& m : members) {
+            m->wait();
+        }
+        finish();
+    }
+
+    // The lane's end: a rank's own failure (killed, lost, out of memory, diverged) ranks above
+    // the failures it caused in the others ("lost a peer rank: ..."); else rank 0's end.
+    void finish() {
+        std::optional<std::size_t> cause;
+        for (std::size_t r = 0; r < members.size(); ++r) {
+            const auto st = members[r]->state();
+            if (st != LaneState::Failed && st != LaneState::Diverged) {
+                continue;
+            }
+            const bool consequence = members[r]->message().find("lost a peer rank") != std::string::npos;
+            if (!cause || (!consequence &&
+                           members[*cause]->message().find("lost a peer rank") != std::string::npos)) {
+                cause = r;
+            }
+        }
+        if (cause) {
+            const int r = static_cast<int>(*cause);
+            record->finish(members[*cause]->state(),
+                           fmt::format("{} {}: {}", rankName(r, ranks[*cause]),
+                                       members[*cause]->state() == LaneState::Diverged ? "diverged" : "failed",
+                                       members[*cause]->message()));
+            return;
+        }
+        record->finish(members.front()->state(), members.front()->message());
+    }
+};
+
+ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
+    auto& d = *m_impl;
+    if (spec.device == "cuda:all") {
+        const auto& report = deviceReport();
+        if (!report.cudaAvailable || report.gpus.empty()) {
+            throw UsageError(fmt::format("lane {}: cuda:all: this machine has no usable CUDA device{}", spec.name,
+                                         report.cudaUnavailableReason.empty() ? "" : " (" + report.cudaUnavailableReason + ")"));
+        }
+        spec.members.clear();
+        spec.device = "cuda:0";
+        spec.members.push_back({"", report.gpus.size() == 1 ? std::string("cuda:0")
+                                                            : fmt::format("cuda:0-{}", report.gpus.size() - 1)});
+    }
+    d.ranks = laneRanks(spec);
+    if (d.ranks.empty()) {
+        d.ranks.push_back({spec.host, spec.device});
+    }
+    for (const auto& r : d.ranks) {
+        if ((r.device == "cpu") != (spec.device == "cpu")) {
+            throw UsageError(fmt::format("lane {}: every rank of a data-parallel lane trains on one kind of device "
+                                         "(all cpu, or all cuda)",
+                                         spec.name));
+        }
+    }
+    if (!spec.threads && spec.device == "cpu") {
+        int local = 0;
+        for (const auto& r : d.ranks) {
+            local += r.host.empty();
+        }
+        if (local > 0) {
+            spec.threads = std::max(1, deviceReport().cpu.physicalCores / local);
+        }
+    }
+    d.spec = std::move(spec);
+    d.settings = std::move(settings);
+    d.record = std::make_unique<detail::LaneRecord>(d.spec.name);
+    d.connect();
+}
+
+ParallelLane::~ParallelLane() {
+    requestStop();
+    if (m_impl->monitor.joinable()) {
+        m_impl->monitor.join();
+    }
+    m_impl->members.clear(); // each worker: stop, close, SIGTERM, SIGKILL (bounded), reap
+}
+
+const LaneSpec& ParallelLane::spec() const { return m_impl->spec; }
+std::int64_t ParallelLane::batch() const { return m_impl->members.front()->batch() * ranks(); }
+std::int64_t ParallelLane::totalSteps() const { return m_impl->members.front()->totalSteps(); }
+int ParallelLane::ranks() const { return static_cast<int>(m_impl->ranks.size()); }
+
+void ParallelLane::start() {
+    if (m_impl->started.exchange(true) || m_impl->stopRequested) {
+        return;
+    }
+    for (auto& m : m_impl->members) {
+        m->start();
+    }
+    m_impl->monitor = std::thread([impl = m_impl.get()] { impl->run(); });
+}
+
+void ParallelLane::requestStop() {
+    m_impl->stopRequested = true;
+    if (!m_impl->started) {
+        m_impl->record->stopIfPending("stopped before it started");
+    }
+    for (auto& m : m_impl->members) {
+        m->requestStop();
+    }
+}
+
+void ParallelLane::setPaused(bool paused) {
+    for (auto& m : m_impl->members) {
+        m->setPaused(paused);
+    }
+}
+
+void ParallelLane::wait() {
+    if (m_impl->monitor.joinable()) {
+        m_impl->monitor.join();
+    }
+}
+
+LaneState ParallelLane::state() const { return m_impl->record->state(); }
+std::string ParallelLane::message() const { return m_impl->record->message(); }
+std::vector<MetricSample> ParallelLane::takeSamples() { return m_impl->record->take(); }
+std::vector<MetricSample> ParallelLane::history() const { return m_impl->record->history(); }
+
+double ParallelLane::cpuSeconds() const {
+    double total = 0;
+    for (const auto& m : m_impl->members) {
+        total += m->cpuSeconds();
+    }
+    return total;
+}
+
+LaneSummary ParallelLane::summary() const {
+    auto samples = history();
+    auto s = summarize(m_impl->spec, batch(), samples, m_impl->settings.targetAccuracy);
+    const auto zero = m_impl->members.front()->summary();
+    s.datasetName = zero.datasetName;
+    s.synthetic = zero.synthetic;
+    s.execution = zero.execution;
+    s.threads = zero.threads;
+    s.workers = ranks();
+    s.state = m_impl->record->state();
+    s.error = m_impl->record->message();
+    return s;
+}
+
+std::shared_ptr<const Dataset> ParallelLane::dataset() const { return m_impl->members.front()->dataset(); }
+const DeviceReport* ParallelLane::workerMachine() const { return m_impl->members.front()->workerMachine(); }
+
+} // namespace devicerace

@@ -1,0 +1,47 @@
+#pragma once
+// A data-parallel lane (docs/PARALLEL.md): one model trained by N worker processes — ranks of a
+// c10d process group — on this machine and on ssh:// hosts. Each rank is a WorkerLane; rank 0
+// serves the rendezvous store and reports the lane's samples (global throughput, loss over all
+// ranks, each rank's samples/s, the allreduce share). A rank that fails fails the whole lane,
+// named by rank, host and reason; the race's other lanes go on. Thread-safe.
+#include <optional>
+
+#include "devicerace/lane.h"
+
+namespace devicerace {
+
+class ParallelLane final : public Lane {
+public:
+    /// Starts every rank's worker (rank 0 first: its store's port goes to the others) and waits
+    /// until each accepted its part. Throws UsageError naming the rank that could not.
+    ParallelLane(LaneSpec spec, LaneRunSettings settings);
+    ~ParallelLane() override;
+
+    LaneKind kind() const override { return LaneKind::Parallel; }
+    const LaneSpec& spec() const override;
+    std::int64_t batch() const override; // the global batch: per-rank batch × ranks
+    std::int64_t totalSteps() const override;
+    void start() override;
+    void requestStop() override;
+    void setPaused(bool paused) override;
+    void wait() override;
+    LaneState state() const override;
+    std::string message() const override;
+    std::vector<MetricSample> takeSamples() override;
+    std::vector<MetricSample> history() const override;
+    LaneSummary summary() const override;
+    double cpuSeconds() const override; // all ranks' training threads
+    std::shared_ptr<const Dataset> dataset() const override;
+    const DeviceReport* workerMachine() const override; // rank 0's machine
+
+    int ranks() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+/// DEVICERACE_RENDEZVOUS_TIMEOUT=SECONDS, else 60 s (local ranks) or 120 s (any remote rank).
+double rendezvousTimeout(bool remote);
+
+} // namespace devicerace
