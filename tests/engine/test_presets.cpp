@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
+#include <optional>
 
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
@@ -13,7 +15,8 @@ using namespace devicerace;
 TEST(Presets, OnePerSeedExperiment) {
     auto names = presetNames();
     for (const auto* want : {"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm",
-                             "synthetic-vs-real", "davidnet-batch-and-decay"}) {
+                             "synthetic-vs-real", "davidnet-batch-and-decay", "keras-backends",
+                             "framework-vs-framework"}) {
         EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
     }
 }
@@ -31,10 +34,22 @@ TEST(Presets, EveryPresetLoadsAndRunsShortened) {
             for (auto& lane : spec.lanes) {
                 lane.batch = std::min<std::int64_t>(lane.batch.value_or(4), 4);
             }
-            Race r(spec);
-            r.start();
-            r.wait();
-            for (const auto& lane : r.summary().lanes) {
+            spec.fair = false; // two steps a lane: the framework lanes' start-ups overlap instead
+            std::optional<Race> r;
+            try {
+                r.emplace(spec);
+            } catch (const UsageError& e) {
+                // A framework lane (framework=keras-*) refuses where its framework is not installed,
+                // naming the command that installs it: that race is skipped, saying so.
+                const std::string why = e.what();
+                ASSERT_NE(why.find("scripts/setup --frameworks"), std::string::npos) << name << " / " << race.title
+                                                                                   << ": " << why;
+                std::cout << "[ SKIPPED  ] " << name << " / " << race.title << ": " << why << "\n";
+                continue;
+            }
+            r->start();
+            r->wait();
+            for (const auto& lane : r->summary().lanes) {
                 EXPECT_EQ(lane.state, LaneState::Finished) << name << " / " << race.title << " / " << lane.name << ": "
                                                            << lane.error;
             }
