@@ -27,8 +27,8 @@ read.
 Devices: a `cpu` lane runs on the framework's CPU device; a `cuda` / `cuda:N` lane on the N-th
 accelerator the framework finds - for JAX that is a GPU or a TPU, so on a Cloud TPU VM reached
 over ssh:// a keras-jax `cuda` lane is a TPU lane (README, "Race frameworks"; untested here).
-threads=N on a CPU lane pins the process to N CPUs (XLA and TensorFlow size their thread pools
-from the CPUs they may use) and sets PyTorch's / TensorFlow's intra-op threads.
+threads=N on a CPU lane pins the process to N CPUs (XLA's CPU thread pool has no other knob once
+JAX has started, which it has for the hello) and sets PyTorch's / TensorFlow's intra-op threads.
 
 A backend that is not installed is refused at config with the command that installs it
 (scripts/setup --frameworks).
@@ -198,8 +198,8 @@ def lane_device(spec, name):
 
 
 def limit_cpus(threads):
-    """Pins every thread of this process to `threads` of the CPUs it may use (XLA and TensorFlow
-    size their pools from these); True when it pinned."""
+    """Pins every thread of this process (and so the threads it starts later) to `threads` of the
+    CPUs it may use; True when it pinned."""
     try:
         allowed = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
