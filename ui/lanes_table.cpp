@@ -37,10 +37,24 @@ void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
     to.isolate = from.isolate;
     to.cli = from.cli;
     to.fault = from.fault;
+    to.framework = from.framework;
+    to.cmd = from.cmd; // run only after the window's confirmation (MainWindow::confirmCommands)
+    to.workers = from.workers;
+    to.backend = from.backend;
+    to.fixedGlobalBatch = from.fixedGlobalBatch;
+    to.master = from.master;
 }
 
 // The device combo's value for a spec: "cpu", "cuda:0", or "ssh://gpubox/cuda:0".
 QString deviceValue(const LaneSpec& spec) {
+    if (!spec.members.empty()) {
+        // A data-parallel lane's ranks: "cuda:0-7", "ssh://a/cpu+ssh://b/cpu".
+        std::string out;
+        for (const auto& m : spec.members) {
+            out += (out.empty() ? "" : "+") + (m.host.empty() ? m.device : m.host + "/" + m.device);
+        }
+        return QString::fromStdString(out);
+    }
     const std::string device = spec.device == "cuda" ? "cuda:0" : spec.device;
     return QString::fromStdString(spec.host.empty() ? device : spec.host + "/" + device);
 }
@@ -300,6 +314,7 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         const LaneSpec where = laneDevice(qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString());
         s.device = where.device;
         s.host = where.host;
+        s.members = where.members;
 
         if (int t = qobject_cast<QSpinBox*>(cellWidget(r, ColThreads))->value(); t > 0) {
             s.threads = t;
@@ -327,7 +342,9 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         if (!extra.isEmpty()) {
             LaneSpec more;
             try {
-                more = parseLaneSpec("cpu," + extra.toStdString());
+                // Parsed with the lane's own device: some keys depend on it (backend=nccl, workers).
+                const auto device = qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString();
+                more = parseLaneSpec(device.toStdString() + "," + extra.toStdString());
             } catch (const UsageError& e) {
                 throw UsageError(QObject::tr("lane %1: %2").arg(r + 1).arg(QString::fromStdString(e.what())).toStdString());
             }

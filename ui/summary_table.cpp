@@ -17,10 +17,11 @@ QString groupedNumber(double value) {
 QString formatBytes(std::uint64_t bytes) { return QString::fromStdString(devicerace::formatBytes(bytes)); }
 
 SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
-    setColumnCount(12);
+    setColumnCount(kColumns);
     setHorizontalHeaderLabels({tr("lane"), tr("device"), tr("samples/s"), tr("steps/s"), tr("test acc"),
                                tr("time→target"), tr("peak mem"), tr("$/h"), tr("status"), tr("data"), tr("$→target"),
-                               tr("cost ×")});
+                               tr("cost ×"), tr("scaling")});
+    setColumnHidden(kScalingColumn, true);
     horizontalHeader()->setStretchLastSection(true);
     verticalHeader()->setVisible(false);
     setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -28,8 +29,30 @@ SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
     setAlternatingRowColors(true);
 }
 
+QString scalingText(const LaneSummary& l) {
+    if (l.workers == 0) {
+        return QStringLiteral("–");
+    }
+    // "2 workers · batch 256 · 1.87× · 94% · allreduce 6%": seed 002's speedup and efficiency.
+    QStringList parts{l.workers == 1 ? QObject::tr("1 worker") : QObject::tr("%1 workers").arg(l.workers),
+                      QObject::tr("batch %1").arg(groupedNumber(static_cast<double>(l.batch)))};
+    if (l.scalingSpeedup && l.scalingEfficiency) {
+        parts << QStringLiteral("%1×").arg(*l.scalingSpeedup, 0, 'f', 2)
+              << QObject::tr("%1% efficient").arg(*l.scalingEfficiency * 100, 0, 'f', 0);
+    }
+    if (l.allreduceShare) {
+        parts << QObject::tr("allreduce %1%").arg(*l.allreduceShare * 100, 0, 'f', 0);
+    }
+    return parts.join(QStringLiteral(" · "));
+}
+
 void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<LaneInfo>& lanes) {
     setRowCount(static_cast<int>(summary.lanes.size()));
+    bool parallel = false;
+    for (const auto& l : summary.lanes) {
+        parallel = parallel || l.workers > 0;
+    }
+    setColumnHidden(kScalingColumn, !parallel);
     auto dash = QStringLiteral("–");
     for (int r = 0; r < rowCount(); ++r) {
         const auto& l = summary.lanes[static_cast<std::size_t>(r)];
@@ -51,6 +74,7 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
             QString::fromStdString(l.datasetName),
             l.costToTargetUsd ? QStringLiteral("$%1").arg(*l.costToTargetUsd, 0, 'f', 4) : dash,
             l.costVsBaseline ? QStringLiteral("%1×").arg(*l.costVsBaseline, 0, 'f', 2) : dash,
+            scalingText(l),
         };
         for (int c = 0; c < cells.size(); ++c) {
             auto* item = this->item(r, c);
@@ -59,7 +83,7 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                 setItem(r, c, item);
             }
             item->setText(cells[c]);
-            item->setTextAlignment((c >= 2 && c <= 7) || c >= 10 ? (Qt::AlignRight | Qt::AlignVCenter)
+            item->setTextAlignment((c >= 2 && c <= 7) || c == 10 || c == 11 ? (Qt::AlignRight | Qt::AlignVCenter)
                                                     : (Qt::AlignLeft | Qt::AlignVCenter));
             if (c == 0 && r < static_cast<int>(lanes.size())) {
                 item->setForeground(readableOn(lanes[static_cast<std::size_t>(r)].color, palette().color(QPalette::Base)));

@@ -1,6 +1,7 @@
 #pragma once
 // The per-lane results table: device, median samples/s and steps/s after warm-up, final
-// accuracy, time to target, peak memory, $/hour, status or error. GUI thread only.
+// accuracy, time to target, peak memory, $/hour, status or error, and a data-parallel lane's
+// scaling (speedup and efficiency against the fewest workers). GUI thread only.
 #include <QTableWidget>
 
 #include "devicerace/race.h"
@@ -12,12 +13,17 @@ namespace devicerace::ui {
 QString groupedNumber(double value);
 /// "1.2 GB"
 QString formatBytes(std::uint64_t bytes);
+/// A data-parallel lane's scaling: "2 workers · batch 256 · 1.87× · 94% efficient · allreduce 6%".
+QString scalingText(const LaneSummary& lane);
 
 class SummaryTable : public QTableWidget {
     Q_OBJECT
 public:
     explicit SummaryTable(QWidget* parent = nullptr);
     void showSummary(const RaceSummary& summary, const std::vector<LaneInfo>& lanes);
+
+    static constexpr int kColumns = 13;
+    static constexpr int kScalingColumn = 12; // shown only when a lane is data-parallel
 };
 
 } // namespace devicerace::ui

@@ -138,6 +138,31 @@ std::string summaryText(const RaceSummary& s, double target) {
             sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
             stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
     }
+    bool scaling = false;
+    for (const auto& l : s.lanes) {
+        scaling = scaling || l.workers > 0;
+    }
+    if (scaling) {
+        // Seed 002's figures: speedup against the fewest workers, efficiency = speedup ÷ N.
+        out += fmt::format("\n{:<12} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", "lane", "workers",
+                           "global batch", "samples/s", "speedup", "efficiency", "allreduce", "per worker samples/s");
+        for (const auto& l : s.lanes) {
+            if (l.workers == 0) {
+                continue;
+            }
+            std::string perWorker;
+            for (double r : l.workerSamplesPerSec) {
+                perWorker += (perWorker.empty() ? "" : " ") + groupThousands(r);
+            }
+            out += fmt::format("{:<12} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", l.name, l.workers,
+                               groupThousands(static_cast<double>(l.batch)),
+                               l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-",
+                               l.scalingSpeedup ? fmt::format("{:.2f}x", *l.scalingSpeedup) : "-",
+                               l.scalingEfficiency ? fmt::format("{:.0f}%", *l.scalingEfficiency * 100) : "-",
+                               l.allreduceShare ? fmt::format("{:.0f}%", *l.allreduceShare * 100) : "-",
+                               perWorker.empty() ? "-" : perWorker);
+        }
+    }
     if (costs) {
         out += fmt::format("\n{:<12} {:>8} {:>10} {:>12} {:>12}\n", "lane", "$/hour", "cost", "$→target", "cost ×");
         for (const auto& l : s.lanes) {

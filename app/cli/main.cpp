@@ -55,7 +55,11 @@ int main(int argc, char** argv) {
                      "precision (fp32|bf16|fp16), cost (USD per hour), channels_last, eval_batch, wd, momentum, "
                      "schedule (constant|step|onecycle), lstm (fused|cells), data (real|synthetic), fused, graph, resident "
                      "(true|false: the fast paths), isolate (thread|process), cli (worker lanes: the devicerace-cli "
-                     "to run). DEVICE may be ssh://[user@]host[:port]/DEVICE: a lane on another machine. "
+                     "to run), framework (devicerace|pytorch|keras-jax|keras-tensorflow|keras-torch), cmd (a program "
+                     "speaking the worker protocol; needs --allow-commands). DEVICE may be "
+                     "ssh://[user@]host[:port]/DEVICE: a lane on another machine. "
+                     "Data-parallel lanes (docs/PARALLEL.md): workers=N, cuda:A-B, cuda:all or DEVICE+DEVICE+..., "
+                     "with backend (gloo|nccl), global_batch (scaled|fixed), master (rank 0's address). "
                      "Repeat for more lanes. "
                      "Default: cpu,threads=1 and the best other device");
     auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");

@@ -384,6 +384,14 @@ private Q_SLOTS:
         QCOMPARE(QString::fromStdString(w.setupPanel()->raceSpec().workload), QStringLiteral("charlstm"));
         QVERIFY(!w.setupPanel()->loadPreset(QStringLiteral("no-such-preset"), 0, &error));
         QVERIFY(error.contains(QStringLiteral("unknown preset")));
+        // Data-parallel lanes keep their workers through the lanes table (1, 2, ... up to the cores).
+        QVERIFY2(w.setupPanel()->loadPreset(QStringLiteral("scaling-efficiency"), 0, &error), qPrintable(error));
+        const auto scaling = w.setupPanel()->raceSpec();
+        QVERIFY(scaling.fair);
+        QVERIFY(scaling.lanes.size() >= 2);
+        QCOMPARE(scaling.lanes[0].workers.value_or(0), 1);
+        QCOMPARE(scaling.lanes[1].workers.value_or(0), 2);
+        QCOMPARE(toString(laneKind(scaling.lanes[1])), std::string("parallel"));
     }
 
     void aRecordedRaceReplaysToTheSameSummary() {

@@ -62,7 +62,7 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
         counts.push_back(most);
         const auto keys = text.substr(comma, at - comma) + text.substr(at + 14); // ",...," without workers=powers
         for (int n : counts) {
-            concrete.push_back(onGpu ? fmt::format("cuda:0-{}{}", n - 1, keys) : fmt::format("cpu{}workers={}", keys, n));
+            concrete.push_back(onGpu ? fmt::format("cuda:0-{}{}", n - 1, keys) : fmt::format("cpu{},workers={}", keys, n));
         }
         for (auto& c : concrete) {
             while (c.find(",,") != std::string::npos) {
