@@ -215,6 +215,20 @@ class RemoteLanes(unittest.TestCase):
             self.assertEqual(manifest["lanes"][1]["kind"], "remote")
             self.assertIn("AMD", manifest["lanes"][1]["machine"] + manifest["device"]["cpu"])
 
+    def test_a_framework_lane_on_a_remote_host(self):
+        # framework= over ssh: the remote devicerace-cli runs its own machine's lane program.
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = os.path.join(tmp, "s.json")
+            r = self.race("--steps", "30", "--json", summary,
+                          "--lane", self.remote_lane(",framework=pytorch,name=remote-pytorch"), timeout=400)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(summary) as f:
+                lane = json.load(f)["lanes"][0]
+            self.assertEqual(lane["status"], "finished", lane)
+            self.assertEqual(lane["kind"], "remote")
+            self.assertEqual(lane["steps"], 30)
+            self.assertGreater(lane["samples_per_sec"], 0)
+
     def test_devices_of_a_remote_host(self):
         r = subprocess.run([CLI, "devices", "--host", self.host, "--cli", CLI, "--json"], capture_output=True,
                            text=True, env=env(DEVICERACE_SSH_CONFIG=self.sshd.config), timeout=120)
