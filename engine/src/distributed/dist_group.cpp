@@ -214,11 +214,17 @@ DistGroup::DistGroup(const DistConfig& config, const c10::Device& device) : m_im
 DistGroup::~DistGroup() = default;
 
 std::string DistGroup::describe() const {
+    if (m_world == 1) {
+        return fmt::format("data-parallel: a {} group of 1 rank (no communication)", m_impl->backendName);
+    }
     return fmt::format("data-parallel: {} over {} ranks, {} gradient bucket{}", m_impl->backendName, m_world,
                        m_impl->buckets.size(), m_impl->buckets.size() == 1 ? "" : "s");
 }
 
 void DistGroup::broadcast(const std::vector<at::Tensor>& tensors) {
+    if (m_world == 1) {
+        return;
+    }
     // One broadcast per dtype, flattened (a model has dozens of small tensors).
     std::map<at::ScalarType, std::vector<at::Tensor>> byType;
     for (const auto& t : tensors) {
@@ -248,6 +254,9 @@ void DistGroup::broadcast(const std::vector<at::Tensor>& tensors) {
 
 void DistGroup::attach(const std::vector<at::Tensor>& params) {
     auto& d = *m_impl;
+    if (m_world == 1) {
+        return; // a group of one communicates nothing (the 1-worker baseline of a scaling race)
+    }
     for (const auto& p : params) {
         if (p.requires_grad()) {
             d.params.push_back(p);
@@ -296,6 +305,10 @@ void DistGroup::attach(const std::vector<at::Tensor>& params) {
 
 void DistGroup::beginStep(bool wantReport, bool wantStop, bool wantPause) {
     auto& d = *m_impl;
+    if (m_world == 1) {
+        m_agreed = {wantReport, wantStop, wantPause};
+        return;
+    }
     for (auto& b : d.buckets) {
         b.pending = b.params.size();
         b.work.reset();
@@ -316,6 +329,9 @@ void DistGroup::beginStep(bool wantReport, bool wantStop, bool wantPause) {
 
 void DistGroup::finishGradients() {
     auto& d = *m_impl;
+    if (m_world == 1) {
+        return; // alone: the gradients are the average; beginStep set the agreement
+    }
     const auto t0 = Clock::now();
     try {
         // A parameter the step did not use has no gradient: zeros, as DDP would average.
@@ -374,6 +390,9 @@ void DistGroup::finishGradients() {
 
 std::vector<DistGroup::Stats> DistGroup::gather(const Stats& mine) {
     auto& d = *m_impl;
+    if (m_world == 1) {
+        return {mine};
+    }
     auto table = at::zeros({m_world, kStats}, at::TensorOptions().dtype(at::kDouble));
     for (int i = 0; i < kStats; ++i) {
         table[m_rank][i].fill_(mine[static_cast<std::size_t>(i)]);
