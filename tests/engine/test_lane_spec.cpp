@@ -55,3 +55,44 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{"cpu,eval_batch=0", "eval_batch=0"}, std::pair{"cpu,wd=-1", "wd=-1"},
                       std::pair{"cpu,momentum=1.5", "momentum=1.5"}, std::pair{"cpu,schedule=cosine", "schedule=cosine"},
                       std::pair{"cpu,lstm=gru", "lstm=gru"}, std::pair{"cpu,data=imagenet", "data=imagenet"}));
+
+TEST(LaneSpec, DataParallelLanesListTheirRanks) {
+    // workers=N: N ranks of the one device.
+    auto cpu = parseLaneSpec("cpu,workers=3,threads=1");
+    EXPECT_EQ(laneKind(cpu), LaneKind::Parallel);
+    ASSERT_EQ(laneRanks(cpu).size(), 3u);
+    EXPECT_EQ(laneRanks(cpu)[2].device, "cpu");
+    // A range, expanded in rank order, multiplied by workers.
+    auto gpus = parseLaneSpec("cuda:2-4,workers=2");
+    const auto ranks = laneRanks(gpus);
+    ASSERT_EQ(ranks.size(), 6u);
+    EXPECT_EQ(ranks[0].device, "cuda:2");
+    EXPECT_EQ(ranks[1].device, "cuda:2");
+    EXPECT_EQ(ranks[5].device, "cuda:4");
+    // Devices on hosts, joined with '+'; rank 0 is the first listed.
+    auto hosts = parseLaneSpec("ssh://a/cuda:0-1+ssh://me@b:2222/cuda:0,backend=nccl,master=10.0.0.5");
+    const auto hr = laneRanks(hosts);
+    ASSERT_EQ(hr.size(), 3u);
+    EXPECT_EQ(hr[0].host, "ssh://a");
+    EXPECT_EQ(hr[2].host, "ssh://me@b:2222");
+    EXPECT_EQ(hosts.host, "ssh://a");
+    EXPECT_EQ(hosts.backend, "nccl");
+    EXPECT_EQ(hosts.master, "10.0.0.5");
+    EXPECT_EQ(laneKind(hosts), LaneKind::Parallel);
+    // cuda:all is expanded by the lane on this machine.
+    EXPECT_EQ(laneKind(parseLaneSpec("cuda:all")), LaneKind::Parallel);
+    // One device without workers= is an ordinary lane.
+    EXPECT_TRUE(laneRanks(parseLaneSpec("cuda:1")).empty());
+    EXPECT_EQ(laneKind(parseLaneSpec("ssh://a/cuda:1")), LaneKind::Remote);
+    EXPECT_EQ(parseLaneSpec("cpu,workers=2,global_batch=fixed").fixedGlobalBatch, true);
+}
+
+TEST(LaneSpec, DataParallelKeysAreChecked) {
+    for (const auto* bad : {"cpu,workers=0", "cpu,workers=2,backend=mpi", "cpu,backend=gloo", "cpu,global_batch=fixed",
+                            "cuda:3-1", "cuda:a-b", "ssh://a/cuda:all", "cpu+cuda:0+nonsense", "cpu,workers=2,isolate=thread",
+                            "cpu,workers=2,framework=pytorch", "cpu,workers=2,master=a;b", "cpu,workers=2,backend=nccl"}) {
+        EXPECT_THROW(parseLaneSpec(bad), UsageError) << bad;
+    }
+    EXPECT_NO_THROW(parseLaneSpec("cpu,workers=2,fault=hang:0@1"));
+    EXPECT_THROW(parseLaneSpec("cpu,workers=2,fault=hang@x"), UsageError);
+}

@@ -205,5 +205,59 @@ TEST(LaneSpecWorkers, RemoteDevicesIsolationCliAndFaults) {
     EXPECT_THROW(parseLaneSpec("ssh://gpubox/tpu"), UsageError);
     EXPECT_THROW(parseLaneSpec("cpu,isolate=vm"), UsageError);
     EXPECT_THROW(parseLaneSpec("cpu,fault=explode"), UsageError);
-    EXPECT_THROW(parseLaneSpec("cpu,fault=abort:0"), UsageError);
+    EXPECT_THROW(parseLaneSpec("cpu,fault=abort:-1"), UsageError);
+    EXPECT_NO_THROW(parseLaneSpec("cpu,fault=abort:0")); // step 0: before training starts
+}
+
+TEST(WorkerMessage, DataParallelRanksTravelInConfigAndReady) {
+    LaneRunSettings s;
+    s.workload = "fashion-mlp";
+    DistConfig d;
+    d.rank = 1;
+    d.world = 4;
+    d.backend = "gloo";
+    d.storeHost = "10.0.0.5";
+    d.storePort = 41234;
+    d.bindHost = "";
+    d.timeoutSeconds = 30;
+    d.fixedGlobalBatch = true;
+    s.dist = d;
+    auto [spec, back] = configFromMessage(configMessage(parseLaneSpec("cpu,threads=1"), s));
+    ASSERT_TRUE(back.dist);
+    EXPECT_EQ(back.dist->rank, 1);
+    EXPECT_EQ(back.dist->world, 4);
+    EXPECT_EQ(back.dist->storeHost, "10.0.0.5");
+    EXPECT_EQ(back.dist->storePort, 41234);
+    EXPECT_DOUBLE_EQ(back.dist->timeoutSeconds, 30);
+    EXPECT_TRUE(back.dist->fixedGlobalBatch);
+    // Out of range: refused, never trusted.
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"rank", 4}, {"world", 0}, {"backend", "mpi"}, {"store_port", 70000}, {"timeout", 0}}) {
+        auto m = configMessage(parseLaneSpec("cpu"), s);
+        m["dist"][key] = value;
+        EXPECT_THROW(configFromMessage(m), DataError) << key;
+    }
+    auto m = configMessage(parseLaneSpec("cpu"), s);
+    m["dist"]["store_host"] = "";
+    EXPECT_THROW(configFromMessage(m), DataError) << "rank 1 without a store";
+    // A worker is one rank, never a whole data-parallel lane.
+    m = configMessage(parseLaneSpec("cpu"), LaneRunSettings{});
+    m["lane"] = "cpu,workers=2";
+    EXPECT_THROW(configFromMessage(m), UsageError);
+    // Rank 0 says where its store listens.
+    ReadyInfo r;
+    r.batch = 64;
+    r.totalSteps = 10;
+    r.datasetName = "x";
+    r.storePort = 40000;
+    EXPECT_EQ(readyFromMessage(readyMessage(r)).storePort, 40000);
+    r.storePort.reset();
+    EXPECT_FALSE(readyFromMessage(readyMessage(r)).storePort);
+}
+
+TEST(WorkerMessage, DataParallelSpecsRoundTrip) {
+    for (const auto* text : {"cpu,threads=1,workers=2", "cuda:0-7,backend=nccl,global_batch=fixed",
+                             "ssh://a/cpu+ssh://b:2222/cpu,threads=8,master=10.0.0.5,name=two-hosts"}) {
+        EXPECT_EQ(formatLaneSpec(parseLaneSpec(text)), text);
+    }
 }

@@ -150,6 +150,9 @@ std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
         if (!spec.host.empty()) {
             throw UsageError("a worker runs its lane where it is: the lane may not name another host");
         }
+        if (laneKind(spec) == LaneKind::Parallel) {
+            throw UsageError("a worker trains one rank of a data-parallel lane, not a whole one (config.dist)");
+        }
         if (auto data = optionalOf<std::string>(m, "data")) {
             if (*data != "real" && *data != "synthetic") {
                 throw DataError(fmt::format("config: data '{}' (expected real or synthetic)", *data));
