@@ -116,6 +116,8 @@ bool MainWindow::restoreSettings() {
         return false; // settings from another version: keep the defaults
     }
     m_setup->setRaceSpec(spec);
+    m_setup->setEvalSetting(s.value(QStringLiteral("race/evalMode"), 0).toInt(),
+                            s.value(QStringLiteral("race/evalSteps"), 100).toInt());
     return true;
 }
 
@@ -141,6 +143,9 @@ void MainWindow::saveSettings() const {
     s.setValue(QStringLiteral("race/target"), spec.targetAccuracy.value_or(0.85));
     s.setValue(QStringLiteral("race/seed"), static_cast<qulonglong>(spec.seed));
     s.setValue(QStringLiteral("race/fair"), spec.fair);
+    const auto [evalMode, evalSteps] = m_setup->evalSetting();
+    s.setValue(QStringLiteral("race/evalMode"), evalMode);
+    s.setValue(QStringLiteral("race/evalSteps"), evalSteps);
     QStringList lanes;
     for (const auto& l : spec.lanes) {
         lanes << laneSpecText(l);

@@ -233,6 +233,17 @@ std::vector<QColor> SetupPanel::laneColors() const { return m_lanes->colors(); }
 
 bool SetupPanel::autoEvaluations() const { return m_evalMode->currentIndex() == 0; }
 
+std::pair<int, int> SetupPanel::evalSetting() const { return {m_evalMode->currentIndex(), m_evalSteps->value()}; }
+
+void SetupPanel::setEvalSetting(int mode, int steps) {
+    if (mode >= 0 && mode < m_evalMode->count()) {
+        m_evalMode->setCurrentIndex(mode);
+    }
+    if (steps >= m_evalSteps->minimum() && steps <= m_evalSteps->maximum()) {
+        m_evalSteps->setValue(steps);
+    }
+}
+
 void SetupPanel::setEditable(bool editable) {
     m_form->setEnabled(editable);
     m_lanes->setEnabled(editable);

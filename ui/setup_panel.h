@@ -26,6 +26,10 @@ public:
     std::vector<QColor> laneColors() const;
     /// "About ten evaluations per race" is chosen: the race's interval is worked out at Start
     /// from the lanes' step counts (raceSpec() then says 0).
+    /// The evaluation setting as the user left it (0: ≈10 per race, 1: every N steps, 2: at
+    /// epoch ends) and N, for the window's saved settings.
+    std::pair<int, int> evalSetting() const;
+    void setEvalSetting(int mode, int steps);
     bool autoEvaluations() const;
     LanesTable* lanesTable() const { return m_lanes; }
     /// Setup is disabled while a race runs (never a half-applied change).

@@ -355,17 +355,20 @@ private Q_SLOTS:
             auto spec = shortRace(77);
             spec.seed = 5;
             w.setupPanel()->setRaceSpec(spec);
+            w.setupPanel()->setEvalSetting(2, 250); // at epoch ends (N kept for the next switch)
             w.saveSettings();
         }
         MainWindow again;
         QVERIFY(again.restoreSettings());
         QVERIFY(again.darkTheme());
+        QCOMPARE(again.setupPanel()->evalSetting(), std::make_pair(2, 250));
         const auto spec = again.setupPanel()->raceSpec();
         QCOMPARE(spec.steps.value_or(0), std::int64_t(77));
         QCOMPARE(spec.seed, std::uint64_t(5));
         QCOMPARE(spec.lanes.size(), std::size_t(2));
         QCOMPARE(QString::fromStdString(spec.lanes[1].name), QStringLiteral("twin"));
         again.setDarkTheme(false);
+        again.setupPanel()->setEvalSetting(0, 100);
         again.saveSettings();
     }
 
