@@ -29,6 +29,15 @@ void LaneHistory::append(const MetricSample& s) {
             loss.push_back(*s.loss);
             cost.push_back(costPerHour ? s.time / 3600.0 * *costPerHour : 0.0);
             warmup.push_back(s.warmup ? 1 : 0);
+            if (finite(s.lr) && *s.lr > 0) {
+                if (lastLr && (*s.lr >= 1.5 * *lastLr || *s.lr * 1.5 <= *lastLr)) {
+                    lrTime.push_back(s.time);
+                    lrStep.push_back(static_cast<double>(s.step));
+                    lrSamples.push_back(static_cast<double>(s.samples));
+                    lrCost.push_back(cost.back());
+                }
+                lastLr = s.lr;
+            }
             if (!s.warmup) {
                 recentSamplesPerSec = s.samplesPerSec;
             }
@@ -66,6 +75,16 @@ std::optional<double> LaneHistory::medianSamplesPerSec(std::size_t window) const
     auto mid = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
     std::nth_element(rates.begin(), mid, rates.end());
     return *mid;
+}
+
+const std::vector<double>& lrColumn(const LaneHistory& h, XAxis axis) {
+    switch (axis) {
+    case XAxis::Step: return h.lrStep;
+    case XAxis::Samples: return h.lrSamples;
+    case XAxis::Cost: return h.lrCost;
+    case XAxis::Time: break;
+    }
+    return h.lrTime;
 }
 
 const std::vector<double>& xColumn(const LaneHistory& h, XAxis axis, bool eval) {

@@ -26,6 +26,10 @@ struct LaneHistory {
     std::vector<char> warmup;
     // Evaluations
     std::vector<double> evalTime, evalStep, evalSamples, evalAccuracy, evalCost;
+    // Learning-rate schedule boundaries: where the rate jumped (≥ 1.5× either way) between two
+    // train samples (step schedules; a one-cycle ramp changes too smoothly to mark)
+    std::vector<double> lrTime, lrStep, lrSamples, lrCost;
+    std::optional<double> lastLr;
     LaneState state = LaneState::Pending;
     QString message;
     std::int64_t lastStep = 0;
@@ -43,6 +47,8 @@ struct LaneHistory {
 
 /// The x column of `h` for `axis` (train points, or evaluation points when `eval`).
 const std::vector<double>& xColumn(const LaneHistory& h, XAxis axis, bool eval);
+/// The x positions of the learning-rate boundaries of `h` for `axis`.
+const std::vector<double>& lrColumn(const LaneHistory& h, XAxis axis);
 /// The y column for `metric` (Accuracy reads the evaluation columns).
 const std::vector<double>& yColumn(const LaneHistory& h, Metric metric);
 

@@ -61,6 +61,44 @@ TEST(MetricSample, JsonLineRoundTrip) {
     EXPECT_EQ(st2.message, "diverged at step 3");
 }
 
+TEST(MetricSample, DataParallelFieldsAndLearningRateRoundTrip) {
+    auto s = train(40, 2.0, 900, false);
+    s.workerSamplesPerSec = {450, 440.5};
+    s.allreduceShare = 0.12;
+    s.lr = 0.01;
+    const auto back = sampleFromJsonLine(toJsonLine(s));
+    EXPECT_EQ(back.workerSamplesPerSec, (std::vector<double>{450, 440.5}));
+    EXPECT_DOUBLE_EQ(*back.allreduceShare, 0.12);
+    EXPECT_DOUBLE_EQ(*back.lr, 0.01);
+    const auto plain = sampleFromJsonLine(toJsonLine(train(40, 2.0, 900, false)));
+    EXPECT_TRUE(plain.workerSamplesPerSec.empty());
+    EXPECT_FALSE(plain.allreduceShare);
+    EXPECT_FALSE(plain.lr);
+    EXPECT_THROW(sampleFromJsonLine(R"({"kind":"train","lane":"a","step":1,"samples":1,"t":0,"worker_samples_per_sec":3})"),
+                 DataError);
+}
+
+TEST(Summary, ScalingAgainstTheFewestWorkers) {
+    std::vector<LaneSummary> lanes(3);
+    lanes[0].name = "one";
+    lanes[0].device = "cpu";
+    lanes[0].workers = 1;
+    lanes[0].samplesPerSec = 100;
+    lanes[1].name = "four";
+    lanes[1].device = "cpu";
+    lanes[1].workers = 4;
+    lanes[1].samplesPerSec = 360;
+    lanes[2].name = "thread";
+    lanes[2].device = "cpu";
+    lanes[2].samplesPerSec = 120;
+    fillScaling(lanes);
+    EXPECT_EQ(lanes[1].scalingBaseline, "one");
+    EXPECT_DOUBLE_EQ(*lanes[1].scalingSpeedup, 3.6);
+    EXPECT_DOUBLE_EQ(*lanes[1].scalingEfficiency, 0.9);
+    EXPECT_DOUBLE_EQ(*lanes[0].scalingEfficiency, 1.0);
+    EXPECT_FALSE(lanes[2].scalingSpeedup); // not data-parallel
+}
+
 TEST(MetricSample, NonFiniteValuesBecomeNull) {
     auto s = train(1, 0.1, 10, false);
     s.loss = std::nan("");

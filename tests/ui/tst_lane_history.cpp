@@ -120,6 +120,28 @@ private Q_SLOTS:
         QVERIFY(h.state == LaneState::Diverged);
         QCOMPARE(h.message, QStringLiteral("diverged at step 21"));
     }
+
+    void learningRateStepsAreMarkedRampsAreNot() {
+        LaneHistory h;
+        // A step schedule (0.1 -> 0.01 at step 300) and a smooth ramp after it.
+        const std::vector<std::pair<std::int64_t, double>> points{
+            {100, 0.1}, {200, 0.1}, {300, 0.01}, {400, 0.011}, {500, 0.012}, {600, 0.0012}};
+        for (const auto& [step, lr] : points) {
+            MetricSample s;
+            s.kind = SampleKind::Train;
+            s.step = step;
+            s.samples = step * 128;
+            s.time = static_cast<double>(step) / 10;
+            s.samplesPerSec = 1000;
+            s.stepsPerSec = 10;
+            s.loss = 1;
+            s.lr = lr;
+            h.append(s);
+        }
+        QCOMPARE(h.lrStep, (std::vector<double>{300, 600}));
+        QCOMPARE(lrColumn(h, XAxis::Time), (std::vector<double>{30, 60}));
+        QCOMPARE(lrColumn(h, XAxis::Samples), (std::vector<double>{300 * 128, 600 * 128}));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestLaneHistory)

@@ -265,7 +265,15 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             s.warm.clear();
             s.raw.clear();
             s.smooth.clear();
+            s.lrMarks.clear();
             continue;
+        }
+        // Where the learning-rate schedule stepped: dashed lines on every chart.
+        s.lrMarks.clear();
+        for (double lx : lrColumn(h, m_axis)) {
+            if (lx >= lo && lx <= hi) {
+                s.lrMarks.append(QPointF(lx, 0));
+            }
         }
         if (eval) {
             s.smooth = decimateMinMax(xs, ys, lo, hi, buckets);

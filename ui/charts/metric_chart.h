@@ -73,6 +73,7 @@ private:
         QColor color;
         QList<QPointF> warm, raw, smooth; // decimated, in chart values
         QList<QPointF> evals;             // evaluation x positions (marked on train charts)
+        QList<QPointF> lrMarks;           // learning-rate schedule boundaries (every chart)
         std::vector<double> smoothed; // cache, extended incrementally
         std::size_t smoothedFrom = 0;
         double smoothedTau = -1;

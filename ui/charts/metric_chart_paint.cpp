@@ -69,6 +69,11 @@ void MetricChart::pushLines() {
             lines.push_back({faint, 1.0, false, shown(s.raw)});
         }
         lines.push_back({s.color, 2.5 * m_fontScale, m_metric == Metric::Accuracy, shown(s.smooth)});
+        if (!s.lrMarks.isEmpty()) {
+            PlotLine bounds{s.color, 1.0 * m_fontScale, false, s.lrMarks};
+            bounds.boundaries = true;
+            lines.push_back(std::move(bounds));
+        }
         if (!s.evals.isEmpty() && m_metric != Metric::Accuracy) {
             PlotLine marks{s.color, 1.5 * m_fontScale, false, s.evals};
             marks.marks = true;

@@ -94,6 +94,17 @@ void PlotLayer::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidge
         if (line.points.isEmpty()) {
             continue;
         }
+        if (line.boundaries) {
+            // Learning-rate schedule boundaries: dashed lines across the whole plot.
+            painter->setRenderHint(QPainter::Antialiasing, false);
+            QPen pen(line.color, line.width, Qt::DashLine);
+            painter->setPen(pen);
+            for (const auto& p : line.points) {
+                const double x = area.left() + (p.x() - m_xMin) * sx;
+                painter->drawLine(QPointF(x, area.top()), QPointF(x, area.bottom()));
+            }
+            continue;
+        }
         if (line.marks) {
             // Evaluations on a training chart: ticks rising from the bottom edge.
             painter->setRenderHint(QPainter::Antialiasing, false);

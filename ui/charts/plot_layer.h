@@ -24,6 +24,7 @@ struct PlotLine {
     bool dots = false;              // draw a dot on every point (evaluations)
     QList<QPointF> points;          // chart values (x, y)
     bool marks = false;             // only x matters: a short tick at the plot's bottom per point
+    bool boundaries = false;        // only x matters: a dashed line across the plot per point
 };
 
 class PlotLayer : public QGraphicsObject {

@@ -41,6 +41,7 @@ struct MetricSample {
     // Data-parallel lanes, Train samples (rank 0 reports for all ranks):
     std::vector<double> workerSamplesPerSec; // each rank's own samples/s over the interval
     std::optional<double> allreduceShare;    // mean share of a step spent waiting for gradients
+    std::optional<double> lr;                // Train, scheduled lanes: the learning rate at the report point
 };
 
 /// One JSON object on one line (no trailing newline).

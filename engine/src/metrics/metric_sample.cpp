@@ -97,6 +97,9 @@ std::string toJsonLine(const MetricSample& s) {
     if (s.allreduceShare) {
         j["allreduce_share"] = number(s.allreduceShare);
     }
+    if (s.lr) {
+        j["lr"] = number(s.lr);
+    }
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -140,6 +143,7 @@ MetricSample sampleFromJsonLine(const std::string& line) {
             }
         }
         s.allreduceShare = detail::optionalOf<double>(j, "allreduce_share");
+        s.lr = detail::optionalOf<double>(j, "lr");
         if (s.kind == SampleKind::State) {
             s.state = stateFromString(j.at("state").get<std::string>());
             s.message = j.value("message", std::string());

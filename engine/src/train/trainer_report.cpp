@@ -69,6 +69,10 @@ std::optional<LaneOutcome> Trainer::report() {
     s.stepsPerSec = dt > 0 ? std::optional<double>(steps / dt) : std::nullopt;
     s.intervalSeconds = dt;
     s.warmup = m_reportedStep < m_ctx.settings.warmupSteps;
+    if (m_ctx.schedule != "constant") {
+        // The rate the last step trained with (the window marks the schedule's boundaries).
+        s.lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, std::max<std::int64_t>(0, m_step - 1), m_ctx.totalSteps);
+    }
     if (isReporter()) {
         m_ctx.emit(std::move(s));
     }
