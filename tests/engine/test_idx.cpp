@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include "devicerace/dataset.h"
 #include "devicerace/errors.h"
@@ -131,4 +132,22 @@ TEST(Dataset, BadFoldersAndMismatchesAreClearErrors) {
     labels[7] = 10;
     writeGzip(badLabel / "t10k-labels-idx1-ubyte.gz", idxBytes({10}, labels));
     EXPECT_NE(message(badLabel).find("label 10 at index 7 is out of range"), std::string::npos);
+}
+
+// Found by fuzzing (tests/fuzz, target idx): a 40-byte gzip file whose header claims
+// 1024x1024x1024 images made the reader allocate and zero 1 GiB before finding the stream
+// truncated. It must refuse it without the memory.
+TEST(Idx, GzipHeaderClaimingAGigabyteIsRefusedWithoutAllocatingIt) {
+    TempDir dir;
+    writeGzip(dir / "bomb-idx3-ubyte.gz", idxBytes({1024, 1024, 1024}, std::vector<std::uint8_t>(10, 1)));
+    rusage before{};
+    getrusage(RUSAGE_SELF, &before);
+    const auto msg = errorOf(dir / "bomb-idx3-ubyte.gz", 3);
+    rusage after{};
+    getrusage(RUSAGE_SELF, &after);
+    EXPECT_NE(msg.find("truncated: the header (1024x1024x1024) needs 1073741824 data bytes, the file has 10"),
+              std::string::npos)
+        << msg;
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "peak resident memory grew by "
+                                                              << (after.ru_maxrss - before.ru_maxrss) / 1024 << " MiB";
 }

@@ -113,6 +113,23 @@ TEST(MetricSample, MalformedLinesAreDataErrors) {
     EXPECT_THROW(sampleFromJsonLine("{\"kind\":\"bogus\",\"lane\":\"a\",\"step\":1,\"samples\":1,\"t\":0}"), DataError);
 }
 
+// Found by fuzzing (tests/fuzz, lane_jsonl and protocol targets): an integer field holding a
+// number past its range (1e300 steps) was an unchecked cast, undefined behaviour.
+TEST(MetricSample, IntegersOutOfRangeAreDataErrors) {
+    const std::string head = R"({"kind":"train","lane":"a","t":0,)";
+    for (const char* fields : {R"("step":1e300,"samples":1)", R"("step":1,"samples":-9.3e18)",
+                               R"("step":1,"samples":1,"memory_bytes":-1)",
+                               R"("step":1,"samples":1,"memory_bytes":1.9e19)"}) {
+        try {
+            sampleFromJsonLine(head + fields + "}");
+            ADD_FAILURE() << fields << ": accepted";
+        } catch (const DataError& e) {
+            EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_EQ(sampleFromJsonLine(head + R"("step":9.0,"samples":18446744073709551615e-10})").step, 9);
+}
+
 TEST(Summary, MedianExcludesWarmupAndTargetFollowsMlperf) {
     std::vector<MetricSample> samples = {train(5, 0.5, 10, true),   train(10, 1.0, 100, false),
                                          train(15, 1.5, 300, false), train(20, 2.0, 200, false),

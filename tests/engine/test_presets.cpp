@@ -96,3 +96,31 @@ TEST(Presets, BadFilesAreRejectedClearly) {
               std::string::npos);
     EXPECT_THROW(loadPreset("no-such-preset"), UsageError);
 }
+
+// Found by fuzzing (tests/fuzz, target preset): "workers=powers" with no comma before it threw
+// std::out_of_range out of the preset reader; an out-of-range float epochs was undefined
+// behaviour. Both are clear errors naming the file.
+TEST(Presets, FuzzedLanesAndNumbersAreClearErrors) {
+    auto message = [](const std::string& text) -> std::string {
+        try {
+            parsePreset(text, "p.json");
+        } catch (const DataError& e) {
+            return e.what();
+        }
+        return "(accepted)";
+    };
+    const auto race = [](const std::string& fields) {
+        return R"({"format":1,"name":"x","races":[{"workload":"fashion-mlp",)" + fields + "}]}";
+    };
+    for (const char* lane : {"best-deviceworkers=powerse=real", "cpuworkers=powers", "best-workers=powers,batch=8"}) {
+        const auto msg = message(race(std::string(R"("lanes":[")") + lane + "\"]"));
+        EXPECT_NE(msg.find("p.json: lane '"), std::string::npos) << lane << ": " << msg;
+        EXPECT_NE(msg.find("unknown device"), std::string::npos) << lane << ": " << msg;
+    }
+    for (const char* fields : {R"("epochs":1e300,"lanes":["cpu"])", R"("epochs":4294967297,"lanes":["cpu"])",
+                               R"("steps":-1e30,"lanes":["cpu"])", R"("seed":-1,"lanes":["cpu"])"}) {
+        const auto msg = message(race(fields));
+        EXPECT_NE(msg.find("p.json: malformed preset"), std::string::npos) << fields << ": " << msg;
+        EXPECT_NE(msg.find("out of range"), std::string::npos) << fields << ": " << msg;
+    }
+}

@@ -144,6 +144,59 @@ TEST(WorkerMessage, ReadyCarriesTheResolvedLaneAndItsData) {
     EXPECT_THROW(readyFromMessage(bad), DataError);
 }
 
+// Found by fuzzing (tests/fuzz, target protocol): a number too large for its integer field
+// (here 6e38 in ready.dataset.train) was converted with an unchecked cast, undefined behaviour;
+// an integer past int's range wrapped silently. Both are malformed messages now.
+TEST(WorkerMessage, NumbersOutOfTheirFieldsRangeAreMalformed) {
+    ReadyInfo r;
+    r.batch = 128;
+    r.totalSteps = 469;
+    r.datasetName = "Fashion-MNIST";
+    auto ready = readyMessage(r);
+    ready["dataset"]["train"] = 6.00056e38;
+    try {
+        readyFromMessage(ready);
+        ADD_FAILURE() << "accepted";
+    } catch (const DataError& e) {
+        EXPECT_NE(std::string(e.what()).find("malformed ready message"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("\"train\" is 6.00056e+38, out of range"), std::string::npos) << e.what();
+    }
+    ready = readyMessage(r);
+    ready["threads"] = 4294967298.0;
+    EXPECT_THROW(readyFromMessage(ready), DataError);
+    ready = readyMessage(r);
+    ready["total_steps"] = -1e19;
+    EXPECT_THROW(readyFromMessage(ready), DataError);
+
+    LaneRunSettings s;
+    s.workload = "fashion-mlp";
+    s.dist = DistConfig{};
+    s.dist->rank = 0;
+    s.dist->world = 2;
+    s.dist->backend = "gloo";
+    auto config = configMessage(parseLaneSpec("cpu"), s);
+    EXPECT_NO_THROW(configFromMessage(config));
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"epochs", 4294967297}, {"seed", -1}, {"warmup", 1e300}, {"fail_at_step", -9.3e18}}) {
+        auto bad = config;
+        bad[key] = value;
+        EXPECT_THROW(configFromMessage(bad), DataError) << key << "=" << value.dump();
+    }
+    auto bad = config;
+    bad["dist"]["world"] = 1e10; // wrapped to a plausible world size before
+    EXPECT_THROW(configFromMessage(bad), DataError);
+    bad = config;
+    bad["dist"]["store_port"] = 4294967296 + 29500;
+    EXPECT_THROW(configFromMessage(bad), DataError);
+
+    EXPECT_THROW(deviceReportFromJson(R"({"cpu":{"model":"x","physical_cores":1e20,"logical_cpus":1},"gpus":[],)"
+                                      R"("cuda_available":false})"),
+                 DataError);
+    EXPECT_THROW(deviceReportFromJson(R"({"cpu":{"model":"x","physical_cores":1,"logical_cpus":1},"gpus":[{"index":0,)"
+                                      R"("name":"g","total_memory_bytes":-1}],"cuda_available":true})"),
+                 DataError);
+}
+
 TEST(DeviceReportJson, RoundTripsEveryField) {
     DeviceReport r;
     r.cpu.model = "AMD EPYC";

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -174,8 +175,26 @@ IdxArray readIdx(const fs::path& file, int expectedDims) {
                                     fmt::join(out.dims, "x"), headerBytes + elements,
                                     size < headerBytes + elements ? " (truncated)" : " (trailing data)"));
     }
-    out.data.resize(elements);
-    auto got = in.read(out.data.data(), elements);
+    std::uint64_t got = 0;
+    if (gzip) {
+        // A gzip stream's length is known only by inflating it: grow with the data that is
+        // there, so a 40-byte file whose header claims 2^30 elements does not allocate and
+        // zero a gigabyte before finding it truncated (found by fuzzing).
+        constexpr std::uint64_t kChunk = 1u << 20;
+        while (got < elements) {
+            const auto want = std::min(kChunk, elements - got);
+            out.data.resize(got + want);
+            const auto n = in.read(out.data.data() + got, want);
+            got += n;
+            if (n < want) {
+                out.data.resize(got);
+                break;
+            }
+        }
+    } else {
+        out.data.resize(elements);
+        got = in.read(out.data.data(), elements);
+    }
     if (got != elements) {
         throw DataError(fmt::format("{}: truncated: the header ({}) needs {} data bytes, the file has {}", name,
                                     fmt::join(out.dims, "x"), elements, got));

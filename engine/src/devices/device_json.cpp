@@ -9,6 +9,8 @@
 namespace devicerace {
 
 using nlohmann::json;
+using detail::checkedAt;
+using detail::checkedValue;
 using detail::optionalOf;
 using detail::orNull;
 
@@ -57,9 +59,9 @@ DeviceReport deviceReportFromJson(const std::string& text) {
         DeviceReport r;
         const auto& cpu = j.at("cpu");
         r.cpu.model = cpu.at("model").get<std::string>();
-        r.cpu.physicalCores = cpu.at("physical_cores").get<int>();
-        r.cpu.logicalCpus = cpu.at("logical_cpus").get<int>();
-        r.cpu.torchThreads = cpu.value("torch_threads", 0);
+        r.cpu.physicalCores = checkedAt<int>(cpu, "physical_cores");
+        r.cpu.logicalCpus = checkedAt<int>(cpu, "logical_cpus");
+        r.cpu.torchThreads = checkedValue(cpu, "torch_threads", 0);
         r.cpu.parallelBackend = cpu.value("parallel_backend", std::string());
         r.cpu.blas = cpu.value("blas", std::string());
         r.cpu.blasIsReference = cpu.value("blas_is_reference", false);
@@ -69,14 +71,14 @@ DeviceReport deviceReportFromJson(const std::string& text) {
         }
         for (const auto& g : gpus) {
             GpuInfo info;
-            info.index = g.at("index").get<int>();
+            info.index = checkedAt<int>(g, "index");
             info.name = g.at("name").get<std::string>();
-            info.totalMemoryBytes = g.at("total_memory_bytes").get<std::uint64_t>();
+            info.totalMemoryBytes = checkedAt<std::uint64_t>(g, "total_memory_bytes");
             const auto compute = g.value("compute", std::string("0.0"));
             if (std::sscanf(compute.c_str(), "%d.%d", &info.computeMajor, &info.computeMinor) != 2) {
                 throw DataError(fmt::format("gpu {}: compute capability '{}' is not MAJOR.MINOR", info.index, compute));
             }
-            info.multiprocessors = g.value("multiprocessors", 0);
+            info.multiprocessors = checkedValue(g, "multiprocessors", 0);
             info.utilizationPercent = optionalOf<int>(g, "utilization_percent");
             info.usedMemoryBytes = optionalOf<std::uint64_t>(g, "used_memory_bytes");
             r.gpus.push_back(std::move(info));

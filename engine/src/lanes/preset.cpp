@@ -11,6 +11,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/workload.h"
 #include "util/text_util.h"
+#include "util/json_util.h"
 
 namespace devicerace {
 
@@ -46,7 +47,9 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
         concrete.push_back((gpu ? std::string("cuda:0") : fmt::format("cpu,threads={}", cores)) + rest);
     } else if (device == "all-cores") {
         concrete.push_back(fmt::format("cpu,threads={}", cores) + rest);
-    } else if (const auto at = text.find("workers=powers"); at != std::string::npos) {
+    } else if (const auto at = text.find("workers=powers"); at != std::string::npos && comma != std::string::npos &&
+                                                              at > comma) {
+        // (A key after the device only: "best-deviceworkers=powers" has none; found by fuzzing.)
         // A scaling race (seed 002): 1, 2, 4, ... data-parallel workers up to what is here —
         // CPU processes up to the cores, or GPUs (one rank each) up to the GPUs.
         const bool onGpu = device == "best-gpu" || device.starts_with("cuda");
@@ -161,10 +164,10 @@ Preset parsePreset(const std::string& text, const std::string& origin) {
             race.spec.workload = r.at("workload").get<std::string>();
             findWorkload(race.spec.workload); // throws for unknown names
             if (r.contains("epochs")) {
-                race.spec.epochs = r["epochs"].get<int>();
+                race.spec.epochs = detail::checkedAt<int>(r, "epochs");
             }
             if (r.contains("steps")) {
-                race.spec.steps = r["steps"].get<std::int64_t>();
+                race.spec.steps = detail::checkedAt<std::int64_t>(r, "steps");
             }
             if (r.contains("data")) {
                 const auto d = r["data"].get<std::string>();
@@ -174,7 +177,7 @@ Preset parsePreset(const std::string& text, const std::string& origin) {
                 race.spec.data = d == "real" ? DataMode::Real : DataMode::Synthetic;
             }
             race.spec.fair = r.value("fair", false);
-            race.spec.seed = r.value("seed", std::uint64_t{0});
+            race.spec.seed = detail::checkedValue(r, "seed", std::uint64_t{0});
             if (r.contains("target_accuracy")) {
                 race.spec.targetAccuracy = r["target_accuracy"].get<double>();
             }

@@ -121,8 +121,8 @@ MetricSample sampleFromJsonLine(const std::string& line) {
             throw DataError(fmt::format("unknown sample kind '{}'", kind));
         }
         s.lane = j.at("lane").get<std::string>();
-        s.step = j.at("step").get<std::int64_t>();
-        s.samples = j.at("samples").get<std::int64_t>();
+        s.step = detail::checkedAt<std::int64_t>(j, "step");
+        s.samples = detail::checkedAt<std::int64_t>(j, "samples");
         s.epoch = j.value("epoch", 0.0);
         s.time = j.at("t").get<double>();
         s.wallTime = j.value("wall_time", 0.0);

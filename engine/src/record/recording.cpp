@@ -14,6 +14,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
 #include "devicerace/summary.h"
+#include "util/json_util.h"
 
 namespace devicerace {
 
@@ -221,8 +222,8 @@ Recording readRecording(const fs::path& dir) {
             if (l.contains("cost_per_hour") && l["cost_per_hour"].is_number()) {
                 lane.costPerHour = l["cost_per_hour"].get<double>();
             }
-            lane.totalSteps = l.value("total_steps", std::int64_t{0});
-            lane.batch = l.value("batch", std::int64_t{0});
+            lane.totalSteps = detail::checkedValue(l, "total_steps", std::int64_t{0});
+            lane.batch = detail::checkedValue(l, "batch", std::int64_t{0});
             // Lane files live inside the recording: no paths, no escapes.
             if (lane.file.empty() || lane.file.find('/') != std::string::npos || lane.file.find("..") != std::string::npos) {
                 throw DataError(fmt::format("{}: lane file name '{}' is not a plain file name", where, lane.file));

@@ -165,18 +165,18 @@ std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
         s.epochs = optionalOf<int>(m, "epochs");
         s.steps = optionalOf<std::int64_t>(m, "steps");
         s.targetAccuracy = optionalOf<double>(m, "target");
-        s.seed = m.value("seed", std::uint64_t{0});
-        s.evalEverySteps = m.value("eval_every", std::int64_t{0});
-        s.warmupSteps = m.value("warmup", std::int64_t{20});
+        s.seed = checkedValue(m, "seed", std::uint64_t{0});
+        s.evalEverySteps = checkedValue(m, "eval_every", std::int64_t{0});
+        s.warmupSteps = checkedValue(m, "warmup", std::int64_t{20});
         s.reportIntervalSeconds = m.value("report_interval", 0.1);
-        s.failAtStep = m.value("fail_at_step", std::int64_t{0});
+        s.failAtStep = checkedValue(m, "fail_at_step", std::int64_t{0});
         if (auto it = m.find("dist"); it != m.end() && !it->is_null()) {
             DistConfig d;
-            d.rank = it->at("rank").get<int>();
-            d.world = it->at("world").get<int>();
+            d.rank = checkedAt<int>(*it, "rank");
+            d.world = checkedAt<int>(*it, "world");
             d.backend = it->at("backend").get<std::string>();
             d.storeHost = it->value("store_host", std::string());
-            d.storePort = it->value("store_port", 0);
+            d.storePort = checkedValue(*it, "store_port", 0);
             d.bindHost = it->value("bind_host", std::string());
             d.timeoutSeconds = it->value("timeout", 60.0);
             d.fixedGlobalBatch = it->value("fixed_global_batch", false);
@@ -217,15 +217,15 @@ json readyMessage(const ReadyInfo& r) {
 ReadyInfo readyFromMessage(const json& m) {
     try {
         ReadyInfo r;
-        r.batch = m.at("batch").get<std::int64_t>();
-        r.totalSteps = m.at("total_steps").get<std::int64_t>();
+        r.batch = checkedAt<std::int64_t>(m, "batch");
+        r.totalSteps = checkedAt<std::int64_t>(m, "total_steps");
         r.threads = optionalOf<int>(m, "threads");
         const auto& d = m.at("dataset");
         r.datasetName = d.at("name").get<std::string>();
         r.datasetSource = d.value("source", std::string());
         r.synthetic = d.value("synthetic", false);
-        r.trainCount = d.value("train", std::int64_t{0});
-        r.testCount = d.value("test", std::int64_t{0});
+        r.trainCount = checkedValue(d, "train", std::int64_t{0});
+        r.testCount = checkedValue(d, "test", std::int64_t{0});
         r.dataNote = d.value("note", std::string());
         r.storePort = optionalOf<int>(m, "store_port");
         if (r.batch < 1 || r.totalSteps < 1) {
