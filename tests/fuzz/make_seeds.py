@@ -192,4 +192,10 @@ write("tensorboard", "bad-crc", events[:-1] + bytes([events[-1] ^ 1]))
 write("tensorboard", "bad-wire", record(field(1, 3, b"") + b"\x00"))
 write("tensorboard", "long-varint", record(field(2, 0, b"\xff" * 11)))
 
+# --- earlier findings, kept as seeds (docs/RELIABILITY.md, "Found and fixed") -------------
+write("protocol", "found-ready-6e38", c({**ready, "dataset": {**ready["dataset"], "train": 6.00056e38}}))
+write("preset", "found-workers-powers-no-comma.json",
+      json.dumps({**preset, "races": [{"workload": "fashion-mlp", "lanes": ["best-deviceworkers=powerse=real"]}]}))
+write("idx", "found-gzip-claims-1gib.gz", gz(struct.pack(">IIII", 0x803, 1024, 1024, 1024) + bytes(10)))
+
 print(f"seeds written under {OUT.relative_to(ROOT)}")
