@@ -25,6 +25,7 @@ def devicerace(cli, workload, steps, batch):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "s.json")
         r = subprocess.run([cli, "race", "--workload", workload, "--data", "synthetic", "--steps", str(steps),
+                            "--test-limit", "256",
                             "--fair", "--quiet", "--json", out,
                             "--lane", f"cpu,workers=1,threads=1,batch={batch},name=one",
                             "--lane", f"cpu,workers=2,threads=1,batch={batch},name=two"],

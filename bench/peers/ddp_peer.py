@@ -5,9 +5,9 @@ data (batch per worker as given) — the reference for DeviceRace's data-paralle
 
     python bench/peers/ddp_peer.py --workload fashion-cnn --workers 2 --threads 1 --batch 128 --steps 80
 
-Prints one JSON object: global samples/s (the median over ~0.5 s intervals after the warm-up
-steps, timed on rank 0 after a barrier, as DeviceRace's rank 0 does), the per-step allreduce
-count is DDP's own business. Same timing rules as peer.py otherwise.
+Prints one JSON object: global samples/s, the median over intervals of --interval steps after
+the warm-up steps, each ended by a barrier and timed on rank 0 (as DeviceRace's rank 0 times
+its report points).
 """
 import argparse
 import contextlib
@@ -49,7 +49,9 @@ def run(rank, args, port, out_path):
             start, done = time.perf_counter(), 0
         elif step + 1 > args.warmup:
             done += 1
-            if time.perf_counter() - start >= 0.5:
+            # Every rank must reach the same barriers: intervals of a fixed step count (about
+            # 0.5 s at the first interval's rate would differ between ranks).
+            if done == args.interval:
                 dist.barrier()
                 now = time.perf_counter()
                 rates.append(done * args.batch * args.workers / (now - start))
@@ -70,6 +72,7 @@ def main():
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=80)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--interval", type=int, default=5, help="Steps per measured interval")
     args = p.parse_args()
     import socket
     import tempfile
