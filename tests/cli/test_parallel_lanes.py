@@ -18,7 +18,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sshd_fixture  # noqa: E402
-from test_worker_lanes import children_running_worker, wait_for_lines  # noqa: E402
+from test_worker_lanes import children_running_worker  # noqa: E402
 
 CLI = None
 SMALL = ["--workload", "fashion-mlp", "--train-limit", "4096", "--test-limit", "1000"]
@@ -31,6 +31,15 @@ def env(**extra):
 def read(path):
     with open(path) as f:
         return f.read().strip()
+
+
+def train_lines(path):
+    """Train samples in a recording's lane file so far (0 before it exists)."""
+    try:
+        with open(path) as f:
+            return sum(1 for line in f if line.endswith("\n") and json.loads(line)["kind"] == "train")
+    except OSError:
+        return 0
 
 
 def lanes_of(summary_path):
@@ -108,11 +117,15 @@ class LocalParallelLanes(unittest.TestCase):
                                   "--lane", "cpu,workers=2,threads=1,name=pair",
                                   "--lane", "cpu,threads=1,name=survivor"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+            lane0 = os.path.join(rec, "lane-0.jsonl")
             try:
-                self.assertTrue(wait_for_lines(os.path.join(rec, "lane-0.jsonl"), 6))
+                deadline = time.time() + 120
+                while time.time() < deadline and train_lines(lane0) < 2:
+                    time.sleep(0.1)
+                before = train_lines(lane0)
+                self.assertGreaterEqual(before, 2, "rank 0 never reported")
                 workers = sorted(children_running_worker(p.pid))
                 self.assertEqual(len(workers), 2, workers)
-                killed_at = time.time()
                 os.kill(workers[-1], signal.SIGKILL)  # rank 1: started after rank 0
                 out, err = p.communicate(timeout=600)
             finally:
@@ -125,10 +138,7 @@ class LocalParallelLanes(unittest.TestCase):
             self.assertIn("SIGKILL", lanes["pair"]["error"])
             self.assertEqual(lanes["survivor"]["status"], "finished")
             # What rank 0 reported before the kill is kept.
-            with open(os.path.join(rec, "lane-0.jsonl")) as f:
-                kinds = [json.loads(line)["kind"] for line in f]
-            self.assertGreater(kinds.count("train"), 3)
-            del killed_at
+            self.assertGreaterEqual(train_lines(lane0), before)
 
     def test_a_rendezvous_that_cannot_complete_times_out_naming_the_rank(self):
         with tempfile.TemporaryDirectory() as tmp:
