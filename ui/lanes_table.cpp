@@ -5,6 +5,7 @@
 #include <QDoubleSpinBox>
 #include <QHeaderView>
 #include <QLineEdit>
+#include <QPalette>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QStandardItemModel>
@@ -13,6 +14,7 @@
 
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
+#include "devicerace/frameworks.h"
 #include "devicerace/recording.h"
 #include "remote_hosts.h"
 #include "palette.h"
@@ -277,10 +279,63 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
 
     auto* options = new QLineEdit(extraOptionsText(spec), this);
     options->setPlaceholderText(QStringLiteral("lstm=cells,wd=5e-4,…"));
-    options->setToolTip(tr("More lane keys, as in devicerace-cli: channels_last, eval_batch, wd, momentum, schedule, "
-                           "lstm, data, fused, graph, resident"));
     setCellWidget(row, ColOptions, options);
+    connect(options, &QLineEdit::editingFinished, this, [this, options] {
+        for (int r = 0; r < rowCount(); ++r) {
+            if (cellWidget(r, ColOptions) == options) {
+                markRow(r);
+            }
+        }
+    });
+    markRow(row);
     Q_EMIT lanesChanged();
+}
+
+QString LanesTable::rowProblem(int row) const {
+    auto* options = qobject_cast<QLineEdit*>(cellWidget(row, ColOptions));
+    auto* device = qobject_cast<QComboBox*>(cellWidget(row, ColDevice));
+    if (!options || !device || options->text().trimmed().isEmpty()) {
+        return {};
+    }
+    LaneSpec spec;
+    try {
+        spec = parseLaneSpec(device->currentData().toString().toStdString() + "," + options->text().trimmed().toStdString());
+    } catch (const std::exception&) {
+        return {}; // a bad key: Start names it
+    }
+    // A remote host answers for itself at Start; a cmd= lane is the user's own program.
+    if (!spec.framework || spec.cmd || !spec.host.empty() || !spec.members.empty()) {
+        return {};
+    }
+    return QString::fromStdString(frameworkProblem(*spec.framework));
+}
+
+void LanesTable::markRow(int row) {
+    const QString why = rowProblem(row);
+    const QString tip = tr("More lane keys, as in devicerace-cli: channels_last, eval_batch, wd, momentum, schedule, "
+                           "lstm, data, fused, graph, resident, framework, workers");
+    for (int c = ColName; c < ColCount; ++c) {
+        QWidget* w = cellWidget(row, c);
+        if (!w) {
+            continue;
+        }
+        // Greyed as a disabled row reads, still editable (so the options can be mended).
+        // Only the text roles are set, so the rest follows the theme; QPalette() inherits all.
+        QPalette p;
+        if (!why.isEmpty()) {
+            for (auto group : {QPalette::Active, QPalette::Inactive}) {
+                p.setColor(group, QPalette::Text, palette().color(QPalette::Disabled, QPalette::Text));
+                p.setColor(group, QPalette::ButtonText, palette().color(QPalette::Disabled, QPalette::ButtonText));
+            }
+        }
+        w->setPalette(p);
+        w->setProperty("unusable", !why.isEmpty());
+        if (c == ColOptions) {
+            w->setToolTip(why.isEmpty() ? tip : why);
+        } else if (c != ColDevice) {
+            w->setToolTip(why);
+        }
+    }
 }
 
 void LanesTable::removeLane(int row) {

@@ -34,6 +34,9 @@ public:
     std::vector<LaneSpec> lanes() const;
     std::vector<QColor> colors() const;
     void setLaneColor(int row, const QColor& color);
+    /// Why row `row` cannot race here ("framework=keras-jax: keras, jax are not installed ...;
+    /// run scripts/setup --frameworks"), or "" (the row is greyed with it; Start refuses it).
+    QString rowProblem(int row) const;
     /// Rebuilds the device pickers (Settings → Hosts… answered), keeping each lane's device.
     void refreshDevices();
 
@@ -42,6 +45,7 @@ Q_SIGNALS:
 
 private:
     QColor nextColor() const;
+    void markRow(int row);
 };
 
 } // namespace devicerace::ui

@@ -29,7 +29,7 @@ namespace devicerace::ui {
 namespace {
 // How long closing waits for lanes to stop before exiting anyway (ms): a lane blocked in
 // data loading must not keep the window open forever.
-constexpr int kCloseTimeoutMs = 8000;
+constexpr int kCloseTimeoutMs = 1200; // then it leaves without the lanes that did not stop
 constexpr int kCloseTickMs = 50;
 // Presentation mode: fonts scale with the screen height, about 1.33x at 720 px and 2x at
 // 1080 px: readable from the back of a room, with room left for the tick labels.

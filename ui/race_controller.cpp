@@ -345,7 +345,15 @@ std::optional<RaceSummary> RaceController::summary() const {
     for (const auto& r : m_replays) {
         for (const auto& lane : r.recording->lanes) {
             if (lane.name == r.lane) {
-                auto l = summarizeRecordedLane(*r.recording, lane, r.next);
+                const auto& samples = r.recording->samples.at(lane.name);
+                if (r.next < r.summarized) { // played again from the start
+                    r.running = {};
+                    r.summarized = 0;
+                }
+                for (; r.summarized < std::min(r.next, samples.size()); ++r.summarized) {
+                    r.running.add(samples[r.summarized]);
+                }
+                auto l = summarizeRecordedLane(*r.recording, lane, r.running);
                 l.name = m_lanes[r.index].name.toStdString();
                 l.device = m_lanes[r.index].device.toStdString();
                 out.lanes.push_back(std::move(l));

@@ -102,6 +102,9 @@ private:
         std::string lane;
         std::size_t next = 0;
         std::size_t index = 0; // into m_lanes / m_histories
+        // The summary of the samples played so far, fed as `next` advances (O(1) per refresh).
+        mutable RunningSummary running;
+        mutable std::size_t summarized = 0;
     };
     void rebuildReplays();
     QColor unusedColor() const;

@@ -30,6 +30,10 @@ namespace {
 
 // How often the main thread collects lane samples and redraws (the CLI's ~2 Hz).
 constexpr auto kPollPeriod = std::chrono::milliseconds(500);
+// After Ctrl-C / SIGTERM: how long lanes get to stop before the CLI leaves without them (a lane
+// blocked in a data load or a device call never looks at its stop flag). With the summary and
+// outputs written after it, the CLI is gone within 2 s of the signal (tests/cli/test_shutdown.py).
+constexpr auto kStopGrace = std::chrono::milliseconds(1200);
 
 std::atomic<int> g_interrupts{0};
 
@@ -113,7 +117,19 @@ struct RaceResult {
     int status = 0;
     std::optional<RaceSummary> summary;
     std::vector<MetricSample> samples;
+    bool interrupted = false; // Ctrl-C / SIGTERM: no further race of a preset starts
+    bool abandoned = false;   // a lane did not stop in time: the process must leave without joining it
 };
+
+// Leaves without destroying a race whose lane never stopped (joining it would hang): every
+// output is written and flushed by now; worker processes get SIGTERM (PR_SET_PDEATHSIG).
+int leave(int status, bool abandoned) {
+    if (abandoned) {
+        std::fflush(nullptr);
+        std::_Exit(status);
+    }
+    return status;
+}
 
 RaceResult runOne(const RaceSpec& spec, const RaceOptions& options);
 
@@ -161,6 +177,7 @@ int runPreset(const RaceOptions& options) {
     int status = 0;
     std::string json = "{\"preset\": \"" + preset.name + "\", \"races\": [";
     std::vector<MetricSample> all;
+    bool abandoned = false;
     for (std::size_t i = 0; i < preset.races.size(); ++i) {
         auto race = preset.races[i];
         const auto& o = options.spec;
@@ -188,10 +205,18 @@ int runPreset(const RaceOptions& options) {
         status = std::max(status, result.status);
         json += (i ? ", " : "") + (result.summary ? summaryToJson(*result.summary) : std::string("null"));
         all.insert(all.end(), result.samples.begin(), result.samples.end());
+        abandoned = abandoned || result.abandoned;
+        if (result.interrupted) {
+            if (i + 1 < preset.races.size()) {
+                fmt::print("stopped: the preset's other {} race{} did not run\n", preset.races.size() - i - 1,
+                           preset.races.size() - i - 1 == 1 ? "" : "s");
+            }
+            break;
+        }
     }
     json += "]}\n";
     const int written = writeOutputs(options, json, all);
-    return written ? written : status;
+    return leave(written ? written : status, abandoned);
 }
 
 } // namespace
@@ -238,7 +263,7 @@ int runRace(RaceOptions options) {
         return 2;
     }
     const int written = writeOutputs(options, summaryToJson(*result.summary), result.samples);
-    return written ? written : result.status;
+    return leave(written ? written : result.status, result.abandoned);
 }
 
 int runReplay(const std::string& dir) {
@@ -348,7 +373,8 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     std::vector<MetricSample> all;
     const auto t0 = std::chrono::steady_clock::now();
     race->start();
-    bool stopping = false;
+    std::optional<std::chrono::steady_clock::time_point> stopSent;
+    bool abandoned = false;
     while (true) {
         const bool done = race->finished();
         for (std::size_t i = 0; i < lanes.size(); ++i) {
@@ -370,22 +396,50 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         if (done) {
             break;
         }
-        if (g_interrupts > 0 && !stopping) {
-            stopping = true;
+        if (g_interrupts > 0 && !stopSent) {
+            stopSent = std::chrono::steady_clock::now();
             fmt::print(stderr, "\nstopping all lanes (Ctrl-C again to quit at once)…\n");
             race->requestStop();
         }
         if (g_interrupts > 1) {
             std::_Exit(130);
         }
-        std::this_thread::sleep_for(kPollPeriod);
+        if (stopSent && std::chrono::steady_clock::now() - *stopSent >= kStopGrace) {
+            abandoned = true; // the lanes still running are left behind (summary below says which)
+            break;
+        }
+        // Sleep in slices, so a signal is acted on within ~50 ms and a stopping race is polled often.
+        const auto slice = std::chrono::milliseconds(50);
+        const int seen = g_interrupts;
+        for (auto slept = std::chrono::milliseconds(0); slept < kPollPeriod && g_interrupts == seen && !race->finished();
+             slept += slice) {
+            std::this_thread::sleep_for(slice);
+            if (stopSent) {
+                break;
+            }
+        }
     }
-    race->wait();
+    if (!abandoned) {
+        race->wait();
+    }
     view.finish();
     std::signal(SIGINT, previousInt);
     std::signal(SIGTERM, previousTerm);
 
     auto summary = race->summary();
+    if (abandoned) {
+        const double grace = std::chrono::duration<double>(kStopGrace).count();
+        for (auto& lane : summary.lanes) {
+            if (!isTerminal(lane.state)) {
+                lane.state = LaneState::Stopped;
+                lane.error = fmt::format("did not stop within {:.1f} s of the stop request (still starting, or "
+                                         "blocked, e.g. loading data): left behind at exit",
+                                         grace);
+                fmt::print(stderr, "lane {}: {}\n", lane.name, lane.error);
+            }
+        }
+        (void)race.release(); // never destroyed: its destructor would join the stuck lane (leave() exits)
+    }
     fmt::print("{}", summaryText(summary, spec.targetAccuracy.value_or(0)));
     int status = 0;
     for (const auto& lane : summary.lanes) {
@@ -393,7 +447,7 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
             status = 1;
         }
     }
-    return {status, summary, std::move(all)};
+    return {status, summary, std::move(all), stopSent.has_value(), abandoned};
 }
 
 } // namespace

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
@@ -183,4 +185,77 @@ TEST(Exports, CsvQuotesAndJsonUsesNull) {
     auto json = summaryToJson(r);
     EXPECT_NE(json.find("\"samples_per_sec\": null"), std::string::npos) << json;
     EXPECT_NE(json.find("\"speedup\""), std::string::npos);
+}
+
+// The running median equals median() of the values so far, at every length, for random,
+// sorted, reversed and repeated values.
+TEST(RunningMedian, EqualsTheSortedMedianAtEveryLength) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(0, 1000);
+    std::vector<std::vector<double>> series(4);
+    for (int i = 0; i < 500; ++i) {
+        series[0].push_back(u(rng));
+        series[1].push_back(i);
+        series[2].push_back(500 - i);
+        series[3].push_back(static_cast<double>(i % 3));
+    }
+    for (const auto& values : series) {
+        RunningMedian running;
+        std::vector<double> so_far;
+        for (double v : values) {
+            running.add(v);
+            so_far.push_back(v);
+            ASSERT_DOUBLE_EQ(running.median(), median(so_far)) << so_far.size();
+        }
+    }
+}
+
+// A lane's summary kept sample by sample (what the window shows live) equals the summary of
+// the whole history, at every point of a long run with warm-up, evaluations and states.
+TEST(RunningSummary, MatchesTheWholeHistoryAtEveryPoint) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> rate(100, 300);
+    LaneSpec spec = parseLaneSpec("cpu,threads=1,name=a,cost=2");
+    std::vector<MetricSample> samples;
+    RunningSummary running;
+    for (int i = 1; i <= 400; ++i) {
+        MetricSample s;
+        s.kind = i % 25 == 0 ? SampleKind::Eval : SampleKind::Train;
+        s.step = i * 10;
+        s.samples = i * 1000;
+        s.time = i * 0.5;
+        s.warmup = i < 5;
+        if (s.kind == SampleKind::Train) {
+            s.samplesPerSec = rate(rng);
+            s.stepsPerSec = *s.samplesPerSec / 100;
+            s.intervalSeconds = 0.5;
+        } else {
+            s.accuracy = 0.5 + i / 1000.0;
+        }
+        s.memoryBytes = static_cast<std::uint64_t>(1000 + i % 17);
+        samples.push_back(s);
+        running.add(s);
+        const auto whole = summarize(spec, 100, samples, 0.8);
+        const auto live = running.summary(spec, 100, 0.8);
+        ASSERT_EQ(live.steps, whole.steps);
+        ASSERT_EQ(live.samplesPerSec, whole.samplesPerSec) << i;
+        ASSERT_EQ(live.stepsPerSec, whole.stepsPerSec);
+        ASSERT_EQ(live.measuredSamples, whole.measuredSamples);
+        ASSERT_EQ(live.timeToTargetSeconds, whole.timeToTargetSeconds);
+        ASSERT_EQ(live.finalTestAccuracy, whole.finalTestAccuracy);
+        ASSERT_EQ(live.peakMemoryBytes, whole.peakMemoryBytes);
+        ASSERT_EQ(live.totalCostUsd, whole.totalCostUsd);
+    }
+    // Independent of the implementation: the median of the measured intervals, by hand.
+    std::vector<double> rates;
+    for (const auto& s : samples) {
+        if (s.kind == SampleKind::Train && !s.warmup) {
+            rates.push_back(*s.samplesPerSec);
+        }
+    }
+    std::sort(rates.begin(), rates.end());
+    const double expected = rates.size() % 2 ? rates[rates.size() / 2]
+                                             : (rates[rates.size() / 2 - 1] + rates[rates.size() / 2]) / 2;
+    EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).samplesPerSec, expected);
+    EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).timeToTargetSeconds, 300 * 0.5); // first eval >= 0.8
 }

@@ -15,6 +15,8 @@
 #include <QStandardPaths>
 #include <QtCharts/QChart>
 
+#include <unistd.h>
+
 #include "charts/metric_chart.h"
 #include "dashboard.h"
 #include "device_panel.h"
@@ -22,6 +24,7 @@
 #include "palette.h"
 #include "theme.h"
 #include "eval_interval.h"
+#include "devicerace/frameworks.h"
 #include "lanes_table.h"
 #include "main_window.h"
 #include "race_controller.h"
@@ -107,6 +110,41 @@ private Q_SLOTS:
         qobject_cast<QLineEdit*>(table->cellWidget(0, LanesTable::ColLr))->setText(QStringLiteral("-1"));
         QVERIFY(!w.startRace());
         QVERIFY(w.lastError().contains(QStringLiteral("lr=-1")));
+    }
+
+    // A framework= lane whose framework the lane programs' Python lacks is greyed with the
+    // command that installs it, and Start refuses it as the CLI does (here: Debian's python3,
+    // which has neither keras nor torch).
+    void missingFrameworkLaneIsGreyedAndRefused() {
+        if (::access("/usr/bin/python3", X_OK) != 0) {
+            QSKIP("no /usr/bin/python3 to play a Python without the frameworks");
+        }
+        qputenv("DEVICERACE_PYTHON", "/usr/bin/python3");
+        forgetFrameworkAnswers();
+        {
+            MainWindow w;
+            auto* table = w.setupPanel()->lanesTable();
+            table->setLanes({parseLaneSpec("cpu,threads=1"), parseLaneSpec("cpu,threads=1,framework=keras-jax")});
+            QCOMPARE(table->rowProblem(0), QString());
+            const QString why = table->rowProblem(1);
+            QVERIFY2(why.contains(QStringLiteral("keras")) && why.contains(QStringLiteral("scripts/setup --frameworks")),
+                     qPrintable(why));
+            auto* options = table->cellWidget(1, LanesTable::ColOptions);
+            QVERIFY(options->property("unusable").toBool());
+            QCOMPARE(options->toolTip(), why);
+            QVERIFY(options->palette().color(QPalette::Active, QPalette::Text) ==
+                    table->palette().color(QPalette::Disabled, QPalette::Text));
+            QVERIFY(!table->cellWidget(0, LanesTable::ColOptions)->property("unusable").toBool());
+            QVERIFY(!w.startRace());
+            QVERIFY2(w.lastError().contains(QStringLiteral("scripts/setup --frameworks")), qPrintable(w.lastError()));
+            // Mending the options un-greys the row.
+            auto* edit = qobject_cast<QLineEdit*>(options);
+            edit->setText(QString());
+            Q_EMIT edit->editingFinished();
+            QVERIFY(!options->property("unusable").toBool());
+        }
+        qunsetenv("DEVICERACE_PYTHON");
+        forgetFrameworkAnswers();
     }
 
     void shortRealRaceUpdatesChartsStripAndSummary() {

@@ -72,6 +72,8 @@ private:
 Recording readRecording(const std::filesystem::path& dir);
 /// One recorded lane's summary from its first `count` samples (all when count exceeds them).
 LaneSummary summarizeRecordedLane(const Recording& recording, const RecordedLane& lane, std::size_t count);
+/// The same from a RunningSummary fed that lane's first samples (a replay's live summary).
+LaneSummary summarizeRecordedLane(const Recording& recording, const RecordedLane& lane, const RunningSummary& running);
 /// The summary the live race would have shown, from the recorded samples.
 RaceSummary summarizeRecording(const Recording& recording);
 

@@ -47,6 +47,34 @@ struct LaneSummary {
     std::optional<double> scalingEfficiency;  // speedup ÷ (workers ÷ the baseline's workers)
 };
 
+/// The median of a growing list in O(log n) per value and O(1) per query (two heaps), equal
+/// to median() of the values added so far.
+class RunningMedian {
+public:
+    void add(double v);
+    bool empty() const { return m_low.empty(); }
+    double median() const; // precondition: !empty()
+
+private:
+    std::vector<double> m_low;  // max-heap: the smaller half (one more than m_high when odd)
+    std::vector<double> m_high; // min-heap: the larger half
+};
+
+/// A lane's summary kept up to date one sample at a time, so a live window's refresh costs
+/// O(1) per lane however long the race (never a pass over the whole history). summarize() of
+/// the same samples gives the same summary.
+class RunningSummary {
+public:
+    void add(const MetricSample& s);
+    LaneSummary summary(const LaneSpec& spec, std::int64_t batch, std::optional<double> targetAccuracy) const;
+
+private:
+    LaneSummary m_base; // the fields that do not depend on spec, batch or target
+    RunningMedian m_sampleRates, m_stepRates, m_shares;
+    std::vector<RunningMedian> m_workerRates;
+    std::vector<std::pair<double, double>> m_evals; // (lane time, accuracy): few per race
+};
+
 /// Computes a lane's summary from all its samples, in order.
 LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
                       std::optional<double> targetAccuracy);

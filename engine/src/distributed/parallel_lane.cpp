@@ -333,16 +333,13 @@ double ParallelLane::cpuSeconds() const {
 }
 
 LaneSummary ParallelLane::summary() const {
-    auto samples = history();
-    auto s = summarize(m_impl->spec, batch(), samples, m_impl->settings.targetAccuracy);
+    auto s = m_impl->record->summary(m_impl->spec, batch(), m_impl->settings.targetAccuracy);
     const auto zero = m_impl->members.front()->summary();
     s.datasetName = zero.datasetName;
     s.synthetic = zero.synthetic;
     s.execution = zero.execution;
     s.threads = zero.threads;
     s.workers = ranks();
-    s.state = m_impl->record->state();
-    s.error = m_impl->record->message();
     return s;
 }
 

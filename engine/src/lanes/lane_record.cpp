@@ -20,6 +20,7 @@ void LaneRecord::push(MetricSample s) {
             m_message = s.message;
         }
     }
+    m_running.add(s);
     m_history.push_back(s);
     m_pending.push_back(std::move(s));
 }
@@ -90,6 +91,16 @@ std::string LaneRecord::execution() const {
 void LaneRecord::setExecution(std::string text) {
     std::lock_guard lock(m_mutex);
     m_execution = std::move(text);
+}
+
+LaneSummary LaneRecord::summary(const LaneSpec& spec, std::int64_t batch,
+                                std::optional<double> targetAccuracy) const {
+    std::lock_guard lock(m_mutex);
+    auto s = m_running.summary(spec, batch, targetAccuracy);
+    s.state = m_state;
+    s.error = m_message;
+    s.execution = m_execution;
+    return s;
 }
 
 std::int64_t LaneRecord::lastStep() const {

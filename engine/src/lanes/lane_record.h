@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "devicerace/metric_sample.h"
+#include "devicerace/summary.h"
 
 namespace devicerace::detail {
 
@@ -26,6 +27,9 @@ public:
     std::string message() const;
     std::string execution() const;
     void setExecution(std::string text);
+    /// The lane's summary so far, kept up to date sample by sample (O(1), whatever the race's
+    /// length), with the record's state, message and execution text.
+    LaneSummary summary(const LaneSpec& spec, std::int64_t batch, std::optional<double> targetAccuracy) const;
     /// Progress so far: the step of the last sample (0 before any).
     std::int64_t lastStep() const;
 
@@ -34,6 +38,7 @@ private:
     mutable std::mutex m_mutex; // guards everything below
     std::vector<MetricSample> m_pending;
     std::vector<MetricSample> m_history;
+    RunningSummary m_running;
     LaneState m_state = LaneState::Pending;
     std::string m_message;
     std::string m_execution;

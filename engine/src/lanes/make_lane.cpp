@@ -1,4 +1,8 @@
 // Picks a lane's kind from its spec (an ssh:// device, isolate=) and builds it.
+#include <fmt/format.h>
+
+#include "devicerace/errors.h"
+#include "devicerace/frameworks.h"
 #include "devicerace/lane.h"
 #include "distributed/parallel_lane.h"
 #include "lanes/thread_lane.h"
@@ -12,6 +16,13 @@ std::unique_ptr<Lane> makeLane(LaneSpec spec, LaneRunSettings settings) {
     }
     if (laneKind(spec) == LaneKind::Parallel) {
         return std::make_unique<ParallelLane>(std::move(spec), std::move(settings));
+    }
+    // A local framework= lane whose Python lacks the framework is refused with the race, before
+    // any lane starts, naming the command that installs it (a remote host answers for itself).
+    if (spec.host.empty() && spec.members.empty() && spec.framework && !spec.cmd) {
+        if (const auto problem = frameworkProblem(*spec.framework); !problem.empty()) {
+            throw UsageError(fmt::format("lane {}: {}", spec.name.empty() ? spec.device : spec.name, problem));
+        }
     }
     return std::make_unique<WorkerLane>(std::move(spec), std::move(settings));
 }

@@ -280,13 +280,9 @@ std::vector<MetricSample> ThreadLane::history() const { return m_impl->record->h
 double ThreadLane::cpuSeconds() const { return m_impl->cpuSeconds.load(); }
 
 LaneSummary ThreadLane::summary() const {
-    auto samples = history();
-    auto s = summarize(m_impl->ctx.spec, m_impl->ctx.batch, samples, m_impl->ctx.settings.targetAccuracy);
+    auto s = m_impl->record->summary(m_impl->ctx.spec, m_impl->ctx.batch, m_impl->ctx.settings.targetAccuracy);
     s.datasetName = m_impl->ctx.settings.data->name;
     s.synthetic = m_impl->ctx.settings.data->synthetic;
-    s.state = m_impl->record->state();
-    s.error = m_impl->record->message();
-    s.execution = m_impl->record->execution();
     return s;
 }
 

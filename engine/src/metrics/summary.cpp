@@ -1,6 +1,7 @@
 #include "devicerace/summary.h"
 
 #include <algorithm>
+#include <functional>
 
 namespace devicerace {
 
@@ -10,9 +11,77 @@ double median(std::vector<double> values) {
     return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
 }
 
-LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
-                      std::optional<double> targetAccuracy) {
-    LaneSummary out;
+void RunningMedian::add(double v) {
+    if (m_low.empty() || v <= m_low.front()) {
+        m_low.push_back(v);
+        std::push_heap(m_low.begin(), m_low.end());
+    } else {
+        m_high.push_back(v);
+        std::push_heap(m_high.begin(), m_high.end(), std::greater<>());
+    }
+    // Rebalance: |low| == |high| or |low| == |high| + 1.
+    if (m_low.size() > m_high.size() + 1) {
+        std::pop_heap(m_low.begin(), m_low.end());
+        m_high.push_back(m_low.back());
+        m_low.pop_back();
+        std::push_heap(m_high.begin(), m_high.end(), std::greater<>());
+    } else if (m_high.size() > m_low.size()) {
+        std::pop_heap(m_high.begin(), m_high.end(), std::greater<>());
+        m_low.push_back(m_high.back());
+        m_high.pop_back();
+        std::push_heap(m_low.begin(), m_low.end());
+    }
+}
+
+double RunningMedian::median() const {
+    return m_low.size() > m_high.size() ? m_low.front() : (m_low.front() + m_high.front()) / 2.0;
+}
+
+void RunningSummary::add(const MetricSample& s) {
+    auto& out = m_base;
+    out.steps = std::max(out.steps, s.step);
+    out.samples = std::max(out.samples, s.samples);
+    out.wallSeconds = std::max(out.wallSeconds, s.time);
+    if (s.memoryBytes) {
+        out.peakMemoryBytes = std::max(out.peakMemoryBytes.value_or(0), *s.memoryBytes);
+    }
+    switch (s.kind) {
+    case SampleKind::Train:
+        // Only whole intervals after warm-up count toward throughput.
+        if (!s.warmup && s.samplesPerSec && s.stepsPerSec && s.intervalSeconds) {
+            m_sampleRates.add(*s.samplesPerSec);
+            m_stepRates.add(*s.stepsPerSec);
+            out.measuredSamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
+            out.measuredSeconds += *s.intervalSeconds;
+            if (s.allreduceShare) {
+                m_shares.add(*s.allreduceShare);
+            }
+            if (m_workerRates.size() < s.workerSamplesPerSec.size()) {
+                m_workerRates.resize(s.workerSamplesPerSec.size());
+            }
+            for (std::size_t r = 0; r < s.workerSamplesPerSec.size(); ++r) {
+                m_workerRates[r].add(s.workerSamplesPerSec[r]);
+            }
+        }
+        break;
+    case SampleKind::Eval:
+        if (s.accuracy) {
+            out.finalTestAccuracy = s.accuracy;
+            m_evals.emplace_back(s.time, *s.accuracy);
+        }
+        break;
+    case SampleKind::State:
+        out.state = s.state;
+        if (!s.message.empty()) {
+            out.error = s.message;
+        }
+        break;
+    }
+}
+
+LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch,
+                                    std::optional<double> targetAccuracy) const {
+    LaneSummary out = m_base;
     out.name = spec.name;
     out.device = spec.device;
     out.host = spec.host;
@@ -20,48 +89,12 @@ LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const 
     out.threads = spec.threads;
     out.batch = batch;
     out.costPerHour = spec.costPerHour;
-    std::vector<double> sampleRates, stepRates, shares;
-    std::vector<std::vector<double>> workerRates;
-    for (const auto& s : samples) {
-        out.steps = std::max(out.steps, s.step);
-        out.samples = std::max(out.samples, s.samples);
-        out.wallSeconds = std::max(out.wallSeconds, s.time);
-        if (s.memoryBytes) {
-            out.peakMemoryBytes = std::max(out.peakMemoryBytes.value_or(0), *s.memoryBytes);
-        }
-        switch (s.kind) {
-        case SampleKind::Train:
-            // Only whole intervals after warm-up count toward throughput.
-            if (!s.warmup && s.samplesPerSec && s.stepsPerSec && s.intervalSeconds) {
-                sampleRates.push_back(*s.samplesPerSec);
-                stepRates.push_back(*s.stepsPerSec);
-                out.measuredSamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
-                out.measuredSeconds += *s.intervalSeconds;
-                if (s.allreduceShare) {
-                    shares.push_back(*s.allreduceShare);
-                }
-                if (workerRates.size() < s.workerSamplesPerSec.size()) {
-                    workerRates.resize(s.workerSamplesPerSec.size());
-                }
-                for (std::size_t r = 0; r < s.workerSamplesPerSec.size(); ++r) {
-                    workerRates[r].push_back(s.workerSamplesPerSec[r]);
-                }
+    if (targetAccuracy) {
+        for (const auto& [time, accuracy] : m_evals) {
+            if (accuracy >= *targetAccuracy) {
+                out.timeToTargetSeconds = time;
+                break;
             }
-            break;
-        case SampleKind::Eval:
-            if (s.accuracy) {
-                out.finalTestAccuracy = s.accuracy;
-                if (targetAccuracy && !out.timeToTargetSeconds && *s.accuracy >= *targetAccuracy) {
-                    out.timeToTargetSeconds = s.time;
-                }
-            }
-            break;
-        case SampleKind::State:
-            out.state = s.state;
-            if (!s.message.empty()) {
-                out.error = s.message;
-            }
-            break;
         }
     }
     if (out.costPerHour) {
@@ -70,20 +103,29 @@ LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const 
             out.costToTargetUsd = *out.timeToTargetSeconds / 3600.0 * *out.costPerHour;
         }
     }
-    if (!sampleRates.empty()) {
-        out.samplesPerSec = median(sampleRates);
-        out.stepsPerSec = median(stepRates);
+    if (!m_sampleRates.empty()) {
+        out.samplesPerSec = m_sampleRates.median();
+        out.stepsPerSec = m_stepRates.median();
     }
-    if (!shares.empty()) {
-        out.allreduceShare = median(shares);
+    if (!m_shares.empty()) {
+        out.allreduceShare = m_shares.median();
     }
-    for (auto& rates : workerRates) {
-        out.workerSamplesPerSec.push_back(rates.empty() ? 0.0 : median(rates));
+    for (const auto& rates : m_workerRates) {
+        out.workerSamplesPerSec.push_back(rates.empty() ? 0.0 : rates.median());
     }
     if (out.kind == LaneKind::Parallel) {
-        out.workers = static_cast<int>(std::max<std::size_t>(laneRanks(spec).size(), workerRates.size()));
+        out.workers = static_cast<int>(std::max<std::size_t>(laneRanks(spec).size(), m_workerRates.size()));
     }
     return out;
+}
+
+LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
+                      std::optional<double> targetAccuracy) {
+    RunningSummary running;
+    for (const auto& s : samples) {
+        running.add(s);
+    }
+    return running.summary(spec, batch, targetAccuracy);
 }
 
 } // namespace devicerace

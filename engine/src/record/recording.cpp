@@ -286,7 +286,7 @@ Recording readRecording(const fs::path& dir) {
     return r;
 }
 
-LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, std::size_t count) {
+LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, const RunningSummary& running) {
     LaneSpec spec;
     try {
         spec = parseLaneSpec(lane.spec.empty() ? "cpu" : lane.spec);
@@ -295,11 +295,19 @@ LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, 
     spec.name = lane.name;
     spec.device = lane.device.empty() ? spec.device : lane.device;
     spec.costPerHour = lane.costPerHour;
-    const auto& samples = r.samples.at(lane.name);
-    auto s = summarize(spec, lane.batch, std::span(samples).first(std::min(count, samples.size())), r.targetAccuracy);
+    auto s = running.summary(spec, lane.batch, r.targetAccuracy);
     s.datasetName = r.dataset;
     s.synthetic = r.synthetic;
     return s;
+}
+
+LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, std::size_t count) {
+    RunningSummary running;
+    const auto& samples = r.samples.at(lane.name);
+    for (std::size_t i = 0; i < std::min(count, samples.size()); ++i) {
+        running.add(samples[i]);
+    }
+    return summarizeRecordedLane(r, lane, running);
 }
 
 RaceSummary summarizeRecording(const Recording& r) {

@@ -12,6 +12,13 @@
 // LibTorch's own allocator does (glibc serves them from its arenas). Every allocation and free
 // is reported to the memory profiler as LibTorch's allocator does, so the lanes' peak-memory
 // figures hold.
+//
+// A memory guard sits in front of every fresh large block (never one served from the lists):
+// a block that would take the machine below a headroom of available memory (MemAvailable,
+// /proc/meminfo, re-read at most every 10 ms, with the fresh blocks handed out since the read
+// counted as used) is refused with HostOutOfMemory after the cached blocks were given back.
+// The lane fails alone with its step and batch instead of the kernel's OOM killer ending the
+// whole process (tests/cli/test_shutdown.py, docs/RELIABILITY.md).
 #include "train/host_allocator.h"
 
 #include <c10/core/Allocator.h>
@@ -19,8 +26,13 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -43,6 +55,35 @@ std::size_t cacheCap() {
     // An eighth of the machine's memory, at most 2 GiB.
     return std::min(kMaxCapBytes, static_cast<std::size_t>(pages) * static_cast<std::size_t>(pageSize) / 8);
 }
+
+// MemAvailable from /proc/meminfo in bytes (0 when unknown: no guard then).
+std::size_t memAvailable() {
+    std::FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) {
+        return 0;
+    }
+    char line[256];
+    std::size_t kb = 0;
+    while (std::fgets(line, sizeof line, f)) {
+        if (std::strncmp(line, "MemAvailable:", 13) == 0) {
+            kb = std::strtoull(line + 13, nullptr, 10);
+            break;
+        }
+    }
+    std::fclose(f);
+    return kb * 1024;
+}
+
+std::size_t physicalMemory() {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long pageSize = sysconf(_SC_PAGESIZE);
+    return pages > 0 && pageSize > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(pageSize) : 0;
+}
+
+std::string gib(std::size_t bytes) { return fmt::format("{:.1f} GB", static_cast<double>(bytes) / 1e9); }
+
+std::mutex g_lastOomMutex;
+HostOutOfMemory g_lastOom;
 
 class CachingHostAllocator final : public c10::Allocator {
 public:
@@ -78,14 +119,7 @@ public:
             if (--m_lanes > 0) {
                 return;
             }
-            for (auto& [size, list] : m_free) {
-                for (void* block : list) {
-                    m_sizes.erase(block);
-                    blocks.push_back(block);
-                }
-            }
-            m_free.clear();
-            m_cachedBytes = 0;
+            blocks = takeAllCached();
         }
         for (void* block : blocks) {
             c10::free_cpu(block);
@@ -115,13 +149,78 @@ private:
                 void* block = it->second.back();
                 it->second.pop_back();
                 m_cachedBytes -= size;
+                m_inUse += size;
                 return block;
             }
         }
+        admit(size);
         void* block = c10::alloc_cpu(size);
         std::lock_guard lock(m_mutex);
         m_sizes[block] = size;
+        m_inUse += size;
         return block;
+    }
+
+    // The memory guard (top of the file): throws HostOutOfMemory for a fresh block the
+    // machine (or DEVICERACE_HOST_MEMORY_LIMIT) cannot give.
+    void admit(std::size_t size) {
+        using Clock = std::chrono::steady_clock;
+        std::unique_lock lock(m_mutex);
+        const std::size_t limit = hostMemoryLimit();
+        const std::size_t headroom = std::max<std::size_t>(std::size_t{256} << 20, physicalMemory() / 20);
+        auto available = [&](bool fresh) {
+            if (fresh || Clock::now() - m_availableAt > std::chrono::milliseconds(10)) {
+                m_available = memAvailable();
+                m_availableAt = Clock::now();
+                m_freshSinceRead = 0;
+            }
+            return m_available > m_freshSinceRead ? m_available - m_freshSinceRead : 0;
+        };
+        auto fits = [&](bool fresh) {
+            const std::size_t avail = available(fresh);
+            const bool machine = avail == 0 && m_available == 0 ? true : size + headroom <= avail;
+            return machine && (limit == 0 || m_inUse + m_cachedBytes + size <= limit);
+        };
+        if (!fits(false)) {
+            // Give the cached blocks back first; they may be what is missing.
+            std::vector<void*> blocks = takeAllCached();
+            lock.unlock();
+            for (void* block : blocks) {
+                c10::free_cpu(block);
+            }
+            lock.lock();
+            if (!fits(true)) {
+                HostOutOfMemory e;
+                e.requested = size;
+                e.inUse = m_inUse;
+                const std::size_t machineBudget = m_inUse + (m_available > headroom ? m_available - headroom : 0);
+                e.budget = limit ? std::min(limit, machineBudget) : machineBudget;
+                e.text = fmt::format("out of memory ({}): a {} block was asked for with {} in use by the lanes and "
+                                     "{} available{}",
+                                     kHostOutOfMemoryTag, gib(size), gib(m_inUse), gib(m_available),
+                                     limit ? fmt::format(" (DEVICERACE_HOST_MEMORY_LIMIT {})", gib(limit)) : "");
+                {
+                    std::lock_guard last(g_lastOomMutex);
+                    g_lastOom = e;
+                }
+                throw e;
+            }
+        }
+        m_freshSinceRead += size;
+    }
+
+    // Every cached block, removed from the lists (the caller frees them outside the lock).
+    std::vector<void*> takeAllCached() {
+        std::vector<void*> blocks;
+        for (auto& [size, list] : m_free) {
+            for (void* block : list) {
+                m_sizes.erase(block);
+                blocks.push_back(block);
+            }
+        }
+        m_free.clear();
+        m_cachedBytes = 0;
+        return blocks;
     }
 
     // Keeps a large block for the next request of its size (up to the cap); frees the rest.
@@ -131,6 +230,7 @@ private:
             auto it = m_sizes.find(block);
             if (it != m_sizes.end()) {
                 const std::size_t size = it->second;
+                m_inUse -= size;
                 if (m_cachedBytes + size <= m_cap) {
                     m_free[size].push_back(block);
                     m_cachedBytes += size;
@@ -147,10 +247,41 @@ private:
     std::unordered_map<std::size_t, std::vector<void*>> m_free; // rounded size -> free blocks
     std::unordered_map<void*, std::size_t> m_sizes;             // every block this cache owns
     std::size_t m_cachedBytes = 0;
+    std::size_t m_inUse = 0; // large blocks handed out and not freed
+    // The guard's view of the machine: MemAvailable at m_availableAt, and the fresh blocks
+    // handed out since (counted as used: their pages may not be touched yet).
+    std::size_t m_available = 0;
+    std::chrono::steady_clock::time_point m_availableAt{};
+    std::size_t m_freshSinceRead = 0;
     int m_lanes = 0; // CPU lanes between hold() and drop()
 };
 
 } // namespace
+
+HostOutOfMemory lastHostOutOfMemory() {
+    std::lock_guard lock(g_lastOomMutex);
+    return g_lastOom;
+}
+
+std::size_t hostMemoryLimit() {
+    static const std::size_t limit = [] () -> std::size_t {
+        const char* env = std::getenv("DEVICERACE_HOST_MEMORY_LIMIT");
+        if (!env || !*env) {
+            return 0;
+        }
+        char* end = nullptr;
+        const double v = std::strtod(env, &end);
+        if (!(v > 0)) {
+            return 0;
+        }
+        const char unit = end ? *end : 0;
+        const double scale = unit == 'K' || unit == 'k' ? 1024.0
+                             : unit == 'M' || unit == 'm' ? 1048576.0
+                             : unit == 'G' || unit == 'g' ? 1073741824.0 : 1.0;
+        return static_cast<std::size_t>(v * scale);
+    }();
+    return limit;
+}
 
 bool useCachingHostAllocator() {
     static const bool installed = [] {

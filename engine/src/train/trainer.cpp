@@ -1,5 +1,7 @@
 // The lane thread's training job: set-up (model, data, optimizer, device) and the loop.
 #include "train/trainer.h"
+
+#include "train/host_allocator.h"
 #include <cctype>
 
 namespace devicerace::detail {
@@ -89,6 +91,7 @@ LaneOutcome Trainer::run() {
         m_dist->attach(m_model->parameters());
     }
     m_data = loadLaneData(*m_ctx.settings.data, m_dev, m_gen, m_ctx.batch, m_ctx.dataOnHost);
+    m_dataLoaded = true;
     if (m_dist) {
         // Every rank made the same synthetic data from the lane's seed; dropout draws per rank.
         m_gen.set_current_seed(m_ctx.settings.seed + static_cast<std::uint64_t>(m_dist->rank()));
@@ -249,9 +252,39 @@ void Trainer::writeWeightsDigest() const {
     }
 }
 
+std::string Trainer::hostOutOfMemoryMessage() const {
+    const auto oom = lastHostOutOfMemory();
+    const std::int64_t batch = m_ctx.batch;
+    // The lane needed at least what it held plus the block it asked for; memory grows with the
+    // batch, so a batch that fits is at most this (an upper bound, not a promise).
+    const double needed = static_cast<double>(oom.inUse + oom.requested);
+    std::int64_t fit = needed > 0 ? static_cast<std::int64_t>(static_cast<double>(batch) * oom.budget / needed) : 0;
+    std::int64_t pow2 = 1;
+    while (pow2 * 2 <= fit) {
+        pow2 *= 2;
+    }
+    const std::string where = m_dataLoaded ? fmt::format("at step {}", m_step + 1) : "while loading its data";
+    const std::string hint = fit >= 1 ? fmt::format("try batch ≤ {}", pow2)
+                                      : "even batch 1 needs more than this machine has free";
+    const bool capped = hostMemoryLimit() > 0 && oom.budget >= hostMemoryLimit();
+    return fmt::format("out of memory {} (batch {}): it needed more than {:.1f} GB, {:.1f} GB can be had{}; {}", where,
+                       batch, needed / 1e9, static_cast<double>(oom.budget) / 1e9,
+                       capped ? " (DEVICERACE_HOST_MEMORY_LIMIT)" : "", hint);
+}
+
 LaneOutcome runTraining(LaneContext& ctx) {
     Trainer trainer(ctx);
-    return trainer.run();
+    try {
+        return trainer.run();
+    } catch (const HostOutOfMemory&) {
+        throw Error(trainer.hostOutOfMemoryMessage());
+    } catch (const std::exception& e) {
+        // LibTorch may have rethrown it as its own error (e.g. from autograd's engine).
+        if (std::string_view(e.what()).find(kHostOutOfMemoryTag) != std::string_view::npos) {
+            throw Error(trainer.hostOutOfMemoryMessage());
+        }
+        throw;
+    }
 }
 
 std::string describeException(std::exception_ptr e) {

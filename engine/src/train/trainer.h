@@ -83,6 +83,10 @@ public:
 
     LaneOutcome run();
 
+    /// The lane's message for a HostOutOfMemory that ended run(): "out of memory at step N
+    /// (batch B): ...; try batch <= K".
+    std::string hostOutOfMemoryMessage() const;
+
 private:
     LaneOutcome loop();
 
@@ -146,6 +150,7 @@ private:
     torch::Tensor m_scale, m_growth, m_foundInf; // fp16 loss scaling
     std::int64_t m_inBuf = 0;
     std::int64_t m_step = 0, m_samples = 0, m_epochsDone = 0;
+    bool m_dataLoaded = false; // for the out-of-memory message: loading data, or a step
     std::int64_t m_reportedStep = 0, m_reportedSamples = 0;
     Clock::time_point m_start, m_intervalStart;
     double m_paused = 0; // seconds spent paused, excluded from the lane clock

@@ -293,13 +293,9 @@ std::vector<MetricSample> WorkerLane::history() const { return m_impl->record->h
 double WorkerLane::cpuSeconds() const { return m_impl->cpu.load(); }
 
 LaneSummary WorkerLane::summary() const {
-    auto samples = history();
-    auto s = summarize(m_impl->spec, m_impl->ready.batch, samples, m_impl->settings.targetAccuracy);
+    auto s = m_impl->record->summary(m_impl->spec, m_impl->ready.batch, m_impl->settings.targetAccuracy);
     s.datasetName = m_impl->ready.datasetName;
     s.synthetic = m_impl->ready.synthetic;
-    s.state = m_impl->record->state();
-    s.error = m_impl->record->message();
-    s.execution = m_impl->record->execution();
     return s;
 }
 

@@ -35,6 +35,10 @@ using nlohmann::json;
 constexpr auto kHeartbeat = std::chrono::seconds(1);
 // Seconds without a line from the parent (it pings every 2 s) before the worker stops itself.
 constexpr double kParentSilence = 20;
+// Seconds a lane gets to stop once the parent is gone (a signal, its connection closed or
+// silent): a lane blocked in a data load never looks at its stop flag, and nobody is left to
+// kill this process, so it leaves without the lane.
+constexpr double kOrphanStopGrace = 3;
 // Longest control line accepted from the parent.
 constexpr std::size_t kMaxControlLine = 64 * 1024;
 // How often the lane's new samples are forwarded (latency from sample to parent).
@@ -104,8 +108,18 @@ public:
         detail::LineSplitter lines(kMaxControlLine);
         bool inputOpen = true;
         while (true) {
-            if (g_signal && !m_stopping) {
-                stop(fmt::format("signal {}", g_signal.load()));
+            if (g_signal && !m_parentGone) {
+                m_parentGone = true;
+                if (!m_stopping) {
+                    stop(fmt::format("signal {}", g_signal.load()));
+                }
+            }
+            if (m_parentGone && m_lane && m_started && !isTerminal(m_lane->state()) &&
+                std::chrono::duration<double>(Clock::now() - m_stopAt).count() > kOrphanStopGrace) {
+                std::fprintf(stderr, "devicerace-cli worker: the lane did not stop within %.0f s; leaving without it\n",
+                             kOrphanStopGrace);
+                std::fflush(nullptr);
+                std::_Exit(1);
             }
             if (!inputOpen && !m_lane) {
                 return 0; // the parent left before a lane was set up
@@ -123,12 +137,18 @@ public:
             if (m_lane && !m_started && (!inputOpen || m_stopping)) {
                 return 0; // accepted but never started
             }
-            if (m_out.broken() && !m_stopping) {
-                stop("the parent stopped reading");
+            if (m_out.broken() && !m_parentGone) {
+                m_parentGone = true;
+                if (!m_stopping) {
+                    stop("the parent stopped reading");
+                }
             }
             if (inputOpen && std::chrono::duration<double>(Clock::now() - lastFromParent).count() > kParentSilence &&
-                !m_stopping) {
-                stop("no word from the parent for 20 s");
+                !m_parentGone) {
+                m_parentGone = true;
+                if (!m_stopping) {
+                    stop("no word from the parent for 20 s");
+                }
             }
             pollfd pfd{inputOpen ? m_in : -1, POLLIN, 0};
             if (::poll(&pfd, 1, kForwardMs) <= 0 || !inputOpen) {
@@ -141,6 +161,7 @@ public:
             }
             if (n <= 0) {
                 inputOpen = false;
+                m_parentGone = true;
                 if (!m_stopping && m_lane) {
                     stop("the parent closed the connection");
                 }
@@ -172,6 +193,7 @@ private:
 
     void stop(const std::string& why) {
         m_stopping = true;
+        m_stopAt = Clock::now();
         if (m_lane) {
             m_lane->requestStop();
         }
@@ -275,6 +297,8 @@ private:
     std::atomic<ThreadLane*> m_laneReady{nullptr};
     bool m_started = false;
     bool m_stopping = false;
+    bool m_parentGone = false; // a signal, or the parent's connection closed, broken or silent
+    Clock::time_point m_stopAt{};
     std::string m_execution;
 };
 

@@ -1,0 +1,19 @@
+#pragma once
+// Whether this machine can run a framework= lane (pytorch, keras-jax, ...): the Python the lane
+// programs run on must import the framework's modules. Asked by the window (to grey such lanes
+// before Start) and by the race (to refuse them with the command that installs them). Torch-free.
+#include <string>
+#include <string_view>
+
+namespace devicerace {
+
+/// "" when `framework` (one of frameworkProgram's names, or "devicerace") can run on this
+/// machine, else why not, with the command that installs it: "framework=keras-jax: keras, jax
+/// are not installed for /x/.venv/bin/python; run scripts/setup --frameworks". Asks the Python
+/// once per framework and process (a find_spec check: nothing is imported), at most ~10 s.
+std::string frameworkProblem(std::string_view framework);
+
+/// Forgets the answers (after the user installed something).
+void forgetFrameworkAnswers();
+
+} // namespace devicerace
