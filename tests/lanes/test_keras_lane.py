@@ -154,8 +154,11 @@ class KerasJaxTest(KerasBackendTest, unittest.TestCase):
         self.assertEqual((m["type"], m["phase"]), ("error", "config"), m)
         self.assertEqual(lane.wait(PATIENCE), 2)
         lane = self.start()
-        self.configure(lane, workload="imagenet-resnet50", expected_parameters=25557032, data="synthetic",
-                       lane="cpu,threads=1,batch=2,name=keras,framework=keras-jax", steps=1, test_limit=4)
+        lane.send(config(self.BACKEND, workload="imagenet-resnet50", expected_parameters=25557032, data="synthetic",
+                         lane="cpu,threads=1,batch=2,name=keras,framework=keras-jax", steps=1, test_limit=4))
+        ready = lane.next(PATIENCE)
+        self.assertEqual(ready["type"], "ready", f"{ready}; stderr: {lane.stderr()[-1500:]}")
+        self.assertEqual(ready["batch"], 2)
 
 
 class KerasTensorFlowTest(KerasBackendTest, unittest.TestCase):
