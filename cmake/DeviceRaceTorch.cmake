@@ -43,10 +43,22 @@ find_package(Torch ${DEVICERACE_TORCH_VERSION} REQUIRED CONFIG
 get_filename_component(DEVICERACE_TORCH_LIBDIR "${TORCH_INSTALL_PREFIX}/lib" ABSOLUTE)
 message(STATUS "DeviceRace: LibTorch ${Torch_VERSION} from ${DEVICERACE_TORCH_LIBDIR}")
 
+# Installs (and the .deb) carry the LibTorch and CUDA libraries the programs load into
+# lib/devicerace, so they run where there is no torch wheel (packaging/CMakeLists.txt). Off:
+# installed programs point at this build's wheel, as the build tree does.
+option(DEVICERACE_BUNDLE_TORCH "Install the LibTorch/CUDA libraries into lib/devicerace" ON)
+
 # Executables find the wheel's libraries through their RUNPATH; the wheel's own
-# libraries find the nvidia/* packages through their DT_RPATH.
+# libraries find the nvidia/* packages through their DT_RPATH. Installed and bundled: the
+# libraries sit beside the engine in lib/devicerace ($ORIGIN for the engine, $ORIGIN/../lib/
+# devicerace for the programs), and the wheel's libraries find each other through their own
+# $ORIGIN.
 function(devicerace_torch_runpath target)
     set_property(TARGET ${target} APPEND PROPERTY BUILD_RPATH "${DEVICERACE_TORCH_LIBDIR}")
-    set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH "${DEVICERACE_TORCH_LIBDIR}")
+    if(DEVICERACE_BUNDLE_TORCH)
+        set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH "$ORIGIN")
+    else()
+        set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH "${DEVICERACE_TORCH_LIBDIR}")
+    endif()
     target_link_options(${target} PRIVATE "LINKER:--enable-new-dtags")
 endfunction()

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs into a temporary prefix and runs devicerace-cli from there; validates the desktop
-# file and the AppStream metainfo when the validators are present; builds the .deb with CPack
-# and runs the CLI from the unpacked package.   Usage: test_install.sh BUILD_DIR
+# file and the AppStream metainfo when the validators are present. With DEVICERACE_BUNDLE_TORCH
+# (the default) the install carries its LibTorch/CUDA libraries: every library the programs
+# load must then resolve inside the prefix or to a Debian system library, never to the build's
+# torch wheel or CUDA toolkit. The .deb itself (gigabytes to compress) is built and tried on
+# a machine without the wheel by scripts/test --package (tests/packaging/test_package.sh).
+# Usage: test_install.sh BUILD_DIR
 set -euo pipefail
 BUILD="$1"
 TMP="$(mktemp -d)"
@@ -17,12 +21,7 @@ fi
 if command -v appstreamcli >/dev/null; then
     appstreamcli validate --no-net "$TMP/prefix/share/metainfo/io.github.devicerace.DeviceRace.metainfo.xml"
 fi
-if command -v dpkg-deb >/dev/null; then
-    (cd "$BUILD" && cpack -G DEB -B "$TMP/deb" >"$TMP/cpack.log" 2>&1) || { cat "$TMP/cpack.log"; exit 1; }
-    deb=$(ls "$TMP"/deb/*.deb)
-    dpkg-deb --info "$deb" | grep -E "Package|Depends"
-    dpkg-deb -x "$deb" "$TMP/root"
-    "$TMP/root/usr/bin/devicerace-cli" devices
-    "$TMP/root/usr/bin/devicerace-cli" presets | grep -q cpu-thread-scaling
+if grep -q "DEVICERACE_BUNDLE_TORCH:BOOL=ON" "$BUILD/CMakeCache.txt"; then
+    "$(dirname "$0")/check_bundle.sh" "$TMP/prefix"
 fi
 echo "1 passed, 0 failed"
