@@ -1,6 +1,7 @@
 #include "summary_table.h"
 
 #include <QHeaderView>
+#include <QScrollBar>
 
 #include <cmath>
 
@@ -99,12 +100,37 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
         }
     }
     resizeColumnsToContents();
+    fitHeight();
+}
+
+void SummaryTable::fitHeight() {
     // As tall as its rows, so the dashboard gives the rest to the charts.
     int height = horizontalHeader()->height() + 2 * frameWidth();
     for (int r = 0; r < rowCount(); ++r) {
         height += rowHeight(r);
     }
-    setFixedHeight(height);
+    if (horizontalHeader()->length() > width() - 2 * frameWidth() - (verticalHeader()->isVisible() ? verticalHeader()->width() : 0)) {
+        height += horizontalScrollBar()->sizeHint().height();
+    }
+    if (height != this->height() || minimumHeight() != maximumHeight()) {
+        setFixedHeight(height);
+    }
+}
+
+void SummaryTable::resizeEvent(QResizeEvent* event) {
+    QTableWidget::resizeEvent(event);
+    fitHeight();
+}
+
+int SummaryTable::visibleRows() const {
+    int rows = 0;
+    const int bottom = viewport()->height();
+    for (int r = 0; r < rowCount(); ++r) {
+        if (rowViewportPosition(r) >= 0 && rowViewportPosition(r) + rowHeight(r) <= bottom) {
+            ++rows;
+        }
+    }
+    return rows;
 }
 
 } // namespace devicerace::ui

@@ -22,8 +22,19 @@ public:
     explicit SummaryTable(QWidget* parent = nullptr);
     void showSummary(const RaceSummary& summary, const std::vector<LaneInfo>& lanes);
 
+    /// Rows visible without scrolling (tests: every lane's row fits).
+    int visibleRows() const;
+
     static constexpr int kColumns = 13;
     static constexpr int kScalingColumn = 12; // shown only when a lane is data-parallel
+
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
+private:
+    // As tall as its rows (plus the horizontal scroll bar when the columns are wider than the
+    // table: at 1280 px it took a row's height and left 1.5 rows visible).
+    void fitHeight();
 };
 
 } // namespace devicerace::ui

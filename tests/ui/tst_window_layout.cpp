@@ -22,6 +22,7 @@
 #include "race_strip.h"
 #include "setup_panel.h"
 #include "lanes_table.h"
+#include "summary_table.h"
 
 using namespace devicerace;
 using namespace devicerace::ui;
@@ -77,6 +78,12 @@ QStringList readabilityProblems(MainWindow& w) {
             !strip->rect().contains(t.rect)) {
             problems << QStringLiteral("strip: \"") + t.text + QStringLiteral("\" does not fit");
         }
+    }
+    // The summary table shows every lane's row without scrolling (at 1280 px its horizontal
+    // scroll bar used to take a row's height and leave 1.5 rows visible).
+    if (auto* summary = w.dashboard()->summaryTable(); summary->isVisible() && summary->rowCount() > 0 &&
+                                                        summary->visibleRows() < summary->rowCount()) {
+        problems << QStringLiteral("summary table: %1 of %2 rows visible").arg(summary->visibleRows()).arg(summary->rowCount());
     }
     auto* title = w.dashboard()->titleLabel();
     if (QFontMetrics(title->font()).horizontalAdvance(title->text()) > title->contentsRect().width()) {
