@@ -22,7 +22,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_worker_lanes import env, lane_files, wait_for_lines  # noqa: E402
+from test_worker_lanes import children_running_worker, env, lane_files, wait_for_lines  # noqa: E402
 
 CLI = GUI = None
 SMALL = ["--workload", "fashion-mlp", "--train-limit", "3000", "--test-limit", "500", "--steps", "1000000"]
@@ -114,21 +114,7 @@ class CliShutdown(unittest.TestCase):
 
 def orphans():
     """devicerace-cli worker processes whose parent is init (left behind)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == 1 and len(cmd) > 1 and cmd[0] == CLI.encode() and cmd[1] == b"worker":
-            out.append(int(entry))
-    return out
+    return children_running_worker(1, CLI)
 
 
 def wait_for_no_orphans(timeout=15):

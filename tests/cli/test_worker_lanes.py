@@ -25,7 +25,8 @@ def env(**extra):
     return dict(os.environ, OMP_WAIT_POLICY="PASSIVE", **extra)
 
 
-def children_running_worker(parent):
+def children_running_worker(parent, program=None):
+    """Processes whose parent is `parent` running a worker (`program worker ...` when given)."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -38,8 +39,16 @@ def children_running_worker(parent):
         except OSError:
             continue
         ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if ppid == parent and b"worker" in cmd:
-            out.append(int(entry))
+        if ppid != parent:
+            continue
+        if b"worker" not in cmd:
+            continue
+        try:
+            if program and os.path.realpath(f"/proc/{entry}/exe") != os.path.realpath(program):
+                continue
+        except OSError:
+            continue
+        out.append(int(entry))
     return out
 
 
