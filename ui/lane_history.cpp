@@ -21,20 +21,24 @@ void LaneHistory::append(const MetricSample& s) {
     case SampleKind::Train:
         // A chart keeps the last finite point: intervals without a finite rate/loss are dropped.
         if (finite(s.samplesPerSec) && finite(s.stepsPerSec) && finite(s.loss)) {
-            time.push_back(s.time);
-            step.push_back(static_cast<double>(s.step));
-            samples.push_back(static_cast<double>(s.samples));
-            samplesPerSec.push_back(*s.samplesPerSec);
-            stepsPerSec.push_back(*s.stepsPerSec);
-            loss.push_back(*s.loss);
-            cost.push_back(costPerHour ? s.time / 3600.0 * *costPerHour : 0.0);
-            warmup.push_back(s.warmup ? 1 : 0);
+            Point p;
+            p.time = s.time;
+            p.step = static_cast<double>(s.step);
+            p.samples = static_cast<double>(s.samples);
+            p.samplesPerSec = *s.samplesPerSec;
+            p.stepsPerSec = *s.stepsPerSec;
+            p.loss = *s.loss;
+            p.cost = costPerHour ? s.time / 3600.0 * *costPerHour : 0.0;
+            p.warmup = s.warmup;
+            const double weight = m_lastRawTime ? std::max(0.0, s.time - *m_lastRawTime) : 0.0;
+            m_lastRawTime = s.time;
+            appendPoint(p, weight);
             if (finite(s.lr) && *s.lr > 0) {
                 if (lastLr && (*s.lr >= 1.5 * *lastLr || *s.lr * 1.5 <= *lastLr)) {
                     lrTime.push_back(s.time);
                     lrStep.push_back(static_cast<double>(s.step));
                     lrSamples.push_back(static_cast<double>(s.samples));
-                    lrCost.push_back(cost.back());
+                    lrCost.push_back(costPerHour ? s.time / 3600.0 * *costPerHour : 0.0);
                 }
                 lastLr = s.lr;
             }
@@ -60,6 +64,88 @@ void LaneHistory::append(const MetricSample& s) {
         }
         break;
     }
+}
+
+void LaneHistory::push(const Point& p) {
+    time.push_back(p.time);
+    step.push_back(p.step);
+    samples.push_back(p.samples);
+    samplesPerSec.push_back(p.samplesPerSec);
+    stepsPerSec.push_back(p.stepsPerSec);
+    loss.push_back(p.loss);
+    cost.push_back(p.cost);
+    warmup.push_back(p.warmup ? 1 : 0);
+}
+
+void LaneHistory::appendPoint(const Point& p, double weight) {
+    if (stride == 1) {
+        push(p);
+    } else {
+        // Gather `stride` intervals into one point: it ends where the last one ends, its rates
+        // are the time-weighted means (the true rate over the span), its loss the mean.
+        const bool first = m_accCount == 0;
+        m_acc.warmup = first ? p.warmup : (m_acc.warmup && p.warmup);
+        m_acc.time = p.time;
+        m_acc.step = p.step;
+        m_acc.samples = p.samples;
+        m_acc.cost = p.cost;
+        m_accWeight = (first ? 0.0 : m_accWeight) + weight;
+        m_accSps = (first ? 0.0 : m_accSps) + p.samplesPerSec * weight;
+        m_accSteps = (first ? 0.0 : m_accSteps) + p.stepsPerSec * weight;
+        m_accLoss = (first ? 0.0 : m_accLoss) + p.loss;
+        m_acc.samplesPerSec = m_accCount == 0 || m_accWeight <= 0 ? p.samplesPerSec : m_accSps / m_accWeight;
+        m_acc.stepsPerSec = m_accCount == 0 || m_accWeight <= 0 ? p.stepsPerSec : m_accSteps / m_accWeight;
+        ++m_accCount;
+        m_acc.loss = m_accLoss / static_cast<double>(m_accCount);
+        if (m_accCount < stride) {
+            return;
+        }
+        push(m_acc);
+        m_accCount = 0;
+    }
+    if (time.size() >= kMaxPoints) {
+        mergePairs();
+    }
+}
+
+void LaneHistory::mergePairs() {
+    const std::size_t n = time.size();
+    std::size_t out = 0;
+    for (std::size_t i = 0; i + 1 < n; i += 2, ++out) {
+        // Each point's weight is the time it spans (from the point before it).
+        const double before = i > 0 ? time[i - 1] : time[i] - (time[i + 1] - time[i]);
+        const double wa = std::max(0.0, time[i] - before), wb = std::max(0.0, time[i + 1] - time[i]);
+        const double w = wa + wb;
+        auto mix = [&](const std::vector<double>& col) {
+            return w > 0 ? (col[i] * wa + col[i + 1] * wb) / w : (col[i] + col[i + 1]) / 2;
+        };
+        const double sps = mix(samplesPerSec), steps = mix(stepsPerSec);
+        samplesPerSec[out] = sps;
+        stepsPerSec[out] = steps;
+        loss[out] = (loss[i] + loss[i + 1]) / 2;
+        time[out] = time[i + 1];
+        step[out] = step[i + 1];
+        samples[out] = samples[i + 1];
+        cost[out] = cost[i + 1];
+        warmup[out] = static_cast<char>(warmup[i] && warmup[i + 1]);
+    }
+    if (n % 2 == 1) { // an odd last point stays as it is
+        time[out] = time[n - 1];
+        step[out] = step[n - 1];
+        samples[out] = samples[n - 1];
+        samplesPerSec[out] = samplesPerSec[n - 1];
+        stepsPerSec[out] = stepsPerSec[n - 1];
+        loss[out] = loss[n - 1];
+        cost[out] = cost[n - 1];
+        warmup[out] = warmup[n - 1];
+        ++out;
+    }
+    for (auto* col : {&time, &step, &samples, &samplesPerSec, &stepsPerSec, &loss, &cost}) {
+        col->resize(out);
+    }
+    warmup.resize(out);
+    stride *= 2;
+    ++compactions;
 }
 
 std::optional<double> LaneHistory::medianSamplesPerSec(std::size_t window) const {

@@ -18,8 +18,13 @@ namespace devicerace::ui {
 enum class XAxis { Time, Step, Samples, Cost };
 enum class Metric { SamplesPerSec, StepsPerSec, Loss, Accuracy };
 
-/// One lane's samples as parallel columns (non-finite values never enter).
+/// One lane's samples as parallel columns (non-finite values never enter). Bounded: past
+/// kMaxPoints train points, neighbours are merged in pairs and each later point stands for
+/// `stride` intervals (time-weighted rates, mean loss), so an hours-long lane keeps at most
+/// kMaxPoints points, evenly spaced, at every length. Evaluations and rate boundaries are few
+/// and kept whole.
 struct LaneHistory {
+    static constexpr std::size_t kMaxPoints = std::size_t(1) << 19;
     std::optional<double> costPerHour; // set before the first append; enables the cost axis
     // Train intervals
     std::vector<double> time, step, samples, samplesPerSec, stepsPerSec, loss, cost; // cost: USD so far
@@ -39,10 +44,27 @@ struct LaneHistory {
     std::optional<double> recentSamplesPerSec; // last interval after warm-up
     std::optional<std::uint64_t> peakMemory;
 
+    std::size_t stride = 1;        // train intervals per stored point (doubles at each merge)
+    std::uint64_t compactions = 0; // merges so far: caches built on the columns start again
+
     void append(const MetricSample& s);
-    /// Median samples/s of the last `window` intervals after warm-up (all when window <= 0).
+    /// Median samples/s of the last `window` stored points after warm-up (all when window <= 0).
     std::optional<double> medianSamplesPerSec(std::size_t window) const;
     std::size_t trainCount() const { return time.size(); }
+
+private:
+    struct Point {
+        double time = 0, step = 0, samples = 0, samplesPerSec = 0, stepsPerSec = 0, loss = 0, cost = 0;
+        bool warmup = false;
+    };
+    void appendPoint(const Point& p, double weight);
+    void push(const Point& p);
+    void mergePairs();
+    // The intervals gathered for the next stored point while stride > 1.
+    Point m_acc;
+    double m_accWeight = 0, m_accLoss = 0, m_accSps = 0, m_accSteps = 0;
+    std::size_t m_accCount = 0;
+    std::optional<double> m_lastRawTime;
 };
 
 /// The x column of `h` for `axis` (train points, or evaluation points when `eval`).

@@ -36,7 +36,7 @@ QString MainWindow::exportDashboardSvg(const QString& path) {
 
 QString MainWindow::exportCsv(const QString& path) {
     try {
-        saveBytes(path, QByteArray::fromStdString(samplesToCsv(m_race->samples())));
+        m_race->writeCsv(path);
     } catch (const std::exception& e) {
         return QString::fromStdString(e.what());
     }

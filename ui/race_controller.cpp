@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "devicerace/errors.h"
+#include "devicerace/exports.h"
 #include "palette.h"
 
 #include <algorithm>
@@ -27,7 +28,8 @@ RaceController::~RaceController() {
     m_race.reset(); // requests stop and joins every lane
 }
 
-bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir) {
+bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir,
+                           LaneFactory factory) {
     // Building a race loads data and, for worker lanes, starts processes and connects over ssh
     // (seconds; up to ssh's 10 s connect timeout): off the GUI thread, which keeps painting
     // but takes no input meanwhile.
@@ -36,7 +38,7 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
     QEventLoop wait;
     std::thread builder([&] {
         try {
-            race = std::make_unique<Race>(spec);
+            race = std::make_unique<Race>(spec, std::move(factory));
         } catch (...) {
             error = std::current_exception();
         }
@@ -58,17 +60,19 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
     m_recorder.reset();
     m_race = std::move(race);
     m_recordDir.clear();
+    m_recordedFiles.clear();
     if (!recordDir.isEmpty()) {
         try {
             m_recorder = std::make_unique<RecordingWriter>(recordDir.toStdString(), *m_race);
             m_recordDir = recordDir;
+            m_recordedFiles = m_recorder->laneFiles();
         } catch (const std::exception& e) {
             Q_EMIT failed(tr("not recording: %1").arg(QString::fromStdString(e.what())));
         }
     }
     m_lanes.clear();
     m_histories.clear();
-    m_samples.clear();
+    m_unrecorded.clear();
     m_paused = false;
     m_announcedFinish = false;
     int i = 0;
@@ -309,18 +313,21 @@ void RaceController::poll() {
             for (const auto& s : batch) {
                 m_histories[i].append(s);
             }
+            changed = changed || !batch.empty();
+            std::size_t written = 0; // on disk: the CSV export reads those there
             if (m_recorder) {
                 try {
-                    for (const auto& s : batch) {
-                        m_recorder->append(s);
+                    for (; written < batch.size(); ++written) {
+                        m_recorder->append(batch[written]);
                     }
                 } catch (const std::exception& e) {
                     m_recorder.reset();
                     Q_EMIT failed(tr("recording stopped: %1 (the race goes on)").arg(QString::fromStdString(e.what())));
                 }
             }
-            changed = changed || !batch.empty();
-            m_samples.insert(m_samples.end(), batch.begin(), batch.end());
+            // Memory keeps only what the recording lacks (every sample when not recording).
+            m_unrecorded.insert(m_unrecorded.end(), std::make_move_iterator(batch.begin() + static_cast<std::ptrdiff_t>(written)),
+                                std::make_move_iterator(batch.end()));
         }
     }
     if (changed) {
@@ -331,6 +338,10 @@ void RaceController::poll() {
         m_timer.stop();
         Q_EMIT finishedRace();
     }
+}
+
+void RaceController::writeCsv(const QString& path) const {
+    writeSamplesCsv(m_recordedFiles, m_unrecorded, path.toStdString());
 }
 
 std::optional<RaceSummary> RaceController::summary() const {

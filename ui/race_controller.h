@@ -8,6 +8,7 @@
 #include <QElapsedTimer>
 #include <QTimer>
 
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -38,7 +39,9 @@ public:
     /// Validates and starts a race; on bad input returns false and emits failed(message).
     /// With `recordDir`, the race is recorded there as it runs (a failure to record is reported
     /// through failed() and the race goes on).
-    bool start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir = {});
+    /// `factory` builds the lanes instead of the engine (benchmarks: synthetic sample sources).
+    bool start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir = {},
+               LaneFactory factory = {});
     /// Adds the lanes of a recording, shown complete at once (to look at); they replay from the
     /// start beside the live lanes on the next start(), or alone on replayRecordings(). False
     /// + `error` when the folder is not a readable recording.
@@ -77,8 +80,12 @@ public:
 
     const std::vector<LaneInfo>& lanes() const { return m_lanes; }
     const std::vector<LaneHistory>& histories() const { return m_histories; }
-    /// Every sample received so far, in arrival order (exports).
-    const std::vector<MetricSample>& samples() const { return m_samples; }
+    /// Writes every sample received so far as CSV to `path`: a recorded race's from its lane
+    /// files on disk (streamed: an hours-long race is not held in memory), then those the
+    /// recording missed (all of them when not recording). Throws Error.
+    void writeCsv(const QString& path) const;
+    /// Samples held in memory for the CSV export: only those not in the recording.
+    std::size_t samplesInMemory() const { return m_unrecorded.size(); }
     std::optional<RaceSummary> summary() const;
     QString datasetLabel() const;
     /// The race's workload (or the first recording's when only recordings are shown).
@@ -123,7 +130,8 @@ private:
     std::size_t m_liveLanes = 0;
     std::vector<LaneInfo> m_lanes;
     std::vector<LaneHistory> m_histories;
-    std::vector<MetricSample> m_samples;
+    std::vector<std::filesystem::path> m_recordedFiles; // the race's recording lane files
+    std::vector<MetricSample> m_unrecorded; // received while not recording (the CSV export)
     QTimer m_timer;
     bool m_paused = false;
     bool m_announcedFinish = false;

@@ -210,6 +210,41 @@ TEST(RunningMedian, EqualsTheSortedMedianAtEveryLength) {
     }
 }
 
+// Past kExactLimit values the running median keeps buckets instead of every value (an
+// hours-long lane): it stays within a bucket of the exact median, for rates that wander,
+// for a constant, for zeros and negatives, and after a switch in the middle of a skewed run.
+TEST(RunningMedian, StaysWithinABucketPastTheExactLimit) {
+    std::mt19937 rng(11);
+    std::lognormal_distribution<double> rates(7.0, 0.3);
+    std::uniform_real_distribution<double> signed_(-50, 20);
+    const std::size_t n = RunningMedian::kExactLimit * 3 + 17;
+    std::vector<std::vector<double>> series(4);
+    for (std::size_t i = 0; i < n; ++i) {
+        series[0].push_back(rates(rng));
+        series[1].push_back(1234.5);
+        series[2].push_back(i % 5 == 0 ? 0.0 : signed_(rng));
+        series[3].push_back(i < n / 2 ? 10.0 + static_cast<double>(i % 7) : 1e6 + static_cast<double>(i));
+    }
+    for (const auto& values : series) {
+        RunningMedian running;
+        for (double v : values) {
+            running.add(v);
+        }
+        EXPECT_FALSE(running.exact());
+        auto sorted = values;
+        std::sort(sorted.begin(), sorted.end());
+        // The lower middle value: what the buckets report when the count is even.
+        const double exact = sorted[(sorted.size() - 1) / 2];
+        EXPECT_NEAR(running.median(), exact, std::abs(exact) * RunningMedian::kBucketWidth + 1e-12)
+            << "exact " << exact;
+    }
+    RunningMedian small;
+    for (int i = 0; i < 1000; ++i) {
+        small.add(i);
+    }
+    EXPECT_TRUE(small.exact());
+}
+
 // A lane's summary kept sample by sample (what the window shows live) equals the summary of
 // the whole history, at every point of a long run with warm-up, evaluations and states.
 TEST(RunningSummary, MatchesTheWholeHistoryAtEveryPoint) {

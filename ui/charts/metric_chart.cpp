@@ -300,6 +300,12 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         const std::size_t warmEnd = std::min(k + 1, n);
         s.warm = decimateMinMax(allX.first(warmEnd), allY.first(warmEnd), lo, hi, buckets);
         grow(s.warm);
+        if (s.compactions != h.compactions) { // the history merged its points: rebuild from them
+            s.compactions = h.compactions;
+            s.rawCoarse.clear();
+            s.smoothCoarse.clear();
+            s.smoothed.clear();
+        }
         if (s.coarseFrom != k || s.smoothedTau < 0) {
             s.rawCoarse.clear();
             s.smoothCoarse.clear();

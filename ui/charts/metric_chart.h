@@ -79,6 +79,7 @@ private:
         double smoothedTau = -1;
         CoarseSeries rawCoarse, smoothCoarse; // level-of-detail copies for long histories
         std::size_t coarseFrom = 0;
+        std::uint64_t compactions = 0; // the history's merges the caches were built after
     };
     void applyRange(double lo, double hi);
     void pushLines();

@@ -14,6 +14,12 @@ namespace devicerace {
 std::string summaryToJson(const RaceSummary& summary);
 /// One header line, then one row per sample.
 std::string samplesToCsv(const std::vector<MetricSample>& samples);
+/// Writes the CSV of the samples in JSON-lines files (a recording's lane files, read a line at
+/// a time: memory stays bounded whatever their length; a last line without its newline is still
+/// being written and is left out), then of `more`, to `out` atomically. Rows are grouped by
+/// file. Throws Error naming the path, DataError for a line that is not a sample.
+void writeSamplesCsv(const std::vector<std::filesystem::path>& jsonLineFiles, const std::vector<MetricSample>& more,
+                     const std::filesystem::path& out);
 /// One JSON object per line (the event schema).
 std::string samplesToJsonLines(const std::vector<MetricSample>& samples);
 

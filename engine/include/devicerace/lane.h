@@ -74,7 +74,8 @@ public:
     virtual std::string message() const = 0;
     /// Samples emitted since the last call (the consumer's own copy).
     virtual std::vector<MetricSample> takeSamples() = 0;
-    /// All samples so far (kept by the lane for its summary).
+    /// The lane's most recent samples: all of a short race, the last 100,000 of a long one
+    /// (memory stays bounded; summary() covers every sample, takeSamples() hands each one out).
     virtual std::vector<MetricSample> history() const = 0;
     virtual LaneSummary summary() const = 0;
     /// CPU seconds used by the lane's own training thread so far (helper threads excluded).

@@ -1,5 +1,6 @@
 #pragma once
 /// A set of lanes run together (live) or one after another (fair). Thread-safe.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,11 +22,15 @@ struct RaceSummary {
     std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
 };
 
+/// Builds one lane of a race (makeLane by default). Benchmarks and tests pass their own to race
+/// synthetic sample sources through the same controller, recorder and window.
+using LaneFactory = std::function<std::unique_ptr<Lane>(LaneSpec, LaneRunSettings)>;
+
 class Race {
 public:
     /// Resolves and validates everything (workload, lanes, data) before any thread starts;
     /// throws UsageError / DataError with a one-line message.
-    explicit Race(RaceSpec spec);
+    explicit Race(RaceSpec spec, LaneFactory factory = {});
     ~Race(); // stops and joins every lane
 
     const RaceSpec& spec() const;

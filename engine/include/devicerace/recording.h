@@ -61,9 +61,12 @@ public:
     /// Appends one sample to its lane's file and flushes it.
     void append(const MetricSample& sample);
     const std::filesystem::path& dir() const { return m_dir; }
+    /// The lane files, in the race's lane order (a CSV export streams them).
+    const std::vector<std::filesystem::path>& laneFiles() const { return m_paths; }
 
 private:
     std::filesystem::path m_dir;
+    std::vector<std::filesystem::path> m_paths;
     std::map<std::string, std::FILE*> m_files;
 };
 

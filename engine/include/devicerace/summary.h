@@ -1,6 +1,7 @@
 #pragma once
 /// Per-lane results computed from a lane's samples. Pure functions, thread-safe.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,17 +48,26 @@ struct LaneSummary {
     std::optional<double> scalingEfficiency;  // speedup ÷ (workers ÷ the baseline's workers)
 };
 
-/// The median of a growing list in O(log n) per value and O(1) per query (two heaps), equal
-/// to median() of the values added so far.
+/// The median of a growing list: exact (two heaps, O(log n) per value, O(1) per query) for the
+/// first kExactLimit values, equal to median() of them; beyond that the values move into
+/// buckets of relative width kBucketWidth, so an hours-long lane keeps O(distinct buckets)
+/// memory (a few thousand for rates within ±50%) and the median is within kBucketWidth / 2 of
+/// the exact one (O(buckets) per query).
 class RunningMedian {
 public:
+    static constexpr std::size_t kExactLimit = std::size_t(1) << 16;
+    static constexpr double kBucketWidth = 1e-4;
     void add(double v);
-    bool empty() const { return m_low.empty(); }
+    bool empty() const { return m_count == 0; }
+    bool exact() const { return m_buckets.empty(); }
     double median() const; // precondition: !empty()
 
 private:
+    void addBucketed(double v);
     std::vector<double> m_low;  // max-heap: the smaller half (one more than m_high when odd)
     std::vector<double> m_high; // min-heap: the larger half
+    std::map<std::int64_t, std::int64_t> m_buckets; // bucket key -> values (past kExactLimit)
+    std::size_t m_count = 0;
 };
 
 /// A lane's summary kept up to date one sample at a time, so a live window's refresh costs

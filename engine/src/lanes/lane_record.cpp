@@ -21,7 +21,13 @@ void LaneRecord::push(MetricSample s) {
         }
     }
     m_running.add(s);
+    if (s.kind != SampleKind::State || s.step > 0) {
+        m_lastProgress = s;
+    }
     m_history.push_back(s);
+    if (m_history.size() > kHistoryLimit) {
+        m_history.pop_front();
+    }
     m_pending.push_back(std::move(s));
 }
 
@@ -37,15 +43,12 @@ void LaneRecord::finish(LaneState state, std::string message) {
         if (isTerminal(m_state)) {
             return;
         }
-        for (auto it = m_history.rbegin(); it != m_history.rend(); ++it) {
-            if (it->kind != SampleKind::State || it->step > 0) {
-                s.step = it->step;
-                s.samples = it->samples;
-                s.epoch = it->epoch;
-                s.time = std::max(s.time, it->time);
-                s.memoryBytes = it->memoryBytes;
-                break;
-            }
+        if (const auto& it = m_lastProgress) {
+            s.step = it->step;
+            s.samples = it->samples;
+            s.epoch = it->epoch;
+            s.time = std::max(s.time, it->time);
+            s.memoryBytes = it->memoryBytes;
         }
     }
     push(std::move(s));
@@ -70,7 +73,7 @@ std::vector<MetricSample> LaneRecord::take() {
 
 std::vector<MetricSample> LaneRecord::history() const {
     std::lock_guard lock(m_mutex);
-    return m_history;
+    return {m_history.begin(), m_history.end()};
 }
 
 LaneState LaneRecord::state() const {

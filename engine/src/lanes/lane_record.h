@@ -1,5 +1,6 @@
 #pragma once
 // The samples, state and message a lane keeps, whatever its kind. Thread-safe.
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -22,7 +23,10 @@ public:
     bool stopIfPending(const std::string& message);
 
     std::vector<MetricSample> take();
+    /// The most recent samples, at most kHistoryLimit (the summary covers them all): an
+    /// hours-long lane keeps a bounded record (the consumers of take() keep the rest).
     std::vector<MetricSample> history() const;
+    static constexpr std::size_t kHistoryLimit = 100'000;
     LaneState state() const;
     std::string message() const;
     std::string execution() const;
@@ -37,7 +41,8 @@ private:
     std::string m_lane;
     mutable std::mutex m_mutex; // guards everything below
     std::vector<MetricSample> m_pending;
-    std::vector<MetricSample> m_history;
+    std::deque<MetricSample> m_history;
+    std::optional<MetricSample> m_lastProgress; // the last sample past step 0 or not a State
     RunningSummary m_running;
     LaneState m_state = LaneState::Pending;
     std::string m_message;

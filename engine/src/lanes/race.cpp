@@ -231,7 +231,7 @@ struct Race::Impl {
     bool started = false;
 };
 
-Race::Race(RaceSpec spec) : m_impl(std::make_unique<Impl>()) {
+Race::Race(RaceSpec spec, LaneFactory factory) : m_impl(std::make_unique<Impl>()) {
     const auto& workload = findWorkload(spec.workload);
     if (spec.epochs && *spec.epochs < 1) {
         throw UsageError(fmt::format("--epochs {}: must be 1 or more", *spec.epochs));
@@ -289,7 +289,8 @@ Race::Race(RaceSpec spec) : m_impl(std::make_unique<Impl>()) {
         settings.seed = spec.seed;
         settings.evalEverySteps = spec.evalEverySteps;
         settings.warmupSteps = spec.warmupSteps;
-        m_impl->lanes.push_back(makeLane(laneSpec, std::move(settings)));
+        m_impl->lanes.push_back(factory ? factory(laneSpec, std::move(settings))
+                                        : makeLane(laneSpec, std::move(settings)));
         if (!m_impl->data) {
             m_impl->data = m_impl->lanes.back()->dataset();
         }

@@ -1,6 +1,7 @@
 #include "devicerace/summary.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 namespace devicerace {
@@ -11,7 +12,34 @@ double median(std::vector<double> values) {
     return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
 }
 
+namespace {
+// Bucket keys in the order of the values they hold: negatives, zero, positives; a value's
+// bucket is floor(log|v| / log1p(width)), offset so every key is ordered.
+constexpr std::int64_t kKeyOffset = std::int64_t(1) << 40;
+std::int64_t bucketKey(double v) {
+    if (v == 0 || !std::isfinite(v)) {
+        return v == 0 || std::isnan(v) ? 0 : (v > 0 ? 2 * kKeyOffset : -2 * kKeyOffset);
+    }
+    const auto k = static_cast<std::int64_t>(std::floor(std::log(std::abs(v)) / std::log1p(RunningMedian::kBucketWidth)));
+    return v > 0 ? kKeyOffset + k : -(kKeyOffset + k);
+}
+// The value in the middle of a bucket (geometric): within width/2 of any value in it.
+double bucketValue(std::int64_t key) {
+    if (key == 0) {
+        return 0;
+    }
+    const double k = static_cast<double>(std::abs(key) - kKeyOffset);
+    const double v = std::exp((k + 0.5) * std::log1p(RunningMedian::kBucketWidth));
+    return key > 0 ? v : -v;
+}
+} // namespace
+
 void RunningMedian::add(double v) {
+    ++m_count;
+    if (!m_buckets.empty()) {
+        addBucketed(v);
+        return;
+    }
     if (m_low.empty() || v <= m_low.front()) {
         m_low.push_back(v);
         std::push_heap(m_low.begin(), m_low.end());
@@ -31,10 +59,34 @@ void RunningMedian::add(double v) {
         m_high.pop_back();
         std::push_heap(m_low.begin(), m_low.end());
     }
+    if (m_count > kExactLimit) { // long enough: from now on, buckets
+        for (double x : m_low) {
+            addBucketed(x);
+        }
+        for (double x : m_high) {
+            addBucketed(x);
+        }
+        std::vector<double>().swap(m_low);
+        std::vector<double>().swap(m_high);
+    }
 }
 
+void RunningMedian::addBucketed(double v) { ++m_buckets[bucketKey(v)]; }
+
 double RunningMedian::median() const {
-    return m_low.size() > m_high.size() ? m_low.front() : (m_low.front() + m_high.front()) / 2.0;
+    if (m_buckets.empty()) {
+        return m_low.size() > m_high.size() ? m_low.front() : (m_low.front() + m_high.front()) / 2.0;
+    }
+    // The bucket holding the value of rank (count - 1) / 2 (the lower middle).
+    const auto rank = static_cast<std::int64_t>((m_count - 1) / 2);
+    std::int64_t seen = 0;
+    for (const auto& [key, n] : m_buckets) {
+        seen += n;
+        if (seen > rank) {
+            return bucketValue(key);
+        }
+    }
+    return bucketValue(m_buckets.rbegin()->first);
 }
 
 void RunningSummary::add(const MetricSample& s) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string_view>
 #include <unistd.h>
 
 #include "devicerace/errors.h"
@@ -109,18 +111,109 @@ std::string summaryToJson(const RaceSummary& summary) {
     return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
+namespace {
+
+constexpr const char* kCsvHeader =
+    "lane,kind,step,samples,epoch,t,wall_time,loss,accuracy,samples_per_sec,steps_per_sec,interval_s,"
+    "memory_bytes,warmup,state,message\n";
+
+std::string csvRow(const MetricSample& s) {
+    return fmt::format("{},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{}\n", csvField(s.lane), toString(s.kind), s.step,
+                       s.samples, s.epoch, s.time, s.wallTime, csvNumber(s.loss), csvNumber(s.accuracy),
+                       csvNumber(s.samplesPerSec), csvNumber(s.stepsPerSec), csvNumber(s.intervalSeconds),
+                       csvNumber(s.memoryBytes), s.warmup ? 1 : 0,
+                       s.kind == SampleKind::State ? toString(s.state) : std::string(), csvField(s.message));
+}
+
+// A file written under a temporary name beside `path` and renamed over it by commit(), every
+// byte checked; removed when not committed.
+class AtomicFile {
+public:
+    explicit AtomicFile(std::filesystem::path path) : m_path(std::move(path)) {
+        const auto dir = m_path.has_parent_path() ? m_path.parent_path() : std::filesystem::path(".");
+        std::error_code ec;
+        if (!std::filesystem::is_directory(dir, ec)) {
+            throw Error(fmt::format("{}: cannot write: folder {} does not exist", m_path.string(), dir.string()));
+        }
+        m_tmp = m_path;
+        m_tmp += fmt::format(".tmp{}", ::getpid());
+        m_file = std::fopen(m_tmp.c_str(), "wb");
+        if (!m_file) {
+            throw Error(fmt::format("{}: cannot write: {}", m_path.string(), std::strerror(errno)));
+        }
+    }
+    ~AtomicFile() {
+        if (m_file) {
+            std::fclose(m_file);
+            std::remove(m_tmp.c_str());
+        }
+    }
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+
+    void write(std::string_view bytes) {
+        if (std::fwrite(bytes.data(), 1, bytes.size(), m_file) != bytes.size()) {
+            throw Error(fmt::format("{}: write failed: {}", m_path.string(), std::strerror(errno)));
+        }
+    }
+    void commit() {
+        const bool flushed = std::fflush(m_file) == 0 && ::fsync(::fileno(m_file)) == 0;
+        const int flushErr = errno;
+        const bool closed = std::fclose(m_file) == 0;
+        m_file = nullptr;
+        if (!flushed || !closed) {
+            std::remove(m_tmp.c_str());
+            throw Error(fmt::format("{}: write failed: {}", m_path.string(), std::strerror(flushErr)));
+        }
+        if (std::rename(m_tmp.c_str(), m_path.c_str()) != 0) {
+            const int err = errno;
+            std::remove(m_tmp.c_str());
+            throw Error(fmt::format("{}: cannot replace: {}", m_path.string(), std::strerror(err)));
+        }
+    }
+
+private:
+    std::filesystem::path m_path, m_tmp;
+    std::FILE* m_file = nullptr;
+};
+
+} // namespace
+
 std::string samplesToCsv(const std::vector<MetricSample>& samples) {
-    std::string out =
-        "lane,kind,step,samples,epoch,t,wall_time,loss,accuracy,samples_per_sec,steps_per_sec,interval_s,"
-        "memory_bytes,warmup,state,message\n";
+    std::string out = kCsvHeader;
     for (const auto& s : samples) {
-        out += fmt::format("{},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{}\n", csvField(s.lane), toString(s.kind),
-                           s.step, s.samples, s.epoch, s.time, s.wallTime, csvNumber(s.loss), csvNumber(s.accuracy),
-                           csvNumber(s.samplesPerSec), csvNumber(s.stepsPerSec), csvNumber(s.intervalSeconds),
-                           csvNumber(s.memoryBytes), s.warmup ? 1 : 0,
-                           s.kind == SampleKind::State ? toString(s.state) : std::string(), csvField(s.message));
+        out += csvRow(s);
     }
     return out;
+}
+
+void writeSamplesCsv(const std::vector<std::filesystem::path>& jsonLineFiles, const std::vector<MetricSample>& more,
+                     const std::filesystem::path& out) {
+    AtomicFile file(out);
+    file.write(kCsvHeader);
+    for (const auto& path : jsonLineFiles) {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) {
+            throw Error(fmt::format("{}: cannot read: {}", path.string(), std::strerror(errno)));
+        }
+        std::string line;
+        std::string rows;
+        while (std::getline(in, line)) {
+            if (in.eof()) {
+                break; // a line still being written (no newline yet): not a sample
+            }
+            rows += csvRow(sampleFromJsonLine(line));
+            if (rows.size() > (1u << 20)) {
+                file.write(rows);
+                rows.clear();
+            }
+        }
+        file.write(rows);
+    }
+    for (const auto& s : more) {
+        file.write(csvRow(s));
+    }
+    file.commit();
 }
 
 std::string samplesToJsonLines(const std::vector<MetricSample>& samples) {
@@ -133,31 +226,9 @@ std::string samplesToJsonLines(const std::vector<MetricSample>& samples) {
 }
 
 void writeFileAtomically(const std::filesystem::path& path, const std::string& contents) {
-    const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-    std::error_code ec;
-    if (!std::filesystem::is_directory(dir, ec)) {
-        throw Error(fmt::format("{}: cannot write: folder {} does not exist", path.string(), dir.string()));
-    }
-    auto tmp = path;
-    tmp += fmt::format(".tmp{}", ::getpid());
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) {
-        throw Error(fmt::format("{}: cannot write: {}", path.string(), std::strerror(errno)));
-    }
-    const bool wrote = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
-    const int writeErr = errno;
-    const bool flushed = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-    const int flushErr = errno;
-    const bool closed = std::fclose(f) == 0;
-    if (!wrote || !flushed || !closed) {
-        std::remove(tmp.c_str());
-        throw Error(fmt::format("{}: write failed: {}", path.string(), std::strerror(!wrote ? writeErr : flushErr)));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int err = errno;
-        std::remove(tmp.c_str());
-        throw Error(fmt::format("{}: cannot replace: {}", path.string(), std::strerror(err)));
-    }
+    AtomicFile file(path);
+    file.write(contents);
+    file.commit();
 }
 
 } // namespace devicerace

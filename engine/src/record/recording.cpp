@@ -150,6 +150,7 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
             throw Error(fmt::format("{}: cannot write: {}", (dir / file).string(), std::strerror(errno)));
         }
         m_files[lane->spec().name] = f;
+        m_paths.push_back(dir / file);
     }
     writeFileAtomically(dir / "manifest.json", m.dump(2) + "\n");
 }
