@@ -5,7 +5,7 @@
 // Prints resident memory every simulated 5 minutes, the redraw per tick at the end (charts +
 // synchronous repaint, as bench_gui_redraw measures it), and checks that the recording holds
 // every sample (each lane file read back a line at a time, steps counted without a gap).
-// Usage: bench_gui_soak [minutes=60] [lanes=8] [rate=1000] [WIDTHxHEIGHT=1920x1080] [DIR]
+// Usage: bench_gui_soak [minutes=60] [lanes=8] [rate=1000] [WIDTHxHEIGHT=1920x1080] [DIR|-] [REDRAWS=40]
 //        (runs offscreen; the recording goes to DIR, default a temporary folder, removed after)
 #include <QApplication>
 #include <QElapsedTimer>
@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
         size = QSize(wh.value(0).toInt(), wh.value(1).toInt());
     }
     QTemporaryDir temp;
-    const QString recordDir = (argc > 5 ? QString::fromLocal8Bit(argv[5]) : temp.path()) + QStringLiteral("/soak");
+    const QString recordDir = (argc > 5 && std::string(argv[5]) != "-" ? QString::fromLocal8Bit(argv[5]) : temp.path()) +
+                              QStringLiteral("/soak");
 
     RaceSpec spec;
     spec.workload = "fashion-mlp";
@@ -138,7 +139,9 @@ int main(int argc, char** argv) {
     // The redraw at the end: as bench_gui_redraw measures it, one tick = new samples, a chart
     // refresh and a synchronous repaint of the three chart views.
     std::vector<double> redraw;
-    for (int k = 1; k <= 40; ++k) {
+    std::vector<std::vector<double>> paint(3), parts(3);
+    const int redraws = argc > 6 ? std::max(40, std::stoi(argv[6])) : 40;
+    for (int k = 1; k <= redraws; ++k) {
         for (auto* s : sources) {
             s->emitUntil(static_cast<double>(ticks + k) * kTick);
         }
@@ -146,13 +149,22 @@ int main(int argc, char** argv) {
         QElapsedTimer clock;
         clock.start();
         dashboard.refreshCharts();
+        parts[0].push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
         QApplication::processEvents();
+        parts[1].push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6 - parts[0].back());
         for (auto* c : dashboard.charts()) {
             c->view()->viewport()->repaint();
         }
         redraw.push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
+        parts[2].push_back(redraw.back() - parts[0].back() - parts[1].back());
+        for (int c = 0; c < 3; ++c) {
+            paint[static_cast<std::size_t>(c)].push_back(dashboard.charts()[c]->view()->lastPaintMs());
+        }
     }
     std::sort(redraw.begin(), redraw.end());
+    for (auto* list : {&paint[0], &paint[1], &paint[2], &parts[0], &parts[1], &parts[2]}) {
+        std::sort(list->begin(), list->end());
+    }
     for (auto* s : sources) {
         s->finish();
     }
@@ -172,6 +184,14 @@ int main(int argc, char** argv) {
                 at5, endMiB, maxMiB);
     std::printf("redraw per tick at the end (%dx%d): median %.2f ms, max %.2f ms\n", size.width(), size.height(),
                 redraw[redraw.size() / 2], redraw.back());
+    std::printf("  of which: chart refresh %.2f ms, events (the window's own updates) %.2f ms, chart repaints %.2f ms "
+                "(medians)\n",
+                parts[0][parts[0].size() / 2], parts[1][parts[1].size() / 2], parts[2][parts[2].size() / 2]);
+    for (int c = 0; c < 3; ++c) {
+        const auto* chart = dashboard.charts()[c];
+        std::printf("  chart %d (%dx%d): painting %.2f ms median\n", c, chart->width(), chart->height(),
+                    paint[static_cast<std::size_t>(c)][paint[0].size() / 2]);
+    }
     std::printf("recording: %lld of %lld train samples, steps %s; wall %.1f s\n", static_cast<long long>(recorded),
                 static_cast<long long>(emitted), contiguous ? "without a gap" : "WITH GAPS",
                 static_cast<double>(wall.elapsed()) / 1000);

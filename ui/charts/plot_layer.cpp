@@ -142,7 +142,11 @@ void PlotLayer::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidge
             }
             painter->drawLines(m_segments);
         }
-        if (line.dots || m_scratch.size() == 1) {
+        // Dots mark evaluations while they are a few per chart; hundreds of them (an eval
+        // every few seconds of an hours-long race) would merge into the line anyway, and each
+        // antialiased dot costs ~10 us: above one per 8 pixels only the line is drawn.
+        const bool sparse = static_cast<double>(m_scratch.size()) <= area.width() / 8;
+        if ((line.dots && sparse) || m_scratch.size() == 1) {
             painter->setRenderHint(QPainter::Antialiasing);
             painter->setBrush(line.color);
             const double r = std::max(2.5, line.width * 1.6);
