@@ -303,11 +303,7 @@ QString LanesTable::rowProblem(int row) const {
     } catch (const std::exception&) {
         return {}; // a bad key: Start names it
     }
-    // A remote host answers for itself at Start; a cmd= lane is the user's own program.
-    if (!spec.framework || spec.cmd || !spec.host.empty() || !spec.members.empty()) {
-        return {};
-    }
-    return QString::fromStdString(frameworkProblem(*spec.framework));
+    return QString::fromStdString(localFrameworkProblem(spec));
 }
 
 void LanesTable::markRow(int row) {

@@ -371,6 +371,7 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     auto previousInt = std::signal(SIGINT, onInterrupt);
     auto previousTerm = std::signal(SIGTERM, onInterrupt);
     std::vector<MetricSample> all;
+    const bool keepSamples = !options.csvFile.empty() || !options.jsonlFile.empty();
     const auto t0 = std::chrono::steady_clock::now();
     race->start();
     std::optional<std::chrono::steady_clock::time_point> stopSent;
@@ -390,7 +391,9 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
                     recorder.reset();
                 }
             }
-            all.insert(all.end(), samples.begin(), samples.end());
+            if (keepSamples) { // only --csv and --jsonl need them: a long race stays bounded
+                all.insert(all.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
+            }
         }
         view.render(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         if (done) {

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "devicerace/lane_spec.h"
+
 namespace devicerace {
 
 /// "" when `framework` (one of frameworkProgram's names, or "devicerace") can run on this
@@ -12,6 +14,11 @@ namespace devicerace {
 /// are not installed for /x/.venv/bin/python; run scripts/setup --frameworks". Asks the Python
 /// once per framework and process (a find_spec check: nothing is imported), at most ~10 s.
 std::string frameworkProblem(std::string_view framework);
+
+/// The problem of a lane that runs a framework on this machine (a local framework= lane, not
+/// cmd=); "" for every other lane: a remote host answers for itself, a cmd= lane is the user's
+/// own program. The race refuses such a lane with it; the window greys its row.
+std::string localFrameworkProblem(const LaneSpec& spec);
 
 /// Forgets the answers (after the user installed something).
 void forgetFrameworkAnswers();

@@ -19,10 +19,8 @@ std::unique_ptr<Lane> makeLane(LaneSpec spec, LaneRunSettings settings) {
     }
     // A local framework= lane whose Python lacks the framework is refused with the race, before
     // any lane starts, naming the command that installs it (a remote host answers for itself).
-    if (spec.host.empty() && spec.members.empty() && spec.framework && !spec.cmd) {
-        if (const auto problem = frameworkProblem(*spec.framework); !problem.empty()) {
-            throw UsageError(fmt::format("lane {}: {}", spec.name.empty() ? spec.device : spec.name, problem));
-        }
+    if (const auto problem = localFrameworkProblem(spec); !problem.empty()) {
+        throw UsageError(fmt::format("lane {}: {}", spec.name.empty() ? spec.device : spec.name, problem));
     }
     return std::make_unique<WorkerLane>(std::move(spec), std::move(settings));
 }

@@ -170,7 +170,10 @@ private:
         const std::size_t headroom = std::max<std::size_t>(std::size_t{256} << 20, physicalMemory() / 20);
         auto available = [&](bool fresh) {
             if (fresh || Clock::now() - m_availableAt > std::chrono::milliseconds(10)) {
-                m_available = memAvailable();
+                lock.unlock(); // a file read: other lanes' allocations need not wait for it
+                const std::size_t read = memAvailable();
+                lock.lock();
+                m_available = read;
                 m_availableAt = Clock::now();
                 m_freshSinceRead = 0;
             }

@@ -93,6 +93,13 @@ std::string ask(std::string_view framework) {
 
 } // namespace
 
+std::string localFrameworkProblem(const LaneSpec& spec) {
+    if (!spec.framework || spec.cmd || !spec.host.empty() || !spec.members.empty()) {
+        return {};
+    }
+    return frameworkProblem(*spec.framework);
+}
+
 std::string frameworkProblem(std::string_view framework) {
     if (framework.empty() || framework == "devicerace") {
         return {};
