@@ -77,6 +77,7 @@ void SafeChartView::paintEvent(QPaintEvent* event) {
     clock.start();
     QChartView::paintEvent(event);
     m_lastPaintMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
+    ++m_paints;
 }
 
 } // namespace devicerace::ui

@@ -4,6 +4,8 @@
 // GUI thread only.
 #include <QtCharts/QChartView>
 
+#include <cstdint>
+
 namespace devicerace::ui {
 
 class SafeChartView : public QChartView {
@@ -13,6 +15,8 @@ public:
 
     /// Milliseconds the last paint took (the dashboard paces chart refreshes with it).
     double lastPaintMs() const { return m_lastPaintMs; }
+    /// Paints so far (benchmarks count the paints a tick costs).
+    std::uint64_t paintCount() const { return m_paints; }
 
 Q_SIGNALS:
     /// Wheel: factor < 1 zooms in around `centerX` (chart x value); Shift+wheel pans by `panFraction`.
@@ -33,6 +37,7 @@ protected:
 
 private:
     double m_lastPaintMs = 0;
+    std::uint64_t m_paints = 0;
 };
 
 } // namespace devicerace::ui
