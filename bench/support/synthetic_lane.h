@@ -26,13 +26,7 @@ public:
         }
         while (static_cast<double>(m_emitted + 1) / m_rate <= seconds) {
             ++m_emitted;
-            MetricSample s;
-            s.kind = SampleKind::Train;
-            s.lane = m_spec.name;
-            s.step = m_emitted;
-            s.samples = m_emitted * kBatch;
-            s.time = static_cast<double>(m_emitted) / m_rate;
-            s.wallTime = 1.7e9 + s.time;
+            MetricSample s = at(SampleKind::Train);
             s.epoch = static_cast<double>(s.samples) / 60000.0;
             const double wobble = std::sin(static_cast<double>(m_emitted) / 300.0 + m_index);
             s.samplesPerSec = 1000.0 * (m_index + 1) * (1.0 + 0.05 * wobble);
@@ -42,13 +36,7 @@ public:
             s.warmup = m_emitted <= 20;
             push(std::move(s));
             if (std::fmod(static_cast<double>(m_emitted), m_rate * kEvalEvery) == 0) {
-                MetricSample e;
-                e.kind = SampleKind::Eval;
-                e.lane = m_spec.name;
-                e.step = m_emitted;
-                e.samples = m_emitted * kBatch;
-                e.time = static_cast<double>(m_emitted) / m_rate;
-                e.wallTime = 1.7e9 + e.time;
+                MetricSample e = at(SampleKind::Eval);
                 e.accuracy = 0.9 - 0.5 / (1.0 + e.time / 300.0);
                 e.loss = 0.3;
                 push(std::move(e));
@@ -110,16 +98,21 @@ private:
         m_running.add(s);
         m_pending.push_back(std::move(s));
     }
-    void setState(LaneState state) { // m_mutex held
-        m_state = state;
+    // A sample of `kind` at the current step (m_mutex held).
+    MetricSample at(SampleKind kind) const {
         MetricSample s;
-        s.kind = SampleKind::State;
+        s.kind = kind;
         s.lane = m_spec.name;
-        s.state = state;
         s.step = m_emitted;
         s.samples = m_emitted * kBatch;
         s.time = static_cast<double>(m_emitted) / m_rate;
         s.wallTime = 1.7e9 + s.time;
+        return s;
+    }
+    void setState(LaneState state) { // m_mutex held
+        m_state = state;
+        MetricSample s = at(SampleKind::State);
+        s.state = state;
         push(std::move(s));
     }
 
