@@ -37,7 +37,41 @@ constexpr auto kStopGrace = std::chrono::milliseconds(1200);
 
 std::atomic<int> g_interrupts{0};
 
-void onInterrupt(int) { g_interrupts.fetch_add(1); }
+// The first Ctrl-C / SIGTERM asks the race to stop; a second leaves at once, also while the
+// main thread is blocked setting a race up (async-signal-safe: an atomic and _Exit).
+std::atomic<bool> g_settingUp{false}; // a race is being set up: nothing has run yet
+void onInterrupt(int) {
+    if (g_settingUp.load()) {
+        // Data loading or a worker's hello (up to a minute over ssh) would make a first Ctrl-C
+        // wait for nothing: leave now; started workers see their pipe close and stop.
+        constexpr char kMessage[] = "\ndevicerace-cli: interrupted while the race was being set up: no lane ran\n";
+        (void)!::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+        std::_Exit(130);
+    }
+    if (g_interrupts.fetch_add(1) >= 1) {
+        std::_Exit(130);
+    }
+}
+
+// Installs onInterrupt for SIGINT and SIGTERM for its lifetime, then restores the previous ones.
+class InterruptScope {
+public:
+    InterruptScope() {
+        g_interrupts = 0;
+        m_int = std::signal(SIGINT, onInterrupt);
+        m_term = std::signal(SIGTERM, onInterrupt);
+    }
+    ~InterruptScope() {
+        std::signal(SIGINT, m_int);
+        std::signal(SIGTERM, m_term);
+    }
+    InterruptScope(const InterruptScope&) = delete;
+    InterruptScope& operator=(const InterruptScope&) = delete;
+
+private:
+    void (*m_int)(int) = SIG_DFL;
+    void (*m_term)(int) = SIG_DFL;
+};
 
 int usageError(const std::string& what) {
     fmt::print(stderr, "devicerace-cli: error: {}\n", what);
@@ -319,12 +353,18 @@ int runExport(const ExportOptions& o) {
 namespace {
 
 RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
+    // From here Ctrl-C / SIGTERM stop the race cleanly; while it is set up (data loading,
+    // workers connecting over ssh: seconds) they leave at once with a message.
+    const InterruptScope interrupts;
     std::unique_ptr<Race> race;
+    g_settingUp = true;
     try {
         race = std::make_unique<Race>(raceSpec);
     } catch (const Error& e) {
+        g_settingUp = false;
         return {usageError(e.what()), std::nullopt, {}};
     }
+    g_settingUp = false;
     std::unique_ptr<RecordingWriter> recorder;
     if (!options.recordDir.empty()) {
         try {
@@ -367,9 +407,6 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         view.addLane(lane->spec().name, lane->totalSteps());
     }
 
-    g_interrupts = 0;
-    auto previousInt = std::signal(SIGINT, onInterrupt);
-    auto previousTerm = std::signal(SIGTERM, onInterrupt);
     std::vector<MetricSample> all;
     const bool keepSamples = !options.csvFile.empty() || !options.jsonlFile.empty();
     const auto t0 = std::chrono::steady_clock::now();
@@ -404,9 +441,6 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
             fmt::print(stderr, "\nstopping all lanes (Ctrl-C again to quit at once)…\n");
             race->requestStop();
         }
-        if (g_interrupts > 1) {
-            std::_Exit(130);
-        }
         if (stopSent && std::chrono::steady_clock::now() - *stopSent >= kStopGrace) {
             abandoned = true; // the lanes still running are left behind (summary below says which)
             break;
@@ -426,8 +460,6 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         race->wait();
     }
     view.finish();
-    std::signal(SIGINT, previousInt);
-    std::signal(SIGTERM, previousTerm);
 
     auto summary = race->summary();
     if (abandoned) {

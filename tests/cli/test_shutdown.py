@@ -106,10 +106,37 @@ class CliShutdown(unittest.TestCase):
             p = subprocess.Popen([CLI, "race", "--preset", "scaling-efficiency", "--steps", "1000000", "--train-limit",
                                   "3000", "--test-limit", "500"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=tmp)
-            time.sleep(8)
+            # The CLI flushes its output once a race is set up and starting: wait for that (a
+            # slow machine or a sanitizer build takes far longer than usual to set it up).
+            first = []
+            deadline = time.time() + 120
+            while time.time() < deadline and not any("== race " in line for line in first):
+                line = p.stdout.readline()
+                if not line:
+                    break
+                first.append(line)
+            time.sleep(1)
             seconds, out, err = signal_and_time(p, signal.SIGINT)
+            out = "".join(first) + out
             self.assertLess(seconds, HANG_GUARD, err)
             self.assertEqual(out.count("== race "), 1, out)
+
+    def test_interrupting_a_race_being_set_up_leaves_at_once(self):
+        # A worker lane whose program never says hello keeps the race in its set-up (as a worker
+        # connecting over a slow ssh would, for up to a minute): Ctrl-C leaves at once, saying so.
+        with tempfile.TemporaryDirectory() as tmp:
+            mute = os.path.join(tmp, "mute-worker")
+            with open(mute, "w") as f:
+                f.write("#!/bin/sh\nexec cat >/dev/null\n")  # ends when the CLI closes its stdin
+            os.chmod(mute, 0o755)
+            p = subprocess.Popen([CLI, "race", *SMALL, "--allow-commands", "--lane", f"cpu,cmd={mute},name=mute"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=tmp)
+            time.sleep(3)
+            self.assertIsNone(p.poll(), "the race did not wait for the worker's hello")
+            seconds, out, err = signal_and_time(p, signal.SIGINT)
+            self.assertLess(seconds, 5, err)
+            self.assertEqual(p.returncode, 130, out + err)
+            self.assertIn("interrupted while the race was being set up", err)
 
 
 def orphans():
