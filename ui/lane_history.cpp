@@ -83,25 +83,25 @@ void LaneHistory::appendPoint(const Point& p, double weight) {
     } else {
         // Gather `stride` intervals into one point: it ends where the last one ends, its rates
         // are the time-weighted means (the true rate over the span), its loss the mean.
-        const bool first = m_accCount == 0;
-        m_acc.warmup = first ? p.warmup : (m_acc.warmup && p.warmup);
+        m_acc.warmup = m_accCount == 0 ? p.warmup : (m_acc.warmup && p.warmup);
         m_acc.time = p.time;
         m_acc.step = p.step;
         m_acc.samples = p.samples;
         m_acc.cost = p.cost;
-        m_accWeight = (first ? 0.0 : m_accWeight) + weight;
-        m_accSps = (first ? 0.0 : m_accSps) + p.samplesPerSec * weight;
-        m_accSteps = (first ? 0.0 : m_accSteps) + p.stepsPerSec * weight;
-        m_accLoss = (first ? 0.0 : m_accLoss) + p.loss;
-        m_acc.samplesPerSec = m_accCount == 0 || m_accWeight <= 0 ? p.samplesPerSec : m_accSps / m_accWeight;
-        m_acc.stepsPerSec = m_accCount == 0 || m_accWeight <= 0 ? p.stepsPerSec : m_accSteps / m_accWeight;
+        m_accWeight += weight;
+        m_accSps += p.samplesPerSec * weight;
+        m_accSteps += p.stepsPerSec * weight;
+        m_accLoss += p.loss;
         ++m_accCount;
-        m_acc.loss = m_accLoss / static_cast<double>(m_accCount);
         if (m_accCount < stride) {
             return;
         }
+        m_acc.samplesPerSec = m_accWeight > 0 ? m_accSps / m_accWeight : p.samplesPerSec;
+        m_acc.stepsPerSec = m_accWeight > 0 ? m_accSteps / m_accWeight : p.stepsPerSec;
+        m_acc.loss = m_accLoss / static_cast<double>(m_accCount);
         push(m_acc);
         m_accCount = 0;
+        m_accWeight = m_accSps = m_accSteps = m_accLoss = 0;
     }
     if (time.size() >= kMaxPoints) {
         mergePairs();
