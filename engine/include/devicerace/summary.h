@@ -71,7 +71,7 @@ private:
 };
 
 /// A lane's summary kept up to date one sample at a time, so a live window's refresh costs
-/// O(1) per lane however long the race (never a pass over the whole history). summarize() of
+/// O(1) per lane (O(median buckets) past RunningMedian::kExactLimit intervals) however long the race (never a pass over the whole history). summarize() of
 /// the same samples gives the same summary.
 class RunningSummary {
 public:
