@@ -71,8 +71,9 @@ private:
 };
 
 /// A lane's summary kept up to date one sample at a time, so a live window's refresh costs
-/// O(1) per lane (O(median buckets) past RunningMedian::kExactLimit intervals) however long the race (never a pass over the whole history). summarize() of
-/// the same samples gives the same summary.
+/// O(1) per lane, O(median buckets) past RunningMedian::kExactLimit intervals, however long the
+/// race (never a pass over the whole history). summarize() of the same samples gives the same
+/// summary (exactly, up to the exact-median limit).
 class RunningSummary {
 public:
     void add(const MetricSample& s);
