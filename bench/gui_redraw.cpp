@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "charts/metric_chart.h"
-#include "charts/safe_chart_view.h"
 #include "palette.h"
+#include "support/chart_paint.h"
 
 using namespace devicerace;
 using namespace devicerace::ui;
@@ -86,17 +86,7 @@ int main(int argc, char** argv) {
             c->refresh(hist);
         }
         refreshMs.push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
-        std::vector<std::uint64_t> seen;
-        for (auto* c : charts) {
-            seen.push_back(c->view()->paintCount());
-        }
-        QApplication::processEvents(); // deliver the scene changes: the charts paint here, once
-        for (std::size_t c = 0; c < charts.size(); ++c) {
-            if (charts[c]->view()->paintCount() == seen[c]) {
-                charts[c]->view()->viewport()->repaint(); // one the events left unpainted
-            }
-            paints += charts[c]->view()->paintCount() - seen[c];
-        }
+        paints += bench::paintCharts(charts).paints; // the events paint each chart once
         ms.push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
     }
     std::sort(ms.begin(), ms.end());

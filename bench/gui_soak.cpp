@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "charts/metric_chart.h"
-#include "charts/safe_chart_view.h"
 #include "dashboard.h"
 #include "palette.h"
 #include "race_controller.h"
+#include "support/chart_paint.h"
 #include "support/synthetic_lane.h"
 
 using namespace devicerace;
@@ -141,10 +141,7 @@ int main(int argc, char** argv) {
     // unpainted is repainted synchronously, so every tick paints all three).
     std::vector<double> redraw;
     std::vector<std::vector<double>> paint(3), parts(3);
-    std::uint64_t paintsBefore = 0;
-    for (auto* c : dashboard.charts()) {
-        paintsBefore += c->view()->paintCount();
-    }
+    std::uint64_t paints = 0;
     const int redraws = argc > 6 ? std::max(40, std::stoi(argv[6])) : 40;
     for (int k = 1; k <= redraws; ++k) {
         for (auto* s : sources) {
@@ -155,28 +152,16 @@ int main(int argc, char** argv) {
         clock.start();
         dashboard.refreshCharts();
         parts[0].push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
-        std::vector<std::uint64_t> seen;
-        for (auto* c : dashboard.charts()) {
-            seen.push_back(c->view()->paintCount());
-        }
-        QApplication::processEvents(); // the window's updates: the charts paint here, once
-        parts[1].push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6 - parts[0].back());
-        for (std::size_t c = 0; c < seen.size(); ++c) { // a chart the events did not paint
-            if (dashboard.charts()[static_cast<int>(c)]->view()->paintCount() == seen[c]) {
-                dashboard.charts()[static_cast<int>(c)]->view()->viewport()->repaint();
-            }
-        }
+        const auto tick = bench::paintCharts(dashboard.charts()); // each chart painted once
+        parts[1].push_back(tick.eventsMs);
+        parts[2].push_back(tick.repaintMs);
+        paints += tick.paints;
         redraw.push_back(static_cast<double>(clock.nsecsElapsed()) / 1e6);
-        parts[2].push_back(redraw.back() - parts[0].back() - parts[1].back());
         for (int c = 0; c < 3; ++c) {
             paint[static_cast<std::size_t>(c)].push_back(dashboard.charts()[c]->view()->lastPaintMs());
         }
     }
-    std::uint64_t paints = 0;
-    for (auto* c : dashboard.charts()) {
-        paints += c->view()->paintCount();
-    }
-    const double paintsPerTick = static_cast<double>(paints - paintsBefore) / redraws;
+    const double paintsPerTick = static_cast<double>(paints) / redraws;
     std::sort(redraw.begin(), redraw.end());
     for (auto* list : {&paint[0], &paint[1], &paint[2], &parts[0], &parts[1], &parts[2]}) {
         std::sort(list->begin(), list->end());

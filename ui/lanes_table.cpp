@@ -291,19 +291,26 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
     Q_EMIT lanesChanged();
 }
 
+LaneSpec LanesTable::rowOptions(int row) const {
+    // Parsed with the lane's own device: some keys depend on it (backend=nccl, workers).
+    const QString device = qobject_cast<QComboBox*>(cellWidget(row, ColDevice))->currentData().toString();
+    const QString extra = qobject_cast<QLineEdit*>(cellWidget(row, ColOptions))->text().trimmed();
+    try {
+        return parseLaneSpec(device.toStdString() + (extra.isEmpty() ? std::string() : "," + extra.toStdString()));
+    } catch (const UsageError& e) {
+        throw UsageError(QObject::tr("lane %1: %2").arg(row + 1).arg(QString::fromStdString(e.what())).toStdString());
+    }
+}
+
 QString LanesTable::rowProblem(int row) const {
-    auto* options = qobject_cast<QLineEdit*>(cellWidget(row, ColOptions));
-    auto* device = qobject_cast<QComboBox*>(cellWidget(row, ColDevice));
-    if (!options || !device || options->text().trimmed().isEmpty()) {
+    if (!qobject_cast<QLineEdit*>(cellWidget(row, ColOptions)) || !qobject_cast<QComboBox*>(cellWidget(row, ColDevice))) {
         return {};
     }
-    LaneSpec spec;
     try {
-        spec = parseLaneSpec(device->currentData().toString().toStdString() + "," + options->text().trimmed().toStdString());
+        return QString::fromStdString(localFrameworkProblem(rowOptions(row)));
     } catch (const std::exception&) {
         return {}; // a bad key: Start names it
     }
-    return QString::fromStdString(localFrameworkProblem(spec));
 }
 
 void LanesTable::markRow(int row) {
@@ -389,17 +396,8 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         if (double c = qobject_cast<QDoubleSpinBox*>(cellWidget(r, ColCost))->value(); c > 0) {
             s.costPerHour = c;
         }
-        const QString extra = qobject_cast<QLineEdit*>(cellWidget(r, ColOptions))->text().trimmed();
-        if (!extra.isEmpty()) {
-            LaneSpec more;
-            try {
-                // Parsed with the lane's own device: some keys depend on it (backend=nccl, workers).
-                const auto device = qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString();
-                more = parseLaneSpec(device.toStdString() + "," + extra.toStdString());
-            } catch (const UsageError& e) {
-                throw UsageError(QObject::tr("lane %1: %2").arg(r + 1).arg(QString::fromStdString(e.what())).toStdString());
-            }
-            copyExtraKeys(more, s);
+        if (!qobject_cast<QLineEdit*>(cellWidget(r, ColOptions))->text().trimmed().isEmpty()) {
+            copyExtraKeys(rowOptions(r), s);
         }
         out.push_back(s);
     }

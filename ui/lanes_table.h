@@ -45,6 +45,9 @@ Q_SIGNALS:
 
 private:
     QColor nextColor() const;
+    /// The row's device and Options keys, parsed as the CLI parses a lane ("cuda:0,lstm=cells");
+    /// throws UsageError naming the row when a key is bad.
+    LaneSpec rowOptions(int row) const;
     void markRow(int row);
 };
 

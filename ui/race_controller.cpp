@@ -185,7 +185,11 @@ void RaceController::rebuildReplays() {
             info.totalSteps = lane.totalSteps;
             info.batch = lane.batch;
             info.costPerHour = lane.costPerHour;
-            m_replays.push_back({rec, lane.name, 0, m_lanes.size()});
+            Replay replay;
+            replay.recording = rec;
+            replay.lane = lane.name;
+            replay.index = m_lanes.size();
+            m_replays.push_back(std::move(replay));
             m_lanes.push_back(info);
             m_histories.emplace_back();
             m_histories.back().costPerHour = info.costPerHour;

@@ -352,6 +352,33 @@ int runExport(const ExportOptions& o) {
 
 namespace {
 
+// Appends `samples` to the recording; a recorder that fails is dropped with a warning (the race goes on).
+void record(std::unique_ptr<RecordingWriter>& recorder, const std::vector<MetricSample>& samples) {
+    if (!recorder) {
+        return;
+    }
+    try {
+        for (const auto& sample : samples) {
+            recorder->append(sample);
+        }
+    } catch (const Error& e) {
+        fmt::print(stderr, "warning: {} (recording stopped; the race goes on)\n", e.what());
+        recorder.reset();
+    }
+}
+
+// Sleeps until the next poll, in slices, so that a signal is acted on within ~50 ms; a stopping
+// race is polled every slice.
+void sleepUntilNextPoll(const Race& race, bool stopping) {
+    const auto slice = std::chrono::milliseconds(50);
+    const auto period = stopping ? slice : kPollPeriod;
+    const int seen = g_interrupts;
+    for (auto slept = std::chrono::milliseconds(0); slept < period && g_interrupts == seen && !race.finished();
+         slept += slice) {
+        std::this_thread::sleep_for(slice);
+    }
+}
+
 RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     // From here Ctrl-C / SIGTERM stop the race cleanly; while it is set up (data loading,
     // workers connecting over ssh: seconds) they leave at once with a message.
@@ -418,16 +445,7 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         for (std::size_t i = 0; i < lanes.size(); ++i) {
             auto samples = lanes[i]->takeSamples();
             view.update(i, samples);
-            if (recorder) {
-                try {
-                    for (const auto& sample : samples) {
-                        recorder->append(sample);
-                    }
-                } catch (const Error& e) {
-                    fmt::print(stderr, "warning: {} (recording stopped; the race goes on)\n", e.what());
-                    recorder.reset();
-                }
-            }
+            record(recorder, samples);
             if (keepSamples) { // only --csv and --jsonl need them: a long race stays bounded
                 all.insert(all.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
             }
@@ -445,16 +463,7 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
             abandoned = true; // the lanes still running are left behind (summary below says which)
             break;
         }
-        // Sleep in slices, so a signal is acted on within ~50 ms and a stopping race is polled often.
-        const auto slice = std::chrono::milliseconds(50);
-        const int seen = g_interrupts;
-        for (auto slept = std::chrono::milliseconds(0); slept < kPollPeriod && g_interrupts == seen && !race->finished();
-             slept += slice) {
-            std::this_thread::sleep_for(slice);
-            if (stopSent) {
-                break;
-            }
-        }
+        sleepUntilNextPoll(*race, stopSent.has_value());
     }
     if (!abandoned) {
         race->wait();

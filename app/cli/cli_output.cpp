@@ -152,7 +152,10 @@ std::string summaryText(const RaceSummary& s, double target) {
             }
             std::string perWorker;
             for (double r : l.workerSamplesPerSec) {
-                perWorker += (perWorker.empty() ? "" : " ") + groupThousands(r);
+                if (!perWorker.empty()) {
+                    perWorker += ' ';
+                }
+                perWorker += groupThousands(r);
             }
             out += fmt::format("{:<12} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", l.name, l.workers,
                                groupThousands(static_cast<double>(l.batch)),

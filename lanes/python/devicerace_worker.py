@@ -737,3 +737,14 @@ def finish(code):
     if code in (126, 127, 255) or not 0 <= code <= 125:
         code = EXIT_FAILED
     os._exit(code)
+
+
+def run_main(main, name):
+    """A lane program's entry point: runs main(argv) and ends the process with its exit code.
+    Anything unforeseen becomes a line for the log and EXIT_FAILED, never status 120/255."""
+    try:
+        code = main(sys.argv[1:])
+    except BaseException as e:
+        log(f"{name}: {type(e).__name__}: {e}")
+        code = EXIT_FAILED
+    finish(code)

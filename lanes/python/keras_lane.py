@@ -832,9 +832,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        code = main(sys.argv[1:])
-    except BaseException as e:  # anything unforeseen: a message for the log, never status 120/255
-        dw.log(f"{NAME}: {type(e).__name__}: {e}")
-        code = dw.EXIT_FAILED
-    dw.finish(code)
+    dw.run_main(main, NAME)
