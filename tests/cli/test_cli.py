@@ -7,6 +7,8 @@ import gzip
 import json
 import math
 import os
+import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -298,6 +300,32 @@ class RealRaces(unittest.TestCase):
             self.assertIn("cut off", r.stdout)
             r = run("replay", os.path.join(d, "nothing-here"))
             self.assertEqual(r.returncode, 2)
+
+    def test_a_failing_recording_stops_alone(self):
+        # The disk fills mid-race (here a file-size limit: writes past it fail with EFBIG): the
+        # recording stops with a warning that says why, the race runs to its end and reports, and
+        # what was written before still replays.
+        limit = 4096
+
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a signal that kills
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        with tempfile.TemporaryDirectory() as d:
+            rec = os.path.join(d, "rec")
+            r = subprocess.run([CLI, "race", "--lane", "cpu,threads=1", "--steps", "120", "--eval-every", "40", *SMALL,
+                                "--record", rec, "--quiet"], capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"), preexec_fn=small_files,
+                               restore_signals=False)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn(f"{rec}: recording write failed: File too large (recording stopped; the race goes on)",
+                          r.stderr)
+            self.assertRegex(r.stdout, r"cpu·1 .* finished")
+            self.assertLessEqual(os.path.getsize(os.path.join(rec, "lane-0.jsonl")), limit)
+            r = run("replay", rec)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("lane-0.jsonl: the last line is cut off", r.stdout)
+            self.assertIn("cpu·1", r.stdout)
 
     def test_divergence_exits_1(self):
         r = run("race", "--lane", "cpu,lr=1e6", "--steps", "50", *SMALL, "--quiet")
