@@ -295,8 +295,13 @@ LaneSpec LanesTable::rowOptions(int row) const {
     // Parsed with the lane's own device: some keys depend on it (backend=nccl, workers).
     const QString device = qobject_cast<QComboBox*>(cellWidget(row, ColDevice))->currentData().toString();
     const QString extra = qobject_cast<QLineEdit*>(cellWidget(row, ColOptions))->text().trimmed();
+    std::string text = device.toStdString();
+    if (!extra.isEmpty()) {
+        text += ',';
+        text += extra.toStdString();
+    }
     try {
-        return parseLaneSpec(device.toStdString() + (extra.isEmpty() ? std::string() : "," + extra.toStdString()));
+        return parseLaneSpec(text);
     } catch (const UsageError& e) {
         throw UsageError(QObject::tr("lane %1: %2").arg(row + 1).arg(QString::fromStdString(e.what())).toStdString());
     }

@@ -368,7 +368,7 @@ std::optional<RaceSummary> RaceController::summary() const {
                 for (; r.summarized < std::min(r.next, samples.size()); ++r.summarized) {
                     r.running.add(samples[r.summarized]);
                 }
-                auto l = summarizeRecordedLane(*r.recording, lane, r.running);
+                auto l = summarizeRecordedLane(*r.recording, lane, r.running, r.summarized);
                 l.name = m_lanes[r.index].name.toStdString();
                 l.device = m_lanes[r.index].device.toStdString();
                 out.lanes.push_back(std::move(l));

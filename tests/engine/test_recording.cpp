@@ -95,6 +95,19 @@ TEST(Recording, ACutOffLaneFileReadsUpToItsLastWholeLine) {
     EXPECT_EQ(rec.samples.at("cpu·1").size(), whole - 1);
     ASSERT_EQ(rec.warnings.size(), 1u);
     EXPECT_NE(rec.warnings[0].find("cut off"), std::string::npos);
+    // The lane's end is not in the recording: played to its end, the lane is not "running".
+    const auto whole_summary = summarizeRecording(rec);
+    EXPECT_EQ(whole_summary.lanes.at(0).state, LaneState::Stopped);
+    EXPECT_NE(whole_summary.lanes.at(0).error.find("the recording ends at step"), std::string::npos)
+        << whole_summary.lanes.at(0).error;
+    // Played part of the way (a replay under way), it is still on its way.
+    EXPECT_FALSE(isTerminal(summarizeRecordedLane(rec, rec.lanes.at(0), 3).state));
+    // An uncut recording ends as the lane did.
+    TempDir other;
+    recordedRace(other);
+    const auto uncut = summarizeRecording(readRecording(other / "rec"));
+    EXPECT_EQ(uncut.lanes.at(0).state, LaneState::Finished);
+    EXPECT_EQ(uncut.lanes.at(0).error, "");
 }
 
 TEST(Recording, HostileOrBrokenManifestsAreClearErrors) {

@@ -74,9 +74,12 @@ private:
 /// file cut off mid-line reads up to its last whole line (and says so in `warnings`).
 Recording readRecording(const std::filesystem::path& dir);
 /// One recorded lane's summary from its first `count` samples (all when count exceeds them).
+/// A lane whose samples are all played and whose recording never says it ended (the app was
+/// killed, the disk filled) is `stopped`, with "the recording ends at step N, before the lane did".
 LaneSummary summarizeRecordedLane(const Recording& recording, const RecordedLane& lane, std::size_t count);
-/// The same from a RunningSummary fed that lane's first samples (a replay's live summary).
-LaneSummary summarizeRecordedLane(const Recording& recording, const RecordedLane& lane, const RunningSummary& running);
+/// The same from a RunningSummary fed that lane's first `played` samples (a replay's live summary).
+LaneSummary summarizeRecordedLane(const Recording& recording, const RecordedLane& lane, const RunningSummary& running,
+                                  std::size_t played);
 /// The summary the live race would have shown, from the recorded samples.
 RaceSummary summarizeRecording(const Recording& recording);
 

@@ -287,7 +287,8 @@ Recording readRecording(const fs::path& dir) {
     return r;
 }
 
-LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, const RunningSummary& running) {
+LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, const RunningSummary& running,
+                                  std::size_t played) {
     LaneSpec spec;
     try {
         spec = parseLaneSpec(lane.spec.empty() ? "cpu" : lane.spec);
@@ -299,16 +300,21 @@ LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, 
     auto s = running.summary(spec, lane.batch, r.targetAccuracy);
     s.datasetName = r.dataset;
     s.synthetic = r.synthetic;
+    if (played >= r.samples.at(lane.name).size() && !isTerminal(s.state)) {
+        s.state = LaneState::Stopped;
+        s.error = fmt::format("the recording ends at step {}, before the lane did", s.steps);
+    }
     return s;
 }
 
 LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, std::size_t count) {
     RunningSummary running;
     const auto& samples = r.samples.at(lane.name);
-    for (std::size_t i = 0; i < std::min(count, samples.size()); ++i) {
+    const std::size_t played = std::min(count, samples.size());
+    for (std::size_t i = 0; i < played; ++i) {
         running.add(samples[i]);
     }
-    return summarizeRecordedLane(r, lane, running);
+    return summarizeRecordedLane(r, lane, running, played);
 }
 
 RaceSummary summarizeRecording(const Recording& r) {
