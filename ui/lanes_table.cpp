@@ -80,23 +80,7 @@ LaneSpec laneDevice(const QString& value) {
     }
 }
 
-QString deviceProblem(const std::string& device) {
-    if (device == "cpu") {
-        return {};
-    }
-    const auto& r = deviceReport();
-    const QString name = QString::fromStdString(device);
-    if (!r.cudaAvailable) {
-        return QObject::tr("device %1: CUDA is not available: %2").arg(name, QString::fromStdString(r.cudaUnavailableReason));
-    }
-    const std::string index = device == "cuda" ? "0" : device.substr(device.find(':') + 1);
-    bool ok = false;
-    const int i = QString::fromStdString(index).toInt(&ok);
-    if (!ok || i < 0 || i >= static_cast<int>(r.gpus.size())) {
-        return QObject::tr("device %1: this machine has %n CUDA device(s)", nullptr, static_cast<int>(r.gpus.size())).arg(name);
-    }
-    return {};
-}
+QString deviceProblem(const std::string& device) { return QString::fromStdString(devicerace::deviceProblem(device)); }
 
 namespace {
 
@@ -280,14 +264,14 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
     auto* options = new QLineEdit(extraOptionsText(spec), this);
     options->setPlaceholderText(QStringLiteral("lstm=cells,wd=5e-4,…"));
     setCellWidget(row, ColOptions, options);
-    connect(options, &QLineEdit::editingFinished, this, [this, options] {
-        for (int r = 0; r < rowCount(); ++r) {
-            if (cellWidget(r, ColOptions) == options) {
-                markRow(r);
-            }
-        }
-    });
-    markRow(row);
+    // Every edit is checked against the race's plan (SetupPanel::validate).
+    connect(options, &QLineEdit::editingFinished, this, &LanesTable::lanesChanged);
+    connect(name, &QLineEdit::editingFinished, this, &LanesTable::lanesChanged);
+    connect(lr, &QLineEdit::editingFinished, this, &LanesTable::lanesChanged);
+    connect(device, &QComboBox::currentIndexChanged, this, &LanesTable::lanesChanged);
+    connect(precision, &QComboBox::currentIndexChanged, this, &LanesTable::lanesChanged);
+    connect(threads, &QSpinBox::valueChanged, this, &LanesTable::lanesChanged);
+    connect(batch, &QSpinBox::valueChanged, this, &LanesTable::lanesChanged);
     Q_EMIT lanesChanged();
 }
 
@@ -307,19 +291,38 @@ LaneSpec LanesTable::rowOptions(int row) const {
     }
 }
 
+std::optional<double> LanesTable::rowLr(int row) const {
+    // Checked by the engine's lane-spec parser: the CLI's message, word for word.
+    const QString lr = qobject_cast<QLineEdit*>(cellWidget(row, ColLr))->text().trimmed();
+    if (lr.isEmpty()) {
+        return std::nullopt;
+    }
+    try {
+        return parseLaneSpec("cpu,lr=" + lr.toStdString()).lr;
+    } catch (const UsageError& e) {
+        throw UsageError(QObject::tr("lane %1: %2").arg(row + 1).arg(QString::fromStdString(e.what())).toStdString());
+    }
+}
+
 QString LanesTable::rowProblem(int row) const {
+    const QWidget* w = cellWidget(row, ColOptions);
+    return w ? w->property("problem").toString() : QString();
+}
+
+QString LanesTable::rowParseProblem(int row) const {
     if (!qobject_cast<QLineEdit*>(cellWidget(row, ColOptions)) || !qobject_cast<QComboBox*>(cellWidget(row, ColDevice))) {
         return {};
     }
     try {
-        return QString::fromStdString(localFrameworkProblem(rowOptions(row)));
-    } catch (const std::exception&) {
-        return {}; // a bad key: Start names it
+        rowOptions(row);
+        rowLr(row);
+        return {};
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
     }
 }
 
-void LanesTable::markRow(int row) {
-    const QString why = rowProblem(row);
+void LanesTable::setRowProblem(int row, const QString& why) {
     const QString tip = tr("More lane keys, as in devicerace-cli: channels_last, eval_batch, wd, momentum, schedule, "
                            "lstm, data, fused, graph, resident, framework, workers");
     for (int c = ColName; c < ColCount; ++c) {
@@ -338,6 +341,7 @@ void LanesTable::markRow(int row) {
         }
         w->setPalette(p);
         w->setProperty("unusable", !why.isEmpty());
+        w->setProperty("problem", why);
         if (c == ColOptions) {
             w->setToolTip(why.isEmpty() ? tip : why);
         } else if (c != ColDevice) {
@@ -385,15 +389,7 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         if (int b = qobject_cast<QSpinBox*>(cellWidget(r, ColBatch))->value(); b > 0) {
             s.batch = b;
         }
-        const QString lr = qobject_cast<QLineEdit*>(cellWidget(r, ColLr))->text().trimmed();
-        if (!lr.isEmpty()) {
-            bool ok = false;
-            const double v = lr.toDouble(&ok);
-            if (!ok || !std::isfinite(v) || v <= 0) {
-                throw UsageError(QObject::tr("lane %1: lr=%2 must be a finite number above 0").arg(r + 1).arg(lr).toStdString());
-            }
-            s.lr = v;
-        }
+        s.lr = rowLr(r);
         const QString p = qobject_cast<QComboBox*>(cellWidget(r, ColPrecision))->currentText();
         s.precision = p == QStringLiteral("bf16") ? Precision::Bf16
                       : p == QStringLiteral("fp16") ? Precision::Fp16

@@ -34,9 +34,13 @@ public:
     std::vector<LaneSpec> lanes() const;
     std::vector<QColor> colors() const;
     void setLaneColor(int row, const QColor& color);
-    /// Why row `row` cannot race here ("framework=keras-jax: keras, jax are not installed ...;
-    /// run scripts/setup --frameworks"), or "" (the row is greyed with it; Start refuses it).
+    /// Why row `row` cannot race here ("lane keras-jax: framework=keras-jax: keras, jax are not
+    /// installed ...; run scripts/setup --frameworks", "checking…"), or "": what the setup panel
+    /// last set from the race's plan (the row is greyed with it; Start refuses it).
     QString rowProblem(int row) const;
+    void setRowProblem(int row, const QString& problem);
+    /// Why the row's device and options do not parse as a lane (the CLI's message), or "".
+    QString rowParseProblem(int row) const;
     /// Rebuilds the device pickers (Settings → Hosts… answered), keeping each lane's device.
     void refreshDevices();
 
@@ -48,7 +52,9 @@ private:
     /// The row's device and Options keys, parsed as the CLI parses a lane ("cuda:0,lstm=cells");
     /// throws UsageError naming the row when a key is bad.
     LaneSpec rowOptions(int row) const;
-    void markRow(int row);
+    /// The row's learning rate (unset when empty); throws UsageError naming the row.
+    std::optional<double> rowLr(int row) const;
+
 };
 
 } // namespace devicerace::ui

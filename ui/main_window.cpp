@@ -16,8 +16,8 @@
 #include "dashboard.h"
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
+#include "devicerace/race_plan.h"
 #include "device_panel.h"
-#include "eval_interval.h"
 #include "lanes_table.h"
 #include "race_controller.h"
 #include "race_strip.h"
@@ -83,7 +83,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         qDeleteAll(actions);
     });
     m_slowTimer.start();
-    connect(m_setup->lanesTable(), &LanesTable::lanesChanged, this, [this] {
+    connect(m_setup, &SetupPanel::validated, this, [this] {
         if (!m_race->hasRace()) {
             updateTitle();
         }
@@ -163,13 +163,12 @@ void MainWindow::updateTitle() {
                                      : title.section(QStringLiteral(" — "), 1));
         return;
     }
-    // Before the first race: what is about to race, and how to start it.
+    // Before the first race: what is about to race (named as the race will name them), and how
+    // to start it.
     QStringList names;
     try {
-        for (const auto& lane : m_setup->raceSpec().lanes) {
-            names << (!lane.name.empty()     ? QString::fromStdString(lane.name)
-                      : lane.device == "cpu" ? QStringLiteral("cpu·%1").arg(lane.threads.value_or(deviceReport().cpu.physicalCores))
-                                             : QString::fromStdString(lane.device));
+        for (const auto& lane : m_setup->plan().lanes) {
+            names << QString::fromStdString(lane.spec.name);
         }
     } catch (const std::exception&) {
         // a half-edited lane: the names come back with the next change
@@ -209,16 +208,18 @@ bool MainWindow::startRace() {
         showError(QString::fromStdString(e.what()));
         return false;
     }
-    if (!confirmCommands(spec)) {
+    // The engine's plan is the window's validation: the first problem is the one Start names.
+    const RacePlan plan = [&] {
+        PlanOptions options;
+        options.askFrameworks = false;
+        return resolveRace(spec, options);
+    }();
+    if (!plan.ok()) {
+        showError(QString::fromStdString(plan.problems.front()));
         return false;
     }
-    if (m_setup->autoEvaluations()) {
-        try {
-            spec.evalEverySteps = autoEvalInterval(spec);
-        } catch (const std::exception& e) {
-            showError(QString::fromStdString(e.what()));
-            return false;
-        }
+    if (!confirmCommands(spec)) {
+        return false;
     }
     m_pause->setChecked(false);
     QString recordDir;
@@ -232,24 +233,14 @@ bool MainWindow::startRace() {
     if (!m_race->start(spec, m_setup->laneColors(), recordDir)) {
         return false;
     }
-    int cpuThreads = 0;
-    const auto& cpu = deviceReport().cpu;
-    for (const auto& l : spec.lanes) {
-        if (l.device == "cpu") {
-            cpuThreads += l.threads.value_or(cpu.physicalCores);
-        }
-    }
-    const bool sharing = !spec.fair && cpuThreads > cpu.logicalCpus;
-    m_dashboard->devicePanel()->setSharingNote(
-        sharing ? tr("⚠ live mode: the CPU lanes share %1 CPUs with %2 threads; fair mode runs them one at a time")
-                      .arg(cpu.logicalCpus)
-                      .arg(cpuThreads)
-                : QString());
+    const bool sharing = !plan.sharingNote.empty();
+    m_dashboard->devicePanel()->setSharingNote(sharing ? QStringLiteral("⚠ ") + QString::fromStdString(plan.sharingNote)
+                                                       : QString());
     // Where the audience looks too (presentation mode hides the device panel).
     m_dashboard->strip()->setBadge(
         sharing ? tr("⚠ live lanes share %1 CPU cores (%2 threads): CPU speedups read low; fair mode runs them one at a time")
-                      .arg(cpu.logicalCpus)
-                      .arg(cpuThreads)
+                      .arg(plan.logicalCpus)
+                      .arg(plan.cpuThreads)
                 : QString());
     saveSettings();
     statusBar()->showMessage(m_race->recordDir().isEmpty() ? tr("Racing…")

@@ -14,6 +14,8 @@
 #include "devicerace/preset.h"
 #include "devicerace/workload.h"
 #include "devicerace/errors.h"
+#include "background_task.h"
+#include "devicerace/frameworks.h"
 #include "lanes_table.h"
 
 namespace devicerace::ui {
@@ -139,6 +141,14 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     RaceSpec first;
     first.fair = !deviceReport().cudaAvailable;
     setRaceSpec(first);
+    // Every change is checked against the engine's plan (cheap: headers, no process).
+    connect(m_lanes, &LanesTable::lanesChanged, this, &SetupPanel::validate);
+    connect(m_workload, &QComboBox::currentTextChanged, this, &SetupPanel::validate);
+    connect(m_data, &QComboBox::currentIndexChanged, this, &SetupPanel::validate);
+    connect(m_lengthUnit, &QComboBox::currentIndexChanged, this, &SetupPanel::validate);
+    connect(m_length, &QSpinBox::valueChanged, this, &SetupPanel::validate);
+    connect(m_fair, &QCheckBox::toggled, this, &SetupPanel::validate);
+    validate();
 }
 
 bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {
@@ -202,7 +212,63 @@ RaceSpec SetupPanel::raceSpec() const {
     spec.fair = m_fair->isChecked();
     spec.lanes = m_lanes->lanes();
     spec.evalEverySteps = m_evalMode->currentIndex() == 1 ? m_evalSteps->value() : 0;
+    spec.autoEvaluations = m_evalMode->currentIndex() == 0;
     return spec;
+}
+
+RacePlan SetupPanel::plan() const {
+    PlanOptions options;
+    options.askFrameworks = false; // never a Python start-up on the GUI thread
+    return resolveRace(raceSpec(), options);
+}
+
+void SetupPanel::validate() {
+    std::vector<QString> problems(static_cast<std::size_t>(m_lanes->rowCount()));
+    // A row whose keys do not parse says so itself; the others get the plan's word.
+    bool parsed = true;
+    for (int r = 0; r < m_lanes->rowCount(); ++r) {
+        problems[static_cast<std::size_t>(r)] = m_lanes->rowParseProblem(r);
+        parsed = parsed && problems[static_cast<std::size_t>(r)].isEmpty();
+    }
+    if (parsed) {
+        try {
+            const auto plan = this->plan();
+            for (std::size_t i = 0; i < plan.lanes.size() && i < problems.size(); ++i) {
+                const auto& lane = plan.lanes[i];
+                problems[i] = lane.checking ? tr("checking framework=%1 on this machine…")
+                                                  .arg(QString::fromStdString(lane.spec.framework.value_or("")))
+                                            : QString::fromStdString(lane.problem);
+            }
+            checkFrameworksInBackground(plan);
+        } catch (const std::exception&) {
+            // a value the widgets cannot hold: Start names it
+        }
+    }
+    for (int r = 0; r < m_lanes->rowCount(); ++r) {
+        m_lanes->setRowProblem(r, problems[static_cast<std::size_t>(r)]);
+    }
+    Q_EMIT validated();
+}
+
+void SetupPanel::checkFrameworksInBackground(const RacePlan& plan) {
+    for (const auto& lane : plan.lanes) {
+        if (!lane.checking) {
+            continue;
+        }
+        const QString framework = QString::fromStdString(lane.spec.framework.value_or(""));
+        if (m_asking.contains(framework)) {
+            continue;
+        }
+        m_asking << framework;
+        // Up to ~10 s on a cold cache (the Python starts): off the GUI thread; the answer is
+        // cached in the engine, so the next validate() reads it.
+        runInBackground(
+            this, [name = framework.toStdString()] { return frameworkProblem(name); },
+            [this, framework](const std::string&) {
+                m_asking.removeAll(framework);
+                validate();
+            });
+    }
 }
 
 void SetupPanel::setRaceSpec(const RaceSpec& spec) {

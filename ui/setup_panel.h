@@ -1,9 +1,11 @@
 #pragma once
 // Race setup: workload (with its description and data set), data real/synthetic, length
 // (epochs or steps), target accuracy, seed, fair mode, and the lanes. GUI thread only.
+#include <QStringList>
 #include <QWidget>
 
 #include "devicerace/lane_spec.h"
+#include "devicerace/race_plan.h"
 
 class QCheckBox;
 class QComboBox;
@@ -22,10 +24,13 @@ public:
 
     /// The race as set up; throws UsageError for values the widgets cannot catch.
     RaceSpec raceSpec() const;
+    /// The race as it would run (resolveRace, the engine's one decision), without waiting on
+    /// anything slow: a framework= lane not yet checked is `checking`. Throws as raceSpec().
+    RacePlan plan() const;
     void setRaceSpec(const RaceSpec& spec);
     std::vector<QColor> laneColors() const;
-    /// "About ten evaluations per race" is chosen: the race's interval is worked out at Start
-    /// from the lanes' step counts (raceSpec() then says 0).
+    /// "About ten evaluations per race" is chosen (raceSpec().autoEvaluations: resolveRace
+    /// works the interval out from the lanes' step counts).
     /// The evaluation setting as the user left it (0: ≈10 per race, 1: every N steps, 2: at
     /// epoch ends) and N, for the window's saved settings.
     std::pair<int, int> evalSetting() const;
@@ -37,8 +42,19 @@ public:
     /// Loads race `race` of the named preset into the setup; false (and `error`) when it cannot.
     bool loadPreset(const QString& name, int race, QString* error = nullptr);
 
+Q_SIGNALS:
+    /// The rows were checked again (after an edit, or when a slow check answered).
+    void validated();
+
+public:
+    /// Checks every row against the plan: each row's problem (or "checking…") greys it, and
+    /// frameworks not yet asked are asked off the GUI thread, then the rows are checked again.
+    void validate();
+
 private:
     void updateWorkloadInfo();
+    void checkFrameworksInBackground(const RacePlan& plan);
+    QStringList m_asking; // frameworks being asked about off the GUI thread
     QComboBox* m_preset = nullptr;
     QComboBox* m_presetRace = nullptr;
     QLabel* m_presetNotes = nullptr;

@@ -292,6 +292,12 @@ int runRace(RaceOptions options) {
     } catch (const Error& e) {
         return usageError(e.what());
     }
+    if (options.planOnly) {
+        // Frameworks are asked too: the answer Start would give.
+        const auto plan = resolveRace(options.spec);
+        fmt::print("{}", planToJson(plan));
+        return plan.ok() ? 0 : 2;
+    }
     auto result = runOne(options.spec, options);
     if (result.status == 2 || !result.summary) {
         return 2;
@@ -415,16 +421,8 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     if (!race->dataNote().empty()) {
         fmt::print("note: {}\n", race->dataNote());
     }
-    int cpuThreads = 0;
-    for (auto* lane : lanes) {
-        if (lane->spec().device == "cpu") {
-            cpuThreads += lane->spec().threads.value_or(report.cpu.physicalCores);
-        }
-    }
-    if (!spec.fair && cpuThreads > report.cpu.logicalCpus) {
-        fmt::print("note: live mode: the CPU lanes share {} CPUs with {} threads in total; use --fair to run them "
-                   "one at a time\n",
-                   report.cpu.logicalCpus, cpuThreads);
+    if (!race->plan().sharingNote.empty()) {
+        fmt::print("note: {}\n", race->plan().sharingNote);
     }
     std::fflush(stdout);
 

@@ -15,6 +15,7 @@ struct RaceOptions {
     std::string jsonFile, csvFile, jsonlFile;
     std::string recordDir; // write a recording (manifest + JSON lines per lane) as the race runs
     bool quiet = false;
+    bool planOnly = false; // --plan: print the resolved race as JSON, run nothing
 };
 
 int runDevices(bool json);

@@ -72,7 +72,19 @@ int main(int argc, char** argv) {
     race->add_flag("--fair", spec.fair, "Run lanes one after another, each alone on the machine");
     race->add_flag("--allow-commands", spec.allowCommands,
                    "Allow the programs that cmd= lanes name to run (never implied by a preset or file)");
-    race->add_option("--eval-every", spec.evalEverySteps, "Also evaluate every N steps (0: each epoch only)");
+    std::string evalEvery;
+    race->add_option("--eval-every", evalEvery,
+                     "Also evaluate every N steps (0: each epoch only; auto: about ten evaluations in the shortest "
+                     "lane, the window's default)")
+        ->check([](const std::string& v) -> std::string {
+            if (v == "auto" || (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 16)) {
+                return {};
+            }
+            return "expected a number of steps or auto";
+        });
+    race->add_flag("--plan", opt.planOnly,
+                   "Print the race as it would run (lanes, threads, steps, evaluation interval, notes, problems) as "
+                   "JSON and exit without training; status 2 when it cannot run");
     race->add_option("--warmup-steps", spec.warmupSteps, "Steps excluded from throughput figures")
         ->capture_default_str();
     auto* trainLimitOpt = race->add_option("--train-limit", trainLimit, "Use only the first N training examples");
@@ -139,6 +151,11 @@ int main(int argc, char** argv) {
     }
     if (*testLimitOpt) {
         spec.testLimit = testLimit;
+    }
+    if (evalEvery == "auto") {
+        spec.autoEvaluations = true;
+    } else if (!evalEvery.empty()) {
+        spec.evalEverySteps = std::stoll(evalEvery);
     }
     if (!data.empty()) {
         spec.data = data == "synthetic" ? DataMode::Synthetic : DataMode::Real;

@@ -222,7 +222,10 @@ class RemoteLanes(unittest.TestCase):
             self.assertEqual(remote["final_test_accuracy"], lanes[0]["final_test_accuracy"])
             _, manifest = lane_files(rec)
             self.assertEqual(manifest["lanes"][1]["kind"], "remote")
-            self.assertIn("AMD", manifest["lanes"][1]["machine"] + manifest["device"]["cpu"])
+            # The "remote" host is this machine over loopback: the worker's own device report
+            # (its hello) names the same CPU as the race's, whatever vendor this machine has.
+            self.assertTrue(manifest["device"]["cpu"], manifest["device"])
+            self.assertIn(manifest["device"]["cpu"], manifest["lanes"][1]["machine"])
 
     def test_a_framework_lane_on_a_remote_host(self):
         # framework= over ssh: the remote devicerace-cli runs its own machine's lane program.

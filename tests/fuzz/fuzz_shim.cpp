@@ -82,7 +82,7 @@ const WorkloadInfo& findWorkload(const std::string& name) {
     throw UsageError("unknown workload '" + name + "' (fuzz shim)");
 }
 
-// FAKE (real one: src/lanes/make_lane.cpp builds thread, worker and data-parallel lanes): no
+// FAKE (real one: src/race/make_lane.cpp builds thread, worker and data-parallel lanes): no
 // target starts a race; race.cpp is linked only for the summary functions a recording's
 // summary uses. Reaching this is a bug in a driver.
 std::unique_ptr<Lane> makeLane(LaneSpec, LaneRunSettings) {

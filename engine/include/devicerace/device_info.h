@@ -49,6 +49,10 @@ const DeviceReport& deviceReport();
 /// Re-reads the live figures (GPU utilisation/memory through NVML) into a copy.
 DeviceReport refreshDeviceReport();
 
+/// Why a lane cannot train on `device` ("cpu", "cuda", "cuda:N") on this machine ("device cuda:1:
+/// this machine has 1 CUDA device (cuda:0)"), or "": the words a race refuses it with.
+std::string deviceProblem(const std::string& device);
+
 /// "cpu", "cuda:0", ...: the device names a lane spec accepts on this machine.
 std::vector<std::string> usableDeviceNames();
 

@@ -7,11 +7,16 @@
 
 #include "devicerace/metric_sample.h"
 #include "devicerace/race.h"
+#include "devicerace/race_plan.h"
 
 namespace devicerace {
 
 /// The CLI's --json schema: {"workload", "dataset": {"name", "synthetic"}, "lanes": [...], "speedup": {...}}.
 std::string summaryToJson(const RaceSummary& summary);
+
+/// A resolved race (devicerace-cli race --plan): its lanes as they will run, the evaluation
+/// interval, the CPU-sharing note and every problem; what the window shows before Start.
+std::string planToJson(const RacePlan& plan);
 /// One header line, then one row per sample.
 std::string samplesToCsv(const std::vector<MetricSample>& samples);
 /// Writes the CSV of the samples in JSON-lines files (a recording's lane files, read a line at

@@ -20,4 +20,8 @@ inline constexpr std::uint64_t kIdxMaxElements = 1ull << 30;
 /// Gzip is detected from the content, not the name. Throws DataError naming the file.
 IdxArray readIdx(const std::filesystem::path& file, int expectedDims);
 
+/// Only the header's dimensions (e.g. {60000, 28, 28}), with the same checks as readIdx on the
+/// name, magic and dimension caps: how a race is planned without loading its data.
+std::vector<std::uint32_t> readIdxDims(const std::filesystem::path& file, int expectedDims);
+
 } // namespace devicerace

@@ -51,7 +51,7 @@ struct LaneSpec {
     std::optional<bool> fused;           // multi-tensor optimizer kernels (fused Adam/SGD, foreach RMSprop)
     std::optional<bool> graph;           // CUDA lanes: the whole training step captured in a CUDA graph
     std::optional<bool> resident;        // CUDA lanes: the data set on the GPU (false: pinned host copies, prefetched)
-    // Where the lane runs (unset: see defaultIsolation in lanes/make_lane.cpp).
+    // Where the lane runs (unset: see defaultIsolation in race/resolve_race.cpp).
     std::optional<LaneKind> isolate;     // Thread or Process (an ssh:// device is always Remote)
     std::optional<std::string> cli;      // worker lanes: the devicerace-cli to run (remote default: on PATH)
     std::optional<std::string> fault;    // tests of isolation: throw|abort|segv|exit|hang[:STEP]
@@ -113,6 +113,9 @@ struct RaceSpec {
     /// the window's confirmation). Never set from a file.
     bool allowCommands = false;
     std::int64_t evalEverySteps = 0;    // 0: evaluate at the end of every epoch only
+    /// Instead of evalEverySteps: about kAutoEvaluations evaluations in the lane with the fewest
+    /// steps (the window's default, the CLI's --eval-every auto). Decided by resolveRace.
+    bool autoEvaluations = false;
     std::int64_t warmupSteps = 20;      // steps excluded from throughput figures
     std::optional<std::int64_t> trainLimit; // use only the first N training examples (smoke runs)
     std::optional<std::int64_t> testLimit;  // use only the first N test examples

@@ -8,6 +8,7 @@
 
 #include "devicerace/lane.h"
 #include "devicerace/lane_spec.h"
+#include "devicerace/race_plan.h"
 #include "devicerace/workload.h"
 
 namespace devicerace {
@@ -28,12 +29,13 @@ using LaneFactory = std::function<std::unique_ptr<Lane>(LaneSpec, LaneRunSetting
 
 class Race {
 public:
-    /// Resolves and validates everything (workload, lanes, data) before any thread starts;
-    /// throws UsageError / DataError with a one-line message.
+    /// Builds the lanes resolveRace planned (nothing else decides); throws UsageError with the
+    /// plan's first problem, or what a lane throws while it is built (a worker that cannot start).
     explicit Race(RaceSpec spec, LaneFactory factory = {});
     ~Race(); // stops and joins every lane
 
-    const RaceSpec& spec() const;
+    const RaceSpec& spec() const; // resolved (plan().spec)
+    const RacePlan& plan() const;
     const Dataset& dataset() const;   // the first lane's data
     const std::string& dataNote() const; // what the user should know about the data, or ""
 

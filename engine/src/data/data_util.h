@@ -18,6 +18,10 @@ void checkFolder(const std::filesystem::path& dir, const std::string& what);
 /// Reads a whole regular file of at most `maxBytes`; throws DataError naming it otherwise.
 std::string readFileBounded(const std::filesystem::path& file, std::uint64_t maxBytes);
 
+/// The IDX file `stem` in `dir`, plain or .gz, as shipped by zalandoresearch and the Debian
+/// package; throws DataError naming what is missing.
+std::filesystem::path findIdx(const std::filesystem::path& dir, const std::string& stem);
+
 /// Loads once per (kind, path, limits, extra) and shares the result between lanes and races.
 std::shared_ptr<const Dataset> cachedLoad(const std::string& kind, const std::filesystem::path& path,
                                           std::optional<std::int64_t> trainLimit,

@@ -26,10 +26,7 @@ fs::path defaultFashionMnistDir() {
     return "/usr/share/datasets/fashion-mnist";
 }
 
-namespace {
-
-// The IDX names as shipped by zalandoresearch and the Debian package; plain or .gz.
-fs::path findIdx(const fs::path& dir, const std::string& stem) {
+fs::path detail::findIdx(const fs::path& dir, const std::string& stem) {
     for (const auto& candidate : {dir / stem, dir / (stem + ".gz")}) {
         std::error_code ec;
         if (fs::exists(candidate, ec)) {
@@ -41,9 +38,11 @@ fs::path findIdx(const fs::path& dir, const std::string& stem) {
                                 dir.string(), stem, stem));
 }
 
+namespace {
+
 DataSplit loadSplit(const fs::path& dir, const std::string& prefix, std::optional<std::int64_t> limit, int classes) {
-    auto imageFile = findIdx(dir, prefix + "-images-idx3-ubyte");
-    auto labelFile = findIdx(dir, prefix + "-labels-idx1-ubyte");
+    auto imageFile = detail::findIdx(dir, prefix + "-images-idx3-ubyte");
+    auto labelFile = detail::findIdx(dir, prefix + "-labels-idx1-ubyte");
     auto images = readIdx(imageFile, 3);
     auto labels = readIdx(labelFile, 1);
     if (images.dims[0] != labels.dims[0]) {

@@ -109,7 +109,16 @@ bool looksGzipped(const fs::path& file) {
 
 } // namespace
 
-IdxArray readIdx(const fs::path& file, int expectedDims) {
+namespace {
+
+struct OpenedIdx {
+    bool gzip = false;
+    std::uintmax_t size = 0; // bytes on disk
+};
+
+// The checks every IDX read starts with: the file exists, is regular, not empty, and its name
+// says what its content is (gzip or not).
+OpenedIdx checkIdxFile(const fs::path& file) {
     const auto name = file.string();
     std::error_code ec;
     auto status = fs::status(file, ec);
@@ -134,8 +143,11 @@ IdxArray readIdx(const fs::path& file, int expectedDims) {
     if (!namedGz && gzip) {
         throw DataError(fmt::format("{}: still gzip-compressed; gunzip it or name it {}.gz", name, file.filename().string()));
     }
+    return {gzip, size};
+}
 
-    ByteSource in(file, gzip);
+// The magic and the dimensions (capped: a hostile header must not make us allocate gigabytes).
+std::vector<std::uint32_t> readHeader(ByteSource& in, const std::string& name, int expectedDims) {
     unsigned char header[4];
     if (in.read(header, 4) != 4) {
         throw DataError(fmt::format("{}: truncated header: the file ends before the 4-byte IDX magic", name));
@@ -147,8 +159,7 @@ IdxArray readIdx(const fs::path& file, int expectedDims) {
                                     "dimension{})",
                                     name, magic, expectedMagic, expectedDims, expectedDims == 1 ? "" : "s"));
     }
-
-    IdxArray out;
+    std::vector<std::uint32_t> dims;
     std::uint64_t elements = 1;
     for (int d = 0; d < expectedDims; ++d) {
         unsigned char raw[4];
@@ -160,14 +171,36 @@ IdxArray readIdx(const fs::path& file, int expectedDims) {
         if (dim == 0) {
             throw DataError(fmt::format("{}: dimension {} is 0; expected at least 1", name, d + 1));
         }
-        // Capped before allocating: a hostile header must not make us allocate gigabytes.
         elements *= dim;
         if (elements > kIdxMaxElements) {
             throw DataError(fmt::format("{}: the header claims more than {} elements (dimension {} is {}); "
                                         "refusing to allocate",
                                         name, kIdxMaxElements, d + 1, dim));
         }
-        out.dims.push_back(dim);
+        dims.push_back(dim);
+    }
+    return dims;
+}
+
+} // namespace
+
+std::vector<std::uint32_t> readIdxDims(const fs::path& file, int expectedDims) {
+    const auto opened = checkIdxFile(file);
+    ByteSource in(file, opened.gzip);
+    return readHeader(in, file.string(), expectedDims);
+}
+
+IdxArray readIdx(const fs::path& file, int expectedDims) {
+    const auto name = file.string();
+    const auto opened = checkIdxFile(file);
+    const bool gzip = opened.gzip;
+    const auto size = opened.size;
+    ByteSource in(file, gzip);
+    IdxArray out;
+    out.dims = readHeader(in, name, expectedDims);
+    std::uint64_t elements = 1;
+    for (auto d : out.dims) {
+        elements *= d;
     }
     const std::uint64_t headerBytes = 4 + 4 * static_cast<std::uint64_t>(expectedDims);
     if (!gzip && size != headerBytes + elements) {

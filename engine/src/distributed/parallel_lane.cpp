@@ -1,5 +1,6 @@
 // A data-parallel lane: N WorkerLanes as the ranks of one c10d group (parallel_lane.h).
 #include "distributed/parallel_lane.h"
+#include "train/run_plan.h"
 
 #include <unistd.h>
 
@@ -235,8 +236,7 @@ struct ParallelLane::Impl {
     }
 };
 
-ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
-    auto& d = *m_impl;
+LaneSpec expandParallelSpec(LaneSpec spec) {
     if (spec.device == "cuda:all") {
         const auto& report = deviceReport();
         if (!report.cudaAvailable || report.gpus.empty()) {
@@ -248,25 +248,32 @@ ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std
         spec.members.push_back({"", report.gpus.size() == 1 ? std::string("cuda:0")
                                                             : fmt::format("cuda:0-{}", report.gpus.size() - 1)});
     }
-    d.ranks = laneRanks(spec);
-    if (d.ranks.empty()) {
-        d.ranks.push_back({spec.host, spec.device});
+    auto ranks = laneRanks(spec);
+    if (ranks.empty()) {
+        ranks.push_back({spec.host, spec.device});
     }
-    for (const auto& r : d.ranks) {
+    int local = 0;
+    for (const auto& r : ranks) {
         if ((r.device == "cpu") != (spec.device == "cpu")) {
             throw UsageError(fmt::format("lane {}: every rank of a data-parallel lane trains on one kind of device "
                                          "(all cpu, or all cuda)",
                                          spec.name));
         }
+        local += r.host.empty();
     }
-    if (!spec.threads && spec.device == "cpu") {
-        int local = 0;
-        for (const auto& r : d.ranks) {
-            local += r.host.empty();
-        }
-        if (local > 0) {
-            spec.threads = std::max(1, deviceReport().cpu.physicalCores / local);
-        }
+    if (!spec.threads && spec.device == "cpu" && local > 0) {
+        // Not shared by a live race (fair mode): the local ranks split this machine's cores.
+        spec.threads = std::max(1, detail::defaultCpuThreads() / local);
+    }
+    return spec;
+}
+
+ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
+    auto& d = *m_impl;
+    spec = expandParallelSpec(std::move(spec));
+    d.ranks = laneRanks(spec);
+    if (d.ranks.empty()) {
+        d.ranks.push_back({spec.host, spec.device});
     }
     d.spec = std::move(spec);
     d.settings = std::move(settings);

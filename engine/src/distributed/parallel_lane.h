@@ -41,6 +41,11 @@ private:
     std::unique_ptr<Impl> m_impl;
 };
 
+/// A data-parallel spec as its lane runs it: cuda:all expanded to this machine's GPUs, every rank
+/// on one kind of device, and CPU ranks' threads when unset (this machine's cores split between
+/// its ranks). Throws UsageError naming the lane. Used by the lane and by resolveRace.
+LaneSpec expandParallelSpec(LaneSpec spec);
+
 /// DEVICERACE_RENDEZVOUS_TIMEOUT=SECONDS, else 60 s (local ranks) or 120 s (any remote rank).
 double rendezvousTimeout(bool remote);
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "devicerace/errors.h"
+#include "devicerace/recording.h"
 
 namespace devicerace {
 
@@ -56,6 +57,35 @@ std::string csvNumber(const std::optional<T>& v) {
 }
 
 } // namespace
+
+std::string planToJson(const RacePlan& plan) {
+    json lanes = json::array();
+    for (const auto& l : plan.lanes) {
+        lanes.push_back({{"name", l.spec.name},
+                         {"spec", formatLaneSpec(l.spec)},
+                         {"kind", toString(l.kind)},
+                         {"device", l.spec.device},
+                         {"host", l.spec.host},
+                         {"threads", l.localCpuProcesses > 0 ? json(l.localThreads) : json(nullptr)},
+                         {"cpu_processes", l.localCpuProcesses},
+                         {"batch", orNull(l.batch)},
+                         {"total_steps", orNull(l.totalSteps)},
+                         {"problem", l.problem},
+                         {"checking", l.checking},
+                         {"needs_consent", l.needsConsent}});
+    }
+    const json out = {{"workload", plan.spec.workload},
+                      {"fair", plan.spec.fair},
+                      {"target_accuracy", orNull(plan.spec.targetAccuracy)},
+                      {"eval_every_steps", plan.evalEverySteps},
+                      {"cpu_threads", plan.cpuThreads},
+                      {"logical_cpus", plan.logicalCpus},
+                      {"sharing_note", plan.sharingNote},
+                      {"data_note", plan.dataNote},
+                      {"problems", plan.problems},
+                      {"lanes", lanes}};
+    return out.dump(2) + "\n";
+}
 
 std::string summaryToJson(const RaceSummary& summary) {
     json j;

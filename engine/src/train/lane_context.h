@@ -5,28 +5,15 @@
 #include <string>
 
 #include "devicerace/lane.h"
-#include "train/fault.h"
+#include "train/run_plan.h"
 
 namespace devicerace::detail {
 
-struct LaneContext {
+/// The plan (batch, threads, steps, fast paths: train/run_plan.h) plus what the lane thread
+/// shares with the Lane object.
+struct LaneContext : RunPlan {
     LaneSpec spec;              // name and device resolved
     LaneRunSettings settings;
-    std::int64_t batch = 0;     // resolved
-    double lr = 0;              // resolved
-    int threads = 1;            // resolved CPU intra-op threads
-    std::int64_t stepsPerEpoch = 0;
-    std::int64_t totalSteps = 0;
-    std::int64_t evalBatch = 1000; // examples per evaluation pass
-    double weightDecay = 0;
-    double momentum = 0;
-    std::string schedule = "constant";
-    bool fusedLstm = true;
-    bool channelsLast = false;
-    bool fusedOptimizer = true; // multi-tensor optimizer kernels (lane key fused)
-    bool cudaGraph = false;     // capture the step in a CUDA graph (lane key graph); implies drop-last
-    bool dataOnHost = false;    // resident=false: pinned host data, prefetched batches
-    Fault fault;                // tests: what to inject, at which step (fault=)
 
     std::atomic<bool> stopRequested{false};
     std::atomic<bool> pauseRequested{false};

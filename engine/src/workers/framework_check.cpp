@@ -104,13 +104,28 @@ std::string frameworkProblem(std::string_view framework) {
     if (framework.empty() || framework == "devicerace") {
         return {};
     }
+    {
+        std::lock_guard lock(g_mutex);
+        if (auto it = g_answers.find(framework); it != g_answers.end()) {
+            return it->second;
+        }
+    }
+    // Asked without the lock: knownFrameworkProblem (the window's GUI thread) never waits on
+    // a Python start-up. Two threads asking at once both ask; the first answer is kept.
+    auto answer = ask(framework);
     std::lock_guard lock(g_mutex);
-    if (auto it = g_answers.find(framework); it != g_answers.end()) {
+    return g_answers.emplace(std::string(framework), std::move(answer)).first->second;
+}
+
+std::optional<std::string> knownFrameworkProblem(const LaneSpec& spec) {
+    if (!spec.framework || spec.cmd || !spec.host.empty() || !spec.members.empty() || *spec.framework == "devicerace") {
+        return std::string();
+    }
+    std::lock_guard lock(g_mutex);
+    if (auto it = g_answers.find(*spec.framework); it != g_answers.end()) {
         return it->second;
     }
-    auto answer = ask(framework);
-    g_answers.emplace(std::string(framework), answer);
-    return answer;
+    return std::nullopt;
 }
 
 void forgetFrameworkAnswers() {

@@ -1,0 +1,63 @@
+#pragma once
+/// A race as it will run, decided before anything runs: resolveRace is the one place that turns
+/// what the user wrote (CLI flags, the window's table, a preset) into lane names, threads per
+/// lane, batches, step counts, the evaluation interval, core sharing and its note, each lane's
+/// kind, and every reason a lane or the race cannot run. The CLI and the window display and run
+/// what it returns; `Race` builds its lanes from it. Thread-safe; cheap enough for the GUI thread
+/// (it reads data headers, never loads a data set except a text corpus, starts no lane and no
+/// process when asked not to check frameworks).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+
+namespace devicerace {
+
+/// One lane of a resolved race.
+struct LanePlan {
+    LaneSpec spec;      // as it will run: name given, threads shared, isolation decided
+    LaneKind kind = LaneKind::Thread;
+    /// CPU threads of each of the lane's processes on this machine (0: none here, e.g. a CUDA or
+    /// remote lane), and how many such processes it has (data-parallel CPU ranks).
+    int localThreads = 0;
+    int localCpuProcesses = 0;
+    /// Known where DeviceRace's engine trains the lane on this machine; else the lane says at
+    /// start (a remote host, another framework's program).
+    std::optional<std::int64_t> batch;      // per step (a data-parallel lane: the global batch)
+    std::optional<std::int64_t> totalSteps;
+    std::string problem;       // why the lane cannot run ("" when it can), naming the lane
+    bool checking = false;     // a check is still out (the window's framework check): not yet known
+    bool needsConsent = false; // cmd=: runs a program; only with the user's consent
+};
+
+/// A whole race, resolved.
+struct RacePlan {
+    RaceSpec spec;              // lanes resolved, target and evaluation interval filled in
+    std::vector<LanePlan> lanes;
+    std::string dataNote;       // what the user should know about the data, or ""
+    std::int64_t evalEverySteps = 0;
+    /// Live races share this machine's CPUs: the local CPU lanes' threads in total, the CPUs
+    /// there are, and the note said when the threads are more than the CPUs ("" otherwise).
+    int cpuThreads = 0;
+    int logicalCpus = 0;
+    std::string sharingNote;
+    /// Why the race cannot run (race-level first, then each lane's problem); empty: it can.
+    std::vector<std::string> problems;
+    bool ok() const { return problems.empty(); }
+};
+
+struct PlanOptions {
+    /// Ask this machine's Python whether a framework= lane can run (up to ~10 s the first time,
+    /// cached per framework). false: use an answer already known, else mark the lane `checking`.
+    bool askFrameworks = true;
+};
+
+/// Resolves `spec`; never throws for what the user wrote (it lands in `problems`).
+RacePlan resolveRace(const RaceSpec& spec, const PlanOptions& options = {});
+
+/// Evaluations a race with RaceSpec::autoEvaluations gets (the window's default).
+inline constexpr int kAutoEvaluations = 10;
+
+} // namespace devicerace

@@ -1,0 +1,42 @@
+#pragma once
+// Which data a workload races on for a data mode (the one place that decides it), and how much
+// of it there is without loading it: what a race is planned from. Thread-safe.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "devicerace/lane_spec.h"
+#include "devicerace/workload.h"
+
+namespace devicerace::detail {
+
+enum class DataSource { Synthetic, FashionMnist, Cifar10, Imdb, Text };
+
+struct DataChoice {
+    DataSource source = DataSource::Synthetic;
+    std::filesystem::path path;     // real data: the folder or file it is read from
+    std::int64_t syntheticTrain = 0; // synthetic: examples per split before limits
+    std::int64_t syntheticTest = 0;
+    bool adapted = false;           // Fashion-MNIST padded/resized to another network's input
+    std::string note;               // said to the user when the data is not what they might assume
+};
+
+/// Decides the data (unset mode: real where the machine has it). Throws UsageError when the
+/// user asked for real data this machine cannot have without --data-dir.
+DataChoice chooseData(const WorkloadInfo& workload, std::optional<DataMode> mode, const std::string& dataDir);
+
+/// How much data a race will see, read from headers, file sizes and folder listings (a text
+/// corpus is decoded: its windows depend on the characters; the load is cached for the race).
+struct DataExtent {
+    std::int64_t train = 0;  // examples after limits
+    std::int64_t test = 0;
+    bool synthetic = false;
+    double deviceBytes = 0;  // what the data set takes on a device (pixels as uint8, token ids as int64)
+    std::string note;
+};
+/// Throws DataError / UsageError as loading would (missing files, bad headers).
+DataExtent measureData(const WorkloadInfo& workload, std::optional<DataMode> mode, const std::string& dataDir,
+                       std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit);
+
+} // namespace devicerace::detail

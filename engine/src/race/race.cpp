@@ -1,0 +1,198 @@
+#include "devicerace/race.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "devicerace/dataset.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/workload.h"
+#include "data/data_choice.h"
+
+namespace devicerace {
+
+ResolvedData resolveData(const WorkloadInfo& w, std::optional<DataMode> mode, const std::string& dataDir,
+                         std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit) {
+    const auto choice = detail::chooseData(w, mode, dataDir);
+    switch (choice.source) {
+    case detail::DataSource::Synthetic: {
+        const auto train = trainLimit ? std::min(*trainLimit, choice.syntheticTrain) : choice.syntheticTrain;
+        const auto test = testLimit ? std::min(*testLimit, choice.syntheticTest) : choice.syntheticTest;
+        auto ds = std::make_shared<Dataset>(*syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, train, test));
+        ds->name = fmt::format("synthetic ({})", fmt::join(w.inputShape, "x"));
+        return {ds, choice.note};
+    }
+    case detail::DataSource::Imdb:
+        return {loadImdb(choice.path, w.vocabulary, static_cast<int>(w.inputShape.at(0)), trainLimit, testLimit),
+                choice.note};
+    case detail::DataSource::Text:
+        // The Keras example's windows: 40 characters, a new one every 3.
+        return {loadTextCorpus(choice.path, static_cast<int>(w.inputShape.at(0)), 3, trainLimit, testLimit), choice.note};
+    case detail::DataSource::Cifar10:
+        return {loadCifar10(choice.path, trainLimit, testLimit), choice.note};
+    case detail::DataSource::FashionMnist:
+        break;
+    }
+    auto fashion = loadFashionMnist(choice.path, trainLimit, testLimit);
+    if (!choice.adapted) {
+        return {fashion, choice.note};
+    }
+    auto adapted = std::make_shared<Dataset>(*fashion);
+    adapted->name = fmt::format("Fashion-MNIST (adapted to {})", fmt::join(w.inputShape, "x"));
+    return {adapted, choice.note};
+}
+
+struct Race::Impl {
+    RacePlan plan;
+    RaceSpec spec;
+    std::shared_ptr<const Dataset> data;
+    std::string dataNote;
+    std::vector<std::unique_ptr<Lane>> lanes;
+    std::thread sequencer; // fair mode: runs lanes one after another
+    std::atomic<bool> stop{false};
+    bool started = false;
+};
+
+Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Impl>()) {
+    // Every decision (names, threads, isolation, steps, evaluations, refusals) is resolveRace's.
+    auto plan = resolveRace(requested);
+    if (!plan.ok()) {
+        throw UsageError(plan.problems.front());
+    }
+    for (const auto& lane : plan.lanes) {
+        if (lane.needsConsent && !plan.spec.allowCommands) {
+            throw UsageError(fmt::format("lane {}: cmd={} would run that program; DeviceRace runs a command only with "
+                                         "your consent: pass --allow-commands (the window asks)",
+                                         lane.spec.name, *lane.spec.cmd));
+        }
+    }
+    m_impl->plan = plan;
+    auto& spec = plan.spec;
+    const auto& workload = findWorkload(spec.workload);
+    for (const auto& laneSpec : spec.lanes) {
+        // A lane's data=... overrides the race's mode. Thread lanes get their data here; worker
+        // lanes resolve theirs where they run (the remote machine may hold data this one lacks).
+        auto mode = laneSpec.data ? laneSpec.data : spec.data;
+        LaneRunSettings settings;
+        if (laneKind(laneSpec) == LaneKind::Thread) {
+            auto resolved = resolveData(workload, mode, spec.dataDir, spec.trainLimit, spec.testLimit);
+            settings.data = resolved.dataset;
+            if (m_impl->dataNote.empty()) {
+                m_impl->dataNote = resolved.note;
+            }
+        }
+        settings.dataMode = mode;
+        settings.dataDir = spec.dataDir;
+        settings.trainLimit = spec.trainLimit;
+        settings.testLimit = spec.testLimit;
+        settings.workload = workload.name;
+        settings.epochs = spec.epochs;
+        settings.steps = spec.steps;
+        settings.targetAccuracy = spec.targetAccuracy;
+        settings.seed = spec.seed;
+        settings.evalEverySteps = spec.evalEverySteps;
+        settings.warmupSteps = spec.warmupSteps;
+        m_impl->lanes.push_back(factory ? factory(laneSpec, std::move(settings))
+                                        : makeLane(laneSpec, std::move(settings)));
+        if (!m_impl->data) {
+            m_impl->data = m_impl->lanes.back()->dataset();
+        }
+    }
+    m_impl->spec = std::move(spec);
+}
+
+Race::~Race() {
+    requestStop();
+    if (m_impl->sequencer.joinable()) {
+        m_impl->sequencer.join();
+    }
+    m_impl->lanes.clear(); // each lane stops and joins
+}
+
+const RaceSpec& Race::spec() const { return m_impl->spec; }
+const RacePlan& Race::plan() const { return m_impl->plan; }
+const Dataset& Race::dataset() const { return *m_impl->data; }
+const std::string& Race::dataNote() const { return m_impl->dataNote; }
+
+std::vector<Lane*> Race::lanes() const {
+    std::vector<Lane*> out;
+    for (const auto& l : m_impl->lanes) {
+        out.push_back(l.get());
+    }
+    return out;
+}
+
+void Race::start() {
+    if (m_impl->started) {
+        return;
+    }
+    m_impl->started = true;
+    if (!m_impl->spec.fair) {
+        for (auto& lane : m_impl->lanes) {
+            lane->start();
+        }
+        return;
+    }
+    m_impl->sequencer = std::thread([impl = m_impl.get()] {
+        for (auto& lane : impl->lanes) {
+            if (impl->stop) {
+                break;
+            }
+            lane->start();
+            lane->wait();
+        }
+    });
+}
+
+void Race::requestStop() {
+    m_impl->stop = true;
+    for (auto& lane : m_impl->lanes) {
+        lane->requestStop();
+    }
+}
+
+void Race::setPaused(bool paused) {
+    for (auto& lane : m_impl->lanes) {
+        lane->setPaused(paused);
+    }
+}
+
+bool Race::finished() const {
+    for (const auto& lane : m_impl->lanes) {
+        if (!isTerminal(lane->state())) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void Race::wait() {
+    if (m_impl->sequencer.joinable()) {
+        m_impl->sequencer.join();
+    }
+    for (auto& lane : m_impl->lanes) {
+        lane->wait();
+    }
+}
+
+RaceSummary Race::summary() const {
+    RaceSummary out;
+    out.workload = m_impl->spec.workload;
+    out.datasetName = m_impl->data->name;
+    out.dataNote = m_impl->dataNote;
+    out.synthetic = m_impl->data->synthetic;
+    out.fair = m_impl->spec.fair;
+    for (const auto& lane : m_impl->lanes) {
+        out.lanes.push_back(lane->summary());
+    }
+    out.speedup = speedups(out.lanes);
+    normaliseCosts(out.lanes);
+    fillScaling(out.lanes);
+    return out;
+}
+
+} // namespace devicerace

@@ -1,0 +1,316 @@
+#include "devicerace/race_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "data/data_choice.h"
+#include "devicerace/device_info.h"
+#include "devicerace/errors.h"
+#include "devicerace/frameworks.h"
+#include "devicerace/workload.h"
+#include "distributed/parallel_lane.h"
+#include "train/run_plan.h"
+
+namespace devicerace {
+
+namespace {
+
+// "cpu·1", "cpu·2", "cuda:0"; duplicates get "#2", "#3".
+void nameLanes(std::vector<LaneSpec>& lanes) {
+    std::set<std::string> used;
+    for (auto& lane : lanes) {
+        if (lane.name.empty() && laneKind(lane) == LaneKind::Parallel) {
+            // "cpu·1×2", "cuda×8", "gpubox·cuda×8", "2 hosts·cpu×2": the ranks' device and count.
+            const auto ranks = laneRanks(lane);
+            std::set<std::string> hosts;
+            for (const auto& r : ranks) {
+                hosts.insert(r.host);
+            }
+            std::string where;
+            if (hosts.size() > 1) {
+                where = fmt::format("{} hosts·", hosts.size());
+            } else if (!lane.host.empty()) {
+                where = parseSshTarget(lane.host).host + "·";
+            }
+            std::string device = lane.device.starts_with("cuda") ? "cuda" : "cpu";
+            if (device == "cpu" && lane.threads) {
+                device += fmt::format("·{}", *lane.threads);
+            }
+            lane.name = lane.device == "cuda:all" ? where + "cuda×all"
+                                                  : fmt::format("{}{}×{}", where, device, ranks.size());
+            if (lane.precision != Precision::Fp32) {
+                lane.name += "·" + toString(lane.precision);
+            }
+        } else if (lane.name.empty() && !lane.host.empty()) {
+            // "gpubox·cuda:0": remote lanes carry their host (threads are decided over there).
+            lane.name = parseSshTarget(lane.host).host + "·" + (lane.device == "cuda" ? "cuda:0" : lane.device);
+            if (lane.threads) {
+                lane.name += fmt::format("·{}", *lane.threads);
+            }
+            if (lane.precision != Precision::Fp32) {
+                lane.name += "·" + toString(lane.precision);
+            }
+        } else if (lane.name.empty()) {
+            if (lane.device == "cpu") {
+                int threads = lane.threads.value_or(detail::defaultCpuThreads());
+                lane.name = fmt::format("cpu·{}", threads);
+            } else {
+                lane.name = lane.device == "cuda" ? "cuda:0" : lane.device;
+            }
+            if (lane.precision != Precision::Fp32) {
+                lane.name += "·" + toString(lane.precision);
+            }
+        }
+        std::string base = lane.name;
+        for (int k = 2; used.count(lane.name); ++k) {
+            lane.name = fmt::format("{}#{}", base, k);
+        }
+        used.insert(lane.name);
+    }
+}
+
+// A CPU process of this machine that a lane runs (data-parallel CPU ranks: one each).
+int localCpuProcesses(const LaneSpec& lane) {
+    if (laneKind(lane) != LaneKind::Parallel) {
+        return lane.device == "cpu" && lane.host.empty() ? 1 : 0;
+    }
+    int n = 0;
+    for (const auto& r : laneRanks(lane)) {
+        n += r.device == "cpu" && r.host.empty();
+    }
+    return n;
+}
+
+// Live races share the CPU: CPU lanes that did not ask for a thread count split the cores
+// that lanes with an explicit count left over, so the race never oversubscribes the machine
+// unless a lane asks for it (threads=N is honoured as given).
+void shareCores(std::vector<LaneSpec>& lanes) {
+    const int cores = detail::defaultCpuThreads();
+    int asked = 0, open = 0;
+    for (const auto& lane : lanes) {
+        const int n = localCpuProcesses(lane);
+        lane.threads ? asked += *lane.threads * n : open += n;
+    }
+    if (open == 0) {
+        return;
+    }
+    const int each = std::max(1, (cores - asked) / open);
+    for (auto& lane : lanes) {
+        if (localCpuProcesses(lane) > 0 && !lane.threads) {
+            lane.threads = each;
+        }
+    }
+}
+
+// A device-side assert poisons the CUDA context of its whole process, so when a race has more
+// than one local CUDA lane each runs in its own worker process unless it says otherwise.
+// Everything else stays a thread (no process start-up, no second copy of the data).
+void defaultIsolation(std::vector<LaneSpec>& lanes) {
+    int cudaLanes = 0;
+    for (const auto& lane : lanes) {
+        cudaLanes += lane.host.empty() && lane.device != "cpu" && laneKind(lane) != LaneKind::Parallel;
+    }
+    for (auto& lane : lanes) {
+        if (!lane.isolate && lane.host.empty() && lane.device != "cpu" && cudaLanes > 1 &&
+            laneKind(lane) != LaneKind::Parallel) {
+            lane.isolate = LaneKind::Process;
+        }
+    }
+}
+
+
+std::string describe(const std::exception& e) { return e.what(); }
+
+// The race-level checks of what the user wrote.
+void checkRace(const RaceSpec& spec, std::vector<std::string>& problems) {
+    if (spec.epochs && *spec.epochs < 1) {
+        problems.push_back(fmt::format("--epochs {}: must be 1 or more", *spec.epochs));
+    }
+    if (spec.steps && *spec.steps < 1) {
+        problems.push_back(fmt::format("--steps {}: must be 1 or more", *spec.steps));
+    }
+    if (spec.targetAccuracy && !(*spec.targetAccuracy > 0 && *spec.targetAccuracy <= 1)) {
+        problems.push_back(fmt::format("--target-accuracy {}: expected a fraction in (0, 1]", *spec.targetAccuracy));
+    }
+    if (spec.trainLimit && *spec.trainLimit < 1) {
+        problems.push_back("the training subset needs at least 1 example");
+    }
+    if (spec.testLimit && *spec.testLimit < 1) {
+        problems.push_back("the test subset needs at least 1 example");
+    }
+    if (spec.evalEverySteps < 0) {
+        problems.push_back(fmt::format("--eval-every {}: must be 0 (each epoch) or more", spec.evalEverySteps));
+    }
+}
+
+// Plans the lanes DeviceRace's engine trains on this machine (thread, process, local
+// data-parallel); the others say what they are once they run.
+class LanePlanner {
+public:
+    LanePlanner(const RaceSpec& spec, const WorkloadInfo& workload) : m_spec(spec), m_workload(workload) {}
+
+    // The lane's data (its own data= or the race's), measured once per mode.
+    const detail::DataExtent& data(const LaneSpec& lane) {
+        const auto mode = lane.data ? lane.data : m_spec.data;
+        const int key = mode ? static_cast<int>(*mode) : -1;
+        auto it = m_data.find(key);
+        if (it == m_data.end()) {
+            it = m_data.emplace(key, detail::measureData(m_workload, mode, m_spec.dataDir, m_spec.trainLimit,
+                                                         m_spec.testLimit))
+                     .first;
+        }
+        return it->second;
+    }
+
+    void plan(LanePlan& lane) {
+        const bool engineLane = lane.kind == LaneKind::Thread || lane.kind == LaneKind::Process;
+        if (lane.kind == LaneKind::Parallel) {
+            planParallel(lane);
+        } else if (engineLane) {
+            const auto& extent = data(lane.spec);
+            detail::PlanRun run;
+            run.epochs = m_spec.epochs;
+            run.steps = m_spec.steps;
+            run.allowProcessFaults = lane.kind == LaneKind::Process;
+            const auto plan = detail::planRun(lane.spec, m_workload, {extent.train, extent.synthetic, extent.deviceBytes},
+                                              run);
+            lane.batch = plan.batch;
+            lane.totalSteps = plan.totalSteps;
+            lane.localThreads = plan.device == "cpu" ? plan.threads : 0;
+        }
+    }
+
+private:
+    void planParallel(LanePlan& lane) {
+        const auto expanded = expandParallelSpec(lane.spec);
+        auto ranks = laneRanks(expanded);
+        if (ranks.empty()) {
+            ranks.push_back({expanded.host, expanded.device});
+        }
+        const bool allLocal = std::all_of(ranks.begin(), ranks.end(), [](const LaneMember& r) { return r.host.empty(); });
+        lane.localThreads = expanded.device == "cpu" ? expanded.threads.value_or(0) : 0;
+        if (!allLocal) {
+            return; // remote ranks plan themselves where they run
+        }
+        LaneSpec rank = expanded;
+        rank.device = ranks.front().device;
+        rank.members.clear();
+        detail::PlanRun run;
+        run.epochs = m_spec.epochs;
+        run.steps = m_spec.steps;
+        run.distributed = true;
+        run.world = static_cast<int>(ranks.size());
+        run.fixedGlobalBatch = expanded.fixedGlobalBatch.value_or(false);
+        run.allowProcessFaults = true;
+        const auto& extent = data(lane.spec);
+        const auto plan = detail::planRun(rank, m_workload, {extent.train, extent.synthetic, extent.deviceBytes}, run);
+        lane.batch = plan.batch * run.world;
+        lane.totalSteps = plan.totalSteps;
+    }
+
+    const RaceSpec& m_spec;
+    const WorkloadInfo& m_workload;
+    std::map<int, detail::DataExtent> m_data;
+};
+
+} // namespace
+
+RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
+    RacePlan out;
+    out.spec = in;
+    auto& spec = out.spec;
+    checkRace(spec, out.problems);
+    const WorkloadInfo* workload = nullptr;
+    try {
+        workload = &findWorkload(spec.workload);
+    } catch (const std::exception& e) {
+        out.problems.push_back(describe(e));
+    }
+    if (spec.lanes.empty()) {
+        spec.lanes = defaultLanes();
+    }
+    if (!spec.fair) {
+        shareCores(spec.lanes);
+    }
+    defaultIsolation(spec.lanes);
+    try {
+        nameLanes(spec.lanes);
+    } catch (const std::exception& e) {
+        out.problems.push_back(describe(e));
+    }
+    if (!spec.targetAccuracy && workload) {
+        spec.targetAccuracy = workload->defaultTarget;
+    }
+    out.logicalCpus = std::max(1, deviceReport().cpu.logicalCpus);
+
+    std::optional<LanePlanner> planner;
+    if (workload) {
+        planner.emplace(spec, *workload);
+        // The race's own data (its first lane's): the note, and a missing data set said once.
+        try {
+            out.dataNote = planner->data(spec.lanes.empty() ? LaneSpec{} : spec.lanes.front()).note;
+        } catch (const std::exception&) {
+            // said by the lanes that need it
+        }
+    }
+    std::set<std::string> said;
+    for (const auto& laneSpec : spec.lanes) {
+        LanePlan lane;
+        lane.spec = laneSpec;
+        lane.kind = laneKind(laneSpec);
+        lane.needsConsent = laneSpec.cmd.has_value();
+        lane.localCpuProcesses = localCpuProcesses(laneSpec);
+        lane.localThreads = lane.localCpuProcesses > 0 ? laneSpec.threads.value_or(detail::defaultCpuThreads()) : 0;
+        try {
+            if (planner) {
+                planner->plan(lane);
+            }
+            if (lane.kind == LaneKind::External && !laneSpec.cmd) {
+                if (options.askFrameworks) {
+                    lane.problem = localFrameworkProblem(laneSpec);
+                } else if (auto known = knownFrameworkProblem(laneSpec)) {
+                    lane.problem = *known;
+                } else {
+                    lane.checking = true;
+                }
+                if (!lane.problem.empty()) {
+                    lane.problem = fmt::format("lane {}: {}", laneSpec.name, lane.problem);
+                }
+            }
+        } catch (const std::exception& e) {
+            lane.problem = describe(e);
+        }
+        if (!lane.problem.empty() && said.insert(lane.problem).second) {
+            out.problems.push_back(lane.problem);
+        }
+        out.cpuThreads += lane.localThreads * lane.localCpuProcesses;
+        out.lanes.push_back(std::move(lane));
+    }
+    if (!spec.fair && out.cpuThreads > out.logicalCpus) {
+        out.sharingNote = fmt::format("live mode: the CPU lanes share {} CPUs with {} threads in total; fair mode (--fair) "
+                                      "runs them one at a time",
+                                      out.logicalCpus, out.cpuThreads);
+    }
+    out.evalEverySteps = spec.evalEverySteps;
+    if (spec.autoEvaluations) {
+        // About kAutoEvaluations evaluations in the lane with the fewest steps, never more often
+        // than every kMinInterval steps: a 30-step race spending most of its time on ten
+        // test-set passes would be a slow demo of nothing.
+        constexpr std::int64_t kMinInterval = 10;
+        std::optional<std::int64_t> fewest;
+        for (const auto& lane : out.lanes) {
+            if (lane.totalSteps) {
+                fewest = std::min(fewest.value_or(*lane.totalSteps), *lane.totalSteps);
+            }
+        }
+        out.evalEverySteps = fewest ? std::max(kMinInterval, *fewest / kAutoEvaluations) : 0;
+    }
+    spec.evalEverySteps = out.evalEverySteps;
+    spec.autoEvaluations = false;
+    return out;
+}
+
+} // namespace devicerace
