@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
         size = QSize(wh.value(0).toInt(), wh.value(1).toInt());
     }
     QWidget window;
-    auto* layout = new QBoxLayout(size.width() > size.height() * 3 / 2 ? QBoxLayout::LeftToRight : QBoxLayout::TopToBottom,
-                                  &window);
+    auto* layout = new QBoxLayout(
+        size.width() > size.height() * 3 / 2 ? QBoxLayout::LeftToRight : QBoxLayout::TopToBottom, &window);
     std::vector<MetricChart*> charts = {new MetricChart(QStringLiteral("Throughput"), Metric::SamplesPerSec),
                                         new MetricChart(QStringLiteral("Loss"), Metric::Loss),
                                         new MetricChart(QStringLiteral("Accuracy"), Metric::Accuracy)};

@@ -3,9 +3,9 @@
 // second of lane time each; the driver advances lane time by one poll interval (1/15 s) per
 // tick and polls, as the window's timer does, with the dashboard refreshing at its own pace.
 // Prints resident memory every simulated 5 minutes, the redraw per tick at the end (chart
-// refresh + the window's events, each chart painted once, as bench_gui_redraw measures it), and checks that the recording holds
-// every sample (each lane file read back a line at a time, steps counted without a gap).
-// Usage: bench_gui_soak [minutes=60] [lanes=8] [rate=1000] [WIDTHxHEIGHT=1920x1080] [DIR|-] [REDRAWS=40]
+// refresh + the window's events, each chart painted once, as bench_gui_redraw measures it), and checks that the
+// recording holds every sample (each lane file read back a line at a time, steps counted without a gap). Usage:
+// bench_gui_soak [minutes=60] [lanes=8] [rate=1000] [WIDTHxHEIGHT=1920x1080] [DIR|-] [REDRAWS=40]
 //        (runs offscreen; the recording goes to DIR, default a temporary folder, removed after)
 #include <QApplication>
 #include <QElapsedTimer>
@@ -71,8 +71,9 @@ int main(int argc, char** argv) {
         size = QSize(wh.value(0).toInt(), wh.value(1).toInt());
     }
     QTemporaryDir temp;
-    const QString recordDir = (argc > 5 && std::string(argv[5]) != "-" ? QString::fromLocal8Bit(argv[5]) : temp.path()) +
-                              QStringLiteral("/soak");
+    const QString recordDir =
+        (argc > 5 && std::string(argv[5]) != "-" ? QString::fromLocal8Bit(argv[5]) : temp.path()) +
+        QStringLiteral("/soak");
 
     RaceSpec spec;
     spec.workload = "fashion-mlp";
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
     spec.testLimit = 16;
     std::vector<QColor> colors;
     for (int i = 0; i < laneCount; ++i) {
-        spec.lanes.push_back(parseLaneSpec("cpu,threads=1,name=lane" + std::to_string(i)));
+        spec.lanes.push_back(parseLaneSpec("cpu,threads=1,batch=32,name=lane" + std::to_string(i)));
         colors.push_back(laneColor(i));
     }
     std::vector<bench::SyntheticLane*> sources;
@@ -131,8 +132,8 @@ int main(int argc, char** argv) {
                 at5 = mib;
             }
             const auto& h = race.histories().front();
-            std::printf("  %8.0f | %12.1f | %18zu | %6zu | %17zu | %6.1f\n", laneTime / 60, mib, h.trainCount(), h.stride,
-                        race.samplesInMemory(), static_cast<double>(wall.elapsed()) / 1000);
+            std::printf("  %8.0f | %12.1f | %18zu | %6zu | %17zu | %6.1f\n", laneTime / 60, mib, h.trainCount(),
+                        h.stride, race.samplesInMemory(), static_cast<double>(wall.elapsed()) / 1000);
             std::fflush(stdout);
         }
     }
@@ -181,14 +182,15 @@ int main(int argc, char** argv) {
         recorded += count;
         contiguous = contiguous && ok;
     }
-    std::printf("resident memory: %.1f MiB after start, %.1f MiB at 5 min, %.1f MiB at the end, %.1f MiB max\n", startMiB,
-                at5, endMiB, maxMiB);
+    std::printf("resident memory: %.1f MiB after start, %.1f MiB at 5 min, %.1f MiB at the end, %.1f MiB max\n",
+                startMiB, at5, endMiB, maxMiB);
     std::printf("redraw per tick at the end (%dx%d): median %.2f ms, max %.2f ms\n", size.width(), size.height(),
                 redraw[redraw.size() / 2], redraw.back());
     std::printf("  of which: chart refresh %.2f ms, events (the window's updates and chart paints) %.2f ms, "
                 "charts left unpainted, repainted %.2f ms "
                 "(medians); %.1f chart paints per tick\n",
-                parts[0][parts[0].size() / 2], parts[1][parts[1].size() / 2], parts[2][parts[2].size() / 2], paintsPerTick);
+                parts[0][parts[0].size() / 2], parts[1][parts[1].size() / 2], parts[2][parts[2].size() / 2],
+                paintsPerTick);
     for (int c = 0; c < 3; ++c) {
         const auto* chart = dashboard.charts()[c];
         std::printf("  chart %d (%dx%d): painting %.2f ms median\n", c, chart->width(), chart->height(),

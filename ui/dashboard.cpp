@@ -79,16 +79,16 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
             c->setXAxis(static_cast<XAxis>(i));
         }
     });
-    connect(m_rate, &QComboBox::currentIndexChanged, this, [this](int i) {
-        m_throughput->setMetric(i == 0 ? Metric::SamplesPerSec : Metric::StepsPerSec);
-    });
+    connect(m_rate, &QComboBox::currentIndexChanged, this,
+            [this](int i) { m_throughput->setMetric(i == 0 ? Metric::SamplesPerSec : Metric::StepsPerSec); });
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
         for (auto* c : charts()) {
             c->setSmoothing(v / 100.0);
         }
     });
     connect(m_baseline, &QComboBox::currentIndexChanged, this, [this] { refresh(); });
-    connect(m_scaleBox, &QComboBox::currentIndexChanged, this, [this](int i) { setThroughputScale(static_cast<Scale>(i)); });
+    connect(m_scaleBox, &QComboBox::currentIndexChanged, this,
+            [this](int i) { setThroughputScale(static_cast<Scale>(i)); });
     for (auto* c : charts()) {
         c->setSmoothing(m_smoothing->value() / 100.0);
     }

@@ -37,7 +37,8 @@ QString statusText(const RemoteHosts::Host& h) {
 
 } // namespace
 
-HostsDialog::HostsDialog(QWidget* parent) : QDialog(parent), m_table(new QTableWidget(this)), m_error(new QLabel(this)) {
+HostsDialog::HostsDialog(QWidget* parent)
+    : QDialog(parent), m_table(new QTableWidget(this)), m_error(new QLabel(this)) {
     setWindowTitle(tr("Hosts"));
     auto* layout = new QVBoxLayout(this);
     auto* intro = new QLabel(tr("Machines to race over ssh, as ssh://[user@]host[:port] (names from your ~/.ssh/config "

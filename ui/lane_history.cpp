@@ -282,8 +282,10 @@ void CoarseSeries::extend(std::span<const double> xs, std::span<const double> ys
 QList<QPointF> decimateLod(std::span<const double> xs, std::span<const double> ys, CoarseSeries& coarse, double xMin,
                            double xMax, int buckets) {
     const std::size_t n = std::min(xs.size(), ys.size());
-    const auto first = static_cast<std::size_t>(std::lower_bound(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n), xMin) - xs.begin());
-    const auto last = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n), xMax) - xs.begin());
+    const auto first = static_cast<std::size_t>(
+        std::lower_bound(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n), xMin) - xs.begin());
+    const auto last = static_cast<std::size_t>(
+        std::upper_bound(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n), xMax) - xs.begin());
     // Up to 16 points per bucket, the raw points are cheap enough and exact.
     if (last <= first || last - first <= static_cast<std::size_t>(16 * std::max(1, buckets))) {
         return decimateMinMax(xs.first(n), ys.first(n), xMin, xMax, buckets);

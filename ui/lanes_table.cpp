@@ -15,6 +15,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/frameworks.h"
+#include "devicerace/lane_keys.h"
 #include "devicerace/recording.h"
 #include "remote_hosts.h"
 #include "palette.h"
@@ -24,27 +25,13 @@ namespace devicerace::ui {
 QString laneSpecText(const LaneSpec& s) { return QString::fromStdString(formatLaneSpec(s)); }
 
 namespace {
-// The lane keys that have no column of their own ("more options").
+// The lane keys that have no column of their own ("more options"), from the engine's table.
 void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
-    to.channelsLast = from.channelsLast;
-    to.evalBatch = from.evalBatch;
-    to.weightDecay = from.weightDecay;
-    to.momentum = from.momentum;
-    to.schedule = from.schedule;
-    to.lstm = from.lstm;
-    to.data = from.data;
-    to.fused = from.fused;
-    to.graph = from.graph;
-    to.resident = from.resident;
-    to.isolate = from.isolate;
-    to.cli = from.cli;
-    to.fault = from.fault;
-    to.framework = from.framework;
-    to.cmd = from.cmd; // run only after the window's confirmation (MainWindow::confirmCommands)
-    to.workers = from.workers;
-    to.backend = from.backend;
-    to.fixedGlobalBatch = from.fixedGlobalBatch;
-    to.master = from.master;
+    for (const auto& key : laneKeys()) {
+        if (const auto value = laneKeyValue(from, key.name); !key.windowColumn && !value.empty()) {
+            setLaneKey(to, key.name, value);
+        }
+    }
 }
 
 // The device combo's value for a spec: "cpu", "cuda:0", or "ssh://gpubox/cuda:0".
@@ -63,11 +50,24 @@ QString deviceValue(const LaneSpec& spec) {
 } // namespace
 
 QString extraOptionsText(const LaneSpec& s) {
-    // Format a spec holding only the extra keys, minus its device.
-    LaneSpec extra;
-    copyExtraKeys(s, extra);
-    const std::string text = formatLaneSpec(extra);
-    return QString::fromStdString(text.size() > 4 ? text.substr(4) : std::string()); // drop "cpu,"
+    QStringList keys;
+    for (const auto& key : laneKeys()) {
+        if (const auto value = laneKeyValue(s, key.name); !key.windowColumn && !value.empty()) {
+            keys << QString::fromStdString(key.name + "=" + value);
+        }
+    }
+    return keys.join(QLatin1Char(','));
+}
+
+QString extraKeysHelp() {
+    QStringList lines{QObject::tr("More lane keys, as in devicerace-cli (key=value, comma-separated):")};
+    for (const auto& key : laneKeys()) {
+        if (!key.windowColumn) {
+            lines << QString::fromStdString(key.name + ": " + key.help + " (default: " + key.defaultText + "; " +
+                                            key.appliesTo + ")");
+        }
+    }
+    return lines.join(QLatin1Char('\n'));
 }
 
 LaneSpec laneDevice(const QString& value) {
@@ -128,8 +128,8 @@ QComboBox* deviceCombo(QWidget* parent) {
         }
         if (h.report.gpus.empty()) {
             const auto why = QString::fromStdString(h.report.cudaUnavailableReason);
-            add(host + QObject::tr(" · cuda (unavailable: %1)").arg(why), RemoteHosts::laneDevice(h, QStringLiteral("cuda")),
-                false, why);
+            add(host + QObject::tr(" · cuda (unavailable: %1)").arg(why),
+                RemoteHosts::laneDevice(h, QStringLiteral("cuda")), false, why);
         }
     }
     combo->setModel(model);
@@ -310,7 +310,8 @@ QString LanesTable::rowProblem(int row) const {
 }
 
 QString LanesTable::rowParseProblem(int row) const {
-    if (!qobject_cast<QLineEdit*>(cellWidget(row, ColOptions)) || !qobject_cast<QComboBox*>(cellWidget(row, ColDevice))) {
+    if (!qobject_cast<QLineEdit*>(cellWidget(row, ColOptions)) ||
+        !qobject_cast<QComboBox*>(cellWidget(row, ColDevice))) {
         return {};
     }
     try {
@@ -323,8 +324,7 @@ QString LanesTable::rowParseProblem(int row) const {
 }
 
 void LanesTable::setRowProblem(int row, const QString& why) {
-    const QString tip = tr("More lane keys, as in devicerace-cli: channels_last, eval_batch, wd, momentum, schedule, "
-                           "lstm, data, fused, graph, resident, framework, workers");
+    const QString tip = extraKeysHelp();
     for (int c = ColName; c < ColCount; ++c) {
         QWidget* w = cellWidget(row, c);
         if (!w) {
@@ -391,7 +391,7 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         }
         s.lr = rowLr(r);
         const QString p = qobject_cast<QComboBox*>(cellWidget(r, ColPrecision))->currentText();
-        s.precision = p == QStringLiteral("bf16") ? Precision::Bf16
+        s.precision = p == QStringLiteral("bf16")   ? Precision::Bf16
                       : p == QStringLiteral("fp16") ? Precision::Fp16
                                                     : Precision::Fp32;
         if (double c = qobject_cast<QDoubleSpinBox*>(cellWidget(r, ColCost))->value(); c > 0) {

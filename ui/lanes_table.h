@@ -13,6 +13,8 @@ namespace devicerace::ui {
 QString laneSpecText(const LaneSpec& spec);
 /// The keys without a column of their own ("lstm=cells,wd=0.0005"), as the CLI writes them.
 QString extraOptionsText(const LaneSpec& spec);
+/// The "more options" keys with their help, defaults and lanes (the engine's lane-key table).
+QString extraKeysHelp();
 
 /// Why `device` cannot race on this machine, in the CLI's words ("device cuda: CUDA is not
 /// available: no NVIDIA driver found ..."), or "" when it can.
@@ -23,7 +25,18 @@ LaneSpec laneDevice(const QString& value);
 class LanesTable : public QTableWidget {
     Q_OBJECT
 public:
-    enum Column { ColColor, ColName, ColDevice, ColThreads, ColBatch, ColLr, ColPrecision, ColCost, ColOptions, ColCount };
+    enum Column {
+        ColColor,
+        ColName,
+        ColDevice,
+        ColThreads,
+        ColBatch,
+        ColLr,
+        ColPrecision,
+        ColCost,
+        ColOptions,
+        ColCount
+    };
     explicit LanesTable(QWidget* parent = nullptr);
 
     void addLane(const LaneSpec& spec, std::optional<QColor> color = std::nullopt);
@@ -54,7 +67,6 @@ private:
     LaneSpec rowOptions(int row) const;
     /// The row's learning rate (unset when empty); throws UsageError naming the row.
     std::optional<double> rowLr(int row) const;
-
 };
 
 } // namespace devicerace::ui

@@ -69,7 +69,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         if (m_race->running() && cpu.size() == m_lastLaneCpu.size()) {
             for (std::size_t i = 0; i < cpu.size(); ++i) {
                 const auto& lane = m_race->lanes()[i];
-                lanes.append({lane.name, lane.color, (cpu[i] - m_lastLaneCpu[i]) / (m_slowTimer.interval() / 1000.0) * 100});
+                lanes.append(
+                    {lane.name, lane.color, (cpu[i] - m_lastLaneCpu[i]) / (m_slowTimer.interval() / 1000.0) * 100});
             }
         }
         m_lastLaneCpu = cpu;
@@ -117,11 +118,11 @@ void MainWindow::fitToScreen() {
     }
     const QRect avail = s->availableGeometry();
     // The frame (title bar, borders) is not known before the first show: leave it some room.
-    const QMargins frame = isVisible() ? QMargins(frameGeometry().left() - geometry().left(),
-                                                  geometry().top() - frameGeometry().top(),
-                                                  frameGeometry().right() - geometry().right(),
-                                                  frameGeometry().bottom() - geometry().bottom())
-                                       : QMargins(0, 0, 0, 0);
+    const QMargins frame =
+        isVisible()
+            ? QMargins(frameGeometry().left() - geometry().left(), geometry().top() - frameGeometry().top(),
+                       frameGeometry().right() - geometry().right(), frameGeometry().bottom() - geometry().bottom())
+            : QMargins(0, 0, 0, 0);
     const QSize room = avail.size().shrunkBy(frame);
     const QSize size = this->size().boundedTo(room);
     resize(size);
@@ -158,9 +159,8 @@ void MainWindow::updateTitle() {
     }
     setWindowTitle(title);
     if (m_race->hasRace() || m_race->recordingCount() > 0) {
-        m_dashboard->setHeadline(title.section(QStringLiteral(" — "), 1).isEmpty()
-                                     ? title
-                                     : title.section(QStringLiteral(" — "), 1));
+        m_dashboard->setHeadline(
+            title.section(QStringLiteral(" — "), 1).isEmpty() ? title : title.section(QStringLiteral(" — "), 1));
         return;
     }
     // Before the first race: what is about to race (named as the race will name them), and how
@@ -224,11 +224,12 @@ bool MainWindow::startRace() {
     m_pause->setChecked(false);
     QString recordDir;
     if (m_record) {
-        const QString base = m_recordDir.isEmpty()
-                                 ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs")
-                                 : m_recordDir;
-        recordDir = base + QLatin1Char('/') + QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
-                    QLatin1Char('-') + QString::fromStdString(spec.workload);
+        const QString base = m_recordDir.isEmpty() ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
+                                                         QStringLiteral("/runs")
+                                                   : m_recordDir;
+        recordDir = base + QLatin1Char('/') +
+                    QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss")) + QLatin1Char('-') +
+                    QString::fromStdString(spec.workload);
     }
     if (!m_race->start(spec, m_setup->laneColors(), recordDir)) {
         return false;
@@ -237,11 +238,11 @@ bool MainWindow::startRace() {
     m_dashboard->devicePanel()->setSharingNote(sharing ? QStringLiteral("⚠ ") + QString::fromStdString(plan.sharingNote)
                                                        : QString());
     // Where the audience looks too (presentation mode hides the device panel).
-    m_dashboard->strip()->setBadge(
-        sharing ? tr("⚠ live lanes share %1 CPU cores (%2 threads): CPU speedups read low; fair mode runs them one at a time")
-                      .arg(plan.logicalCpus)
-                      .arg(plan.cpuThreads)
-                : QString());
+    m_dashboard->strip()->setBadge(sharing ? tr("⚠ live lanes share %1 CPU cores (%2 threads): CPU speedups read low; "
+                                                "fair mode runs them one at a time")
+                                                 .arg(plan.logicalCpus)
+                                                 .arg(plan.cpuThreads)
+                                           : QString());
     saveSettings();
     statusBar()->showMessage(m_race->recordDir().isEmpty() ? tr("Racing…")
                                                            : tr("Racing… recording to %1").arg(m_race->recordDir()));

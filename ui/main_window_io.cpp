@@ -69,10 +69,10 @@ QString MainWindow::exportTensorBoard(const QString& dir) {
         for (const auto& rec : recordings) {
             const auto recording = readRecording(rec.toStdString());
             // One folder per recording when there are several (lane names may repeat).
-            const std::filesystem::path out = recordings.size() == 1
-                                                  ? std::filesystem::path(dir.toStdString())
-                                                  : std::filesystem::path(dir.toStdString()) /
-                                                        std::filesystem::path(rec.toStdString()).filename();
+            const std::filesystem::path out =
+                recordings.size() == 1
+                    ? std::filesystem::path(dir.toStdString())
+                    : std::filesystem::path(dir.toStdString()) / std::filesystem::path(rec.toStdString()).filename();
             writeTensorBoard(recording, out);
         }
     } catch (const std::exception& e) {

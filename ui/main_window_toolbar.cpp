@@ -85,9 +85,9 @@ void MainWindow::buildToolbar() {
                               "the start with them when you press Start (or alone with Replay)"));
     auto* recordings = new QMenu(openButton);
     connect(recordings, &QMenu::aboutToShow, this, [this, recordings] {
-        const QString runs = m_recordDir.isEmpty()
-                                 ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs")
-                                 : m_recordDir;
+        const QString runs = m_recordDir.isEmpty() ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
+                                                         QStringLiteral("/runs")
+                                                   : m_recordDir;
         fillRecordingMenu(recordings, runs, this, [this](const QString& dir) { openRecording(dir); });
     });
     openButton->setMenu(recordings);
@@ -102,7 +102,8 @@ void MainWindow::buildToolbar() {
     speed->addItem(tr("2×"), 2.0);
     speed->addItem(tr("10×"), 10.0);
     speed->addItem(tr("instantly"), 0.0);
-    connect(speed, &QComboBox::currentIndexChanged, this, [this, speed] { setReplaySpeed(speed->currentData().toDouble()); });
+    connect(speed, &QComboBox::currentIndexChanged, this,
+            [this, speed] { setReplaySpeed(speed->currentData().toDouble()); });
     bar->addWidget(speed);
     m_removeRecorded = bar->addAction(tr("Remove recorded lanes"), this, [this] {
         m_race->clearRecordings();

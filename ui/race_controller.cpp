@@ -80,9 +80,9 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
         LaneInfo info;
         info.name = QString::fromStdString(lane->spec().name);
         // Remote lanes carry their host wherever the device shows ("gpubox/cuda:0").
-        info.device = QString::fromStdString(
-            lane->spec().host.empty() ? lane->spec().device
-                                      : parseSshTarget(lane->spec().host).host + "/" + lane->spec().device);
+        info.device = QString::fromStdString(lane->spec().host.empty()
+                                                 ? lane->spec().device
+                                                 : parseSshTarget(lane->spec().host).host + "/" + lane->spec().device);
         info.color = i < static_cast<int>(colors.size()) ? colors[static_cast<std::size_t>(i)] : laneColor(i);
         info.totalSteps = lane->totalSteps();
         info.batch = lane->batch();
@@ -207,9 +207,10 @@ bool RaceController::feedReplays() {
     if (m_paused && m_replayTime < 0) {
         return false;
     }
-    const double t = m_replayTime >= 0   ? m_replayTime
-                     : m_replaySpeed <= 0 ? 1e300
-                                          : static_cast<double>(m_replayClock.elapsed() - m_pausedMs) / 1000.0 * m_replaySpeed;
+    const double t = m_replayTime >= 0 ? m_replayTime
+                     : m_replaySpeed <= 0
+                         ? 1e300
+                         : static_cast<double>(m_replayClock.elapsed() - m_pausedMs) / 1000.0 * m_replaySpeed;
     bool changed = false;
     for (auto& r : m_replays) {
         const auto& samples = r.recording->samples.at(r.lane);
@@ -330,7 +331,8 @@ void RaceController::poll() {
                 }
             }
             // Memory keeps only what the recording lacks (every sample when not recording).
-            m_unrecorded.insert(m_unrecorded.end(), std::make_move_iterator(batch.begin() + static_cast<std::ptrdiff_t>(written)),
+            m_unrecorded.insert(m_unrecorded.end(),
+                                std::make_move_iterator(batch.begin() + static_cast<std::ptrdiff_t>(written)),
                                 std::make_move_iterator(batch.end()));
         }
     }
@@ -388,7 +390,8 @@ QString RaceController::datasetLabel() const {
         return QString::fromStdString(rec.dataset) + (rec.synthetic ? tr(" (synthetic, recorded)") : tr(" (recorded)"));
     }
     const auto& ds = m_race->dataset();
-    return QString::fromStdString(ds.name) + (ds.synthetic ? QStringLiteral(" (synthetic)") : QStringLiteral(" (real)"));
+    return QString::fromStdString(ds.name) +
+           (ds.synthetic ? QStringLiteral(" (synthetic)") : QStringLiteral(" (real)"));
 }
 
 bool RaceController::fair() const {

@@ -122,7 +122,7 @@ private:
     std::vector<std::shared_ptr<const Recording>> m_recordings;
     std::vector<Replay> m_replays;
     double m_replaySpeed = 1.0;
-    double m_replayTime = -1; // >= 0: the replay position, set by the caller
+    double m_replayTime = -1;     // >= 0: the replay position, set by the caller
     bool m_replayStopped = false; // Stop froze the playback where it was
     qint64 m_pausedMs = 0;        // replay clock time spent paused
     qint64 m_pausedSince = 0;
@@ -131,7 +131,7 @@ private:
     std::vector<LaneInfo> m_lanes;
     std::vector<LaneHistory> m_histories;
     std::vector<std::filesystem::path> m_recordedFiles; // the race's recording lane files
-    std::vector<MetricSample> m_unrecorded; // received while not recording (the CSV export)
+    std::vector<MetricSample> m_unrecorded;             // received while not recording (the CSV export)
     QTimer m_timer;
     bool m_paused = false;
     bool m_announcedFinish = false;

@@ -39,7 +39,9 @@ QString headlineText(const std::vector<StripRow>& rows, int baseline) {
             best = &r;
         }
     }
-    auto times = [](double ratio) -> QString { return QString::number(ratio, 'f', ratio >= 10 ? 0 : 1) + QStringLiteral("×"); };
+    auto times = [](double ratio) -> QString {
+        return QString::number(ratio, 'f', ratio >= 10 ? 0 : 1) + QStringLiteral("×");
+    };
     if (!best) {
         QStringList names;
         for (const auto& r : rows) {
@@ -87,9 +89,7 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
     const auto& hist = race.histories();
     // Speedups compare medians: of the last few seconds while racing (a steady line to read
     // aloud), of the whole run once a lane has ended (the summary's figure).
-    auto rate = [](const LaneHistory& h) {
-        return h.medianSamplesPerSec(isTerminal(h.state) ? 0 : kRecentIntervals);
-    };
+    auto rate = [](const LaneHistory& h) { return h.medianSamplesPerSec(isTerminal(h.state) ? 0 : kRecentIntervals); };
     std::optional<double> baseRate;
     if (baseline >= 0 && baseline < static_cast<int>(hist.size())) {
         baseRate = rate(hist[static_cast<std::size_t>(baseline)]);
@@ -242,8 +242,8 @@ std::vector<StripText> RaceStrip::texts() const {
                        Qt::AlignVCenter | Qt::AlignLeft});
         out.push_back({base.elidedText(row.status, Qt::ElideRight, statusW), QRect(statusX, y, statusW, h), f.base,
                        row.failed ? QColor(220, 70, 70) : text, Qt::AlignVCenter | Qt::AlignLeft});
-        out.push_back({row.speedup, QRect(width() - speedW - 6, y, speedW, h), f.big, text,
-                       Qt::AlignVCenter | Qt::AlignRight});
+        out.push_back(
+            {row.speedup, QRect(width() - speedW - 6, y, speedW, h), f.big, text, Qt::AlignVCenter | Qt::AlignRight});
     }
     if (!m_badge.isEmpty()) {
         const int y = 4 + static_cast<int>(m_rows.size()) * h;

@@ -14,9 +14,9 @@ namespace devicerace::ui {
 struct StripRow {
     QString name;
     QColor color;
-    double progress = 0; // 0..1
-    QString status;      // "epoch 2 · acc 0.88 · ETA 6:10", "done 0:41", "failed: …"
-    QString speedup;     // "37.2× cpu·1", "baseline", ""
+    double progress = 0;         // 0..1
+    QString status;              // "epoch 2 · acc 0.88 · ETA 6:10", "done 0:41", "failed: …"
+    QString speedup;             // "37.2× cpu·1", "baseline", ""
     std::optional<double> ratio; // throughput over the baseline's
     bool failed = false;
 };

@@ -54,7 +54,8 @@ void fillRecordingMenu(QMenu* menu, const QString& runsDir, QWidget* dialogParen
         }
     }
     if (listed == 0) {
-        menu->addAction(QObject::tr("(no recordings in %1 yet)").arg(QDir::toNativeSeparators(runsDir)))->setEnabled(false);
+        menu->addAction(QObject::tr("(no recordings in %1 yet)").arg(QDir::toNativeSeparators(runsDir)))
+            ->setEnabled(false);
     }
     menu->addSeparator();
     menu->addAction(QObject::tr("Other recording…"), menu, [dialogParent, runsDir, open] {

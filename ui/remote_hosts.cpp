@@ -46,7 +46,8 @@ void RemoteHosts::setHosts(const QVector<QPair<QString, QString>>& urlsAndClis) 
         h.url = QString::fromStdString(parseSshTarget(url.trimmed().toStdString()).url()); // throws UsageError
         h.cli = cli.trimmed();
         if (h.cli.contains(QLatin1Char(',')) || h.cli.contains(QLatin1Char('\n'))) {
-            throw UsageError(tr("%1: the devicerace-cli path may not hold a comma or a newline").arg(h.url).toStdString());
+            throw UsageError(
+                tr("%1: the devicerace-cli path may not hold a comma or a newline").arg(h.url).toStdString());
         }
         hosts.push_back(h);
     }
@@ -108,6 +109,8 @@ void RemoteHosts::probe(int index) {
     }).detach();
 }
 
-QString RemoteHosts::laneDevice(const Host& host, const QString& device) { return host.url + QLatin1Char('/') + device; }
+QString RemoteHosts::laneDevice(const Host& host, const QString& device) {
+    return host.url + QLatin1Char('/') + device;
+}
 
 } // namespace devicerace::ui

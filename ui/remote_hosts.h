@@ -17,10 +17,10 @@ class RemoteHosts : public QObject {
 public:
     enum class Status { Unchecked, Checking, Reachable, Unreachable };
     struct Host {
-        QString url;     // "ssh://[user@]host[:port]"
-        QString cli;     // the devicerace-cli there ("" = on its PATH)
+        QString url; // "ssh://[user@]host[:port]"
+        QString cli; // the devicerace-cli there ("" = on its PATH)
         Status status = Status::Unchecked;
-        QString reason;  // Unreachable: why, in the engine's words
+        QString reason;      // Unreachable: why, in the engine's words
         DeviceReport report; // Reachable: its devices
     };
 

@@ -115,8 +115,9 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
         m_lanes->addLane(s);
     });
     connect(dup, &QPushButton::clicked, this, [this] { m_lanes->duplicateLane(std::max(0, m_lanes->currentRow())); });
-    connect(remove, &QPushButton::clicked, this,
-            [this] { m_lanes->removeLane(m_lanes->currentRow() >= 0 ? m_lanes->currentRow() : m_lanes->rowCount() - 1); });
+    connect(remove, &QPushButton::clicked, this, [this] {
+        m_lanes->removeLane(m_lanes->currentRow() >= 0 ? m_lanes->currentRow() : m_lanes->rowCount() - 1);
+    });
     connect(m_workload, &QComboBox::currentTextChanged, this, [this] {
         const auto& w = findWorkload(m_workload->currentText().toStdString());
         m_target->setValue(w.defaultTarget);
@@ -133,8 +134,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
             m_presetNotes->setVisible(false);
         }
     });
-    connect(m_presetRace, &QComboBox::activated, this,
-            [this](int race) { loadPreset(m_preset->currentText(), race); });
+    connect(m_presetRace, &QComboBox::activated, this, [this](int race) { loadPreset(m_preset->currentText(), race); });
     // The first race must be honest: without a GPU the default lanes are CPU threads, and
     // threads racing at once on a small machine share its cores (a 2-core laptop reads ~1x).
     // Fair mode runs them one at a time, each alone, so the speedup is the real one.
@@ -188,11 +188,11 @@ bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {
 
 void SetupPanel::updateWorkloadInfo() {
     const auto& w = findWorkload(m_workload->currentText().toStdString());
-    m_workloadInfo->setText(tr("%1<br>data: %2 · batch %3 · %4")
-                                .arg(QString::fromStdString(w.description).toHtmlEscaped(),
-                                     QString::fromStdString(w.dataset))
-                                .arg(w.defaultBatch)
-                                .arg(QString::fromStdString(w.optimizer)));
+    m_workloadInfo->setText(
+        tr("%1<br>data: %2 · batch %3 · %4")
+            .arg(QString::fromStdString(w.description).toHtmlEscaped(), QString::fromStdString(w.dataset))
+            .arg(w.defaultBatch)
+            .arg(QString::fromStdString(w.optimizer)));
 }
 
 RaceSpec SetupPanel::raceSpec() const {

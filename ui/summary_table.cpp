@@ -57,11 +57,11 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
     auto dash = QStringLiteral("–");
     for (int r = 0; r < rowCount(); ++r) {
         const auto& l = summary.lanes[static_cast<std::size_t>(r)];
-        const QString status =
-            l.error.empty() || l.state == LaneState::Finished
-                ? QString::fromStdString(toString(l.state))
-                : (l.error.rfind(toString(l.state), 0) == 0 ? QString::fromStdString(l.error)
-                                                              : QString::fromStdString(toString(l.state) + ": " + l.error));
+        const QString status = l.error.empty() || l.state == LaneState::Finished
+                                   ? QString::fromStdString(toString(l.state))
+                                   : (l.error.rfind(toString(l.state), 0) == 0
+                                          ? QString::fromStdString(l.error)
+                                          : QString::fromStdString(toString(l.state) + ": " + l.error));
         const QStringList cells = {
             QString::fromStdString(l.name),
             QString::fromStdString(l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device),
@@ -85,9 +85,10 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
             }
             item->setText(cells[c]);
             item->setTextAlignment((c >= 2 && c <= 7) || c == 10 || c == 11 ? (Qt::AlignRight | Qt::AlignVCenter)
-                                                    : (Qt::AlignLeft | Qt::AlignVCenter));
+                                                                            : (Qt::AlignLeft | Qt::AlignVCenter));
             if (c == 0 && r < static_cast<int>(lanes.size())) {
-                item->setForeground(readableOn(lanes[static_cast<std::size_t>(r)].color, palette().color(QPalette::Base)));
+                item->setForeground(
+                    readableOn(lanes[static_cast<std::size_t>(r)].color, palette().color(QPalette::Base)));
             }
             if (c == 9) {
                 item->setForeground(l.synthetic ? QColor(160, 90, 0) : palette().color(QPalette::Text));
@@ -109,7 +110,8 @@ void SummaryTable::fitHeight() {
     for (int r = 0; r < rowCount(); ++r) {
         height += rowHeight(r);
     }
-    if (horizontalHeader()->length() > width() - 2 * frameWidth() - (verticalHeader()->isVisible() ? verticalHeader()->width() : 0)) {
+    if (horizontalHeader()->length() >
+        width() - 2 * frameWidth() - (verticalHeader()->isVisible() ? verticalHeader()->width() : 0)) {
         height += horizontalScrollBar()->sizeHint().height();
     }
     if (height != this->height() || minimumHeight() != maximumHeight()) {

@@ -12,8 +12,9 @@
 namespace devicerace::ui {
 
 QString runVideoDialog(QWidget* parent, const QStringList& recordings, QString* error) {
-    const QString path = QFileDialog::getSaveFileName(parent, QObject::tr("Export video"), QStringLiteral("devicerace.mp4"),
-                                                      QObject::tr("MP4 video (*.mp4);;Animated GIF (*.gif)"));
+    const QString path =
+        QFileDialog::getSaveFileName(parent, QObject::tr("Export video"), QStringLiteral("devicerace.mp4"),
+                                     QObject::tr("MP4 video (*.mp4);;Animated GIF (*.gif)"));
     if (path.isEmpty()) {
         return {};
     }

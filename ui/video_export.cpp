@@ -34,20 +34,26 @@ QString tail(const QByteArray& text) {
 }
 
 QStringList encoderArguments(const VideoOptions& o) {
-    QStringList args = {QStringLiteral("-hide_banner"), QStringLiteral("-loglevel"), QStringLiteral("error"),
-                        QStringLiteral("-y"), QStringLiteral("-f"), QStringLiteral("rawvideo"),
-                        QStringLiteral("-pix_fmt"), QStringLiteral("bgra"), QStringLiteral("-s"),
-                        QStringLiteral("%1x%2").arg(o.size.width()).arg(o.size.height()), QStringLiteral("-r"),
-                        QString::number(o.fps), QStringLiteral("-i"), QStringLiteral("-"), QStringLiteral("-an")};
+    QStringList args = {
+        QStringLiteral("-hide_banner"), QStringLiteral("-loglevel"),
+        QStringLiteral("error"),        QStringLiteral("-y"),
+        QStringLiteral("-f"),           QStringLiteral("rawvideo"),
+        QStringLiteral("-pix_fmt"),     QStringLiteral("bgra"),
+        QStringLiteral("-s"),           QStringLiteral("%1x%2").arg(o.size.width()).arg(o.size.height()),
+        QStringLiteral("-r"),           QString::number(o.fps),
+        QStringLiteral("-i"),           QStringLiteral("-"),
+        QStringLiteral("-an")};
     if (o.path.endsWith(QStringLiteral(".gif"), Qt::CaseInsensitive)) {
         // One palette for the whole clip (lines and text stay crisp), looping forever.
         args << QStringLiteral("-vf")
-             << QStringLiteral("split[a][b];[a]palettegen=stats_mode=diff[p];[b][p]paletteuse=dither=bayer:bayer_scale=3")
+             << QStringLiteral(
+                    "split[a][b];[a]palettegen=stats_mode=diff[p];[b][p]paletteuse=dither=bayer:bayer_scale=3")
              << QStringLiteral("-loop") << QStringLiteral("0");
     } else {
         args << QStringLiteral("-c:v") << QStringLiteral("libx264") << QStringLiteral("-preset")
-             << QStringLiteral("veryfast") << QStringLiteral("-crf") << QStringLiteral("20") << QStringLiteral("-pix_fmt")
-             << QStringLiteral("yuv420p") << QStringLiteral("-movflags") << QStringLiteral("+faststart");
+             << QStringLiteral("veryfast") << QStringLiteral("-crf") << QStringLiteral("20")
+             << QStringLiteral("-pix_fmt") << QStringLiteral("yuv420p") << QStringLiteral("-movflags")
+             << QStringLiteral("+faststart");
     }
     return args << o.path;
 }
@@ -94,9 +100,10 @@ VideoResult exportVideo(const VideoOptions& o, const std::function<bool(int, int
     }
     const QString ffmpeg = ffmpegProgram();
     if (ffmpeg.isEmpty()) {
-        result.error = QObject::tr("%1: cannot encode video: the ffmpeg program was not found. Install it (Debian/Ubuntu: "
-                                   "sudo apt-get install ffmpeg) or point DEVICERACE_FFMPEG at one.")
-                           .arg(o.path);
+        result.error =
+            QObject::tr("%1: cannot encode video: the ffmpeg program was not found. Install it (Debian/Ubuntu: "
+                        "sudo apt-get install ffmpeg) or point DEVICERACE_FFMPEG at one.")
+                .arg(o.path);
         return result;
     }
     // The frames come from a dashboard of its own, never shown, playing the recordings.
@@ -143,7 +150,7 @@ VideoResult exportVideo(const VideoOptions& o, const std::function<bool(int, int
     for (int i = 0; i < frames; ++i) {
         race.setReplayTime(std::min(length, i * o.speed / o.fps));
         race.poll();
-        dashboard.refresh(); // charts too: nothing is "running", so no pacing
+        dashboard.refresh();              // charts too: nothing is "running", so no pacing
         QApplication::sendPostedEvents(); // layout requests from the strip and labels
         image.fill(dashboard.palette().color(QPalette::Window));
         {

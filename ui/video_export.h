@@ -13,20 +13,20 @@
 namespace devicerace::ui {
 
 struct VideoOptions {
-    QString path;               // .mp4 (H.264) or .gif
-    QStringList recordings;     // recording folders, raced side by side
-    QSize size{1280, 720};      // pixels; even numbers (H.264 4:2:0)
-    double fps = 30;            // frames per second of the video
-    double speed = 10;          // race seconds per video second (a 5-minute race at 10x: 30 s)
-    bool dark = true;           // presentation theme
+    QString path;           // .mp4 (H.264) or .gif
+    QStringList recordings; // recording folders, raced side by side
+    QSize size{1280, 720};  // pixels; even numbers (H.264 4:2:0)
+    double fps = 30;        // frames per second of the video
+    double speed = 10;      // race seconds per video second (a 5-minute race at 10x: 30 s)
+    bool dark = true;       // presentation theme
 };
 
 /// The result of an export: an empty error on success.
 struct VideoResult {
     QString error;
     int frames = 0;
-    double seconds = 0;       // video length
-    double renderFps = 0;     // frames rendered and encoded per second of wall time
+    double seconds = 0;   // video length
+    double renderFps = 0; // frames rendered and encoded per second of wall time
 };
 
 /// The ffmpeg program (DEVICERACE_FFMPEG, else ffmpeg on PATH), or "" when there is none.

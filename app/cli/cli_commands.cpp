@@ -262,8 +262,8 @@ int runPresets(bool json) {
         try {
             auto p = loadPreset(name);
             if (json) {
-                out += fmt::format("{}{{\"name\": \"{}\", \"seed\": \"{}\", \"races\": {}}}", first ? "" : ", ",
-                                   p.name, p.seed, p.races.size());
+                out += fmt::format("{}{{\"name\": \"{}\", \"seed\": \"{}\", \"races\": {}}}", first ? "" : ", ", p.name,
+                                   p.seed, p.races.size());
             } else {
                 out += fmt::format("{:<26} seed {} · {} race{} · {}\n", p.name, p.seed, p.races.size(),
                                    p.races.size() == 1 ? "" : "s", p.description);
@@ -426,7 +426,8 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     }
     std::fflush(stdout);
 
-    const LiveMode mode = options.quiet ? LiveMode::Quiet : (::isatty(STDOUT_FILENO) ? LiveMode::Table : LiveMode::Lines);
+    const LiveMode mode =
+        options.quiet ? LiveMode::Quiet : (::isatty(STDOUT_FILENO) ? LiveMode::Table : LiveMode::Lines);
     LiveView view(mode, stdout);
     for (auto* lane : lanes) {
         view.addLane(lane->spec().name, lane->totalSteps());

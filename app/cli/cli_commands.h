@@ -10,7 +10,7 @@ namespace devicerace::cli {
 
 struct RaceOptions {
     RaceSpec spec;
-    std::string preset;               // run a preset's races instead of the spec
+    std::string preset; // run a preset's races instead of the spec
     std::vector<std::string> laneTexts;
     std::string jsonFile, csvFile, jsonlFile;
     std::string recordDir; // write a recording (manifest + JSON lines per lane) as the race runs

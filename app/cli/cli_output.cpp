@@ -32,8 +32,9 @@ std::string devicesText(const DeviceReport& r) {
     std::string out;
     out += fmt::format("LibTorch {}{}\n", r.torchVersion,
                        r.torchCudaVersion.empty() ? " (CPU only)" : fmt::format(" (CUDA {})", r.torchCudaVersion));
-    out += fmt::format("cpu      {} · {} cores · {} logical CPUs · {} threads by default · {} · BLAS: {}\n", r.cpu.model,
-                       r.cpu.physicalCores, r.cpu.logicalCpus, r.cpu.torchThreads, r.cpu.parallelBackend, r.cpu.blas);
+    out +=
+        fmt::format("cpu      {} · {} cores · {} logical CPUs · {} threads by default · {} · BLAS: {}\n", r.cpu.model,
+                    r.cpu.physicalCores, r.cpu.logicalCpus, r.cpu.torchThreads, r.cpu.parallelBackend, r.cpu.blas);
     if (auto w = blasWarning(r); !w.empty()) {
         out += "         " + w + "\n";
     }
@@ -67,14 +68,15 @@ std::string devicesJson(const DeviceReport& r) {
     j["devices"] = json::array();
     j["devices"].push_back({{"name", "cpu"}, {"usable", true}, {"description", r.cpu.model}});
     for (const auto& g : r.gpus) {
-        j["devices"].push_back({{"name", fmt::format("cuda:{}", g.index)},
-                                {"usable", true},
-                                {"description", g.name},
-                                {"memory_bytes", g.totalMemoryBytes},
-                                {"compute_capability", fmt::format("{}.{}", g.computeMajor, g.computeMinor)},
-                                {"multiprocessors", g.multiprocessors},
-                                {"utilization_percent", g.utilizationPercent ? json(*g.utilizationPercent) : json(nullptr)},
-                                {"used_memory_bytes", g.usedMemoryBytes ? json(*g.usedMemoryBytes) : json(nullptr)}});
+        j["devices"].push_back(
+            {{"name", fmt::format("cuda:{}", g.index)},
+             {"usable", true},
+             {"description", g.name},
+             {"memory_bytes", g.totalMemoryBytes},
+             {"compute_capability", fmt::format("{}.{}", g.computeMajor, g.computeMinor)},
+             {"multiprocessors", g.multiprocessors},
+             {"utilization_percent", g.utilizationPercent ? json(*g.utilizationPercent) : json(nullptr)},
+             {"used_memory_bytes", g.usedMemoryBytes ? json(*g.usedMemoryBytes) : json(nullptr)}});
     }
     if (!r.cudaAvailable) {
         j["devices"].push_back({{"name", "cuda"}, {"usable", false}, {"reason", r.cudaUnavailableReason}});
@@ -127,16 +129,15 @@ std::string summaryText(const RaceSummary& s, double target) {
     }
     for (const auto& l : s.lanes) {
         auto sp = s.speedup.find(l.name);
-        out += fmt::format(
-            "{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}{}\n", l.name,
-            l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device,
-            l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-",
-            l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
-            l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
-            l.timeToTargetSeconds ? fmt::format("{:.1f}s", *l.timeToTargetSeconds) : "-",
-            l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
-            sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
-            stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
+        out += fmt::format("{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}{}\n", l.name,
+                           l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device,
+                           l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-",
+                           l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
+                           l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
+                           l.timeToTargetSeconds ? fmt::format("{:.1f}s", *l.timeToTargetSeconds) : "-",
+                           l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
+                           sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
+                           stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
     }
     bool scaling = false;
     for (const auto& l : s.lanes) {
@@ -144,8 +145,8 @@ std::string summaryText(const RaceSummary& s, double target) {
     }
     if (scaling) {
         // Seed 002's figures: speedup against the fewest workers, efficiency = speedup ÷ N.
-        out += fmt::format("\n{:<12} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", "lane", "workers",
-                           "global batch", "samples/s", "speedup", "efficiency", "allreduce", "per worker samples/s");
+        out += fmt::format("\n{:<12} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", "lane", "workers", "global batch",
+                           "samples/s", "speedup", "efficiency", "allreduce", "per worker samples/s");
         for (const auto& l : s.lanes) {
             if (l.workers == 0) {
                 continue;
@@ -169,7 +170,9 @@ std::string summaryText(const RaceSummary& s, double target) {
     if (costs) {
         out += fmt::format("\n{:<12} {:>8} {:>10} {:>12} {:>12}\n", "lane", "$/hour", "cost", "$→target", "cost ×");
         for (const auto& l : s.lanes) {
-            auto money = [](const std::optional<double>& v) { return v ? fmt::format("${:.4f}", *v) : std::string("-"); };
+            auto money = [](const std::optional<double>& v) {
+                return v ? fmt::format("${:.4f}", *v) : std::string("-");
+            };
             out += fmt::format("{:<12} {:>8} {:>10} {:>12} {:>12}\n", l.name,
                                l.costPerHour ? fmt::format("{:.2f}", *l.costPerHour) : "-", money(l.totalCostUsd),
                                money(l.costToTargetUsd),

@@ -9,7 +9,6 @@
 
 namespace devicerace::cli {
 
-
 /// "finished", "failed: <why>", or the message alone when it already starts with the state.
 std::string stateText(LaneState state, const std::string& message);
 

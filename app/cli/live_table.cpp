@@ -62,7 +62,8 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
         case SampleKind::Eval:
             row.accuracy = s.accuracy;
             if (m_mode != LiveMode::Table) {
-                fmt::print(m_out, "{:<10} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  test loss {:.4f}  test acc {:.4f}\n",
+                fmt::print(m_out,
+                           "{:<10} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  test loss {:.4f}  test acc {:.4f}\n",
                            row.name, s.step, s.epoch, s.time, s.loss.value_or(NAN), s.accuracy.value_or(NAN));
                 if (!s.text.empty()) {
                     // Generated text keeps its line breaks, indented under the lane.
@@ -93,8 +94,8 @@ std::string LiveView::rowText(const LaneRow& row) const {
     if (row.state == LaneState::Evaluating) {
         status = "evaluating…";
     } else if (row.state == LaneState::Running || row.state == LaneState::Paused) {
-        const double eta = row.stepsPerSec && *row.stepsPerSec > 0 ? (row.totalSteps - row.step) / *row.stepsPerSec
-                                                                   : NAN;
+        const double eta =
+            row.stepsPerSec && *row.stepsPerSec > 0 ? (row.totalSteps - row.step) / *row.stepsPerSec : NAN;
         status = row.state == LaneState::Paused ? "paused" : "ETA " + formatEta(eta);
     } else {
         status = stateText(row.state, row.state == LaneState::Finished ? std::string() : row.message);

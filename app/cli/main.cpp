@@ -4,6 +4,7 @@
 
 #include "cli_commands.h"
 #include "devicerace/errors.h"
+#include "devicerace/lane_keys.h"
 
 using namespace devicerace;
 
@@ -19,7 +20,8 @@ int main(int argc, char** argv) {
 
     bool devicesJson = false;
     std::string devicesHost, devicesCli;
-    auto* devices = app.add_subcommand("devices", "List the CPU, its BLAS and the CUDA devices, and why any is unusable");
+    auto* devices =
+        app.add_subcommand("devices", "List the CPU, its BLAS and the CUDA devices, and why any is unusable");
     devices->add_flag("--json", devicesJson, "Print JSON");
     devices->add_option("--host", devicesHost, "ssh://[user@]host[:port]: list that machine's devices (through ssh)");
     devices->add_option("--cli", devicesCli, "With --host: the devicerace-cli there (default: on its PATH)");
@@ -50,23 +52,19 @@ int main(int argc, char** argv) {
     auto* race = app.add_subcommand("race", "Train one workload on several lanes and compare them");
     race->add_option("--workload", spec.workload, "Workload name (see 'workloads')")->capture_default_str();
     race->add_option("--preset", opt.preset, "Run a preset's races (see 'presets'); race options override it");
-    race->add_option("--lane", opt.laneTexts,
-                     "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N; keys: name, threads, batch, lr, "
-                     "precision (fp32|bf16|fp16), cost (USD per hour), channels_last, eval_batch, wd, momentum, "
-                     "schedule (constant|step|onecycle), lstm (fused|cells), data (real|synthetic), fused, graph, resident "
-                     "(true|false: the fast paths), isolate (thread|process), cli (worker lanes: the devicerace-cli "
-                     "to run), framework (devicerace|pytorch|keras-jax|keras-tensorflow|keras-torch), cmd (a program "
-                     "speaking the worker protocol; needs --allow-commands). DEVICE may be "
-                     "ssh://[user@]host[:port]/DEVICE: a lane on another machine. "
-                     "Data-parallel lanes (docs/PARALLEL.md): workers=N, cuda:A-B, cuda:all or DEVICE+DEVICE+..., "
-                     "with backend (gloo|nccl), global_batch (scaled|fixed), master (rank 0's address). "
-                     "Repeat for more lanes. "
-                     "Default: cpu,threads=1 and the best other device");
+    // The keys' help comes from the engine's lane-key table (devicerace/lane_keys.h).
+    static const std::string laneHelp =
+        "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N, or ssh://[user@]host[:port]/DEVICE (a lane on another "
+        "machine); data-parallel lanes (docs/PARALLEL.md): cuda:A-B, cuda:all or DEVICE+DEVICE+..., or workers=N. "
+        "Repeat for more lanes. Default: cpu,threads=1 and the best other device. Keys:\n" +
+        laneKeysHelp();
+    race->add_option("--lane", opt.laneTexts, laneHelp);
     auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");
     auto* stepsOpt = race->add_option("--steps", steps, "Training steps per lane instead of epochs");
     epochsOpt->excludes(stepsOpt);
     auto* targetOpt = race->add_option("--target-accuracy", target, "Test accuracy for time-to-target");
-    race->add_option("--data", data, "real or synthetic (default: real where the machine has it)")->check(CLI::IsMember({"real", "synthetic"}));
+    race->add_option("--data", data, "real or synthetic (default: real where the machine has it)")
+        ->check(CLI::IsMember({"real", "synthetic"}));
     race->add_option("--data-dir", spec.dataDir, "Folder with the Fashion-MNIST IDX files");
     race->add_option("--seed", spec.seed, "Seed of every lane's own generator")->capture_default_str();
     race->add_flag("--fair", spec.fair, "Run lanes one after another, each alone on the machine");
@@ -77,7 +75,8 @@ int main(int argc, char** argv) {
                      "Also evaluate every N steps (0: each epoch only; auto: about ten evaluations in the shortest "
                      "lane, the window's default)")
         ->check([](const std::string& v) -> std::string {
-            if (v == "auto" || (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 16)) {
+            if (v == "auto" ||
+                (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 16)) {
                 return {};
             }
             return "expected a number of steps or auto";

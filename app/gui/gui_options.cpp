@@ -33,21 +33,25 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     const QCommandLineOption replay(QStringLiteral("replay"), QStringLiteral("Play back a recording (repeatable)"),
                                     QStringLiteral("DIR"));
     const QCommandLineOption speed(QStringLiteral("replay-speed"),
-                                   QStringLiteral("Playback speed: 1, 2, 10, ... or 0 for instantly"), QStringLiteral("X"));
-    const QCommandLineOption record(QStringLiteral("record"), QStringLiteral("Record races into DIR"), QStringLiteral("DIR"));
+                                   QStringLiteral("Playback speed: 1, 2, 10, ... or 0 for instantly"),
+                                   QStringLiteral("X"));
+    const QCommandLineOption record(QStringLiteral("record"), QStringLiteral("Record races into DIR"),
+                                    QStringLiteral("DIR"));
     const QCommandLineOption noRecord(QStringLiteral("no-record"), QStringLiteral("Do not record races"));
-    const QCommandLineOption video(QStringLiteral("video"),
-                                   QStringLiteral("Render the --replay recordings to FILE (.mp4 or .gif) with ffmpeg, exit"),
-                                   QStringLiteral("FILE"));
+    const QCommandLineOption video(
+        QStringLiteral("video"),
+        QStringLiteral("Render the --replay recordings to FILE (.mp4 or .gif) with ffmpeg, exit"),
+        QStringLiteral("FILE"));
     const QCommandLineOption videoSpeed(QStringLiteral("video-speed"),
-                                        QStringLiteral("Race seconds per video second (default 10)"), QStringLiteral("X"));
+                                        QStringLiteral("Race seconds per video second (default 10)"),
+                                        QStringLiteral("X"));
     const QCommandLineOption videoSize(QStringLiteral("video-size"), QStringLiteral("WIDTHxHEIGHT (default 1280x720)"),
                                        QStringLiteral("SIZE"));
     const QCommandLineOption videoFps(QStringLiteral("video-fps"), QStringLiteral("Frames per second (default 30)"),
                                       QStringLiteral("N"));
-    const QCommandLineOption windowSize(QStringLiteral("window-size"),
-                                        QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen)"),
-                                        QStringLiteral("SIZE"));
+    const QCommandLineOption windowSize(
+        QStringLiteral("window-size"),
+        QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen)"), QStringLiteral("SIZE"));
     p.addOptions({workload, lane, epochs, steps, evalEvery, data, fair, start, present, shot, replay, speed, record,
                   noRecord, video, videoSpeed, videoSize, videoFps, windowSize});
     if (!p.parse(arguments)) {
@@ -67,7 +71,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
         bool ok = false;
         out.replaySpeed = p.value(speed).toDouble(&ok);
         if (!ok || out.replaySpeed < 0) {
-            out.error = QStringLiteral("--replay-speed %1: expected 0 (instantly) or a positive factor").arg(p.value(speed));
+            out.error =
+                QStringLiteral("--replay-speed %1: expected 0 (instantly) or a positive factor").arg(p.value(speed));
             return out;
         }
     }
@@ -98,7 +103,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     if (p.isSet(windowSize)) {
         out.windowSize = ui::parseVideoSize(p.value(windowSize));
         if (!out.windowSize.isValid()) {
-            out.error = QStringLiteral("--window-size %1: expected WIDTHxHEIGHT, e.g. 1920x1080").arg(p.value(windowSize));
+            out.error =
+                QStringLiteral("--window-size %1: expected WIDTHxHEIGHT, e.g. 1920x1080").arg(p.value(windowSize));
             return out;
         }
     }
@@ -122,8 +128,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                 spec.lanes.push_back(parseLaneSpec(text.toStdString()));
                 // The window refuses what the CLI refuses: a device this machine cannot use.
                 // (A remote lane's device is checked on its host when the race starts.)
-                if (const QString why = spec.lanes.back().host.empty() ? ui::deviceProblem(spec.lanes.back().device)
-                                                                        : QString();
+                if (const QString why =
+                        spec.lanes.back().host.empty() ? ui::deviceProblem(spec.lanes.back().device) : QString();
                     !why.isEmpty()) {
                     throw UsageError(QStringLiteral("--lane %1: %2").arg(text, why).toStdString());
                 }
@@ -152,7 +158,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
             }
             if (p.isSet(data)) {
                 if (p.value(data) != QStringLiteral("real") && p.value(data) != QStringLiteral("synthetic")) {
-                    throw UsageError(QStringLiteral("--data %1: expected real or synthetic").arg(p.value(data)).toStdString());
+                    throw UsageError(
+                        QStringLiteral("--data %1: expected real or synthetic").arg(p.value(data)).toStdString());
                 }
                 spec.data = p.value(data) == QStringLiteral("synthetic") ? DataMode::Synthetic : DataMode::Real;
             }

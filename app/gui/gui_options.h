@@ -16,16 +16,16 @@ struct GuiOptions {
     bool start = false;
     bool presentation = false;
     QString screenshot;
-    QStringList replays;     // recordings to play beside (or instead of) a live race
-    double replaySpeed = 1;  // 0: instantly
+    QStringList replays;    // recordings to play beside (or instead of) a live race
+    double replaySpeed = 1; // 0: instantly
     bool record = true;
     QString recordDir;
-    QString video;            // render the replays to this file (.mp4 / .gif) and exit
-    double videoSpeed = 10;   // race seconds per video second
+    QString video;          // render the replays to this file (.mp4 / .gif) and exit
+    double videoSpeed = 10; // race seconds per video second
     double videoFps = 30;
     QSize videoSize{1280, 720};
-    QSize windowSize;         // --window-size: the window's first size (kept inside the screen)
-    QString error; // non-empty: bad usage, print and exit 2
+    QSize windowSize; // --window-size: the window's first size (kept inside the screen)
+    QString error;    // non-empty: bad usage, print and exit 2
 };
 
 GuiOptions parseGuiOptions(const QStringList& arguments);

@@ -60,8 +60,8 @@ int renderVideo(const devicerace::gui::GuiOptions& options) {
         return 1;
     }
     std::printf("devicerace: saved %s: %d frames, %.1f s at %g fps (%.1f frames/s rendered)\n",
-                qPrintable(QFileInfo(options.video).absoluteFilePath()), result.frames, result.seconds, options.videoFps,
-                result.renderFps);
+                qPrintable(QFileInfo(options.video).absoluteFilePath()), result.frames, result.seconds,
+                options.videoFps, result.renderFps);
     return 0;
 }
 

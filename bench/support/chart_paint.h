@@ -16,8 +16,8 @@
 namespace devicerace::bench {
 
 struct ChartPaintTick {
-    double eventsMs = 0;   ///< the window's events, in which the charts paint
-    double repaintMs = 0;  ///< charts the events left unpainted, repainted synchronously
+    double eventsMs = 0;  ///< the window's events, in which the charts paint
+    double repaintMs = 0; ///< charts the events left unpainted, repainted synchronously
     std::uint64_t paints = 0;
 };
 

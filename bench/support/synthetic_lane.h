@@ -1,8 +1,8 @@
 #pragma once
 // A lane that trains nothing: it emits train samples at a fixed rate of lane time, and an
 // evaluation every `evalEvery` seconds, when its driver calls emitUntil(). A soak benchmark
-// (bench/gui_soak.cpp) and the long-race tests (tests/ui/tst_long_race.cpp) feed the window's poller, recorder and charts
-// with hours of samples in minutes through it. Thread-safe like every Lane.
+// (bench/gui_soak.cpp) and the long-race tests (tests/ui/tst_long_race.cpp) feed the window's poller, recorder and
+// charts with hours of samples in minutes through it. Thread-safe like every Lane.
 #include <cmath>
 #include <mutex>
 #include <utility>

@@ -22,7 +22,7 @@ and the lane:
   ready                   -> {"batch", "total_steps", "threads", "dataset": {...}}
   meter                   -> the lane's Meter (samples, the lane clock, divergence)
   run(sess)               -> (final state, message): "finished", "stopped", "diverged", "failed"
-`Meter` and `parse_lane_spec` / `parse_config` are the framework-neutral parts of a lane.
+`Meter` and `lane_fields` / `parse_config` are the framework-neutral parts of a lane.
 """
 import json
 import math
@@ -35,7 +35,7 @@ import threading
 import time
 
 PROTO_MAJOR = 1
-PROTO_MINOR = 0
+PROTO_MINOR = 1  # 1.1: the lane travels as typed fields (config.lane_fields)
 PROTO = f"{PROTO_MAJOR}.{PROTO_MINOR}"
 
 # Seconds between heartbeats (the parent declares a worker lost after 15 s of silence).
@@ -203,96 +203,46 @@ class LineSplitter:
 # Lane specs and config messages (engine lane_spec.cpp parseLaneSpec, protocol.cpp).
 # ---------------------------------------------------------------------------------------------
 
-LANE_KEYS = ("name", "threads", "batch", "lr", "precision", "cost", "channels_last", "eval_batch", "wd", "momentum",
-             "schedule", "lstm", "data", "fused", "graph", "resident", "isolate", "cli", "fault", "framework", "cmd")
+# The JSON type of each lane field (the engine's lane-key table, engine/src/lanes/lane_keys.cpp,
+# checked every value with its key's parser before sending it).
+FIELD_TYPES = {"name": str, "threads": int, "batch": int, "lr": float, "precision": str, "cost": float,
+               "channels_last": bool, "eval_batch": int, "wd": float, "momentum": float, "schedule": str,
+               "lstm": str, "data": str, "fused": bool, "graph": bool, "resident": bool, "isolate": str,
+               "cli": str, "fault": dict, "framework": str, "cmd": str, "workers": int, "backend": str,
+               "global_batch": str, "master": str}
 
 
-def _bool(key, value, text):
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise LaneRefused(f"lane '{text}': {key}={value} (expected true or false)")
-
-
-def _int(key, value, text):
-    try:
-        return int(value, 10)
-    except ValueError:
-        raise LaneRefused(f"lane '{text}': {key}={value} is not an integer") from None
-
-
-def _number(key, value, text):
-    try:
-        return float(value)
-    except ValueError:
-        raise LaneRefused(f"lane '{text}': {key}={value} is not a number") from None
-
-
-def _valid_fault(value):
-    kind, colon, step = value.partition(":")
-    if kind not in ("throw", "abort", "segv", "exit", "hang"):
-        return False
-    return not colon or (step.isdigit() and int(step) >= 1)
-
-
-def parse_lane_spec(text, accepted, ignored, program="this lane"):
-    """"DEVICE[,key=value]..." as a dict {"device", key: parsed value...}, checked like the
-    engine's parser. Keys in `accepted` are returned, keys in `ignored` dropped, any other key
-    is refused naming the ones this program takes."""
-    parts = text.split(",")
-    device = parts[0].strip()
-    if not device:
-        raise LaneRefused(f"lane '{text}': expected DEVICE[,key=value]... with DEVICE cpu, cuda or cuda:N")
+def lane_fields(c, accepted, ignored, program="this lane"):
+    """The config's lane (its typed fields) as a dict {"device", key: value...}. Keys in
+    `accepted` are returned, keys in `ignored` dropped, any other key is refused naming the ones
+    this program takes; a value of the wrong JSON type is refused."""
+    fields, label = c["lane_fields"], c["lane"]
+    device = fields.get("device")
+    if not isinstance(device, str) or not device:
+        raise LaneRefused(f"lane '{label}': no device")
     if device.startswith("ssh://"):
-        raise LaneRefused(f"lane '{text}': {program} runs its lane where it is: the lane may not name another host")
+        raise LaneRefused(f"lane '{label}': {program} runs its lane where it is: the lane may not name another host")
     if device != "cpu" and device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise LaneRefused(f"lane '{text}': unknown device '{device}' (expected cpu, cuda or cuda:N)")
+        raise LaneRefused(f"lane '{label}': unknown device '{device}' (expected cpu, cuda or cuda:N)")
     spec = {"device": device}
-    for part in parts[1:]:
-        part = part.strip()
-        key, eq, value = part.partition("=")
-        key, value = key.strip(), value.strip()
-        if not eq or not key:
-            raise LaneRefused(f"lane '{text}': '{part}' is not key=value")
-        if not value:
-            raise LaneRefused(f"lane '{text}': {key} has no value")
+    for key, value in fields.items():
+        if key == "device":
+            continue
         if key not in accepted and key not in ignored:
-            known = "an engine key " if key in LANE_KEYS else ""
-            raise LaneRefused(f"lane '{text}': {program} does not take {known}'{key}' (it takes "
+            known = "an engine key " if key in FIELD_TYPES else ""
+            raise LaneRefused(f"lane '{label}': {program} does not take {known}'{key}' (it takes "
                               f"{', '.join(accepted)}; it ignores {', '.join(ignored)})")
-        if key in ("threads", "batch", "eval_batch"):
-            v = _int(key, value, text)
-            if key == "threads" and not 1 <= v <= 1024:
-                raise LaneRefused(f"lane '{text}': threads={v} is out of range (1 to the cores present)")
-            if v < 1:
-                raise LaneRefused(f"lane '{text}': {key}={v} must be at least 1")
-        elif key == "lr":
-            v = _number(key, value, text)
-            if not math.isfinite(v) or v <= 0:
-                raise LaneRefused(f"lane '{text}': lr={value} must be a finite number above 0")
-        elif key in ("wd", "momentum"):
-            v = _number(key, value, text)
-            if not math.isfinite(v) or v < 0 or (key == "momentum" and v >= 1):
-                want = "a finite number, 0 or more" if key == "wd" else "in [0, 1)"
-                raise LaneRefused(f"lane '{text}': {key}={value} must be {want}")
-        elif key == "cost":
-            v = _number(key, value, text)
-            if not math.isfinite(v) or v < 0:
-                raise LaneRefused(f"lane '{text}': cost={value} must be USD per hour, 0 or more")
-        elif key in ("channels_last", "fused", "graph", "resident"):
-            v = _bool(key, value, text)
-        else:
-            choices = {"precision": ("fp32", "bf16", "fp16"), "schedule": ("constant", "step", "onecycle"),
-                       "lstm": ("fused", "cells"), "data": ("real", "synthetic"), "isolate": ("thread", "process")}
-            if key in choices and value not in choices[key]:
-                raise LaneRefused(f"lane '{text}': {key}={value} (expected {' or '.join(choices[key])})")
-            if key == "fault" and not _valid_fault(value):
-                raise LaneRefused(f"lane '{text}': fault={value} (expected throw, abort, segv, exit or hang, "
-                                  "optionally :STEP)")
-            v = value
+        want = FIELD_TYPES[key]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (isinstance(value, bool) and want is not bool):
+            raise LaneRefused(f"lane '{label}': {key} must be a JSON {want.__name__}, not {value!r}")
+        if key == "fault" and not (isinstance(value.get("kind"), str)
+                                   and all(isinstance(value.get(k, 0), int) and value.get(k, 0) >= 0
+                                           for k in ("step", "rank"))):
+            raise LaneRefused(f"lane '{label}': fault must be {{\"kind\", \"step\", \"rank\"}}, not {value!r}")
         if key in accepted:  # ignored keys are checked, then dropped
-            spec[key] = v
+            spec[key] = value
     return spec
 
 
@@ -317,11 +267,13 @@ def parse_config(m):
 
     if not isinstance(m.get("workload"), str):
         raise LaneRefused("malformed config message: no workload")
-    if not isinstance(m.get("lane"), str):
-        raise LaneRefused("malformed config message: no lane")
+    if not isinstance(m.get("lane_fields"), dict):
+        raise LaneRefused("config without lane_fields: this lane needs a DeviceRace parent that speaks protocol "
+                          f"{PROTO} (update the DeviceRace that started it)")
     c = {
         "workload": m["workload"],
-        "lane": m["lane"],
+        "lane": m["lane"] if isinstance(m.get("lane"), str) else m["lane_fields"].get("device", "?"),
+        "lane_fields": m["lane_fields"],
         "data": get("data", str),
         "data_dir": get("data_dir", str, "") or "",
         "train_limit": get("train_limit", int),

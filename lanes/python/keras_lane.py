@@ -627,7 +627,7 @@ class KerasLane:
             raise dw.LaneRefused(f"unknown workload '{workload}' for the Keras lane (it runs {', '.join(BUILDERS)})")
         w = dict(pw.WORKLOADS[workload], name=workload)
         lane_label = f"the Keras ({BACKEND}) lane"
-        spec = dw.parse_lane_spec(c["lane"], ACCEPTED, IGNORED, lane_label)
+        spec = dw.lane_fields(c, ACCEPTED, IGNORED, lane_label)
         self.c, self.w, self.spec = c, w, spec
         self.name = spec.get("name") or spec["device"]
         self.step_buffer = pw.STEP_BUFFER

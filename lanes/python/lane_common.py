@@ -64,11 +64,12 @@ def check_parameters(workload, count, expected, framework):
                              f"{expected:,}: not the same network, so the race would not be fair")
 
 
-def parse_fault(text):
-    if not text:
+def parse_fault(field):
+    """The lane's fault field {"kind", "step", "rank"} as (kind, step): STEP 0 fires before
+    training starts, unset is step 1; a rank is a data-parallel lane's (the parent keeps it)."""
+    if not field:
         return None, 0
-    kind, _, step = text.partition(":")
-    return kind, int(step) if step else 1
+    return field["kind"], field.get("step", 1)
 
 
 def inject_fault(kind, step, program):
@@ -185,6 +186,8 @@ def train_loop(lane, session, program):
     session.execution(lane.describe())
     last_eval = -1
     order, pos = None, n
+    if fault_kind and fault_step == 0:
+        inject_fault(fault_kind, 0, program)
     while meter.step < total:
         if session.stop_requested:
             return lane.report() or ("stopped", f"stopped at step {meter.step}")

@@ -123,7 +123,7 @@ class TorchLane:
             raise dw.LaneRefused(f"unknown workload '{workload}' for the PyTorch lane (it runs "
                                  f"{', '.join(sorted(peer.WORKLOADS))})")
         w = dict(peer.WORKLOADS[workload], name=workload)
-        spec = dw.parse_lane_spec(c["lane"], ACCEPTED, IGNORED, "the PyTorch lane")
+        spec = dw.lane_fields(c, ACCEPTED, IGNORED, "the PyTorch lane")
         self.c, self.w, self.spec = c, w, spec
         self.name = spec.get("name") or spec["device"]
 

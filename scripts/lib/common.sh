@@ -4,3 +4,16 @@ die() { printf '[devicerace] error: %s\n' "$*" >&2; exit 1; }
 # Two OpenMP threads spin-waiting against another busy process can collapse
 # throughput (measured); passive waiting avoids it. The user's value wins.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+
+# ccache, when installed (scripts/setup does): the same sources built again (a fresh clone, a
+# second CI run, a sanitizer build) come from its cache. The precompiled torch header needs the
+# sloppiness settings, or every torch unit misses. ccache_args prints the configure arguments.
+if command -v ccache >/dev/null; then
+    export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+    export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+fi
+ccache_args() {
+    if command -v ccache >/dev/null; then
+        echo "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
+    fi
+}

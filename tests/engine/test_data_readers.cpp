@@ -59,7 +59,8 @@ TEST(Cifar, BadFilesAreClearErrors) {
     writeFile(batch1, cifarRecords(2).substr(0, 5000));
     EXPECT_NE(errorOf([&] { loadCifar10(dir.path()); }).find("not a multiple of the 3073-byte"), std::string::npos);
     writeFile(batch1, cifarRecords(2, 255));
-    EXPECT_NE(errorOf([&] { loadCifar10(dir.path(), 1, 1); }).find("has label 255, expected 0 to 9"), std::string::npos);
+    EXPECT_NE(errorOf([&] { loadCifar10(dir.path(), 1, 1); }).find("has label 255, expected 0 to 9"),
+              std::string::npos);
     writeFile(batch1, "");
     EXPECT_NE(errorOf([&] { loadCifar10(dir.path(), 3, 1); }).find("data_batch_1.bin: the file is empty"),
               std::string::npos);
@@ -77,8 +78,9 @@ TEST(Imdb, TokenisesPadsAndLabels) {
             auto d = dir / "aclImdb" / split / sentiment;
             std::filesystem::create_directories(d);
             for (int i = 0; i < 3; ++i) {
-                writeFile(d / (std::to_string(i) + "_7.txt"),
-                          std::string(sentiment) == "pos" ? "A great, great film!<br />Loved it." : "Awful film. Boring");
+                writeFile(d / (std::to_string(i) + "_7.txt"), std::string(sentiment) == "pos"
+                                                                  ? "A great, great film!<br />Loved it."
+                                                                  : "Awful film. Boring");
             }
         }
     }
@@ -120,8 +122,9 @@ TEST(TextCorpus, WindowsAndAlphabet) {
     EXPECT_EQ(ds->tokenText[static_cast<std::size_t>(ds->train.labels[0])], "b");
 
     writeFile(dir / "latin1.txt", std::string(500, 'a') + "\xe9t\xe9");
-    EXPECT_NE(errorOf([&] { loadTextCorpus(dir / "latin1.txt", 10, 3); }).find("not UTF-8 text (invalid byte at offset 500)"),
-              std::string::npos);
+    EXPECT_NE(
+        errorOf([&] { loadTextCorpus(dir / "latin1.txt", 10, 3); }).find("not UTF-8 text (invalid byte at offset 500)"),
+        std::string::npos);
     writeFile(dir / "tiny.txt", "hello");
     EXPECT_NE(errorOf([&] { loadTextCorpus(dir / "tiny.txt", 10, 3); }).find("too little text"), std::string::npos);
     EXPECT_NE(errorOf([&] { loadTextCorpus(dir / "missing.txt", 10, 3); }).find("no such file or folder"),

@@ -148,6 +148,6 @@ TEST(Idx, GzipHeaderClaimingAGigabyteIsRefusedWithoutAllocatingIt) {
     EXPECT_NE(msg.find("truncated: the header (1024x1024x1024) needs 1073741824 data bytes, the file has 10"),
               std::string::npos)
         << msg;
-    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "peak resident memory grew by "
-                                                              << (after.ru_maxrss - before.ru_maxrss) / 1024 << " MiB";
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024)
+        << "peak resident memory grew by " << (after.ru_maxrss - before.ru_maxrss) / 1024 << " MiB";
 }

@@ -53,8 +53,9 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{"cpu,colour=red", "unknown key 'colour'"}, std::pair{"cpu,threads", "not key=value"},
                       std::pair{"cpu,cost=-2", "USD per hour"}, std::pair{"cpu,channels_last=maybe", "true or false"},
                       std::pair{"cpu,eval_batch=0", "eval_batch=0"}, std::pair{"cpu,wd=-1", "wd=-1"},
-                      std::pair{"cpu,momentum=1.5", "momentum=1.5"}, std::pair{"cpu,schedule=cosine", "schedule=cosine"},
-                      std::pair{"cpu,lstm=gru", "lstm=gru"}, std::pair{"cpu,data=imagenet", "data=imagenet"}));
+                      std::pair{"cpu,momentum=1.5", "momentum=1.5"},
+                      std::pair{"cpu,schedule=cosine", "schedule=cosine"}, std::pair{"cpu,lstm=gru", "lstm=gru"},
+                      std::pair{"cpu,data=imagenet", "data=imagenet"}));
 
 TEST(LaneSpec, DataParallelLanesListTheirRanks) {
     // workers=N: N ranks of the one device.
@@ -88,9 +89,10 @@ TEST(LaneSpec, DataParallelLanesListTheirRanks) {
 }
 
 TEST(LaneSpec, DataParallelKeysAreChecked) {
-    for (const auto* bad : {"cpu,workers=0", "cpu,workers=2,backend=mpi", "cpu,backend=gloo", "cpu,global_batch=fixed",
-                            "cuda:3-1", "cuda:a-b", "ssh://a/cuda:all", "cpu+cuda:0+nonsense", "cpu,workers=2,isolate=thread",
-                            "cpu,workers=2,framework=pytorch", "cpu,workers=2,master=a;b", "cpu,workers=2,backend=nccl"}) {
+    for (const auto* bad :
+         {"cpu,workers=0", "cpu,workers=2,backend=mpi", "cpu,backend=gloo", "cpu,global_batch=fixed", "cuda:3-1",
+          "cuda:a-b", "ssh://a/cuda:all", "cpu+cuda:0+nonsense", "cpu,workers=2,isolate=thread",
+          "cpu,workers=2,framework=pytorch", "cpu,workers=2,master=a;b", "cpu,workers=2,backend=nccl"}) {
         EXPECT_THROW(parseLaneSpec(bad), UsageError) << bad;
     }
     EXPECT_NO_THROW(parseLaneSpec("cpu,workers=2,fault=hang:0@1"));

@@ -76,8 +76,9 @@ TEST(MetricSample, DataParallelFieldsAndLearningRateRoundTrip) {
     EXPECT_TRUE(plain.workerSamplesPerSec.empty());
     EXPECT_FALSE(plain.allreduceShare);
     EXPECT_FALSE(plain.lr);
-    EXPECT_THROW(sampleFromJsonLine(R"({"kind":"train","lane":"a","step":1,"samples":1,"t":0,"worker_samples_per_sec":3})"),
-                 DataError);
+    EXPECT_THROW(
+        sampleFromJsonLine(R"({"kind":"train","lane":"a","step":1,"samples":1,"t":0,"worker_samples_per_sec":3})"),
+        DataError);
 }
 
 TEST(Summary, ScalingAgainstTheFewestWorkers) {
@@ -119,9 +120,9 @@ TEST(MetricSample, MalformedLinesAreDataErrors) {
 // number past its range (1e300 steps) was an unchecked cast, undefined behaviour.
 TEST(MetricSample, IntegersOutOfRangeAreDataErrors) {
     const std::string head = R"({"kind":"train","lane":"a","t":0,)";
-    for (const char* fields : {R"("step":1e300,"samples":1)", R"("step":1,"samples":-9.3e18)",
-                               R"("step":1,"samples":1,"memory_bytes":-1)",
-                               R"("step":1,"samples":1,"memory_bytes":1.9e19)"}) {
+    for (const char* fields :
+         {R"("step":1e300,"samples":1)", R"("step":1,"samples":-9.3e18)", R"("step":1,"samples":1,"memory_bytes":-1)",
+          R"("step":1,"samples":1,"memory_bytes":1.9e19)"}) {
         try {
             sampleFromJsonLine(head + fields + "}");
             ADD_FAILURE() << fields << ": accepted";
@@ -133,10 +134,9 @@ TEST(MetricSample, IntegersOutOfRangeAreDataErrors) {
 }
 
 TEST(Summary, MedianExcludesWarmupAndTargetFollowsMlperf) {
-    std::vector<MetricSample> samples = {train(5, 0.5, 10, true),   train(10, 1.0, 100, false),
-                                         train(15, 1.5, 300, false), train(20, 2.0, 200, false),
-                                         eval(20, 2.4, 0.80),        train(25, 3.0, 200, false),
-                                         eval(25, 3.5, 0.91),        eval(30, 4.0, 0.95)};
+    std::vector<MetricSample> samples = {
+        train(5, 0.5, 10, true), train(10, 1.0, 100, false), train(15, 1.5, 300, false), train(20, 2.0, 200, false),
+        eval(20, 2.4, 0.80),     train(25, 3.0, 200, false), eval(25, 3.5, 0.91),        eval(30, 4.0, 0.95)};
     LaneSpec spec;
     spec.name = "cpu·1";
     auto sum = summarize(spec, 100, samples, 0.9);
@@ -289,8 +289,8 @@ TEST(RunningSummary, MatchesTheWholeHistoryAtEveryPoint) {
         }
     }
     std::sort(rates.begin(), rates.end());
-    const double expected = rates.size() % 2 ? rates[rates.size() / 2]
-                                             : (rates[rates.size() / 2 - 1] + rates[rates.size() / 2]) / 2;
+    const double expected =
+        rates.size() % 2 ? rates[rates.size() / 2] : (rates[rates.size() / 2 - 1] + rates[rates.size() / 2]) / 2;
     EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).samplesPerSec, expected);
     EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).timeToTargetSeconds, 300 * 0.5); // first eval >= 0.8
 }

@@ -14,9 +14,9 @@ using namespace devicerace;
 
 TEST(Presets, OnePerSeedExperiment) {
     auto names = presetNames();
-    for (const auto* want : {"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm",
-                             "synthetic-vs-real", "davidnet-batch-and-decay", "keras-backends",
-                             "framework-vs-framework"}) {
+    for (const auto* want :
+         {"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm", "synthetic-vs-real",
+          "davidnet-batch-and-decay", "keras-backends", "framework-vs-framework"}) {
         EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
     }
 }
@@ -42,16 +42,16 @@ TEST(Presets, EveryPresetLoadsAndRunsShortened) {
                 // A framework lane (framework=keras-*) refuses where its framework is not installed,
                 // naming the command that installs it: that race is skipped, saying so.
                 const std::string why = e.what();
-                ASSERT_NE(why.find("scripts/setup --frameworks"), std::string::npos) << name << " / " << race.title
-                                                                                   << ": " << why;
+                ASSERT_NE(why.find("scripts/setup --frameworks"), std::string::npos)
+                    << name << " / " << race.title << ": " << why;
                 std::cout << "[ SKIPPED  ] " << name << " / " << race.title << ": " << why << "\n";
                 continue;
             }
             r->start();
             r->wait();
             for (const auto& lane : r->summary().lanes) {
-                EXPECT_EQ(lane.state, LaneState::Finished) << name << " / " << race.title << " / " << lane.name << ": "
-                                                           << lane.error;
+                EXPECT_EQ(lane.state, LaneState::Finished)
+                    << name << " / " << race.title << " / " << lane.name << ": " << lane.error;
             }
         }
     }
@@ -59,14 +59,14 @@ TEST(Presets, EveryPresetLoadsAndRunsShortened) {
 
 TEST(Presets, GenericDevicesAdaptToTheMachine) {
     const auto& report = deviceReport();
-    auto thread = parsePreset(R"({"format":1,"name":"t","races":[{"workload":"fashion-mlp","lanes":["cpu,threads=powers"]}]})",
-                              "t.json");
+    auto thread = parsePreset(
+        R"({"format":1,"name":"t","races":[{"workload":"fashion-mlp","lanes":["cpu,threads=powers"]}]})", "t.json");
     const auto& lanes = thread.races[0].spec.lanes;
     ASSERT_FALSE(lanes.empty());
     EXPECT_EQ(lanes.front().threads, 1);
     EXPECT_EQ(lanes.back().threads, std::max(1, report.cpu.physicalCores));
-    auto gpu = parsePreset(R"({"format":1,"name":"g","races":[{"workload":"fashion-mlp","lanes":["all-cores","best-gpu"]}]})",
-                           "g.json");
+    auto gpu = parsePreset(
+        R"({"format":1,"name":"g","races":[{"workload":"fashion-mlp","lanes":["all-cores","best-gpu"]}]})", "g.json");
     if (!report.cudaAvailable) {
         EXPECT_EQ(gpu.races[0].spec.lanes.size(), 1u);
         ASSERT_EQ(gpu.races[0].notes.size(), 1u);

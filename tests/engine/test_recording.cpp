@@ -124,12 +124,15 @@ TEST(Recording, HostileOrBrokenManifestsAreClearErrors) {
     };
     EXPECT_NE(message("{").find("not valid JSON"), std::string::npos);
     EXPECT_NE(message(R"({"format": 99})").find("unsupported recording format 99"), std::string::npos);
-    EXPECT_NE(message(R"({"format": 1, "workload": "x", "dataset": {}, "lanes": [{"name": "a", "file": "../../etc/passwd"}]})")
-                  .find("not a plain file name"),
-              std::string::npos);
-    EXPECT_NE(message(R"({"format": 1, "workload": "x", "dataset": {}, "lanes": [{"name": "a", "file": "gone.jsonl"}]})")
-                  .find("missing lane file"),
-              std::string::npos);
+    EXPECT_NE(
+        message(
+            R"({"format": 1, "workload": "x", "dataset": {}, "lanes": [{"name": "a", "file": "../../etc/passwd"}]})")
+            .find("not a plain file name"),
+        std::string::npos);
+    EXPECT_NE(
+        message(R"({"format": 1, "workload": "x", "dataset": {}, "lanes": [{"name": "a", "file": "gone.jsonl"}]})")
+            .find("missing lane file"),
+        std::string::npos);
     EXPECT_NE(message(R"({"format": 1, "workload": "x", "dataset": {}, "lanes": []})").find("1 to 256 lanes"),
               std::string::npos);
     EXPECT_THROW(readRecording(dir / "nowhere"), DataError);

@@ -197,7 +197,8 @@ TEST(FakeWorker, NotAWorkerAtAll) {
 
 TEST(FakeWorker, MissingProgram) {
     Fixture f;
-    const auto why = failureOf([&] { makeLane(processLane("x", ",cli=" + (f.dir / "absent").string()), f.settings(5)); });
+    const auto why =
+        failureOf([&] { makeLane(processLane("x", ",cli=" + (f.dir / "absent").string()), f.settings(5)); });
     EXPECT_NE(why.find("cannot start the worker"), std::string::npos) << why;
 }
 
@@ -258,8 +259,9 @@ TEST(FakeWorker, PartialLineThenExitFailsTheLaneWithWhatItSaid) {
 TEST(FakeWorker, GarbageAfterHelloIsLoggedNeverRun) {
     Fixture f;
     const auto marker = f.dir / "executed";
-    const auto cli = f.script("garbage", std::string(kHello) + "\n" + kReady + "\necho 'touch " + marker.string() +
-                                             "'; echo '{\"type\":\"sample\",\"sample\":{\"kind\":\"nonsense\"}}'; exit 0");
+    const auto cli =
+        f.script("garbage", std::string(kHello) + "\n" + kReady + "\necho 'touch " + marker.string() +
+                                "'; echo '{\"type\":\"sample\",\"sample\":{\"kind\":\"nonsense\"}}'; exit 0");
     auto lane = makeLane(processLane("x", ",cli=" + cli), f.settings(5));
     lane->start();
     lane->wait();

@@ -2,10 +2,14 @@
 // messages, device reports, ssh targets and the new lane keys.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/lane_spec.h"
 #include "devicerace/recording.h"
+#include "lanes/lane_fields.h"
+#include "devicerace/lane_keys.h"
 #include "workers/protocol.h"
 
 using namespace devicerace;
@@ -48,8 +52,8 @@ TEST(WorkerMessage, OnlyJsonObjectsWithAStringTypeAreMessages) {
     EXPECT_FALSE(parseMessage("[1,2,3]"));
     EXPECT_FALSE(parseMessage("{\"type\": 3}"));
     EXPECT_FALSE(parseMessage("{\"kind\": \"train\"}"));
-    EXPECT_FALSE(parseMessage("{\"type\": \"hb\""));          // cut off
-    EXPECT_FALSE(parseMessage(std::string(100, '{')));          // absurd nesting
+    EXPECT_FALSE(parseMessage("{\"type\": \"hb\""));   // cut off
+    EXPECT_FALSE(parseMessage(std::string(100, '{'))); // absurd nesting
     EXPECT_FALSE(parseMessage("{\"type\":\"x\",\"a\":" + std::string(200, '[') + std::string(200, ']') + "}"));
     auto m = parseMessage(R"({"type":"hb","cpu":1.5,"unknown":{"x":1}})");
     ASSERT_TRUE(m);
@@ -89,13 +93,14 @@ TEST(WorkerMessage, ConfigRoundTripsTheLaneAndTheRunSettings) {
     s.warmupSteps = 3;
     auto [back, settings] = configFromMessage(configMessage(spec, s));
     EXPECT_TRUE(back.host.empty()); // the worker runs it where it is
-    EXPECT_FALSE(back.cli);          // and never learns a program name from the parent
+    EXPECT_FALSE(back.cli);         // and never learns a program name from the parent
     EXPECT_EQ(back.device, "cuda:0");
     EXPECT_EQ(back.threads, 3);
     EXPECT_EQ(back.batch, 64);
     EXPECT_EQ(back.precision, Precision::Bf16);
     EXPECT_EQ(back.name, "box");
-    EXPECT_EQ(back.fault, "throw:7");
+    ASSERT_TRUE(back.fault);
+    EXPECT_EQ(back.fault->text(), "throw:7");
     EXPECT_EQ(settings.workload, "fashion-cnn");
     EXPECT_EQ(settings.dataMode, DataMode::Synthetic);
     EXPECT_EQ(settings.dataDir, "/data/x");
@@ -109,10 +114,24 @@ TEST(WorkerMessage, ConfigRoundTripsTheLaneAndTheRunSettings) {
 TEST(WorkerMessage, ConfigIsCheckedAsStrictlyAsTheCommandLine) {
     auto m = configMessage(parseLaneSpec("cpu"), LaneRunSettings{});
     auto bad = m;
-    bad["lane"] = "cpu,threads=0";
+    bad["lane_fields"]["threads"] = 0;
     EXPECT_THROW(configFromMessage(bad), UsageError);
     bad = m;
-    bad["lane"] = "ssh://elsewhere/cpu";
+    bad["lane_fields"]["threads"] = "2"; // each field in its key's JSON type
+    EXPECT_THROW(configFromMessage(bad), UsageError);
+    bad = m;
+    bad["lane_fields"]["colour"] = "red";
+    EXPECT_THROW(configFromMessage(bad), UsageError);
+    bad = m;
+    bad["lane_fields"]["device"] = "ssh://elsewhere/cpu";
+    EXPECT_THROW(configFromMessage(bad), UsageError);
+    bad = m;
+    bad["lane_fields"]["fault"] = {{"kind", "segv"}, {"step", -1}};
+    EXPECT_THROW(configFromMessage(bad), UsageError);
+    // A parent of protocol 1.0 sends the lane as text only: read by the same parser.
+    bad = m;
+    bad.erase("lane_fields");
+    bad["lane"] = "cpu,threads=0";
     EXPECT_THROW(configFromMessage(bad), UsageError);
     bad = m;
     bad["steps"] = -4;
@@ -235,9 +254,9 @@ TEST(SshTarget, ParsesUserHostAndPort) {
 }
 
 TEST(SshTarget, RefusesWhatSshOrAShellWouldActOn) {
-    for (const char* bad : {"gpubox", "ssh://", "ssh://-oProxyCommand=evil", "ssh://host:0", "ssh://host:99999",
-                            "ssh://host:22x", "ssh://a b", "ssh://host;rm", "ssh://$(id)", "ssh://@host",
-                            "ssh://-l@host", "ssh://ho`st"}) {
+    for (const char* bad :
+         {"gpubox", "ssh://", "ssh://-oProxyCommand=evil", "ssh://host:0", "ssh://host:99999", "ssh://host:22x",
+          "ssh://a b", "ssh://host;rm", "ssh://$(id)", "ssh://@host", "ssh://-l@host", "ssh://ho`st"}) {
         EXPECT_THROW(parseSshTarget(bad), UsageError) << bad;
     }
 }
@@ -250,8 +269,9 @@ TEST(LaneSpecWorkers, RemoteDevicesIsolationCliAndFaults) {
     EXPECT_EQ(formatLaneSpec(remote), "ssh://gpubox/cuda:1,batch=256");
     auto process = parseLaneSpec("cpu,isolate=process,fault=segv:30");
     EXPECT_EQ(laneKind(process), LaneKind::Process);
-    EXPECT_EQ(process.fault, "segv:30");
-    EXPECT_EQ(parseLaneSpec(formatLaneSpec(process)).fault, "segv:30");
+    ASSERT_TRUE(process.fault);
+    EXPECT_EQ(process.fault->text(), "segv:30");
+    EXPECT_EQ(parseLaneSpec(formatLaneSpec(process)).fault, process.fault);
     EXPECT_EQ(laneKind(parseLaneSpec("cpu")), LaneKind::Thread);
     EXPECT_EQ(laneKind(parseLaneSpec("cpu,isolate=thread")), LaneKind::Thread);
     EXPECT_THROW(parseLaneSpec("ssh://gpubox"), UsageError);
@@ -295,7 +315,7 @@ TEST(WorkerMessage, DataParallelRanksTravelInConfigAndReady) {
     EXPECT_THROW(configFromMessage(m), DataError) << "rank 1 without a store";
     // A worker is one rank, never a whole data-parallel lane.
     m = configMessage(parseLaneSpec("cpu"), LaneRunSettings{});
-    m["lane"] = "cpu,workers=2";
+    m["lane_fields"]["workers"] = 2;
     EXPECT_THROW(configFromMessage(m), UsageError);
     // Rank 0 says where its store listens.
     ReadyInfo r;
@@ -313,4 +333,48 @@ TEST(WorkerMessage, DataParallelSpecsRoundTrip) {
                              "ssh://a/cpu+ssh://b:2222/cpu,threads=8,master=10.0.0.5,name=two-hosts"}) {
         EXPECT_EQ(formatLaneSpec(parseLaneSpec(text)), text);
     }
+}
+
+// Every lane key of the table round-trips: the text a user types, parsed, travels to a worker as
+// typed JSON fields and comes back as the same lane; the text form as well. A key added to the
+// table without a sample here fails the coverage check.
+TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
+    const std::vector<std::string> lanes = {
+        "cpu,threads=3,batch=64,lr=0.0125,precision=bf16,cost=0.75,channels_last=true,eval_batch=500,wd=0.0005,"
+        "momentum=0.9,schedule=onecycle,lstm=cells,data=synthetic,fused=false,graph=false,resident=true,"
+        "isolate=process,fault=segv:0,framework=devicerace,name=every key",
+        "cuda:0-3,threads=2,fault=abort:5@2,workers=2,backend=nccl,global_batch=fixed,master=10.0.0.1,name=ranks",
+        "cuda:1,precision=fp16,cmd=my-trainer --fast,name=theirs",
+        "cpu,framework=keras-jax,fault=hang,cli=/opt/dr/bin/devicerace-cli",
+    };
+    std::set<std::string> covered;
+    for (const auto& text : lanes) {
+        SCOPED_TRACE(text);
+        const auto spec = parseLaneSpec(text);
+        EXPECT_EQ(parseLaneSpec(formatLaneSpec(spec)), spec) << formatLaneSpec(spec);
+        const auto fields = laneToFields(spec);
+        for (const auto& [key, value] : fields.items()) {
+            covered.insert(key);
+            EXPECT_FALSE(value.is_string() && findLaneKey(key) && findLaneKey(key)->type == LaneKeyType::Integer)
+                << key << " travels as text";
+        }
+        EXPECT_EQ(laneFromFields(fields), spec) << fields.dump();
+        // Through a worker's config (which drops what a worker must not learn: host, cli, cmd).
+        if (!spec.cmd && laneKind(spec) != LaneKind::Parallel) {
+            auto [back, settings] = configFromMessage(configMessage(spec, LaneRunSettings{}));
+            LaneSpec expected = spec;
+            expected.isolate.reset();
+            expected.cli.reset(); // a worker never learns a program name from its parent
+            EXPECT_EQ(formatLaneSpec(back), formatLaneSpec(expected));
+        }
+    }
+    for (const auto& key : laneKeys()) {
+        EXPECT_TRUE(covered.count(key.name)) << "no round-trip sample for lane key " << key.name;
+        EXPECT_FALSE(key.help.empty()) << key.name;
+        EXPECT_NE(laneKeysHelp().find("  " + key.name), std::string::npos) << key.name;
+    }
+    // Typed: an integer key refuses a string, a fault is an object.
+    EXPECT_EQ(laneToFields(parseLaneSpec("cpu,threads=2")).at("threads"), 2);
+    EXPECT_EQ(laneToFields(parseLaneSpec("cpu,fault=throw:3@1")).at("fault"),
+              nlohmann::json({{"kind", "throw"}, {"step", 3}, {"rank", 1}}));
 }

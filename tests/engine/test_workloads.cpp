@@ -16,15 +16,15 @@ TEST(Workloads, ParameterCountsMatchThePublishedNetworks) {
         counts[w.name] = w.parameters;
     }
     ASSERT_EQ(counts.size(), 11u);
-    EXPECT_EQ(counts["fashion-mlp"], 669706);       // Keras mnist_mlp summary
-    EXPECT_EQ(counts["fashion-cnn"], 1199882);      // Keras mnist_cnn summary
-    EXPECT_EQ(counts["cifar-vgg"], 1250858);        // Keras cifar10_cnn summary
-    EXPECT_EQ(counts["fasttext"], 1000051);         // Keras imdb_fasttext (unigrams)
+    EXPECT_EQ(counts["fashion-mlp"], 669706);              // Keras mnist_mlp summary
+    EXPECT_EQ(counts["fashion-cnn"], 1199882);             // Keras mnist_cnn summary
+    EXPECT_EQ(counts["cifar-vgg"], 1250858);               // Keras cifar10_cnn summary
+    EXPECT_EQ(counts["fasttext"], 1000051);                // Keras imdb_fasttext (unigrams)
     EXPECT_NEAR(counts["cifar-resnet20"], 0.27e6, 0.01e6); // He et al.: 0.27M
     EXPECT_NEAR(counts["cifar-resnet32"], 0.46e6, 0.01e6); // 0.46M
     EXPECT_NEAR(counts["cifar-resnet56"], 0.85e6, 0.01e6); // 0.85M
-    EXPECT_EQ(counts["imagenet-resnet50"], 25557032); // torchvision resnet50
-    EXPECT_NEAR(counts["davidnet"], 6.57e6, 0.01e6);  // the DAWNBench ResNet-9
+    EXPECT_EQ(counts["imagenet-resnet50"], 25557032);      // torchvision resnet50
+    EXPECT_NEAR(counts["davidnet"], 6.57e6, 0.01e6);       // the DAWNBench ResNet-9
     // Keras' BiLSTM has 2,658,945; PyTorch's LSTM carries a second bias vector (+4x64 per direction).
     EXPECT_EQ(counts["imdb-bilstm"], 2658945 + 2 * 4 * 64);
 }

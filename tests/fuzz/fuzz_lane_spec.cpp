@@ -36,8 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
         twice = formatLaneSpec(parseLaneSpec(once));
     } catch (const Error& e) {
-        std::fprintf(stderr, "round trip: '%s' formats as '%s', which does not parse: %s\n", text.c_str(),
-                     once.c_str(), e.what());
+        std::fprintf(stderr, "round trip: '%s' formats as '%s', which does not parse: %s\n", text.c_str(), once.c_str(),
+                     e.what());
         std::abort();
     }
     if (twice != once) {

@@ -97,9 +97,9 @@ namespace devicerace::detail {
 // REPLACEMENT (real one: src/data/data_util.cpp, renamed away in this build by
 // tests/fuzz/CMakeLists.txt): loads every time instead of caching per path, so each fuzz
 // input is parsed rather than answered from the cache of an earlier one.
-std::shared_ptr<const Dataset> cachedLoad(const std::string&, const std::filesystem::path&,
-                                          std::optional<std::int64_t>, std::optional<std::int64_t>,
-                                          const std::string&, const std::function<std::shared_ptr<Dataset>()>& load) {
+std::shared_ptr<const Dataset> cachedLoad(const std::string&, const std::filesystem::path&, std::optional<std::int64_t>,
+                                          std::optional<std::int64_t>, const std::string&,
+                                          const std::function<std::shared_ptr<Dataset>()>& load) {
     return load();
 }
 

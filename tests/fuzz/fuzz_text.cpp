@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             break;
         }
         try {
-            check(*loadTextCorpus(file, window, 3, std::nullopt, size % 2 ? std::optional<std::int64_t>(2) : std::nullopt));
+            check(*loadTextCorpus(file, window, 3, std::nullopt,
+                                  size % 2 ? std::optional<std::int64_t>(2) : std::nullopt));
         } catch (const Error&) {
         }
     }

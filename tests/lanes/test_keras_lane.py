@@ -35,8 +35,11 @@ def missing(backend, python=PYTHON):
 
 
 def config(backend, **over):
-    c = {"type": "config", "proto": "1.0", "workload": "fashion-mlp",
-         "lane": f"cpu,threads=1,batch=64,name=keras,framework=keras-{backend}", "data": "real", "data_dir": "",
+    c = {"type": "config", "proto": "1.1", "workload": "fashion-mlp",
+         "lane": f"cpu,threads=1,batch=64,name=keras,framework=keras-{backend}",
+         "lane_fields": {"device": "cpu", "threads": 1, "batch": 64, "name": "keras",
+                         "framework": f"keras-{backend}"},
+         "data": "real", "data_dir": "",
          "train_limit": 6400, "test_limit": 500, "epochs": None, "steps": 300, "target": None, "seed": 0,
          "eval_every": 0, "warmup": 20, "report_interval": 0.1, "fail_at_step": 0,
          "expected_parameters": MLP_PARAMETERS}
@@ -59,7 +62,7 @@ class KerasBackendTest:
         m = lane.next(PATIENCE)
         self.assertIsNotNone(m, lane.stderr())
         self.assertEqual(m["type"], "hello", m)
-        self.assertEqual(m["proto"], "1.0")
+        self.assertEqual(m["proto"], "1.1")
         self.assertRegex(m["version"], rf"^keras 3\.\d+\.\d+ on {self.BACKEND} \d")
         self.assertEqual(m["devices"]["backend"], self.BACKEND)
         self.assertGreaterEqual(m["devices"]["cpu"]["logical_cpus"], 1)
@@ -155,7 +158,8 @@ class KerasJaxTest(KerasBackendTest, unittest.TestCase):
         self.assertEqual(lane.wait(PATIENCE), 2)
         lane = self.start()
         lane.send(config(self.BACKEND, workload="imagenet-resnet50", expected_parameters=25557032, data="synthetic",
-                         lane="cpu,threads=1,batch=2,name=keras,framework=keras-jax", steps=1, test_limit=4))
+                         lane_fields={"device": "cpu", "threads": 1, "batch": 2, "name": "keras",
+                                      "framework": "keras-jax"}, steps=1, test_limit=4))
         ready = lane.next(PATIENCE)
         self.assertEqual(ready["type"], "ready", f"{ready}; stderr: {lane.stderr()[-1500:]}")
         self.assertEqual(ready["batch"], 2)

@@ -14,6 +14,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity, check_sample,  # noqa: E402
                           dw)
+import lane_common as lc  # noqa: E402  (lanes/python, on the path through lane_harness)
 
 LANE = os.path.join(LANES, "pytorch_lane.py")
 MLP_PARAMETERS = 669706  # the engine's count for fashion-mlp (devicerace-cli workloads --json)
@@ -39,8 +40,10 @@ pl.dw.finish(pl.main(sys.argv[1:]))
 
 
 def config(**over):
-    c = {"type": "config", "proto": "1.0", "workload": "fashion-mlp",
-         "lane": "cpu,threads=1,batch=64,name=torch,framework=pytorch", "data": "real", "data_dir": "",
+    c = {"type": "config", "proto": "1.1", "workload": "fashion-mlp",
+         "lane": "cpu,threads=1,batch=64,name=torch,framework=pytorch",
+         "lane_fields": {"device": "cpu", "threads": 1, "batch": 64, "name": "torch", "framework": "pytorch"},
+         "data": "real", "data_dir": "",
          "train_limit": 2000, "test_limit": 500, "epochs": None, "steps": 60, "target": None, "seed": 0,
          "eval_every": 0, "warmup": 5, "report_interval": 0.1, "fail_at_step": 0,
          "expected_parameters": MLP_PARAMETERS}
@@ -64,7 +67,7 @@ class PyTorchLaneTest(unittest.TestCase):
         """A whole run: every line a message, samples with the schema, learning, exit 0."""
         lane = self.start()
         hello = self.hello(lane)
-        self.assertEqual(hello["proto"], "1.0")
+        self.assertEqual(hello["proto"], "1.1")
         self.assertTrue(hello["version"].startswith("pytorch 2."), hello["version"])
         self.assertEqual(hello["pid"], lane.p.pid)
         self.assertIsInstance(hello["host"], str)
@@ -84,9 +87,10 @@ class PyTorchLaneTest(unittest.TestCase):
                       + b"\"}\n")
         lane.send({"type": "what-is-this", "id": 7})
         self.assertEqual(lane.next(), {"type": "ack", "id": 7})
-        # Engine keys it ignores ride along in the lane string, as DeviceRace sends them.
-        lane.send(config(lane="cpu,threads=1,batch=64,name=torch,framework=pytorch,fused=true,graph=false,"
-                              "resident=true,cost=0.5,isolate=process"))
+        # Engine keys it ignores ride along in the lane fields, as DeviceRace sends them.
+        lane.send(config(lane_fields={"device": "cpu", "threads": 1, "batch": 64, "name": "torch",
+                                      "framework": "pytorch", "fused": True, "graph": False, "resident": True,
+                                      "cost": 0.5, "isolate": "process"}))
         ready = lane.next()
         self.assertEqual(ready["type"], "ready", ready)
         self.assertEqual(ready["batch"], 64)
@@ -221,7 +225,7 @@ class PyTorchLaneTest(unittest.TestCase):
     def test_bad_lane_key(self):
         lane = self.start()
         self.hello(lane)
-        lane.send(config(lane="cpu,threads=1,bogus=3"))
+        lane.send(config(lane_fields={"device": "cpu", "threads": 1, "bogus": 3}))
         m = lane.next()
         self.assertEqual((m["type"], m["phase"]), ("error", "config"), m)
         self.assertIn("'bogus'", m["message"])
@@ -242,27 +246,44 @@ class PyTorchLaneTest(unittest.TestCase):
     def test_other_protocol(self):
         lane = self.start(proto="2")
         m = self.hello(lane)
-        self.assertEqual(m["proto"], "1.0")
+        self.assertEqual(m["proto"], "1.1")
         self.assertEqual(lane.wait(), 3)
         self.assertIn("protocol 2", lane.stderr())
 
 
 class LaneSpecTest(unittest.TestCase):
-    """The framework-neutral parsing (no process, no torch)."""
+    """The framework-neutral reading of the lane fields (no process, no torch)."""
 
-    def parse(self, text):
-        return dw.parse_lane_spec(text, ("name", "threads", "batch", "lr", "precision", "data", "fault"),
-                                  ("framework", "fused"), "the PyTorch lane")
+    def fields(self, **f):
+        c = dw.parse_config(config(lane_fields=f))
+        return dw.lane_fields(c, ("name", "threads", "batch", "lr", "precision", "data", "fault"),
+                              ("framework", "fused"), "the PyTorch lane")
 
     def test_spec(self):
-        self.assertEqual(self.parse("cuda:1, threads=2 ,batch=32,lr=0.01,precision=bf16,fused=true,fault=throw:3"),
+        self.assertEqual(self.fields(device="cuda:1", threads=2, batch=32, lr=0.01, precision="bf16", fused=True,
+                                     fault={"kind": "throw", "step": 3}),
                          {"device": "cuda:1", "threads": 2, "batch": 32, "lr": 0.01, "precision": "bf16",
-                          "fault": "throw:3"})
-        for bad in ("", "tpu", "cuda:x", "ssh://box/cpu", "cpu,threads=0", "cpu,batch=-1", "cpu,lr=0",
-                    "cpu,lr=inf", "cpu,precision=fp8", "cpu,threads", "cpu,name=", "cpu,fault=boom",
-                    "cpu,fault=throw:0", "cpu,wd=1", "cpu,fused=maybe"):
+                          "fault": {"kind": "throw", "step": 3}})
+        # An integer where a number goes is a number (JSON writes 1.0 as 1).
+        self.assertEqual(self.fields(device="cpu", lr=1)["lr"], 1.0)
+        for bad in ({"device": ""}, {"device": "tpu"}, {"device": "cuda:x"}, {"device": "ssh://box/cpu"},
+                    {"device": "cpu", "threads": "2"}, {"device": "cpu", "threads": True},
+                    {"device": "cpu", "lr": "0.1"}, {"device": "cpu", "fused": 1}, {"device": "cpu", "wd": 0.1},
+                    {"device": "cpu", "fault": "throw:3"}, {"device": "cpu", "fault": {"step": 3}},
+                    {"device": "cpu", "fault": {"kind": "throw", "step": -1}}):
             with self.assertRaises(dw.LaneRefused, msg=bad):
-                self.parse(bad)
+                self.fields(**bad)
+        # The fault as the lanes read it: step 0 fires before training, unset is step 1.
+        self.assertEqual(lc.parse_fault({"kind": "throw", "step": 0}), ("throw", 0))
+        self.assertEqual(lc.parse_fault({"kind": "abort", "rank": 1}), ("abort", 1))
+        self.assertEqual(lc.parse_fault(None), (None, 0))
+
+    def test_config_without_lane_fields_is_refused_with_the_reason(self):
+        c = config()
+        del c["lane_fields"]
+        with self.assertRaises(dw.LaneRefused) as e:
+            dw.parse_config(c)
+        self.assertIn("protocol 1.1", str(e.exception))
 
     def test_config(self):
         c = dw.parse_config(config())

@@ -68,8 +68,8 @@ private Q_SLOTS:
     void examplesFromTheReview() {
         // "0 13 27 40 54" -> 0 20 40 60
         auto t = niceTicks(0, 54, 5);
-        QCOMPARE(t.labels, QStringList({QStringLiteral("0"), QStringLiteral("20"), QStringLiteral("40"),
-                                        QStringLiteral("60")}));
+        QCOMPARE(t.labels,
+                 QStringList({QStringLiteral("0"), QStringLiteral("20"), QStringLiteral("40"), QStringLiteral("60")}));
         // "9792 19584 29376" -> 10,000 steps with separators
         t = niceTicks(0, 39168, 6);
         QCOMPARE(t.labels, QStringList({QStringLiteral("0"), QStringLiteral("10,000"), QStringLiteral("20,000"),
@@ -115,8 +115,7 @@ private Q_SLOTS:
                 for (std::size_t i = 0; i < t.values.size(); ++i) {
                     // Each tick is a whole multiple of the step, and its label reads back as its value.
                     QVERIFY(std::abs(t.values[i] / t.step - std::round(t.values[i] / t.step)) < 1e-6);
-                    QVERIFY2(std::abs(parseLabel(t.labels[i]) - t.values[i]) <= t.step * 1e-6,
-                             qPrintable(t.labels[i]));
+                    QVERIFY2(std::abs(parseLabel(t.labels[i]) - t.values[i]) <= t.step * 1e-6, qPrintable(t.labels[i]));
                     if (std::abs(t.values[i]) >= 1000) {
                         QVERIFY(t.labels[i].contains(QLatin1Char(',')));
                     }
@@ -177,13 +176,13 @@ private Q_SLOTS:
             }
             for (std::size_t i = 0; i < t.values.size(); ++i) {
                 QVERIFY2(std::abs(parseLabel(t.labels[i]) - t.values[i]) < 1e-6, qPrintable(t.labels[i]));
-                QCOMPARE(t.labels[i].count(QLatin1Char(':')), unit == QStringLiteral("s") ? 0
+                QCOMPARE(t.labels[i].count(QLatin1Char(':')), unit == QStringLiteral("s")      ? 0
                                                               : unit == QStringLiteral("m:ss") ? 1
-                                                                                              : 2);
+                                                                                               : 2);
             }
             if (unit != QStringLiteral("s")) {
                 // Clock-friendly steps: whole 1/2/5/10/15/30 s, minutes or hours, or whole days.
-                const std::set<double> ok = {1,   2,   5,    10,   15,   30,   60,    120,   300,
+                const std::set<double> ok = {1,   2,   5,    10,   15,   30,    60,    120,   300,
                                              600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400};
                 QVERIFY2(ok.count(t.step) == 1 || std::fmod(t.step, 86400) == 0, qPrintable(QString::number(t.step)));
             }

@@ -112,8 +112,9 @@ private Q_SLOTS:
     void chartsShareOneRoundXRange() {
         QTemporaryDir dir;
         // 49 minutes of training: m:ss ticks, one range for all three charts.
-        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("slow"), QStringLiteral("cpu"), 17, 2945},
-                                                {QStringLiteral("fast"), QStringLiteral("cpu"), 1660, 31}},
+        QVERIFY(writeFakeRecording(dir.path(),
+                                   {{QStringLiteral("slow"), QStringLiteral("cpu"), 17, 2945},
+                                    {QStringLiteral("fast"), QStringLiteral("cpu"), 1660, 31}},
                                    5.0));
         MainWindow w;
         w.resize(1600, 1000);
@@ -182,8 +183,8 @@ private Q_SLOTS:
         auto* chart = w.dashboard()->throughputChart();
         const QRectF area = chart->chart()->plotArea();
         auto* viewport = chart->view()->viewport();
-        const QPoint at = chart->view()->mapFromScene(chart->chart()->mapToScene(
-            QPointF(area.left() + area.width() * 0.3, area.center().y())));
+        const QPoint at = chart->view()->mapFromScene(
+            chart->chart()->mapToScene(QPointF(area.left() + area.width() * 0.3, area.center().y())));
         sendMouse(viewport, QEvent::MouseMove, at, Qt::NoButton);
         for (auto* c : w.dashboard()->charts()) {
             const auto& text = c->plotLayer()->crosshairText();
@@ -224,8 +225,8 @@ private Q_SLOTS:
         const QRectF area = chart->chart()->plotArea();
         auto* viewport = chart->view()->viewport();
         const auto toView = [&](double fx) {
-            return chart->view()->mapFromScene(chart->chart()->mapToScene(
-                QPointF(area.left() + area.width() * fx, area.center().y())));
+            return chart->view()->mapFromScene(
+                chart->chart()->mapToScene(QPointF(area.left() + area.width() * fx, area.center().y())));
         };
         sendMouse(viewport, QEvent::MouseButtonPress, toView(0.4), Qt::LeftButton);
         sendMouse(viewport, QEvent::MouseMove, toView(0.5), Qt::LeftButton);

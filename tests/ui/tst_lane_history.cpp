@@ -124,8 +124,8 @@ private Q_SLOTS:
     void learningRateStepsAreMarkedRampsAreNot() {
         LaneHistory h;
         // A step schedule (0.1 -> 0.01 at step 300) and a smooth ramp after it.
-        const std::vector<std::pair<std::int64_t, double>> points{
-            {100, 0.1}, {200, 0.1}, {300, 0.01}, {400, 0.011}, {500, 0.012}, {600, 0.0012}};
+        const std::vector<std::pair<std::int64_t, double>> points{{100, 0.1},   {200, 0.1},   {300, 0.01},
+                                                                  {400, 0.011}, {500, 0.012}, {600, 0.0012}};
         for (const auto& [step, lr] : points) {
             MetricSample s;
             s.kind = SampleKind::Train;

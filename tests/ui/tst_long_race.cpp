@@ -40,7 +40,7 @@ RaceSpec syntheticSpec(int lanes) {
     spec.trainLimit = 64;
     spec.testLimit = 16;
     for (int i = 0; i < lanes; ++i) {
-        spec.lanes.push_back(parseLaneSpec(QStringLiteral("cpu,threads=1,name=s%1").arg(i).toStdString()));
+        spec.lanes.push_back(parseLaneSpec(QStringLiteral("cpu,threads=1,batch=32,name=s%1").arg(i).toStdString()));
     }
     return spec;
 }

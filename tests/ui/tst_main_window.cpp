@@ -36,7 +36,9 @@ using namespace devicerace::ui;
 
 namespace {
 
-bool haveFashionMnist() { return QFile::exists(QStringLiteral("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")); }
+bool haveFashionMnist() {
+    return QFile::exists(QStringLiteral("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"));
+}
 
 RaceSpec shortRace(std::int64_t steps) {
     RaceSpec spec;
@@ -128,7 +130,8 @@ private Q_SLOTS:
             // Asked off the GUI thread: "checking…" until this machine's Python answers.
             QTRY_VERIFY_WITH_TIMEOUT(!table->rowProblem(1).startsWith(QStringLiteral("checking")), 20000);
             const QString why = table->rowProblem(1);
-            QVERIFY2(why.contains(QStringLiteral("keras")) && why.contains(QStringLiteral("scripts/setup --frameworks")),
+            QVERIFY2(why.contains(QStringLiteral("keras")) &&
+                         why.contains(QStringLiteral("scripts/setup --frameworks")),
                      qPrintable(why));
             auto* options = table->cellWidget(1, LanesTable::ColOptions);
             QVERIFY(options->property("unusable").toBool());
@@ -284,8 +287,10 @@ private Q_SLOTS:
             const auto texts = w.dashboard()->strip()->texts();
             QVERIFY(!texts.empty());
             for (const auto& t : texts) {
-                QVERIFY2(contrastRatio(t.color, bg) >= 4.5,
-                         qPrintable(QStringLiteral("%1 on %2: %3").arg(t.color.name(), bg.name()).arg(contrastRatio(t.color, bg))));
+                QVERIFY2(
+                    contrastRatio(t.color, bg) >= 4.5,
+                    qPrintable(
+                        QStringLiteral("%1 on %2: %3").arg(t.color.name(), bg.name()).arg(contrastRatio(t.color, bg))));
             }
         }
         for (int i = 0; i < 8; ++i) {
@@ -293,7 +298,7 @@ private Q_SLOTS:
                 QVERIFY(contrastRatio(readableOn(laneColor(i), bg), bg) >= 4.5);
             }
         }
-        QVERIFY(contrastRatio(laneColor(1), QColor(30, 30, 34)) < 4.5); // the review's 3.2:1 blue...
+        QVERIFY(contrastRatio(laneColor(1), QColor(30, 30, 34)) < 4.5);          // the review's 3.2:1 blue...
         QCOMPARE(readableOn(laneColor(1), QColor(255, 255, 255)), laneColor(1)); // ...kept where it reads
         w.stopRace();
         QTRY_VERIFY_WITH_TIMEOUT(w.race()->finished(), 20000);
@@ -315,7 +320,8 @@ private Q_SLOTS:
         QCOMPARE(name->palette().color(QPalette::PlaceholderText), p.color(QPalette::PlaceholderText));
         w.setupPanel()->setEditable(false);
         QVERIFY(!name->isEnabled());
-        QCOMPARE(name->palette().color(QPalette::Disabled, QPalette::Text), p.color(QPalette::Disabled, QPalette::Text));
+        QCOMPARE(name->palette().color(QPalette::Disabled, QPalette::Text),
+                 p.color(QPalette::Disabled, QPalette::Text));
         w.setDarkTheme(false);
     }
 
@@ -473,7 +479,8 @@ private Q_SLOTS:
         QTemporaryDir tb;
         QCOMPARE(replay.exportTensorBoard(tb.path()), QString());
         int files = 0;
-        QDirIterator it(tb.path(), {QStringLiteral("events.out.tfevents.*")}, QDir::Files, QDirIterator::Subdirectories);
+        QDirIterator it(tb.path(), {QStringLiteral("events.out.tfevents.*")}, QDir::Files,
+                        QDirIterator::Subdirectories);
         while (it.hasNext()) {
             const auto events = readTfEventFile(it.next().toStdString());
             QCOMPARE(QString::fromStdString(events.fileVersion), QStringLiteral("brain.Event:2"));

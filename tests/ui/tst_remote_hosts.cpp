@@ -34,7 +34,8 @@ class TestRemoteHosts : public QObject {
     }
 
     void waitForAnswers() {
-        QTRY_VERIFY_WITH_TIMEOUT(std::all_of(RemoteHosts::instance().hosts().begin(), RemoteHosts::instance().hosts().end(),
+        QTRY_VERIFY_WITH_TIMEOUT(std::all_of(RemoteHosts::instance().hosts().begin(),
+                                             RemoteHosts::instance().hosts().end(),
                                              [](const auto& h) {
                                                  return h.status == RemoteHosts::Status::Reachable ||
                                                         h.status == RemoteHosts::Status::Unreachable;
@@ -60,8 +61,8 @@ private Q_SLOTS:
     }
 
     void reachableHostsOfferTheirDevicesAndUnreachableOnesSayWhy() {
-        RemoteHosts::instance().setHosts({{QStringLiteral("ssh://fakehost"), QString()},
-                                          {QStringLiteral("ssh://nowhere:2222"), QString()}});
+        RemoteHosts::instance().setHosts(
+            {{QStringLiteral("ssh://fakehost"), QString()}, {QStringLiteral("ssh://nowhere:2222"), QString()}});
         LanesTable table;
         LaneSpec local;
         table.addLane(local);

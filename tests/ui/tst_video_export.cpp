@@ -22,11 +22,11 @@ struct Probe {
 // ffprobe's view of the first video stream (frames counted by decoding).
 std::optional<Probe> probe(const QString& path) {
     QProcess p;
-    p.start(QStringLiteral("ffprobe"), {QStringLiteral("-v"), QStringLiteral("error"), QStringLiteral("-count_frames"),
-                                        QStringLiteral("-select_streams"), QStringLiteral("v:0"),
-                                        QStringLiteral("-show_entries"),
-                                        QStringLiteral("stream=width,height,nb_read_frames:format=duration"),
-                                        QStringLiteral("-of"), QStringLiteral("default=nw=1"), path});
+    p.start(QStringLiteral("ffprobe"),
+            {QStringLiteral("-v"), QStringLiteral("error"), QStringLiteral("-count_frames"),
+             QStringLiteral("-select_streams"), QStringLiteral("v:0"), QStringLiteral("-show_entries"),
+             QStringLiteral("stream=width,height,nb_read_frames:format=duration"), QStringLiteral("-of"),
+             QStringLiteral("default=nw=1"), path});
     if (!p.waitForFinished(60000) || p.exitCode() != 0) {
         return std::nullopt;
     }
@@ -125,9 +125,9 @@ private Q_SLOTS:
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
         env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
         p.setProcessEnvironment(env);
-        p.start(QStringLiteral(DEVICERACE_GUI_BIN),
-                {QStringLiteral("--replay"), m_recording, QStringLiteral("--video"), out, QStringLiteral("--video-speed"),
-                 QStringLiteral("10"), QStringLiteral("--video-size"), QStringLiteral("1280x720")});
+        p.start(QStringLiteral(DEVICERACE_GUI_BIN), {QStringLiteral("--replay"), m_recording, QStringLiteral("--video"),
+                                                     out, QStringLiteral("--video-speed"), QStringLiteral("10"),
+                                                     QStringLiteral("--video-size"), QStringLiteral("1280x720")});
         QVERIFY(p.waitForFinished(120000));
         QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
         const auto probed = probe(out);
@@ -136,7 +136,7 @@ private Q_SLOTS:
         QCOMPARE(QSize(probed->width, probed->height), QSize(1280, 720));
         // Bad sizes are refused before anything is rendered.
         p.start(QStringLiteral(DEVICERACE_GUI_BIN), {QStringLiteral("--replay"), m_recording, QStringLiteral("--video"),
-                                                      out, QStringLiteral("--video-size"), QStringLiteral("1281x720")});
+                                                     out, QStringLiteral("--video-size"), QStringLiteral("1281x720")});
         QVERIFY(p.waitForFinished(60000));
         QCOMPARE(p.exitCode(), 2);
         QVERIFY(p.readAllStandardError().contains("even numbers"));

@@ -69,7 +69,8 @@ QStringList readabilityProblems(MainWindow& w) {
             }
         }
         if (chart->chart()->plotArea().height() < 100) {
-            problems << chart->chart()->title() + QStringLiteral(": plot only %1 px tall").arg(chart->chart()->plotArea().height());
+            problems << chart->chart()->title() +
+                            QStringLiteral(": plot only %1 px tall").arg(chart->chart()->plotArea().height());
         }
     }
     auto* strip = w.dashboard()->strip();
@@ -81,9 +82,11 @@ QStringList readabilityProblems(MainWindow& w) {
     }
     // The summary table shows every lane's row without scrolling (at 1280 px its horizontal
     // scroll bar used to take a row's height and leave 1.5 rows visible).
-    if (auto* summary = w.dashboard()->summaryTable(); summary->isVisible() && summary->rowCount() > 0 &&
-                                                        summary->visibleRows() < summary->rowCount()) {
-        problems << QStringLiteral("summary table: %1 of %2 rows visible").arg(summary->visibleRows()).arg(summary->rowCount());
+    if (auto* summary = w.dashboard()->summaryTable();
+        summary->isVisible() && summary->rowCount() > 0 && summary->visibleRows() < summary->rowCount()) {
+        problems << QStringLiteral("summary table: %1 of %2 rows visible")
+                        .arg(summary->visibleRows())
+                        .arg(summary->rowCount());
     }
     auto* title = w.dashboard()->titleLabel();
     if (QFontMetrics(title->font()).horizontalAdvance(title->text()) > title->contentsRect().width()) {
@@ -138,8 +141,9 @@ private Q_SLOTS:
         QCOMPARE(QGuiApplication::screens().size(), 2);
         // A long CPU lane beside a 100x faster one: m:ss ticks, a log axis, long texts.
         m_recording = m_dir.filePath(QStringLiteral("rec"));
-        QVERIFY(test::writeFakeRecording(m_recording, {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 2945},
-                                                       {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 31}},
+        QVERIFY(test::writeFakeRecording(m_recording,
+                                         {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 2945},
+                                          {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 31}},
                                          5.0));
     }
 
@@ -195,7 +199,8 @@ private Q_SLOTS:
         }
         // DEVICERACE_LAYOUT_SHOTS=DIR keeps a picture of each case to look at.
         if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
-            w->grab().save(shots + QLatin1Char('/') + QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
+            w->grab().save(shots + QLatin1Char('/') +
+                           QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
                            QStringLiteral(".png"));
         }
         const QStringList problems = readabilityProblems(*w);
@@ -217,7 +222,10 @@ private Q_SLOTS:
                            int(LanesTable::ColPrecision)}) {
             const int right = header->sectionViewportPosition(column) + header->sectionSize(column);
             QVERIFY2(header->sectionViewportPosition(column) >= 0 && right <= table->viewport()->width(),
-                     qPrintable(QStringLiteral("column %1 ends at %2 of %3").arg(column).arg(right).arg(table->viewport()->width())));
+                     qPrintable(QStringLiteral("column %1 ends at %2 of %3")
+                                    .arg(column)
+                                    .arg(right)
+                                    .arg(table->viewport()->width())));
         }
     }
 

@@ -61,8 +61,8 @@ AxisTicks fromValues(std::vector<double> values, double lo, double hi, double st
 }
 
 // Seconds per step for time axes past a minute's worth of 1-2-5 steps: clock-friendly units.
-constexpr std::array<double, 16> kTimeSteps = {1,    2,    5,    10,   15,    30,    60,    120,
-                                                300,  600,  900,  1800, 3600,  7200,  10800, 21600};
+constexpr std::array<double, 16> kTimeSteps = {1,   2,   5,   10,   15,   30,   60,    120,
+                                               300, 600, 900, 1800, 3600, 7200, 10800, 21600};
 
 } // namespace
 

@@ -46,7 +46,6 @@ QCategoryAxis* newAxis(QObject* parent) {
     return axis;
 }
 
-
 QString metricTitle(Metric m) {
     switch (m) {
     case Metric::SamplesPerSec: return QObject::tr("samples/s");
@@ -157,7 +156,6 @@ void MetricChart::setSmoothing(double amount) {
 
 void MetricChart::setTarget(std::optional<double> target) { m_target = target; }
 
-
 void MetricChart::setDark(bool dark) {
     m_chart->setTheme(dark ? QChart::ChartThemeDark : QChart::ChartThemeLight);
     // The theme resets series pens: give the legend entries their lane colours back.
@@ -238,7 +236,8 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     }
     // QtCharts centres the last x label on the plot's right edge: leave room for its half.
     const QFontMetricsF fm(m_x->labelsFont());
-    const int right = static_cast<int>(std::ceil(fm.horizontalAdvance(xt.labels.isEmpty() ? QString() : xt.labels.last()) / 2)) + 6;
+    const int right =
+        static_cast<int>(std::ceil(fm.horizontalAdvance(xt.labels.isEmpty() ? QString() : xt.labels.last()) / 2)) + 6;
     if (m_chart->margins().right() != right) {
         m_chart->setMargins(QMargins(4, 4, right, 4));
     }

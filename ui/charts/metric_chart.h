@@ -74,7 +74,7 @@ private:
         QList<QPointF> warm, raw, smooth; // decimated, in chart values
         QList<QPointF> evals;             // evaluation x positions (marked on train charts)
         QList<QPointF> lrMarks;           // learning-rate schedule boundaries (every chart)
-        std::vector<double> smoothed; // cache, extended incrementally
+        std::vector<double> smoothed;     // cache, extended incrementally
         std::size_t smoothedFrom = 0;
         double smoothedTau = -1;
         CoarseSeries rawCoarse, smoothCoarse; // level-of-detail copies for long histories

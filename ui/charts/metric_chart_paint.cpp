@@ -59,9 +59,9 @@ void MetricChart::pushLines() {
         // Opaque blends of the lane colour with the background: alpha-blended lines take a
         // much slower raster path.
         const QColor bg = m_chart->theme() == QChart::ChartThemeDark ? QColor(40, 40, 44) : QColor(255, 255, 255);
-        const QColor faint = QColor::fromRgbF(0.35f * s.color.redF() + 0.65f * bg.redF(),
-                                              0.35f * s.color.greenF() + 0.65f * bg.greenF(),
-                                              0.35f * s.color.blueF() + 0.65f * bg.blueF());
+        const QColor faint =
+            QColor::fromRgbF(0.35f * s.color.redF() + 0.65f * bg.redF(), 0.35f * s.color.greenF() + 0.65f * bg.greenF(),
+                             0.35f * s.color.blueF() + 0.65f * bg.blueF());
         if (!s.warm.isEmpty()) {
             lines.push_back({QColor(150, 150, 150), 1.0, false, shown(s.warm)});
         }

@@ -20,11 +20,11 @@ namespace devicerace::ui {
 
 struct PlotLine {
     QColor color;
-    double width = 1.0;             // device-independent pixels
-    bool dots = false;              // draw a dot on every point (evaluations)
-    QList<QPointF> points;          // chart values (x, y)
-    bool marks = false;             // only x matters: a short tick at the plot's bottom per point
-    bool boundaries = false;        // only x matters: a dashed line across the plot per point
+    double width = 1.0;      // device-independent pixels
+    bool dots = false;       // draw a dot on every point (evaluations)
+    QList<QPointF> points;   // chart values (x, y)
+    bool marks = false;      // only x matters: a short tick at the plot's bottom per point
+    bool boundaries = false; // only x matters: a dashed line across the plot per point
 };
 
 class PlotLayer : public QGraphicsObject {

@@ -25,12 +25,12 @@ struct DataSplit {
 };
 
 struct Dataset {
-    std::string name;      // "Fashion-MNIST", "CIFAR-10", "IMDb", "text: /usr/share/games/fortunes/fortunes"
-    std::string source;    // folder or file it came from, or "synthetic"
+    std::string name;   // "Fashion-MNIST", "CIFAR-10", "IMDb", "text: /usr/share/games/fortunes/fortunes"
+    std::string source; // folder or file it came from, or "synthetic"
     bool synthetic = false;
     DataKind kind = DataKind::Images;
-    int classes = 10;      // label values 0..classes-1
-    int vocabulary = 0;    // Tokens: ids 0..vocabulary-1
+    int classes = 10;                   // label values 0..classes-1
+    int vocabulary = 0;                 // Tokens: ids 0..vocabulary-1
     std::vector<std::string> tokenText; // Tokens: the text of each id (charlstm decodes samples)
     std::vector<float> mean, stddev;    // Images: per-channel normalisation after /255 (empty: none)
     DataSplit train, test;

@@ -9,12 +9,12 @@ namespace devicerace {
 
 /// The host CPU as LibTorch sees it.
 struct CpuInfo {
-    std::string model;          // /proc/cpuinfo "model name"
-    int physicalCores = 0;      // distinct (package, core) pairs
-    int logicalCpus = 0;        // hardware threads this process may use
-    int torchThreads = 0;       // at::get_num_threads() on the main thread
-    std::string parallelBackend; // "OpenMP", "native thread pool", ...
-    std::string blas;           // e.g. "MKL (bundled with LibTorch)", "OpenBLAS", "reference BLAS"
+    std::string model;            // /proc/cpuinfo "model name"
+    int physicalCores = 0;        // distinct (package, core) pairs
+    int logicalCpus = 0;          // hardware threads this process may use
+    int torchThreads = 0;         // at::get_num_threads() on the main thread
+    std::string parallelBackend;  // "OpenMP", "native thread pool", ...
+    std::string blas;             // e.g. "MKL (bundled with LibTorch)", "OpenBLAS", "reference BLAS"
     bool blasIsReference = false; // true: CPU training is ~17x slower (measured with Debian's LibTorch)
 };
 
@@ -26,7 +26,7 @@ struct GpuInfo {
     int computeMajor = 0;
     int computeMinor = 0;
     int multiprocessors = 0;
-    std::optional<int> utilizationPercent; // NVML, when available
+    std::optional<int> utilizationPercent;        // NVML, when available
     std::optional<std::uint64_t> usedMemoryBytes; // NVML, when available
 };
 

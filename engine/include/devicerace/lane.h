@@ -22,10 +22,10 @@ struct DistConfig {
     std::string backend = "gloo"; // gloo | nccl
     std::string storeHost;        // rank 0: "" (it serves the store); the others: where it listens
     int storePort = 0;
-    std::string bindHost;         // the address Gloo binds ("127.0.0.1": every rank on one machine)
-    double timeoutSeconds = 60;   // rendezvous: every rank must have joined by then
+    std::string bindHost;       // the address Gloo binds ("127.0.0.1": every rank on one machine)
+    double timeoutSeconds = 60; // rendezvous: every rank must have joined by then
     bool fixedGlobalBatch = false;
-    std::shared_ptr<void> store;  // rank 0's worker: the TCPStore it serves, kept for the lane's life
+    std::shared_ptr<void> store; // rank 0's worker: the TCPStore it serves, kept for the lane's life
 };
 
 /// Settings a lane shares with its race (resolved from the RaceSpec).
@@ -65,10 +65,10 @@ public:
     virtual std::int64_t batch() const = 0;      // resolved batch size
     virtual std::int64_t totalSteps() const = 0; // steps the lane will run
 
-    virtual void start() = 0;        // begins training (once)
-    virtual void requestStop() = 0;  // the lane ends soon as Stopped
+    virtual void start() = 0;       // begins training (once)
+    virtual void requestStop() = 0; // the lane ends soon as Stopped
     virtual void setPaused(bool paused) = 0;
-    virtual void wait() = 0;         // returns when the lane has ended (after start or stop)
+    virtual void wait() = 0; // returns when the lane has ended (after start or stop)
 
     virtual LaneState state() const = 0;
     virtual std::string message() const = 0;

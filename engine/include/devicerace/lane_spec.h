@@ -13,9 +13,9 @@ enum class DataMode { Real, Synthetic };
 
 /// Where a lane trains.
 enum class LaneKind {
-    Thread,  // a thread of this process
-    Process, // a local `devicerace-cli worker` child process
-    Remote,  // `devicerace-cli worker` on another machine, through the system ssh
+    Thread,   // a thread of this process
+    Process,  // a local `devicerace-cli worker` child process
+    Remote,   // `devicerace-cli worker` on another machine, through the system ssh
     External, // another program speaking the worker protocol: framework=pytorch, or cmd=
     Parallel  // one model trained data-parallel by N worker processes (c10d): workers=N, cuda:0-7, A+B
 };
@@ -24,23 +24,34 @@ enum class LaneKind {
 struct LaneMember {
     std::string host;   // "": this machine; else "ssh://[user@]host[:port]"
     std::string device; // "cpu", "cuda", "cuda:N", or "cuda:all" until expanded (this machine only)
+    bool operator==(const LaneMember&) const = default;
 };
 
 std::string toString(Precision p);
 std::string toString(LaneKind k);
 std::string toString(DataMode m);
 
+/// fault=KIND[:STEP][@RANK], for tests of how a race copes with a lane that fails.
+struct LaneFault {
+    std::string kind;                 // throw | abort | segv | exit | hang
+    std::optional<std::int64_t> step; // the step it fires at (unset: 1; 0: before training starts)
+    std::optional<int> rank;          // a data-parallel lane's rank it hits (unset: the last)
+    std::int64_t firingStep() const { return step.value_or(1); }
+    std::string text() const; // back to "KIND[:STEP][@RANK]"
+    bool operator==(const LaneFault&) const = default;
+};
+
 /// One lane: a device plus per-lane overrides. Unset optionals take the workload's defaults.
 struct LaneSpec {
-    std::string name;                 // shown everywhere; defaults to "cpu·2", "cuda:0", ...
-    std::string device = "cpu";       // "cpu", "cuda", "cuda:N" (on `host` for remote lanes)
-    std::string host;                 // "": this machine; else "ssh://[user@]host[:port]"
-    std::optional<int> threads;       // CPU intra-op threads for this lane
+    std::string name;           // shown everywhere; defaults to "cpu·2", "cuda:0", ...
+    std::string device = "cpu"; // "cpu", "cuda", "cuda:N" (on `host` for remote lanes)
+    std::string host;           // "": this machine; else "ssh://[user@]host[:port]"
+    std::optional<int> threads; // CPU intra-op threads for this lane
     std::optional<std::int64_t> batch;
     std::optional<double> lr;
     Precision precision = Precision::Fp32;
-    std::optional<double> costPerHour; // USD per hour of this device
-    std::optional<bool> channelsLast;  // 4-D activations and weights in NHWC
+    std::optional<double> costPerHour;     // USD per hour of this device
+    std::optional<bool> channelsLast;      // 4-D activations and weights in NHWC
     std::optional<std::int64_t> evalBatch; // examples per evaluation pass (separate from batch)
     std::optional<double> weightDecay;
     std::optional<double> momentum;
@@ -48,13 +59,13 @@ struct LaneSpec {
     std::optional<std::string> lstm;     // fused | cells
     std::optional<DataMode> data;        // overrides the race's data mode for this lane
     // Fast paths (unset: on where they help; see docs/BENCHMARKS.md).
-    std::optional<bool> fused;           // multi-tensor optimizer kernels (fused Adam/SGD, foreach RMSprop)
-    std::optional<bool> graph;           // CUDA lanes: the whole training step captured in a CUDA graph
-    std::optional<bool> resident;        // CUDA lanes: the data set on the GPU (false: pinned host copies, prefetched)
+    std::optional<bool> fused;    // multi-tensor optimizer kernels (fused Adam/SGD, foreach RMSprop)
+    std::optional<bool> graph;    // CUDA lanes: the whole training step captured in a CUDA graph
+    std::optional<bool> resident; // CUDA lanes: the data set on the GPU (false: pinned host copies, prefetched)
     // Where the lane runs (unset: see defaultIsolation in race/resolve_race.cpp).
-    std::optional<LaneKind> isolate;     // Thread or Process (an ssh:// device is always Remote)
-    std::optional<std::string> cli;      // worker lanes: the devicerace-cli to run (remote default: on PATH)
-    std::optional<std::string> fault;    // tests of isolation: throw|abort|segv|exit|hang[:STEP]
+    std::optional<LaneKind> isolate; // Thread or Process (an ssh:// device is always Remote)
+    std::optional<std::string> cli;  // worker lanes: the devicerace-cli to run (remote default: on PATH)
+    std::optional<LaneFault> fault;  // tests of isolation (fault=)
     // Other trainers as lanes (docs/EVENTS.md, the worker protocol).
     std::optional<std::string> framework; // devicerace (default) | pytorch | keras-jax | keras-tensorflow |
                                           // keras-torch: a shipped lane program (frameworkProgram)
@@ -65,13 +76,14 @@ struct LaneSpec {
     std::optional<std::string> backend;   // gloo | nccl (default: nccl for CUDA, gloo for the CPU)
     std::optional<bool> fixedGlobalBatch; // global_batch=fixed: batch is the global batch, split over the ranks
     std::optional<std::string> master;    // the address the ranks reach rank 0's store at (default: derived)
+    bool operator==(const LaneSpec&) const = default;
 };
 
 /// "ssh://[user@]host[:port]" split into its parts; throws UsageError for anything else
 /// (a host starting with '-', characters ssh would read as options or a shell would expand).
 struct SshTarget {
-    std::string user;  // empty: ssh's default (~/.ssh/config, then the local user)
-    std::string host;  // a name from ~/.ssh/config, a DNS name or an address
+    std::string user; // empty: ssh's default (~/.ssh/config, then the local user)
+    std::string host; // a name from ~/.ssh/config, a DNS name or an address
     std::optional<int> port;
     std::string url() const; // back to "ssh://..."
 };
@@ -80,9 +92,9 @@ SshTarget parseSshTarget(const std::string& text);
 /// A shipped lane program (lanes/python): the script, its arguments before "--proto", and the
 /// Python packages it needs. nullopt for a framework= value that names none.
 struct FrameworkProgram {
-    std::string script;              // file name in the lane program folder
-    std::vector<std::string> args;   // e.g. {"--backend", "jax"}
-    std::vector<std::string> needs;  // Python modules it imports (for the "install it" message)
+    std::string script;             // file name in the lane program folder
+    std::vector<std::string> args;  // e.g. {"--backend", "jax"}
+    std::vector<std::string> needs; // Python modules it imports (for the "install it" message)
 };
 std::optional<FrameworkProgram> frameworkProgram(std::string_view framework);
 
@@ -94,6 +106,9 @@ LaneKind laneKind(const LaneSpec& spec);
 /// DEVICE may be ssh://[user@]host[:port]/DEVICE). Throws UsageError naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);
 
+/// "cpu,threads=2,batch=64,name=laptop": a lane in the CLI's syntax (parseLaneSpec's inverse).
+std::string formatLaneSpec(const LaneSpec& spec);
+
 /// The ranks of a data-parallel lane in rank order (members × workers, cuda:A-B expanded;
 /// cuda:all left for the lane to expand). Empty for any other lane.
 std::vector<LaneMember> laneRanks(const LaneSpec& spec);
@@ -102,21 +117,21 @@ std::vector<LaneMember> laneRanks(const LaneSpec& spec);
 struct RaceSpec {
     std::string workload = "fashion-mlp";
     std::vector<LaneSpec> lanes;
-    std::optional<int> epochs;          // exactly one of epochs/steps is used; default 1 epoch
+    std::optional<int> epochs; // exactly one of epochs/steps is used; default 1 epoch
     std::optional<std::int64_t> steps;
     std::optional<double> targetAccuracy; // default: the workload's target
-    std::optional<DataMode> data;       // unset: real data where the machine has it, else synthetic
-    std::string dataDir;                // empty: the workload's default location
+    std::optional<DataMode> data;         // unset: real data where the machine has it, else synthetic
+    std::string dataDir;                  // empty: the workload's default location
     std::uint64_t seed = 0;
-    bool fair = false;                  // lanes one after another instead of concurrently
+    bool fair = false; // lanes one after another instead of concurrently
     /// The user consented to running the programs that cmd= lanes name (--allow-commands, or
     /// the window's confirmation). Never set from a file.
     bool allowCommands = false;
-    std::int64_t evalEverySteps = 0;    // 0: evaluate at the end of every epoch only
+    std::int64_t evalEverySteps = 0; // 0: evaluate at the end of every epoch only
     /// Instead of evalEverySteps: about kAutoEvaluations evaluations in the lane with the fewest
     /// steps (the window's default, the CLI's --eval-every auto). Decided by resolveRace.
     bool autoEvaluations = false;
-    std::int64_t warmupSteps = 20;      // steps excluded from throughput figures
+    std::int64_t warmupSteps = 20;          // steps excluded from throughput figures
     std::optional<std::int64_t> trainLimit; // use only the first N training examples (smoke runs)
     std::optional<std::int64_t> testLimit;  // use only the first N test examples
 };

@@ -22,22 +22,22 @@ bool isTerminal(LaneState s);
 
 struct MetricSample {
     SampleKind kind = SampleKind::Train;
-    std::string lane;             // lane name
-    std::int64_t step = 0;        // optimizer steps finished
-    std::int64_t samples = 0;     // training examples seen
-    double epoch = 0;             // fractional epochs finished
-    double time = 0;              // seconds since the lane started training (paused time excluded)
-    double wallTime = 0;          // seconds since the Unix epoch, when this sample was taken
-    std::optional<double> loss;   // Train: mean training loss over the interval; Eval: test loss
-    std::optional<double> accuracy; // Train: training accuracy over the interval; Eval: test accuracy
-    std::optional<double> samplesPerSec; // Train only: over the interval
-    std::optional<double> stepsPerSec;   // Train only
-    std::optional<double> intervalSeconds; // Train: length of the interval; Eval: evaluation time
+    std::string lane;                         // lane name
+    std::int64_t step = 0;                    // optimizer steps finished
+    std::int64_t samples = 0;                 // training examples seen
+    double epoch = 0;                         // fractional epochs finished
+    double time = 0;                          // seconds since the lane started training (paused time excluded)
+    double wallTime = 0;                      // seconds since the Unix epoch, when this sample was taken
+    std::optional<double> loss;               // Train: mean training loss over the interval; Eval: test loss
+    std::optional<double> accuracy;           // Train: training accuracy over the interval; Eval: test accuracy
+    std::optional<double> samplesPerSec;      // Train only: over the interval
+    std::optional<double> stepsPerSec;        // Train only
+    std::optional<double> intervalSeconds;    // Train: length of the interval; Eval: evaluation time
     std::optional<std::uint64_t> memoryBytes; // peak tensor memory so far
-    bool warmup = false;          // Train: interval inside the warm-up steps (excluded from figures)
-    LaneState state = LaneState::Running; // State: the new state
-    std::string message;          // State: error or divergence text
-    std::string text;             // Eval: text the model generated (charlstm), else empty
+    bool warmup = false;                      // Train: interval inside the warm-up steps (excluded from figures)
+    LaneState state = LaneState::Running;     // State: the new state
+    std::string message;                      // State: error or divergence text
+    std::string text;                         // Eval: text the model generated (charlstm), else empty
     // Data-parallel lanes, Train samples (rank 0 reports for all ranks):
     std::vector<double> workerSamplesPerSec; // each rank's own samples/s over the interval
     std::optional<double> allreduceShare;    // mean share of a step spent waiting for gradients

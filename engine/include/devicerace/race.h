@@ -36,7 +36,7 @@ public:
 
     const RaceSpec& spec() const; // resolved (plan().spec)
     const RacePlan& plan() const;
-    const Dataset& dataset() const;   // the first lane's data
+    const Dataset& dataset() const;      // the first lane's data
     const std::string& dataNote() const; // what the user should know about the data, or ""
 
     std::vector<Lane*> lanes() const;

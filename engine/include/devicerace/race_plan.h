@@ -17,7 +17,7 @@ namespace devicerace {
 
 /// One lane of a resolved race.
 struct LanePlan {
-    LaneSpec spec;      // as it will run: name given, threads shared, isolation decided
+    LaneSpec spec; // as it will run: name given, threads shared, isolation decided
     LaneKind kind = LaneKind::Thread;
     /// CPU threads of each of the lane's processes on this machine (0: none here, e.g. a CUDA or
     /// remote lane), and how many such processes it has (data-parallel CPU ranks).
@@ -25,7 +25,7 @@ struct LanePlan {
     int localCpuProcesses = 0;
     /// Known where DeviceRace's engine trains the lane on this machine; else the lane says at
     /// start (a remote host, another framework's program).
-    std::optional<std::int64_t> batch;      // per step (a data-parallel lane: the global batch)
+    std::optional<std::int64_t> batch; // per step (a data-parallel lane: the global batch)
     std::optional<std::int64_t> totalSteps;
     std::string problem;       // why the lane cannot run ("" when it can), naming the lane
     bool checking = false;     // a check is still out (the window's framework check): not yet known
@@ -34,9 +34,9 @@ struct LanePlan {
 
 /// A whole race, resolved.
 struct RacePlan {
-    RaceSpec spec;              // lanes resolved, target and evaluation interval filled in
+    RaceSpec spec; // lanes resolved, target and evaluation interval filled in
     std::vector<LanePlan> lanes;
-    std::string dataNote;       // what the user should know about the data, or ""
+    std::string dataNote; // what the user should know about the data, or ""
     std::int64_t evalEverySteps = 0;
     /// Live races share this machine's CPUs: the local CPU lanes' threads in total, the CPUs
     /// there are, and the note said when the threads are more than the CPUs ("" otherwise).

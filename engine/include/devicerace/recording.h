@@ -21,8 +21,8 @@ inline constexpr int kRecordingFormat = 1;
 
 struct RecordedLane {
     std::string name;
-    std::string file;    // JSON-lines file inside the recording folder
-    std::string spec;    // the lane in the CLI's syntax
+    std::string file; // JSON-lines file inside the recording folder
+    std::string spec; // the lane in the CLI's syntax
     std::string device;
     std::string host;    // "ssh://..." for a remote lane, else ""
     std::string kind;    // thread | process | remote
@@ -40,15 +40,12 @@ struct Recording {
     bool synthetic = false;
     bool fair = false;
     std::optional<double> targetAccuracy;
-    std::string startedAt;      // ISO 8601, UTC
+    std::string startedAt; // ISO 8601, UTC
     std::string cpuModel, blas, gpuNames, torchVersion, cudaVersion, cudnnVersion, host;
     std::vector<RecordedLane> lanes;
     std::map<std::string, std::vector<MetricSample>> samples; // per lane name, in file order
     std::vector<std::string> warnings; // e.g. "cpu·1.jsonl: last line cut off; read up to line 812"
 };
-
-/// "cpu,threads=2,batch=64,name=laptop": a lane in the CLI's syntax.
-std::string formatLaneSpec(const LaneSpec& spec);
 
 class RecordingWriter {
 public:

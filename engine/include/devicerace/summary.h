@@ -16,36 +16,36 @@ struct LaneSummary {
     std::string name;
     std::string device;
     LaneKind kind = LaneKind::Thread;
-    std::string host;                           // "ssh://..." for remote lanes, else ""
+    std::string host; // "ssh://..." for remote lanes, else ""
     std::optional<int> threads;
     std::int64_t batch = 0;
     LaneState state = LaneState::Pending;
     std::string error;
     std::int64_t steps = 0;
     std::int64_t samples = 0;
-    double wallSeconds = 0;                     // lane clock at its last sample
-    std::optional<double> samplesPerSec;        // median over the intervals after warm-up
-    std::optional<double> stepsPerSec;          // median over the intervals after warm-up
-    std::int64_t measuredSamples = 0;           // samples in the intervals after warm-up
-    double measuredSeconds = 0;                 // their total length
+    double wallSeconds = 0;              // lane clock at its last sample
+    std::optional<double> samplesPerSec; // median over the intervals after warm-up
+    std::optional<double> stepsPerSec;   // median over the intervals after warm-up
+    std::int64_t measuredSamples = 0;    // samples in the intervals after warm-up
+    double measuredSeconds = 0;          // their total length
     std::optional<double> finalTestAccuracy;
-    std::optional<double> timeToTargetSeconds;  // MLPerf: first evaluation at or above target
+    std::optional<double> timeToTargetSeconds; // MLPerf: first evaluation at or above target
     std::optional<std::uint64_t> peakMemoryBytes;
     std::optional<double> costPerHour;
-    std::optional<double> totalCostUsd;        // wall seconds x $/hour
-    std::optional<double> costToTargetUsd;     // time to target x $/hour
-    std::optional<double> costVsBaseline;      // costToTarget / the baseline lane's (seed 003's normalised cost)
-    std::string execution;       // how it trained: optimizer kernels, CUDA graph, data placement, precision
-    std::string datasetName;     // the data this lane trained on
+    std::optional<double> totalCostUsd;    // wall seconds x $/hour
+    std::optional<double> costToTargetUsd; // time to target x $/hour
+    std::optional<double> costVsBaseline;  // costToTarget / the baseline lane's (seed 003's normalised cost)
+    std::string execution;                 // how it trained: optimizer kernels, CUDA graph, data placement, precision
+    std::string datasetName;               // the data this lane trained on
     bool synthetic = false;
     // Data-parallel lanes (medians over the intervals after warm-up):
-    int workers = 0;                          // ranks (0: not a data-parallel lane)
-    std::vector<double> workerSamplesPerSec;  // each rank's own samples/s
-    std::optional<double> allreduceShare;     // share of a step spent waiting for gradients
+    int workers = 0;                         // ranks (0: not a data-parallel lane)
+    std::vector<double> workerSamplesPerSec; // each rank's own samples/s
+    std::optional<double> allreduceShare;    // share of a step spent waiting for gradients
     // Scaling (seed 002): against the race's data-parallel lane with the fewest workers.
-    std::string scalingBaseline;              // that lane's name ("" : no scaling figures)
-    std::optional<double> scalingSpeedup;     // samples/s ÷ the baseline's
-    std::optional<double> scalingEfficiency;  // speedup ÷ (workers ÷ the baseline's workers)
+    std::string scalingBaseline;             // that lane's name ("" : no scaling figures)
+    std::optional<double> scalingSpeedup;    // samples/s ÷ the baseline's
+    std::optional<double> scalingEfficiency; // speedup ÷ (workers ÷ the baseline's workers)
 };
 
 /// The median of a growing list: exact (two heaps, O(log n) per value, O(1) per query) for the
@@ -64,8 +64,8 @@ public:
 
 private:
     void addBucketed(double v);
-    std::vector<double> m_low;  // max-heap: the smaller half (one more than m_high when odd)
-    std::vector<double> m_high; // min-heap: the larger half
+    std::vector<double> m_low;                      // max-heap: the smaller half (one more than m_high when odd)
+    std::vector<double> m_high;                     // min-heap: the larger half
     std::map<std::int64_t, std::int64_t> m_buckets; // bucket key -> values (past kExactLimit)
     std::size_t m_count = 0;
 };

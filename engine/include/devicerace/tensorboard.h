@@ -29,7 +29,7 @@ struct TfScalar {
 };
 
 struct TfEventFile {
-    std::string fileVersion;       // "brain.Event:2" in the first record
+    std::string fileVersion; // "brain.Event:2" in the first record
     std::vector<TfScalar> scalars;
     std::size_t records = 0;
 };

@@ -9,11 +9,11 @@
 namespace devicerace {
 
 struct WorkloadInfo {
-    std::string name;          // "fashion-mlp"
-    std::string description;   // one line
-    std::string dataset;       // "fashion-mnist", "cifar10", "imagenet", "imdb", "text"
-    std::string origin;        // where the network comes from
-    std::string optimizer;     // "RMSprop(lr=1e-3, alpha=0.9, eps=1e-7)"
+    std::string name;        // "fashion-mlp"
+    std::string description; // one line
+    std::string dataset;     // "fashion-mnist", "cifar10", "imagenet", "imdb", "text"
+    std::string origin;      // where the network comes from
+    std::string optimizer;   // "RMSprop(lr=1e-3, alpha=0.9, eps=1e-7)"
     std::int64_t defaultBatch = 128;
     double defaultLr = 1e-3;
     double weightDecay = 0;
@@ -25,12 +25,12 @@ struct WorkloadInfo {
     DataKind input = DataKind::Images;
     std::vector<std::int64_t> inputShape; // one example: {C, H, W} or {T}
     int classes = 10;
-    int vocabulary = 0;                   // token inputs: the embedding size
-    bool syntheticByDefault = false;      // no real data set of its own on a stock machine
-    bool hasLstm = false;                 // the lane key lstm=fused|cells applies
-    bool samplesText = false;             // evaluations carry generated text
-    bool cudaGraphByDefault = true;       // CUDA lanes capture their training step unless graph=false
-    bool channelsLastOnCpu = false;       // CPU lanes default to channels_last (measured faster: docs/BENCHMARKS.md)
+    int vocabulary = 0;              // token inputs: the embedding size
+    bool syntheticByDefault = false; // no real data set of its own on a stock machine
+    bool hasLstm = false;            // the lane key lstm=fused|cells applies
+    bool samplesText = false;        // evaluations carry generated text
+    bool cudaGraphByDefault = true;  // CUDA lanes capture their training step unless graph=false
+    bool channelsLastOnCpu = false;  // CPU lanes default to channels_last (measured faster: docs/BENCHMARKS.md)
 };
 
 const std::vector<WorkloadInfo>& workloads();

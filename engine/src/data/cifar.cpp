@@ -20,7 +20,8 @@ constexpr std::uint64_t kMaxFileBytes = 20000ull * kRecord;
 void appendBatch(const fs::path& file, DataSplit& split) {
     const std::string bytes = detail::readFileBounded(file, kMaxFileBytes);
     if (bytes.empty()) {
-        throw DataError(fmt::format("{}: the file is empty; expected CIFAR-10 records of {} bytes", file.string(), kRecord));
+        throw DataError(
+            fmt::format("{}: the file is empty; expected CIFAR-10 records of {} bytes", file.string(), kRecord));
     }
     if (bytes.size() % kRecord != 0) {
         throw DataError(fmt::format("{}: {} bytes is not a multiple of the {}-byte CIFAR-10 record (truncated or not "

@@ -45,18 +45,30 @@ std::int64_t idxCount(const fs::path& dir, const std::string& prefix) {
     return images[0];
 }
 
-// CIFAR-10 records in the batch files, from their sizes (the load checks every record).
-std::int64_t cifarCount(const std::vector<fs::path>& files) {
-    std::int64_t n = 0;
-    for (const auto& f : files) {
+// CIFAR-10 records in the batch files, from their sizes (the load checks every record), with
+// the loader's words for a missing or cut file.
+std::int64_t cifarCount(const fs::path& dir, const std::vector<std::string>& names) {
+    std::vector<std::string> missing;
+    for (const auto& name : names) {
         std::error_code ec;
-        const auto size = fs::file_size(f, ec);
-        if (ec) {
-            throw DataError(fmt::format("{}: missing or unreadable ({}); the CIFAR-10 binary version has "
-                                        "data_batch_1..5.bin and test_batch.bin",
-                                        f.string(), ec.message()));
+        if (!fs::is_regular_file(dir / name, ec)) {
+            missing.push_back(name);
         }
-        n += static_cast<std::int64_t>(size) / kCifarRecord;
+    }
+    if (!missing.empty()) {
+        throw DataError(fmt::format("{}: missing {} (the CIFAR-10 binary version has data_batch_1..5.bin and "
+                                    "test_batch.bin)",
+                                    dir.string(), fmt::join(missing, ", ")));
+    }
+    std::int64_t n = 0;
+    for (const auto& name : names) {
+        const auto size = static_cast<std::int64_t>(fs::file_size(dir / name));
+        if (size == 0 || size % kCifarRecord != 0) {
+            throw DataError(fmt::format("{}: {} bytes is not a multiple of the {}-byte CIFAR-10 record (truncated or "
+                                        "not the binary version?)",
+                                        (dir / name).string(), size, kCifarRecord));
+        }
+        n += size / kCifarRecord;
     }
     return n;
 }
@@ -86,11 +98,13 @@ DataChoice chooseData(const WorkloadInfo& w, std::optional<DataMode> mode, const
         return c;
     };
     if (w.dataset == "imagenet" && (wantSynthetic || (!explicitReal && dataDir.empty()))) {
-        return synthetic(1281167, 50000, mode ? "" : "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)");
+        return synthetic(1281167, 50000,
+                         mode ? "" : "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)");
     }
     if (w.dataset == "imdb") {
         if (wantSynthetic || (!explicitReal && dataDir.empty())) {
-            return synthetic(25000, 25000, mode ? "" : "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens");
+            return synthetic(25000, 25000,
+                             mode ? "" : "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens");
         }
         if (dataDir.empty()) {
             throw UsageError(fmt::format("{}: IMDb is not on this machine; pass --data-dir with the aclImdb folder, or "
@@ -145,12 +159,10 @@ DataExtent measureData(const WorkloadInfo& w, std::optional<DataMode> mode, cons
         break;
     case DataSource::Cifar10: {
         checkFolder(choice.path, "the CIFAR-10 binary files data_batch_1.bin .. data_batch_5.bin and test_batch.bin");
-        std::vector<fs::path> train;
-        for (int i = 1; i <= 5; ++i) {
-            train.push_back(choice.path / fmt::format("data_batch_{}.bin", i));
-        }
-        e.train = limited(cifarCount(train), trainLimit);
-        e.test = limited(cifarCount({choice.path / "test_batch.bin"}), testLimit);
+        e.train = limited(cifarCount(choice.path, {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+                                                   "data_batch_4.bin", "data_batch_5.bin"}),
+                          trainLimit);
+        e.test = limited(cifarCount(choice.path, {"test_batch.bin"}), testLimit);
         break;
     }
     case DataSource::Imdb: {

@@ -15,11 +15,11 @@ enum class DataSource { Synthetic, FashionMnist, Cifar10, Imdb, Text };
 
 struct DataChoice {
     DataSource source = DataSource::Synthetic;
-    std::filesystem::path path;     // real data: the folder or file it is read from
+    std::filesystem::path path;      // real data: the folder or file it is read from
     std::int64_t syntheticTrain = 0; // synthetic: examples per split before limits
     std::int64_t syntheticTest = 0;
-    bool adapted = false;           // Fashion-MNIST padded/resized to another network's input
-    std::string note;               // said to the user when the data is not what they might assume
+    bool adapted = false; // Fashion-MNIST padded/resized to another network's input
+    std::string note;     // said to the user when the data is not what they might assume
 };
 
 /// Decides the data (unset mode: real where the machine has it). Throws UsageError when the
@@ -29,10 +29,10 @@ DataChoice chooseData(const WorkloadInfo& workload, std::optional<DataMode> mode
 /// How much data a race will see, read from headers, file sizes and folder listings (a text
 /// corpus is decoded: its windows depend on the characters; the load is cached for the race).
 struct DataExtent {
-    std::int64_t train = 0;  // examples after limits
+    std::int64_t train = 0; // examples after limits
     std::int64_t test = 0;
     bool synthetic = false;
-    double deviceBytes = 0;  // what the data set takes on a device (pixels as uint8, token ids as int64)
+    double deviceBytes = 0; // what the data set takes on a device (pixels as uint8, token ids as int64)
     std::string note;
 };
 /// Throws DataError / UsageError as loading would (missing files, bad headers).

@@ -40,7 +40,8 @@ std::string readFileBounded(const fs::path& file, std::uint64_t maxBytes) {
         throw DataError(fmt::format("{}: cannot read its size: {}", file.string(), ec.message()));
     }
     if (size > maxBytes) {
-        throw DataError(fmt::format("{}: {} bytes, more than the {} this reader accepts", file.string(), size, maxBytes));
+        throw DataError(
+            fmt::format("{}: {} bytes, more than the {} this reader accepts", file.string(), size, maxBytes));
     }
     std::ifstream in(file, std::ios::binary);
     if (!in) {
@@ -55,8 +56,8 @@ std::string readFileBounded(const fs::path& file, std::uint64_t maxBytes) {
 }
 
 std::shared_ptr<const Dataset> cachedLoad(const std::string& kind, const fs::path& path,
-                                          std::optional<std::int64_t> trainLimit,
-                                          std::optional<std::int64_t> testLimit, const std::string& extra,
+                                          std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit,
+                                          const std::string& extra,
                                           const std::function<std::shared_ptr<Dataset>()>& load) {
     using Key = std::tuple<std::string, std::string, std::int64_t, std::int64_t, std::string>;
     static std::mutex mutex;

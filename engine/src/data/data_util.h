@@ -24,8 +24,8 @@ std::filesystem::path findIdx(const std::filesystem::path& dir, const std::strin
 
 /// Loads once per (kind, path, limits, extra) and shares the result between lanes and races.
 std::shared_ptr<const Dataset> cachedLoad(const std::string& kind, const std::filesystem::path& path,
-                                          std::optional<std::int64_t> trainLimit,
-                                          std::optional<std::int64_t> testLimit, const std::string& extra,
+                                          std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit,
+                                          const std::string& extra,
                                           const std::function<std::shared_ptr<Dataset>()>& load);
 
 } // namespace devicerace::detail

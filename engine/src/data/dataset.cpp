@@ -105,8 +105,8 @@ std::shared_ptr<const Dataset> syntheticDataset(DataKind kind, std::vector<std::
 
 std::shared_ptr<const Dataset> syntheticFashionMnist(std::optional<std::int64_t> trainLimit,
                                                      std::optional<std::int64_t> testLimit) {
-    auto ds = std::make_shared<Dataset>(*syntheticDataset(DataKind::Images, {1, 28, 28}, 10, 0,
-                                                          trainLimit.value_or(60000), testLimit.value_or(10000)));
+    auto ds = std::make_shared<Dataset>(
+        *syntheticDataset(DataKind::Images, {1, 28, 28}, 10, 0, trainLimit.value_or(60000), testLimit.value_or(10000)));
     ds->name = "synthetic (Fashion-MNIST shape)";
     return ds;
 }

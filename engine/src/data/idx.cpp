@@ -66,8 +66,7 @@ public:
                     int code = 0;
                     const char* msg = gzerror(m_gz, &code);
                     if (code != Z_OK && code != Z_STREAM_END) {
-                        throw DataError(
-                            fmt::format("{}: corrupt gzip data ({})", m_file.string(), msg ? msg : "?"));
+                        throw DataError(fmt::format("{}: corrupt gzip data ({})", m_file.string(), msg ? msg : "?"));
                     }
                     break;
                 }
@@ -141,7 +140,8 @@ OpenedIdx checkIdxFile(const fs::path& file) {
         throw DataError(fmt::format("{}: named .gz but not gzip-compressed; rename it without .gz", name));
     }
     if (!namedGz && gzip) {
-        throw DataError(fmt::format("{}: still gzip-compressed; gunzip it or name it {}.gz", name, file.filename().string()));
+        throw DataError(
+            fmt::format("{}: still gzip-compressed; gunzip it or name it {}.gz", name, file.filename().string()));
     }
     return {gzip, size};
 }

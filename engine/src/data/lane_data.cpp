@@ -28,7 +28,8 @@ DeviceData loadLaneData(const Dataset& ds, const c10::Device& dev, at::Generator
         auto opts = at::TensorOptions().device(dev);
         if (ds.synthetic) {
             const std::int64_t bytesPer = set.exampleSize() * 4;
-            shape[0] = std::min(set.count, std::max(8 * batch, kSyntheticPoolBytes / std::max<std::int64_t>(1, bytesPer)));
+            shape[0] =
+                std::min(set.count, std::max(8 * batch, kSyntheticPoolBytes / std::max<std::int64_t>(1, bytesPer)));
             x = ds.kind == DataKind::Images ? at::rand(shape, gen, opts)
                                             : at::randint(0, ds.vocabulary, shape, gen, opts.dtype(at::kLong));
             y = at::randint(0, ds.classes, {shape[0]}, gen, opts.dtype(at::kLong));

@@ -20,7 +20,7 @@ struct CUDAEvent;
 namespace devicerace::detail {
 
 struct DeviceData {
-    at::Tensor trainX, trainY, testX, testY; // X: uint8 images, float images or int64 tokens
+    at::Tensor trainX, trainY, testX, testY;    // X: uint8 images, float images or int64 tokens
     std::int64_t trainCount = 0, testCount = 0; // examples per epoch / per evaluation
     at::Tensor mean, stddev;                    // per-channel normalisation (undefined: none)
     bool onHost = false;                        // resident=false: X/Y in pinned host memory
@@ -30,8 +30,7 @@ struct DeviceData {
 /// per batch: 4x less memory); with `onHost` they stay in pinned host memory instead.
 /// Synthetic: generated on the device from the lane's generator with labels fixed for the whole
 /// run (tf_cnn_benchmarks style), as a pool of examples when the whole set would not fit.
-DeviceData loadLaneData(const Dataset& ds, const c10::Device& dev, at::Generator& gen, std::int64_t batch,
-                        bool onHost);
+DeviceData loadLaneData(const Dataset& ds, const c10::Device& dev, at::Generator& gen, std::int64_t batch, bool onHost);
 
 /// One batch as the network eats it: float images scaled to [0,1] (and normalised where the
 /// data set says so), channel-expanded and padded/resized to the network's input shape

@@ -95,7 +95,8 @@ void encode(const Reviews& reviews, const std::unordered_map<std::string, std::i
         order[k] = (k % 2 == 0 && pi < pos) || ni >= n ? pi++ : ni++;
     }
     (void)neg;
-    const auto count = static_cast<std::int64_t>(limit ? std::min<std::size_t>(n, static_cast<std::size_t>(*limit)) : n);
+    const auto count =
+        static_cast<std::int64_t>(limit ? std::min<std::size_t>(n, static_cast<std::size_t>(*limit)) : n);
     split.count = count;
     split.shape = {maxlen};
     split.tokens.assign(static_cast<std::size_t>(count * maxlen), 0);
@@ -173,8 +174,7 @@ void windows(const std::vector<std::int32_t>& ids, std::size_t from, std::size_t
 } // namespace
 
 std::shared_ptr<const Dataset> loadImdb(const fs::path& dirIn, int vocabulary, int maxlen,
-                                        std::optional<std::int64_t> trainLimit,
-                                        std::optional<std::int64_t> testLimit) {
+                                        std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit) {
     detail::checkFolder(dirIn, "the IMDb reviews (aclImdb with train/ and test/)");
     const fs::path dir = fs::exists(dirIn / "aclImdb") ? dirIn / "aclImdb" : dirIn;
     return detail::cachedLoad("imdb", dir, trainLimit, testLimit, fmt::format("{}/{}", vocabulary, maxlen), [&] {

@@ -8,18 +8,16 @@
 
 namespace devicerace {
 
-using nlohmann::json;
 using detail::checkedAt;
 using detail::checkedValue;
 using detail::optionalOf;
 using detail::orNull;
+using nlohmann::json;
 
 namespace {
 
 // A machine with more GPUs than this is not one we know how to describe.
 constexpr std::size_t kMaxGpus = 64;
-
-
 
 } // namespace
 

@@ -78,9 +78,9 @@ struct DistGroup::Impl {
     struct Bucket {
         std::vector<std::size_t> params; // indices into `params`
         std::vector<std::int64_t> offsets;
-        std::int64_t numel = 0;          // gradient elements (flags come after, bucket 0)
+        std::int64_t numel = 0; // gradient elements (flags come after, bucket 0)
         at::Tensor flat;
-        std::size_t pending = 0;         // gradients still to arrive this step
+        std::size_t pending = 0; // gradients still to arrive this step
         c10::intrusive_ptr<c10d::Work> work;
     };
 
@@ -169,8 +169,8 @@ DistGroup::DistGroup(const DistConfig& config, const c10::Device& device) : m_im
             for (int r : missing) {
                 names += (names.empty() ? "" : ", ") + std::to_string(r);
             }
-            throw Error(fmt::format("rendezvous timed out after {:.0f} s: rank{} {} never arrived", config.timeoutSeconds,
-                                    missing.size() > 1 ? "s" : "", names));
+            throw Error(fmt::format("rendezvous timed out after {:.0f} s: rank{} {} never arrived",
+                                    config.timeoutSeconds, missing.size() > 1 ? "s" : "", names));
         }
         d.store->set(kGo, std::vector<std::uint8_t>{1});
     } else {

@@ -43,16 +43,13 @@ std::string thisHostName() {
 }
 
 // The fault a test injects hits one rank: fault=KIND[:STEP][@RANK], default the last rank.
-std::optional<std::string> faultFor(const std::optional<std::string>& fault, int rank, int world) {
-    if (!fault) {
+std::optional<LaneFault> faultFor(const std::optional<LaneFault>& fault, int rank, int world) {
+    if (!fault || rank != fault->rank.value_or(world - 1)) {
         return std::nullopt;
     }
-    const auto at = fault->find('@');
-    const int target = at == std::string::npos ? world - 1 : std::stoi(fault->substr(at + 1));
-    if (target != rank) {
-        return std::nullopt;
-    }
-    return fault->substr(0, at);
+    auto mine = *fault;
+    mine.rank.reset(); // the worker runs one rank: the fault is its own
+    return mine;
 }
 
 } // namespace
@@ -130,8 +127,8 @@ struct ParallelLane::Impl {
             return s;
         };
         const auto wrap = [&](int rank, const std::exception& e) {
-            return UsageError(fmt::format("lane {}: {}: {}", spec.name, rankName(rank, ranks[static_cast<std::size_t>(rank)]),
-                                          e.what()));
+            return UsageError(fmt::format("lane {}: {}: {}", spec.name,
+                                          rankName(rank, ranks[static_cast<std::size_t>(rank)]), e.what()));
         };
         try {
             members.push_back(std::make_unique<WorkerLane>(memberSpec(0), settingsFor(0)));
@@ -219,8 +216,7 @@ struct ParallelLane::Impl {
                 continue;
             }
             const bool consequence = members[r]->message().find("lost a peer rank") != std::string::npos;
-            if (!cause || (!consequence &&
-                           members[*cause]->message().find("lost a peer rank") != std::string::npos)) {
+            if (!cause || (!consequence && members[*cause]->message().find("lost a peer rank") != std::string::npos)) {
                 cause = r;
             }
         }
@@ -240,13 +236,14 @@ LaneSpec expandParallelSpec(LaneSpec spec) {
     if (spec.device == "cuda:all") {
         const auto& report = deviceReport();
         if (!report.cudaAvailable || report.gpus.empty()) {
-            throw UsageError(fmt::format("lane {}: cuda:all: this machine has no usable CUDA device{}", spec.name,
-                                         report.cudaUnavailableReason.empty() ? "" : " (" + report.cudaUnavailableReason + ")"));
+            throw UsageError(
+                fmt::format("lane {}: cuda:all: this machine has no usable CUDA device{}", spec.name,
+                            report.cudaUnavailableReason.empty() ? "" : " (" + report.cudaUnavailableReason + ")"));
         }
         spec.members.clear();
         spec.device = "cuda:0";
-        spec.members.push_back({"", report.gpus.size() == 1 ? std::string("cuda:0")
-                                                            : fmt::format("cuda:0-{}", report.gpus.size() - 1)});
+        spec.members.push_back(
+            {"", report.gpus.size() == 1 ? std::string("cuda:0") : fmt::format("cuda:0-{}", report.gpus.size() - 1)});
     }
     auto ranks = laneRanks(spec);
     if (ranks.empty()) {

@@ -5,9 +5,7 @@
 
 namespace devicerace::detail {
 
-double unixNow() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 void LaneRecord::push(MetricSample s) {
     if (s.wallTime == 0) {
@@ -96,8 +94,7 @@ void LaneRecord::setExecution(std::string text) {
     m_execution = std::move(text);
 }
 
-LaneSummary LaneRecord::summary(const LaneSpec& spec, std::int64_t batch,
-                                std::optional<double> targetAccuracy) const {
+LaneSummary LaneRecord::summary(const LaneSpec& spec, std::int64_t batch, std::optional<double> targetAccuracy) const {
     std::lock_guard lock(m_mutex);
     auto s = m_running.summary(spec, batch, targetAccuracy);
     s.state = m_state;

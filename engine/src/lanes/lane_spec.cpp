@@ -9,6 +9,7 @@
 
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
+#include "lanes/lane_fields.h"
 #include "util/text_util.h"
 
 namespace devicerace {
@@ -47,58 +48,11 @@ std::int64_t parseInteger(std::string_view key, std::string_view value, const st
     return out;
 }
 
-double parseNumber(std::string_view key, std::string_view value, const std::string& spec) {
-    try {
-        std::size_t used = 0;
-        double out = std::stod(std::string(value), &used);
-        if (used == value.size()) {
-            return out;
-        }
-    } catch (const std::exception&) {
-    }
-    throw UsageError(fmt::format("lane '{}': {}={} is not a number", spec, key, value));
-}
-
-bool parseBool(std::string_view key, std::string_view value, const std::string& spec) {
-    if (value == "true" || value == "1" || value == "yes") {
-        return true;
-    }
-    if (value == "false" || value == "0" || value == "no") {
-        return false;
-    }
-    throw UsageError(fmt::format("lane '{}': {}={} (expected true or false)", spec, key, value));
-}
-
 // Characters allowed in an ssh user or host: what DNS names, addresses ([v6] too) and
 // ~/.ssh/config aliases use; nothing a shell or ssh's option parser would act on.
 bool sshNameChar(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
            c == '_' || c == ':' || c == '[' || c == ']';
-}
-
-// The fault kinds a test may inject into a lane (fault=KIND[:STEP][@RANK]; STEP 0: before
-// training starts, i.e. before a data-parallel rank joins its group).
-bool validFault(std::string_view v) {
-    if (const auto at = v.find('@'); at != std::string_view::npos) {
-        std::int64_t rank = 0;
-        auto r = v.substr(at + 1);
-        auto [ptr, ec] = std::from_chars(r.data(), r.data() + r.size(), rank);
-        if (ec != std::errc() || ptr != r.data() + r.size() || rank < 0) {
-            return false;
-        }
-        v = v.substr(0, at);
-    }
-    auto kind = v.substr(0, v.find(':'));
-    if (kind != "throw" && kind != "abort" && kind != "segv" && kind != "exit" && kind != "hang") {
-        return false;
-    }
-    if (kind.size() == v.size()) {
-        return true;
-    }
-    auto step = v.substr(kind.size() + 1);
-    std::int64_t n = 0;
-    auto [ptr, ec] = std::from_chars(step.data(), step.data() + step.size(), n);
-    return ec == std::errc() && ptr == step.data() + step.size() && n >= 0;
 }
 
 } // namespace
@@ -157,13 +111,14 @@ SshTarget parseSshTarget(const std::string& text) {
         throw UsageError(fmt::format("'{}': no host name", text));
     }
     if (t.host.front() == '-' || (!t.user.empty() && t.user.front() == '-')) {
-        throw UsageError(fmt::format("'{}': a host or user may not start with '-' (ssh would read it as an option)",
-                                     text));
+        throw UsageError(
+            fmt::format("'{}': a host or user may not start with '-' (ssh would read it as an option)", text));
     }
     for (char c : t.host + t.user) {
         if (!sshNameChar(c)) {
-            throw UsageError(fmt::format("'{}': '{}' is not allowed in an ssh host or user name", text,
-                                         c < 0x20 || c == 0x7f ? std::string("a control character") : std::string(1, c)));
+            throw UsageError(
+                fmt::format("'{}': '{}' is not allowed in an ssh host or user name", text,
+                            c < 0x20 || c == 0x7f ? std::string("a control character") : std::string(1, c)));
         }
     }
     return t;
@@ -185,7 +140,8 @@ LaneKind laneKind(const LaneSpec& spec) {
 LaneSpec parseLaneSpec(const std::string& text) {
     auto parts = splitString(text, ',');
     if (parts.empty() || trim(parts[0]).empty()) {
-        throw UsageError(fmt::format("lane '{}': expected DEVICE[,key=value]... with DEVICE cpu, cuda or cuda:N", text));
+        throw UsageError(
+            fmt::format("lane '{}': expected DEVICE[,key=value]... with DEVICE cpu, cuda or cuda:N", text));
     }
     LaneSpec spec;
     // DEVICE, or data-parallel ranks: DEVICE+DEVICE+..., cuda:A-B, cuda:all (each may be on an ssh:// host).
@@ -247,150 +203,20 @@ LaneSpec parseLaneSpec(const std::string& text) {
         if (value.empty()) {
             throw UsageError(fmt::format("lane '{}': {} has no value", text, key));
         }
-        if (key == "name") {
-            spec.name = std::string(value);
-        } else if (key == "threads") {
-            auto v = parseInteger(key, value, text);
-            if (v < 1 || v > 1024) {
-                throw UsageError(fmt::format("lane '{}': threads={} is out of range (1 to the cores present)", text, v));
-            }
-            spec.threads = static_cast<int>(v);
-        } else if (key == "batch") {
-            auto v = parseInteger(key, value, text);
-            if (v < 1) {
-                throw UsageError(fmt::format("lane '{}': batch={} must be at least 1", text, v));
-            }
-            spec.batch = v;
-        } else if (key == "lr") {
-            double v = parseNumber(key, value, text);
-            if (!std::isfinite(v) || v <= 0) {
-                throw UsageError(fmt::format("lane '{}': lr={} must be a finite number above 0", text, value));
-            }
-            spec.lr = v;
-        } else if (key == "precision") {
-            if (value == "fp32") {
-                spec.precision = Precision::Fp32;
-            } else if (value == "bf16") {
-                spec.precision = Precision::Bf16;
-            } else if (value == "fp16") {
-                spec.precision = Precision::Fp16;
-            } else {
-                throw UsageError(fmt::format("lane '{}': precision={} (expected fp32, bf16 or fp16)", text, value));
-            }
-        } else if (key == "cost") {
-            double v = parseNumber(key, value, text);
-            if (!std::isfinite(v) || v < 0) {
-                throw UsageError(fmt::format("lane '{}': cost={} must be USD per hour, 0 or more", text, value));
-            }
-            spec.costPerHour = v;
-        } else if (key == "channels_last") {
-            spec.channelsLast = parseBool(key, value, text);
-        } else if (key == "eval_batch") {
-            auto v = parseInteger(key, value, text);
-            if (v < 1) {
-                throw UsageError(fmt::format("lane '{}': eval_batch={} must be at least 1", text, v));
-            }
-            spec.evalBatch = v;
-        } else if (key == "wd" || key == "momentum") {
-            double v = parseNumber(key, value, text);
-            if (!std::isfinite(v) || v < 0 || (key == "momentum" && v >= 1)) {
-                throw UsageError(fmt::format("lane '{}': {}={} must be {}", text, key, value,
-                                             key == "wd" ? "a finite number, 0 or more" : "in [0, 1)"));
-            }
-            (key == "wd" ? spec.weightDecay : spec.momentum) = v;
-        } else if (key == "schedule") {
-            if (value != "constant" && value != "step" && value != "onecycle") {
-                throw UsageError(fmt::format("lane '{}': schedule={} (expected constant, step or onecycle)", text, value));
-            }
-            spec.schedule = std::string(value);
-        } else if (key == "lstm") {
-            if (value != "fused" && value != "cells") {
-                throw UsageError(fmt::format("lane '{}': lstm={} (expected fused or cells)", text, value));
-            }
-            spec.lstm = std::string(value);
-        } else if (key == "data") {
-            if (value != "real" && value != "synthetic") {
-                throw UsageError(fmt::format("lane '{}': data={} (expected real or synthetic)", text, value));
-            }
-            spec.data = value == "real" ? DataMode::Real : DataMode::Synthetic;
-        } else if (key == "fused") {
-            spec.fused = parseBool(key, value, text);
-        } else if (key == "graph") {
-            spec.graph = parseBool(key, value, text);
-        } else if (key == "resident") {
-            spec.resident = parseBool(key, value, text);
-        } else if (key == "isolate") {
-            if (value != "thread" && value != "process") {
-                throw UsageError(fmt::format("lane '{}': isolate={} (expected thread or process)", text, value));
-            }
-            spec.isolate = value == "thread" ? LaneKind::Thread : LaneKind::Process;
-        } else if (key == "cli") {
-            for (char c : value) {
-                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-                    throw UsageError(fmt::format("lane '{}': cli= holds a control character", text));
-                }
-            }
-            spec.cli = std::string(value);
-        } else if (key == "framework") {
-            if (value != "devicerace" && !frameworkProgram(value)) {
-                throw UsageError(fmt::format("lane '{}': framework={} (expected devicerace, pytorch, keras-jax, "
-                                             "keras-tensorflow or keras-torch)",
-                                             text, value));
-            }
-            spec.framework = std::string(value);
-        } else if (key == "workers") {
-            const auto v = parseInteger(key, value, text);
-            if (v < 1 || v > 1024) {
-                throw UsageError(fmt::format("lane '{}': workers={} is out of range (1 to 1,024)", text, v));
-            }
-            spec.workers = static_cast<int>(v);
-        } else if (key == "backend") {
-            if (value != "gloo" && value != "nccl") {
-                throw UsageError(fmt::format("lane '{}': backend={} (expected gloo or nccl)", text, value));
-            }
-            spec.backend = std::string(value);
-        } else if (key == "global_batch") {
-            if (value != "fixed" && value != "scaled") {
-                throw UsageError(fmt::format("lane '{}': global_batch={} (expected scaled: batch per worker, or "
-                                             "fixed: batch split over the workers)",
-                                             text, value));
-            }
-            spec.fixedGlobalBatch = value == "fixed";
-        } else if (key == "master") {
-            for (char c : value) {
-                if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':' && c != '_') {
-                    throw UsageError(fmt::format("lane '{}': master={} is not a host name or address", text, value));
-                }
-            }
-            spec.master = std::string(value);
-        } else if (key == "cmd") {
-            for (char c : value) {
-                if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-                    throw UsageError(fmt::format("lane '{}': cmd= holds a control character", text));
-                }
-            }
-            spec.cmd = std::string(value);
-        } else if (key == "fault") {
-            if (!validFault(value)) {
-                throw UsageError(fmt::format("lane '{}': fault={} (expected throw, abort, segv, exit or hang, "
-                                             "optionally :STEP and, in a data-parallel lane, @RANK)",
-                                             text, value));
-            }
-            spec.fault = std::string(value);
-        } else {
-            throw UsageError(fmt::format("lane '{}': unknown key '{}' (expected name, threads, batch, lr, precision, "
-                                         "cost, channels_last, eval_batch, wd, momentum, schedule, lstm, data, fused, "
-                                         "graph, resident, isolate, cli, fault, framework, cmd, workers, backend, global_batch or master)",
-                                         text, key));
-        }
+        detail::applyLaneKey(spec, key, value, text);
     }
+    detail::checkLaneSpec(spec, text);
+    return spec;
+}
+
+void detail::checkLaneSpec(const LaneSpec& spec, const std::string& text) {
     if (spec.cmd && spec.framework.value_or("devicerace") != "devicerace") {
         throw UsageError(fmt::format("lane '{}': cmd= and framework= both name the program; give one", text));
     }
     const bool parallel = !spec.members.empty() || spec.workers;
     if (parallel && (spec.cmd || spec.framework.value_or("devicerace") != "devicerace")) {
-        throw UsageError(fmt::format("lane '{}': data-parallel lanes run DeviceRace's engine (not framework= or cmd=)",
-                                     text));
+        throw UsageError(
+            fmt::format("lane '{}': data-parallel lanes run DeviceRace's engine (not framework= or cmd=)", text));
     }
     if (parallel && spec.isolate == LaneKind::Thread) {
         throw UsageError(fmt::format("lane '{}': a data-parallel lane's ranks are processes (isolate=thread does not "
@@ -405,7 +231,18 @@ LaneSpec parseLaneSpec(const std::string& text) {
     if (spec.backend == "nccl" && spec.device == "cpu") {
         throw UsageError(fmt::format("lane '{}': backend=nccl needs CUDA devices; CPU ranks use gloo", text));
     }
-    return spec;
+}
+
+std::string formatLaneSpec(const LaneSpec& s) {
+    std::string out;
+    if (s.members.empty()) {
+        out = s.host.empty() ? s.device : s.host + "/" + s.device;
+    } else {
+        for (const auto& m : s.members) {
+            out += (out.empty() ? "" : "+") + (m.host.empty() ? m.device : m.host + "/" + m.device);
+        }
+    }
+    return out + detail::formatLaneKeys(s); // the keys in the table's order (lanes/lane_keys.cpp)
 }
 
 std::vector<LaneMember> laneRanks(const LaneSpec& spec) {

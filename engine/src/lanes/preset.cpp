@@ -39,7 +39,8 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
     std::vector<std::string> concrete;
     if (device == "best-gpu") {
         if (!gpu) {
-            notes.push_back(fmt::format("no CUDA device here ({}): lane '{}' left out", report.cudaUnavailableReason, text));
+            notes.push_back(
+                fmt::format("no CUDA device here ({}): lane '{}' left out", report.cudaUnavailableReason, text));
             return {};
         }
         concrete.push_back("cuda:0" + rest);
@@ -47,14 +48,15 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
         concrete.push_back((gpu ? std::string("cuda:0") : fmt::format("cpu,threads={}", cores)) + rest);
     } else if (device == "all-cores") {
         concrete.push_back(fmt::format("cpu,threads={}", cores) + rest);
-    } else if (const auto at = text.find("workers=powers"); at != std::string::npos && comma != std::string::npos &&
-                                                              at > comma) {
+    } else if (const auto at = text.find("workers=powers");
+               at != std::string::npos && comma != std::string::npos && at > comma) {
         // (A key after the device only: "best-deviceworkers=powers" has none; found by fuzzing.)
         // A scaling race (seed 002): 1, 2, 4, ... data-parallel workers up to what is here —
         // CPU processes up to the cores, or GPUs (one rank each) up to the GPUs.
         const bool onGpu = device == "best-gpu" || device.starts_with("cuda");
         if (onGpu && !gpu) {
-            notes.push_back(fmt::format("no CUDA device here ({}): lane '{}' left out", report.cudaUnavailableReason, text));
+            notes.push_back(
+                fmt::format("no CUDA device here ({}): lane '{}' left out", report.cudaUnavailableReason, text));
             return {};
         }
         const int most = onGpu ? static_cast<int>(report.gpus.size()) : cores;
@@ -65,7 +67,8 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
         counts.push_back(most);
         const auto keys = text.substr(comma, at - comma) + text.substr(at + 14); // ",...," without workers=powers
         for (int n : counts) {
-            concrete.push_back(onGpu ? fmt::format("cuda:0-{}{}", n - 1, keys) : fmt::format("cpu{},workers={}", keys, n));
+            concrete.push_back(onGpu ? fmt::format("cuda:0-{}{}", n - 1, keys)
+                                     : fmt::format("cpu{},workers={}", keys, n));
         }
         for (auto& c : concrete) {
             while (c.find(",,") != std::string::npos) {
@@ -222,7 +225,8 @@ Preset loadPreset(const std::string& nameOrPath) {
             for (const auto& n : names) {
                 known += (known.empty() ? "" : ", ") + n;
             }
-            throw UsageError(fmt::format("unknown preset '{}' (known: {})", nameOrPath, known.empty() ? "none found" : known));
+            throw UsageError(
+                fmt::format("unknown preset '{}' (known: {})", nameOrPath, known.empty() ? "none found" : known));
         }
     }
     return parsePreset(detail::readFileBounded(file, kMaxPresetBytes), file.string());

@@ -91,9 +91,7 @@ ThreadLane::ThreadLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::ma
     ctx.waitWhilePaused = [impl = m_impl.get()] {
         const auto t0 = std::chrono::steady_clock::now();
         std::unique_lock lock(impl->pauseMutex);
-        impl->pauseCv.wait(lock, [impl] {
-            return !impl->ctx.pauseRequested.load() || impl->ctx.stopRequested.load();
-        });
+        impl->pauseCv.wait(lock, [impl] { return !impl->ctx.pauseRequested.load() || impl->ctx.stopRequested.load(); });
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
 }

@@ -51,10 +51,10 @@ json number(const std::optional<double>& v) {
     return *v;
 }
 
-
 LaneState stateFromString(const std::string& s) {
-    for (auto st : {LaneState::Pending, LaneState::Preparing, LaneState::Running, LaneState::Evaluating, LaneState::Paused,
-                    LaneState::Finished, LaneState::Failed, LaneState::Diverged, LaneState::Stopped}) {
+    for (auto st :
+         {LaneState::Pending, LaneState::Preparing, LaneState::Running, LaneState::Evaluating, LaneState::Paused,
+          LaneState::Finished, LaneState::Failed, LaneState::Diverged, LaneState::Stopped}) {
         if (toString(st) == s) {
             return st;
         }

@@ -20,7 +20,8 @@ std::int64_t bucketKey(double v) {
     if (v == 0 || !std::isfinite(v)) {
         return v == 0 || std::isnan(v) ? 0 : (v > 0 ? 2 * kKeyOffset : -2 * kKeyOffset);
     }
-    const auto k = static_cast<std::int64_t>(std::floor(std::log(std::abs(v)) / std::log1p(RunningMedian::kBucketWidth)));
+    const auto k =
+        static_cast<std::int64_t>(std::floor(std::log(std::abs(v)) / std::log1p(RunningMedian::kBucketWidth)));
     return v > 0 ? kKeyOffset + k : -(kKeyOffset + k);
 }
 // The value in the middle of a bucket (geometric): within width/2 of any value in it.

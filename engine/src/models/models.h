@@ -59,8 +59,8 @@ void heInit(torch::nn::Module& module, at::Generator& gen);
 void lstmInit(torch::nn::Module& module, std::int64_t hidden, at::Generator& gen);
 
 // The model files' registrations.
-std::vector<WorkloadImpl> kerasWorkloads();   // fashion-mlp, fashion-cnn, cifar-vgg, fasttext
-std::vector<WorkloadImpl> resnetWorkloads();  // cifar-resnet20/32/56, davidnet, imagenet-resnet50
-std::vector<WorkloadImpl> rnnWorkloads();     // imdb-bilstm, charlstm
+std::vector<WorkloadImpl> kerasWorkloads();  // fashion-mlp, fashion-cnn, cifar-vgg, fasttext
+std::vector<WorkloadImpl> resnetWorkloads(); // cifar-resnet20/32/56, davidnet, imagenet-resnet50
+std::vector<WorkloadImpl> rnnWorkloads();    // imdb-bilstm, charlstm
 
 } // namespace devicerace::detail

@@ -109,7 +109,8 @@ OptimizerRecipe kerasRmsprop() {
 
 OptimizerRecipe adam() { return OptimizerRecipe{}; }
 
-WorkloadInfo imageInfo(std::string name, std::string description, std::string dataset, std::vector<std::int64_t> shape) {
+WorkloadInfo imageInfo(std::string name, std::string description, std::string dataset,
+                       std::vector<std::int64_t> shape) {
     WorkloadInfo i;
     i.name = std::move(name);
     i.description = std::move(description);

@@ -17,7 +17,8 @@ struct LstmRunnerImpl : torch::nn::Module {
         : m_fused(fused), m_bi(bidirectional) {
         if (fused) {
             lstm = register_module(
-                "lstm", torch::nn::LSTM(torch::nn::LSTMOptions(input, hidden).batch_first(true).bidirectional(bidirectional)));
+                "lstm",
+                torch::nn::LSTM(torch::nn::LSTMOptions(input, hidden).batch_first(true).bidirectional(bidirectional)));
         } else {
             fwd = register_module("fwd", torch::nn::LSTMCell(input, hidden));
             if (bidirectional) {
@@ -131,7 +132,7 @@ std::vector<WorkloadImpl> rnnWorkloads() {
     ch.info.defaultTarget = 0.45;
     ch.info.input = DataKind::Tokens;
     ch.info.inputShape = {40};
-    ch.info.classes = 60;    // the alphabet of the corpus; 60 is typical of English text
+    ch.info.classes = 60; // the alphabet of the corpus; 60 is typical of English text
     ch.info.vocabulary = 60;
     ch.info.hasLstm = true;
     ch.info.samplesText = true;

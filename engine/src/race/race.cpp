@@ -22,7 +22,8 @@ ResolvedData resolveData(const WorkloadInfo& w, std::optional<DataMode> mode, co
     case detail::DataSource::Synthetic: {
         const auto train = trainLimit ? std::min(*trainLimit, choice.syntheticTrain) : choice.syntheticTrain;
         const auto test = testLimit ? std::min(*testLimit, choice.syntheticTest) : choice.syntheticTest;
-        auto ds = std::make_shared<Dataset>(*syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, train, test));
+        auto ds =
+            std::make_shared<Dataset>(*syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, train, test));
         ds->name = fmt::format("synthetic ({})", fmt::join(w.inputShape, "x"));
         return {ds, choice.note};
     }
@@ -31,11 +32,10 @@ ResolvedData resolveData(const WorkloadInfo& w, std::optional<DataMode> mode, co
                 choice.note};
     case detail::DataSource::Text:
         // The Keras example's windows: 40 characters, a new one every 3.
-        return {loadTextCorpus(choice.path, static_cast<int>(w.inputShape.at(0)), 3, trainLimit, testLimit), choice.note};
-    case detail::DataSource::Cifar10:
-        return {loadCifar10(choice.path, trainLimit, testLimit), choice.note};
-    case detail::DataSource::FashionMnist:
-        break;
+        return {loadTextCorpus(choice.path, static_cast<int>(w.inputShape.at(0)), 3, trainLimit, testLimit),
+                choice.note};
+    case detail::DataSource::Cifar10: return {loadCifar10(choice.path, trainLimit, testLimit), choice.note};
+    case detail::DataSource::FashionMnist: break;
     }
     auto fashion = loadFashionMnist(choice.path, trainLimit, testLimit);
     if (!choice.adapted) {

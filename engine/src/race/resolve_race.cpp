@@ -39,8 +39,8 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
             if (device == "cpu" && lane.threads) {
                 device += fmt::format("·{}", *lane.threads);
             }
-            lane.name = lane.device == "cuda:all" ? where + "cuda×all"
-                                                  : fmt::format("{}{}×{}", where, device, ranks.size());
+            lane.name =
+                lane.device == "cuda:all" ? where + "cuda×all" : fmt::format("{}{}×{}", where, device, ranks.size());
             if (lane.precision != Precision::Fp32) {
                 lane.name += "·" + toString(lane.precision);
             }
@@ -92,7 +92,7 @@ void shareCores(std::vector<LaneSpec>& lanes) {
     int asked = 0, open = 0;
     for (const auto& lane : lanes) {
         const int n = localCpuProcesses(lane);
-        lane.threads ? asked += *lane.threads * n : open += n;
+        lane.threads ? asked += * lane.threads* n : open += n;
     }
     if (open == 0) {
         return;
@@ -120,7 +120,6 @@ void defaultIsolation(std::vector<LaneSpec>& lanes) {
         }
     }
 }
-
 
 std::string describe(const std::exception& e) { return e.what(); }
 
@@ -158,8 +157,9 @@ public:
         const int key = mode ? static_cast<int>(*mode) : -1;
         auto it = m_data.find(key);
         if (it == m_data.end()) {
-            it = m_data.emplace(key, detail::measureData(m_workload, mode, m_spec.dataDir, m_spec.trainLimit,
-                                                         m_spec.testLimit))
+            it = m_data
+                     .emplace(key, detail::measureData(m_workload, mode, m_spec.dataDir, m_spec.trainLimit,
+                                                       m_spec.testLimit))
                      .first;
         }
         return it->second;
@@ -175,8 +175,8 @@ public:
             run.epochs = m_spec.epochs;
             run.steps = m_spec.steps;
             run.allowProcessFaults = lane.kind == LaneKind::Process;
-            const auto plan = detail::planRun(lane.spec, m_workload, {extent.train, extent.synthetic, extent.deviceBytes},
-                                              run);
+            const auto plan =
+                detail::planRun(lane.spec, m_workload, {extent.train, extent.synthetic, extent.deviceBytes}, run);
             lane.batch = plan.batch;
             lane.totalSteps = plan.totalSteps;
             lane.localThreads = plan.device == "cpu" ? plan.threads : 0;
@@ -190,7 +190,8 @@ private:
         if (ranks.empty()) {
             ranks.push_back({expanded.host, expanded.device});
         }
-        const bool allLocal = std::all_of(ranks.begin(), ranks.end(), [](const LaneMember& r) { return r.host.empty(); });
+        const bool allLocal =
+            std::all_of(ranks.begin(), ranks.end(), [](const LaneMember& r) { return r.host.empty(); });
         lane.localThreads = expanded.device == "cpu" ? expanded.threads.value_or(0) : 0;
         if (!allLocal) {
             return; // remote ranks plan themselves where they run
@@ -290,9 +291,10 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
         out.lanes.push_back(std::move(lane));
     }
     if (!spec.fair && out.cpuThreads > out.logicalCpus) {
-        out.sharingNote = fmt::format("live mode: the CPU lanes share {} CPUs with {} threads in total; fair mode (--fair) "
-                                      "runs them one at a time",
-                                      out.logicalCpus, out.cpuThreads);
+        out.sharingNote =
+            fmt::format("live mode: the CPU lanes share {} CPUs with {} threads in total; fair mode (--fair) "
+                        "runs them one at a time",
+                        out.logicalCpus, out.cpuThreads);
     }
     out.evalEverySteps = spec.evalEverySteps;
     if (spec.autoEvaluations) {

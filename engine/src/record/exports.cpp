@@ -126,11 +126,10 @@ std::string summaryToJson(const RaceSummary& summary) {
             lane["workers"] = l.workers;
             lane["worker_samples_per_sec"] = l.workerSamplesPerSec;
             lane["allreduce_share"] = orNull(l.allreduceShare);
-            lane["scaling"] = l.scalingBaseline.empty()
-                                  ? json(nullptr)
-                                  : json{{"baseline", l.scalingBaseline},
-                                         {"speedup", orNull(l.scalingSpeedup)},
-                                         {"efficiency", orNull(l.scalingEfficiency)}};
+            lane["scaling"] = l.scalingBaseline.empty() ? json(nullptr)
+                                                        : json{{"baseline", l.scalingBaseline},
+                                                               {"speedup", orNull(l.scalingSpeedup)},
+                                                               {"efficiency", orNull(l.scalingEfficiency)}};
         }
     }
     j["speedup"] = json::object();
@@ -148,8 +147,8 @@ constexpr const char* kCsvHeader =
     "memory_bytes,warmup,state,message\n";
 
 std::string csvRow(const MetricSample& s) {
-    return fmt::format("{},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{}\n", csvField(s.lane), toString(s.kind), s.step,
-                       s.samples, s.epoch, s.time, s.wallTime, csvNumber(s.loss), csvNumber(s.accuracy),
+    return fmt::format("{},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{}\n", csvField(s.lane), toString(s.kind),
+                       s.step, s.samples, s.epoch, s.time, s.wallTime, csvNumber(s.loss), csvNumber(s.accuracy),
                        csvNumber(s.samplesPerSec), csvNumber(s.stepsPerSec), csvNumber(s.intervalSeconds),
                        csvNumber(s.memoryBytes), s.warmup ? 1 : 0,
                        s.kind == SampleKind::State ? toString(s.state) : std::string(), csvField(s.message));

@@ -45,47 +45,6 @@ json orNull(const std::optional<T>& v) {
 
 } // namespace
 
-std::string formatLaneSpec(const LaneSpec& s) {
-    std::string out;
-    if (s.members.empty()) {
-        out = s.host.empty() ? s.device : s.host + "/" + s.device;
-    } else {
-        for (const auto& m : s.members) {
-            out += (out.empty() ? "" : "+") + (m.host.empty() ? m.device : m.host + "/" + m.device);
-        }
-    }
-    auto add = [&](const std::string& kv) { out += "," + kv; };
-    if (s.threads) add(fmt::format("threads={}", *s.threads));
-    if (s.batch) add(fmt::format("batch={}", *s.batch));
-    if (s.lr) add(fmt::format("lr={}", *s.lr));
-    if (s.precision != Precision::Fp32) add("precision=" + toString(s.precision));
-    if (s.costPerHour) add(fmt::format("cost={}", *s.costPerHour));
-    if (s.channelsLast) add(fmt::format("channels_last={}", *s.channelsLast ? "true" : "false"));
-    if (s.evalBatch) add(fmt::format("eval_batch={}", *s.evalBatch));
-    if (s.weightDecay) add(fmt::format("wd={}", *s.weightDecay));
-    if (s.momentum) add(fmt::format("momentum={}", *s.momentum));
-    if (s.schedule) add("schedule=" + *s.schedule);
-    if (s.lstm) add("lstm=" + *s.lstm);
-    if (s.data) add("data=" + toString(*s.data));
-    auto flag = [&](const char* key, const std::optional<bool>& v) {
-        if (v) add(fmt::format("{}={}", key, *v ? "true" : "false"));
-    };
-    flag("fused", s.fused);
-    flag("graph", s.graph);
-    flag("resident", s.resident);
-    if (s.isolate && s.host.empty()) add("isolate=" + toString(*s.isolate));
-    if (s.cli) add("cli=" + *s.cli);
-    if (s.fault) add("fault=" + *s.fault);
-    if (s.framework) add("framework=" + *s.framework);
-    if (s.cmd) add("cmd=" + *s.cmd);
-    if (s.workers) add(fmt::format("workers={}", *s.workers));
-    if (s.backend) add("backend=" + *s.backend);
-    if (s.fixedGlobalBatch) add(fmt::format("global_batch={}", *s.fixedGlobalBatch ? "fixed" : "scaled"));
-    if (s.master) add("master=" + *s.master);
-    if (!s.name.empty()) add("name=" + s.name);
-    return out;
-}
-
 namespace {
 
 // "gpubox: AMD EPYC 9654 · NVIDIA H100 80GB HBM3 · LibTorch 2.11.0": where a worker lane ran.
@@ -128,9 +87,9 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
     m["mode"] = race.spec().fair ? "fair" : "live";
     m["target_accuracy"] = orNull(race.spec().targetAccuracy);
     m["started_at"] = isoNow();
-    m["device"] = {{"cpu", report.cpu.model}, {"blas", report.cpu.blas},      {"gpus", gpus},
-                   {"torch", report.torchVersion}, {"cuda", report.torchCudaVersion},
-                   {"cudnn", report.cudnnVersion}, {"host", report.hostName}};
+    m["device"] = {{"cpu", report.cpu.model},      {"blas", report.cpu.blas},         {"gpus", gpus},
+                   {"torch", report.torchVersion}, {"cuda", report.torchCudaVersion}, {"cudnn", report.cudnnVersion},
+                   {"host", report.hostName}};
     m["lanes"] = json::array();
     int index = 0;
     for (auto* lane : race.lanes()) {
@@ -226,7 +185,8 @@ Recording readRecording(const fs::path& dir) {
             lane.totalSteps = detail::checkedValue(l, "total_steps", std::int64_t{0});
             lane.batch = detail::checkedValue(l, "batch", std::int64_t{0});
             // Lane files live inside the recording: no paths, no escapes.
-            if (lane.file.empty() || lane.file.find('/') != std::string::npos || lane.file.find("..") != std::string::npos) {
+            if (lane.file.empty() || lane.file.find('/') != std::string::npos ||
+                lane.file.find("..") != std::string::npos) {
                 throw DataError(fmt::format("{}: lane file name '{}' is not a plain file name", where, lane.file));
             }
             r.lanes.push_back(std::move(lane));
@@ -260,8 +220,8 @@ Recording readRecording(const fs::path& dir) {
                 }
                 line += c;
                 if (line.size() > kMaxLineBytes) {
-                    throw DataError(fmt::format("{}: line {} is longer than {} bytes", file.string(), number + 1,
-                                                kMaxLineBytes));
+                    throw DataError(
+                        fmt::format("{}: line {} is longer than {} bytes", file.string(), number + 1, kMaxLineBytes));
                 }
             }
             more = newline;
@@ -276,8 +236,8 @@ Recording readRecording(const fs::path& dir) {
             } catch (const DataError& e) {
                 if (!newline) {
                     // The last line, cut off mid-write (crash, power loss): keep what came before.
-                    r.warnings.push_back(fmt::format("{}: the last line is cut off; read up to line {}",
-                                                     file.string(), number - 1));
+                    r.warnings.push_back(
+                        fmt::format("{}: the last line is cut off; read up to line {}", file.string(), number - 1));
                     break;
                 }
                 throw DataError(fmt::format("{}: line {}: {}", file.string(), number, e.what()));

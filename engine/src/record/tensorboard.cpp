@@ -64,8 +64,8 @@ std::string eventHeader(double wallTime, std::int64_t step) {
 
 std::string scalarEvent(double wallTime, std::int64_t step, const std::string& tag, float value) {
     std::string v;
-    bytesField(v, 1, tag);  // Summary.Value.tag = 1
-    fixed(v, 2, 5, value);  // Summary.Value.simple_value = 2
+    bytesField(v, 1, tag); // Summary.Value.tag = 1
+    fixed(v, 2, 5, value); // Summary.Value.simple_value = 2
     std::string summary;
     bytesField(summary, 1, v); // Summary.value = 1
     std::string e = eventHeader(wallTime, step);

@@ -11,20 +11,6 @@
 
 namespace devicerace::detail {
 
-Fault parseFault(const std::string& text) {
-    if (text.empty()) {
-        return {};
-    }
-    const auto at = text.find('@'); // a data-parallel lane's parent keeps it for that rank only
-    const auto bare = text.substr(0, at);
-    const auto colon = bare.find(':');
-    Fault f{bare.substr(0, colon), 1};
-    if (colon != std::string::npos) {
-        f.step = std::stoll(bare.substr(colon + 1)); // validated by the lane-spec parser
-    }
-    return f;
-}
-
 void injectFault(const Fault& fault) {
     if (fault.kind == "throw") {
         throw Error(fmt::format("injected fault at step {}", fault.step));

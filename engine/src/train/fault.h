@@ -1,17 +1,16 @@
 #pragma once
-// Fault injection for tests of lane isolation (lane key fault=KIND[:STEP]).
+// Fault injection for tests of lane isolation (lane key fault=, parsed with the other keys:
+// devicerace/lane_spec.h LaneFault).
 #include <cstdint>
 #include <string>
 
 namespace devicerace::detail {
 
 struct Fault {
-    std::string kind;       // throw | abort | segv | exit | hang ("" none)
-    std::int64_t step = 0;  // the step at which it fires (1-based; 0: before training starts)
+    std::string kind;      // throw | abort | segv | exit | hang ("" none)
+    std::int64_t step = 0; // the step at which it fires (1-based; 0: before training starts)
 };
 
-/// "segv:40" -> {segv, 40}; "abort" -> {abort, 1}; "" -> none.
-Fault parseFault(const std::string& text);
 /// Does what the fault says, in the calling (lane) thread: throws, aborts the process, raises
 /// SIGSEGV, _exit(42)s, or blocks forever ignoring stop requests.
 void injectFault(const Fault& fault);

@@ -267,7 +267,7 @@ HostOutOfMemory lastHostOutOfMemory() {
 }
 
 std::size_t hostMemoryLimit() {
-    static const std::size_t limit = [] () -> std::size_t {
+    static const std::size_t limit = []() -> std::size_t {
         const char* env = std::getenv("DEVICERACE_HOST_MEMORY_LIMIT");
         if (!env || !*env) {
             return 0;
@@ -278,9 +278,10 @@ std::size_t hostMemoryLimit() {
             return 0;
         }
         const char unit = end ? *end : 0;
-        const double scale = unit == 'K' || unit == 'k' ? 1024.0
+        const double scale = unit == 'K' || unit == 'k'   ? 1024.0
                              : unit == 'M' || unit == 'm' ? 1048576.0
-                             : unit == 'G' || unit == 'g' ? 1073741824.0 : 1.0;
+                             : unit == 'G' || unit == 'g' ? 1073741824.0
+                                                          : 1.0;
         return static_cast<std::size_t>(v * scale);
     }();
     return limit;

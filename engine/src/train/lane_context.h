@@ -12,7 +12,7 @@ namespace devicerace::detail {
 /// The plan (batch, threads, steps, fast paths: train/run_plan.h) plus what the lane thread
 /// shares with the Lane object.
 struct LaneContext : RunPlan {
-    LaneSpec spec;              // name and device resolved
+    LaneSpec spec; // name and device resolved
     LaneRunSettings settings;
 
     std::atomic<bool> stopRequested{false};

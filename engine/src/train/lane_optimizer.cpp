@@ -158,8 +158,8 @@ public:
             break;
         case OptimizerRecipe::Kind::Sgd:
             if (deviceLr) {
-                at::_fused_sgd_(params, grads, s1, s.weightDecay, s.momentum, m_lrTensor, 0.0, m_recipe.nesterov,
-                                false, m_firstStep);
+                at::_fused_sgd_(params, grads, s1, s.weightDecay, s.momentum, m_lrTensor, 0.0, m_recipe.nesterov, false,
+                                m_firstStep);
             } else {
                 at::_fused_sgd_(params, grads, s1, s.weightDecay, s.momentum, s.lr, 0.0, m_recipe.nesterov, false,
                                 m_firstStep);
@@ -191,7 +191,8 @@ private:
     OptimizerRecipe m_recipe;
     OptimizerSettings m_settings;
     std::vector<at::Tensor> m_params;
-    std::vector<at::Tensor> m_state1, m_state2, m_steps; // Adam: exp_avg, exp_avg_sq, step; SGD: momentum; RMSprop: square_avg
+    std::vector<at::Tensor> m_state1, m_state2,
+        m_steps; // Adam: exp_avg, exp_avg_sq, step; SGD: momentum; RMSprop: square_avg
     at::Tensor m_lrTensor;
     bool m_firstStep = true; // SGD: the momentum buffers start as the first gradient
 };

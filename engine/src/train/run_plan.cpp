@@ -72,7 +72,8 @@ void planFastPaths(const LaneSpec& spec, const WorkloadInfo& workload, const Pla
     if (cuda && !data.synthetic) {
         const auto& gpus = deviceReport().gpus;
         const auto index = static_cast<std::size_t>(std::stoi(plan.device.substr(5)));
-        resident = index >= gpus.size() || data.deviceBytes <= kResidentShare * static_cast<double>(gpus[index].totalMemoryBytes);
+        resident = index >= gpus.size() ||
+                   data.deviceBytes <= kResidentShare * static_cast<double>(gpus[index].totalMemoryBytes);
     }
     plan.dataOnHost = cuda && !spec.resident.value_or(resident);
 }
@@ -103,8 +104,8 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     plan.device = resolveDevice(spec.device);
     const auto& cpu = deviceReport().cpu;
     if (spec.threads && *spec.threads > cpu.logicalCpus * kMaxThreadsPerCpu) {
-        throw UsageError(fmt::format("lane {}: threads={} is far more than the {} CPUs present (at most {})",
-                                     spec.name, *spec.threads, cpu.logicalCpus, cpu.logicalCpus * kMaxThreadsPerCpu));
+        throw UsageError(fmt::format("lane {}: threads={} is far more than the {} CPUs present (at most {})", spec.name,
+                                     *spec.threads, cpu.logicalCpus, cpu.logicalCpus * kMaxThreadsPerCpu));
     }
     if (spec.precision == Precision::Fp16 && plan.device == "cpu") {
         throw UsageError(fmt::format("lane {}: precision=fp16 needs a CUDA device; use bf16 on the CPU", spec.name));
@@ -114,8 +115,8 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
                                      spec.name, *spec.lstm, workload.name));
     }
     if (spec.channelsLast.value_or(false) && workload.input != DataKind::Images) {
-        throw UsageError(fmt::format("lane {}: channels_last applies to image workloads, not {}", spec.name,
-                                     workload.name));
+        throw UsageError(
+            fmt::format("lane {}: channels_last applies to image workloads, not {}", spec.name, workload.name));
     }
     plan.batch = spec.batch.value_or(workload.defaultBatch);
     const std::int64_t world = std::max(1, run.world);
@@ -145,8 +146,8 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     for (auto d : workload.inputShape) {
         exampleSize *= d;
     }
-    plan.evalBatch =
-        spec.evalBatch.value_or(std::max(plan.batch, std::min<std::int64_t>(kEvalMaxExamples, kEvalInputBytes / exampleSize)));
+    plan.evalBatch = spec.evalBatch.value_or(
+        std::max(plan.batch, std::min<std::int64_t>(kEvalMaxExamples, kEvalInputBytes / exampleSize)));
     plan.threads = spec.threads.value_or(plan.device == "cpu" ? defaultCpuThreads() : 1);
     if (run.distributed) {
         plan.cudaGraph = false; // the gradient hooks launch collectives from inside the backward pass
@@ -160,11 +161,11 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
         throw UsageError("a race needs at least 1 step (epochs and steps must be 1 or more)");
     }
     if (spec.fault) {
-        plan.fault = parseFault(*spec.fault);
+        plan.fault = Fault{spec.fault->kind, spec.fault->firingStep()};
         if (plan.fault.kind != "throw" && !run.allowProcessFaults) {
             throw UsageError(fmt::format("lane {}: fault={} would take down this whole process with every lane in it; "
                                          "add isolate=process",
-                                         spec.name, *spec.fault));
+                                         spec.name, spec.fault->text()));
         }
     }
     return plan;

@@ -25,18 +25,18 @@ struct PlanData {
 struct PlanRun {
     std::optional<int> epochs;
     std::optional<std::int64_t> steps;
-    bool distributed = false;       // one rank of a data-parallel lane (no CUDA graph: collectives in backward)
-    int world = 1;                  // its ranks (each takes `batch` a step)
-    bool fixedGlobalBatch = false;  // batch= is the lane's global batch, split over the ranks
+    bool distributed = false;        // one rank of a data-parallel lane (no CUDA graph: collectives in backward)
+    int world = 1;                   // its ranks (each takes `batch` a step)
+    bool fixedGlobalBatch = false;   // batch= is the lane's global batch, split over the ranks
     bool allowProcessFaults = false; // the lane is alone in its process (a worker)
 };
 
 /// A lane's resolved settings (the unset keys take the workload's defaults).
 struct RunPlan {
-    std::string device = "cpu";  // "cpu" or "cuda:N" ("cuda" resolved)
-    std::int64_t batch = 0;      // per rank
+    std::string device = "cpu"; // "cpu" or "cuda:N" ("cuda" resolved)
+    std::int64_t batch = 0;     // per rank
     double lr = 0;
-    int threads = 1;             // CPU intra-op threads
+    int threads = 1; // CPU intra-op threads
     std::int64_t stepsPerEpoch = 0;
     std::int64_t totalSteps = 0;
     std::int64_t evalBatch = 1000; // examples per evaluation pass

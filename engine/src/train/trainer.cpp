@@ -206,8 +206,8 @@ LaneOutcome Trainer::loop() {
 
         const bool epochEnd = epochDone();
         const bool last = m_step == m_ctx.totalSteps;
-        const bool evalDue = epochEnd || (m_ctx.settings.evalEverySteps > 0 &&
-                                          m_step % m_ctx.settings.evalEverySteps == 0);
+        const bool evalDue =
+            epochEnd || (m_ctx.settings.evalEverySteps > 0 && m_step % m_ctx.settings.evalEverySteps == 0);
         if (epochEnd) {
             ++m_epochsDone;
         }
@@ -264,8 +264,8 @@ std::string Trainer::hostOutOfMemoryMessage() const {
         pow2 *= 2;
     }
     const std::string where = m_dataLoaded ? fmt::format("at step {}", m_step + 1) : "while loading its data";
-    const std::string hint = fit >= 1 ? fmt::format("try batch ≤ {}", pow2)
-                                      : "even batch 1 needs more than this machine has free";
+    const std::string hint =
+        fit >= 1 ? fmt::format("try batch ≤ {}", pow2) : "even batch 1 needs more than this machine has free";
     const bool capped = hostMemoryLimit() > 0 && oom.budget >= hostMemoryLimit();
     return fmt::format("out of memory {} (batch {}): it needed more than {:.1f} GB, {:.1f} GB can be had{}; {}", where,
                        batch, needed / 1e9, static_cast<double>(oom.budget) / 1e9,

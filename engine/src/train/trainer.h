@@ -33,7 +33,6 @@
 
 namespace devicerace::detail {
 
-
 using Clock = std::chrono::steady_clock;
 
 // Steps buffered on the device between report points; a report is forced when full.
@@ -144,7 +143,7 @@ private:
     std::unique_ptr<PinnedBatcher> m_batcher; // resident=false
     torch::Tensor m_batchX, m_batchY;         // the reused device batch (graph or resident=false)
     std::unique_ptr<at::cuda::CUDAGraph> m_graph;
-    StepOutput m_graphOutput;                 // the captured step's outputs, rewritten by each replay
+    StepOutput m_graphOutput; // the captured step's outputs, rewritten by each replay
     const CpuMemoryTracker* m_cpuMemory = nullptr;
     torch::Tensor m_lossBuf, m_correctBuf;
     torch::Tensor m_scale, m_growth, m_foundInf; // fp16 loss scaling
@@ -153,10 +152,10 @@ private:
     bool m_dataLoaded = false; // for the out-of-memory message: loading data, or a step
     std::int64_t m_reportedStep = 0, m_reportedSamples = 0;
     Clock::time_point m_start, m_intervalStart;
-    double m_paused = 0; // seconds spent paused, excluded from the lane clock
-    bool m_flushDenormals = false; // CPU lane thread: denormal floats flushed to zero
+    double m_paused = 0;                 // seconds spent paused, excluded from the lane clock
+    bool m_flushDenormals = false;       // CPU lane thread: denormal floats flushed to zero
     bool m_cachingHostAllocator = false; // CPU lane: large blocks recycled (host_allocator.h)
-    std::optional<double> m_firstLoss; // first finite training loss (divergence reference)
+    std::optional<double> m_firstLoss;   // first finite training loss (divergence reference)
     // Data-parallel lanes: this process is one rank; every rank follows one schedule.
     std::unique_ptr<DistGroup> m_dist;
     DistGroup::Agreement m_agreed; // what the ranks agreed at the end of the last step

@@ -49,8 +49,8 @@ std::optional<LaneOutcome> Trainer::report() {
     if (m_dist) {
         // A report point is a barrier: every rank's figures, summed over the lane; rank 0's
         // clock times the interval (the ranks step together: each step ends in an allreduce).
-        const auto all = m_dist->gather({sum, static_cast<double>(summed), static_cast<double>(correct), dt,
-                                         m_dist->takeWaitSeconds()});
+        const auto all = m_dist->gather(
+            {sum, static_cast<double>(summed), static_cast<double>(correct), dt, m_dist->takeWaitSeconds()});
         lossSum = lossCount = correctAll = 0;
         double share = 0;
         for (const auto& r : all) {

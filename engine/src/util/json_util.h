@@ -27,9 +27,9 @@ T checkedGet(const nlohmann::json& j, const char* key) {
             fits = j.get<std::uint64_t>() <= static_cast<std::uint64_t>(Limits::max());
         } else if (j.is_number_integer()) {
             const auto v = j.get<std::int64_t>();
-            fits = std::is_signed_v<T> ? v >= static_cast<std::int64_t>(Limits::min()) &&
-                                             v <= static_cast<std::int64_t>(Limits::max())
-                                       : v >= 0;
+            fits = std::is_signed_v<T>
+                       ? v >= static_cast<std::int64_t>(Limits::min()) && v <= static_cast<std::int64_t>(Limits::max())
+                       : v >= 0;
         }
         if (!fits) {
             throw nlohmann::json::out_of_range::create(

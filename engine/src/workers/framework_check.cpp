@@ -32,7 +32,8 @@ std::string missingModules(const std::vector<std::string>& needs) {
     std::string out;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
             throw Error(fmt::format("{} did not answer within 10 s", detail::pythonProgram()));
         }
@@ -67,7 +68,8 @@ std::string ask(std::string_view framework) {
     const auto program = frameworkProgram(framework);
     if (!program) {
         return fmt::format("framework={}: no such lane program (expected devicerace, pytorch, keras-jax, "
-                           "keras-tensorflow or keras-torch)", framework);
+                           "keras-tensorflow or keras-torch)",
+                           framework);
     }
     std::string missing;
     try {

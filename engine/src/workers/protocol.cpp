@@ -1,5 +1,7 @@
 #include "workers/protocol.h"
 
+#include "lanes/lane_fields.h"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -84,7 +86,8 @@ std::string encodeMessage(const json& message) {
 std::optional<int> protoMajor(const std::string& version) {
     const auto dot = version.find('.');
     int major = 0;
-    auto [ptr, ec] = std::from_chars(version.data(), version.data() + (dot == std::string::npos ? version.size() : dot), major);
+    auto [ptr, ec] =
+        std::from_chars(version.data(), version.data() + (dot == std::string::npos ? version.size() : dot), major);
     if (ec != std::errc() || dot == std::string::npos || ptr != version.data() + dot) {
         return std::nullopt;
     }
@@ -103,8 +106,6 @@ json expectedParameters(const std::string& workload) {
     }
 }
 
-
-
 } // namespace
 
 json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
@@ -116,6 +117,9 @@ json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
     return {{"type", "config"},
             {"proto", protoVersion()},
             {"workload", s.workload},
+            // The lane as typed fields, each read back by its key's parser (lanes/lane_keys.cpp);
+            // the text form too, for workers of protocol 1.0.
+            {"lane_fields", laneToFields(local)},
             {"lane", formatLaneSpec(local)},
             {"data", s.dataMode ? json(toString(*s.dataMode)) : json(nullptr)},
             {"data_dir", s.dataDir},
@@ -146,7 +150,8 @@ std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
     try {
         LaneRunSettings s;
         s.workload = m.at("workload").get<std::string>();
-        auto spec = parseLaneSpec(m.at("lane").get<std::string>());
+        auto spec = m.contains("lane_fields") ? laneFromFields(m.at("lane_fields"))
+                                              : parseLaneSpec(m.at("lane").get<std::string>());
         if (!spec.host.empty()) {
             throw UsageError("a worker runs its lane where it is: the lane may not name another host");
         }

@@ -49,7 +49,8 @@ std::string localWorkerProgram() {
     std::error_code ec;
     const auto self = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
-        for (const auto& candidate : {self.parent_path() / "devicerace-cli", self.parent_path() / "../cli/devicerace-cli"}) {
+        for (const auto& candidate :
+             {self.parent_path() / "devicerace-cli", self.parent_path() / "../cli/devicerace-cli"}) {
             if (::access(candidate.c_str(), X_OK) == 0) {
                 return fs::weakly_canonical(candidate, ec).string();
             }
@@ -163,9 +164,13 @@ std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
     }
     // BatchMode: never a password or passphrase prompt (the user's agent and keys only);
     // ConnectTimeout bounds an unreachable host; ServerAlive* notices a dead link in ~15 s.
-    std::vector<std::string> argv{"ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                                  "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
-                                  "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no"};
+    std::vector<std::string> argv{"ssh", "-T",
+                                  "-o",  "BatchMode=yes",
+                                  "-o",  "ConnectTimeout=10",
+                                  "-o",  "ServerAliveInterval=5",
+                                  "-o",  "ServerAliveCountMax=3",
+                                  "-o",  "PasswordAuthentication=no",
+                                  "-o",  "KbdInteractiveAuthentication=no"};
     if (const char* cfg = std::getenv("DEVICERACE_SSH_CONFIG"); cfg && *cfg) {
         argv.insert(argv.end(), {"-F", cfg});
     }
@@ -197,11 +202,11 @@ WorkerConnection::WorkerConnection(WorkerEndpoint endpoint) : m_ep(std::move(end
         m_child = std::make_unique<ChildProcess>(workerArgv(m_ep));
     } catch (const UsageError& e) {
         if (m_ep.remote) {
-            throw UsageError(fmt::format("cannot reach {}: the ssh client is not installed here ({})", m_ep.where,
-                                         e.what()));
+            throw UsageError(
+                fmt::format("cannot reach {}: the ssh client is not installed here ({})", m_ep.where, e.what()));
         }
-        throw UsageError(fmt::format("cannot start the worker: {} (set DEVICERACE_CLI or name it with cli=PATH)",
-                                     e.what()));
+        throw UsageError(
+            fmt::format("cannot start the worker: {} (set DEVICERACE_CLI or name it with cli=PATH)", e.what()));
     }
     m_lastLine = m_secondStart = Clock::now();
 }
@@ -403,8 +408,8 @@ void WorkerConnection::awaitHello(double timeoutSeconds) {
                                         m_ep.cli, m_ep.where, m_noise, m_firstNoise));
         }
         if (!m_hello && Clock::now() > deadline) {
-            failBeforeHello(fmt::format("no answer from {} within {:.0f} s{}{}", m_ep.who,
-                                        timeoutSeconds, m_log.empty() ? "" : ": ", logTail(2)));
+            failBeforeHello(fmt::format("no answer from {} within {:.0f} s{}{}", m_ep.who, timeoutSeconds,
+                                        m_log.empty() ? "" : ": ", logTail(2)));
         }
     }
     const auto major = protoMajor(m_peerProto);

@@ -23,12 +23,12 @@ namespace devicerace::detail {
 struct WorkerEndpoint {
     bool remote = false;
     std::vector<std::string> program; // external lanes: the argv before "--proto 1"
-    SshTarget target;   // remote only
-    std::string cli;    // the devicerace-cli to run (remote: as the remote shell finds it), or cmd=
-    bool command = false;  // remote only: cli is a cmd= program, run as "CMD --proto 1"
-    std::string framework; // a shipped lane program (remote: "devicerace-cli worker --framework F")
-    std::string where;  // the machine, for messages: "gpubox", "this machine"
-    std::string who;    // the worker, for messages: "the worker on gpubox", "the pytorch lane"
+    SshTarget target;                 // remote only
+    std::string cli;                  // the devicerace-cli to run (remote: as the remote shell finds it), or cmd=
+    bool command = false;             // remote only: cli is a cmd= program, run as "CMD --proto 1"
+    std::string framework;            // a shipped lane program (remote: "devicerace-cli worker --framework F")
+    std::string where;                // the machine, for messages: "gpubox", "this machine"
+    std::string who;                  // the worker, for messages: "the worker on gpubox", "the pytorch lane"
 };
 WorkerEndpoint endpointFor(const LaneSpec& spec);
 /// The argv that starts the worker (no shell locally; ssh in BatchMode remotely).

@@ -114,8 +114,8 @@ struct WorkerLane::Impl {
         };
         while (!readySeen && workerError.empty()) {
             if (!conn->pump(0.1, onMessage)) {
-                throw UsageError(fmt::format("{} ended while preparing the lane: {}", who,
-                                             conn->describeEnd(conn->reap(2), 0)));
+                throw UsageError(
+                    fmt::format("{} ended while preparing the lane: {}", who, conn->describeEnd(conn->reap(2), 0)));
             }
             if (conn->secondsSinceLastLine() > kSilenceLost) {
                 conn->signal(SIGKILL);
@@ -149,8 +149,8 @@ struct WorkerLane::Impl {
                 lastPing = Clock::now();
             }
             if (failure.empty() && conn->floodLines() > 0) {
-                failure = fmt::format("{} flooded its output ({} lines in one second); stopped",
-                                      conn->endpoint().who, groupThousands(static_cast<double>(conn->floodLines())));
+                failure = fmt::format("{} flooded its output ({} lines in one second); stopped", conn->endpoint().who,
+                                      groupThousands(static_cast<double>(conn->floodLines())));
             }
             if (failure.empty() && conn->secondsSinceLastLine() > kSilenceLost) {
                 failure = conn->endpoint().remote

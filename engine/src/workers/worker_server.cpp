@@ -316,7 +316,8 @@ int runWorker(int inFd, int outFd, int requestedProto) {
         // Say hello anyway, so the parent can name both versions, then refuse.
         Writer out(outFd);
         out.send({{"type", "hello"}, {"proto", detail::protoVersion()}, {"version", DEVICERACE_VERSION}});
-        std::fprintf(stderr, "devicerace-cli worker: the parent asked for protocol %d; this DeviceRace (%s) speaks %s\n",
+        std::fprintf(stderr,
+                     "devicerace-cli worker: the parent asked for protocol %d; this DeviceRace (%s) speaks %s\n",
                      requestedProto, DEVICERACE_VERSION, detail::protoVersion().c_str());
         return 3;
     }
