@@ -100,8 +100,19 @@ int main(int argc, char** argv) {
     QObject::connect(&race, &RaceController::updated, &dashboard, &Dashboard::refresh);
     QElapsedTimer wall;
     wall.start();
+    bool ready = false;
+    QString failure;
+    QObject::connect(&race, &RaceController::started, [&] { ready = true; });
+    QObject::connect(&race, &RaceController::setupFailed, [&](const QString& why) { failure = why; });
     if (!race.start(spec, colors, recordDir, factory)) {
         std::fprintf(stderr, "the race did not start\n");
+        return 1;
+    }
+    while (!ready && failure.isEmpty()) { // set up off the GUI thread
+        QApplication::processEvents(QEventLoop::AllEvents, 50);
+    }
+    if (!ready) {
+        std::fprintf(stderr, "the race did not start: %s\n", qPrintable(failure));
         return 1;
     }
     dashboard.onRaceStarted();

@@ -55,10 +55,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         m_dashboard->onRaceStarted();
         updateActions();
         updateTitle();
+        if (m_race->hasRace() && m_race->running()) {
+            statusBar()->showMessage(
+                m_race->recordDir().isEmpty() ? tr("Racing…") : tr("Racing… recording to %1").arg(m_race->recordDir()));
+        }
     });
     connect(m_race, &RaceController::updated, m_dashboard, &Dashboard::refresh);
     connect(m_race, &RaceController::finishedRace, this, &MainWindow::onFinished);
-    connect(m_race, &RaceController::failed, this, &MainWindow::showError);
+    connect(m_race, &RaceController::failed, this, [this](const QString& message) {
+        showError(message);
+        updateActions();
+    });
+    connect(m_race, &RaceController::setupFailed, this, &MainWindow::startFailed);
     m_slowTimer.setInterval(500);
     connect(&m_slowTimer, &QTimer::timeout, this, [this] {
         m_dashboard->refreshSummary();
@@ -133,7 +141,7 @@ void MainWindow::fitToScreen() {
 }
 
 void MainWindow::updateActions() {
-    const bool running = m_race->running();
+    const bool running = m_race->running() || m_race->isSettingUp();
     m_start->setEnabled(!running && !m_closing);
     m_pause->setEnabled(running || m_race->replaying());
     m_stop->setEnabled(running || m_race->replaying());
@@ -198,7 +206,7 @@ bool MainWindow::confirmCommands(RaceSpec& spec) {
 }
 
 bool MainWindow::startRace() {
-    if (m_race->running()) {
+    if (m_race->running() || m_race->isSettingUp()) {
         return false;
     }
     RaceSpec spec;
@@ -234,6 +242,8 @@ bool MainWindow::startRace() {
     if (!m_race->start(spec, m_setup->laneColors(), recordDir)) {
         return false;
     }
+    statusBar()->showMessage(tr("Setting up the race (loading data, starting workers)…"));
+    updateActions();
     const bool sharing = !plan.sharingNote.empty();
     m_dashboard->devicePanel()->setSharingNote(sharing ? QStringLiteral("⚠ ") + QString::fromStdString(plan.sharingNote)
                                                        : QString());
@@ -244,8 +254,6 @@ bool MainWindow::startRace() {
                                                  .arg(plan.cpuThreads)
                                            : QString());
     saveSettings();
-    statusBar()->showMessage(m_race->recordDir().isEmpty() ? tr("Racing…")
-                                                           : tr("Racing… recording to %1").arg(m_race->recordDir()));
     return true;
 }
 

@@ -28,6 +28,8 @@ public:
     RaceController* race() const { return m_race; }
 
     /// Starts the race set up in the panel; false (and a message) on bad input.
+    /// Checks the setup (the engine's plan) and starts setting the race up off the GUI thread;
+    /// false (and lastError()) when the plan refuses it or the user declines a command.
     bool startRace();
     /// Asks before a race runs cmd= programs; sets spec.allowCommands. False: not consented.
     bool confirmCommands(RaceSpec& spec);
@@ -67,6 +69,9 @@ public:
 
 Q_SIGNALS:
     void raceFinished();
+    /// The race Start set up could not run (bad data, a worker that did not answer): the
+    /// message is lastError() too.
+    void startFailed(const QString& message);
 
 protected:
     void closeEvent(QCloseEvent* event) override;

@@ -1,11 +1,10 @@
 #include "race_controller.h"
 
-#include <QEventLoop>
-
 #include <thread>
 
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
+#include "background_task.h"
 #include "palette.h"
 
 #include <algorithm>
@@ -30,32 +29,49 @@ RaceController::~RaceController() {
 
 bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir,
                            LaneFactory factory) {
-    // Building a race loads data and, for worker lanes, starts processes and connects over ssh
-    // (seconds; up to ssh's 10 s connect timeout): off the GUI thread, which keeps painting
-    // but takes no input meanwhile.
-    std::unique_ptr<Race> race;
-    std::exception_ptr error;
-    QEventLoop wait;
-    std::thread builder([&] {
-        try {
-            race = std::make_unique<Race>(spec, std::move(factory));
-        } catch (...) {
-            error = std::current_exception();
-        }
-        QMetaObject::invokeMethod(&wait, &QEventLoop::quit, Qt::QueuedConnection);
-    });
-    wait.exec(QEventLoop::ExcludeUserInputEvents);
-    builder.join();
-    if (error) {
-        try {
-            std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-            Q_EMIT failed(QString::fromStdString(e.what()));
-        } catch (...) {
-            Q_EMIT failed(tr("the race could not be set up"));
-        }
-        return false;
+    if (m_settingUp) {
+        return false; // one race set up at a time
     }
+    // Building a race loads data and, for worker lanes, starts processes, connects over ssh and
+    // waits for each worker's hello (seconds; up to ssh's 10 s connect timeout): on a thread of
+    // its own. The GUI thread goes on serving every event (no nested event loop); the race
+    // starts when it is built (started()), or failed() says why not.
+    m_settingUp = true;
+    m_cancelSetup = false;
+    struct Built {
+        std::shared_ptr<std::unique_ptr<Race>> race = std::make_shared<std::unique_ptr<Race>>();
+        QString error;
+    };
+    runInBackground(
+        this,
+        [spec, factory = std::move(factory)]() mutable {
+            Built built;
+            try {
+                *built.race = std::make_unique<Race>(spec, std::move(factory));
+            } catch (const std::exception& e) {
+                built.error = QString::fromStdString(e.what());
+            } catch (...) {
+                built.error = tr("the race could not be set up");
+            }
+            return built;
+        },
+        [this, colors, recordDir](Built built) {
+            m_settingUp = false;
+            if (m_cancelSetup || !built.error.isEmpty()) {
+                // A race stopped while being set up is dropped here: its lanes never started.
+                const QString why =
+                    m_cancelSetup ? tr("stopped while the race was being set up: no lane ran") : built.error;
+                Q_EMIT failed(why);
+                Q_EMIT setupFailed(why);
+                return;
+            }
+            begin(std::move(*built.race), colors, recordDir);
+        });
+    Q_EMIT settingUp();
+    return true;
+}
+
+void RaceController::begin(std::unique_ptr<Race> race, const std::vector<QColor>& colors, const QString& recordDir) {
     m_timer.stop();
     m_recorder.reset();
     m_race = std::move(race);
@@ -98,7 +114,6 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
     m_race->start();
     m_timer.start();
     Q_EMIT started();
-    return true;
 }
 
 bool RaceController::addRecording(const QString& dir, QString* error) {
@@ -255,6 +270,9 @@ bool RaceController::replayDone() const {
 }
 
 void RaceController::stop() {
+    if (m_settingUp) {
+        m_cancelSetup = true; // dropped once built (a worker's hello cannot be interrupted)
+    }
     if (m_race) {
         m_race->requestStop();
     }

@@ -36,9 +36,10 @@ public:
     explicit RaceController(QObject* parent = nullptr);
     ~RaceController() override;
 
-    /// Validates and starts a race; on bad input returns false and emits failed(message).
-    /// With `recordDir`, the race is recorded there as it runs (a failure to record is reported
-    /// through failed() and the race goes on).
+    /// Sets a race up off the GUI thread, then starts it: started() once its lanes run, or
+    /// failed(message) when it cannot (bad input, missing data, a worker that does not answer).
+    /// False only when a race is already being set up. With `recordDir`, the race is recorded
+    /// there as it runs (a failure to record is reported through failed() and the race goes on).
     /// `factory` builds the lanes instead of the engine (benchmarks: synthetic sample sources).
     bool start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir = {},
                LaneFactory factory = {});
@@ -63,7 +64,10 @@ public:
     /// The longest recorded lane's last sample time (seconds).
     double replayLength() const;
     QString recordDir() const { return m_recordDir; }
+    /// Stops the race (or, while it is being set up, drops it once built: no lane runs).
     void stop();
+    /// A race is being set up (start() was called; started() or failed() will follow).
+    bool isSettingUp() const { return m_settingUp; }
     void setPaused(bool paused);
     void setLanePaused(int lane, bool paused);
     void stopLane(int lane);
@@ -98,10 +102,12 @@ public:
     void poll();
 
 Q_SIGNALS:
+    void settingUp(); // start() began building a race
     void started();
     void updated();
     void finishedRace();
     void failed(const QString& message);
+    void setupFailed(const QString& message); // start() could not set the race up (also failed())
 
 private:
     struct Replay {
@@ -113,6 +119,7 @@ private:
         mutable RunningSummary running;
         mutable std::size_t summarized = 0;
     };
+    void begin(std::unique_ptr<Race> race, const std::vector<QColor>& colors, const QString& recordDir);
     void rebuildReplays();
     QColor unusedColor() const;
     bool feedReplays();
@@ -135,6 +142,8 @@ private:
     QTimer m_timer;
     bool m_paused = false;
     bool m_announcedFinish = false;
+    bool m_settingUp = false;
+    bool m_cancelSetup = false; // stop() while setting up
 };
 
 } // namespace devicerace::ui

@@ -309,7 +309,7 @@ int runRace(RaceOptions options) {
 int runReplay(const std::string& dir) {
     try {
         const auto rec = readRecording(dir);
-        fmt::print("recording {} · {} · started {} · {}{}\n", dir, rec.workload, rec.startedAt, rec.cpuModel,
+        fmt::print("recording {} · {} · started {} · {}{}\n", dir, rec.workload, rec.startedAt, rec.machine.cpu.model,
                    rec.gpuNames.empty() ? "" : " · " + rec.gpuNames);
         for (const auto& w : rec.warnings) {
             fmt::print("note: {}\n", w);

@@ -50,38 +50,9 @@ std::string devicesText(const DeviceReport& r) {
 }
 
 std::string devicesJson(const DeviceReport& r) {
-    json j;
-    j["torch_version"] = r.torchVersion;
-    j["torch_cuda_version"] = r.torchCudaVersion.empty() ? json(nullptr) : json(r.torchCudaVersion);
-    j["cudnn_version"] = r.cudnnVersion.empty() ? json(nullptr) : json(r.cudnnVersion);
-    j["host"] = r.hostName;
-    j["cpu"] = {{"model", r.cpu.model},
-                {"physical_cores", r.cpu.physicalCores},
-                {"logical_cpus", r.cpu.logicalCpus},
-                {"torch_threads", r.cpu.torchThreads},
-                {"parallel_backend", r.cpu.parallelBackend},
-                {"blas", r.cpu.blas},
-                {"blas_is_reference", r.cpu.blasIsReference}};
-    j["cuda"] = {{"available", r.cudaAvailable},
-                 {"reason", r.cudaAvailable ? json(nullptr) : json(r.cudaUnavailableReason)},
-                 {"driver", r.nvmlDriverVersion.empty() ? json(nullptr) : json(r.nvmlDriverVersion)}};
-    j["devices"] = json::array();
-    j["devices"].push_back({{"name", "cpu"}, {"usable", true}, {"description", r.cpu.model}});
-    for (const auto& g : r.gpus) {
-        j["devices"].push_back(
-            {{"name", fmt::format("cuda:{}", g.index)},
-             {"usable", true},
-             {"description", g.name},
-             {"memory_bytes", g.totalMemoryBytes},
-             {"compute_capability", fmt::format("{}.{}", g.computeMajor, g.computeMinor)},
-             {"multiprocessors", g.multiprocessors},
-             {"utilization_percent", g.utilizationPercent ? json(*g.utilizationPercent) : json(nullptr)},
-             {"used_memory_bytes", g.usedMemoryBytes ? json(*g.usedMemoryBytes) : json(nullptr)}});
-    }
-    if (!r.cudaAvailable) {
-        j["devices"].push_back({{"name", "cuda"}, {"usable", false}, {"reason", r.cudaUnavailableReason}});
-    }
-    return j.dump(2) + "\n";
+    // The device report's one JSON shape: the worker protocol's hello and a recording's manifest
+    // carry the same object.
+    return json::parse(deviceReportToJson(r)).dump(2) + "\n";
 }
 
 std::string workloadsText() {

@@ -198,12 +198,17 @@ int main(int argc, char** argv) {
         });
     }
     if (options.start) {
-        QTimer::singleShot(0, &window, [&] {
+        const auto refused = [&] {
+            std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(window.lastError()));
+            if (!options.screenshot.isEmpty()) {
+                QApplication::exit(2);
+            }
+        };
+        // Set up off the GUI thread: a race that cannot run says so when its set-up ends.
+        QObject::connect(&window, &devicerace::ui::MainWindow::startFailed, &app, refused);
+        QTimer::singleShot(0, &window, [&, refused] {
             if (!window.startRace()) {
-                std::fprintf(stderr, "devicerace: error: %s\n", qPrintable(window.lastError()));
-                if (!options.screenshot.isEmpty()) {
-                    QApplication::exit(2);
-                }
+                refused();
             }
         });
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch's own data parallelism on the same LibTorch: DistributedDataParallel over Gloo, N
-processes x T threads on this machine, training peer.py's network of a workload on synthetic
-data (batch per worker as given) — the reference for DeviceRace's data-parallel lanes.
+processes x T threads on this machine, training the PyTorch lane's network of a workload
+(lanes/python/torch_networks.py, through peer.py) on synthetic data (batch per worker as given)
+— the reference for DeviceRace's data-parallel lanes.
 
     python bench/peers/ddp_peer.py --workload fashion-cnn --workers 2 --threads 1 --batch 128 --steps 80
 

@@ -11,8 +11,8 @@ Keras layers (channels-last images, Keras' Glorot-uniform defaults for the Keras
 fan-out normal convolutions and BatchNormalization(momentum=0.9, epsilon=1e-5) - PyTorch's -
 for the ResNets), the engine's optimizer with its hyperparameters (Adam's epsilon 1e-8 as the
 engine's; weight decay added to every gradient as torch.optim does), the engine's learning-rate
-schedule as a Keras LearningRateSchedule, and the workload table and data of the PyTorch peer
-(bench/peers/peer_workloads.py; uint8 images scaled by 1/255, channel-expanded and padded to
+schedule as a Keras LearningRateSchedule, and the workload table and data of the PyTorch lane
+(workload_table.py, in this folder; uint8 images scaled by 1/255, channel-expanded and padded to
 32x32 for the CIFAR networks, inside the compiled step). Parameter counts are checked against
 the engine's before any data loads.
 
@@ -68,7 +68,7 @@ MERGED_BIAS = {
                           "for the same cell"),
 }
 
-keras = ops = np = pw = None  # imported by load_framework(), after the protocol stream is guarded
+keras = ops = np = wt = None  # imported by load_framework(), after the protocol stream is guarded
 BACKEND = None
 
 
@@ -92,7 +92,7 @@ def missing_modules(backend):
 
 def load_framework(backend):
     """Imports keras on `backend`; returns None, or why it cannot (shown in the refusal)."""
-    global keras, ops, np, pw, BACKEND
+    global keras, ops, np, wt, BACKEND
     missing = missing_modules(backend)
     if missing:
         return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed for {sys.executable}; "
@@ -104,14 +104,13 @@ def load_framework(backend):
     try:
         import numpy as numpy_module
         import keras as keras_module
-        lc.use_peer_dir("keras_lane.py")
-        import peer_workloads
+        import workload_table
     except Exception as e:
         return (f"keras on {backend} cannot be imported ({type(e).__name__}: {' '.join(str(e).split())}); "
                 f"run {SETUP}")
     if keras_module.backend.backend() != backend:
         return f"keras chose the {keras_module.backend.backend()} backend, not {backend} (KERAS_BACKEND)"
-    keras, ops, np, pw, BACKEND = keras_module, keras_module.ops, numpy_module, peer_workloads, backend
+    keras, ops, np, wt, BACKEND = keras_module, keras_module.ops, numpy_module, workload_table, backend
     return None
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +216,7 @@ def limit_cpus(threads):
     return True
 
 # ---------------------------------------------------------------------------------------------
-# Networks (engine/src/models_keras.cpp, models_resnet.cpp; peer.py's PyTorch versions).
+# Networks (engine/src/models_keras.cpp, models_resnet.cpp; torch_networks.py's PyTorch versions).
 # ---------------------------------------------------------------------------------------------
 
 
@@ -349,7 +348,7 @@ def charlstm(inputs):
 
 
 def resnet50(inputs):
-    """ResNet-50 v1.5 (the stride on the 3x3 conv), as engine/src/models_resnet.cpp and peer.py."""
+    """ResNet-50 v1.5 (the stride on the 3x3 conv), as engine/src/models_resnet.cpp and torch_networks.py."""
     L = keras.layers
     h = L.ReLU()(bn()(he_conv(64, 7, 2)(inputs)))
     h = L.MaxPooling2D(3, strides=2)(L.ZeroPadding2D(1)(h))  # after a ReLU, zero padding is -inf padding
@@ -393,7 +392,7 @@ def build_model(workload, w):
 
 
 def engine_schedule(lr, schedule, total):
-    """peer_workloads.schedule_factor as a Keras schedule of the optimizer's step count."""
+    """workload_table.schedule_factor as a Keras schedule of the optimizer's step count."""
     class EngineSchedule(keras.optimizers.schedules.LearningRateSchedule):
         def __call__(self, step):
             f = ops.cast(step, "float32") / float(total)
@@ -606,10 +605,10 @@ class TorchSteps:
 
 def synthetic_arrays(w, count, batch, rng):
     """(X, Y) numpy arrays of a synthetic set: a pool of min(count, max(8 batches, 256 MiB))
-    examples reused with index % pool, as peer.synthetic_split."""
+    examples reused with index % pool, as torch_networks.synthetic_split."""
     shape = input_shape(w)
     elems = math.prod(shape)
-    pool = min(count, max(8 * batch, pw.SYNTHETIC_POOL_BYTES // max(1, elems * 4)))
+    pool = min(count, max(8 * batch, wt.SYNTHETIC_POOL_BYTES // max(1, elems * 4)))
     if w["tokens"]:
         x = rng.integers(0, w["vocabulary"], (pool, *shape), dtype=np.int32)
     else:
@@ -623,14 +622,14 @@ class KerasLane:
     def __init__(self, config, session):
         c = dw.parse_config(config)
         workload = c["workload"]
-        if workload not in pw.WORKLOADS:
+        if workload not in wt.WORKLOADS:
             raise dw.LaneRefused(f"unknown workload '{workload}' for the Keras lane (it runs {', '.join(BUILDERS)})")
-        w = dict(pw.WORKLOADS[workload], name=workload)
+        w = dict(wt.WORKLOADS[workload], name=workload)
         lane_label = f"the Keras ({BACKEND}) lane"
         spec = dw.lane_fields(c, ACCEPTED, IGNORED, lane_label)
         self.c, self.w, self.spec = c, w, spec
         self.name = spec.get("name") or spec["device"]
-        self.step_buffer = pw.STEP_BUFFER
+        self.step_buffer = wt.STEP_BUFFER
 
         # Device, threads, precision.
         self.device, self.device_label, self.accelerator = lane_device(spec, self.name)

@@ -1,6 +1,7 @@
-"""What DeviceRace's Python lane programs share beyond the protocol (devicerace_worker.py): where
-the peers' code is, the data a lane trains on (decided as the engine decides it), the lane keys
-every lane reads the same way, injected faults, and the training loop with its report points.
+"""What DeviceRace's Python lane programs share beyond the protocol (devicerace_worker.py): the
+data a lane trains on (decided as the engine decides it), the lane keys every lane reads the
+same way, injected faults, and the training loop with its report points. The workload table
+both lanes build from is workload_table.py, in this folder (nothing here imports from bench/).
 
 pytorch_lane.py and keras_lane.py both run `train_loop`: one step at a time, the step's loss
 and correct count kept on the device, read at report points only (the warm-up step, every
@@ -12,35 +13,13 @@ is read), so a lane can say hello and refuse cleanly when its framework is missi
 """
 import os
 import signal
-import sys
 import time
 
 import devicerace_worker as dw
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# resolveData's synthetic test-set sizes (the training sizes are peer_workloads.SYNTHETIC_TRAIN).
+# resolveData's synthetic test-set sizes (the training sizes are workload_table.SYNTHETIC_TRAIN).
 SYNTHETIC_TEST = {"cifar10": 10000, "fashion-mnist": 10000, "imagenet": 50000, "imdb": 25000, "text": 3000}
 
-
-def find_peer_dir():
-    """The folder with peer.py and peer_workloads.py: $DEVICERACE_PEERS, next to the lane
-    programs (an installed copy) or ../../bench/peers (the source tree); None when absent."""
-    candidates = [os.environ.get("DEVICERACE_PEERS", ""), HERE, os.path.join(HERE, "..", "..", "bench", "peers")]
-    for folder in candidates:
-        if folder and os.path.isfile(os.path.join(folder, "peer_workloads.py")):
-            return os.path.abspath(folder)
-    return None
-
-
-def use_peer_dir(program):
-    """Puts the peers' folder on sys.path (ImportError naming where it looked otherwise)."""
-    folder = find_peer_dir()
-    if folder is None:
-        raise ImportError(f"bench/peers/peer_workloads.py not found (looked in $DEVICERACE_PEERS, next to {program} "
-                          "and in ../../bench/peers)")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return folder
 
 # ---------------------------------------------------------------------------------------------
 # Lane keys every lane reads alike (thread_lane.cpp's checks).
@@ -87,14 +66,14 @@ def inject_fault(kind, step, program):
         time.sleep(1)
 
 # ---------------------------------------------------------------------------------------------
-# Data (engine race.cpp resolveData, dataset.cpp, lane_data.cpp; the peer's readers).
+# Data (engine race.cpp resolveData, dataset.cpp, lane_data.cpp; workload_table's reader).
 # ---------------------------------------------------------------------------------------------
 
 
 def resolve_data(name, w, mode, data_dir, train_limit, test_limit, lane="the PyTorch lane"):
     """What the lane trains on, decided as the engine decides it: a dict with the ready
     message's dataset fields plus "fashion" (the IDX folder) or "counts" (synthetic train, test)."""
-    import peer_workloads as pw
+    import workload_table as wt
     shape = "x".join(str(d) for d in w["shape"])
     Lane = lane[0].upper() + lane[1:]
 
@@ -110,25 +89,25 @@ def resolve_data(name, w, mode, data_dir, train_limit, test_limit, lane="the PyT
     ds = w["dataset"]
     if ds == "imagenet":
         if want_synthetic or (not explicit_real and not data_dir):
-            return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
+            return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
                              "" if mode else "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)")
     elif ds == "imdb":
         if want_synthetic or (not explicit_real and not data_dir):
-            return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
+            return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
                              "" if mode else "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens")
         raise dw.LaneRefused(f"{name}: {lane} has no IMDb reader; race it on synthetic tokens "
                              "(--data synthetic or data=synthetic) or on a DeviceRace lane")
     elif ds == "text":
         if want_synthetic:
-            return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
+            return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
         raise dw.LaneRefused(f"{name}: {lane} has no text-corpus reader; race it on synthetic text "
                              "(--data synthetic or data=synthetic) or on a DeviceRace lane")
     elif want_synthetic:
-        return synthetic(pw.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
+        return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
     if ds == "cifar10" and data_dir:
         raise dw.LaneRefused(f"{name}: {Lane} cannot read CIFAR-10 binaries ({data_dir}); without "
                              "--data-dir it races on Fashion-MNIST adapted to 3x32x32, or use --data synthetic")
-    folder = data_dir if (data_dir and ds == "fashion-mnist") else pw.fashion_dir()
+    folder = data_dir if (data_dir and ds == "fashion-mnist") else wt.fashion_dir()
     if not os.path.isdir(folder):
         raise dw.LaneRefused(f"{folder}: not a folder; expected the Fashion-MNIST IDX files (install "
                              "dataset-fashion-mnist, pass --data-dir, or use --data synthetic)")
@@ -144,12 +123,12 @@ def load_fashion_split(folder, prefix, limit, classes):
     """(images (N, 28, 28) uint8, labels (N,) int64) numpy arrays, the first `limit` examples
     (dataset.cpp loadSplit)."""
     import numpy as np
-    import peer_workloads as pw
+    import workload_table as wt
     try:
-        x = pw.read_idx(folder, f"{prefix}-images-idx3-ubyte")
-        y = pw.read_idx(folder, f"{prefix}-labels-idx1-ubyte")
-    except SystemExit as e:  # the reader's message for a missing file
-        raise dw.LaneRefused(str(e.code)) from None
+        x = wt.read_idx(folder, f"{prefix}-images-idx3-ubyte")
+        y = wt.read_idx(folder, f"{prefix}-labels-idx1-ubyte")
+    except FileNotFoundError as e:  # the reader's message for a missing file
+        raise dw.LaneRefused(str(e)) from None
     if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
         raise dw.LaneRefused(f"{folder}: {prefix} images {tuple(x.shape)} and labels {tuple(y.shape)} do not match")
     if x.shape[1] != 28 or x.shape[2] != 28:

@@ -5,17 +5,18 @@ DeviceRace starts it for a lane with framework=pytorch as
     python lanes/python/pytorch_lane.py --proto 1
 and speaks the worker protocol (docs/EVENTS.md) with it on stdin/stdout (devicerace_worker.py).
 
-What it trains is bench/peers/peer.py's PyTorch peer of the workload, imported from there (the
-same networks, initialisers, optimizers, schedules, data preparation and per-step work that
-bench/compare measures against the C++ lanes), run the way the engine's trainer runs a lane:
-per-step losses and correct counts go into device buffers that are read at report points only
-(the warm-up step, every report_interval seconds, each epoch end, before each evaluation, the
-last step); evaluations (eval mode, no gradients, the whole test set) at each epoch end, every
-eval_every steps and at the last step, on the lane clock but outside throughput intervals.
+What it trains is the workload's network from torch_networks.py, next to this file (the same
+networks, initialisers, optimizers, data preparation and per-step work that bench/compare's
+PyTorch peers import to measure the C++ lanes against; the workload defaults and schedules are
+in workload_table.py), run the way the engine's trainer runs a lane: per-step losses and correct
+counts go into device buffers that are read at report points only (the warm-up step, every
+report_interval seconds, each epoch end, before each evaluation, the last step); evaluations
+(eval mode, no gradients, the whole test set) at each epoch end, every eval_every steps and at
+the last step, on the lane clock but outside throughput intervals.
 
-peer.py is looked for in $DEVICERACE_PEERS, next to this file (an installed copy) and in
-../../bench/peers (the source tree); the data, lane keys and loop shared with keras_lane.py are
-in lane_common.py.
+Everything it imports lies next to it (the source tree's lanes/python/, or the installed
+share/devicerace/lanes): nothing from bench/. The data, lane keys and loop shared with
+keras_lane.py are in lane_common.py.
 """
 import importlib.metadata
 import math
@@ -37,19 +38,19 @@ NAME = "pytorch_lane"
 ACCEPTED = ("name", "threads", "batch", "lr", "precision", "channels_last", "wd", "momentum", "schedule", "lstm",
             "data", "eval_batch", "fault")
 IGNORED = ("framework", "fused", "graph", "resident", "cost", "isolate", "cli", "cmd")
-torch = F = peer = None  # imported by load_framework(), after the protocol stream is guarded
+torch = F = tn = wt = None  # imported by load_framework(), after the protocol stream is guarded
 
 
 def load_framework():
-    global torch, F, peer
+    global torch, F, tn, wt
     # Spin-waiting OpenMP threads collapse throughput when lanes share cores; libgomp reads this
     # once, when torch loads it (the C++ worker sets the same default).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch as torch_module
     import torch.nn.functional as functional
-    lc.use_peer_dir("pytorch_lane.py")
-    import peer as peer_module
-    torch, F, peer = torch_module, functional, peer_module
+    import torch_networks
+    import workload_table
+    torch, F, tn, wt = torch_module, functional, torch_networks, workload_table
 
 
 def torch_version_quick():
@@ -114,15 +115,15 @@ def fashion_split(folder, prefix, limit, classes):
 
 
 class TorchLane:
-    step_buffer = None  # peer.STEP_BUFFER, set once the peer is loaded
+    step_buffer = None  # workload_table.STEP_BUFFER, set in run()
 
     def __init__(self, config, session):
         c = dw.parse_config(config)
         workload = c["workload"]
-        if workload not in peer.WORKLOADS:
+        if workload not in tn.WORKLOADS:
             raise dw.LaneRefused(f"unknown workload '{workload}' for the PyTorch lane (it runs "
-                                 f"{', '.join(sorted(peer.WORKLOADS))})")
-        w = dict(peer.WORKLOADS[workload], name=workload)
+                                 f"{', '.join(sorted(tn.WORKLOADS))})")
+        w = dict(tn.WORKLOADS[workload], name=workload)
         spec = dw.lane_fields(c, ACCEPTED, IGNORED, "the PyTorch lane")
         self.c, self.w, self.spec = c, w, spec
         self.name = spec.get("name") or spec["device"]
@@ -164,8 +165,8 @@ class TorchLane:
             torch.backends.cudnn.benchmark = True
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        model = peer.build_model(workload, fused=self.lstm == "fused")
-        count = peer.count_parameters(model)
+        model = tn.build_model(workload, fused=self.lstm == "fused")
+        count = tn.count_parameters(model)
         lc.check_parameters(workload, count, c["expected_parameters"], "PyTorch")
         self.parameters = count
 
@@ -183,8 +184,8 @@ class TorchLane:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
         if d["synthetic"]:
-            self.train_x, self.train_y = peer.synthetic_split(w, train_count, requested_batch, device)
-            self.test_x, self.test_y = peer.synthetic_split(w, test_count, requested_batch, device)
+            self.train_x, self.train_y = tn.synthetic_split(w, train_count, requested_batch, device)
+            self.test_x, self.test_y = tn.synthetic_split(w, test_count, requested_batch, device)
         else:
             tx, ty = fashion_split(d["fashion"], "train", c["train_limit"], w["classes"])
             ex, ey = fashion_split(d["fashion"], "t10k", c["test_limit"], w["classes"])
@@ -205,13 +206,13 @@ class TorchLane:
         self.eval_batch = spec.get("eval_batch") or max(self.batch, min(1000, 3072000 // math.prod(w["shape"])))
 
         # Optimizer, precision.
-        self.opt = peer.make_optimizer(w["optimizer"], self.model.parameters(), self.lr, self.wd, self.momentum)
+        self.opt = tn.make_optimizer(w["optimizer"], self.model.parameters(), self.lr, self.wd, self.momentum)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext
-        self.loss_of, self.correct_of = peer.loss_functions(w)
-        self.loss_buf = torch.zeros(peer.STEP_BUFFER, device=device, dtype=torch.float32)
-        self.correct_buf = torch.zeros(peer.STEP_BUFFER, device=device, dtype=torch.int64)
+        self.loss_of, self.correct_of = tn.loss_functions(w)
+        self.loss_buf = torch.zeros(wt.STEP_BUFFER, device=device, dtype=torch.float32)
+        self.correct_buf = torch.zeros(wt.STEP_BUFFER, device=device, dtype=torch.int64)
         self.in_buf = 0
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(device)
@@ -258,7 +259,7 @@ class TorchLane:
             loss_sum = torch.zeros((), device=self.device)
             correct = torch.zeros((), device=self.device, dtype=torch.int64)
             for i in range(0, n, self.eval_batch):
-                x = peer.prepare_input(self.test_x[i:i + self.eval_batch], want, self.channels_last)
+                x = tn.prepare_input(self.test_x[i:i + self.eval_batch], want, self.channels_last)
                 y = self.test_y[i:i + self.eval_batch]
                 with self.autocast():
                     logits = self.model(x).to(torch.float32)
@@ -275,7 +276,7 @@ class TorchLane:
     def run(self, session):
         self.meter.state("preparing")
         torch.set_num_threads(self.threads)
-        self.step_buffer = peer.STEP_BUFFER
+        self.step_buffer = wt.STEP_BUFFER
         self.scheduled = self.schedule != "constant"
         self.order_gen = torch.Generator().manual_seed(self.c["seed"])  # epoch orders: a host generator, as the engine
         self.model.train()
@@ -292,11 +293,11 @@ class TorchLane:
         if self.train_x.size(0) < self.train_count:  # a synthetic pool
             idx = idx.remainder(self.train_x.size(0))
         if self.scheduled:
-            lr = self.lr * peer.schedule_factor(self.schedule, step, self.total_steps)
+            lr = self.lr * wt.schedule_factor(self.schedule, step, self.total_steps)
             for group in self.opt.param_groups:
                 group["lr"] = lr
-        x = peer.prepare_input(self.train_x.index_select(0, idx), self.w["shape"], self.channels_last)
-        loss, correct = peer.train_step_once(self.model, self.opt, self.scaler, self.autocast, self.loss_of,
+        x = tn.prepare_input(self.train_x.index_select(0, idx), self.w["shape"], self.channels_last)
+        loss, correct = tn.train_step_once(self.model, self.opt, self.scaler, self.autocast, self.loss_of,
                                              self.correct_of, x, self.train_y.index_select(0, idx))
         self.loss_buf[self.in_buf].copy_(loss)
         self.correct_buf[self.in_buf].copy_(correct)
@@ -320,7 +321,7 @@ def main(argv):
     try:
         load_framework()
     except Exception as e:
-        dw.log(f"{NAME}: cannot load PyTorch and the peer models: {type(e).__name__}: {e}")
+        dw.log(f"{NAME}: cannot load PyTorch and its networks (torch_networks.py): {type(e).__name__}: {e}")
         return dw.EXIT_FAILED
     return dw.Worker(TorchProgram(), NAME).run()
 

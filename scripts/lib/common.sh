@@ -11,6 +11,12 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 if command -v ccache >/dev/null; then
     export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
     export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+    # A fresh clone elsewhere hits the cache too: paths under the checkout count relative to it,
+    # and the working folder is not hashed (debug info may name the first clone's folder).
+    if [[ -n "${ROOT:-}" ]]; then
+        export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
+    fi
+    export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
 fi
 ccache_args() {
     if command -v ccache >/dev/null; then

@@ -85,11 +85,11 @@ class UsageErrors(unittest.TestCase):
     def test_cuda_without_a_device(self):
         r = run("devices", "--json")
         info = json.loads(r.stdout)
-        if info["cuda"]["available"]:
+        if info["cuda_available"]:
             self.skipTest("this machine has CUDA")
         for lane in ("cuda", "cuda:0", "cuda:7"):
             with self.subTest(lane=lane):
-                self.assert_usage_error(["race", "--lane", lane, *SMALL], "CUDA is not available: " + info["cuda"]["reason"])
+                self.assert_usage_error(["race", "--lane", lane, *SMALL], "CUDA is not available: " + info["cuda_unavailable_reason"])
 
     def test_bad_race_options(self):
         self.assert_usage_error(["race", "--epochs", "0", *SMALL], "--epochs 0")
@@ -129,8 +129,12 @@ class UsageErrors(unittest.TestCase):
                     f.write(bytes([1] + [0] * 3072) * 4)
             with open(os.path.join(d, "test_batch.bin"), "wb") as f:
                 f.write(bytes([255] + [0] * 3072) * 2)
-            self.assert_usage_error(["race", "--workload", "cifar-resnet20", "--data-dir", d],
+            # 20 training examples: the race is planned from the files' sizes (a batch of 128 would be
+            # refused first); the load then checks every record.
+            self.assert_usage_error(["race", "--workload", "cifar-resnet20", "--data-dir", d, "--lane", "cpu,batch=4"],
                                     "test_batch.bin: record 0 has label 255")
+            self.assert_usage_error(["race", "--workload", "cifar-resnet20", "--data-dir", d],
+                                    "batch=128 is larger than the 20 training examples")
             with open(os.path.join(d, "test_batch.bin"), "wb") as f:
                 f.write(bytes(5000))
             self.assert_usage_error(["race", "--workload", "cifar-resnet20", "--data-dir", d],
@@ -172,10 +176,27 @@ class Listings(unittest.TestCase):
         info = json.loads(r.stdout)
         self.assertGreaterEqual(info["cpu"]["physical_cores"], 1)
         self.assertTrue(info["cpu"]["blas"])
-        self.assertEqual(info["torch_version"].split(".")[:2], ["2", "11"])
-        self.assertEqual(info["devices"][0]["name"], "cpu")
-        if not info["cuda"]["available"]:
-            self.assertTrue(info["cuda"]["reason"])
+        self.assertEqual(info["torch"].split(".")[:2], ["2", "11"])
+        self.assertEqual(len(info["gpus"]) > 0 or not info["cuda_available"], True)
+        if not info["cuda_available"]:
+            self.assertTrue(info["cuda_unavailable_reason"])
+
+    def test_one_device_report_shape(self):
+        """`devices --json`, a worker's hello and a recording's manifest describe a machine alike."""
+        info = json.loads(run("devices", "--json").stdout)
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = os.path.join(tmp, "rec")
+            r = run("race", *SMALL, "--steps", "3", "--quiet", "--record", rec,
+                    "--lane", "cpu,threads=1,isolate=process,name=worker")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(rec, "manifest.json")) as f:
+                manifest = json.load(f)
+        self.assertEqual(manifest["format"], 2)
+        for machine in (manifest["machine"], manifest["lanes"][0]["machine"]):
+            self.assertEqual(set(machine), set(info))
+            self.assertEqual(set(machine["cpu"]), set(info["cpu"]))
+            self.assertEqual(machine["cpu"]["model"], info["cpu"]["model"])
+            self.assertEqual(machine["torch"], info["torch"])
 
     def test_presets(self):
         r = run("presets", "--json")
@@ -260,7 +281,7 @@ class RealRaces(unittest.TestCase):
                     "--eval-every", "20", *SMALL, "--record", rec, "--json", live_json, "--quiet")
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             manifest = json.loads(read(os.path.join(rec, "manifest.json")))
-            self.assertEqual(manifest["format"], 1)
+            self.assertEqual(manifest["format"], 2)
             self.assertEqual([l["name"] for l in manifest["lanes"]], ["cpu·1", "b"])
             r = run("replay", rec)
             self.assertEqual(r.returncode, 0, r.stderr)

@@ -224,8 +224,9 @@ class RemoteLanes(unittest.TestCase):
             self.assertEqual(manifest["lanes"][1]["kind"], "remote")
             # The "remote" host is this machine over loopback: the worker's own device report
             # (its hello) names the same CPU as the race's, whatever vendor this machine has.
-            self.assertTrue(manifest["device"]["cpu"], manifest["device"])
-            self.assertIn(manifest["device"]["cpu"], manifest["lanes"][1]["machine"])
+            self.assertTrue(manifest["machine"]["cpu"]["model"], manifest["machine"])
+            self.assertEqual(manifest["lanes"][1]["machine"]["cpu"]["model"], manifest["machine"]["cpu"]["model"])
+            self.assertIsNone(manifest["lanes"][0]["machine"])  # a thread lane runs on the race's machine
 
     def test_a_framework_lane_on_a_remote_host(self):
         # framework= over ssh: the remote devicerace-cli runs its own machine's lane program.
@@ -246,7 +247,9 @@ class RemoteLanes(unittest.TestCase):
                            text=True, env=env(DEVICERACE_SSH_CONFIG=self.sshd.config), timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         devices = json.loads(r.stdout)
-        self.assertIn("cpu", [d["name"] for d in devices["devices"]])
+        self.assertTrue(devices["cpu"]["model"])
+        self.assertEqual(set(devices), set(json.loads(subprocess.run([CLI, "devices", "--json"], capture_output=True,
+                                                                      text=True, check=True).stdout)))
 
     def test_connection_lost_mid_race_fails_only_the_remote_lane(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -60,7 +60,12 @@ TEST(Recording, ReplaysToTheLiveSummary) {
     ASSERT_EQ(rec.lanes.size(), 2u);
     EXPECT_EQ(rec.lanes[1].name, "second");
     EXPECT_EQ(rec.lanes[1].spec.find("cost=2.5") != std::string::npos, true);
-    EXPECT_FALSE(rec.cpuModel.empty());
+    // The machine in the device report's one JSON shape (format 2): all of it, not a few strings.
+    EXPECT_EQ(rec.machine.cpu.model, deviceReport().cpu.model);
+    EXPECT_EQ(rec.machine.cpu.logicalCpus, deviceReport().cpu.logicalCpus);
+    EXPECT_EQ(rec.machine.cudaAvailable, deviceReport().cudaAvailable);
+    EXPECT_EQ(rec.machine.torchVersion, deviceReport().torchVersion);
+    EXPECT_FALSE(rec.lanes[0].machineReport); // thread lanes ran on the race's machine
     const auto replayed = summarizeRecording(rec);
     ASSERT_EQ(replayed.lanes.size(), live.lanes.size());
     for (std::size_t i = 0; i < live.lanes.size(); ++i) {
@@ -110,6 +115,23 @@ TEST(Recording, ACutOffLaneFileReadsUpToItsLastWholeLine) {
     EXPECT_EQ(uncut.lanes.at(0).error, "");
 }
 
+// A format-1 recording (the machine as a few strings, before the device report's JSON) still reads.
+TEST(Recording, ReadsFormatOneManifests) {
+    TempDir dir;
+    recordedRace(dir);
+    writeFile(dir / "rec" / "manifest.json",
+              R"({"format": 1, "workload": "fashion-mlp", "dataset": {"name": "Fashion-MNIST"},
+                  "device": {"cpu": "Old CPU", "blas": "MKL", "gpus": "GPU A, GPU B", "torch": "2.5.1", "host": "box"},
+                  "lanes": [{"name": "cpu·1", "file": "lane-0.jsonl", "machine": "box: Old CPU · LibTorch 2.5.1"}]})");
+    const auto rec = readRecording(dir / "rec");
+    EXPECT_EQ(rec.machine.cpu.model, "Old CPU");
+    EXPECT_EQ(rec.machine.cpu.blas, "MKL");
+    EXPECT_EQ(rec.machine.torchVersion, "2.5.1");
+    EXPECT_EQ(rec.machine.hostName, "box");
+    EXPECT_EQ(rec.gpuNames, "GPU A, GPU B");
+    EXPECT_EQ(rec.lanes.at(0).machine, "box: Old CPU · LibTorch 2.5.1");
+}
+
 TEST(Recording, HostileOrBrokenManifestsAreClearErrors) {
     TempDir dir;
     recordedRace(dir);
@@ -124,6 +146,9 @@ TEST(Recording, HostileOrBrokenManifestsAreClearErrors) {
     };
     EXPECT_NE(message("{").find("not valid JSON"), std::string::npos);
     EXPECT_NE(message(R"({"format": 99})").find("unsupported recording format 99"), std::string::npos);
+    EXPECT_NE(message(R"({"format": 2, "workload": "x", "dataset": {}, "machine": {"cpu": 3}, "lanes": []})")
+                  .find("malformed device report"),
+              std::string::npos);
     EXPECT_NE(
         message(
             R"({"format": 1, "workload": "x", "dataset": {}, "lanes": [{"name": "a", "file": "../../etc/passwd"}]})")

@@ -69,7 +69,18 @@ manifest = {
     ],
 }
 write("manifest", "valid.json", json.dumps(manifest, indent=1))
-write("manifest", "format-2.json", json.dumps({**manifest, "format": 2}))
+write("manifest", "format-2.json", json.dumps({**manifest, "format": 2}))  # format 2 without its machine
+# Format 2: the machines in the device report's JSON shape (the hello's).
+machine2 = {"cpu": {"model": "AMD EPYC", "physical_cores": 4, "logical_cpus": 8, "torch_threads": 4,
+                    "parallel_backend": "OpenMP", "blas": "MKL", "blas_is_reference": False},
+            "gpus": [{"index": 0, "name": "H100", "total_memory_bytes": 85899345920, "compute": "9.0",
+                      "multiprocessors": 132, "utilization_percent": None, "used_memory_bytes": None}],
+            "cuda_available": True, "cuda_unavailable_reason": "", "torch": "2.11.0", "torch_cuda": "13.0",
+            "cudnn": "91000", "nvml_driver": "580.65", "host": "box"}
+manifest2 = {k: v for k, v in manifest.items() if k != "device"}
+manifest2.update(format=2, machine=machine2,
+                 lanes=[dict(manifest["lanes"][0], machine=None), dict(manifest["lanes"][1], machine=machine2)])
+write("manifest", "valid-2.json", json.dumps(manifest2, indent=1))
 write("manifest", "no-lanes.json", json.dumps({**manifest, "lanes": []}))
 write("manifest", "escape.json", json.dumps({**manifest, "lanes": [{"name": "x", "file": "../etc/passwd"}]}))
 write("manifest", "missing-file.json", json.dumps({**manifest, "lanes": [{"name": "x", "file": "nope.jsonl"}]}))

@@ -28,12 +28,12 @@ import pytorch_lane as pl
 load = pl.load_framework
 def patched():
     load()
-    forward = pl.peer.MnistMlp.forward
+    forward = pl.tn.MnistMlp.forward
     def noisy(self, x):
         print("PRINT FROM MODEL")
         os.write(1, b"RAW WRITE TO FD 1\\n")
         return forward(self, x)
-    pl.peer.MnistMlp.forward = noisy
+    pl.tn.MnistMlp.forward = noisy
 pl.load_framework = patched
 pl.dw.finish(pl.main(sys.argv[1:]))
 """

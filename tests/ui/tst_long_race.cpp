@@ -129,7 +129,9 @@ private Q_SLOTS:
             };
             RaceController race;
             const QString recordDir = record ? dir.filePath(QStringLiteral("run")) : QString();
+            QSignalSpy started(&race, &RaceController::started);
             QVERIFY(race.start(syntheticSpec(3), {laneColor(0), laneColor(1), laneColor(2)}, recordDir, factory));
+            QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000); // set up off the GUI thread
             QCOMPARE(sources.size(), std::size_t(3));
             for (int tick = 1; tick <= 60; ++tick) { // 4 s of lane time at 15 Hz
                 for (auto* s : sources) {

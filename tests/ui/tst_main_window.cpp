@@ -185,7 +185,8 @@ private Q_SLOTS:
         QCOMPARE(w.setupPanel()->plan().evalEverySteps, std::int64_t(10));
         QSignalSpy finished(&w, &MainWindow::raceFinished);
         QVERIFY(w.startRace());
-        QCOMPARE(w.race()->histories().size(), std::size_t(2));
+        // Set up off the GUI thread: the lanes appear when it is built.
+        QTRY_COMPARE_WITH_TIMEOUT(w.race()->histories().size(), std::size_t(2), 60000);
         QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
         for (const auto& h : w.race()->histories()) {
             QVERIFY2(h.evalAccuracy.size() >= 9, qPrintable(QString::number(h.evalAccuracy.size())));
@@ -269,7 +270,7 @@ private Q_SLOTS:
         QVERIFY(w.dashboard()->titleLabel()->text().contains(QStringLiteral("press Space")));
         // Space starts, then pauses and resumes.
         QTest::keyClick(&w, Qt::Key_Space);
-        QVERIFY(w.race()->running());
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->running(), 60000); // set up off the GUI thread
         QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[0].lastStep > 3, 60000);
         QTest::keyClick(&w, Qt::Key_Space);
         QVERIFY(w.race()->paused());
@@ -355,7 +356,7 @@ private Q_SLOTS:
         spec.lanes[3].name = "four";
         w->setupPanel()->setRaceSpec(spec);
         QVERIFY(w->startRace());
-        QTRY_VERIFY_WITH_TIMEOUT(w->race()->histories()[0].lastStep > 5, 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(!w->race()->histories().empty() && w->race()->histories()[0].lastStep > 5, 60000);
         QElapsedTimer clock;
         clock.start();
         w->close();
@@ -373,7 +374,7 @@ private Q_SLOTS:
         w.show();
         w.setupPanel()->setRaceSpec(shortRace(1000000));
         QVERIFY(w.startRace());
-        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[1].lastStep > 3, 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories().size() == 2 && w.race()->histories()[1].lastStep > 3, 60000);
         auto actions = w.laneActions(1);
         QCOMPARE(actions.size(), 2);
         QVERIFY(actions[0]->text().startsWith(QStringLiteral("Pause twin")));

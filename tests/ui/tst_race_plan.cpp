@@ -19,6 +19,7 @@
 #include "devicerace/race_plan.h"
 #include "lanes_table.h"
 #include "main_window.h"
+#include "race_controller.h"
 #include "setup_panel.h"
 
 using namespace devicerace;
@@ -76,7 +77,7 @@ private Q_SLOTS:
         QTest::newRow("fp16 on a cpu") << lanes({"cpu,threads=1", "cpu,precision=fp16"}) << true << 100;
         QTest::newRow("a fault that needs a process") << lanes({"cpu,fault=abort:3"}) << true << 100;
         QTest::newRow("no such gpu") << lanes({"cpu,threads=1", "cuda:7"}) << true << 100;
-        QTest::newRow("batch above the data") << lanes({"cpu,batch=100000000"}) << true << 100;
+        QTest::newRow("batch above the data") << lanes({"cpu,batch=100000"}) << true << 100;
     }
 
     void windowAndCliResolveTheSameRace() {
@@ -180,6 +181,54 @@ private Q_SLOTS:
         }
         qunsetenv("DEVICERACE_PYTHON");
         forgetFrameworkAnswers();
+    }
+
+    // Start sets the race up off the GUI thread (a worker process starts and says hello: seconds),
+    // with no nested event loop: input and timers are served all along; Stop during the set-up
+    // drops the race once built, and no lane runs.
+    void aRaceIsSetUpOffTheGuiThread() {
+        RaceSpec spec;
+        spec.steps = 20;
+        spec.trainLimit = 2000;
+        spec.testLimit = 200;
+        spec.lanes = {parseLaneSpec("cpu,threads=1,isolate=process,name=worker")};
+        for (const bool stopEarly : {false, true}) {
+            MainWindow w;
+            w.show();
+            w.setupPanel()->setRaceSpec(spec);
+            QSignalSpy started(w.race(), &RaceController::started);
+            QSignalSpy failed(&w, &MainWindow::startFailed);
+            QElapsedTimer clock;
+            clock.start();
+            QVERIFY(w.startRace());
+            QVERIFY(clock.elapsed() < 2000); // Start returned before the worker said hello
+            QVERIFY(w.race()->isSettingUp());
+            QVERIFY(!w.startRace()); // one set-up at a time
+            qint64 last = clock.elapsed(), longest = 0;
+            QTimer tick;
+            tick.setInterval(10);
+            connect(&tick, &QTimer::timeout, this, [&] {
+                longest = std::max(longest, clock.elapsed() - last);
+                last = clock.elapsed();
+            });
+            tick.start();
+            if (stopEarly) {
+                w.stopRace();
+                QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 60000);
+                QVERIFY(w.lastError().contains(QStringLiteral("no lane ran")));
+                QVERIFY(!w.race()->hasRace());
+                QCOMPARE(started.count(), 0);
+            } else {
+                QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 60000);
+                qInfo("set up in %lld ms; longest gap between events %lld ms", static_cast<long long>(clock.elapsed()),
+                      static_cast<long long>(longest));
+                QVERIFY2(longest < 1000, qPrintable(QString::number(longest)));
+                QVERIFY(w.race()->hasRace());
+                QCOMPARE(w.race()->lanes().size(), std::size_t(1));
+                QTRY_VERIFY_WITH_TIMEOUT(w.race()->finished(), 120000);
+            }
+            tick.stop();
+        }
     }
 };
 

@@ -10,14 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "devicerace/device_info.h"
 #include "devicerace/lane_spec.h"
 #include "devicerace/metric_sample.h"
 #include "devicerace/race.h"
 
 namespace devicerace {
 
-/// The manifest's format; readers refuse other versions.
-inline constexpr int kRecordingFormat = 1;
+/// The manifest's format: 2 since the machines are device reports (the hello's JSON shape);
+/// readers read 1 and 2 and refuse others.
+inline constexpr int kRecordingFormat = 2;
 
 struct RecordedLane {
     std::string name;
@@ -26,7 +28,8 @@ struct RecordedLane {
     std::string device;
     std::string host;    // "ssh://..." for a remote lane, else ""
     std::string kind;    // thread | process | remote
-    std::string machine; // worker lanes: the machine it ran on (host, CPU, GPUs, LibTorch)
+    std::string machine; // worker lanes: the machine it ran on, in one line (host, CPU, GPUs, LibTorch)
+    std::optional<DeviceReport> machineReport; // worker lanes, format 2: that machine's whole report
     std::optional<double> costPerHour;
     std::int64_t totalSteps = 0;
     std::int64_t batch = 0;
@@ -41,7 +44,9 @@ struct Recording {
     bool fair = false;
     std::optional<double> targetAccuracy;
     std::string startedAt; // ISO 8601, UTC
-    std::string cpuModel, blas, gpuNames, torchVersion, cudaVersion, cudnnVersion, host;
+    /// The machine the race ran on (format 1 recordings: its CPU, BLAS, versions and host only).
+    DeviceReport machine;
+    std::string gpuNames; // "NVIDIA H100 80GB HBM3, ..." (format 1: as written)
     std::vector<RecordedLane> lanes;
     std::map<std::string, std::vector<MetricSample>> samples; // per lane name, in file order
     std::vector<std::string> warnings; // e.g. "cpu·1.jsonl: last line cut off; read up to line 812"

@@ -1,5 +1,6 @@
 #pragma once
-// Helpers shared by the data readers: folder checks, bounded file reads, a load cache.
+// Helpers shared by the data readers: IDX names, a load cache (folder checks and bounded file
+// reads: util/file_util.h).
 // Thread-safe.
 #include <cstdint>
 #include <filesystem>
@@ -9,14 +10,9 @@
 #include <string>
 
 #include "devicerace/dataset.h"
+#include "util/file_util.h"
 
 namespace devicerace::detail {
-
-/// Throws DataError unless `dir` is an existing, readable folder (`what`: what belongs there).
-void checkFolder(const std::filesystem::path& dir, const std::string& what);
-
-/// Reads a whole regular file of at most `maxBytes`; throws DataError naming it otherwise.
-std::string readFileBounded(const std::filesystem::path& file, std::uint64_t maxBytes);
 
 /// The IDX file `stem` in `dir`, plain or .gz, as shipped by zalandoresearch and the Debian
 /// package; throws DataError naming what is missing.

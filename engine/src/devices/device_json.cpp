@@ -1,4 +1,6 @@
-// DeviceReport <-> JSON, for the worker protocol's hello (a remote machine's devices).
+// DeviceReport <-> JSON: the one shape the hello, `devices --json` and recordings share.
+#include "devices/device_json.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -21,7 +23,9 @@ constexpr std::size_t kMaxGpus = 64;
 
 } // namespace
 
-std::string deviceReportToJson(const DeviceReport& r) {
+namespace detail {
+
+json deviceReportJson(const DeviceReport& r) {
     json gpus = json::array();
     for (const auto& g : r.gpus) {
         gpus.push_back({{"index", g.index},
@@ -48,12 +52,11 @@ std::string deviceReportToJson(const DeviceReport& r) {
               {"cudnn", r.cudnnVersion},
               {"nvml_driver", r.nvmlDriverVersion},
               {"host", r.hostName}};
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+    return j;
 }
 
-DeviceReport deviceReportFromJson(const std::string& text) {
+DeviceReport deviceReportFromJsonValue(const json& j) {
     try {
-        const auto j = json::parse(text);
         DeviceReport r;
         const auto& cpu = j.at("cpu");
         r.cpu.model = cpu.at("model").get<std::string>();
@@ -92,6 +95,33 @@ DeviceReport deviceReportFromJson(const std::string& text) {
     } catch (const json::exception& e) {
         throw DataError(fmt::format("malformed device report: {}", e.what()));
     }
+}
+
+std::string describeMachine(const DeviceReport& r) {
+    std::string out = r.hostName.empty() ? r.cpu.model : r.hostName + ": " + r.cpu.model;
+    for (const auto& g : r.gpus) {
+        out += " · " + g.name;
+    }
+    if (!r.torchVersion.empty()) {
+        out += " · LibTorch " + r.torchVersion;
+    }
+    return out;
+}
+
+} // namespace detail
+
+std::string deviceReportToJson(const DeviceReport& r) {
+    return detail::deviceReportJson(r).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+DeviceReport deviceReportFromJson(const std::string& text) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("malformed device report: {}", e.what()));
+    }
+    return detail::deviceReportFromJsonValue(j);
 }
 
 } // namespace devicerace

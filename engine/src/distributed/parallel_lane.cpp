@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "devicerace/errors.h"
-#include "lanes/lane_record.h"
 #include "workers/worker_lane.h"
 
 namespace devicerace {
@@ -72,7 +71,7 @@ struct ParallelLane::Impl {
     LaneRunSettings settings;
     std::vector<LaneMember> ranks;
     std::vector<std::unique_ptr<WorkerLane>> members;
-    std::unique_ptr<detail::LaneRecord> record;
+    detail::LaneRecord* record = nullptr; // the lane's (LaneBase)
     std::thread monitor;
     std::atomic<bool> started{false};
     std::atomic<bool> stopRequested{false};
@@ -265,7 +264,8 @@ LaneSpec expandParallelSpec(LaneSpec spec) {
     return spec;
 }
 
-ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
+ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings)
+    : LaneBase(spec.name, settings.targetAccuracy), m_impl(std::make_unique<Impl>()) {
     auto& d = *m_impl;
     spec = expandParallelSpec(std::move(spec));
     d.ranks = laneRanks(spec);
@@ -274,7 +274,7 @@ ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std
     }
     d.spec = std::move(spec);
     d.settings = std::move(settings);
-    d.record = std::make_unique<detail::LaneRecord>(d.spec.name);
+    d.record = &record();
     d.connect();
 }
 
@@ -323,11 +323,6 @@ void ParallelLane::wait() {
     }
 }
 
-LaneState ParallelLane::state() const { return m_impl->record->state(); }
-std::string ParallelLane::message() const { return m_impl->record->message(); }
-std::vector<MetricSample> ParallelLane::takeSamples() { return m_impl->record->take(); }
-std::vector<MetricSample> ParallelLane::history() const { return m_impl->record->history(); }
-
 double ParallelLane::cpuSeconds() const {
     double total = 0;
     for (const auto& m : m_impl->members) {
@@ -336,15 +331,13 @@ double ParallelLane::cpuSeconds() const {
     return total;
 }
 
-LaneSummary ParallelLane::summary() const {
-    auto s = m_impl->record->summary(m_impl->spec, batch(), m_impl->settings.targetAccuracy);
+void ParallelLane::completeSummary(LaneSummary& s) const {
     const auto zero = m_impl->members.front()->summary();
     s.datasetName = zero.datasetName;
     s.synthetic = zero.synthetic;
     s.execution = zero.execution;
     s.threads = zero.threads;
     s.workers = ranks();
-    return s;
 }
 
 std::shared_ptr<const Dataset> ParallelLane::dataset() const { return m_impl->members.front()->dataset(); }

@@ -6,11 +6,11 @@
 // named by rank, host and reason; the race's other lanes go on. Thread-safe.
 #include <optional>
 
-#include "devicerace/lane.h"
+#include "lanes/lane_base.h"
 
 namespace devicerace {
 
-class ParallelLane final : public Lane {
+class ParallelLane final : public detail::LaneBase {
 public:
     /// Starts every rank's worker (rank 0 first: its store's port goes to the others) and waits
     /// until each accepted its part. Throws UsageError naming the rank that could not.
@@ -25,11 +25,6 @@ public:
     void requestStop() override;
     void setPaused(bool paused) override;
     void wait() override;
-    LaneState state() const override;
-    std::string message() const override;
-    std::vector<MetricSample> takeSamples() override;
-    std::vector<MetricSample> history() const override;
-    LaneSummary summary() const override;
     double cpuSeconds() const override; // all ranks' training threads
     std::shared_ptr<const Dataset> dataset() const override;
     const DeviceReport* workerMachine() const override; // rank 0's machine
@@ -37,6 +32,7 @@ public:
     int ranks() const;
 
 private:
+    void completeSummary(LaneSummary& summary) const override;
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };

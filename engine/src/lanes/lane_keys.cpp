@@ -2,427 +2,16 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-#include <cctype>
-#include <cmath>
-#include <functional>
-#include <optional>
-
 #include "devicerace/errors.h"
 #include "devicerace/lane_spec.h"
 #include "lanes/lane_fields.h"
-
-#include <algorithm>
+#include "lanes/lane_key_table.h"
 
 namespace devicerace {
 
 namespace {
 
 using nlohmann::json;
-
-std::int64_t parseInteger(std::string_view key, std::string_view value, const std::string& spec) {
-    std::int64_t out = 0;
-    const auto* end = value.data() + value.size();
-    auto [ptr, ec] = std::from_chars(value.data(), end, out);
-    if (ec != std::errc() || ptr != end) {
-        throw UsageError(fmt::format("lane '{}': {}={} is not an integer", spec, key, value));
-    }
-    return out;
-}
-
-double parseNumber(std::string_view key, std::string_view value, const std::string& spec) {
-    try {
-        std::size_t used = 0;
-        double out = std::stod(std::string(value), &used);
-        if (used == value.size()) {
-            return out;
-        }
-    } catch (const std::exception&) {
-    }
-    throw UsageError(fmt::format("lane '{}': {}={} is not a number", spec, key, value));
-}
-
-bool parseBool(std::string_view key, std::string_view value, const std::string& spec) {
-    if (value == "true" || value == "1" || value == "yes") {
-        return true;
-    }
-    if (value == "false" || value == "0" || value == "no") {
-        return false;
-    }
-    throw UsageError(fmt::format("lane '{}': {}={} (expected true or false)", spec, key, value));
-}
-
-std::string orList(const std::vector<std::string>& words) {
-    std::string out;
-    for (std::size_t i = 0; i < words.size(); ++i) {
-        out += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
-    }
-    return out;
-}
-
-void refuseControlCharacters(std::string_view key, std::string_view value, const std::string& spec) {
-    for (char c : value) {
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-            throw UsageError(fmt::format("lane '{}': {}= holds a control character", spec, key));
-        }
-    }
-}
-
-// fault=KIND[:STEP][@RANK] (STEP 0: before training starts, i.e. before a data-parallel rank
-// joins its group).
-std::optional<LaneFault> parseFaultText(std::string_view v) {
-    LaneFault f;
-    const auto number = [](std::string_view s) -> std::optional<std::int64_t> {
-        std::int64_t n = 0;
-        auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-        if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || n < 0) {
-            return std::nullopt;
-        }
-        return n;
-    };
-    if (const auto at = v.find('@'); at != std::string_view::npos) {
-        const auto rank = number(v.substr(at + 1));
-        if (!rank || *rank > 4096) {
-            return std::nullopt;
-        }
-        f.rank = static_cast<int>(*rank);
-        v = v.substr(0, at);
-    }
-    const auto colon = v.find(':');
-    f.kind = std::string(v.substr(0, colon));
-    if (f.kind != "throw" && f.kind != "abort" && f.kind != "segv" && f.kind != "exit" && f.kind != "hang") {
-        return std::nullopt;
-    }
-    if (colon != std::string_view::npos) {
-        f.step = number(v.substr(colon + 1));
-        if (!f.step) {
-            return std::nullopt;
-        }
-    }
-    return f;
-}
-
-// One key: its description and how it reads, writes and travels.
-struct KeyCodec {
-    LaneKeyInfo info;
-    std::function<void(LaneSpec&, std::string_view value, const std::string& text)> parse;
-    std::function<std::optional<std::string>(const LaneSpec&)> format; // nullopt: unset
-};
-
-template <typename T>
-std::function<std::optional<std::string>(const LaneSpec&)> formatOptional(std::optional<T> LaneSpec::*member) {
-    return [member](const LaneSpec& s) -> std::optional<std::string> {
-        const auto& v = s.*member;
-        if (!v) {
-            return std::nullopt;
-        }
-        if constexpr (std::is_same_v<T, bool>) {
-            return std::string(*v ? "true" : "false");
-        } else if constexpr (std::is_same_v<T, std::string>) {
-            return *v;
-        } else {
-            return fmt::format("{}", *v);
-        }
-    };
-}
-
-KeyCodec integerKey(LaneKeyInfo info, std::optional<std::int64_t> LaneSpec::*member, std::int64_t min,
-                    std::string rangeText) {
-    info.type = LaneKeyType::Integer;
-    auto name = info.name;
-    return {std::move(info),
-            [=](LaneSpec& s, std::string_view value, const std::string& text) {
-                const auto v = parseInteger(name, value, text);
-                if (v < min) {
-                    throw UsageError(fmt::format("lane '{}': {}={} {}", text, name, v, rangeText));
-                }
-                s.*member = v;
-            },
-            formatOptional(member)};
-}
-
-KeyCodec intKey(LaneKeyInfo info, std::optional<int> LaneSpec::*member, std::int64_t min, std::int64_t max,
-                std::string rangeText) {
-    info.type = LaneKeyType::Integer;
-    auto name = info.name;
-    return {std::move(info),
-            [=](LaneSpec& s, std::string_view value, const std::string& text) {
-                const auto v = parseInteger(name, value, text);
-                if (v < min || v > max) {
-                    throw UsageError(fmt::format("lane '{}': {}={} {}", text, name, v, rangeText));
-                }
-                s.*member = static_cast<int>(v);
-            },
-            formatOptional(member)};
-}
-
-KeyCodec numberKey(LaneKeyInfo info, std::optional<double> LaneSpec::*member, std::function<bool(double)> ok,
-                   std::string rangeText) {
-    info.type = LaneKeyType::Number;
-    auto name = info.name;
-    return {std::move(info),
-            [=](LaneSpec& s, std::string_view value, const std::string& text) {
-                const double v = parseNumber(name, value, text);
-                if (!std::isfinite(v) || !ok(v)) {
-                    throw UsageError(fmt::format("lane '{}': {}={} must be {}", text, name, value, rangeText));
-                }
-                s.*member = v;
-            },
-            formatOptional(member)};
-}
-
-KeyCodec boolKey(LaneKeyInfo info, std::optional<bool> LaneSpec::*member) {
-    info.type = LaneKeyType::Bool;
-    info.choices = {"true", "false"};
-    auto name = info.name;
-    return {
-        std::move(info),
-        [=](LaneSpec& s, std::string_view value, const std::string& text) { s.*member = parseBool(name, value, text); },
-        formatOptional(member)};
-}
-
-KeyCodec choiceKey(LaneKeyInfo info, std::optional<std::string> LaneSpec::*member, std::vector<std::string> choices) {
-    info.type = LaneKeyType::Choice;
-    info.choices = choices;
-    auto name = info.name;
-    return {std::move(info),
-            [=](LaneSpec& s, std::string_view value, const std::string& text) {
-                if (std::find(choices.begin(), choices.end(), value) == choices.end()) {
-                    throw UsageError(fmt::format("lane '{}': {}={} (expected {})", text, name, value, orList(choices)));
-                }
-                s.*member = std::string(value);
-            },
-            formatOptional(member)};
-}
-
-KeyCodec textKey(LaneKeyInfo info, std::optional<std::string> LaneSpec::*member,
-                 std::function<void(std::string_view value, const std::string& text)> check) {
-    info.type = LaneKeyType::Text;
-    return {std::move(info),
-            [=](LaneSpec& s, std::string_view value, const std::string& text) {
-                check(value, text);
-                s.*member = std::string(value);
-            },
-            formatOptional(member)};
-}
-
-const std::vector<KeyCodec>& codecs() {
-    static const std::vector<KeyCodec> table = [] {
-        std::vector<KeyCodec> t;
-        const auto info = [](std::string name, std::string def, std::string applies, std::string help,
-                             bool column = false) {
-            LaneKeyInfo i;
-            i.name = std::move(name);
-            i.defaultText = std::move(def);
-            i.appliesTo = std::move(applies);
-            i.help = std::move(help);
-            i.windowColumn = column;
-            return i;
-        };
-        t.push_back(intKey(info("threads", "all cores; in a live race the cores left, shared", "CPU lanes",
-                                "CPU intra-op threads (per rank of a data-parallel lane)", true),
-                           &LaneSpec::threads, 1, 1024, "is out of range (1 to the cores present)"));
-        t.push_back(integerKey(info("batch", "the workload's", "every lane",
-                                    "examples per step (per rank; global_batch=fixed: the lane's)", true),
-                               &LaneSpec::batch, 1, "must be at least 1"));
-        t.push_back(numberKey(
-            info("lr", "the workload's", "every lane", "learning rate", true), &LaneSpec::lr,
-            [](double v) { return v > 0; }, "a finite number above 0"));
-        {
-            LaneKeyInfo i = info("precision", "fp32", "every lane (fp16: CUDA)", "training precision", true);
-            i.type = LaneKeyType::Choice;
-            i.choices = {"fp32", "bf16", "fp16"};
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             if (value == "fp32") {
-                                 s.precision = Precision::Fp32;
-                             } else if (value == "bf16") {
-                                 s.precision = Precision::Bf16;
-                             } else if (value == "fp16") {
-                                 s.precision = Precision::Fp16;
-                             } else {
-                                 throw UsageError(
-                                     fmt::format("lane '{}': precision={} (expected fp32, bf16 or fp16)", text, value));
-                             }
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             if (s.precision == Precision::Fp32) {
-                                 return std::nullopt;
-                             }
-                             return toString(s.precision);
-                         }});
-        }
-        t.push_back(numberKey(
-            info("cost", "none", "every lane", "USD per hour of the device (cost to target)", true),
-            &LaneSpec::costPerHour, [](double v) { return v >= 0; }, "USD per hour, 0 or more"));
-        t.push_back(boolKey(info("channels_last", "per workload on CPUs (measured)", "image workloads",
-                                 "4-D activations and weights in NHWC"),
-                            &LaneSpec::channelsLast));
-        t.push_back(integerKey(
-            info("eval_batch", "~3 MB of input, at least batch", "every lane", "examples per evaluation pass"),
-            &LaneSpec::evalBatch, 1, "must be at least 1"));
-        t.push_back(numberKey(
-            info("wd", "the workload's", "every lane", "weight decay"), &LaneSpec::weightDecay,
-            [](double v) { return v >= 0; }, "a finite number, 0 or more"));
-        t.push_back(numberKey(
-            info("momentum", "the workload's", "every lane", "SGD momentum"), &LaneSpec::momentum,
-            [](double v) { return v >= 0 && v < 1; }, "in [0, 1)"));
-        t.push_back(choiceKey(info("schedule", "the workload's", "every lane", "learning-rate schedule"),
-                              &LaneSpec::schedule, {"constant", "step", "onecycle"}));
-        t.push_back(choiceKey(info("lstm", "fused", "LSTM workloads", "fused (cuDNN/oneDNN) or per-step LSTM cells"),
-                              &LaneSpec::lstm, {"fused", "cells"}));
-        {
-            LaneKeyInfo i = info("data", "the race's", "every lane", "this lane's data: real or synthetic");
-            i.type = LaneKeyType::Choice;
-            i.choices = {"real", "synthetic"};
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             if (value != "real" && value != "synthetic") {
-                                 throw UsageError(
-                                     fmt::format("lane '{}': data={} (expected real or synthetic)", text, value));
-                             }
-                             s.data = value == "real" ? DataMode::Real : DataMode::Synthetic;
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             if (!s.data) {
-                                 return std::nullopt;
-                             }
-                             return toString(*s.data);
-                         }});
-        }
-        t.push_back(boolKey(info("fused", "true", "every lane", "multi-tensor optimizer kernels"), &LaneSpec::fused));
-        t.push_back(boolKey(info("graph", "true where it helps", "CUDA lanes", "the training step in a CUDA graph"),
-                            &LaneSpec::graph));
-        t.push_back(boolKey(info("resident", "true unless the data is large", "CUDA lanes",
-                                 "the data set on the GPU (false: pinned host copies, prefetched)"),
-                            &LaneSpec::resident));
-        {
-            LaneKeyInfo i = info("isolate", "thread (process for 2+ local CUDA lanes)", "local lanes",
-                                 "run the lane in this process or in a worker process of its own");
-            i.type = LaneKeyType::Choice;
-            i.choices = {"thread", "process"};
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             if (value != "thread" && value != "process") {
-                                 throw UsageError(
-                                     fmt::format("lane '{}': isolate={} (expected thread or process)", text, value));
-                             }
-                             s.isolate = value == "thread" ? LaneKind::Thread : LaneKind::Process;
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             // Remote lanes are processes over there; the key does not apply.
-                             if (!s.isolate || !s.host.empty()) {
-                                 return std::nullopt;
-                             }
-                             return toString(*s.isolate);
-                         }});
-        }
-        t.push_back(textKey(info("cli", "devicerace-cli on PATH (remote), this one (local)", "worker lanes",
-                                 "the devicerace-cli that runs the worker"),
-                            &LaneSpec::cli, [](std::string_view v, const std::string& text) {
-                                refuseControlCharacters("cli", v, text);
-                            }));
-        {
-            LaneKeyInfo i = info("fault", "none", "tests",
-                                 "inject throw|abort|segv|exit|hang[:STEP][@RANK] (STEP 0: before training)");
-            i.type = LaneKeyType::Fault;
-            i.choices = {"throw", "abort", "segv", "exit", "hang"};
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             auto f = parseFaultText(value);
-                             if (!f) {
-                                 throw UsageError(fmt::format("lane '{}': fault={} (expected throw, abort, segv, exit "
-                                                              "or hang, optionally :STEP and, in a data-parallel "
-                                                              "lane, @RANK)",
-                                                              text, value));
-                             }
-                             s.fault = std::move(f);
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             if (!s.fault) {
-                                 return std::nullopt;
-                             }
-                             return s.fault->text();
-                         }});
-        }
-        t.push_back(textKey(info("framework", "devicerace", "local and remote lanes",
-                                 "the trainer that runs the lane (a shipped lane program, or DeviceRace)"),
-                            &LaneSpec::framework, [](std::string_view v, const std::string& text) {
-                                if (v != "devicerace" && !frameworkProgram(v)) {
-                                    throw UsageError(fmt::format("lane '{}': framework={} (expected devicerace, "
-                                                                 "pytorch, keras-jax, keras-tensorflow or keras-torch)",
-                                                                 text, v));
-                                }
-                            }));
-        t.back().info.type = LaneKeyType::Choice;
-        t.back().info.choices = {"devicerace", "pytorch", "keras-jax", "keras-tensorflow", "keras-torch"};
-        t.push_back(textKey(
-            info("cmd", "none", "local lanes", "a program speaking the worker protocol (runs only with your consent)"),
-            &LaneSpec::cmd,
-            [](std::string_view v, const std::string& text) { refuseControlCharacters("cmd", v, text); }));
-        t.push_back(intKey(info("workers", "1", "data-parallel lanes", "ranks per listed device"), &LaneSpec::workers,
-                           1, 1024, "is out of range (1 to 1,024)"));
-        t.push_back(choiceKey(info("backend", "nccl on CUDA, gloo on CPUs", "data-parallel lanes", "the c10d backend"),
-                              &LaneSpec::backend, {"gloo", "nccl"}));
-        {
-            LaneKeyInfo i = info("global_batch", "scaled", "data-parallel lanes",
-                                 "scaled: batch per worker; fixed: batch split over the workers");
-            i.type = LaneKeyType::Choice;
-            i.choices = {"scaled", "fixed"};
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             if (value != "fixed" && value != "scaled") {
-                                 throw UsageError(fmt::format("lane '{}': global_batch={} (expected scaled: batch per "
-                                                              "worker, or fixed: batch split over the workers)",
-                                                              text, value));
-                             }
-                             s.fixedGlobalBatch = value == "fixed";
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             if (!s.fixedGlobalBatch) {
-                                 return std::nullopt;
-                             }
-                             return std::string(*s.fixedGlobalBatch ? "fixed" : "scaled");
-                         }});
-        }
-        t.push_back(textKey(
-            info("master", "derived", "data-parallel lanes", "the address the ranks reach rank 0's store at"),
-            &LaneSpec::master, [](std::string_view v, const std::string& text) {
-                for (char c : v) {
-                    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':' && c != '_') {
-                        throw UsageError(fmt::format("lane '{}': master={} is not a host name or address", text, v));
-                    }
-                }
-            }));
-        {
-            LaneKeyInfo i = info("name", "cpu·N, cuda:N, ...", "every lane", "the lane's name everywhere", true);
-            i.type = LaneKeyType::Text;
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             // The lane syntax separates keys by ',' and a name is shown on one line.
-                             refuseControlCharacters("name", value, text);
-                             s.name = std::string(value);
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             if (s.name.empty()) {
-                                 return std::nullopt;
-                             }
-                             return s.name;
-                         }});
-        }
-        return t;
-    }();
-    return table;
-}
-
-const KeyCodec* findCodec(std::string_view name) {
-    for (const auto& c : codecs()) {
-        if (c.info.name == name) {
-            return &c;
-        }
-    }
-    return nullptr;
-}
 
 std::string typeName(LaneKeyType t) {
     switch (t) {
@@ -512,7 +101,7 @@ std::string LaneFault::text() const {
 const std::vector<LaneKeyInfo>& laneKeys() {
     static const std::vector<LaneKeyInfo> keys = [] {
         std::vector<LaneKeyInfo> out;
-        for (const auto& c : codecs()) {
+        for (const auto& c : detail::keyCodecs()) {
             out.push_back(c.info);
         }
         return out;
@@ -521,7 +110,7 @@ const std::vector<LaneKeyInfo>& laneKeys() {
 }
 
 const LaneKeyInfo* findLaneKey(const std::string& name) {
-    const auto* c = findCodec(name);
+    const auto* c = detail::findKeyCodec(name);
     return c ? &c->info : nullptr;
 }
 
@@ -530,20 +119,20 @@ std::string laneKeyNames() {
     for (const auto& k : laneKeys()) {
         names.push_back(k.name);
     }
-    return orList(names);
+    return detail::orList(names);
 }
 
 std::string laneKeysHelp() {
     std::string out;
     for (const auto& k : laneKeys()) {
-        std::string type = k.type == LaneKeyType::Choice ? orList(k.choices) : typeName(k.type);
+        std::string type = k.type == LaneKeyType::Choice ? detail::orList(k.choices) : typeName(k.type);
         out += fmt::format("  {:<14}{} ({}; default: {}; {})\n", k.name, k.help, type, k.defaultText, k.appliesTo);
     }
     return out;
 }
 
 std::string laneKeyValue(const LaneSpec& spec, const std::string& key) {
-    const auto* codec = findCodec(key);
+    const auto* codec = detail::findKeyCodec(key);
     if (!codec) {
         throw UsageError(fmt::format("unknown lane key '{}' (expected {})", key, laneKeyNames()));
     }
@@ -551,7 +140,7 @@ std::string laneKeyValue(const LaneSpec& spec, const std::string& key) {
 }
 
 void setLaneKey(LaneSpec& spec, const std::string& key, const std::string& value) {
-    if (!findCodec(key)) {
+    if (!detail::findKeyCodec(key)) {
         throw UsageError(fmt::format("unknown lane key '{}' (expected {})", key, laneKeyNames()));
     }
     if (value.empty()) {
@@ -561,7 +150,7 @@ void setLaneKey(LaneSpec& spec, const std::string& key, const std::string& value
         out.host = spec.host;
         out.members = spec.members;
         const std::string text = formatLaneSpec(spec);
-        for (const auto& c : codecs()) {
+        for (const auto& c : detail::keyCodecs()) {
             if (c.info.name != key) {
                 if (auto v = c.format(spec)) {
                     c.parse(out, *v, text);
@@ -577,7 +166,7 @@ void setLaneKey(LaneSpec& spec, const std::string& key, const std::string& value
 namespace detail {
 
 void applyLaneKey(LaneSpec& spec, std::string_view key, std::string_view value, const std::string& text) {
-    const auto* codec = findCodec(key);
+    const auto* codec = detail::findKeyCodec(key);
     if (!codec) {
         throw UsageError(fmt::format("lane '{}': unknown key '{}' (expected {})", text, key, laneKeyNames()));
     }
@@ -586,7 +175,7 @@ void applyLaneKey(LaneSpec& spec, std::string_view key, std::string_view value, 
 
 std::string formatLaneKeys(const LaneSpec& spec) {
     std::string out;
-    for (const auto& c : codecs()) {
+    for (const auto& c : detail::keyCodecs()) {
         if (auto v = c.format(spec)) {
             out += "," + c.info.name + "=" + *v;
         }
@@ -598,7 +187,7 @@ json laneToFields(const LaneSpec& spec) {
     const std::string text = formatLaneSpec(spec);
     json out = json::object();
     out["device"] = text.substr(0, text.find(','));
-    for (const auto& c : codecs()) {
+    for (const auto& c : detail::keyCodecs()) {
         const auto v = c.format(spec);
         if (!v) {
             continue;
@@ -637,7 +226,7 @@ LaneSpec laneFromFields(const json& fields) {
         if (key == "device") {
             continue;
         }
-        const auto* codec = findCodec(key);
+        const auto* codec = detail::findKeyCodec(key);
         if (!codec) {
             throw UsageError(fmt::format("lane field '{}': no such lane key (expected {})", key, laneKeyNames()));
         }

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <set>
 
-#include "data/data_util.h"
+#include "util/file_util.h"
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/workload.h"

@@ -15,13 +15,12 @@
 #include "devicerace/workload.h"
 #include "train/host_allocator.h"
 #include "train/lane_context.h"
-#include "lanes/lane_record.h"
 
 namespace devicerace {
 
 struct ThreadLane::Impl {
     detail::LaneContext ctx;
-    std::unique_ptr<detail::LaneRecord> record;
+    detail::LaneRecord* record = nullptr; // the lane's (LaneBase)
     std::thread thread;
     std::atomic<std::thread::id> threadId{};
     bool started = false;
@@ -60,7 +59,8 @@ struct ThreadLane::Impl {
     }
 };
 
-ThreadLane::ThreadLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
+ThreadLane::ThreadLane(LaneSpec spec, LaneRunSettings settings)
+    : LaneBase(spec.name, settings.targetAccuracy), m_impl(std::make_unique<Impl>()) {
     auto& ctx = m_impl->ctx;
     const auto& workload = findWorkload(settings.workload);
     if (!settings.data) {
@@ -85,7 +85,7 @@ ThreadLane::ThreadLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::ma
     spec.device = ctx.device;
     ctx.spec = std::move(spec);
     ctx.settings = std::move(settings);
-    m_impl->record = std::make_unique<detail::LaneRecord>(ctx.spec.name);
+    m_impl->record = &record();
     ctx.emit = [impl = m_impl.get()](MetricSample s) { impl->push(std::move(s)); };
     ctx.describeExecution = [impl = m_impl.get()](std::string text) { impl->record->setExecution(std::move(text)); };
     ctx.waitWhilePaused = [impl = m_impl.get()] {
@@ -145,17 +145,11 @@ void ThreadLane::wait() {
     }
 }
 
-LaneState ThreadLane::state() const { return m_impl->record->state(); }
-std::string ThreadLane::message() const { return m_impl->record->message(); }
-std::vector<MetricSample> ThreadLane::takeSamples() { return m_impl->record->take(); }
-std::vector<MetricSample> ThreadLane::history() const { return m_impl->record->history(); }
 double ThreadLane::cpuSeconds() const { return m_impl->cpuSeconds.load(); }
 
-LaneSummary ThreadLane::summary() const {
-    auto s = m_impl->record->summary(m_impl->ctx.spec, m_impl->ctx.batch, m_impl->ctx.settings.targetAccuracy);
+void ThreadLane::completeSummary(LaneSummary& s) const {
     s.datasetName = m_impl->ctx.settings.data->name;
     s.synthetic = m_impl->ctx.settings.data->synthetic;
-    return s;
 }
 
 } // namespace devicerace

@@ -1,10 +1,10 @@
 #pragma once
 // A lane that trains in a thread of this process (LibTorch through the Trainer). Thread-safe.
-#include "devicerace/lane.h"
+#include "lanes/lane_base.h"
 
 namespace devicerace {
 
-class ThreadLane final : public Lane {
+class ThreadLane final : public detail::LaneBase {
 public:
     /// Validates the spec against the workload and this machine; throws UsageError.
     ThreadLane(LaneSpec spec, LaneRunSettings settings);
@@ -18,15 +18,12 @@ public:
     void requestStop() override;
     void setPaused(bool paused) override;
     void wait() override;
-    LaneState state() const override;
-    std::string message() const override;
-    std::vector<MetricSample> takeSamples() override;
-    std::vector<MetricSample> history() const override;
-    LaneSummary summary() const override;
     double cpuSeconds() const override;
     std::shared_ptr<const Dataset> dataset() const override;
 
 private:
+    void completeSummary(LaneSummary& summary) const override;
+
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };

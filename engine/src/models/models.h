@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "devicerace/workload.h"
-#include "train/lane_optimizer.h"
+#include "models/optimizer_recipe.h"
 
 namespace devicerace::detail {
 

@@ -9,11 +9,12 @@
 #include <ctime>
 #include <fstream>
 
-#include "data/data_util.h"
+#include "util/file_util.h"
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
 #include "devicerace/summary.h"
+#include "devices/device_json.h"
 #include "util/json_util.h"
 
 namespace devicerace {
@@ -45,25 +46,6 @@ json orNull(const std::optional<T>& v) {
 
 } // namespace
 
-namespace {
-
-// "gpubox: AMD EPYC 9654 · NVIDIA H100 80GB HBM3 · LibTorch 2.11.0": where a worker lane ran.
-std::string machineOf(const DeviceReport* r) {
-    if (!r) {
-        return {};
-    }
-    std::string out = r->hostName.empty() ? r->cpu.model : r->hostName + ": " + r->cpu.model;
-    for (const auto& g : r->gpus) {
-        out += " · " + g.name;
-    }
-    if (!r->torchVersion.empty()) {
-        out += " · LibTorch " + r->torchVersion;
-    }
-    return out;
-}
-
-} // namespace
-
 RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(dir) {
     std::error_code ec;
     if (fs::exists(dir / "manifest.json", ec)) {
@@ -74,11 +56,6 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
         throw Error(fmt::format("{}: cannot create the recording folder: {}", dir.string(),
                                 ec ? ec.message() : "not a folder"));
     }
-    const auto& report = deviceReport();
-    std::string gpus;
-    for (const auto& g : report.gpus) {
-        gpus += (gpus.empty() ? "" : ", ") + g.name;
-    }
     json m;
     m["format"] = kRecordingFormat;
     m["app_version"] = "0.1.0";
@@ -87,23 +64,23 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
     m["mode"] = race.spec().fair ? "fair" : "live";
     m["target_accuracy"] = orNull(race.spec().targetAccuracy);
     m["started_at"] = isoNow();
-    m["device"] = {{"cpu", report.cpu.model},      {"blas", report.cpu.blas},         {"gpus", gpus},
-                   {"torch", report.torchVersion}, {"cuda", report.torchCudaVersion}, {"cudnn", report.cudnnVersion},
-                   {"host", report.hostName}};
+    // The machine the race ran on, in the device report's one JSON shape (the hello's, the CLI's).
+    m["machine"] = detail::deviceReportJson(deviceReport());
     m["lanes"] = json::array();
     int index = 0;
     for (auto* lane : race.lanes()) {
         const auto file = fmt::format("lane-{}.jsonl", index++);
-        m["lanes"].push_back({{"name", lane->spec().name},
-                              {"file", file},
-                              {"spec", formatLaneSpec(lane->spec())},
-                              {"device", lane->spec().device},
-                              {"kind", toString(lane->kind())},
-                              {"host", lane->spec().host},
-                              {"machine", machineOf(lane->workerMachine())},
-                              {"cost_per_hour", orNull(lane->spec().costPerHour)},
-                              {"total_steps", lane->totalSteps()},
-                              {"batch", lane->batch()}});
+        m["lanes"].push_back(
+            {{"name", lane->spec().name},
+             {"file", file},
+             {"spec", formatLaneSpec(lane->spec())},
+             {"device", lane->spec().device},
+             {"kind", toString(lane->kind())},
+             {"host", lane->spec().host},
+             {"machine", lane->workerMachine() ? detail::deviceReportJson(*lane->workerMachine()) : json(nullptr)},
+             {"cost_per_hour", orNull(lane->spec().costPerHour)},
+             {"total_steps", lane->totalSteps()},
+             {"batch", lane->batch()}});
         std::FILE* f = std::fopen((dir / file).c_str(), "wb");
         if (!f) {
             throw Error(fmt::format("{}: cannot write: {}", (dir / file).string(), std::strerror(errno)));
@@ -142,12 +119,13 @@ Recording readRecording(const fs::path& dir) {
         throw DataError(fmt::format("{}: not valid JSON ({})", (dir / "manifest.json").string(), e.what()));
     }
     const auto where = (dir / "manifest.json").string();
-    if (!m.is_object() || !m.contains("format") || !m["format"].is_number_integer() ||
-        m["format"].get<int>() != kRecordingFormat) {
-        throw DataError(fmt::format("{}: unsupported recording format {} (this DeviceRace reads format {})", where,
-                                    m.is_object() && m.contains("format") ? m["format"].dump() : "(missing)",
+    if (!m.is_object() || !m.contains("format") || !m["format"].is_number_integer() || m["format"].get<int>() < 1 ||
+        m["format"].get<int>() > kRecordingFormat) {
+        throw DataError(fmt::format("{}: unsupported recording format {} (this DeviceRace reads formats 1 to {})",
+                                    where, m.is_object() && m.contains("format") ? m["format"].dump() : "(missing)",
                                     kRecordingFormat));
     }
+    const int format = m["format"].get<int>();
     try {
         r.appVersion = m.value("app_version", std::string());
         r.workload = m.at("workload").get<std::string>();
@@ -158,14 +136,21 @@ Recording readRecording(const fs::path& dir) {
             r.targetAccuracy = m["target_accuracy"].get<double>();
         }
         r.startedAt = m.value("started_at", std::string());
-        const auto& d = m.value("device", json::object());
-        r.cpuModel = d.value("cpu", std::string());
-        r.blas = d.value("blas", std::string());
-        r.gpuNames = d.value("gpus", std::string());
-        r.torchVersion = d.value("torch", std::string());
-        r.cudaVersion = d.value("cuda", std::string());
-        r.cudnnVersion = d.value("cudnn", std::string());
-        r.host = d.value("host", std::string());
+        if (format >= 2) {
+            r.machine = detail::deviceReportFromJsonValue(m.at("machine"));
+        } else { // format 1: the machine as a few strings
+            const auto& d = m.value("device", json::object());
+            r.machine.cpu.model = d.value("cpu", std::string());
+            r.machine.cpu.blas = d.value("blas", std::string());
+            r.gpuNames = d.value("gpus", std::string());
+            r.machine.torchVersion = d.value("torch", std::string());
+            r.machine.torchCudaVersion = d.value("cuda", std::string());
+            r.machine.cudnnVersion = d.value("cudnn", std::string());
+            r.machine.hostName = d.value("host", std::string());
+        }
+        for (const auto& g : r.machine.gpus) {
+            r.gpuNames += (r.gpuNames.empty() ? "" : ", ") + g.name;
+        }
         const auto& lanes = m.at("lanes");
         if (!lanes.is_array() || lanes.empty() || lanes.size() > kMaxLanes) {
             throw DataError(fmt::format("{}: \"lanes\" must list 1 to {} lanes", where, kMaxLanes));
@@ -178,7 +163,12 @@ Recording readRecording(const fs::path& dir) {
             lane.device = l.value("device", std::string());
             lane.host = l.value("host", std::string());
             lane.kind = l.value("kind", std::string("thread"));
-            lane.machine = l.value("machine", std::string());
+            if (const auto it = l.find("machine"); it != l.end() && it->is_object()) {
+                lane.machineReport = detail::deviceReportFromJsonValue(*it);
+                lane.machine = detail::describeMachine(*lane.machineReport);
+            } else if (format == 1) {
+                lane.machine = l.value("machine", std::string());
+            }
             if (l.contains("cost_per_hour") && l["cost_per_hour"].is_number()) {
                 lane.costPerHour = l["cost_per_hour"].get<double>();
             }

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "data/data_util.h"
+#include "util/file_util.h"
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
 
@@ -189,7 +189,7 @@ std::vector<fs::path> writeTensorBoard(const Recording& r, const fs::path& outDi
         const auto dir = outDir / safeName(lane.name);
         fs::create_directories(dir, ec);
         const auto file = dir / fmt::format("events.out.tfevents.{}.{}.devicerace", static_cast<long long>(start),
-                                            safeName(r.host.empty() ? "host" : r.host));
+                                            safeName(r.machine.hostName.empty() ? "host" : r.machine.hostName));
         writeFileAtomically(file, out);
         written.push_back(file);
     }

@@ -4,7 +4,9 @@
 #include <functional>
 #include <string>
 
-#include "devicerace/lane.h"
+#include "devicerace/lane_spec.h"
+#include "devicerace/metric_sample.h"
+#include "devicerace/run_settings.h"
 #include "train/run_plan.h"
 
 namespace devicerace::detail {

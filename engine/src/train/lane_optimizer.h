@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "models/optimizer_recipe.h"
+
 namespace devicerace::detail {
 
 /// Hyperparameters of the workload's optimizer, resolved for one lane.
@@ -17,15 +19,6 @@ struct OptimizerSettings {
     double lr = 1e-3;
     double weightDecay = 0;
     double momentum = 0;
-};
-
-/// Which update rule a workload trains with (the kind decides the fast path).
-struct OptimizerRecipe {
-    enum class Kind { Adam, Sgd, RmsProp };
-    Kind kind = Kind::Adam;
-    bool nesterov = false; // SGD
-    double alpha = 0.99;   // RMSprop smoothing (Keras: 0.9)
-    double eps = 1e-8;     // Adam/RMSprop epsilon (Keras RMSprop: 1e-7)
 };
 
 class LaneOptimizer {

@@ -23,9 +23,10 @@
 #include <optional>
 
 #include "devicerace/errors.h"
-#include "distributed/dist_group.h"
+#include "train/dist_group.h"
 #include "train/host_allocator.h"
 #include "train/lane_context.h"
+#include "train/lane_optimizer.h"
 #include "data/lane_data.h"
 #include "train/memory_tracker.h"
 #include "devicerace/workload.h"

@@ -14,6 +14,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
+#include "devices/device_json.h"
 
 namespace devicerace::detail {
 
@@ -245,7 +246,7 @@ void WorkerConnection::onStdoutLine(std::string&& line, const std::function<void
             m_version = b.value("version", std::string());
             if (b.contains("devices") && b["devices"].is_object()) {
                 try {
-                    m_devices = deviceReportFromJson(b["devices"].dump());
+                    m_devices = detail::deviceReportFromJsonValue(b["devices"]);
                 } catch (const DataError& e) {
                     addLog(fmt::format("hello: {}", e.what()));
                 }

@@ -11,7 +11,6 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
-#include "lanes/lane_record.h"
 #include "workers/worker_connection.h"
 
 namespace devicerace {
@@ -54,7 +53,7 @@ struct WorkerLane::Impl {
     LaneSpec spec;
     LaneRunSettings settings;
     std::unique_ptr<detail::WorkerConnection> conn;
-    std::unique_ptr<detail::LaneRecord> record;
+    detail::LaneRecord* record = nullptr; // the lane's (LaneBase)
     detail::ReadyInfo ready;
     std::shared_ptr<Dataset> data;
     std::string workerError; // an `error` message's text
@@ -202,12 +201,13 @@ struct WorkerLane::Impl {
     }
 };
 
-WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings) : m_impl(std::make_unique<Impl>()) {
+WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings)
+    : LaneBase(spec.name, settings.targetAccuracy), m_impl(std::make_unique<Impl>()) {
     auto& d = *m_impl;
     d.spec = std::move(spec);
     d.settings = std::move(settings);
     d.settings.data.reset(); // the worker resolves its own
-    d.record = std::make_unique<detail::LaneRecord>(d.spec.name);
+    d.record = &record();
     // The lane's own thread starts the worker and keeps it: the child's PR_SET_PDEATHSIG fires
     // when its parent *thread* ends, so it must be one that lives exactly as long as the lane
     // (whichever thread builds the race: the GUI's, a helper's, the CLI's).
@@ -286,17 +286,11 @@ void WorkerLane::wait() {
     }
 }
 
-LaneState WorkerLane::state() const { return m_impl->record->state(); }
-std::string WorkerLane::message() const { return m_impl->record->message(); }
-std::vector<MetricSample> WorkerLane::takeSamples() { return m_impl->record->take(); }
-std::vector<MetricSample> WorkerLane::history() const { return m_impl->record->history(); }
 double WorkerLane::cpuSeconds() const { return m_impl->cpu.load(); }
 
-LaneSummary WorkerLane::summary() const {
-    auto s = m_impl->record->summary(m_impl->spec, m_impl->ready.batch, m_impl->settings.targetAccuracy);
+void WorkerLane::completeSummary(LaneSummary& s) const {
     s.datasetName = m_impl->ready.datasetName;
     s.synthetic = m_impl->ready.synthetic;
-    return s;
 }
 
 DeviceReport remoteDeviceReport(const std::string& hostUrl, const std::string& cli) {

@@ -3,11 +3,11 @@
 // or a worker on another machine through the system ssh (an ssh:// device). The worker protocol
 // runs on the child's standard streams (workers/protocol.h). Thread-safe.
 #include "devicerace/device_info.h"
-#include "devicerace/lane.h"
+#include "lanes/lane_base.h"
 
 namespace devicerace {
 
-class WorkerLane final : public Lane {
+class WorkerLane final : public detail::LaneBase {
 public:
     /// Starts the worker, checks its hello (protocol version), sends the lane and waits until the
     /// worker accepted it. Throws UsageError with what went wrong (host unreachable, key refused,
@@ -23,11 +23,6 @@ public:
     void requestStop() override;
     void setPaused(bool paused) override;
     void wait() override;
-    LaneState state() const override;
-    std::string message() const override;
-    std::vector<MetricSample> takeSamples() override;
-    std::vector<MetricSample> history() const override;
-    LaneSummary summary() const override;
     double cpuSeconds() const override;
     std::shared_ptr<const Dataset> dataset() const override;
     /// The machine the worker runs on, as its hello described it.
@@ -38,6 +33,7 @@ public:
     std::optional<int> storePort() const;
 
 private:
+    void completeSummary(LaneSummary& summary) const override;
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };

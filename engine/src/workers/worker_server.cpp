@@ -16,7 +16,8 @@
 #include "devicerace/race.h"
 #include "devicerace/worker.h"
 #include "devicerace/workload.h"
-#include "distributed/rendezvous_store.h"
+#include "devices/device_json.h"
+#include "train/rendezvous_store.h"
 #include "lanes/thread_lane.h"
 #include "workers/protocol.h"
 
@@ -182,7 +183,7 @@ public:
 
 private:
     void hello() {
-        json devices = json::parse(deviceReportToJson(refreshDeviceReport()));
+        json devices = detail::deviceReportJson(refreshDeviceReport());
         m_out.send({{"type", "hello"},
                     {"proto", detail::protoVersion()},
                     {"version", DEVICERACE_VERSION},

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "devicerace/lane.h"
-#include "distributed/rendezvous_store.h"
+#include "train/rendezvous_store.h"
 
 namespace devicerace::detail {
 

@@ -1,14 +1,15 @@
-"""What every peer of a DeviceRace workload shares, without any framework: the engine's
+"""What every lane program of a DeviceRace workload shares, without any framework: the engine's
 workload defaults, the run-length constants, the learning-rate schedules and the Fashion-MNIST
 reader (numpy only).
 
-peer.py (PyTorch) adds its networks to this table; lanes/python/keras_lane.py (Keras 3 on JAX,
-TensorFlow or PyTorch) builds its own from the same entries, so neither lane imports the
-other's framework. Installed beside peer.py in share/devicerace/lanes.
+torch_networks.py (PyTorch; run by pytorch_lane.py) adds its networks to this table;
+keras_lane.py (Keras 3 on JAX, TensorFlow or PyTorch) builds its own from the same entries, so
+neither lane imports the other's framework. The benchmark's PyTorch peers (bench/peers/) import
+it from here; it imports nothing from bench/. Installed with the lane programs in
+share/devicerace/lanes.
 """
 import gzip
 import os
-import sys
 
 import numpy as np
 
@@ -89,8 +90,8 @@ def read_idx(folder, stem):
             ndim = raw[3]
             dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
             return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-    sys.exit(f"peer: {folder}: missing {stem} (or {stem}.gz); set DEVICERACE_FASHION_MNIST "
-             "or use --data synthetic")
+    raise FileNotFoundError(f"{folder}: missing {stem} (or {stem}.gz); set DEVICERACE_FASHION_MNIST, "
+                            "pass --data-dir or use --data synthetic")
 
 
 def physical_cores():

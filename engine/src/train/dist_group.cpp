@@ -1,5 +1,5 @@
 // A data-parallel rank: rendezvous, process group, bucketed gradient averaging (dist_group.h).
-#include "distributed/dist_group.h"
+#include "train/dist_group.h"
 
 #include <ATen/Functions.h>
 #include <c10/cuda/CUDAGuard.h>
