@@ -62,12 +62,19 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     controls->addWidget(new QLabel(tr("smoothing:"), this));
     controls->addWidget(m_smoothing);
     controls->addStretch(1);
-    controls->addWidget(m_modeLabel);
     controls->addWidget(new QLabel(tr("speedup vs"), this));
     m_baseline = new QComboBox(this);
     m_baseline->setObjectName(QStringLiteral("baseline"));
+    m_baseline->setSizeAdjustPolicy(QComboBox::AdjustToContents); // a lane's whole name, never elided
     controls->addWidget(m_baseline);
     layout->addWidget(m_controls);
+    // The race's mode in words, on a line of its own that wraps: in the controls row its width
+    // pushed a 1280 px window off the screen.
+    m_modeLabel->setObjectName(QStringLiteral("modeNote"));
+    m_modeLabel->setWordWrap(true);
+    m_modeLabel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    m_modeLabel->setVisible(false);
+    layout->addWidget(m_modeLabel);
 
     m_strip = new RaceStrip(this);
     layout->addWidget(m_strip);
@@ -78,6 +85,9 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
         for (auto* c : charts()) {
             c->setXAxis(static_cast<XAxis>(i));
         }
+        // A finished or replayed race gets no more ticks: recompute the shared range for the
+        // new units and redraw every chart from all the stored samples now.
+        refreshCharts();
     });
     connect(m_rate, &QComboBox::currentIndexChanged, this,
             [this](int i) { m_throughput->setMetric(i == 0 ? Metric::SamplesPerSec : Metric::StepsPerSec); });
@@ -94,11 +104,15 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     }
     linkZoom();
     arrange(true);
+    refreshCharts(); // before any race: axes with ticks and gridlines, titles in their places
 }
 
 void Dashboard::resizeEvent(QResizeEvent* event) {
     QWidget::resizeEvent(event);
     arrange();
+    if (m_race->histories().empty()) {
+        refreshCharts(); // empty charts: ticks fitted to the new size
+    }
 }
 
 void Dashboard::arrange(bool force) {
@@ -199,6 +213,7 @@ void Dashboard::onRaceStarted() {
     }
     m_modeLabel->setText(m_race->fair() ? tr("fair mode: lanes ran one at a time, aligned at their start")
                                         : tr("live mode: lanes race at once"));
+    m_modeLabel->setVisible(!m_presentation);
     refresh();
     refreshSummary();
 }
@@ -289,7 +304,16 @@ void Dashboard::refreshCharts() {
 void Dashboard::refreshSummary() {
     if (auto s = m_race->summary()) {
         m_summary->showSummary(*s, m_race->lanes());
+        // Where the audience looks: why a lane with more resources is slower, in words (it
+        // covers the shared cores of a live race too); else the sharing warning.
+        m_strip->setBadge(s->explanations.empty() ? m_sharingNote
+                                                  : tr("Why? ") + QString::fromStdString(s->explanations.front()));
     }
+}
+
+void Dashboard::setSharingNote(const QString& note) {
+    m_sharingNote = note;
+    m_strip->setBadge(note);
 }
 
 void Dashboard::setDark(bool dark) {
@@ -302,6 +326,7 @@ void Dashboard::setPresentation(bool on, double fontScale) {
     m_presentation = on;
     m_summary->setVisible(!on);
     m_controls->setVisible(!on);
+    m_modeLabel->setVisible(!on && !m_modeLabel->text().isEmpty());
     for (auto* c : charts()) {
         c->setFontScale(fontScale);
     }

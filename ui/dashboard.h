@@ -58,6 +58,9 @@ public:
     /// Refreshes the charts now, whatever the pacing.
     void refreshCharts();
     void refreshSummary();
+    /// The live race's CPU-sharing warning for the strip ("" : none); a lane explained as slower
+    /// takes its place.
+    void setSharingNote(const QString& note);
 
     /// Throughput axis: automatic (log when lanes differ by more than ~10x), linear or log.
     enum class Scale { Auto, Linear, Log };
@@ -94,7 +97,8 @@ private:
     QLabel* m_modeLabel = nullptr;
     QLabel* m_title = nullptr;
     QString m_titleText; // normal mode: workload · data · mode
-    QString m_headline;  // presentation: the speedup
+    QString m_sharingNote;
+    QString m_headline; // presentation: the speedup
     QGridLayout* m_grid = nullptr;
     Arrangement m_arrangement = Arrangement::Grid;
     bool m_presentation = false;

@@ -1,6 +1,10 @@
 #include "exporter.h"
 
 #include <QBuffer>
+#include <QDir>
+#include <QFileInfo>
+#include <QSettings>
+#include <QStandardPaths>
 #include <QImage>
 #include <QPainter>
 #include <QSaveFile>
@@ -65,6 +69,26 @@ void saveSvg(QWidget* widget, const QString& path) {
         widget->render(&painter, QPoint(), QRegion(), QWidget::DrawWindowBackground | QWidget::DrawChildren);
     }
     saveBytes(path, bytes);
+}
+
+QString exportStartPath(const QString& fileName) {
+    QString folder = QSettings().value(QStringLiteral("export/lastFolder")).toString();
+    if (folder.isEmpty() || !QFileInfo(folder).isDir()) {
+        folder = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
+    }
+    if (folder.isEmpty() || !QFileInfo(folder).isDir()) {
+        folder = QDir::homePath();
+    }
+    return fileName.isEmpty() ? folder : QDir(folder).filePath(fileName);
+}
+
+void rememberExportPath(const QString& chosen) {
+    if (chosen.isEmpty()) {
+        return;
+    }
+    const QFileInfo info(chosen);
+    QSettings().setValue(QStringLiteral("export/lastFolder"),
+                         info.isDir() ? info.absoluteFilePath() : info.absolutePath());
 }
 
 } // namespace devicerace::ui

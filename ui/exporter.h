@@ -24,4 +24,10 @@ void savePng(QWidget* widget, const QString& path, QSize size = {});
 /// Renders `widget` as SVG.
 void saveSvg(QWidget* widget, const QString& path);
 
+/// Where an export dialog opens: the folder of the last export (settings), else the user's
+/// Documents (else home) folder — never the program's working directory — with `fileName`.
+QString exportStartPath(const QString& fileName = {});
+/// Remembers the folder of a chosen export path for the next dialog ("" is ignored).
+void rememberExportPath(const QString& chosen);
+
 } // namespace devicerace::ui

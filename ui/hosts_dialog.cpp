@@ -48,8 +48,15 @@ HostsDialog::HostsDialog(QWidget* parent)
     intro->setWordWrap(true);
     layout->addWidget(intro);
     m_table->setColumnCount(3);
-    m_table->setHorizontalHeaderLabels({tr("host"), tr("devicerace-cli there (blank: on its PATH)"), tr("status")});
+    m_table->setHorizontalHeaderLabels({tr("host"), tr("devicerace-cli there"), tr("status")});
+    m_table->horizontalHeaderItem(ColCli)->setToolTip(
+        tr("The devicerace-cli program on that host, used by every lane there (blank: the one on its PATH)"));
+    // Every header in full: the first two fit their titles and contents, the status takes the rest.
+    m_table->horizontalHeader()->setSectionResizeMode(ColUrl, QHeaderView::ResizeToContents);
+    m_table->horizontalHeader()->setSectionResizeMode(ColCli, QHeaderView::ResizeToContents);
     m_table->horizontalHeader()->setSectionResizeMode(ColStatus, QHeaderView::Stretch);
+    m_table->horizontalHeader()->setMinimumSectionSize(120);
+    setMinimumWidth(720);
     m_table->setObjectName(QStringLiteral("hostsTable"));
     layout->addWidget(m_table);
     auto* buttons = new QHBoxLayout;

@@ -25,6 +25,38 @@ namespace devicerace::ui {
 QString laneSpecText(const LaneSpec& s) { return QString::fromStdString(formatLaneSpec(s)); }
 
 namespace {
+// The devicerace-cli the Hosts dialog names for every host of a lane (its own host, or each
+// rank's), when they agree; nullopt: on the host's PATH, or typed as cli= in the lane.
+std::optional<std::string> hostsCli(const LaneSpec& s) {
+    std::vector<std::string> hosts;
+    for (const auto& m : s.members) {
+        hosts.push_back(m.host);
+    }
+    if (s.members.empty()) {
+        hosts.push_back(s.host);
+    }
+    std::optional<std::string> cli;
+    for (const auto& host : hosts) {
+        if (host.empty()) {
+            return std::nullopt; // a rank on this machine runs this machine's devicerace-cli
+        }
+        std::optional<std::string> mine;
+        for (const auto& h : RemoteHosts::instance().hosts()) {
+            try {
+                if (parseSshTarget(h.url.toStdString()).url() == parseSshTarget(host).url() && !h.cli.isEmpty()) {
+                    mine = h.cli.toStdString();
+                }
+            } catch (const UsageError&) {
+            }
+        }
+        if (!mine || (cli && *cli != *mine)) {
+            return std::nullopt;
+        }
+        cli = mine;
+    }
+    return cli;
+}
+
 // The lane keys that have no column of their own ("more options"), from the engine's table.
 void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
     for (const auto& key : laneKeys()) {
@@ -342,11 +374,11 @@ void LanesTable::setRowProblem(int row, const QString& why) {
         w->setPalette(p);
         w->setProperty("unusable", !why.isEmpty());
         w->setProperty("problem", why);
-        if (c == ColOptions) {
-            w->setToolTip(why.isEmpty() ? tip : why);
-        } else if (c != ColDevice) {
-            w->setToolTip(why);
-        }
+        // Every cell of a greyed row says why on hover (the device's list keeps its own hints).
+        w->setToolTip(c == ColOptions && why.isEmpty() ? tip : why);
+    }
+    if (auto* swatch = cellWidget(row, ColColor)) {
+        swatch->setToolTip(why.isEmpty() ? tr("Lane colour (same in every chart)") : why);
     }
 }
 
@@ -399,6 +431,9 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         }
         if (!qobject_cast<QLineEdit*>(cellWidget(r, ColOptions))->text().trimmed().isEmpty()) {
             copyExtraKeys(rowOptions(r), s);
+        }
+        if (!s.cli) {
+            s.cli = hostsCli(s); // Settings → Hosts…: "devicerace-cli there"
         }
         out.push_back(s);
     }

@@ -2,7 +2,13 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QAbstractSpinBox>
 #include <QCloseEvent>
+#include <QComboBox>
+#include <QKeyEvent>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QTextEdit>
 #include <QDateTime>
 #include <QStandardPaths>
 #include <QMenu>
@@ -27,6 +33,18 @@
 namespace devicerace::ui {
 
 namespace {
+// A widget where Space types a space.
+bool typesText(const QWidget* w) {
+    if (const auto* line = qobject_cast<const QLineEdit*>(w)) {
+        return !line->isReadOnly();
+    }
+    if (const auto* combo = qobject_cast<const QComboBox*>(w)) {
+        return combo->isEditable();
+    }
+    return qobject_cast<const QTextEdit*>(w) || qobject_cast<const QPlainTextEdit*>(w) ||
+           qobject_cast<const QAbstractSpinBox*>(w);
+}
+
 // How long closing waits for lanes to stop before exiting anyway (ms): a lane blocked in
 // data loading must not keep the window open forever.
 constexpr int kCloseTimeoutMs = 1200; // then it leaves without the lanes that did not stop
@@ -95,6 +113,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     connect(m_setup, &SetupPanel::validated, this, [this] {
         if (!m_race->hasRace()) {
             updateTitle();
+            showReady();
         }
     });
     m_closeTimer.setInterval(kCloseTickMs);
@@ -109,7 +128,24 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     fitToScreen();
     updateActions();
     updateTitle();
-    statusBar()->showMessage(tr("Ready: press Start (the default race is CPU·1 thread vs the best other device)"));
+    showReady();
+}
+
+void MainWindow::showReady() {
+    if (m_race->hasRace() || m_race->isSettingUp()) {
+        return;
+    }
+    // The race Start would run, in the plan's names (not a default the setup may not hold).
+    QStringList names;
+    try {
+        for (const auto& lane : m_setup->plan().lanes) {
+            names << QString::fromStdString(lane.spec.name);
+        }
+    } catch (const std::exception&) {
+    }
+    statusBar()->showMessage(names.isEmpty()
+                                 ? tr("Ready: add a lane, then press Start")
+                                 : tr("Ready: press Start or Space to race %1").arg(names.join(tr(" vs "))));
 }
 
 MainWindow::~MainWindow() = default;
@@ -163,7 +199,10 @@ void MainWindow::updateTitle() {
     QString title = QStringLiteral("DeviceRace");
     if (m_race->hasRace() || m_race->recordingCount() > 0) {
         title += QStringLiteral(" — ") + m_race->workload() + QStringLiteral(" · ") + m_race->datasetLabel() +
-                 (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"));
+                 // A replay says how it was recorded (not what the setup's fair box says now).
+                 (m_race->hasRace() ? (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"))
+                                    : (m_race->fair() ? tr(" · replay, recorded in fair mode")
+                                                      : tr(" · replay, recorded in live mode")));
     }
     setWindowTitle(title);
     if (m_race->hasRace() || m_race->recordingCount() > 0) {
@@ -248,11 +287,11 @@ bool MainWindow::startRace() {
     m_dashboard->devicePanel()->setSharingNote(sharing ? QStringLiteral("⚠ ") + QString::fromStdString(plan.sharingNote)
                                                        : QString());
     // Where the audience looks too (presentation mode hides the device panel).
-    m_dashboard->strip()->setBadge(sharing ? tr("⚠ live lanes share %1 CPU cores (%2 threads): CPU speedups read low; "
-                                                "fair mode runs them one at a time")
-                                                 .arg(plan.logicalCpus)
-                                                 .arg(plan.cpuThreads)
-                                           : QString());
+    m_dashboard->setSharingNote(sharing ? tr("⚠ live lanes share %1 CPU cores (%2 threads): CPU speedups read low; "
+                                             "fair mode runs them one at a time")
+                                              .arg(plan.logicalCpus)
+                                              .arg(plan.cpuThreads)
+                                        : QString());
     saveSettings();
     return true;
 }
@@ -359,7 +398,6 @@ void MainWindow::setPresentation(bool on) {
     }
     m_setup->setVisible(!on && m_setupAction->isChecked());
     m_toolbar->setVisible(!on);
-    m_space->setEnabled(on);
     m_themeKey->setEnabled(on);
     statusBar()->setVisible(!on);
     const QScreen* s = screen() ? screen() : QGuiApplication::primaryScreen();
@@ -410,6 +448,21 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     }
     saveSettings();
     event->accept();
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+    if (event->type() == QEvent::KeyPress) {
+        const auto* key = static_cast<QKeyEvent*>(event);
+        const auto* target = qobject_cast<QWidget*>(watched);
+        if (key->key() == Qt::Key_Space && key->modifiers() == Qt::NoModifier && target && target->window() == this &&
+            !typesText(QApplication::focusWidget())) {
+            if (!key->isAutoRepeat()) {
+                m_space->trigger();
+            }
+            return true;
+        }
+    }
+    return QMainWindow::eventFilter(watched, event);
 }
 
 } // namespace devicerace::ui

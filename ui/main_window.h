@@ -31,6 +31,8 @@ public:
     /// Checks the setup (the engine's plan) and starts setting the race up off the GUI thread;
     /// false (and lastError()) when the plan refuses it or the user declines a command.
     bool startRace();
+    /// The status bar's ready line: the lanes Start would race, by name.
+    void showReady();
     /// Asks before a race runs cmd= programs; sets spec.allowCommands. False: not consented.
     bool confirmCommands(RaceSpec& spec);
     void stopRace();
@@ -75,6 +77,8 @@ Q_SIGNALS:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    /// Space starts, pauses and resumes from anywhere in the window, unless a text field has focus.
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     void buildToolbar();

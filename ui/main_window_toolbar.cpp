@@ -1,6 +1,7 @@
 #include "main_window.h"
 
 #include <QAction>
+#include <QApplication>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QInputDialog>
@@ -52,10 +53,10 @@ void MainWindow::buildToolbar() {
     m_present->setShortcut(QKeySequence(Qt::Key_F11));
     connect(m_present, &QAction::toggled, this, &MainWindow::setPresentation);
     addAction(m_present);
-    // Presentation mode has no toolbar: Space starts or pauses, T switches light/dark.
+    // Space starts or pauses from anywhere in the window but a text field (eventFilter: a focused
+    // combo box or button would take it as a shortcut would not); T switches light/dark in
+    // presentation mode, which has no toolbar.
     m_space = new QAction(this);
-    m_space->setShortcut(QKeySequence(Qt::Key_Space));
-    m_space->setEnabled(false);
     connect(m_space, &QAction::triggered, this, [this] {
         if (m_race->running()) {
             m_pause->setChecked(!m_pause->isChecked());
@@ -63,7 +64,7 @@ void MainWindow::buildToolbar() {
             startRace();
         }
     });
-    addAction(m_space);
+    QApplication::instance()->installEventFilter(this);
     m_themeKey = new QAction(this);
     m_themeKey->setShortcut(QKeySequence(Qt::Key_T));
     m_themeKey->setEnabled(false);
@@ -123,7 +124,10 @@ void MainWindow::buildToolbar() {
 
     auto* menu = new QMenu(this);
     auto ask = [this](const QString& filter, const QString& suffix) {
-        return QFileDialog::getSaveFileName(this, tr("Export"), QStringLiteral("devicerace.") + suffix, filter);
+        const QString path = QFileDialog::getSaveFileName(
+            this, tr("Export"), exportStartPath(QStringLiteral("devicerace.") + suffix), filter);
+        rememberExportPath(path);
+        return path;
     };
     auto report = [this](const QString& error, const QString& path) {
         if (error.isEmpty()) {
@@ -186,7 +190,8 @@ void MainWindow::buildToolbar() {
         }
     });
     menu->addAction(tr("TensorBoard event files…"), this, [this, report] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("TensorBoard log folder"));
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("TensorBoard log folder"), exportStartPath());
+        rememberExportPath(dir);
         if (!dir.isEmpty()) {
             report(exportTensorBoard(dir), dir);
         }

@@ -249,9 +249,8 @@ QStringList RaceController::recordingDirs() const {
 double RaceController::replayLength() const {
     double end = 0;
     for (const auto& r : m_replays) {
-        const auto& samples = r.recording->samples.at(r.lane);
-        if (!samples.empty()) {
-            end = std::max(end, samples.back().time);
+        for (const auto& s : r.recording->samples.at(r.lane)) { // the latest, wherever it is in the file
+            end = std::max(end, s.time);
         }
     }
     return end;
@@ -278,7 +277,21 @@ void RaceController::stop() {
     }
     if (replaying()) {
         m_replayStopped = true; // recorded lanes stop where they are, like the live ones
-        m_timer.start();        // the next poll announces the finish
+        // ... and say so: a lane cut off mid-replay is stopped, not "running · ETA".
+        for (const auto& r : m_replays) {
+            auto& h = m_histories[r.index];
+            if (r.next < r.recording->samples.at(r.lane).size() && !isTerminal(h.state)) {
+                MetricSample s;
+                s.kind = SampleKind::State;
+                s.lane = r.lane;
+                s.state = LaneState::Stopped;
+                s.step = h.lastStep;
+                s.time = h.lastTime;
+                s.message = "replay stopped at step " + std::to_string(h.lastStep);
+                h.append(s);
+            }
+        }
+        m_timer.start(); // the next poll announces the finish
     }
 }
 
@@ -394,6 +407,11 @@ std::optional<RaceSummary> RaceController::summary() const {
                 out.lanes.push_back(std::move(l));
             }
         }
+    }
+    if (!m_replays.empty()) { // live and recorded lanes side by side: explained together
+        out.fair = m_race ? out.fair : fair();
+        out.workload = workload().toStdString();
+        out.explanations = explainSlowerLanes(out.lanes, out.fair, out.workload);
     }
     return out;
 }

@@ -104,8 +104,8 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         const QString acc = h.lastAccuracy ? QStringLiteral(" · acc %1").arg(*h.lastAccuracy, 0, 'f', 3) : QString();
         switch (h.state) {
         case LaneState::Pending: row.status = QObject::tr("waiting"); break;
-        case LaneState::Preparing: row.status = QObject::tr("loading data and model…"); break;
-        case LaneState::Evaluating: row.status = QObject::tr("evaluating on the test set…") + acc; break;
+        case LaneState::Preparing: row.status = QObject::tr("loading data and model"); break;
+        case LaneState::Evaluating: row.status = QObject::tr("evaluating on the test set") + acc; break;
         case LaneState::Paused: row.status = QObject::tr("paused at step %1").arg(h.lastStep) + acc; break;
         case LaneState::Running: {
             if (h.lastStep < warmupSteps) {
@@ -240,16 +240,32 @@ std::vector<StripText> RaceStrip::texts() const {
         const int y = 4 + static_cast<int>(i) * h;
         out.push_back({row.name, QRect(6, y, nameW, h), f.big, readableOn(row.color, palette().color(QPalette::Window)),
                        Qt::AlignVCenter | Qt::AlignLeft});
-        out.push_back({base.elidedText(row.status, Qt::ElideRight, statusW), QRect(statusX, y, statusW, h), f.base,
-                       row.failed ? QColor(220, 70, 70) : text, Qt::AlignVCenter | Qt::AlignLeft});
+        StripText status{row.status, QRect(statusX, y, statusW, h), f.base, row.failed ? QColor(220, 70, 70) : text,
+                         Qt::AlignVCenter | Qt::AlignLeft};
+        if (base.horizontalAdvance(row.status) > statusW) {
+            // Too long for one line (a failure's reason): two lines in a smaller font, word-wrapped;
+            // elided only when even that cannot hold it.
+            QFont small = f.base;
+            small.setPointSizeF(f.base.pointSizeF() * 0.85);
+            const QFontMetrics sm(small);
+            const QRect need = sm.boundingRect(QRect(0, 0, statusW, 10 * h), Qt::TextWordWrap, row.status);
+            if (need.height() <= h && need.width() <= statusW) {
+                status.font = small;
+                status.flags |= Qt::TextWordWrap;
+            } else {
+                status.text = base.elidedText(row.status, Qt::ElideRight, statusW);
+            }
+        }
+        out.push_back(status);
         out.push_back(
             {row.speedup, QRect(width() - speedW - 6, y, speedW, h), f.big, text, Qt::AlignVCenter | Qt::AlignRight});
     }
     if (!m_badge.isEmpty()) {
+        // A note (the shared cores, why a lane is slower) wraps onto as many lines as it needs.
         const int y = 4 + static_cast<int>(m_rows.size()) * h;
-        out.push_back({base.elidedText(m_badge, Qt::ElideRight, width() - 12), QRect(6, y, width() - 12, h), f.base,
+        out.push_back({m_badge, QRect(6, y, width() - 12, badgeHeight()), f.base,
                        palette().color(QPalette::Window).lightness() < 128 ? QColor(255, 196, 64) : QColor(160, 90, 0),
-                       Qt::AlignVCenter | Qt::AlignLeft});
+                       Qt::AlignVCenter | Qt::AlignLeft | Qt::TextWordWrap});
     }
     return out;
 }
@@ -284,9 +300,27 @@ void RaceStrip::setBadge(const QString& text) {
     update();
 }
 
+int RaceStrip::badgeHeight() const {
+    if (m_badge.isEmpty()) {
+        return 0;
+    }
+    const auto f = stripFonts(font(), m_fontScale * fitScale());
+    const QRect need =
+        QFontMetrics(f.base).boundingRect(QRect(0, 0, std::max(100, width() - 12), 100000), Qt::TextWordWrap, m_badge);
+    return std::max(rowHeight(), need.height() + 6);
+}
+
 QSize RaceStrip::sizeHint() const {
-    const int rows = std::max<int>(1, static_cast<int>(m_rows.size())) + (m_badge.isEmpty() ? 0 : 1);
-    return {600, rows * rowHeight() + 8};
+    const int rows = std::max<int>(1, static_cast<int>(m_rows.size()));
+    return {600, rows * rowHeight() + badgeHeight() + 8};
+}
+
+void RaceStrip::resizeEvent(QResizeEvent* event) {
+    QWidget::resizeEvent(event);
+    if (!m_badge.isEmpty() && minimumHeight() != sizeHint().height()) {
+        setMinimumHeight(sizeHint().height()); // a wrapped note takes more or fewer lines
+        updateGeometry();
+    }
 }
 
 int RaceStrip::rowAt(int y) const {

@@ -66,10 +66,12 @@ Q_SIGNALS:
 
 protected:
     void paintEvent(QPaintEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
     void contextMenuEvent(QContextMenuEvent* event) override;
 
 private:
     int rowHeight() const;
+    int badgeHeight() const; // the note under the lanes, wrapped to the width (0: none)
     double fitScale() const; // 1 or less: what makes every row fit the width
     std::vector<StripRow> m_rows;
     QString m_badge;

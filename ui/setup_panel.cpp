@@ -135,11 +135,14 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
         }
     });
     connect(m_presetRace, &QComboBox::activated, this, [this](int race) { loadPreset(m_preset->currentText(), race); });
-    // The first race must be honest: without a GPU the default lanes are CPU threads, and
-    // threads racing at once on a small machine share its cores (a 2-core laptop reads ~1x).
-    // Fair mode runs them one at a time, each alone, so the speedup is the real one.
+    // The first race is the engine's (defaultRace: what it shows and why, the same as the CLI's):
+    // without a GPU its CPU lanes run in fair mode, one at a time, each alone on the machine.
+    const auto race = defaultRace();
     RaceSpec first;
-    first.fair = !deviceReport().cudaAvailable;
+    first.workload = race.workload;
+    first.lanes = race.lanes;
+    first.fair = race.fair;
+    first.steps = race.steps;
     setRaceSpec(first);
     // Every change is checked against the engine's plan (cheap: headers, no process).
     connect(m_lanes, &LanesTable::lanesChanged, this, &SetupPanel::validate);

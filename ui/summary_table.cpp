@@ -87,8 +87,10 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
             item->setTextAlignment((c >= 2 && c <= 7) || c == 10 || c == 11 ? (Qt::AlignRight | Qt::AlignVCenter)
                                                                             : (Qt::AlignLeft | Qt::AlignVCenter));
             if (c == 0 && r < static_cast<int>(lanes.size())) {
-                item->setForeground(
-                    readableOn(lanes[static_cast<std::size_t>(r)].color, palette().color(QPalette::Base)));
+                // Readable on the row's own background (alternate rows are another shade).
+                const auto background =
+                    palette().color(alternatingRowColors() && r % 2 ? QPalette::AlternateBase : QPalette::Base);
+                item->setForeground(readableOn(lanes[static_cast<std::size_t>(r)].color, background));
             }
             if (c == 9) {
                 item->setForeground(l.synthetic ? QColor(160, 90, 0) : palette().color(QPalette::Text));

@@ -7,14 +7,16 @@
 #include <QFormLayout>
 #include <QProgressDialog>
 
+#include "exporter.h"
 #include "video_export.h"
 
 namespace devicerace::ui {
 
 QString runVideoDialog(QWidget* parent, const QStringList& recordings, QString* error) {
-    const QString path =
-        QFileDialog::getSaveFileName(parent, QObject::tr("Export video"), QStringLiteral("devicerace.mp4"),
-                                     QObject::tr("MP4 video (*.mp4);;Animated GIF (*.gif)"));
+    const QString path = QFileDialog::getSaveFileName(parent, QObject::tr("Export video"),
+                                                      exportStartPath(QStringLiteral("devicerace.mp4")),
+                                                      QObject::tr("MP4 video (*.mp4);;Animated GIF (*.gif)"));
+    rememberExportPath(path);
     if (path.isEmpty()) {
         return {};
     }

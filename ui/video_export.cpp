@@ -11,6 +11,7 @@
 #include <QStandardPaths>
 
 #include <cmath>
+#include <limits>
 
 #include "charts/metric_chart.h"
 #include "dashboard.h"
@@ -148,7 +149,9 @@ VideoResult exportVideo(const VideoOptions& o, const std::function<bool(int, int
     QElapsedTimer clock;
     clock.start();
     for (int i = 0; i < frames; ++i) {
-        race.setReplayTime(std::min(length, i * o.speed / o.fps));
+        // The last frame is the race's final state: every sample played, whatever its time.
+        race.setReplayTime(i + 1 == frames ? std::numeric_limits<double>::infinity()
+                                           : std::min(length, i * o.speed / o.fps));
         race.poll();
         dashboard.refresh();              // charts too: nothing is "running", so no pacing
         QApplication::sendPostedEvents(); // layout requests from the strip and labels
@@ -166,6 +169,11 @@ VideoResult exportVideo(const VideoOptions& o, const std::function<bool(int, int
                                .arg(o.path, tail(encoder.readAllStandardError()));
             QFile::remove(o.path);
             return result;
+        }
+        if (i + 1 == frames) {
+            for (const auto& t : dashboard.strip()->texts()) {
+                result.finalTexts << t.text;
+            }
         }
         if (progress && !progress(i + 1, frames)) {
             encoder.kill();

@@ -25,8 +25,9 @@ struct VideoOptions {
 struct VideoResult {
     QString error;
     int frames = 0;
-    double seconds = 0;   // video length
-    double renderFps = 0; // frames rendered and encoded per second of wall time
+    double seconds = 0;     // video length
+    double renderFps = 0;   // frames rendered and encoded per second of wall time
+    QStringList finalTexts; // the race strip's texts on the last frame (the race's final state)
 };
 
 /// The ffmpeg program (DEVICERACE_FFMPEG, else ffmpeg on PATH), or "" when there is none.

@@ -284,6 +284,9 @@ int runRace(RaceOptions options) {
         }
         return runPreset(options);
     }
+    if (options.live && options.spec.fair) {
+        return usageError("--live and --fair exclude each other");
+    }
     try {
         for (const auto& text : options.laneTexts) {
             options.spec.lanes.push_back(parseLaneSpec(text));
@@ -291,6 +294,22 @@ int runRace(RaceOptions options) {
         checkOutputFolders(options);
     } catch (const Error& e) {
         return usageError(e.what());
+    }
+    if (options.spec.lanes.empty()) {
+        // No lanes: the engine's first race, as the window opens with it (fair unless --live);
+        // --workload, --epochs and --steps still choose what it trains and how long.
+        const auto first = defaultRace();
+        options.spec.lanes = first.lanes;
+        options.spec.fair = (first.fair && !options.live) || options.spec.fair;
+        if (!options.workloadGiven) {
+            options.spec.workload = first.workload;
+            if (!options.spec.epochs && !options.spec.steps) {
+                options.spec.steps = first.steps;
+            }
+        }
+        if (!options.planOnly) {
+            fmt::print("note: {}\n", first.note);
+        }
     }
     if (options.planOnly) {
         // Frameworks are asked too: the answer Start would give.
@@ -484,6 +503,9 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         (void)race.release(); // never destroyed: its destructor would join the stuck lane (leave() exits)
     }
     fmt::print("{}", summaryText(summary, spec.targetAccuracy.value_or(0)));
+    for (const auto& why : summary.explanations) {
+        fmt::print("why: {}\n", why); // a lane with more resources was slower
+    }
     int status = 0;
     for (const auto& lane : summary.lanes) {
         if (lane.state != LaneState::Finished) {

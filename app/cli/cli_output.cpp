@@ -32,9 +32,9 @@ std::string devicesText(const DeviceReport& r) {
     std::string out;
     out += fmt::format("LibTorch {}{}\n", r.torchVersion,
                        r.torchCudaVersion.empty() ? " (CPU only)" : fmt::format(" (CUDA {})", r.torchCudaVersion));
-    out +=
-        fmt::format("cpu      {} · {} cores · {} logical CPUs · {} threads by default · {} · BLAS: {}\n", r.cpu.model,
-                    r.cpu.physicalCores, r.cpu.logicalCpus, r.cpu.torchThreads, r.cpu.parallelBackend, r.cpu.blas);
+    out += fmt::format("cpu      {} · {} cores · {} logical CPUs · {} threads by default · {} · BLAS: {} · bf16: {}\n",
+                       r.cpu.model, r.cpu.physicalCores, r.cpu.logicalCpus, r.cpu.torchThreads, r.cpu.parallelBackend,
+                       r.cpu.blas, r.cpu.bf16Units.empty() ? "emulated (no AMX or AVX-512 BF16)" : r.cpu.bf16Units);
     if (auto w = blasWarning(r); !w.empty()) {
         out += "         " + w + "\n";
     }

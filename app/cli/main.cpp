@@ -50,13 +50,16 @@ int main(int argc, char** argv) {
     std::int64_t steps = 0, trainLimit = 0, testLimit = 0;
     double target = 0;
     auto* race = app.add_subcommand("race", "Train one workload on several lanes and compare them");
-    race->add_option("--workload", spec.workload, "Workload name (see 'workloads')")->capture_default_str();
+    auto* workloadOpt =
+        race->add_option("--workload", spec.workload,
+                         "Workload name (see 'workloads'; default: fashion-mlp, or the first race's without --lane)");
     race->add_option("--preset", opt.preset, "Run a preset's races (see 'presets'); race options override it");
     // The keys' help comes from the engine's lane-key table (devicerace/lane_keys.h).
     static const std::string laneHelp =
         "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N, or ssh://[user@]host[:port]/DEVICE (a lane on another "
         "machine); data-parallel lanes (docs/PARALLEL.md): cuda:A-B, cuda:all or DEVICE+DEVICE+..., or workers=N. "
-        "Repeat for more lanes. Default: cpu,threads=1 and the best other device. Keys:\n" +
+        "Repeat for more lanes. Default: the first race (cpu,threads=1 vs cuda:0; without CUDA, fp32 vs bf16 on "
+        "every core where the CPU has bf16 units, else 1 thread vs every core; fair). Keys:\n" +
         laneKeysHelp();
     race->add_option("--lane", opt.laneTexts, laneHelp);
     auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");
@@ -68,6 +71,8 @@ int main(int argc, char** argv) {
     race->add_option("--data-dir", spec.dataDir, "Folder with the Fashion-MNIST IDX files");
     race->add_option("--seed", spec.seed, "Seed of every lane's own generator")->capture_default_str();
     race->add_flag("--fair", spec.fair, "Run lanes one after another, each alone on the machine");
+    race->add_flag("--live", opt.live,
+                   "Race the lanes at once (the default race without --lane is fair where lanes would share cores)");
     race->add_flag("--allow-commands", spec.allowCommands,
                    "Allow the programs that cmd= lanes name to run (never implied by a preset or file)");
     std::string evalEvery;
@@ -136,6 +141,7 @@ int main(int argc, char** argv) {
     if (*exporter) {
         return cli::runExport(exportOpt);
     }
+    opt.workloadGiven = workloadOpt->count() > 0;
     if (*epochsOpt) {
         spec.epochs = epochs;
     }

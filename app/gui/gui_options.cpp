@@ -25,6 +25,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                                        QStringLiteral("Evaluate every N steps (default: about ten times per race)"),
                                        QStringLiteral("N"));
     const QCommandLineOption fair(QStringLiteral("fair"), QStringLiteral("Run lanes one after another"));
+    const QCommandLineOption live(QStringLiteral("live"),
+                                  QStringLiteral("Race the lanes at once (the first race is fair without a GPU)"));
     const QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the race at once"));
     const QCommandLineOption present(QStringLiteral("presentation"), QStringLiteral("Open in presentation mode"));
     const QCommandLineOption shot(QStringLiteral("screenshot"),
@@ -52,8 +54,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     const QCommandLineOption windowSize(
         QStringLiteral("window-size"),
         QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen)"), QStringLiteral("SIZE"));
-    p.addOptions({workload, lane, epochs, steps, evalEvery, data, fair, start, present, shot, replay, speed, record,
-                  noRecord, video, videoSpeed, videoSize, videoFps, windowSize});
+    p.addOptions({workload, lane,   epochs, steps,  evalEvery, data,  fair,       live,      start,    present,
+                  shot,     replay, speed,  record, noRecord,  video, videoSpeed, videoSize, videoFps, windowSize});
     if (!p.parse(arguments)) {
         out.error = p.errorText();
         return out;
@@ -118,7 +120,7 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     }
     try {
         if (p.isSet(workload) || p.isSet(lane) || p.isSet(epochs) || p.isSet(steps) || p.isSet(data) || p.isSet(fair) ||
-            p.isSet(evalEvery)) {
+            p.isSet(live) || p.isSet(evalEvery)) {
             RaceSpec spec;
             if (p.isSet(workload)) {
                 spec.workload = p.value(workload).toStdString();
@@ -163,7 +165,18 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                 }
                 spec.data = p.value(data) == QStringLiteral("synthetic") ? DataMode::Synthetic : DataMode::Real;
             }
-            spec.fair = p.isSet(fair);
+            // Without lanes it is the engine's first race: fair where that one is (unless --live).
+            if (p.isSet(fair) && p.isSet(live)) {
+                throw UsageError("--fair and --live exclude each other");
+            }
+            spec.fair = p.isSet(fair) || (!p.isSet(live) && spec.lanes.empty() && defaultRace().fair);
+            if (spec.lanes.empty() && !p.isSet(workload)) { // the first race's workload and length
+                const auto first = defaultRace();
+                spec.workload = first.workload;
+                if (!spec.epochs && !spec.steps) {
+                    spec.steps = first.steps;
+                }
+            }
             out.race = spec;
         }
     } catch (const std::exception& e) {

@@ -302,9 +302,10 @@ def parse_config(m):
 # ---------------------------------------------------------------------------------------------
 
 def cpu_report():
-    """{"model", "physical_cores", "logical_cpus"} from /proc/cpuinfo (distinct physical
-    id/core id pairs, as the engine counts them)."""
-    model, cores, phys = "", set(), "0"
+    """{"model", "physical_cores", "logical_cpus", "bf16_units"} from /proc/cpuinfo (distinct
+    physical id/core id pairs, as the engine counts them; bf16 units from the flags, as
+    engine/src/devices/cpu_info.cpp reads them)."""
+    model, cores, phys, bf16 = "", set(), "0", None
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -316,6 +317,9 @@ def cpu_report():
                     phys = value
                 elif key == "core id":
                     cores.add((phys, value))
+                elif key == "flags" and bf16 is None:
+                    flags = set(value.split())
+                    bf16 = "AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else ""
     except OSError:
         pass
     logical = os.cpu_count() or 1
@@ -324,7 +328,8 @@ def cpu_report():
     except (AttributeError, OSError):
         pass
     physical = max(1, min(len(cores) or logical, logical))
-    return {"model": model or "unknown CPU", "physical_cores": physical, "logical_cpus": logical}
+    return {"model": model or "unknown CPU", "physical_cores": physical, "logical_cpus": logical,
+            "bf16_units": bf16 or ""}
 
 
 def host_name():

@@ -294,3 +294,49 @@ TEST(RunningSummary, MatchesTheWholeHistoryAtEveryPoint) {
     EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).samplesPerSec, expected);
     EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).timeToTargetSeconds, 300 * 0.5); // first eval >= 0.8
 }
+
+namespace {
+LaneSummary rated(const std::string& name, const std::string& device, std::optional<int> threads, double rate) {
+    LaneSummary l;
+    l.name = name;
+    l.device = device;
+    l.threads = threads;
+    l.batch = 128;
+    l.samplesPerSec = rate;
+    return l;
+}
+} // namespace
+
+// A lane with more resources that loses is explained in words, naming both lanes and the ratio;
+// a tie, or a lane that wins, is not.
+TEST(Explain, SlowerLanesWithMoreResourcesSayWhy) {
+    const auto one = rated("cpu·1", "cpu", 1, 29000), two = rated("cpu·2", "cpu", 2, 21500);
+    auto why = explainSlowerLanes({one, two}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("cpu·2 runs at 0.74× the speed of cpu·1"), std::string::npos) << why[0];
+    EXPECT_NE(why[0].find("4.4 ms on 1 thread"), std::string::npos) << why[0]; // 128 / 29,000 s
+    EXPECT_NE(why[0].find("split two ways"), std::string::npos) << why[0];
+    // Live mode: the lanes shared the cores.
+    why = explainSlowerLanes({one, two}, false, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("share this machine's cores"), std::string::npos) << why[0];
+    // A win, or a tie within 3%, has nothing to explain.
+    EXPECT_TRUE(explainSlowerLanes({one, rated("cpu·2", "cpu", 2, 40000)}, true, "fashion-mlp").empty());
+    EXPECT_TRUE(explainSlowerLanes({one, rated("cpu·2", "cpu", 2, 28500)}, true, "fashion-mlp").empty());
+    // Fewer threads losing to more is the expected order, not explained.
+    EXPECT_TRUE(
+        explainSlowerLanes({rated("cpu·1", "cpu", 1, 20000), rated("cpu·2", "cpu", 2, 30000)}, true, "x").empty());
+    // A GPU slower than a CPU.
+    why = explainSlowerLanes({one, rated("cuda:0", "cuda:0", std::nullopt, 14500)}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("cuda:0 runs at 0.50× the speed of cpu·1"), std::string::npos) << why[0];
+    EXPECT_NE(why[0].find("too small to keep the GPU busy"), std::string::npos) << why[0];
+    // More data-parallel ranks, slower: the allreduce share says why.
+    auto r1 = rated("1 rank", "cpu", 1, 10000), r4 = rated("4 ranks", "cpu", 1, 8000);
+    r1.workers = 1;
+    r4.workers = 4;
+    r4.allreduceShare = 0.4;
+    why = explainSlowerLanes({r1, r4}, true, "fashion-cnn");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("40% of every step"), std::string::npos) << why[0];
+}

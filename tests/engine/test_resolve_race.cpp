@@ -12,6 +12,7 @@
 #include "devicerace/idx.h"
 #include "devicerace/race.h"
 #include "devicerace/race_plan.h"
+#include "devicerace/workload.h"
 
 using namespace devicerace;
 
@@ -203,4 +204,47 @@ TEST(ResolveRace, RealDataIsCountedFromTheHeadersAlone) {
     const auto plan = resolveRace(spec);
     ASSERT_TRUE(plan.ok());
     EXPECT_EQ(*plan.lanes[0].totalSteps, static_cast<std::int64_t>(dims[0]) / 100);
+}
+
+// The first race shows a real difference on the machine at hand, decided in one place: cpu·1 vs
+// cuda:0 with a GPU; without one, fashion-cnn in fair mode, 1 thread vs every core (one core:
+// fp32 vs bf16 where the CPU has bf16 units, else batch 32 vs 512), and a note that says so.
+TEST(DefaultRace, FollowsTheMachine) {
+    const auto& report = deviceReport();
+    const auto first = defaultRace();
+    ASSERT_EQ(first.lanes.size(), 2u);
+    EXPECT_FALSE(first.note.empty());
+    EXPECT_EQ(defaultLanes(), first.lanes);
+    EXPECT_NO_THROW(findWorkload(first.workload));
+    if (report.cudaAvailable && !report.gpus.empty()) {
+        EXPECT_FALSE(first.fair);
+        EXPECT_EQ(first.lanes[1].device, "cuda:0");
+        return;
+    }
+    EXPECT_TRUE(first.fair);
+    EXPECT_EQ(first.workload, "fashion-cnn");
+    ASSERT_TRUE(first.steps);
+    for (const auto& lane : first.lanes) {
+        EXPECT_EQ(lane.device, "cpu");
+    }
+    const int cores = std::max(1, report.cpu.physicalCores);
+    if (cores > 1) {
+        EXPECT_EQ(first.lanes[0].threads.value_or(0), 1);
+        EXPECT_EQ(first.lanes[1].threads.value_or(0), cores);
+    } else if (!report.cpu.bf16Units.empty()) {
+        EXPECT_EQ(first.lanes[1].precision, Precision::Bf16);
+        EXPECT_NE(first.note.find(report.cpu.bf16Units), std::string::npos) << first.note;
+    } else {
+        EXPECT_NE(first.lanes[0].batch, first.lanes[1].batch);
+    }
+    // The plan names them apart and finds nothing in the way.
+    RaceSpec spec;
+    spec.workload = first.workload;
+    spec.lanes = first.lanes;
+    spec.fair = first.fair;
+    spec.steps = first.steps;
+    const auto plan = resolveRace(spec);
+    EXPECT_TRUE(plan.ok()) << (plan.problems.empty() ? "" : plan.problems.front());
+    EXPECT_NE(plan.lanes[0].spec.name, plan.lanes[1].spec.name);
+    EXPECT_EQ(plan.lanes[0].totalSteps.value_or(0), *first.steps);
 }

@@ -8,6 +8,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/lane_spec.h"
 #include "devicerace/recording.h"
+#include "devices/cpu_info.h"
 #include "lanes/lane_fields.h"
 #include "devicerace/lane_keys.h"
 #include "workers/protocol.h"
@@ -222,6 +223,7 @@ TEST(DeviceReportJson, RoundTripsEveryField) {
     r.cpu.physicalCores = 16;
     r.cpu.logicalCpus = 32;
     r.cpu.blas = "MKL";
+    r.cpu.bf16Units = "AMX";
     r.cudaAvailable = true;
     r.gpus.push_back(GpuInfo{0, "NVIDIA H100 80GB HBM3", 85'000'000'000ULL, 9, 0, 132, 37, 1'000'000ULL});
     r.torchVersion = "2.11.0";
@@ -229,6 +231,7 @@ TEST(DeviceReportJson, RoundTripsEveryField) {
     auto back = deviceReportFromJson(deviceReportToJson(r));
     EXPECT_EQ(back.cpu.model, "AMD EPYC");
     EXPECT_EQ(back.cpu.physicalCores, 16);
+    EXPECT_EQ(back.cpu.bf16Units, "AMX");
     ASSERT_EQ(back.gpus.size(), 1u);
     EXPECT_EQ(back.gpus[0].name, "NVIDIA H100 80GB HBM3");
     EXPECT_EQ(back.gpus[0].totalMemoryBytes, 85'000'000'000ULL);
@@ -238,6 +241,15 @@ TEST(DeviceReportJson, RoundTripsEveryField) {
     EXPECT_EQ(back.hostName, "gpubox");
     EXPECT_THROW(deviceReportFromJson("{\"cpu\": 3}"), DataError);
     EXPECT_THROW(deviceReportFromJson("not json"), DataError);
+}
+
+// bf16 hardware from the CPU's flags, whatever the vendor: AMX first, then AVX-512 BF16.
+TEST(CpuFlags, Bf16UnitsFromTheFlagsLine) {
+    EXPECT_EQ(detail::bf16UnitsOf("fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"), "AMX");
+    EXPECT_EQ(detail::bf16UnitsOf("fpu avx2 avx512f avx512_bf16"), "AVX-512 BF16");
+    EXPECT_EQ(detail::bf16UnitsOf("fpu avx2 fma"), "");
+    EXPECT_EQ(detail::bf16UnitsOf("amx_bf16x avx512_bf16y"), ""); // whole words only
+    EXPECT_EQ(detail::bf16UnitsOf(""), "");
 }
 
 TEST(SshTarget, ParsesUserHostAndPort) {

@@ -21,6 +21,7 @@ struct FakeLane {
     QString device = QStringLiteral("cpu");
     double samplesPerSec = 1000; // steady throughput
     double seconds = 60;         // lane time to the finish
+    double costPerHour = 0;      // USD per hour (0: none)
 };
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
@@ -34,12 +35,13 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
     for (const auto& lane : lanes) {
         const QString file = lane.name + QStringLiteral(".jsonl");
         const auto totalSteps = static_cast<qint64>(lane.samplesPerSec * lane.seconds / kBatch);
-        manifestLanes.append(QJsonObject{{QStringLiteral("name"), lane.name},
-                                         {QStringLiteral("file"), file},
-                                         {QStringLiteral("spec"), lane.device},
-                                         {QStringLiteral("device"), lane.device},
-                                         {QStringLiteral("total_steps"), totalSteps},
-                                         {QStringLiteral("batch"), kBatch}});
+        QJsonObject entry{{QStringLiteral("name"), lane.name},         {QStringLiteral("file"), file},
+                          {QStringLiteral("spec"), lane.device},       {QStringLiteral("device"), lane.device},
+                          {QStringLiteral("total_steps"), totalSteps}, {QStringLiteral("batch"), kBatch}};
+        if (lane.costPerHour > 0) {
+            entry.insert(QStringLiteral("cost_per_hour"), lane.costPerHour);
+        }
+        manifestLanes.append(entry);
         QFile out(dir + QLatin1Char('/') + file);
         if (!out.open(QIODevice::WriteOnly)) {
             return false;

@@ -151,6 +151,43 @@ private Q_SLOTS:
         QVERIFY2(found, qPrintable(t.labels.join(QLatin1Char(' '))));
     }
 
+    // Where no 1-2-5 step fits a gridline on the target (0.6..0.9 by 0.1 in four ticks, target
+    // 0.85: the review's chart), the target is a labelled tick of its own, never off every line.
+    void aTargetOffEveryStepIsATickOfItsOwn_data() {
+        QTest::addColumn<double>("lo");
+        QTest::addColumn<double>("hi");
+        QTest::addColumn<int>("maxTicks");
+        QTest::addColumn<double>("target");
+        QTest::newRow("0.85 in 0.6..0.9, 4 ticks") << 0.6 << 0.9 << 4 << 0.85;
+        QTest::newRow("0.85 in 0.62..0.88, 5 ticks") << 0.62 << 0.88 << 5 << 0.85;
+        QTest::newRow("0.975 in 0.5..1, 3 ticks") << 0.5 << 1.0 << 3 << 0.975;
+        QTest::newRow("0.87 in 0.3..0.95, 4 ticks") << 0.3 << 0.95 << 4 << 0.87;
+    }
+    void aTargetOffEveryStepIsATickOfItsOwn() {
+        QFETCH(double, lo);
+        QFETCH(double, hi);
+        QFETCH(int, maxTicks);
+        QFETCH(double, target);
+        const auto t = niceTicks(lo, hi, maxTicks, true, target);
+        const QString where = t.labels.join(QLatin1Char(' '));
+        QVERIFY2(static_cast<int>(t.values.size()) <= maxTicks && t.values.size() >= 2, qPrintable(where));
+        QCOMPARE(t.lo, t.values.front());
+        QCOMPARE(t.hi, t.values.back());
+        QVERIFY(t.lo <= lo && t.hi >= hi);
+        const auto at =
+            std::find_if(t.values.begin(), t.values.end(), [&](double v) { return std::abs(v - target) < 1e-9; });
+        const bool nearEnd =
+            std::abs(target - t.values.front()) < 0.4 * t.step || std::abs(target - t.values.back()) < 0.4 * t.step;
+        QVERIFY2(at != t.values.end() || nearEnd, qPrintable(where));
+        if (at != t.values.end()) {
+            QCOMPARE(t.labels[at - t.values.begin()].toDouble(), target); // written exactly
+        }
+        for (std::size_t i = 1; i < t.values.size(); ++i) { // no label crowds another
+            QVERIFY2(t.values[i] - t.values[i - 1] >= 0.4 * t.step - 1e-12, qPrintable(where));
+        }
+        QCOMPARE(std::set<QString>(t.labels.begin(), t.labels.end()).size(), t.values.size());
+    }
+
     void timeTicksFromSecondsToHours_data() {
         QTest::addColumn<double>("hi");
         QTest::addColumn<QString>("unit");

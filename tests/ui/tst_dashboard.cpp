@@ -2,6 +2,8 @@
 // CPU-vs-GPU ratios (automatic and chosen), and drag-zoom redrawing the lines.
 #include <QtTest>
 
+#include <QComboBox>
+#include <QMenu>
 #include <QMouseEvent>
 #include <QTemporaryDir>
 #include <QtCharts/QChart>
@@ -12,7 +14,10 @@
 #include "dashboard.h"
 #include "fake_recording.h"
 #include "main_window.h"
+#include "palette.h"
 #include "race_controller.h"
+#include "recording_menu.h"
+#include "race_strip.h"
 
 using namespace devicerace;
 using namespace devicerace::ui;
@@ -132,6 +137,135 @@ private Q_SLOTS:
         }
     }
 
+    // Switching the x axis after a race (here two recordings, drawn complete) redraws every chart
+    // from all the stored samples, in the new units: each lane's line reaches its last sample,
+    // the range covers the longest lane, and evaluation marks sit where the lane evaluated.
+    void everyXAxisModeDrawsEveryLaneOverItsFullRange() {
+        QTemporaryDir dir;
+        // 300 and 400 steps (batch 128), with a price per hour each, in two recordings.
+        const QString first = dir.filePath(QStringLiteral("one")), second = dir.filePath(QStringLiteral("two"));
+        QVERIFY(writeFakeRecording(first, {{QStringLiteral("a"), QStringLiteral("cpu"), 1280, 30, 3.0}}));
+        QVERIFY(writeFakeRecording(second, {{QStringLiteral("b"), QStringLiteral("cpu"), 1280, 40, 1.5}}));
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(replay(w, first));
+        QVERIFY(replay(w, second));
+        const auto& histories = w.race()->histories();
+        QCOMPARE(histories.size(), std::size_t(2));
+        auto* box = w.dashboard()->findChild<QComboBox*>(QStringLiteral("xAxis"));
+        QVERIFY(box);
+        for (const auto axis : {XAxis::Step, XAxis::Samples, XAxis::Cost, XAxis::Time, XAxis::Step}) {
+            box->setCurrentIndex(static_cast<int>(axis));
+            QCoreApplication::processEvents();
+            double longest = 0;
+            for (const auto& h : histories) {
+                longest = std::max(longest, xColumn(h, axis, false).back());
+            }
+            for (auto* c : w.dashboard()->charts()) {
+                const bool eval = c->metric() == Metric::Accuracy;
+                QVERIFY2(c->xRange().first <= 0 && c->xRange().second >= longest,
+                         qPrintable(QStringLiteral("%1: range %2..%3, data to %4")
+                                        .arg(c->chart()->title())
+                                        .arg(c->xRange().first)
+                                        .arg(c->xRange().second)
+                                        .arg(longest)));
+                for (std::size_t i = 0; i < histories.size(); ++i) {
+                    const auto& xs = xColumn(histories[i], axis, eval);
+                    const QColor color = w.race()->lanes()[i].color;
+                    double drawnHi = -1;
+                    int drawn = 0, marks = 0;
+                    for (const auto& line : c->plotLayer()->lines()) {
+                        if (line.color.rgb() != color.rgb() || line.boundaries) {
+                            continue;
+                        }
+                        if (line.marks) { // evaluation marks: each at a stored evaluation's x
+                            for (const auto& p : line.points) {
+                                const auto& ex = xColumn(histories[i], axis, true);
+                                QVERIFY(std::any_of(ex.begin(), ex.end(),
+                                                    [&](double v) { return std::abs(v - p.x()) < 1e-9; }));
+                                ++marks;
+                            }
+                            continue;
+                        }
+                        for (const auto& p : line.points) {
+                            drawnHi = std::max(drawnHi, p.x());
+                            ++drawn;
+                        }
+                    }
+                    const QString what = QStringLiteral("%1, lane %2, x mode %3")
+                                             .arg(c->chart()->title())
+                                             .arg(i)
+                                             .arg(static_cast<int>(axis));
+                    QVERIFY2(drawnHi >= xs.back() * 0.999,
+                             qPrintable(what + QStringLiteral(": line ends at %1 of %2").arg(drawnHi).arg(xs.back())));
+                    // Decimated to ~1 point per pixel or less, never to a handful.
+                    QVERIFY2(drawn >= static_cast<int>(std::min<std::size_t>(xs.size(), 40)),
+                             qPrintable(what + QStringLiteral(": %1 points of %2").arg(drawn).arg(xs.size())));
+                    if (!eval) {
+                        QCOMPARE(marks, static_cast<int>(histories[i].evalStep.size()));
+                    }
+                }
+            }
+        }
+    }
+
+    // The Open-recording menu lists each run with its result, and two runs alike to the second
+    // are told apart by their folders (it listed two identical lines, and no results).
+    void theRecordingsMenuShowsResultsAndNoTwoLinesAlike() {
+        QTemporaryDir runs;
+        for (const auto* name : {"run-a", "run-b"}) {
+            QVERIFY(writeFakeRecording(runs.filePath(QString::fromLatin1(name)),
+                                       {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 1000, 65},
+                                        {QStringLiteral("cpu·2"), QStringLiteral("cpu"), 1500, 40}}));
+        }
+        QVERIFY(describeRecording(runs.filePath(QStringLiteral("run-a"))).contains(QStringLiteral("cpu·1 0.")));
+        QMenu menu;
+        fillRecordingMenu(&menu, runs.path(), nullptr, [](const QString&) {});
+        QStringList lines;
+        for (auto* a : menu.actions()) {
+            if (!a->isSeparator() && a->isEnabled() && !a->text().startsWith(QStringLiteral("Other"))) {
+                lines << a->text();
+            }
+        }
+        QCOMPARE(lines.size(), 2);
+        QVERIFY2(lines[0] != lines[1], qPrintable(lines.join(QStringLiteral("\n"))));
+        for (const auto& line : lines) {
+            QVERIFY2(line.contains(QStringLiteral("cpu·1 0.")) && line.contains(QStringLiteral("in 1:05")) &&
+                         line.contains(QStringLiteral("cpu·2 0.")) && line.contains(QStringLiteral("in 0:40")),
+                     qPrintable(line));
+        }
+    }
+
+    // A failure's reason is read in full on the strip at 1280 px: two lines when one is too
+    // short, never cut off with an ellipsis.
+    void aLongFailureReasonIsReadInFull() {
+        RaceStrip strip;
+        strip.resize(880, 200); // the dashboard's width at 1280x720 with the setup panel open
+        StripRow ok{QStringLiteral("cpu·1"),    laneColor(0), 0.6,  QStringLiteral("epoch 1 · acc 0.81 · ETA 0:12"),
+                    QStringLiteral("baseline"), 1.0,          false};
+        StripRow failed{QStringLiteral("cuda:0"),
+                        laneColor(1),
+                        0.1,
+                        QStringLiteral("failed: CUDA out of memory at step 1 (batch 4096 needs 21.4 GiB, "
+                                       "the device has 15.7 GiB free); try a smaller batch="),
+                        QString(),
+                        std::nullopt,
+                        true};
+        strip.setRows({ok, failed});
+        bool seen = false;
+        for (const auto& t : strip.texts()) {
+            QVERIFY2(!t.text.contains(QStringLiteral("…")), qPrintable(t.text));
+            if (t.text == failed.status) {
+                seen = true;
+                const QRect need =
+                    QFontMetrics(t.font).boundingRect(QRect(0, 0, t.rect.width(), 1000), t.flags, t.text);
+                QVERIFY(need.width() <= t.rect.width() && need.height() <= t.rect.height());
+            }
+        }
+        QVERIFY(seen);
+    }
+
     void openShowsCompleteStartReplaysStopStops() {
         QTemporaryDir dir;
         QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 1000, 600},
@@ -162,6 +296,17 @@ private Q_SLOTS:
         w.stopRace();
         QTRY_COMPARE(finished.count(), 2);
         QVERIFY(!w.race()->replaying());
+        // A lane cut off by Stop reads stopped, not "running · ETA" (the review's stopped replay).
+        QVERIFY(w.race()->histories()[0].state == LaneState::Stopped);
+        w.dashboard()->refresh();
+        QStringList strip;
+        for (const auto& text : w.dashboard()->strip()->texts()) {
+            strip << text.text;
+        }
+        QVERIFY2(!strip.join(QLatin1Char(' ')).contains(QStringLiteral("ETA")),
+                 qPrintable(strip.join(QStringLiteral(" | "))));
+        QVERIFY2(strip.join(QLatin1Char(' ')).contains(QStringLiteral("stopped")),
+                 qPrintable(strip.join(QStringLiteral(" | "))));
         const auto stoppedAt = w.race()->histories()[0].trainCount();
         QTest::qWait(300);
         QCOMPARE(w.race()->histories()[0].trainCount(), stoppedAt);

@@ -31,6 +31,30 @@ private Q_SLOTS:
         QCOMPARE(o.race->steps.value_or(0), std::int64_t(30));
     }
 
+    // --steps alone keeps the first race as the window opens it (it used to turn fair mode off);
+    // --live races the lanes at once; lanes given on the command line race live unless --fair.
+    void theFirstRaceKeepsItsModeWithLengthOptions() {
+        const bool fair = defaultRace().fair;
+        auto o = parse({QStringLiteral("--steps"), QStringLiteral("300")});
+        QVERIFY2(o.error.isEmpty() && o.race, qPrintable(o.error));
+        QCOMPARE(o.race->fair, fair);
+        QVERIFY(o.race->lanes.empty()); // the setup shows the first race's lanes
+        QCOMPARE(o.race->workload, defaultRace().workload);
+        QCOMPARE(o.race->steps.value_or(0), std::int64_t(300));
+        o = parse({QStringLiteral("--steps"), QStringLiteral("300"), QStringLiteral("--live")});
+        QVERIFY(o.race && !o.race->fair);
+        o = parse({QStringLiteral("--lane"), QStringLiteral("cpu,threads=1"), QStringLiteral("--steps"),
+                   QStringLiteral("30")});
+        QVERIFY(o.race && !o.race->fair);
+        o = parse({QStringLiteral("--fair"), QStringLiteral("--live")});
+        QVERIFY(o.error.contains(QStringLiteral("exclude")));
+        // The window opens with the first race: its lanes and its mode.
+        ui::MainWindow w;
+        QCOMPARE(w.setupPanel()->raceSpec().fair, fair);
+        QCOMPARE(w.setupPanel()->lanesTable()->lanes().size(), defaultRace().lanes.size());
+        QCOMPARE(w.setupPanel()->raceSpec().workload, defaultRace().workload);
+    }
+
     void cudaLaneWithoutCudaIsRefusedWithTheReason() {
         if (deviceReport().cudaAvailable) {
             QSKIP("this machine has CUDA: cuda lanes are usable here");

@@ -1,6 +1,7 @@
 // The race window, offscreen: lanes, a short real race, exports, presentation, closing mid-race.
 #include <QtTest>
 
+#include <QAbstractItemView>
 #include <QComboBox>
 #include <QDirIterator>
 #include <QImage>
@@ -8,7 +9,9 @@
 #include <QJsonObject>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSettings>
 #include <QSpinBox>
+#include <QStatusBar>
 #include <QSvgRenderer>
 #include <QTemporaryDir>
 #include <QToolBar>
@@ -18,7 +21,9 @@
 #include <unistd.h>
 
 #include "charts/metric_chart.h"
+#include "charts/safe_chart_view.h"
 #include "dashboard.h"
+#include "exporter.h"
 #include "device_panel.h"
 #include "devicerace/tensorboard.h"
 #include "palette.h"
@@ -71,12 +76,22 @@ private Q_SLOTS:
     void defaultRaceNeedsNoConfiguration() {
         MainWindow w;
         auto* table = w.setupPanel()->lanesTable();
-        QCOMPARE(table->rowCount(), 2); // CPU·1 thread vs the best other device
+        // The engine's first race (defaultRace): cpu·1 vs cuda:0, or two CPU lanes in fair mode.
+        const auto first = defaultRace();
+        QCOMPARE(table->rowCount(), static_cast<int>(first.lanes.size()));
         const auto lanes = table->lanes();
-        QCOMPARE(lanes[0].threads.value_or(0), 1);
-        QVERIFY(lanes[1].device == "cpu" || lanes[1].device == "cuda:0");
-        // Without a GPU the default race is thread scaling in fair mode (an honest speedup).
-        QCOMPARE(w.setupPanel()->raceSpec().fair, !deviceReport().cudaAvailable);
+        for (std::size_t i = 0; i < lanes.size(); ++i) {
+            QCOMPARE(formatLaneSpec(lanes[i]), formatLaneSpec(first.lanes[i]));
+        }
+        QCOMPARE(w.setupPanel()->raceSpec().fair, first.fair);
+        QCOMPARE(first.fair, !deviceReport().cudaAvailable);
+        // The ready line names the lanes Start would race, and follows the setup.
+        QVERIFY2(
+            w.statusBar()->currentMessage().contains(QString::fromStdString(w.setupPanel()->plan().lanes[0].spec.name)),
+            qPrintable(w.statusBar()->currentMessage()));
+        table->setLanes({parseLaneSpec("cpu,threads=1,name=laptop"), parseLaneSpec("cpu,threads=1,name=desktop")});
+        QTRY_VERIFY(w.statusBar()->currentMessage().contains(QStringLiteral("laptop vs desktop")));
+        table->setLanes(lanes);
         // Unusable devices are listed, greyed, with the reason.
         auto* device = qobject_cast<QComboBox*>(table->cellWidget(0, LanesTable::ColDevice));
         if (!deviceReport().cudaAvailable) {
@@ -136,6 +151,11 @@ private Q_SLOTS:
             auto* options = table->cellWidget(1, LanesTable::ColOptions);
             QVERIFY(options->property("unusable").toBool());
             QCOMPARE(options->toolTip(), why);
+            for (int c = 0; c < LanesTable::ColCount; ++c) { // hovering anywhere on the row says why
+                if (auto* cell = table->cellWidget(1, c)) {
+                    QCOMPARE(cell->toolTip(), why);
+                }
+            }
             QVERIFY(options->palette().color(QPalette::Active, QPalette::Text) ==
                     table->palette().color(QPalette::Disabled, QPalette::Text));
             QVERIFY(!table->cellWidget(0, LanesTable::ColOptions)->property("unusable").toBool());
@@ -416,6 +436,55 @@ private Q_SLOTS:
         again.setDarkTheme(false);
         again.setupPanel()->setEvalSetting(0, 100);
         again.saveSettings();
+    }
+
+    // Space starts and pauses in normal mode from anywhere but a text field: from the focused
+    // preset list (which used to open instead) and after a click on a chart (which did nothing).
+    void spaceStartsAndPausesFromAnywhereButATextField() {
+        MainWindow w;
+        w.show();
+        QVERIFY(QTest::qWaitForWindowActive(&w));
+        w.setupPanel()->setRaceSpec(shortRace(1000000));
+        // Typing a lane's name: Space is a space.
+        auto* name = qobject_cast<QLineEdit*>(w.setupPanel()->lanesTable()->cellWidget(0, LanesTable::ColName));
+        QVERIFY(name);
+        name->setFocus();
+        QTest::keyClick(name, Qt::Key_Space);
+        QVERIFY(!w.race()->isSettingUp() && !w.race()->running());
+        name->clear();
+        // The preset list has focus: Space starts the race, the list stays closed.
+        auto* preset = w.setupPanel()->findChild<QComboBox*>(QStringLiteral("preset"));
+        preset->setFocus();
+        QTest::keyClick(preset, Qt::Key_Space);
+        QVERIFY(!preset->view()->isVisible());
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->running(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->histories()[0].lastStep > 3, 60000);
+        // A click on a chart, then Space: paused; again: running.
+        auto* chart = w.dashboard()->charts().first()->view();
+        QTest::mouseClick(chart->viewport(), Qt::LeftButton, {}, chart->viewport()->rect().center());
+        QTest::keyClick(QApplication::focusWidget() ? QApplication::focusWidget() : static_cast<QWidget*>(&w),
+                        Qt::Key_Space);
+        QVERIFY(w.race()->paused());
+        QTest::keyClick(&w, Qt::Key_Space);
+        QVERIFY(!w.race()->paused());
+        w.stopRace();
+        QTRY_VERIFY_WITH_TIMEOUT(!w.race()->running(), 30000);
+    }
+
+    // Export dialogs open in the last export's folder, else Documents or home: never in the
+    // working directory (a source checkout when started from a terminal there).
+    void exportDialogsOpenWhereTheUserKeepsFiles() {
+        QSettings().remove(QStringLiteral("export/lastFolder"));
+        const QString first = exportStartPath(QStringLiteral("devicerace.csv"));
+        QVERIFY2(!first.startsWith(QDir::currentPath() + QLatin1Char('/')) || QDir::currentPath() == QDir::homePath(),
+                 qPrintable(first));
+        QVERIFY(first.endsWith(QStringLiteral("/devicerace.csv")));
+        QTemporaryDir dir;
+        rememberExportPath(dir.filePath(QStringLiteral("mine.json")));
+        QCOMPARE(exportStartPath(QStringLiteral("devicerace.csv")), dir.filePath(QStringLiteral("devicerace.csv")));
+        rememberExportPath(dir.path()); // a folder (TensorBoard export) is remembered as itself
+        QCOMPARE(exportStartPath(), dir.path());
+        QSettings().remove(QStringLiteral("export/lastFolder"));
     }
 
     void presetsLoadIntoTheSetup() {

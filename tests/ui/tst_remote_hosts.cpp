@@ -87,6 +87,26 @@ private Q_SLOTS:
         QCOMPARE(lane.device, std::string("cpu"));
     }
 
+    // The Hosts dialog's "devicerace-cli there" is the program the lanes on that host run
+    // (Start used to refuse "has no 'devicerace-cli'" until cli= was typed into the lane).
+    void theHostsCliPathReachesTheLanesOnThatHost() {
+        RemoteHosts::instance().setHosts({{QStringLiteral("ssh://fakehost"), QStringLiteral(DEVICERACE_CLI_PATH)},
+                                          {QStringLiteral("ssh://nowhere:2222"), QString()}});
+        waitForAnswers();
+        LanesTable table;
+        table.addLane(parseLaneSpec("ssh://fakehost/cpu"));
+        table.addLane(parseLaneSpec("ssh://nowhere:2222/cpu"));
+        table.addLane(parseLaneSpec("ssh://fakehost/cpu,cli=/opt/other/devicerace-cli"));
+        table.addLane(parseLaneSpec("cpu"));
+        const auto lanes = table.lanes();
+        QCOMPARE(lanes.at(0).cli.value_or(""), std::string(DEVICERACE_CLI_PATH));
+        QVERIFY(!lanes.at(1).cli); // blank in the dialog: the one on that host's PATH
+        QCOMPARE(lanes.at(2).cli.value_or(""), std::string("/opt/other/devicerace-cli")); // the lane's own wins
+        QVERIFY(!lanes.at(3).cli);
+        // (the engine runs a remote lane's cli=: tests/cli/test_worker_lanes.py)
+        RemoteHosts::instance().setHosts({});
+    }
+
     void aRemoteLaneRoundTripsThroughTheTable() {
         LanesTable table;
         table.addLane(parseLaneSpec("ssh://elsewhere:2200/cuda:1,batch=64,isolate=process"));

@@ -2,7 +2,10 @@
 // speedup and efficiency against the lane with the fewest workers.
 #include <QtTest>
 
+#include "palette.h"
+#include "race_controller.h"
 #include "summary_table.h"
+#include "theme.h"
 
 using namespace devicerace;
 using namespace devicerace::ui;
@@ -51,6 +54,40 @@ private Q_SLOTS:
         table.showSummary(s, {});
         QVERIFY(table.isColumnHidden(SummaryTable::kScalingColumn));
         QCOMPARE(table.item(0, SummaryTable::kScalingColumn)->text(), QStringLiteral("–"));
+    }
+
+    // Every lane name reads at 4.5:1 or better on its own row, alternate rows included, in the
+    // dark theme (the blue lane read 4.0:1 on the dark alternate rows) and the light one.
+    void laneNamesReadOnEveryRowInBothThemes() {
+        for (const bool dark : {true, false}) {
+            SummaryTable table;
+            if (dark) {
+                table.setPalette(darkPalette());
+            }
+            RaceSummary s;
+            std::vector<LaneInfo> lanes;
+            for (int i = 0; i < 8; ++i) {
+                LaneSummary l;
+                l.name = "lane " + std::to_string(i);
+                s.lanes.push_back(l);
+                LaneInfo info;
+                info.name = QString::fromStdString(l.name);
+                info.color = laneColor(i);
+                lanes.push_back(info);
+            }
+            table.showSummary(s, lanes);
+            QVERIFY(table.alternatingRowColors());
+            for (int r = 0; r < 8; ++r) {
+                const QColor bg = table.palette().color(r % 2 ? QPalette::AlternateBase : QPalette::Base);
+                const QColor fg = table.item(r, 0)->foreground().color();
+                QVERIFY2(contrastRatio(fg, bg) >= 4.5,
+                         qPrintable(QStringLiteral("%1 theme, row %2: %3 on %4, %5:1")
+                                        .arg(dark ? QStringLiteral("dark") : QStringLiteral("light"))
+                                        .arg(r)
+                                        .arg(fg.name(), bg.name())
+                                        .arg(contrastRatio(fg, bg))));
+            }
+        }
     }
 };
 

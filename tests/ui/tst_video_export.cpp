@@ -3,6 +3,7 @@
 // line (devicerace --replay DIR --video out.mp4 ...) and a clear error without ffmpeg.
 #include <QtTest>
 
+#include <QFile>
 #include <QProcess>
 #include <QTemporaryDir>
 
@@ -102,6 +103,45 @@ private Q_SLOTS:
         QVERIFY2(std::abs(p->seconds - expected / fps) < 1.5 / fps, qPrintable(QString::number(p->seconds)));
         qInfo("%d frames at %dx%d: %.1f frames/s rendered and encoded", result.frames, size.width(), size.height(),
               result.renderFps);
+    }
+
+    // The last frame is the race's final state, whatever order its last samples came in: a
+    // lane's final evaluation can end after the time its finish carries (the review's video
+    // ended on "evaluating on the test set… acc 0.828", not done with 0.835).
+    void theLastFrameIsTheFinalState() {
+        const QString rec = m_dir.filePath(QStringLiteral("late-eval"));
+        QVERIFY(test::writeFakeRecording(rec, {{QStringLiteral("slow"), QStringLiteral("cpu"), 170, 20},
+                                               {QStringLiteral("fast"), QStringLiteral("cuda:0"), 1700, 2}}));
+        QFile file(rec + QStringLiteral("/slow.jsonl"));
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        QList<QByteArray> lines = file.readAll().trimmed().split('\n');
+        file.close();
+        auto finish = sampleFromJsonLine(lines.takeLast().toStdString()); // Finished at t = 20
+        QVERIFY(finish.state == LaneState::Finished);
+        MetricSample evaluating = finish, eval = finish;
+        evaluating.state = LaneState::Evaluating;
+        eval.kind = SampleKind::Eval;
+        eval.time = finish.time + 1.5; // the evaluation took 1.5 s after the last step
+        eval.accuracy = 0.8351;
+        for (const auto& s : {evaluating, eval, finish}) {
+            lines << QByteArray::fromStdString(toJsonLine(s));
+        }
+        QVERIFY(file.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        file.write(lines.join('\n') + '\n');
+        file.close();
+        VideoOptions o;
+        o.path = m_dir.filePath(QStringLiteral("late-eval.mp4"));
+        o.recordings = {rec};
+        o.speed = 10;
+        o.fps = 5;
+        o.size = QSize(640, 360);
+        const auto result = exportVideo(o, {});
+        QVERIFY2(result.error.isEmpty(), qPrintable(result.error));
+        const QString texts = result.finalTexts.join(QStringLiteral(" | "));
+        QVERIFY2(!texts.contains(QStringLiteral("evaluating")), qPrintable(texts));
+        QVERIFY2(texts.contains(QStringLiteral("done")) && texts.contains(QStringLiteral("0.835")), qPrintable(texts));
+        // The clip covers the evaluation too: 21.5 s of race at 10x, 5 frames/s, plus t = 0.
+        QCOMPARE(result.frames, static_cast<int>(std::ceil(21.5 / 10 * 5)) + 1);
     }
 
     void gifExport() {

@@ -15,6 +15,8 @@
 #include <QtCharts/QChart>
 
 #include "charts/metric_chart.h"
+#include "devicerace/lane_spec.h"
+#include "race_controller.h"
 #include "charts/safe_chart_view.h"
 #include "dashboard.h"
 #include "fake_recording.h"
@@ -75,7 +77,11 @@ QStringList readabilityProblems(MainWindow& w) {
     }
     auto* strip = w.dashboard()->strip();
     for (const auto& t : strip->texts()) {
-        if (elided(t.text) || QFontMetrics(t.font).horizontalAdvance(t.text) > t.rect.width() ||
+        const QFontMetrics fm(t.font);
+        const QRect need = (t.flags & Qt::TextWordWrap)
+                               ? fm.boundingRect(QRect(0, 0, t.rect.width(), 10 * t.rect.height()), t.flags, t.text)
+                               : QRect(0, 0, fm.horizontalAdvance(t.text), fm.height());
+        if (elided(t.text) || need.width() > t.rect.width() || need.height() > t.rect.height() ||
             !strip->rect().contains(t.rect)) {
             problems << QStringLiteral("strip: \"") + t.text + QStringLiteral("\" does not fit");
         }
@@ -205,6 +211,69 @@ private Q_SLOTS:
         }
         const QStringList problems = readabilityProblems(*w);
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+    }
+
+    // After Start, in fair and live mode, the window stays on the screen (a fair race's mode note
+    // once widened a 1280 px window to 1,429 px) and nothing the audience reads is cut, while the
+    // race runs and when it is done.
+    void staysOnTheScreenAfterStart_data() {
+        QTest::addColumn<int>("width");
+        QTest::addColumn<bool>("fair");
+        QTest::addColumn<bool>("maximized");
+        QTest::newRow("1280x720 fair") << 1280 << true << false;
+        QTest::newRow("1280x720 fair maximized") << 1280 << true << true;
+        QTest::newRow("1280x720 live") << 1280 << false << false;
+        QTest::newRow("1920x1080 fair") << 1920 << true << false;
+        QTest::newRow("1920x1080 live") << 1920 << false << false;
+    }
+    void staysOnTheScreenAfterStart() {
+        QFETCH(int, width);
+        QFETCH(bool, fair);
+        QFETCH(bool, maximized);
+        MainWindow w;
+        QScreen* s = screenOf(width);
+        w.setScreen(s);
+        w.move(s->availableGeometry().topLeft());
+        w.show();
+        if (maximized) {
+            w.showMaximized();
+        }
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        RaceSpec spec;
+        spec.steps = 120;
+        spec.fair = fair;
+        spec.trainLimit = 4000;
+        spec.testLimit = 500;
+        spec.lanes = {parseLaneSpec("cpu,threads=1"), parseLaneSpec("cpu,threads=1,name=second lane")};
+        w.setupPanel()->setRaceSpec(spec);
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        auto check = [&](const char* when) {
+            QTest::qWait(50);
+            w.dashboard()->refreshCharts();
+            QTest::qWait(50);
+            const QRect avail = s->availableGeometry();
+            QVERIFY2(avail.contains(w.frameGeometry()), qPrintable(QStringLiteral("%1: frame %2x%3 at %4,%5 on %6x%7")
+                                                                       .arg(QString::fromLatin1(when))
+                                                                       .arg(w.frameGeometry().width())
+                                                                       .arg(w.frameGeometry().height())
+                                                                       .arg(w.frameGeometry().x())
+                                                                       .arg(w.frameGeometry().y())
+                                                                       .arg(avail.width())
+                                                                       .arg(avail.height())));
+            QVERIFY(w.minimumSizeHint().width() <= avail.width());
+            const QStringList problems = readabilityProblems(w);
+            QVERIFY2(problems.isEmpty(), qPrintable(QString::fromLatin1(when) + QStringLiteral(": ") +
+                                                    problems.join(QStringLiteral("\n"))));
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(w.race()->hasRace() && w.race()->histories()[0].lastStep > 10, 60000);
+        check("racing");
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+        w.dashboard()->refreshSummary();
+        check("finished");
+        auto* note = w.dashboard()->findChild<QLabel*>(QStringLiteral("modeNote"));
+        QVERIFY(note && note->isVisible());
+        QVERIFY(note->text().startsWith(fair ? QStringLiteral("fair mode") : QStringLiteral("live mode")));
     }
 
     void lanesTableShowsWhatDiffersWithoutScrolling_data() {

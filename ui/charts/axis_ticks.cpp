@@ -120,8 +120,38 @@ AxisTicks niceTicks(double lo, double hi, int maxTicks, bool extend, std::option
             }
         }
     }
+    int decimals = decimalsFor(step);
+    if (anchor && *anchor >= lo && *anchor <= hi && !onGrid(*anchor, step) && values.size() >= 2) {
+        // No 1-2-5 step within maxTicks has a gridline there: the anchor becomes a labelled tick
+        // of its own, replacing the inner ticks that would crowd its label (the ends stay: they
+        // are the range). Beside an end tick it stays unlabelled rather than overlap.
+        const double crowd = 0.4 * step;
+        if (std::abs(*anchor - values.front()) >= crowd && std::abs(*anchor - values.back()) >= crowd) {
+            std::vector<double> kept{values.front()};
+            for (std::size_t i = 1; i + 1 < values.size(); ++i) {
+                if (std::abs(values[i] - *anchor) >= crowd) {
+                    kept.push_back(values[i]);
+                }
+            }
+            kept.push_back(values.back());
+            while (static_cast<int>(kept.size()) + 1 > maxTicks && kept.size() > 2) {
+                // the inner tick nearest the anchor makes room
+                auto nearest = std::min_element(kept.begin() + 1, kept.end() - 1, [&](double a, double b) {
+                    return std::abs(a - *anchor) < std::abs(b - *anchor);
+                });
+                kept.erase(nearest);
+            }
+            kept.insert(std::upper_bound(kept.begin(), kept.end(), *anchor), *anchor);
+            values = std::move(kept);
+            for (int d = decimals; d <= 6; ++d) { // enough decimals to write the anchor exactly
+                if (std::abs(std::round(*anchor * std::pow(10.0, d)) - *anchor * std::pow(10.0, d)) < 1e-6) {
+                    decimals = d;
+                    break;
+                }
+            }
+        }
+    }
     auto t = fromValues(std::move(values), lo, hi, step, extend);
-    const int decimals = decimalsFor(step);
     for (double v : t.values) {
         t.labels << formatNumber(v, decimals);
     }

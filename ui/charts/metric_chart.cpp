@@ -144,6 +144,7 @@ void MetricChart::setMetric(Metric metric) {
 void MetricChart::setXAxis(XAxis axis) {
     m_axis = axis;
     m_zoomed = false;
+    m_sharedXMax = 0; // the shared range was in the old units: own data until the dashboard's
     resetCaches();
 }
 

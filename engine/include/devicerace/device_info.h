@@ -16,6 +16,7 @@ struct CpuInfo {
     std::string parallelBackend;  // "OpenMP", "native thread pool", ...
     std::string blas;             // e.g. "MKL (bundled with LibTorch)", "OpenBLAS", "reference BLAS"
     bool blasIsReference = false; // true: CPU training is ~17x slower (measured with Debian's LibTorch)
+    std::string bf16Units;        // bf16 matrix hardware: "AMX", "AVX-512 BF16", "" (bf16 is emulated)
 };
 
 /// One CUDA device, usable or not.

@@ -136,7 +136,23 @@ struct RaceSpec {
     std::optional<std::int64_t> testLimit;  // use only the first N test examples
 };
 
-/// The default lanes: CPU with 1 thread and the best other device (all cores, or cuda:0).
+/// The first race on this machine: the window's opening setup and the CLI's race without lanes.
+/// It must show a real difference, explained: with a CUDA device, fashion-mlp on cpu·1 vs cuda:0
+/// (live); else fashion-cnn, 1 thread vs every core, 240 steps in fair mode (one lane at a time,
+/// each alone: lanes at once would share the cores) — fashion-cnn's steps are large enough to
+/// split between threads where fashion-mlp's may not be (docs/BENCHMARKS.md); on a one-core
+/// CPU with bf16 units (AMX, AVX-512 BF16), fp32 vs bf16; on one without, batch 32 vs 512.
+/// `note` says what it shows and why.
+struct DefaultRace {
+    std::string workload;
+    std::vector<LaneSpec> lanes;
+    bool fair = false;
+    std::optional<std::int64_t> steps; // unset: the workload's epochs
+    std::string note;
+};
+DefaultRace defaultRace();
+
+/// defaultRace().lanes
 std::vector<LaneSpec> defaultLanes();
 
 } // namespace devicerace

@@ -21,6 +21,8 @@ struct RaceSummary {
     bool fair = false;
     std::vector<LaneSummary> lanes;
     std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
+    /// Why a lane with more resources is slower than one with fewer (explainSlowerLanes).
+    std::vector<std::string> explanations;
 };
 
 /// Builds one lane of a race (makeLane by default). Benchmarks and tests pass their own to race
@@ -71,5 +73,13 @@ void fillScaling(std::vector<LaneSummary>& lanes);
 
 /// Speedup of each lane's median samples/sec relative to `baseline` (null when unknown).
 std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
+
+/// Why a lane with more resources (more CPU threads, a GPU instead of a CPU, more data-parallel
+/// ranks) trains slower than one with fewer, in words an audience follows: one sentence per such
+/// lane, naming both lanes and the measured ratio ("cpu·2 runs at 0.74× cpu·1: a fashion-mlp
+/// step takes 4.4 ms on one thread, too little work to split two ways ..."). `fair`: the lanes
+/// ran one at a time (else they shared the machine). Lanes within 3% of each other are a tie.
+std::vector<std::string> explainSlowerLanes(const std::vector<LaneSummary>& lanes, bool fair,
+                                            const std::string& workload);
 
 } // namespace devicerace

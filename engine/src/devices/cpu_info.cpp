@@ -11,6 +11,15 @@
 
 namespace devicerace::detail {
 
+std::string bf16UnitsOf(std::string_view flags) {
+    bool amx = false, avx512 = false;
+    for (const auto& word : splitString(flags, ' ')) {
+        amx = amx || word == "amx_bf16";
+        avx512 = avx512 || word == "avx512_bf16";
+    }
+    return amx ? "AMX" : avx512 ? "AVX-512 BF16" : "";
+}
+
 HostCpu readHostCpu() {
     HostCpu cpu;
     std::ifstream in("/proc/cpuinfo");
@@ -30,6 +39,8 @@ HostCpu readHostCpu() {
             physicalId = value;
         } else if (key == "core id") {
             cores.emplace(physicalId, value);
+        } else if (key == "flags" && cpu.bf16Units.empty()) {
+            cpu.bf16Units = bf16UnitsOf(value);
         }
     }
     cpu_set_t set;

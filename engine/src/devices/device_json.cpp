@@ -43,7 +43,8 @@ json deviceReportJson(const DeviceReport& r) {
                 {"torch_threads", r.cpu.torchThreads},
                 {"parallel_backend", r.cpu.parallelBackend},
                 {"blas", r.cpu.blas},
-                {"blas_is_reference", r.cpu.blasIsReference}}},
+                {"blas_is_reference", r.cpu.blasIsReference},
+                {"bf16_units", r.cpu.bf16Units}}},
               {"gpus", gpus},
               {"cuda_available", r.cudaAvailable},
               {"cuda_unavailable_reason", r.cudaUnavailableReason},
@@ -66,6 +67,7 @@ DeviceReport deviceReportFromJsonValue(const json& j) {
         r.cpu.parallelBackend = cpu.value("parallel_backend", std::string());
         r.cpu.blas = cpu.value("blas", std::string());
         r.cpu.blasIsReference = cpu.value("blas_is_reference", false);
+        r.cpu.bf16Units = cpu.value("bf16_units", std::string());
         const auto& gpus = j.at("gpus");
         if (!gpus.is_array() || gpus.size() > kMaxGpus) {
             throw DataError(fmt::format("gpus: expected a list of at most {}", kMaxGpus));

@@ -284,18 +284,51 @@ std::optional<FrameworkProgram> frameworkProgram(std::string_view framework) {
     return std::nullopt;
 }
 
-std::vector<LaneSpec> defaultLanes() {
+DefaultRace defaultRace() {
     const auto& report = deviceReport();
+    const int cores = std::max(1, report.cpu.physicalCores);
+    DefaultRace race;
     LaneSpec one;
     one.threads = 1;
     if (report.cudaAvailable && !report.gpus.empty()) {
         LaneSpec gpu;
         gpu.device = "cuda:0";
-        return {one, gpu};
+        race.workload = "fashion-mlp";
+        race.lanes = {one, gpu};
+        race.note = fmt::format("the first race: fashion-mlp on one CPU thread against {}", report.gpus.front().name);
+        return race;
     }
-    LaneSpec all;
-    all.threads = std::max(1, report.cpu.physicalCores);
-    return {one, all};
+    // Without a GPU: CPU lanes one at a time, each alone (at once they would share the cores and
+    // read a false ~1x). fashion-cnn: measured 1.80x from 1 to 2 threads on a 2-core Xeon where
+    // fashion-mlp read 1.47x there and 0.74x on another (docs/BENCHMARKS.md, bench/first_race.py).
+    race.workload = "fashion-cnn";
+    race.fair = true;
+    race.steps = 240; // about a minute for both lanes on two cores
+    if (cores > 1) {
+        LaneSpec all;
+        all.threads = cores;
+        race.lanes = {one, all};
+        race.note = fmt::format("no CUDA device here: the first race is fashion-cnn on 1 CPU thread against {}, "
+                                "each lane alone on the machine (fair mode)",
+                                cores);
+    } else if (!report.cpu.bf16Units.empty()) {
+        LaneSpec bf16 = one;
+        bf16.precision = Precision::Bf16;
+        race.lanes = {one, bf16};
+        race.note = fmt::format("no CUDA device and one core here: the first race is 32-bit floats against bfloat16 "
+                                "on this CPU's {} units (fair mode)",
+                                report.cpu.bf16Units);
+    } else {
+        LaneSpec small = one, large = one;
+        small.batch = 32;
+        large.batch = 512;
+        race.lanes = {small, large};
+        race.note = "no CUDA device and one core here: the first race is batch 32 against batch 512 on one thread "
+                    "(fair mode)";
+    }
+    return race;
 }
+
+std::vector<LaneSpec> defaultLanes() { return defaultRace().lanes; }
 
 } // namespace devicerace

@@ -2,6 +2,8 @@
 // baseline, data-parallel scaling. Torch-free (the fuzz build links it for recordings).
 #include "devicerace/race.h"
 
+#include <fmt/format.h>
+
 namespace devicerace {
 
 void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline) {
@@ -44,6 +46,117 @@ std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, st
     for (const auto& lane : lanes) {
         if (lane.samplesPerSec) {
             out[lane.name] = *lane.samplesPerSec / *lanes[baseline].samplesPerSec;
+        }
+    }
+    return out;
+}
+
+namespace {
+
+bool onCpu(const LaneSummary& l) { return l.device == "cpu"; }
+bool onGpu(const LaneSummary& l) { return l.device.rfind("cuda", 0) == 0; }
+
+std::string ratioText(double r) { return fmt::format("{:.2f}×", r); }
+
+// "4.4 ms", "0.38 ms", "1.2 s"
+std::string durationText(double seconds) {
+    if (seconds >= 1) {
+        return fmt::format("{:.1f} s", seconds);
+    }
+    const double ms = seconds * 1e3;
+    return ms >= 10  ? fmt::format("{:.0f} ms", ms)
+           : ms >= 1 ? fmt::format("{:.1f} ms", ms)
+                     : fmt::format("{:.2f} ms", ms);
+}
+
+std::string timesText(int n) {
+    switch (n) {
+    case 2: return "two";
+    case 3: return "three";
+    case 4: return "four";
+    default: return fmt::format("{}", n);
+    }
+}
+
+// Why `more` (more resources than `fewer`) is slower, or "" when the pair is not one we explain.
+std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, double ratio, bool fair,
+                        const std::string& workload) {
+    const auto head = fmt::format("{} runs at {} the speed of {}", more.name, ratioText(ratio), fewer.name);
+    // Data-parallel ranks: more of them, slower.
+    if (more.workers > 1 && fewer.workers >= 1 && more.workers > fewer.workers && onCpu(more) == onCpu(fewer)) {
+        if (more.allreduceShare && *more.allreduceShare >= 0.15) {
+            return fmt::format(
+                "{}: its {} ranks wait for each other's gradients (the allreduce) {:.0f}% of every step, "
+                "more than the extra ranks win back",
+                head, more.workers, *more.allreduceShare * 100);
+        }
+        return fmt::format("{}: splitting each step across {} ranks costs more in synchronisation than it saves at "
+                           "this model's size",
+                           head, more.workers);
+    }
+    if (more.workers > 0 || fewer.workers > 0 || !more.host.empty() || !fewer.host.empty()) {
+        return {};
+    }
+    // More CPU threads on this machine.
+    if (onCpu(more) && onCpu(fewer) && more.threads && fewer.threads && *more.threads > *fewer.threads) {
+        if (!fair) {
+            return fmt::format("{}: the lanes race at the same time and share this machine's cores, so the extra "
+                               "threads compete with the other lane (fair mode runs each lane alone)",
+                               head);
+        }
+        const std::string step =
+            fewer.samplesPerSec && fewer.batch > 0
+                ? fmt::format(" a {} step takes only {} on {} thread{},", workload,
+                              durationText(static_cast<double>(fewer.batch) / *fewer.samplesPerSec), *fewer.threads,
+                              *fewer.threads == 1 ? "" : "s")
+                : fmt::format(" a {} step is", workload);
+        return fmt::format("{}:{} too little work to split {} ways — the threads spend more time handing work to each "
+                           "other and waiting than they save (a larger model, such as fashion-cnn or cifar-resnet20, "
+                           "gains from more threads; on a virtual machine two vCPUs may also be one physical core)",
+                           head, step, timesText(*more.threads));
+    }
+    // A GPU slower than a CPU.
+    if (onGpu(more) && onCpu(fewer)) {
+        const std::string step =
+            more.samplesPerSec && more.batch > 0
+                ? fmt::format(" (a step takes {})", durationText(static_cast<double>(more.batch) / *more.samplesPerSec))
+                : std::string();
+        return fmt::format("{}: {}'s steps are too small to keep the GPU busy{} — most of each one is spent "
+                           "launching kernels and moving data, not computing (larger models and batches turn this "
+                           "around)",
+                           head, workload, step);
+    }
+    return {};
+}
+
+} // namespace
+
+std::vector<std::string> explainSlowerLanes(const std::vector<LaneSummary>& lanes, bool fair,
+                                            const std::string& workload) {
+    constexpr double kTie = 0.97; // within 3%: a tie, nothing to explain
+    std::vector<std::string> out;
+    for (const auto& more : lanes) {
+        if (!more.samplesPerSec || *more.samplesPerSec <= 0) {
+            continue;
+        }
+        // The fastest lane with fewer resources that this one loses to.
+        std::string best;
+        double bestRatio = kTie;
+        for (const auto& fewer : lanes) {
+            if (&fewer == &more || !fewer.samplesPerSec || *fewer.samplesPerSec <= 0) {
+                continue;
+            }
+            const double ratio = *more.samplesPerSec / *fewer.samplesPerSec;
+            if (ratio >= bestRatio) {
+                continue;
+            }
+            if (auto why = explainPair(fewer, more, ratio, fair, workload); !why.empty()) {
+                best = std::move(why);
+                bestRatio = ratio;
+            }
+        }
+        if (!best.empty()) {
+            out.push_back(best + ".");
         }
     }
     return out;

@@ -192,6 +192,7 @@ RaceSummary Race::summary() const {
     out.speedup = speedups(out.lanes);
     normaliseCosts(out.lanes);
     fillScaling(out.lanes);
+    out.explanations = explainSlowerLanes(out.lanes, out.fair, out.workload);
     return out;
 }
 

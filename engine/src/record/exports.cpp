@@ -137,6 +137,7 @@ std::string summaryToJson(const RaceSummary& summary) {
         auto it = summary.speedup.find(l.name);
         j["speedup"][l.name] = it == summary.speedup.end() ? json(nullptr) : json(it->second);
     }
+    j["explanations"] = summary.explanations;
     return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -279,6 +279,7 @@ RaceSummary summarizeRecording(const Recording& r) {
     out.speedup = speedups(out.lanes);
     normaliseCosts(out.lanes);
     fillScaling(out.lanes);
+    out.explanations = explainSlowerLanes(out.lanes, out.fair, out.workload);
     return out;
 }
 
