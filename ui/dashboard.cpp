@@ -1,5 +1,6 @@
 #include "dashboard.h"
 
+#include <QTimer>
 #include <QComboBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
@@ -111,7 +112,12 @@ void Dashboard::resizeEvent(QResizeEvent* event) {
     QWidget::resizeEvent(event);
     arrange();
     if (m_race->histories().empty()) {
-        refreshCharts(); // empty charts: ticks fitted to the new size
+        // Empty charts: ticks fitted to the new size, once the charts have laid out their plots.
+        QTimer::singleShot(0, this, [this] {
+            if (m_race->histories().empty()) {
+                refreshCharts();
+            }
+        });
     }
 }
 

@@ -168,6 +168,37 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitForWindowExposed(&w));
         QVERIFY2(s->availableGeometry().contains(w.frameGeometry()),
                  qPrintable(QStringLiteral("%1x%2").arg(w.frameGeometry().width()).arg(w.frameGeometry().height())));
+        // Before any race the charts have axes with ticks, and their titles do not overlap (the
+        // audience's first sight: the axis titles used to sit on top of each other).
+        QTest::qWait(50);
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w.grab().save(shots + QStringLiteral("/empty-%1.png").arg(width));
+        }
+        for (auto* chart : w.dashboard()->charts()) {
+            QVERIFY2(chart->xLabels().size() >= 2 && chart->yLabels().size() >= 2,
+                     qPrintable(chart->chart()->title() + QStringLiteral(": no ticks before the race")));
+            QList<QRectF> titles;
+            for (auto* item : chart->chart()->scene()->items()) {
+                auto* text = dynamic_cast<QGraphicsTextItem*>(item);
+                if (text && text->isVisible()) {
+                    const QString t = text->toPlainText();
+                    if (t == chart->chart()->title() ||
+                        t == chart->chart()->axes(Qt::Horizontal).first()->titleText() ||
+                        t == chart->chart()->axes(Qt::Vertical).first()->titleText()) {
+                        titles << text->sceneBoundingRect();
+                    }
+                }
+            }
+            QCOMPARE(titles.size(), 3);
+            for (int i = 0; i < titles.size(); ++i) {
+                for (int j = i + 1; j < titles.size(); ++j) {
+                    QVERIFY2(!titles[i].intersects(titles[j]),
+                             qPrintable(chart->chart()->title() + QStringLiteral(": titles overlap")));
+                }
+            }
+        }
+        const QStringList problems = readabilityProblems(w);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
     }
 
     void nothingElided_data() {
