@@ -131,18 +131,24 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     showReady();
 }
 
-void MainWindow::showReady() {
-    if (m_race->hasRace() || m_race->isSettingUp()) {
-        return;
-    }
-    // The race Start would run, in the plan's names (not a default the setup may not hold).
+QStringList MainWindow::plannedLaneNames() const {
     QStringList names;
     try {
         for (const auto& lane : m_setup->plan().lanes) {
             names << QString::fromStdString(lane.spec.name);
         }
     } catch (const std::exception&) {
+        // a half-edited lane: the names come back with the next change
     }
+    return names;
+}
+
+void MainWindow::showReady() {
+    if (m_race->hasRace() || m_race->isSettingUp()) {
+        return;
+    }
+    // The race Start would run, in the plan's names (not a default the setup may not hold).
+    const QStringList names = plannedLaneNames();
     statusBar()->showMessage(names.isEmpty()
                                  ? tr("Ready: add a lane, then press Start")
                                  : tr("Ready: press Start or Space to race %1").arg(names.join(tr(" vs "))));
@@ -212,14 +218,7 @@ void MainWindow::updateTitle() {
     }
     // Before the first race: what is about to race (named as the race will name them), and how
     // to start it.
-    QStringList names;
-    try {
-        for (const auto& lane : m_setup->plan().lanes) {
-            names << QString::fromStdString(lane.spec.name);
-        }
-    } catch (const std::exception&) {
-        // a half-edited lane: the names come back with the next change
-    }
+    const QStringList names = plannedLaneNames();
     m_dashboard->setHeadline(names.join(tr(" vs ")) +
                              (m_presentation ? tr(" — press Space to start") : tr(" — press Start")));
 }

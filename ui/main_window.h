@@ -33,6 +33,8 @@ public:
     bool startRace();
     /// The status bar's ready line: the lanes Start would race, by name.
     void showReady();
+    /// The lanes Start would race, named as the race will name them ("" while a lane is half-edited).
+    QStringList plannedLaneNames() const;
     /// Asks before a race runs cmd= programs; sets spec.allowCommands. False: not consented.
     bool confirmCommands(RaceSpec& spec);
     void stopRace();

@@ -10,15 +10,8 @@ line and the --serve loop.
 Each peer is what a PyTorch user would write for the same job, matching the C++ lane in
 everything that decides the work done per step:
 
-- network: the same layers, shapes, padding, shortcuts (option A for the CIFAR ResNets,
-  a 1x1 projection for ResNet-50 v1.5 with the stride on the 3x3 conv), dropout rates, output
-  scale (DavidNet's x0.125) and init scheme (engine/src/models*.cpp: Glorot-uniform with zero
-  biases for the Keras networks, He fan-out normal convs / BN 1,0 / U(+-1/sqrt(fan_in)) linears
-  for the ResNets, U(+-0.05) embeddings, U(+-1/sqrt(hidden)) LSTMs);
-- optimizer: the same class and hyperparameters (Keras RMSprop alpha=0.9 eps=1e-7, Adam,
-  SGD with momentum / Nesterov and weight decay on every parameter), PyTorch's DEFAULT
-  implementation (no foreach= / fused= passed: in torch 2.11 that is the per-parameter for-loop
-  on the CPU and the foreach (multi-tensor) kernels on CUDA);
+- network, initialisers and optimizer: torch_networks.py's (its docstring says how each matches
+  the C++ lane's);
 - learning-rate schedule: engine scheduleFactor (constant / step / onecycle), set on every
   param group before every step, as the C++ lane does;
 - data: real Fashion-MNIST from the IDX files ($DEVICERACE_FASHION_MNIST or

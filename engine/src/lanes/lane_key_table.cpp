@@ -21,8 +21,6 @@ std::string orList(const std::vector<std::string>& words) {
     return out;
 }
 
-namespace {
-
 std::int64_t parseInteger(std::string_view key, std::string_view value, const std::string& spec) {
     std::int64_t out = 0;
     const auto* end = value.data() + value.size();
@@ -32,6 +30,8 @@ std::int64_t parseInteger(std::string_view key, std::string_view value, const st
     }
     return out;
 }
+
+namespace {
 
 double parseNumber(std::string_view key, std::string_view value, const std::string& spec) {
     try {

@@ -25,6 +25,8 @@ struct KeyCodec {
 const std::vector<KeyCodec>& keyCodecs();
 /// The key named `name`, or null.
 const KeyCodec* findKeyCodec(std::string_view name);
+/// `value` as a whole integer; throws UsageError naming the lane `spec` and `key` otherwise.
+std::int64_t parseInteger(std::string_view key, std::string_view value, const std::string& spec);
 /// "a, b or c".
 std::string orList(const std::vector<std::string>& words);
 

@@ -10,6 +10,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "lanes/lane_fields.h"
+#include "lanes/lane_key_table.h"
 #include "util/text_util.h"
 
 namespace devicerace {
@@ -37,16 +38,6 @@ std::string toString(LaneKind k) {
 std::string toString(DataMode m) { return m == DataMode::Real ? "real" : "synthetic"; }
 
 namespace {
-
-std::int64_t parseInteger(std::string_view key, std::string_view value, const std::string& spec) {
-    std::int64_t out = 0;
-    const auto* end = value.data() + value.size();
-    auto [ptr, ec] = std::from_chars(value.data(), end, out);
-    if (ec != std::errc() || ptr != end) {
-        throw UsageError(fmt::format("lane '{}': {}={} is not an integer", spec, key, value));
-    }
-    return out;
-}
 
 // Characters allowed in an ssh user or host: what DNS names, addresses ([v6] too) and
 // ~/.ssh/config aliases use; nothing a shell or ssh's option parser would act on.
@@ -174,13 +165,13 @@ LaneSpec parseLaneSpec(const std::string& text) {
                                                  text, member.host, member.host));
                 }
             } else if (dash != std::string_view::npos) {
-                const auto a = parseInteger("cuda", index.substr(0, dash), text);
-                const auto b = parseInteger("cuda", index.substr(dash + 1), text);
+                const auto a = detail::parseInteger("cuda", index.substr(0, dash), text);
+                const auto b = detail::parseInteger("cuda", index.substr(dash + 1), text);
                 if (a < 0 || b < a || b - a >= 1024) {
                     throw UsageError(fmt::format("lane '{}': cuda:{} is not a range A-B with A <= B", text, index));
                 }
             } else {
-                parseInteger("cuda", index, text);
+                detail::parseInteger("cuda", index, text);
             }
         }
         spec.members.push_back(std::move(member));
