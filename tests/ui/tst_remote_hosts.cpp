@@ -2,6 +2,7 @@
 // the reason they cannot be reached. The ssh client is replaced by a script on the PATH that
 // runs the local worker (the real sshd path is tested by tests/cli/test_worker_lanes.py).
 #include <QComboBox>
+#include <QHeaderView>
 #include <QLabel>
 #include <QSignalSpy>
 #include <QStandardItemModel>
@@ -114,6 +115,21 @@ private Q_SLOTS:
         QCOMPARE(lane.host, std::string("ssh://elsewhere:2200"));
         QCOMPARE(lane.device, std::string("cuda:1"));
         QCOMPARE(lane.batch.value_or(0), 64);
+    }
+
+    // Every column header reads in full (the cli column's was cut; its explanation is a tooltip).
+    void theDialogsHeadersAreNotCut() {
+        HostsDialog dialog;
+        dialog.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+        auto* table = dialog.findChild<QTableWidget*>(QStringLiteral("hostsTable"));
+        auto* header = table->horizontalHeader();
+        for (int c = 0; c < table->columnCount(); ++c) {
+            const QString text = table->horizontalHeaderItem(c)->text();
+            QVERIFY2(header->sectionSize(c) >= header->fontMetrics().horizontalAdvance(text) + 8,
+                     qPrintable(QStringLiteral("%1: %2 px").arg(text).arg(header->sectionSize(c))));
+        }
+        QVERIFY(!table->horizontalHeaderItem(1)->toolTip().isEmpty());
     }
 
     void theDialogRefusesAHostSshWouldReadAsAnOption() {

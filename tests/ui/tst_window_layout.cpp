@@ -3,6 +3,7 @@
 // leaving presentation mode restores exactly the layout before.
 #include <QtTest>
 
+#include <QComboBox>
 #include <QGraphicsScene>
 #include <QGraphicsTextItem>
 #include <QHeaderView>
@@ -302,6 +303,10 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
         w.dashboard()->refreshSummary();
         check("finished");
+        // The "speedup vs" box shows a lane's whole name.
+        auto* baseline = w.dashboard()->findChild<QComboBox*>(QStringLiteral("baseline"));
+        QVERIFY(baseline && baseline->width() >= baseline->sizeHint().width());
+        QVERIFY(baseline->fontMetrics().horizontalAdvance(QStringLiteral("second lane")) < baseline->width());
         auto* note = w.dashboard()->findChild<QLabel*>(QStringLiteral("modeNote"));
         QVERIFY(note && note->isVisible());
         QVERIFY(note->text().startsWith(fair ? QStringLiteral("fair mode") : QStringLiteral("live mode")));
