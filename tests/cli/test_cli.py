@@ -181,6 +181,21 @@ class Listings(unittest.TestCase):
         if not info["cuda_available"]:
             self.assertTrue(info["cuda_unavailable_reason"])
 
+    def test_the_first_race_without_lanes(self):
+        """No --lane: the engine's first race (the window opens with it); --live and --workload adjust it."""
+        if json.loads(run("devices", "--json").stdout)["cuda_available"]:
+            self.skipTest("this machine has CUDA: the first race is cpu·1 vs cuda:0")
+        plan = json.loads(run("race", "--plan").stdout)
+        self.assertEqual(plan["workload"], "fashion-cnn")
+        self.assertTrue(plan["fair"])
+        self.assertEqual(len(plan["lanes"]), 2)
+        self.assertTrue(all(l["device"] == "cpu" and l["total_steps"] == 240 for l in plan["lanes"]), plan["lanes"])
+        self.assertFalse(json.loads(run("race", "--plan", "--live").stdout)["fair"])
+        mlp = json.loads(run("race", "--plan", "--workload", "fashion-mlp").stdout)
+        self.assertEqual(mlp["workload"], "fashion-mlp")
+        self.assertTrue(mlp["fair"])
+        self.assertIn("exclude", run("race", "--plan", "--fair", "--live").stderr)
+
     def test_one_device_report_shape(self):
         """`devices --json`, a worker's hello and a recording's manifest describe a machine alike."""
         info = json.loads(run("devices", "--json").stdout)
