@@ -277,6 +277,9 @@ private Q_SLOTS:
         QVERIFY(w.openRecording(dir.path()));
         // Opening draws the recording complete (to look at), it does not start playing.
         QTRY_COMPARE(finished.count(), 1);
+        // Titled as it was recorded, whatever the setup's fair box says now.
+        QVERIFY2(w.windowTitle().contains(QStringLiteral("replay, recorded in live mode")),
+                 qPrintable(w.windowTitle()));
         const auto complete = w.race()->histories()[0].trainCount();
         QVERIFY(complete > 1000);
         QVERIFY(!w.race()->replaying());
