@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "devicerace/errors.h"
@@ -114,23 +115,12 @@ std::function<std::optional<std::string>(const LaneSpec&)> formatOptional(std::o
     };
 }
 
-KeyCodec integerKey(LaneKeyInfo info, std::optional<std::int64_t> LaneSpec::*member, std::int64_t min,
-                    std::string rangeText) {
-    info.type = LaneKeyType::Integer;
-    auto name = info.name;
-    return {std::move(info),
-            [=](LaneSpec& s, std::string_view value, const std::string& text) {
-                const auto v = parseInteger(name, value, text);
-                if (v < min) {
-                    throw UsageError(fmt::format("lane '{}': {}={} {}", text, name, v, rangeText));
-                }
-                s.*member = v;
-            },
-            formatOptional(member)};
-}
+constexpr std::int64_t kNoMax = std::numeric_limits<std::int64_t>::max();
 
-KeyCodec intKey(LaneKeyInfo info, std::optional<int> LaneSpec::*member, std::int64_t min, std::int64_t max,
-                std::string rangeText) {
+// An integer key in [min, max] (`rangeText` says the range in the refusal).
+template <typename T>
+KeyCodec integerKey(LaneKeyInfo info, std::optional<T> LaneSpec::*member, std::int64_t min, std::int64_t max,
+                    std::string rangeText) {
     info.type = LaneKeyType::Integer;
     auto name = info.name;
     return {std::move(info),
@@ -139,7 +129,7 @@ KeyCodec intKey(LaneKeyInfo info, std::optional<int> LaneSpec::*member, std::int
                 if (v < min || v > max) {
                     throw UsageError(fmt::format("lane '{}': {}={} {}", text, name, v, rangeText));
                 }
-                s.*member = static_cast<int>(v);
+                s.*member = static_cast<T>(v);
             },
             formatOptional(member)};
 }
@@ -183,6 +173,31 @@ KeyCodec choiceKey(LaneKeyInfo info, std::optional<std::string> LaneSpec::*membe
             formatOptional(member)};
 }
 
+// A choice between two words held as a typed value (DataMode, LaneKind): `first` and `second`
+// name the values; `shown` says whether a set value is written back (a key that does not apply
+// to the lane is left out).
+template <typename T>
+KeyCodec twoWordKey(LaneKeyInfo info, std::optional<T> LaneSpec::*member, std::pair<const char*, T> first,
+                    std::pair<const char*, T> second, bool (*shown)(const LaneSpec&) = nullptr) {
+    info.type = LaneKeyType::Choice;
+    info.choices = {first.first, second.first};
+    auto name = info.name;
+    return {std::move(info),
+            [=](LaneSpec& s, std::string_view value, const std::string& text) {
+                if (value != first.first && value != second.first) {
+                    throw UsageError(fmt::format("lane '{}': {}={} (expected {} or {})", text, name, value, first.first,
+                                                 second.first));
+                }
+                s.*member = value == first.first ? first.second : second.second;
+            },
+            [=](const LaneSpec& s) -> std::optional<std::string> {
+                if (!(s.*member) || (shown && !shown(s))) {
+                    return std::nullopt;
+                }
+                return std::string(*(s.*member) == first.second ? first.first : second.first);
+            }};
+}
+
 KeyCodec textKey(LaneKeyInfo info, std::optional<std::string> LaneSpec::*member,
                  std::function<void(std::string_view value, const std::string& text)> check) {
     info.type = LaneKeyType::Text;
@@ -209,12 +224,12 @@ const std::vector<KeyCodec>& keyCodecs() {
             i.windowColumn = column;
             return i;
         };
-        t.push_back(intKey(info("threads", "all cores; in a live race the cores left, shared", "CPU lanes",
-                                "CPU intra-op threads (per rank of a data-parallel lane)", true),
-                           &LaneSpec::threads, 1, 1024, "is out of range (1 to the cores present)"));
+        t.push_back(integerKey(info("threads", "all cores; in a live race the cores left, shared", "CPU lanes",
+                                    "CPU intra-op threads (per rank of a data-parallel lane)", true),
+                               &LaneSpec::threads, 1, 1024, "is out of range (1 to the cores present)"));
         t.push_back(integerKey(info("batch", "the workload's", "every lane",
                                     "examples per step (per rank; global_batch=fixed: the lane's)", true),
-                               &LaneSpec::batch, 1, "must be at least 1"));
+                               &LaneSpec::batch, 1, kNoMax, "must be at least 1"));
         t.push_back(numberKey(
             info("lr", "the workload's", "every lane", "learning rate", true), &LaneSpec::lr,
             [](double v) { return v > 0; }, "a finite number above 0"));
@@ -250,7 +265,7 @@ const std::vector<KeyCodec>& keyCodecs() {
                             &LaneSpec::channelsLast));
         t.push_back(integerKey(
             info("eval_batch", "~3 MB of input, at least batch", "every lane", "examples per evaluation pass"),
-            &LaneSpec::evalBatch, 1, "must be at least 1"));
+            &LaneSpec::evalBatch, 1, kNoMax, "must be at least 1"));
         t.push_back(numberKey(
             info("wd", "the workload's", "every lane", "weight decay"), &LaneSpec::weightDecay,
             [](double v) { return v >= 0; }, "a finite number, 0 or more"));
@@ -261,52 +276,19 @@ const std::vector<KeyCodec>& keyCodecs() {
                               &LaneSpec::schedule, {"constant", "step", "onecycle"}));
         t.push_back(choiceKey(info("lstm", "fused", "LSTM workloads", "fused (cuDNN/oneDNN) or per-step LSTM cells"),
                               &LaneSpec::lstm, {"fused", "cells"}));
-        {
-            LaneKeyInfo i = info("data", "the race's", "every lane", "this lane's data: real or synthetic");
-            i.type = LaneKeyType::Choice;
-            i.choices = {"real", "synthetic"};
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             if (value != "real" && value != "synthetic") {
-                                 throw UsageError(
-                                     fmt::format("lane '{}': data={} (expected real or synthetic)", text, value));
-                             }
-                             s.data = value == "real" ? DataMode::Real : DataMode::Synthetic;
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             if (!s.data) {
-                                 return std::nullopt;
-                             }
-                             return toString(*s.data);
-                         }});
-        }
+        t.push_back(twoWordKey(info("data", "the race's", "every lane", "this lane's data: real or synthetic"),
+                               &LaneSpec::data, {"real", DataMode::Real}, {"synthetic", DataMode::Synthetic}));
         t.push_back(boolKey(info("fused", "true", "every lane", "multi-tensor optimizer kernels"), &LaneSpec::fused));
         t.push_back(boolKey(info("graph", "true where it helps", "CUDA lanes", "the training step in a CUDA graph"),
                             &LaneSpec::graph));
         t.push_back(boolKey(info("resident", "true unless the data is large", "CUDA lanes",
                                  "the data set on the GPU (false: pinned host copies, prefetched)"),
                             &LaneSpec::resident));
-        {
-            LaneKeyInfo i = info("isolate", "thread (process for 2+ local CUDA lanes)", "local lanes",
-                                 "run the lane in this process or in a worker process of its own");
-            i.type = LaneKeyType::Choice;
-            i.choices = {"thread", "process"};
-            t.push_back({std::move(i),
-                         [](LaneSpec& s, std::string_view value, const std::string& text) {
-                             if (value != "thread" && value != "process") {
-                                 throw UsageError(
-                                     fmt::format("lane '{}': isolate={} (expected thread or process)", text, value));
-                             }
-                             s.isolate = value == "thread" ? LaneKind::Thread : LaneKind::Process;
-                         },
-                         [](const LaneSpec& s) -> std::optional<std::string> {
-                             // Remote lanes are processes over there; the key does not apply.
-                             if (!s.isolate || !s.host.empty()) {
-                                 return std::nullopt;
-                             }
-                             return toString(*s.isolate);
-                         }});
-        }
+        // Remote lanes are processes over there: the key does not apply to them.
+        t.push_back(twoWordKey(info("isolate", "thread (process for 2+ local CUDA lanes)", "local lanes",
+                                    "run the lane in this process or in a worker process of its own"),
+                               &LaneSpec::isolate, {"thread", LaneKind::Thread}, {"process", LaneKind::Process},
+                               [](const LaneSpec& s) { return s.host.empty(); }));
         t.push_back(textKey(info("cli", "devicerace-cli on PATH (remote), this one (local)", "worker lanes",
                                  "the devicerace-cli that runs the worker"),
                             &LaneSpec::cli, [](std::string_view v, const std::string& text) {
@@ -350,8 +332,8 @@ const std::vector<KeyCodec>& keyCodecs() {
             info("cmd", "none", "local lanes", "a program speaking the worker protocol (runs only with your consent)"),
             &LaneSpec::cmd,
             [](std::string_view v, const std::string& text) { refuseControlCharacters("cmd", v, text); }));
-        t.push_back(intKey(info("workers", "1", "data-parallel lanes", "ranks per listed device"), &LaneSpec::workers,
-                           1, 1024, "is out of range (1 to 1,024)"));
+        t.push_back(integerKey(info("workers", "1", "data-parallel lanes", "ranks per listed device"),
+                               &LaneSpec::workers, 1, 1024, "is out of range (1 to 1,024)"));
         t.push_back(choiceKey(info("backend", "nccl on CUDA, gloo on CPUs", "data-parallel lanes", "the c10d backend"),
                               &LaneSpec::backend, {"gloo", "nccl"}));
         {
