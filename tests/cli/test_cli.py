@@ -263,8 +263,9 @@ class RealRaces(unittest.TestCase):
                             "time_to_target_seconds", "peak_memory_bytes", "execution"):
                     self.assertIn(key, lane)
                 self.assertEqual(lane["status"], "finished")
-                # How the lane trained: the fast paths it used (fused RMSprop on the CPU).
-                self.assertIn("foreach RMSprop", lane["execution"])
+                # How the lane trained: the fast paths it used (the fused dense step and one-pass
+                # RMSprop on the CPU).
+                self.assertIn("fused dense step, one-pass RMSprop", lane["execution"])
                 self.assertEqual(lane["samples"], 4000)
                 self.assertGreater(lane["final_test_accuracy"], 0.6)
                 # The median interval rate describes the same run as samples / measured time: the

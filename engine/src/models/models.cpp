@@ -4,21 +4,34 @@
 #include <fmt/format.h>
 #include <torch/nn/modules/batchnorm.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
+#include <mutex>
 #include <cstdlib>
 
 #include "devicerace/errors.h"
+#include "kernels/cpu_kernels.h"
 
 namespace devicerace::detail {
 
-torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen) {
-    // Tests of data-parallel arithmetic: DEVICERACE_TEST_NO_DROPOUT=1 makes training
-    // deterministic in the batch split (dropout masks are drawn per rank).
+std::uint64_t dropoutSeed(at::Generator& gen) {
+    auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    return impl->random64();
+}
+
+bool dropoutOffForTests() {
+    // Makes training deterministic in the batch split (dropout masks are drawn per rank).
     static const bool off = [] {
         const char* env = std::getenv("DEVICERACE_TEST_NO_DROPOUT");
         return env && *env == '1';
     }();
-    if (!training || p <= 0 || off) {
+    return off;
+}
+
+torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen) {
+    if (!training || p <= 0 || dropoutOffForTests()) {
         return x;
     }
     if (x.is_cuda()) {
@@ -26,9 +39,11 @@ torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::G
         // probability to KEEP.
         return std::get<0>(at::_fused_dropout(x, 1.0 - p, gen));
     }
-    // ATen's CPU dropout: the scaled mask in place, then one multiply (and one in backward).
-    auto mask = at::empty_like(x).bernoulli_(1.0 - p, gen).div_(1.0 - p);
-    return x * mask;
+    // The scaled mask from the lanes' hashed masks (kernels/cpu_kernels.h), one seed per call,
+    // then one multiply (and one in backward): the fused dense step drops the same units.
+    auto mask = at::empty_like(x, x.options().dtype(at::kFloat));
+    cpu::dropoutMask(mask.data_ptr<float>(), mask.numel(), static_cast<float>(p), dropoutSeed(gen));
+    return x * (x.scalar_type() == at::kFloat ? mask : mask.to(x.scalar_type()));
 }
 
 namespace {

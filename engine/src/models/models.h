@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "devicerace/workload.h"
 #include "models/optimizer_recipe.h"
@@ -18,9 +19,19 @@ struct ModelOptions {
     int vocabulary = 0;    // token inputs whose vocabulary comes from the data (charlstm); 0: the default
 };
 
+/// One layer of a network that is a plain stack of dense layers: x -> dropout(relu?(x W^T + b)).
+struct DenseLayerView {
+    torch::Tensor weight, bias; // the module's parameters ([out, in] and [out])
+    bool relu = false;
+    double dropout = 0; // only after a relu
+};
+
 /// A network: inputs (images in [0,1]/normalised, or token ids) -> logits.
 struct Net : torch::nn::Module {
     virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+    /// The layers, when the network is exactly a stack of dense layers on its flattened input
+    /// (a CPU lane may then train it with the fused step, train/dense_step.h); empty otherwise.
+    virtual std::vector<DenseLayerView> denseStack() { return {}; }
     /// Source of dropout masks and sampling; must live on the model's device (set after moving).
     at::Generator gen;
 };
@@ -50,6 +61,10 @@ const WorkloadImpl& workloadImpl(const std::string& name);
 double scheduleFactor(const std::string& schedule, std::int64_t step, std::int64_t total);
 
 // Initialisation and layers shared by the model files (all draw from the lane's generator).
+/// Tests of data-parallel arithmetic: DEVICERACE_TEST_NO_DROPOUT=1 turns dropout off.
+bool dropoutOffForTests();
+/// The seed of one CPU dropout mask (kernels/cpu_kernels.h), drawn from the lane's CPU generator.
+std::uint64_t dropoutSeed(at::Generator& gen);
 torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen);
 /// Keras' default initialisation: Glorot-uniform weights, zero biases.
 void glorotInit(torch::nn::Module& module, at::Generator& gen);

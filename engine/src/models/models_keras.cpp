@@ -22,13 +22,16 @@ struct MnistMlp : Net {
         fc3 = register_module("fc3", torch::nn::Linear(512, 10));
         glorotInit(*this, gen);
     }
+    // Dropout rate of the Keras example.
+    static constexpr double kDrop = 0.2;
     torch::Tensor forward(const torch::Tensor& x) override {
-        // Dropout rate of the Keras example.
-        constexpr double kDrop = 0.2;
         auto h = x.flatten(1);
         h = laneDropout(fc1->forward(h).relu_(), kDrop, is_training(), gen);
         h = laneDropout(fc2->forward(h).relu_(), kDrop, is_training(), gen);
         return fc3->forward(h);
+    }
+    std::vector<DenseLayerView> denseStack() override {
+        return {{fc1->weight, fc1->bias, true, kDrop}, {fc2->weight, fc2->bias, true, kDrop}, {fc3->weight, fc3->bias}};
     }
     torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu_kernels.h"
+
 namespace devicerace::detail {
 
 namespace {
@@ -117,8 +119,10 @@ public:
     bool captureSafe() const override { return true; }
 
     std::string describe() const override {
-        return fmt::format("{} {}", m_recipe.kind == OptimizerRecipe::Kind::RmsProp ? "foreach" : "fused",
-                           kindName(m_recipe.kind));
+        if (m_recipe.kind == OptimizerRecipe::Kind::RmsProp) {
+            return m_params[0].is_cpu() ? "one-pass RMSprop" : "foreach RMSprop";
+        }
+        return fmt::format("fused {}", kindName(m_recipe.kind));
     }
 
     void step() override {
@@ -168,6 +172,15 @@ public:
             break;
         case OptimizerRecipe::Kind::RmsProp: {
             // torch/optim/rmsprop.py _multi_tensor_rmsprop, without centring or momentum.
+            if (!deviceLr && oneCpuPass(params, grads, s1)) {
+                // One pass per tensor instead of six foreach ops and two temporaries.
+                for (std::size_t i = 0; i < params.size(); ++i) {
+                    cpu::rmspropStep(params[i].data_ptr<float>(), grads[i].data_ptr<float>(), s1[i].data_ptr<float>(),
+                                     params[i].numel(), static_cast<float>(s.lr), static_cast<float>(m_recipe.alpha),
+                                     static_cast<float>(m_recipe.eps), static_cast<float>(s.weightDecay), nullptr);
+                }
+                break;
+            }
             if (s.weightDecay != 0) {
                 grads = at::_foreach_add(grads, params, s.weightDecay);
             }
@@ -188,6 +201,21 @@ public:
     }
 
 private:
+    // CPU float tensors, each dense and in its parameter's layout (channels_last too): one
+    // pass per tensor over memory in order (cpu::rmspropStep).
+    static bool oneCpuPass(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                           const std::vector<at::Tensor>& state) {
+        for (std::size_t i = 0; i < params.size(); ++i) {
+            for (const auto* t : {&params[i], &grads[i], &state[i]}) {
+                if (!t->is_cpu() || t->scalar_type() != at::kFloat || !t->is_non_overlapping_and_dense() ||
+                    t->strides() != params[i].strides()) {
+                    return false;
+                }
+            }
+        }
+        return true;
+    }
+
     OptimizerRecipe m_recipe;
     OptimizerSettings m_settings;
     std::vector<at::Tensor> m_params;
@@ -197,7 +225,78 @@ private:
     bool m_firstStep = true; // SGD: the momentum buffers start as the first gradient
 };
 
+/// One flat parameter tensor (train/dense_step.h): see makeFlatOptimizer.
+class FlatOptimizer final : public LaneOptimizer {
+public:
+    FlatOptimizer(const OptimizerRecipe& r, at::Tensor params, at::Tensor grads, const OptimizerSettings& s,
+                  at::Tensor mirror)
+        : m_recipe(r), m_settings(s), m_params(std::move(params)), m_grads(std::move(grads)),
+          m_mirror(std::move(mirror)) {
+        if (r.kind != OptimizerRecipe::Kind::Sgd || s.momentum > 0) {
+            m_state1 = at::zeros_like(m_params);
+        }
+        if (r.kind == OptimizerRecipe::Kind::Adam) {
+            m_state2 = at::zeros_like(m_params);
+            m_steps = at::zeros({}, at::TensorOptions().dtype(at::kFloat));
+        }
+    }
+    void setLr(double lr) override { m_settings.lr = lr; }
+    void zeroGrad() override {}
+    bool captureSafe() const override { return false; }
+    std::string describe() const override {
+        return m_recipe.kind == OptimizerRecipe::Kind::RmsProp
+                   ? std::string("one-pass RMSprop")
+                   : fmt::format("fused {}", kindName(m_recipe.kind));
+    }
+
+    void step() override {
+        torch::NoGradGuard noGrad;
+        const auto& s = m_settings;
+        switch (m_recipe.kind) {
+        case OptimizerRecipe::Kind::RmsProp:
+            cpu::rmspropStep(m_params.data_ptr<float>(), m_grads.data_ptr<float>(), m_state1.data_ptr<float>(),
+                             m_params.numel(), static_cast<float>(s.lr), static_cast<float>(m_recipe.alpha),
+                             static_cast<float>(m_recipe.eps), static_cast<float>(s.weightDecay),
+                             m_mirror.defined() ? reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>())
+                                                : nullptr);
+            return; // the mirror is written in the same pass
+        case OptimizerRecipe::Kind::Adam:
+            m_steps.add_(1);
+            at::_fused_adam_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1, kBeta2,
+                             s.weightDecay, m_recipe.eps, false, false);
+            break;
+        case OptimizerRecipe::Kind::Sgd: {
+            std::vector<at::Tensor> momentum;
+            if (m_state1.defined()) {
+                momentum.push_back(m_state1);
+            }
+            at::_fused_sgd_({m_params}, {m_grads}, momentum, s.weightDecay, s.momentum, s.lr, 0.0, m_recipe.nesterov,
+                            false, m_firstStep);
+            m_firstStep = false;
+            break;
+        }
+        }
+        if (m_mirror.defined()) {
+            cpu::toBf16(m_params.data_ptr<float>(), reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>()),
+                        m_params.numel());
+        }
+    }
+
+private:
+    OptimizerRecipe m_recipe;
+    OptimizerSettings m_settings;
+    at::Tensor m_params, m_grads, m_mirror;
+    at::Tensor m_state1, m_state2, m_steps;
+    bool m_firstStep = true;
+};
+
 } // namespace
+
+std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, at::Tensor params, at::Tensor grads,
+                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror) {
+    return std::make_unique<FlatOptimizer>(recipe, std::move(params), std::move(grads), settings,
+                                           std::move(bf16Mirror));
+}
 
 std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,
                                                  const OptimizerSettings& settings, bool fast) {

@@ -38,4 +38,11 @@ public:
 std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,
                                                  const OptimizerSettings& settings, bool fast);
 
+/// The optimizer of a fused step (train/dense_step.h): one flat parameter tensor and its
+/// gradient, which the step writes (zeroGrad does nothing). RMSprop in one pass that also
+/// rewrites `bf16Mirror` when defined; Adam and SGD through PyTorch's fused kernels on the
+/// flat tensor, then the mirror. CPU only.
+std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, at::Tensor params, at::Tensor grads,
+                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror);
+
 } // namespace devicerace::detail

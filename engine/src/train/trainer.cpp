@@ -114,6 +114,7 @@ LaneOutcome Trainer::run() {
     opt.weightDecay = m_ctx.weightDecay;
     opt.momentum = m_ctx.momentum;
     m_optimizer = makeLaneOptimizer(m_workload->optimizer, m_model->parameters(), opt, m_ctx.fusedOptimizer);
+    setUpDenseStep(opt);
     if (m_ctx.cudaGraph && !m_optimizer->captureSafe()) {
         throw UsageError(fmt::format("lane {}: graph=true needs fused=true ({} reads its step count on the host)",
                                      m_ctx.spec.name, m_optimizer->describe()));
@@ -130,6 +131,30 @@ LaneOutcome Trainer::run() {
     }
     m_model->train();
     return loop();
+}
+
+// The fused step for dense networks on a CPU (train/dense_step.h), unless the lane cannot take it
+// or DEVICERACE_DENSE_STEP=0 (benchmarks: the step's lever alone, optimizer kept fused).
+void Trainer::setUpDenseStep(const OptimizerSettings& opt) {
+    if (m_model->denseStack().empty()) {
+        return;
+    }
+    const char* env = std::getenv("DEVICERACE_DENSE_STEP");
+    if (env && std::string(env) == "0") {
+        m_denseStepOff = "DEVICERACE_DENSE_STEP=0";
+        return;
+    }
+    if (auto why = DenseStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
+                                     m_ctx.fusedOptimizer)) {
+        m_denseStepOff = *why;
+        return;
+    }
+    m_denseStep = std::make_unique<DenseStep>(*m_model, m_ctx.batch, m_ctx.spec.precision == Precision::Bf16, m_data,
+                                              m_workload->info.inputShape);
+    m_optimizer = makeFlatOptimizer(m_workload->optimizer, m_denseStep->params(), m_denseStep->grads(), opt,
+                                    m_denseStep->mirror());
+    m_denseLoss = torch::zeros({}, torch::kFloat32);
+    m_denseCorrect = torch::zeros({}, torch::kLong);
 }
 
 LaneOutcome Trainer::loop() {

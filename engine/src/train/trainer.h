@@ -23,6 +23,7 @@
 #include <optional>
 
 #include "devicerace/errors.h"
+#include "train/dense_step.h"
 #include "train/dist_group.h"
 #include "train/host_allocator.h"
 #include "train/lane_context.h"
@@ -104,6 +105,8 @@ private:
 
     StepOutput computeStep(const torch::Tensor& rawX, const torch::Tensor& y);
 
+    void setUpDenseStep(const OptimizerSettings& opt);
+
     // Records forward, backward and the optimizer step of one batch as a CUDA graph: every
     // later step is one launch. The gradients are allocated inside the graph's memory pool and
     // rewritten in place by each replay; dropout draws from the lane's registered generator.
@@ -139,6 +142,10 @@ private:
     at::Generator m_gen;
     std::shared_ptr<Net> m_model;
     std::unique_ptr<LaneOptimizer> m_optimizer;
+    // CPU lanes of dense networks: the hand-fused step (train/dense_step.h), its outputs.
+    std::unique_ptr<DenseStep> m_denseStep;
+    torch::Tensor m_denseLoss, m_denseCorrect;
+    std::string m_denseStepOff; // why a dense network does not take it (shown in the execution)
     DeviceData m_data;
     at::Generator m_hostGen;                  // epoch permutations (on the host)
     std::unique_ptr<PinnedBatcher> m_batcher; // resident=false

@@ -1,6 +1,8 @@
 // Report points, evaluations and the samples a lane emits.
 #include "train/trainer.h"
 
+#include "devices/cpu_info.h"
+
 namespace devicerace::detail {
 
 // Reads the buffered step results once (the only host sync in steady state) and emits a
@@ -150,12 +152,20 @@ std::string Trainer::sampleText() {
 
 void Trainer::describeExecution() {
     std::string text = m_optimizer->describe();
+    if (m_denseStep) {
+        text = m_denseStep->describe() + ", " + text;
+    } else if (!m_denseStepOff.empty() && m_dev.is_cpu()) {
+        text = "autograd step (" + m_denseStepOff + "), " + text;
+    }
     if (m_dev.is_cuda()) {
         text += m_ctx.cudaGraph ? ", CUDA graph" : ", eager";
         text += m_data.onHost ? ", pinned host data (prefetched)" : ", data on the GPU";
     }
-    if (m_ctx.spec.precision != Precision::Fp32) {
+    if (m_ctx.spec.precision != Precision::Fp32 && !m_denseStep) {
         text += ", " + toString(m_ctx.spec.precision) + " autocast";
+    }
+    if (m_ctx.spec.precision == Precision::Bf16 && m_dev.is_cpu() && readHostCpu().bf16Units.empty()) {
+        text += ", bf16 emulated (this CPU has neither AMX nor AVX-512 BF16)";
     }
     if (m_ctx.channelsLast) {
         text += ", channels_last";

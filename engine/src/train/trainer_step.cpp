@@ -52,6 +52,10 @@ void Trainer::trainStep(const torch::Tensor& idx) {
 }
 
 Trainer::StepOutput Trainer::computeStep(const torch::Tensor& rawX, const torch::Tensor& y) {
+    if (m_denseStep) {
+        m_denseStep->step(rawX, y, m_gen, *m_optimizer, m_denseLoss, m_denseCorrect);
+        return {m_denseLoss, m_denseCorrect};
+    }
     const auto x = prepareInput(rawX, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
     torch::Tensor logits, loss;
     {

@@ -1,0 +1,65 @@
+#pragma once
+// One-pass CPU loops for the fused training step (train/dense_step.h) and the fused RMSprop:
+// each replaces several ATen ops (and as many OpenMP regions and temporaries) with one pass
+// over the data. Built for several x86 ISAs (target_clones) and picked at load time, so the
+// binary assumes no vector ISA. Storage is float or bf16 (`Bf16`, bit-compatible with
+// c10::BFloat16); arithmetic is float. Torch-free header.
+#include <cstdint>
+
+namespace devicerace::detail::cpu {
+
+/// bf16 bits (the upper half of a float).
+struct Bf16 {
+    std::uint16_t bits;
+};
+
+/// The dropout keep mask of element `index` under `seed`: a counter-based hash, so a mask
+/// needs no state and no generator call per element. Keeps with probability 1 - p. Every CPU
+/// dropout of the engine uses it (models' laneDropout and the fused step), one seed per layer
+/// and step drawn from the lane's generator, so fused and unfused lanes drop the same units.
+bool dropoutKeeps(std::uint64_t seed, std::uint64_t index, float p);
+
+/// mask[i] = dropoutKeeps(seed, i, p) ? 1/(1-p) : 0 for i < n; parallel.
+void dropoutMask(float* mask, std::int64_t n, float p, std::uint64_t seed);
+
+/// In place on rows×cols (row-major): x = dropout(relu?(x + bias)), dropout scaling the kept
+/// values by 1/(1-p); p = 0: no dropout. Element indices for the mask are row*cols + col.
+void biasReluDropout(float* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
+                     std::uint64_t seed);
+void biasReluDropout(Bf16* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
+                     std::uint64_t seed);
+
+/// Backward of biasReluDropout with relu, in place on the gradient `d` (rows×cols):
+/// d = h > 0 ? d * scale : 0 (h: the layer's output, scale = 1/(1-p)); dbias = column sums of
+/// the result (overwritten).
+void reluDropoutBackward(float* d, const float* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias);
+void reluDropoutBackward(Bf16* d, const Bf16* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias);
+
+struct CrossEntropy {
+    double lossSum = 0;       // sum over rows of -log softmax(logits)[label]
+    std::int64_t correct = 0; // rows whose argmax is the label
+    bool badLabel = false;    // a label outside [0, classes): nothing computed for that row
+};
+
+/// Softmax cross-entropy of rows×classes logits with labels, and its gradient for the mean
+/// loss: dlogits = (softmax - onehot) / rows; dbias = column sums of dlogits (overwritten).
+CrossEntropy softmaxCrossEntropy(const float* logits, const std::int64_t* labels, std::int64_t rows,
+                                 std::int64_t classes, float* dlogits, float* dbias);
+CrossEntropy softmaxCrossEntropy(const Bf16* logits, const std::int64_t* labels, std::int64_t rows,
+                                 std::int64_t classes, Bf16* dlogits, float* dbias);
+
+/// One RMSprop step (torch.optim.RMSprop without centring or momentum) over n floats:
+/// g += wd * p; sq = alpha * sq + (1 - alpha) * g²; p -= lr * g / (sqrt(sq) + eps). When
+/// `mirror` is set, also writes bf16(p) there. Parallel over the lane's intra-op threads.
+void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, float alpha, float eps, float wd,
+                 Bf16* mirror);
+
+/// dst = bf16(src) (round to nearest even), and the way back; parallel.
+void toBf16(const float* src, Bf16* dst, std::int64_t n);
+void toFloat(const Bf16* src, float* dst, std::int64_t n);
+
+/// dst = src * scale + shift, from bytes (image pixels) to floats; parallel.
+void bytesToFloat(const std::uint8_t* src, float* dst, std::int64_t n, float scale, float shift);
+void bytesToBf16(const std::uint8_t* src, Bf16* dst, std::int64_t n, float scale, float shift);
+
+} // namespace devicerace::detail::cpu

@@ -1,0 +1,120 @@
+// The one-pass CPU loops (engine kernels/cpu_kernels.h) against plain formulas: hashed dropout
+// masks keep 1 - p of the units and differ between seeds, RMSprop matches torch.optim's
+// update, bf16 rounds to nearest even, softmax cross-entropy and its gradient are right.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu_kernels.h"
+
+using namespace devicerace::detail;
+
+TEST(CpuKernels, DropoutMasksKeepTheirShareAndDifferBetweenSeeds) {
+    constexpr std::int64_t n = 1 << 20;
+    for (const float p : {0.2f, 0.5f}) {
+        std::vector<float> a(n), b(n);
+        cpu::dropoutMask(a.data(), n, p, 1234);
+        cpu::dropoutMask(b.data(), n, p, 1235);
+        std::int64_t keptA = 0, same = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+            keptA += a[i] > 0;
+            same += (a[i] > 0) == (b[i] > 0);
+            ASSERT_TRUE(a[i] == 0.0f || a[i] == 1.0f / (1.0f - p));
+            ASSERT_EQ(a[i] > 0, cpu::dropoutKeeps(1234, static_cast<std::uint64_t>(i), p));
+        }
+        EXPECT_NEAR(static_cast<double>(keptA) / n, 1.0 - p, 0.005) << "p " << p;
+        // Independent masks agree on p^2 + (1-p)^2 of the units.
+        EXPECT_NEAR(static_cast<double>(same) / n, p * p + (1 - p) * (1 - p), 0.005) << "p " << p;
+    }
+}
+
+TEST(CpuKernels, BiasReluDropoutMatchesTheFormulaAndItsBackward) {
+    const std::int64_t rows = 5, cols = 37; // not a multiple of any vector width
+    std::vector<float> x(rows * cols), bias(cols);
+    for (std::int64_t i = 0; i < rows * cols; ++i) {
+        x[i] = std::sin(static_cast<float>(i));
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+        bias[c] = 0.1f * static_cast<float>(c % 3) - 0.1f;
+    }
+    auto h = x;
+    cpu::biasReluDropout(h.data(), bias.data(), rows, cols, true, 0.25f, 99);
+    std::vector<float> d(rows * cols, 1.0f), dbias(cols, 7.0f);
+    cpu::reluDropoutBackward(d.data(), h.data(), rows, cols, 1.0f / 0.75f, dbias.data());
+    std::vector<float> wantBias(cols, 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const auto i = r * cols + c;
+            const float z = std::max(0.0f, x[i] + bias[c]);
+            const float want = cpu::dropoutKeeps(99, static_cast<std::uint64_t>(i), 0.25f) ? z / 0.75f : 0.0f;
+            EXPECT_FLOAT_EQ(h[i], want) << i;
+            const float grad = want > 0 ? 1.0f / 0.75f : 0.0f;
+            EXPECT_FLOAT_EQ(d[i], grad) << i;
+            wantBias[c] += grad;
+        }
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+        EXPECT_FLOAT_EQ(dbias[c], wantBias[c]) << c;
+    }
+}
+
+TEST(CpuKernels, RmspropMatchesTorchOptimsUpdateAndWritesTheMirror) {
+    const std::int64_t n = 200003;
+    std::vector<float> p(n), g(n), sq(n, 0.01f);
+    for (std::int64_t i = 0; i < n; ++i) {
+        p[i] = std::cos(static_cast<float>(i));
+        g[i] = std::sin(static_cast<float>(i) * 0.5f);
+    }
+    auto p0 = p, sq0 = sq;
+    std::vector<cpu::Bf16> mirror(n);
+    cpu::rmspropStep(p.data(), g.data(), sq.data(), n, 1e-3f, 0.9f, 1e-7f, 0.01f, mirror.data());
+    for (std::int64_t i = 0; i < n; i += 997) {
+        const float grad = g[i] + 0.01f * p0[i];
+        const float s = 0.9f * sq0[i] + 0.1f * grad * grad;
+        EXPECT_NEAR(sq[i], s, 1e-6f * std::max(1.0f, s));
+        EXPECT_NEAR(p[i], p0[i] - 1e-3f * grad / (std::sqrt(s) + 1e-7f), 1e-6f);
+        float back = 0;
+        cpu::toFloat(&mirror[i], &back, 1);
+        EXPECT_NEAR(back, p[i], std::abs(p[i]) / 256.0f);
+    }
+}
+
+TEST(CpuKernels, Bf16RoundsToNearestEvenAndKeepsNaN) {
+    const float in[] = {1.0f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.5f, std::numeric_limits<float>::quiet_NaN()};
+    cpu::Bf16 out[5];
+    cpu::toBf16(in, out, 5);
+    EXPECT_EQ(out[0].bits, 0x3F80);
+    EXPECT_EQ(out[1].bits, 0x3F80); // a tie: to the even neighbour
+    EXPECT_EQ(out[2].bits, 0x3F82); // a tie: to the even neighbour, upwards
+    EXPECT_EQ(out[3].bits, 0xC020);
+    float back[5];
+    cpu::toFloat(out, back, 5);
+    EXPECT_EQ(back[3], -2.5f);
+    EXPECT_TRUE(std::isnan(back[4]));
+}
+
+TEST(CpuKernels, SoftmaxCrossEntropyAndItsGradient) {
+    const float logits[] = {1.0f, 2.0f, 3.0f, 0.0f, 0.0f, 0.0f};
+    const std::int64_t labels[] = {2, 0};
+    float d[6], dbias[3];
+    const auto ce = cpu::softmaxCrossEntropy(logits, labels, 2, 3, d, dbias);
+    const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+    EXPECT_NEAR(ce.lossSum, (lse - 3.0) + std::log(3.0), 1e-6);
+    EXPECT_EQ(ce.correct, 2); // row 1 is a tie: argmax takes the first, its label
+    EXPECT_FALSE(ce.badLabel);
+    EXPECT_NEAR(d[2], (std::exp(3.0 - lse) - 1.0) / 2, 1e-6);
+    EXPECT_NEAR(d[3], (1.0 / 3 - 1.0) / 2, 1e-6);
+    EXPECT_NEAR(dbias[0], d[0] + d[3], 1e-6);
+    const std::int64_t bad[] = {3, 0};
+    EXPECT_TRUE(cpu::softmaxCrossEntropy(logits, bad, 2, 3, d, dbias).badLabel);
+}
+
+TEST(CpuKernels, BytesBecomeTheNetworksInput) {
+    const std::uint8_t px[] = {0, 51, 255};
+    float out[3];
+    cpu::bytesToFloat(px, out, 3, 1.0f / 255, 0.0f);
+    EXPECT_FLOAT_EQ(out[1], 0.2f);
+    EXPECT_FLOAT_EQ(out[2], 1.0f);
+}
