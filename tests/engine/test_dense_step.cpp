@@ -83,8 +83,8 @@ void expectSameCourse(const Curve& a, const Curve& b, double tolerance) {
             sa += a.losses[i];
             sb += b.losses[i];
         }
-        EXPECT_LE(std::abs(sa - sb) / sa, tolerance) << "steps " << w + 1 << "-" << w + 10 << ": " << sa / 10 << " vs "
-                                                     << sb / 10;
+        EXPECT_LE(std::abs(sa - sb) / sa, tolerance)
+            << "steps " << w + 1 << "-" << w + 10 << ": " << sa / 10 << " vs " << sb / 10;
     }
 }
 
@@ -137,6 +137,5 @@ TEST(DenseStep, TwoThreadsFollowOneThread) {
     test::TempDir dir;
     auto data = noisyImages(dir, 600);
     // MKL splits the GEMMs' sums differently on two threads: rounding drifts ~0.3% by step 60.
-    expectSameCurve(curve("cpu,threads=1,batch=48,lr=2e-4", data), curve("cpu,threads=2,batch=48,lr=2e-4", data),
-                    1e-2);
+    expectSameCurve(curve("cpu,threads=1,batch=48,lr=2e-4", data), curve("cpu,threads=2,batch=48,lr=2e-4", data), 1e-2);
 }

@@ -59,7 +59,7 @@ struct LaneSpec {
     std::optional<std::string> lstm;     // fused | cells
     std::optional<DataMode> data;        // overrides the race's data mode for this lane
     // Fast paths (unset: on where they help; see docs/BENCHMARKS.md).
-    std::optional<bool> fused;    // multi-tensor optimizer kernels (fused Adam/SGD, foreach RMSprop)
+    std::optional<bool> fused;    // fused optimizer kernels; on a CPU also the fused dense step
     std::optional<bool> graph;    // CUDA lanes: the whole training step captured in a CUDA graph
     std::optional<bool> resident; // CUDA lanes: the data set on the GPU (false: pinned host copies, prefetched)
     // Where the lane runs (unset: see defaultIsolation in race/resolve_race.cpp).

@@ -64,8 +64,8 @@ DR_INLINE std::uint32_t keepThreshold(float p) {
 }
 
 template <class T, bool Relu, bool Drop>
-DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias, std::int64_t rows,
-                                   std::int64_t cols, float scale, std::uint32_t threshold, std::uint64_t seed) {
+DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias, std::int64_t rows, std::int64_t cols,
+                                   float scale, std::uint32_t threshold, std::uint64_t seed) {
     for (std::int64_t r = 0; r < rows; ++r) {
         T* row = x + r * cols;
         const auto base = static_cast<std::uint32_t>(r * cols);
@@ -183,7 +183,8 @@ DR_INLINE void convertBody(const From* __restrict src, To* __restrict dst, std::
 }
 
 template <class To>
-DR_INLINE void bytesBody(const std::uint8_t* __restrict src, To* __restrict dst, std::int64_t n, float scale, float shift) {
+DR_INLINE void bytesBody(const std::uint8_t* __restrict src, To* __restrict dst, std::int64_t n, float scale,
+                         float shift) {
     for (std::int64_t i = 0; i < n; ++i) {
         store(dst[i], static_cast<float>(src[i]) * scale + shift);
     }
@@ -235,8 +236,7 @@ bool dropoutKeeps(std::uint64_t seed, std::uint64_t index, float p) {
 }
 
 void dropoutMask(float* mask, std::int64_t n, float p, std::uint64_t seed) {
-    at::parallel_for(0, n, kGrain,
-                     [&](std::int64_t b, std::int64_t e) { maskRange(mask + b, b, e - b, p, seed); });
+    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { maskRange(mask + b, b, e - b, p, seed); });
 }
 
 void biasReluDropout(float* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,

@@ -278,7 +278,9 @@ const std::vector<KeyCodec>& keyCodecs() {
                               &LaneSpec::lstm, {"fused", "cells"}));
         t.push_back(twoWordKey(info("data", "the race's", "every lane", "this lane's data: real or synthetic"),
                                &LaneSpec::data, {"real", DataMode::Real}, {"synthetic", DataMode::Synthetic}));
-        t.push_back(boolKey(info("fused", "true", "every lane", "multi-tensor optimizer kernels"), &LaneSpec::fused));
+        t.push_back(
+            boolKey(info("fused", "true", "every lane", "fused optimizer kernels (and the fused dense step on CPUs)"),
+                    &LaneSpec::fused));
         t.push_back(boolKey(info("graph", "true where it helps", "CUDA lanes", "the training step in a CUDA graph"),
                             &LaneSpec::graph));
         t.push_back(boolKey(info("resident", "true unless the data is large", "CUDA lanes",

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
 #include "train/lane_optimizer.h"
@@ -20,7 +19,7 @@ cpu::Bf16* bf16Ptr(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.
 } // namespace
 
 std::optional<std::string> DenseStep::whyNot(Net& net, Task task, const c10::Device& dev, Precision precision,
-                                              bool distributed, bool fused) {
+                                             bool distributed, bool fused) {
     if (!fused) {
         return "fused=false";
     }
@@ -135,8 +134,8 @@ at::Tensor DenseStep::input(const at::Tensor& x) {
     }
     const auto prepared = prepareInput(x, m_data, m_inputShape, false).reshape({rows, -1});
     if (prepared.size(1) != in.size(1)) {
-        throw Error(fmt::format("the batch has {} values per example; the network takes {}", prepared.size(1),
-                                in.size(1)));
+        throw Error(
+            fmt::format("the batch has {} values per example; the network takes {}", prepared.size(1), in.size(1)));
     }
     in.copy_(prepared);
     return in;

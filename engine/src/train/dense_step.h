@@ -42,8 +42,8 @@ public:
     /// One step on a batch as stored (uint8 images, or anything prepareInput takes) with int64
     /// labels: fills `loss` (mean) and `correct` (0-dim, float / int64) and steps `optimizer`.
     /// Dropout masks: one draw of `gen` per dropout layer (the masks laneDropout makes).
-    void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
-              at::Tensor& loss, at::Tensor& correct);
+    void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer, at::Tensor& loss,
+              at::Tensor& correct);
 
     /// "fused dense step (bf16 GEMMs, fp32 master weights)" and the like.
     std::string describe() const;

@@ -244,9 +244,8 @@ public:
     void zeroGrad() override {}
     bool captureSafe() const override { return false; }
     std::string describe() const override {
-        return m_recipe.kind == OptimizerRecipe::Kind::RmsProp
-                   ? std::string("one-pass RMSprop")
-                   : fmt::format("fused {}", kindName(m_recipe.kind));
+        return m_recipe.kind == OptimizerRecipe::Kind::RmsProp ? std::string("one-pass RMSprop")
+                                                               : fmt::format("fused {}", kindName(m_recipe.kind));
     }
 
     void step() override {

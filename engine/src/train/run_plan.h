@@ -45,7 +45,7 @@ struct RunPlan {
     std::string schedule = "constant";
     bool fusedLstm = true;
     bool channelsLast = false;
-    bool fusedOptimizer = true; // multi-tensor optimizer kernels (lane key fused)
+    bool fusedOptimizer = true; // fused optimizer kernels and the CPU fused dense step (lane key fused)
     bool cudaGraph = false;     // capture the step in a CUDA graph (lane key graph); implies drop-last
     bool dataOnHost = false;    // resident=false: pinned host data, prefetched batches
     Fault fault;                // tests: what to inject, at which step (fault=)

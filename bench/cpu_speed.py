@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""CPU speed side by side (issue 28): DeviceRace's CPU lanes against Keras 3 on JAX (XLA) and
+the PyTorch lane, fp32 against bf16, 1 thread against every core, and each lane's fraction of
+this CPU's measured GEMM peak, in one run.
+
+Usage (from the repository root, after scripts/setup --frameworks and scripts/build):
+    .venv/bin/python bench/cpu_speed.py [--runs 3] [--steps 600] [--json OUT.json]
+        [--workloads fashion-mlp,fashion-cnn]
+
+What it does:
+1. The peaks: torch (the LibTorch the app links, MKL for fp32, oneDNN for bf16) multiplies
+   2048x2048 matrices on 1 thread and on every core, fp32 and bf16; the median of 5 timings.
+   Also the fashion-mlp forward GEMM's own shape (128x784x512).
+2. Per workload, one `devicerace-cli race --fair` per run with every lane (fair: each lane
+   alone on the machine, one after another), runs interleaved; each lane's figure is the
+   median over the runs of its median interval samples/s.
+3. FLOPs per training sample are counted from the network's layer shapes: the forward
+   multiply-adds x 2, the weight gradients the same again, and the input gradients of every
+   layer but the first (nothing computes the image's gradient). "of peak" is samples/s x
+   FLOPs per sample / the peak of the lane's precision and thread count.
+4. Whether oneDNN used AMX for a bf16 lane: one short run with ONEDNN_VERBOSE=1, the ISA
+   names its primitives report.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
+
+# FLOPs per training sample, counted from the layer shapes (see the module docstring).
+def dense_flops(shapes):
+    """shapes: (in, out) per dense layer, first layer first."""
+    fwd = sum(2 * i * o for i, o in shapes)
+    input_grads = sum(2 * i * o for i, o in shapes[1:])
+    return fwd * 2 + input_grads
+
+
+def conv_flops(layers):
+    """layers: ('conv', cin, cout, k, out_h, out_w) or ('dense', in, out), first layer first."""
+    macs = []
+    for l in layers:
+        if l[0] == "conv":
+            _, cin, cout, k, oh, ow = l
+            macs.append(cin * cout * k * k * oh * ow)
+        else:
+            macs.append(l[1] * l[2])
+    return 2 * sum(macs) * 2 + 2 * sum(macs[1:])
+
+
+FLOPS = {
+    # 784-512-512-10
+    "fashion-mlp": dense_flops([(784, 512), (512, 512), (512, 10)]),
+    # conv 1->32 3x3 (26x26), conv 32->64 3x3 (24x24), pool, dense 9216->128, dense 128->10
+    "fashion-cnn": conv_flops([("conv", 1, 32, 3, 26, 26), ("conv", 32, 64, 3, 24, 24), ("dense", 9216, 128),
+                               ("dense", 128, 10)]),
+}
+
+# The lanes of each race: (label, lane spec without name, precision, threads or None for all).
+def lanes(cores):
+    return [
+        ("DeviceRace, 1 thread", "cpu,threads=1", "fp32", 1),
+        (f"DeviceRace, {cores} threads", f"cpu,threads={cores}", "fp32", cores),
+        ("DeviceRace autograd (fused=false), 1 thread", "cpu,threads=1,fused=false", "fp32", 1),
+        ("Keras 3 on JAX, 1 thread", "cpu,threads=1,framework=keras-jax", "fp32", 1),
+        (f"Keras 3 on JAX, {cores} threads", f"cpu,threads={cores},framework=keras-jax", "fp32", cores),
+        (f"PyTorch lane, {cores} threads", f"cpu,threads={cores},framework=pytorch", "fp32", cores),
+        ("DeviceRace, 1 thread, bf16", "cpu,threads=1,precision=bf16", "bf16", 1),
+        (f"DeviceRace, {cores} threads, bf16", f"cpu,threads={cores},precision=bf16", "bf16", cores),
+    ]
+
+
+PEAK_PROBE = r"""
+import json, statistics, sys, time, torch
+out = {}
+for threads in sorted({1, int(sys.argv[1])}):
+    torch.set_num_threads(threads)
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        for shape in ((2048, 2048, 2048), (128, 784, 512)):
+            m, k, n = shape
+            a = torch.randn(m, k, dtype=dt); b = torch.randn(k, n, dtype=dt)
+            reps = max(3, int(2e9 / (2 * m * k * n)))
+            for _ in range(3): torch.mm(a, b)
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                for _ in range(reps): torch.mm(a, b)
+                times.append((time.perf_counter() - t) / reps)
+            out[f"{name}/{threads}/{m}x{k}x{n}"] = 2 * m * k * n / statistics.median(times)
+print(json.dumps(out))
+"""
+
+
+def venv_python():
+    p = os.path.join(ROOT, ".venv", "bin", "python")
+    return p if os.path.exists(p) else sys.executable
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def race(workload, specs, steps, env=None):
+    """One fair race of every lane: {label: lane summary}."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "race.json")
+        argv = [CLI, "race", "--workload", workload, "--fair", "--steps", str(steps), "--test-limit", "1000",
+                "--quiet", "--json", out]
+        for i, (label, spec, _, _) in enumerate(specs):
+            argv += ["--lane", f"{spec},name=lane{i}"]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=3600,
+                           env=dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+                                    **(env or {})))
+        if not os.path.exists(out):
+            raise SystemExit(f"the race failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
+        with open(out) as f:
+            summary = json.load(f)
+    by_name = {l["name"]: l for l in summary["lanes"]}
+    return {label: by_name.get(f"lane{i}", {}) for i, (label, _, _, _) in enumerate(specs)}, r.stdout + r.stderr
+
+
+def onednn_isas(workload):
+    """The ISAs oneDNN's primitives name in a short bf16 run (ONEDNN_VERBOSE=1)."""
+    _, err = race(workload, [("bf16", "cpu,threads=1,precision=bf16", "bf16", 1)], 30, {"ONEDNN_VERBOSE": "1"})
+    return sorted(set(re.findall(r"(brg[a-z_:]*|jit[a-z_:]*|gemm[a-z_:]*|ref[a-z_:]*)", err)) - {""})
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=600, help="steps per lane for fashion-mlp (fashion-cnn: a tenth, at least 60)")
+    ap.add_argument("--workloads", default="fashion-mlp,fashion-cnn")
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args(argv)
+    cores = os.cpu_count() or 1
+    started = datetime.datetime.now(datetime.timezone.utc)
+    flags = cpu_flags()
+    units = "AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else "none"
+    print(f"# CPU speed · {cpu_model()} · {cores} CPUs · bf16 units: {units} · "
+          f"{started:%Y-%m-%d %H:%M} UTC", flush=True)
+    peaks = json.loads(subprocess.run([venv_python(), "-c", PEAK_PROBE, str(cores)], capture_output=True, text=True,
+                                      check=True).stdout)
+    print("\n| GEMM | threads | fp32 GFLOP/s | bf16 GFLOP/s | bf16 / fp32 |\n|---|---:|---:|---:|---:|")
+    for shape in ("2048x2048x2048", "128x784x512"):
+        for t in sorted({1, cores}):
+            f, b = peaks[f"fp32/{t}/{shape}"], peaks[f"bf16/{t}/{shape}"]
+            print(f"| {shape} | {t} | {f / 1e9:,.0f} | {b / 1e9:,.0f} | {b / f:.2f} |")
+    result = {"cpu": cpu_model(), "cores": cores, "bf16_units": units, "date": started.isoformat(), "peaks": peaks,
+              "workloads": {}}
+    for workload in args.workloads.split(","):
+        steps = args.steps if workload == "fashion-mlp" else max(60, args.steps // 10)
+        specs = lanes(cores)
+        runs = []
+        for r in range(args.runs):
+            lanes_out, _ = race(workload, specs, steps)
+            runs.append(lanes_out)
+            print(f"{workload} run {r + 1}: " + ", ".join(
+                f"{label} {l.get('samples_per_sec') or 0:,.0f}"
+                for label, l in lanes_out.items()), file=sys.stderr, flush=True)
+        flops = FLOPS.get(workload)
+        print(f"\n## {workload} · fair mode · {steps} steps · median of {args.runs} runs · "
+              f"{flops / 1e6:.2f} MFLOP per training sample\n" if flops else f"\n## {workload}\n")
+        print("| lane | samples/s (min-max) | × DeviceRace 1 thread | GFLOP/s | of peak | execution |\n"
+              "|---|---:|---:|---:|---:|---|")
+        base = None
+        rows = []
+        for label, spec, precision, threads in specs:
+            rates = [run[label].get("samples_per_sec") for run in runs if run[label].get("samples_per_sec")]
+            if not rates:
+                err = runs[-1][label].get("error") or runs[-1][label].get("status") or "no result"
+                print(f"| {label} | {err} | | | | |")
+                continue
+            med = statistics.median(rates)
+            base = base or med
+            peak = peaks[f"{precision}/{threads}/2048x2048x2048"]
+            achieved = med * flops if flops else None
+            execution = runs[-1][label].get("execution", "")
+            rows.append({"lane": label, "spec": spec, "samples_per_sec": med, "runs": rates,
+                         "achieved_flops_per_sec": achieved, "peak_flops_per_sec": peak,
+                         "fraction_of_peak": achieved / peak if achieved else None, "execution": execution})
+            print(f"| {label} | {med:,.0f} ({min(rates):,.0f}-{max(rates):,.0f}) | {med / base:.2f} | "
+                  f"{achieved / 1e9:,.0f} | {achieved / peak:.0%} | {execution} |" if achieved else
+                  f"| {label} | {med:,.0f} | {med / base:.2f} | | | {execution} |")
+        result["workloads"][workload] = {"steps": steps, "flops_per_sample": flops, "lanes": rows}
+    isas = onednn_isas("fashion-mlp")
+    result["onednn_bf16_isas"] = isas
+    print(f"\noneDNN primitives in a fashion-mlp bf16 lane (ONEDNN_VERBOSE=1): {', '.join(isas) or 'none reported'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
