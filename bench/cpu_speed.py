@@ -142,7 +142,7 @@ def race(workload, specs, steps, env=None):
 def onednn_isas(workload):
     """The ISAs oneDNN's primitives name in a short bf16 run (ONEDNN_VERBOSE=1)."""
     _, err = race(workload, [("bf16", "cpu,threads=1,precision=bf16", "bf16", 1)], 30, {"ONEDNN_VERBOSE": "1"})
-    return sorted(set(re.findall(r"(brg[a-z_:]*|jit[a-z_:]*|gemm[a-z_:]*|ref[a-z_:]*)", err)) - {""})
+    return sorted(set(re.findall(r"((?:brg|jit|gemm|ref)[a-z0-9_:]*)", err)) - {""})
 
 
 def main(argv=None):
