@@ -113,8 +113,10 @@ LaneOutcome Trainer::run() {
     opt.lr = m_ctx.lr;
     opt.weightDecay = m_ctx.weightDecay;
     opt.momentum = m_ctx.momentum;
-    m_optimizer = makeLaneOptimizer(m_workload->optimizer, m_model->parameters(), opt, m_ctx.fusedOptimizer);
-    setUpDenseStep(opt);
+    setUpDenseStep(opt); // sets m_optimizer when it takes the lane
+    if (!m_optimizer) {
+        m_optimizer = makeLaneOptimizer(m_workload->optimizer, m_model->parameters(), opt, m_ctx.fusedOptimizer);
+    }
     if (m_ctx.cudaGraph && !m_optimizer->captureSafe()) {
         throw UsageError(fmt::format("lane {}: graph=true needs fused=true ({} reads its step count on the host)",
                                      m_ctx.spec.name, m_optimizer->describe()));
