@@ -448,6 +448,7 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     const LiveMode mode =
         options.quiet ? LiveMode::Quiet : (::isatty(STDOUT_FILENO) ? LiveMode::Table : LiveMode::Lines);
     LiveView view(mode, stdout);
+    view.setTokensPerSample(findWorkload(race->spec().workload).tokensPerSample);
     for (auto* lane : lanes) {
         view.addLane(lane->spec().name, lane->totalSteps());
     }

@@ -58,9 +58,13 @@ std::string devicesJson(const DeviceReport& r) {
 std::string workloadsText() {
     std::string out;
     for (const auto& w : workloads()) {
-        out += fmt::format("{:<14} {}\n{:<14} data {} · batch {} · {} · {} epochs · target {:.2f} · {} parameters\n",
+        // Language models: the count depends on the text's alphabet; listed at tiny-shakespeare's.
+        out += fmt::format("{:<14} {}\n{:<14} data {} · batch {} · {} · {} epochs · target {:.2f} · {} parameters{}\n",
                            w.name, w.description, "", w.dataset, w.defaultBatch, w.optimizer, w.defaultEpochs,
-                           w.defaultTarget, groupThousands(static_cast<double>(w.parameters)));
+                           w.defaultTarget, groupThousands(static_cast<double>(w.parameters)),
+                           w.tokensPerSample > 0 ? fmt::format(" at {} characters · context {} · {} schedule",
+                                                               w.vocabulary, w.tokensPerSample, w.schedule)
+                                                 : "");
     }
     return out;
 }
@@ -84,7 +88,8 @@ std::string workloadsJson() {
                      {"lr", w.defaultLr},
                      {"epochs", w.defaultEpochs},
                      {"target_accuracy", w.defaultTarget},
-                     {"parameters", w.parameters}});
+                     {"parameters", w.parameters},
+                     {"tokens_per_sample", w.tokensPerSample > 0 ? json(w.tokensPerSample) : json(nullptr)}});
     }
     return j.dump(2) + "\n";
 }
@@ -92,23 +97,29 @@ std::string workloadsJson() {
 std::string summaryText(const RaceSummary& s, double target) {
     std::string out = fmt::format("\n{} on {}{} · {} mode\n", s.workload, s.datasetName,
                                   s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");
-    out += fmt::format("{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}\n", "lane", "device", "samples/s",
-                       "steps/s", "acc", fmt::format("t→{:.2f}", target), "peak mem", "speedup", "status");
+    // Language models: tokens/s is the throughput, sequences/s beside it, and the validation loss.
+    const bool lm = s.tokensPerSample > 0;
+    out += fmt::format("{:<12} {:<8} {:>10} {:>10} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", "device",
+                       lm ? "tokens/s" : "samples/s", lm ? "seqs/s" : "", "steps/s", "acc", lm ? "  val loss" : "",
+                       fmt::format("t→{:.2f}", target), "peak mem", "speedup", "status");
     bool costs = false;
     for (const auto& l : s.lanes) {
         costs = costs || l.costPerHour.has_value();
     }
     for (const auto& l : s.lanes) {
         auto sp = s.speedup.find(l.name);
-        out += fmt::format("{:<12} {:<8} {:>10} {:>8} {:>7} {:>9} {:>10} {:>8}  {}{}\n", l.name,
-                           l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device,
-                           l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-",
-                           l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
-                           l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
-                           l.timeToTargetSeconds ? fmt::format("{:.1f}s", *l.timeToTargetSeconds) : "-",
-                           l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
-                           sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
-                           stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
+        const auto rate = lm ? l.tokensPerSec : l.samplesPerSec;
+        out += fmt::format(
+            "{:<12} {:<8} {:>10} {:>10} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}{}\n", l.name,
+            l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device,
+            rate ? groupThousands(*rate) : "-", lm && l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "",
+            l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
+            l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
+            lm ? fmt::format("  {:>8}", l.finalTestLoss ? fmt::format("{:.4f}", *l.finalTestLoss) : "-") : "",
+            l.timeToTargetSeconds ? fmt::format("{:.1f}s", *l.timeToTargetSeconds) : "-",
+            l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
+            sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
+            stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
     }
     bool scaling = false;
     for (const auto& l : s.lanes) {

@@ -62,10 +62,13 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
         case SampleKind::Eval:
             row.accuracy = s.accuracy;
             if (m_mode != LiveMode::Table) {
-                fmt::print(m_out,
-                           "{:<10} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  test loss {:.4f}  test acc {:.4f}\n",
-                           row.name, s.step, s.epoch, s.time, s.loss.value_or(NAN), s.accuracy.value_or(NAN));
-                if (!s.text.empty()) {
+                fmt::print(m_out, "{:<10} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  {} {:.4f}  {} {:.4f}\n",
+                           row.name, s.step, s.epoch, s.time, m_tokensPerSample > 0 ? "val loss" : "test loss",
+                           s.loss.value_or(NAN), m_tokensPerSample > 0 ? "next-char acc" : "test acc",
+                           s.accuracy.value_or(NAN));
+                if (!s.text.empty() && m_tokensPerSample > 0) {
+                    fmt::print(m_out, "{:<10} writes: {}\n", row.name, oneLine(s.text));
+                } else if (!s.text.empty()) {
                     // Generated text keeps its line breaks, indented under the lane.
                     std::string text = s.text;
                     for (std::size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 12)) {
@@ -88,6 +91,18 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
     std::fflush(m_out);
 }
 
+std::string LiveView::oneLine(const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+        if (c == '\n') {
+            out += " \u23ce ";
+        } else {
+            out += c == '\t' || c == '\r' ? ' ' : c;
+        }
+    }
+    return out;
+}
+
 std::string LiveView::rowText(const LaneRow& row) const {
     const double fraction = row.totalSteps > 0 ? static_cast<double>(row.step) / row.totalSteps : 0;
     std::string status;
@@ -100,9 +115,14 @@ std::string LiveView::rowText(const LaneRow& row) const {
     } else {
         status = stateText(row.state, row.state == LaneState::Finished ? std::string() : row.message);
     }
-    return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}/{:<6} {:>9} samples/s  loss {:>7}  acc {:>6}  {}", row.name,
+    const auto rate = row.samplesPerSec ? std::optional<double>(*row.samplesPerSec *
+                                                                static_cast<double>(std::max<std::int64_t>(
+                                                                    1, m_tokensPerSample)))
+                                        : std::nullopt;
+    return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}/{:<6} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name,
                        progressBar(fraction, kBarWidth), fraction * 100, row.step, row.totalSteps,
-                       row.samplesPerSec ? groupThousands(*row.samplesPerSec) : std::string("-"),
+                       rate ? groupThousands(*rate) : std::string("-"),
+                       m_tokensPerSample > 0 ? "tokens/s" : "samples/s",
                        row.loss ? fmt::format("{:.4f}", *row.loss) : std::string("-"),
                        row.accuracy ? fmt::format("{:.4f}", *row.accuracy) : std::string("-"), status);
 }

@@ -31,6 +31,10 @@ class LiveView {
 public:
     LiveView(LiveMode mode, std::FILE* out);
     void addLane(std::string name, std::int64_t totalSteps);
+    /// Language models: throughput in tokens/s (samples/s x this), "val loss", one-line samples.
+    void setTokensPerSample(std::int64_t tokens) { m_tokensPerSample = tokens; }
+    /// A language model's sample on one line: line breaks as " ⏎ ", tabs as spaces.
+    static std::string oneLine(const std::string& text);
     /// Folds new samples of lane `index` into its row (printing event lines in line modes).
     void update(std::size_t index, const std::vector<MetricSample>& samples);
     /// Draws the table (Table mode) or periodic progress lines (Lines mode).
@@ -47,6 +51,7 @@ private:
     std::vector<LaneRow> m_rows;
     int m_drawnLines = 0;
     double m_lastLines = -1e9;
+    std::int64_t m_tokensPerSample = 0;
 };
 
 } // namespace devicerace::cli

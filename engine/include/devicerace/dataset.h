@@ -62,13 +62,26 @@ std::shared_ptr<const Dataset> loadImdb(const std::filesystem::path& dir, int vo
                                         std::optional<std::int64_t> trainLimit = {},
                                         std::optional<std::int64_t> testLimit = {});
 
-/// Character windows of a UTF-8 text corpus (a file, or every regular file of a folder):
-/// `window` characters predict the next; windows start every `stride` characters; the last
-/// 10% of the text is the test split.
+/// How a text corpus is cut into examples.
+struct TextWindows {
+    int length = 40;      // characters per example (charlstm: 40 that predict the next; a
+                          // language model: context + 1, the targets being the inputs shifted by one)
+    int stride = 3;       // a new example starts every `stride` characters
+    bool lowercase = true; // ASCII letters folded to lower case (the Keras example does)
+    // A folder: only these files of it (empty: every regular file).
+    std::vector<std::string> onlyFiles;
+};
+/// Character windows of a UTF-8 text corpus (a file, or the regular files of a folder): the
+/// label of each window is the character after it; the last 10% of the text is the test split.
+std::shared_ptr<const Dataset> loadTextCorpus(const std::filesystem::path& path, const TextWindows& windows,
+                                              std::optional<std::int64_t> trainLimit = {},
+                                              std::optional<std::int64_t> testLimit = {});
+/// charlstm's windows: `window` characters predict the next, one every `stride`, lower-cased.
 std::shared_ptr<const Dataset> loadTextCorpus(const std::filesystem::path& path, int window, int stride,
                                               std::optional<std::int64_t> trainLimit = {},
                                               std::optional<std::int64_t> testLimit = {});
-/// The corpus charlstm uses when none is given (from the Debian package fortunes-min).
+/// The corpus the text workloads use when none is given: the fortune cookies of the Debian
+/// packages fortunes-min and fortunes (/usr/share/games/fortunes, or $DEVICERACE_TEXT_CORPUS).
 std::filesystem::path defaultTextCorpus();
 
 /// Shape-only description of synthetic data (generated later on the lane's device).

@@ -19,6 +19,7 @@ struct RaceSummary {
     bool synthetic = false;
     std::string dataNote; // e.g. "no ImageNet here: racing on synthetic data"
     bool fair = false;
+    std::int64_t tokensPerSample = 0; // language models: tokens scored per example (throughput in tokens/s)
     std::vector<LaneSummary> lanes;
     std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
     /// Why a lane with more resources is slower than one with fewer (explainSlowerLanes).
@@ -63,6 +64,10 @@ struct ResolvedData {
 /// Throws UsageError / DataError.
 ResolvedData resolveData(const WorkloadInfo& workload, std::optional<DataMode> mode, const std::string& dataDir,
                          std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit);
+
+/// Fills the race-wide figures of a summary whose workload, mode and lanes are set: speedups,
+/// costs against the first lane, scaling, tokens/s (language models) and the explanations.
+void finishRaceSummary(RaceSummary& summary);
 
 /// Fills each lane's costVsBaseline: its cost to target over the baseline lane's.
 void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline = 0);

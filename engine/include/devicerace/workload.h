@@ -18,7 +18,7 @@ struct WorkloadInfo {
     double defaultLr = 1e-3;
     double weightDecay = 0;
     double momentum = 0;
-    std::string schedule = "constant"; // "constant", "step", "onecycle"
+    std::string schedule = "constant"; // "constant", "step", "onecycle", "cosine"
     int defaultEpochs = 1;
     double defaultTarget = 0.85; // test accuracy the "time to target" clock stops at
     std::int64_t parameters = 0; // trainable parameter count
@@ -29,6 +29,9 @@ struct WorkloadInfo {
     bool syntheticByDefault = false; // no real data set of its own on a stock machine
     bool hasLstm = false;            // the lane key lstm=fused|cells applies
     bool samplesText = false;        // evaluations carry generated text
+    // Language models: tokens scored per example (the context T; an example holds T+1 tokens,
+    // inputShape {T+1}). Throughput is then shown as tokens/s = samples/s x this; 0 otherwise.
+    std::int64_t tokensPerSample = 0;
     bool cudaGraphByDefault = true;  // CUDA lanes capture their training step unless graph=false
     bool channelsLastOnCpu = false;  // CPU lanes default to channels_last (measured faster: docs/BENCHMARKS.md)
 };

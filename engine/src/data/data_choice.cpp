@@ -1,6 +1,8 @@
 #include "data/data_choice.h"
 
 #include <fmt/format.h>
+
+#include <cstdlib>
 #include <fmt/ranges.h>
 
 #include "data/data_util.h"
@@ -117,7 +119,20 @@ DataChoice chooseData(const WorkloadInfo& w, std::optional<DataMode> mode, const
         if (wantSynthetic) {
             return synthetic(30000, 3000, "");
         }
-        return {DataSource::Text, dataDir.empty() ? defaultTextCorpus() : fs::path(dataDir), 0, 0, false, ""};
+        DataChoice c{DataSource::Text, dataDir.empty() ? defaultTextCorpus() : fs::path(dataDir), 0, 0, false, ""};
+        c.text.length = static_cast<int>(w.inputShape.at(0));
+        if (w.tokensPerSample > 0) {
+            // A language model: context + 1 characters per example, one example per context
+            // (nanoGPT draws random offsets; an epoch of shuffled disjoint windows sees each
+            // character once), the text as written.
+            c.text.stride = static_cast<int>(w.tokensPerSample);
+            c.text.lowercase = false;
+        } else if (dataDir.empty() && !std::getenv("DEVICERACE_TEXT_CORPUS")) {
+            // charlstm: the Keras example's windows (40 characters, a new one every 3) over the
+            // ~100 KB that fortunes-min ships, not the 2.6 MB the fortunes package adds beside it.
+            c.text.onlyFiles = {"fortunes", "literature", "riddles"};
+        }
+        return c;
     }
     if (wantSynthetic) {
         return synthetic(w.dataset == "cifar10" ? 50000 : 60000, 10000, "");
@@ -174,8 +189,7 @@ DataExtent measureData(const WorkloadInfo& w, std::optional<DataMode> mode, cons
         break;
     }
     case DataSource::Text: {
-        // The Keras example's windows: 40 characters, a new one every 3.
-        const auto ds = loadTextCorpus(choice.path, static_cast<int>(w.inputShape.at(0)), 3, trainLimit, testLimit);
+        const auto ds = loadTextCorpus(choice.path, choice.text, trainLimit, testLimit);
         e.train = ds->train.count;
         e.test = ds->test.count;
         exampleBytes *= kTokenBytes;

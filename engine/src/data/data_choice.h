@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "devicerace/dataset.h"
 #include "devicerace/lane_spec.h"
 #include "devicerace/workload.h"
 
@@ -20,6 +21,7 @@ struct DataChoice {
     std::int64_t syntheticTest = 0;
     bool adapted = false; // Fashion-MNIST padded/resized to another network's input
     std::string note;     // said to the user when the data is not what they might assume
+    TextWindows text;     // Text: how the corpus is cut into examples
 };
 
 /// Decides the data (unset mode: real where the machine has it). Throws UsageError when the

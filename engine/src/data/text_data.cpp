@@ -1,5 +1,6 @@
 // Text data: the IMDb review folders (word tokens) and plain UTF-8 corpora (characters).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -220,19 +221,35 @@ fs::path defaultTextCorpus() {
 std::shared_ptr<const Dataset> loadTextCorpus(const fs::path& path, int window, int stride,
                                               std::optional<std::int64_t> trainLimit,
                                               std::optional<std::int64_t> testLimit) {
+    TextWindows w;
+    w.length = window;
+    w.stride = stride;
+    return loadTextCorpus(path, w, trainLimit, testLimit);
+}
+
+std::shared_ptr<const Dataset> loadTextCorpus(const fs::path& path, const TextWindows& layout,
+                                              std::optional<std::int64_t> trainLimit,
+                                              std::optional<std::int64_t> testLimit) {
+    const int window = layout.length;
+    const int stride = layout.stride;
     std::error_code ec;
     if (!fs::exists(path, ec)) {
         throw DataError(fmt::format("{}: no such file or folder; expected a UTF-8 text corpus (Debian package "
                                     "fortunes-min, or --data-dir FILE)",
                                     path.string()));
     }
-    return detail::cachedLoad("text", path, trainLimit, testLimit, fmt::format("{}/{}", window, stride), [&] {
+    const auto key = fmt::format("{}/{}/{}/{}", window, stride, layout.lowercase ? "lower" : "cased",
+                                 fmt::join(layout.onlyFiles, ","));
+    return detail::cachedLoad("text", path, trainLimit, testLimit, key, [&] {
         std::vector<fs::path> files;
         if (fs::is_directory(path)) {
             detail::checkFolder(path, "UTF-8 text files");
             for (const auto& e : fs::directory_iterator(path)) {
                 // Plain files only: fortune's .dat indexes and .u8 links are not text.
-                if (e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") {
+                const bool wanted = layout.onlyFiles.empty() ||
+                                    std::find(layout.onlyFiles.begin(), layout.onlyFiles.end(),
+                                              e.path().filename().string()) != layout.onlyFiles.end();
+                if (wanted && e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") {
                     files.push_back(e.path());
                 }
             }
@@ -250,7 +267,7 @@ std::shared_ptr<const Dataset> loadTextCorpus(const fs::path& path, int window, 
         }
         // Keras lstm_text_generation lowercases its corpus: fewer classes, the same language.
         for (auto& c : text) {
-            if (c < 0x80) {
+            if (layout.lowercase && c < 0x80) {
                 c = static_cast<char32_t>(std::tolower(static_cast<int>(c)));
             }
         }

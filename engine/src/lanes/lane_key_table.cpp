@@ -273,7 +273,7 @@ const std::vector<KeyCodec>& keyCodecs() {
             info("momentum", "the workload's", "every lane", "SGD momentum"), &LaneSpec::momentum,
             [](double v) { return v >= 0 && v < 1; }, "in [0, 1)"));
         t.push_back(choiceKey(info("schedule", "the workload's", "every lane", "learning-rate schedule"),
-                              &LaneSpec::schedule, {"constant", "step", "onecycle"}));
+                              &LaneSpec::schedule, {"constant", "step", "onecycle", "cosine"}));
         t.push_back(choiceKey(info("lstm", "fused", "LSTM workloads", "fused (cuDNN/oneDNN) or per-step LSTM cells"),
                               &LaneSpec::lstm, {"fused", "cells"}));
         t.push_back(twoWordKey(info("data", "the race's", "every lane", "this lane's data: real or synthetic"),

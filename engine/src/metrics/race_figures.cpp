@@ -1,6 +1,7 @@
 // The figures a race summary derives from its lanes' summaries: speedups, costs against the
 // baseline, data-parallel scaling. Torch-free (the fuzz build links it for recordings).
 #include "devicerace/race.h"
+#include "devicerace/workload.h"
 
 #include <fmt/format.h>
 
@@ -15,6 +16,24 @@ void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline) {
             lane.costVsBaseline = *lane.costToTargetUsd / *lanes[baseline].costToTargetUsd;
         }
     }
+}
+
+void finishRaceSummary(RaceSummary& s) {
+    s.speedup = speedups(s.lanes);
+    normaliseCosts(s.lanes);
+    fillScaling(s.lanes);
+    s.tokensPerSample = 0;
+    for (const auto& w : workloads()) {
+        if (w.name == s.workload) {
+            s.tokensPerSample = w.tokensPerSample; // a recording of an unknown workload: 0
+        }
+    }
+    for (auto& l : s.lanes) {
+        if (s.tokensPerSample > 0 && l.samplesPerSec) {
+            l.tokensPerSec = *l.samplesPerSec * static_cast<double>(s.tokensPerSample);
+        }
+    }
+    s.explanations = explainSlowerLanes(s.lanes, s.fair, s.workload);
 }
 
 void fillScaling(std::vector<LaneSummary>& lanes) {

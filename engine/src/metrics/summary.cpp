@@ -120,6 +120,7 @@ void RunningSummary::add(const MetricSample& s) {
     case SampleKind::Eval:
         if (s.accuracy) {
             out.finalTestAccuracy = s.accuracy;
+            out.finalTestLoss = s.loss;
             m_evals.emplace_back(s.time, *s.accuracy);
         }
         break;

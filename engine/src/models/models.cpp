@@ -112,6 +112,16 @@ double scheduleFactor(const std::string& schedule, std::int64_t step, std::int64
         constexpr double kPeak = 5.0 / 24.0;
         return f < kPeak ? f / kPeak : std::max(0.0, (1.0 - f) / (1.0 - kPeak));
     }
+    if (schedule == "cosine") {
+        // nanoGPT: linear warm-up over the first 5% (100 of its 2,000 CPU iterations), then a
+        // cosine from 1 down to min_lr = lr / 10 at the end of the run.
+        constexpr double kWarm = 0.05, kMin = 0.1;
+        if (f < kWarm) {
+            return (static_cast<double>(step) + 1) / (kWarm * static_cast<double>(total) + 1);
+        }
+        const double ratio = std::min(1.0, (f - kWarm) / (1.0 - kWarm));
+        return kMin + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (1.0 - kMin);
+    }
     return 1.0;
 }
 
@@ -129,7 +139,7 @@ std::int64_t countParameters(const WorkloadImpl& w) {
 const std::vector<WorkloadImpl>& registry() {
     static const std::vector<WorkloadImpl> list = [] {
         std::vector<WorkloadImpl> all;
-        for (auto part : {kerasWorkloads(), resnetWorkloads(), rnnWorkloads()}) {
+        for (auto part : {kerasWorkloads(), resnetWorkloads(), rnnWorkloads(), gptWorkloads()}) {
             for (auto& w : part) {
                 all.push_back(std::move(w));
             }
@@ -165,7 +175,8 @@ const std::vector<WorkloadInfo>& workloads() {
     static const std::vector<WorkloadInfo> infos = [] {
         std::vector<WorkloadInfo> out;
         for (const auto& name : {"fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32", "cifar-resnet56",
-                                 "cifar-vgg", "davidnet", "imdb-bilstm", "fasttext", "charlstm", "imagenet-resnet50"}) {
+                                 "cifar-vgg", "davidnet", "imdb-bilstm", "fasttext", "charlstm", "char-gpt", "char-gpt-6l",
+                                 "imagenet-resnet50"}) {
             out.push_back(detail::workloadImpl(name).info);
         }
         return out;

@@ -42,7 +42,10 @@ using ModelFactory = std::function<std::shared_ptr<Net>(at::Generator gen, const
 
 enum class Task {
     Classify, // softmax cross-entropy over classes; accuracy = argmax
-    Binary    // one logit, sigmoid cross-entropy; accuracy = logit > 0
+    Binary,   // one logit, sigmoid cross-entropy; accuracy = logit > 0
+    // Next-token prediction: an example is T+1 tokens, the network sees the first T and is
+    // scored at every position on the next one (logits B x T x V); accuracy per token.
+    LanguageModel
 };
 
 struct WorkloadImpl {
@@ -57,7 +60,8 @@ const WorkloadImpl& workloadImpl(const std::string& name);
 
 /// The learning-rate multiplier at `step` of `total` for a schedule name
 /// ("constant", "step": x0.1 at 4/9, 6/9, 8/9 of the run — the seed's 40k/60k/80k of 90k —,
-/// "onecycle": linear 0 -> 1 over the first 5/24, then linear -> 0).
+/// "onecycle": linear 0 -> 1 over the first 5/24, then linear -> 0, "cosine": nanoGPT's linear
+/// warm-up over the first 5%, then a cosine down to 0.1).
 double scheduleFactor(const std::string& schedule, std::int64_t step, std::int64_t total);
 
 // Initialisation and layers shared by the model files (all draw from the lane's generator).
@@ -77,5 +81,8 @@ void lstmInit(torch::nn::Module& module, std::int64_t hidden, at::Generator& gen
 std::vector<WorkloadImpl> kerasWorkloads();  // fashion-mlp, fashion-cnn, cifar-vgg, fasttext
 std::vector<WorkloadImpl> resnetWorkloads(); // cifar-resnet20/32/56, davidnet, imagenet-resnet50
 std::vector<WorkloadImpl> rnnWorkloads();    // imdb-bilstm, charlstm
+std::vector<WorkloadImpl> gptWorkloads();    // char-gpt, char-gpt-6l
+/// A char-gpt network's trainable parameters, by formula (checked against the built model).
+std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t vocabulary);
 
 } // namespace devicerace::detail

@@ -31,9 +31,7 @@ ResolvedData resolveData(const WorkloadInfo& w, std::optional<DataMode> mode, co
         return {loadImdb(choice.path, w.vocabulary, static_cast<int>(w.inputShape.at(0)), trainLimit, testLimit),
                 choice.note};
     case detail::DataSource::Text:
-        // The Keras example's windows: 40 characters, a new one every 3.
-        return {loadTextCorpus(choice.path, static_cast<int>(w.inputShape.at(0)), 3, trainLimit, testLimit),
-                choice.note};
+        return {loadTextCorpus(choice.path, choice.text, trainLimit, testLimit), choice.note};
     case detail::DataSource::Cifar10: return {loadCifar10(choice.path, trainLimit, testLimit), choice.note};
     case detail::DataSource::FashionMnist: break;
     }
@@ -189,10 +187,7 @@ RaceSummary Race::summary() const {
     for (const auto& lane : m_impl->lanes) {
         out.lanes.push_back(lane->summary());
     }
-    out.speedup = speedups(out.lanes);
-    normaliseCosts(out.lanes);
-    fillScaling(out.lanes);
-    out.explanations = explainSlowerLanes(out.lanes, out.fair, out.workload);
+    finishRaceSummary(out);
     return out;
 }
 

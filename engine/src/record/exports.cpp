@@ -92,6 +92,7 @@ std::string summaryToJson(const RaceSummary& summary) {
     j["workload"] = summary.workload;
     j["dataset"] = {{"name", summary.datasetName}, {"synthetic", summary.synthetic}};
     j["mode"] = summary.fair ? "fair" : "live";
+    j["tokens_per_sample"] = summary.tokensPerSample > 0 ? json(summary.tokensPerSample) : json(nullptr);
     j["data_note"] = summary.dataNote.empty() ? json(nullptr) : json(summary.dataNote);
     j["lanes"] = json::array();
     for (const auto& l : summary.lanes) {
@@ -112,6 +113,8 @@ std::string summaryToJson(const RaceSummary& summary) {
             {"measured_samples", l.measuredSamples},
             {"measured_seconds", l.measuredSeconds},
             {"final_test_accuracy", orNull(l.finalTestAccuracy)},
+            {"final_test_loss", orNull(l.finalTestLoss)},
+            {"tokens_per_sec", orNull(l.tokensPerSec)},
             {"time_to_target_seconds", orNull(l.timeToTargetSeconds)},
             {"peak_memory_bytes", orNull(l.peakMemoryBytes)},
             {"cost_per_hour", orNull(l.costPerHour)},

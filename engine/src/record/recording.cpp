@@ -276,10 +276,7 @@ RaceSummary summarizeRecording(const Recording& r) {
     for (const auto& lane : r.lanes) {
         out.lanes.push_back(summarizeRecordedLane(r, lane, SIZE_MAX));
     }
-    out.speedup = speedups(out.lanes);
-    normaliseCosts(out.lanes);
-    fillScaling(out.lanes);
-    out.explanations = explainSlowerLanes(out.lanes, out.fair, out.workload);
+    finishRaceSummary(out);
     return out;
 }
 

@@ -4,7 +4,9 @@
 #include "train/lane_optimizer.h"
 
 #include <ATen/Functions.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 #include <torch/utils.h>
@@ -17,13 +19,48 @@ namespace devicerace::detail {
 
 namespace {
 
-// Adam's moment decay rates: torch::optim::Adam's and Keras' defaults.
+// Adam's first-moment decay rate: torch::optim::Adam's, Keras' and nanoGPT's (the second is
+// the recipe's beta2).
 constexpr double kBeta1 = 0.9;
-constexpr double kBeta2 = 0.999;
+// Added to the global gradient norm before dividing, as torch.nn.utils.clip_grad_norm_.
+constexpr double kClipEps = 1e-6;
+
+bool decays(const OptimizerRecipe& r, const at::Tensor& p) { return !r.decayMatricesOnly || p.dim() >= 2; }
+
+// nanoGPT's two parameter groups: matrices decay, biases and LayerNorm gains do not.
+std::vector<torch::optim::OptimizerParamGroup> adamwGroups(const OptimizerRecipe& r, std::vector<at::Tensor> params,
+                                                           const OptimizerSettings& s) {
+    std::vector<at::Tensor> decay, keep;
+    for (auto& p : params) {
+        (decays(r, p) ? decay : keep).push_back(std::move(p));
+    }
+    auto options = [&](double wd) {
+        return std::make_unique<torch::optim::AdamWOptions>(
+            torch::optim::AdamWOptions(s.lr).betas({kBeta1, r.beta2}).eps(r.eps).weight_decay(wd));
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    if (!decay.empty()) {
+        groups.emplace_back(std::move(decay), options(s.weightDecay));
+    }
+    if (!keep.empty()) {
+        groups.emplace_back(std::move(keep), options(0));
+    }
+    return groups;
+}
+
+// Scales `grads` so their global L2 norm is at most `maxNorm`, with device work only (no host
+// read, so it runs inside a captured CUDA graph): torch.nn.utils.clip_grad_norm_'s foreach path.
+void clipOnDevice(const std::vector<at::Tensor>& grads, double maxNorm) {
+    auto norms = at::_foreach_norm(grads, 2);
+    auto total = at::linalg_vector_norm(at::stack(norms), 2);
+    auto coef = (maxNorm / (total + kClipEps)).clamp_max(1.0);
+    at::_foreach_mul_(grads, coef);
+}
 
 const char* kindName(OptimizerRecipe::Kind k) {
     switch (k) {
     case OptimizerRecipe::Kind::Adam: return "Adam";
+    case OptimizerRecipe::Kind::AdamW: return "AdamW";
     case OptimizerRecipe::Kind::Sgd: return "SGD";
     case OptimizerRecipe::Kind::RmsProp: return "RMSprop";
     }
@@ -34,11 +71,19 @@ const char* kindName(OptimizerRecipe::Kind k) {
 class PlainOptimizer final : public LaneOptimizer {
 public:
     PlainOptimizer(const OptimizerRecipe& r, std::vector<at::Tensor> params, const OptimizerSettings& s)
-        : m_kind(r.kind) {
+        : m_kind(r.kind), m_clipNorm(r.clipNorm) {
+        if (m_clipNorm > 0) {
+            m_params = params;
+        }
         switch (r.kind) {
         case OptimizerRecipe::Kind::Adam:
             m_opt = std::make_unique<torch::optim::Adam>(
-                std::move(params), torch::optim::AdamOptions(s.lr).eps(r.eps).weight_decay(s.weightDecay));
+                std::move(params),
+                torch::optim::AdamOptions(s.lr).betas({kBeta1, r.beta2}).eps(r.eps).weight_decay(s.weightDecay));
+            break;
+        case OptimizerRecipe::Kind::AdamW:
+            m_opt = std::make_unique<torch::optim::AdamW>(adamwGroups(r, std::move(params), s),
+                                                          torch::optim::AdamWOptions(s.lr));
             break;
         case OptimizerRecipe::Kind::Sgd:
             m_opt = std::make_unique<torch::optim::SGD>(
@@ -63,12 +108,19 @@ public:
         }
     }
     void zeroGrad() override { m_opt->zero_grad(/*set_to_none=*/true); }
-    void step() override { m_opt->step(); }
+    void step() override {
+        if (m_clipNorm > 0) {
+            torch::nn::utils::clip_grad_norm_(m_params, m_clipNorm);
+        }
+        m_opt->step();
+    }
     bool captureSafe() const override { return false; }
     std::string describe() const override { return fmt::format("torch::optim {}", kindName(m_kind)); }
 
 private:
     OptimizerRecipe::Kind m_kind;
+    double m_clipNorm = 0;
+    std::vector<at::Tensor> m_params; // clipped over all of them
     std::unique_ptr<torch::optim::Optimizer> m_opt;
     double m_lr = 0;
 };
@@ -84,6 +136,7 @@ public:
         for (const auto& p : m_params) {
             switch (r.kind) {
             case OptimizerRecipe::Kind::Adam:
+            case OptimizerRecipe::Kind::AdamW:
                 m_state1.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
                 m_state2.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
                 m_steps.push_back(at::zeros({}, at::TensorOptions().device(dev).dtype(at::kFloat)));
@@ -149,15 +202,45 @@ public:
         }
         const bool deviceLr = m_params[0].is_cuda();
         const auto& s = m_settings;
+        if (m_recipe.clipNorm > 0) {
+            clipOnDevice(grads, m_recipe.clipNorm);
+        }
         switch (m_recipe.kind) {
         case OptimizerRecipe::Kind::Adam:
             at::_foreach_add_(steps, 1);
             if (deviceLr) {
-                at::_fused_adam_(params, grads, s1, s2, {}, steps, m_lrTensor, kBeta1, kBeta2, s.weightDecay,
+                at::_fused_adam_(params, grads, s1, s2, {}, steps, m_lrTensor, kBeta1, m_recipe.beta2, s.weightDecay,
                                  m_recipe.eps, false, false);
             } else {
-                at::_fused_adam_(params, grads, s1, s2, {}, steps, s.lr, kBeta1, kBeta2, s.weightDecay, m_recipe.eps,
-                                 false, false);
+                at::_fused_adam_(params, grads, s1, s2, {}, steps, s.lr, kBeta1, m_recipe.beta2, s.weightDecay,
+                                 m_recipe.eps, false, false);
+            }
+            break;
+        case OptimizerRecipe::Kind::AdamW:
+            at::_foreach_add_(steps, 1);
+            // Two calls: the decaying matrices, then the rest with no decay.
+            for (const bool decaying : {true, false}) {
+                std::vector<at::Tensor> gp, gg, g1, g2, gs;
+                for (std::size_t i = 0; i < params.size(); ++i) {
+                    if (decays(m_recipe, params[i]) == decaying) {
+                        gp.push_back(params[i]);
+                        gg.push_back(grads[i]);
+                        g1.push_back(s1[i]);
+                        g2.push_back(s2[i]);
+                        gs.push_back(steps[i]);
+                    }
+                }
+                if (gp.empty()) {
+                    continue;
+                }
+                const double wd = decaying ? s.weightDecay : 0.0;
+                if (deviceLr) {
+                    at::_fused_adamw_(gp, gg, g1, g2, {}, gs, m_lrTensor, kBeta1, m_recipe.beta2, wd, m_recipe.eps,
+                                      false, false);
+                } else {
+                    at::_fused_adamw_(gp, gg, g1, g2, {}, gs, s.lr, kBeta1, m_recipe.beta2, wd, m_recipe.eps, false,
+                                      false);
+                }
             }
             break;
         case OptimizerRecipe::Kind::Sgd:
@@ -235,7 +318,7 @@ public:
         if (r.kind != OptimizerRecipe::Kind::Sgd || s.momentum > 0) {
             m_state1 = at::zeros_like(m_params);
         }
-        if (r.kind == OptimizerRecipe::Kind::Adam) {
+        if (r.kind == OptimizerRecipe::Kind::Adam || r.kind == OptimizerRecipe::Kind::AdamW) {
             m_state2 = at::zeros_like(m_params);
             m_steps = at::zeros({}, at::TensorOptions().dtype(at::kFloat));
         }
@@ -261,8 +344,14 @@ public:
             return; // the mirror is written in the same pass
         case OptimizerRecipe::Kind::Adam:
             m_steps.add_(1);
-            at::_fused_adam_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1, kBeta2,
-                             s.weightDecay, m_recipe.eps, false, false);
+            at::_fused_adam_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1,
+                             m_recipe.beta2, s.weightDecay, m_recipe.eps, false, false);
+            break;
+        case OptimizerRecipe::Kind::AdamW: // every tensor decays: Trainer::setUpDenseStep keeps the
+                                           // recipes with per-tensor decay or clipping off it
+            m_steps.add_(1);
+            at::_fused_adamw_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1,
+                              m_recipe.beta2, s.weightDecay, m_recipe.eps, false, false);
             break;
         case OptimizerRecipe::Kind::Sgd: {
             std::vector<at::Tensor> momentum;

@@ -20,6 +20,7 @@ constexpr double kResidentShare = 0.25;
 // ImageNet ones), and at most this many examples.
 constexpr std::int64_t kEvalInputBytes = 3072000;
 constexpr std::int64_t kEvalMaxExamples = 1000;
+constexpr std::int64_t kEvalMaxTokens = 32768;
 
 std::string resolveDevice(const std::string& device) {
     if (device == "cpu") {
@@ -146,8 +147,12 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     for (auto d : workload.inputShape) {
         exampleSize *= d;
     }
-    plan.evalBatch = spec.evalBatch.value_or(
-        std::max(plan.batch, std::min<std::int64_t>(kEvalMaxExamples, kEvalInputBytes / exampleSize)));
+    // Language models: the activations, not the input, bound an evaluation batch (a 6-layer,
+    // 384-wide block holds 4 x 384 floats per token): at most kEvalMaxTokens tokens.
+    const std::int64_t evalExamples = workload.tokensPerSample > 0 ? kEvalMaxTokens / workload.tokensPerSample
+                                                                   : kEvalInputBytes / exampleSize;
+    plan.evalBatch =
+        spec.evalBatch.value_or(std::max(plan.batch, std::min<std::int64_t>(kEvalMaxExamples, evalExamples)));
     plan.threads = spec.threads.value_or(plan.device == "cpu" ? defaultCpuThreads() : 1);
     if (run.distributed) {
         plan.cudaGraph = false; // the gradient hooks launch collectives from inside the backward pass

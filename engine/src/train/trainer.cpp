@@ -146,6 +146,10 @@ void Trainer::setUpDenseStep(const OptimizerSettings& opt) {
         m_denseStepOff = "DEVICERACE_DENSE_STEP=0";
         return;
     }
+    if (m_workload->optimizer.decayMatricesOnly || m_workload->optimizer.clipNorm > 0) {
+        m_denseStepOff = "per-tensor decay or gradient clipping"; // the flat optimizer has neither
+        return;
+    }
     if (auto why = DenseStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
                                      m_ctx.fusedOptimizer)) {
         m_denseStepOff = *why;

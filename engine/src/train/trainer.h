@@ -45,6 +45,9 @@ inline constexpr std::int64_t kGraphWarmupSteps = 3;
 // Characters generated at each charlstm evaluation, and the sampling temperature.
 inline constexpr int kSampleChars = 200;
 inline constexpr double kSampleTemperature = 0.5;
+// Language models: characters written at each evaluation from one fixed prompt and seed.
+inline constexpr int kLmSampleChars = 120;
+inline constexpr double kLmSampleTemperature = 0.8;
 // A lane whose training loss exceeds this multiple of its first value is declared diverged.
 inline constexpr double kDivergenceFactor = 1000.0;
 
@@ -95,6 +98,11 @@ private:
 
     torch::Tensor correctOf(const torch::Tensor& logits, const torch::Tensor& y) const;
 
+    // Language models: splits a batch of T+1-token examples into inputs and next-token targets.
+    void splitTargets(torch::Tensor& x, torch::Tensor& y) const;
+    // Targets scored per example: T for a language model, else 1 (accuracy and loss denominators).
+    std::int64_t targetsPerExample() const;
+
     struct StepOutput {
         torch::Tensor loss, correct; // 0-dim, on the device
     };
@@ -125,6 +133,10 @@ private:
     // Generates text from a test window, one character at a time (the Keras example's loop),
     // sampling with the lane's generator. Called inside evaluate() (no gradients, eval mode).
     std::string sampleText();
+    // A language model's continuation of a newline (nanoGPT sample.py's start), or of the
+    // validation text's first character, drawn with a generator seeded by the lane's seed at
+    // every evaluation: the same weights write the same text.
+    std::string sampleLanguageModel();
 
     void describeExecution();
 

@@ -1,6 +1,10 @@
 // Report points, evaluations and the samples a lane emits.
 #include "train/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+
 #include "devices/cpu_info.h"
 
 namespace devicerace::detail {
@@ -66,7 +70,7 @@ std::optional<LaneOutcome> Trainer::report() {
         s.allreduceShare = share / m_dist->world();
     }
     s.loss = lossCount > 0 ? std::optional<double>(lossSum / lossCount) : std::nullopt;
-    s.accuracy = correctAll / static_cast<double>(samples);
+    s.accuracy = correctAll / static_cast<double>(samples * targetsPerExample());
     s.samplesPerSec = dt > 0 ? std::optional<double>(samples / dt) : std::nullopt;
     s.stepsPerSec = dt > 0 ? std::optional<double>(steps / dt) : std::nullopt;
     s.intervalSeconds = dt;
@@ -101,6 +105,7 @@ void Trainer::evaluate() {
         auto x = m_data.testX.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
         x = prepareInput(x, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
         auto y = m_data.testY.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
+        splitTargets(x, y);
         AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
         auto logits = m_model->forward(x).to(torch::kFloat32);
         lossSum += lossOf(logits, y, true);
@@ -108,11 +113,12 @@ void Trainer::evaluate() {
     }
     std::string text;
     if (m_workload->info.samplesText) {
-        text = sampleText();
+        text = m_workload->task == Task::LanguageModel ? sampleLanguageModel() : sampleText();
     }
     m_model->train();
-    const double loss = lossSum.item<double>() / static_cast<double>(n);
-    const double acc = static_cast<double>(correct.item<std::int64_t>()) / static_cast<double>(n);
+    const auto scored = static_cast<double>(n * targetsPerExample());
+    const double loss = lossSum.item<double>() / scored;
+    const double acc = static_cast<double>(correct.item<std::int64_t>()) / scored;
     const auto now = Clock::now();
     MetricSample s = base(SampleKind::Eval);
     s.time = seconds(now - m_start) - m_paused;
@@ -146,6 +152,35 @@ std::string Trainer::sampleText() {
         const auto id = next.item<std::int64_t>();
         out += vocab.at(static_cast<std::size_t>(id));
         window = torch::cat({window.narrow(1, 1, window.size(1) - 1), next}, 1);
+    }
+    return out;
+}
+
+std::string Trainer::sampleLanguageModel() {
+    const auto& vocab = m_ctx.settings.data->tokenText;
+    if (vocab.empty() || m_data.testX.size(0) == 0) {
+        return {};
+    }
+    const auto context = m_workload->info.tokensPerSample;
+    const auto newline = std::find(vocab.begin(), vocab.end(), "\n");
+    std::vector<std::int64_t> ids{newline != vocab.end() ? newline - vocab.begin()
+                                                          : m_data.testX[0][0].item<std::int64_t>()};
+    auto gen = at::detail::createCPUGenerator(m_ctx.settings.seed);
+    std::string out;
+    for (int i = 0; i < kLmSampleChars; ++i) {
+        const auto from = std::max<std::int64_t>(0, static_cast<std::int64_t>(ids.size()) - context);
+        auto window = torch::tensor(std::vector<std::int64_t>(ids.begin() + from, ids.end()), torch::kLong)
+                          .unsqueeze(0)
+                          .to(m_dev);
+        torch::Tensor logits;
+        {
+            AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
+            logits = m_model->forward(window).select(1, -1).to(torch::kFloat32);
+        }
+        auto probs = (logits / kLmSampleTemperature).softmax(1).to(torch::kCPU);
+        const auto id = at::multinomial(probs, 1, false, gen).item<std::int64_t>();
+        ids.push_back(id);
+        out += vocab.at(static_cast<std::size_t>(id));
     }
     return out;
 }

@@ -8,6 +8,9 @@ torch::Tensor Trainer::lossOf(const torch::Tensor& logits, const torch::Tensor& 
     if (m_workload->task == Task::Binary) {
         return at::binary_cross_entropy_with_logits(logits.squeeze(1), y.to(torch::kFloat32), {}, {}, reduction);
     }
+    if (m_workload->task == Task::LanguageModel) {
+        return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), y.reshape(-1), {}, reduction);
+    }
     return at::cross_entropy_loss(logits, y, {}, reduction);
 }
 
@@ -15,7 +18,22 @@ torch::Tensor Trainer::correctOf(const torch::Tensor& logits, const torch::Tenso
     if (m_workload->task == Task::Binary) {
         return logits.squeeze(1).gt(0).eq(y).sum();
     }
-    return logits.argmax(1).eq(y).sum();
+    return logits.argmax(-1).eq(y).sum();
+}
+
+void Trainer::splitTargets(torch::Tensor& x, torch::Tensor& y) const {
+    if (m_workload->task != Task::LanguageModel) {
+        return;
+    }
+    // T+1 tokens per example: the first T are the input, the last T (shifted by one) the
+    // targets. Views: a captured graph reads them from the reused batch buffer.
+    const auto t = x.size(1) - 1;
+    y = x.narrow(1, 1, t);
+    x = x.narrow(1, 0, t);
+}
+
+std::int64_t Trainer::targetsPerExample() const {
+    return m_workload->task == Task::LanguageModel ? m_workload->info.tokensPerSample : 1;
 }
 
 // One training step on the batch `idx` (rows of the training set; on the host when the
@@ -35,6 +53,7 @@ void Trainer::trainStep(const torch::Tensor& idx) {
         x = m_data.trainX.index_select(0, idx);
         y = m_data.trainY.index_select(0, idx);
     }
+    splitTargets(x, y);
     StepOutput out;
     if (m_graph) {
         m_graph->replay();

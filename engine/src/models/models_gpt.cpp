@@ -1,0 +1,147 @@
+// The decoder-only transformer: nanoGPT's model.py (GPT-2 style), character level.
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/nn/functional.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cmath>
+
+#include "models/models.h"
+
+namespace devicerace::detail {
+
+namespace F = torch::nn::functional;
+
+namespace {
+
+struct GptShape {
+    std::int64_t layers, heads, width, context;
+    double dropout;
+};
+
+// nanoGPT's initialisation: N(0, 0.02) for every matmul weight and embedding, zero biases,
+// LayerNorm 1/0, and the residual projections at N(0, 0.02 / sqrt(2 * layers)).
+constexpr double kInitStd = 0.02;
+
+// One pre-LayerNorm block: x + attn(ln1(x)), then x + mlp(ln2(x)).
+struct GptBlock : torch::nn::Module {
+    GptBlock(const GptShape& s, at::Generator& gen) : m_heads(s.heads), m_drop(s.dropout) {
+        const auto c = s.width;
+        ln1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+        attn = register_module("c_attn", torch::nn::Linear(c, 3 * c));
+        attnProj = register_module("attn_c_proj", torch::nn::Linear(c, c));
+        ln2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+        fc = register_module("c_fc", torch::nn::Linear(c, 4 * c));
+        mlpProj = register_module("mlp_c_proj", torch::nn::Linear(4 * c, c));
+        torch::NoGradGuard noGrad;
+        const double projStd = kInitStd / std::sqrt(2.0 * static_cast<double>(s.layers));
+        for (auto* l : {&attn, &attnProj, &fc, &mlpProj}) {
+            (*l)->weight.normal_(0, l == &attnProj || l == &mlpProj ? projStd : kInitStd, gen);
+            (*l)->bias.zero_();
+        }
+    }
+    torch::Tensor forward(const torch::Tensor& x, at::Generator& gen) {
+        const auto b = x.size(0), t = x.size(1), c = x.size(2);
+        auto qkv = attn->forward(ln1->forward(x)).split(c, 2);
+        auto heads = [&](const torch::Tensor& v) { return v.view({b, t, m_heads, c / m_heads}).transpose(1, 2); };
+        // Causal attention in one fused kernel: flash / memory-efficient on CUDA, the fused
+        // CPU kernel on CPUs, in the lane's autocast precision.
+        auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
+                                                  /*is_causal=*/true);
+        y = y.transpose(1, 2).contiguous().view({b, t, c});
+        auto h = x + laneDropout(attnProj->forward(y), m_drop, is_training(), gen);
+        auto m = mlpProj->forward(F::gelu(fc->forward(ln2->forward(h))));
+        return h + laneDropout(m, m_drop, is_training(), gen);
+    }
+    torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+    torch::nn::Linear attn{nullptr}, attnProj{nullptr}, fc{nullptr}, mlpProj{nullptr};
+    std::int64_t m_heads;
+    double m_drop;
+};
+
+// Token + learned position embeddings, the blocks, a final LayerNorm, and the output head tied
+// to the token embedding (no bias of its own).
+struct CharGpt : Net {
+    CharGpt(at::Generator initGen, const GptShape& s, std::int64_t vocabulary) : m_shape(s) {
+        gen = std::move(initGen);
+        wte = register_module("wte", torch::nn::Embedding(vocabulary, s.width));
+        wpe = register_module("wpe", torch::nn::Embedding(s.context, s.width));
+        {
+            torch::NoGradGuard noGrad;
+            wte->weight.normal_(0, kInitStd, gen);
+            wpe->weight.normal_(0, kInitStd, gen);
+        }
+        for (std::int64_t i = 0; i < s.layers; ++i) {
+            blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<GptBlock>(s, gen)));
+        }
+        lnF = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
+    }
+    /// (B, T) token ids, T <= context -> (B, T, V) logits.
+    torch::Tensor forward(const torch::Tensor& x) override {
+        const auto t = x.size(1);
+        auto pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+        auto h = laneDropout(wte->forward(x) + wpe->forward(pos), m_shape.dropout, is_training(), gen);
+        for (auto& block : blocks) {
+            h = block->forward(h, gen);
+        }
+        return at::linear(lnF->forward(h), wte->weight);
+    }
+    GptShape m_shape;
+    torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+    std::vector<std::shared_ptr<GptBlock>> blocks;
+    torch::nn::LayerNorm lnF{nullptr};
+};
+
+WorkloadImpl gptWorkload(const std::string& name, const GptShape& s, std::int64_t batch, const std::string& what) {
+    WorkloadImpl w;
+    w.task = Task::LanguageModel;
+    w.info.name = name;
+    w.info.description = what;
+    w.info.dataset = "text";
+    w.info.origin = "karpathy/nanoGPT model.py (GPT-2 style), character level";
+    w.info.optimizer = "AdamW(lr=1e-3, betas=(0.9, 0.99), wd=0.1 on matrices), clip 1.0";
+    w.info.defaultBatch = batch;
+    w.info.defaultLr = 1e-3;
+    w.info.weightDecay = 0.1;
+    w.info.schedule = "cosine";
+    w.info.defaultEpochs = 1;
+    w.info.defaultTarget = 0.5; // next-character accuracy on the validation text
+    w.info.input = DataKind::Tokens;
+    w.info.inputShape = {s.context + 1};
+    w.info.tokensPerSample = s.context;
+    w.info.classes = 65; // tiny-shakespeare's alphabet; the text's own alphabet at run time
+    w.info.vocabulary = 65;
+    w.info.samplesText = true;
+    w.makeModel = [s](at::Generator g, const ModelOptions& o) {
+        return std::make_shared<CharGpt>(std::move(g), s, o.vocabulary > 0 ? o.vocabulary : 65);
+    };
+    w.optimizer.kind = OptimizerRecipe::Kind::AdamW;
+    w.optimizer.beta2 = 0.99;
+    w.optimizer.decayMatricesOnly = true;
+    w.optimizer.clipNorm = 1.0;
+    return w;
+}
+
+} // namespace
+
+std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context,
+                               std::int64_t vocabulary) {
+    // Per block: two LayerNorms (2C each), qkv (3C^2 + 3C), projection (C^2 + C), MLP up
+    // (4C^2 + 4C) and down (4C^2 + C) = 12C^2 + 13C; plus the token and position embeddings
+    // and the final LayerNorm; the head shares the token embedding.
+    const auto c = width;
+    return layers * (12 * c * c + 13 * c) + vocabulary * c + context * c + 2 * c;
+}
+
+std::vector<WorkloadImpl> gptWorkloads() {
+    std::vector<WorkloadImpl> list;
+    list.push_back(gptWorkload("char-gpt", {4, 4, 128, 64, 0.0}, 12,
+                               "nanoGPT's CPU config: 4 layers, 4 heads, 128 wide, context 64; writes text"));
+    list.push_back(gptWorkload("char-gpt-6l", {6, 6, 384, 256, 0.2}, 64,
+                               "nanoGPT's train_shakespeare_char: 6 layers, 6 heads, 384 wide, context 256"));
+    list.back().info.defaultTarget = 0.55;
+    return list;
+}
+
+} // namespace devicerace::detail
