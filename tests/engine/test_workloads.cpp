@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "devicerace/race.h"
@@ -15,7 +17,7 @@ TEST(Workloads, ParameterCountsMatchThePublishedNetworks) {
     for (const auto& w : workloads()) {
         counts[w.name] = w.parameters;
     }
-    ASSERT_EQ(counts.size(), 11u);
+    ASSERT_EQ(counts.size(), 13u);
     EXPECT_EQ(counts["fashion-mlp"], 669706);              // Keras mnist_mlp summary
     EXPECT_EQ(counts["fashion-cnn"], 1199882);             // Keras mnist_cnn summary
     EXPECT_EQ(counts["cifar-vgg"], 1250858);               // Keras cifar10_cnn summary
@@ -27,6 +29,9 @@ TEST(Workloads, ParameterCountsMatchThePublishedNetworks) {
     EXPECT_NEAR(counts["davidnet"], 6.57e6, 0.01e6);       // the DAWNBench ResNet-9
     // Keras' BiLSTM has 2,658,945; PyTorch's LSTM carries a second bias vector (+4x64 per direction).
     EXPECT_EQ(counts["imdb-bilstm"], 2658945 + 2 * 4 * 64);
+    // nanoGPT's shapes at a 65-character alphabet, biases on (test_char_gpt.cpp: the formula).
+    EXPECT_EQ(counts["char-gpt"], 809856);
+    EXPECT_EQ(counts["char-gpt-6l"], 10770816);
 }
 
 class EveryWorkload : public ::testing::TestWithParam<std::string> {};
@@ -66,14 +71,14 @@ TEST_P(EveryWorkload, TrainsThreeStepsOnTheCpu) {
         for (const auto& s : race.lanes()[0]->history()) {
             sampled = sampled || (s.kind == SampleKind::Eval && s.text.size() > 40);
         }
-        EXPECT_TRUE(sampled) << "charlstm evaluations carry generated text";
+        EXPECT_TRUE(sampled) << info.name << " evaluations carry generated text";
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EveryWorkload,
                          ::testing::Values("fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32",
                                            "cifar-resnet56", "cifar-vgg", "davidnet", "imdb-bilstm", "fasttext",
-                                           "charlstm", "imagenet-resnet50"),
+                                           "charlstm", "char-gpt", "char-gpt-6l", "imagenet-resnet50"),
                          [](const auto& info) {
                              std::string n = info.param;
                              std::replace(n.begin(), n.end(), '-', '_');
@@ -136,4 +141,73 @@ TEST(Workloads, DataNotesSayWhatTheRaceRunsOn) {
     auto bilstm = resolveData(findWorkload("imdb-bilstm"), std::nullopt, "", 16, 4);
     EXPECT_TRUE(bilstm.dataset->synthetic);
     EXPECT_EQ(bilstm.dataset->kind, DataKind::Tokens);
+}
+
+namespace {
+
+std::vector<MetricSample> evalsOf(const Lane& lane) {
+    std::vector<MetricSample> out;
+    for (const auto& s : lane.history()) {
+        if (s.kind == SampleKind::Eval) {
+            out.push_back(s);
+        }
+    }
+    return out;
+}
+
+} // namespace
+
+// A short race on the real corpus: the loss falls well below chance, two lanes with one seed
+// write the same text, and torch::optim's AdamW with clip_grad_norm_ (fused=false) trains the
+// same curve as the fused two-group AdamW with clipping on the device.
+TEST(CharGpt, LearnsWritesReproducibleTextAndBothOptimizersAgree) {
+    if (!std::filesystem::exists(defaultTextCorpus())) {
+        GTEST_SKIP() << "no text corpus at " << defaultTextCorpus() << " (Debian package fortunes)";
+    }
+    RaceSpec spec;
+    spec.workload = "char-gpt";
+    spec.steps = 60;
+    spec.trainLimit = 1200;
+    spec.testLimit = 48;
+    spec.fair = true;
+    LaneSpec a;
+    a.threads = 1;
+    a.name = "a";
+    LaneSpec b = a;
+    b.name = "b";
+    LaneSpec plain = a;
+    plain.name = "plain";
+    plain.fused = false;
+    spec.lanes = {a, b, plain};
+    Race race(spec);
+    race.start();
+    race.wait();
+    const double chance = std::log(static_cast<double>(race.dataset().vocabulary));
+    const auto lanes = race.summary().lanes;
+    for (const auto& l : lanes) {
+        ASSERT_EQ(l.state, LaneState::Finished) << l.name << ": " << l.error;
+    }
+    const auto ea = evalsOf(*race.lanes()[0]), eb = evalsOf(*race.lanes()[1]), ep = evalsOf(*race.lanes()[2]);
+    ASSERT_FALSE(ea.empty());
+    ASSERT_EQ(ea.size(), eb.size());
+    ASSERT_EQ(ea.size(), ep.size());
+    EXPECT_LT(*ea.back().loss, chance - 1) << "validation loss after 60 steps vs ln(V) - 1";
+    EXPECT_GE(ea.back().text.size(), 120u);
+    EXPECT_EQ(ea.back().text, eb.back().text) << "one seed, one text";
+    EXPECT_NEAR(*ep.back().loss, *ea.back().loss, 0.01 * *ea.back().loss) << "torch::optim AdamW vs fused";
+    EXPECT_NE(lanes[2].execution.find("torch::optim AdamW"), std::string::npos) << lanes[2].execution;
+    EXPECT_NE(lanes[0].execution.find("fused AdamW"), std::string::npos) << lanes[0].execution;
+    ASSERT_TRUE(lanes[0].tokensPerSec.has_value());
+    EXPECT_DOUBLE_EQ(*lanes[0].tokensPerSec, *lanes[0].samplesPerSec * 64);
+
+    // Another seed writes another text.
+    spec.seed = 8;
+    spec.lanes = {a};
+    spec.steps = 2;
+    Race other(spec);
+    other.start();
+    other.wait();
+    const auto eo = evalsOf(*other.lanes()[0]);
+    ASSERT_FALSE(eo.empty());
+    EXPECT_NE(eo.back().text, ea.back().text);
 }
