@@ -240,8 +240,33 @@ class Listings(unittest.TestCase):
         self.assertEqual(by_name["fashion-mlp"]["parameters"], 669_706)
         self.assertEqual(by_name["fashion-cnn"]["parameters"], 1_199_882)
         self.assertEqual(by_name["fashion-mlp"]["batch"], 128)
-        self.assertEqual(len(by_name), 11)
+        self.assertEqual(len(by_name), 13)
         self.assertEqual(by_name["imagenet-resnet50"]["parameters"], 25_557_032)
+        # nanoGPT's CPU config at a 65-character alphabet; its 6-layer config (test_char_gpt.cpp).
+        self.assertEqual(by_name["char-gpt"]["parameters"], 809_856)
+        self.assertEqual(by_name["char-gpt"]["tokens_per_sample"], 64)
+        self.assertEqual(by_name["char-gpt-6l"]["parameters"], 10_770_816)
+        self.assertIsNone(by_name["fashion-mlp"]["tokens_per_sample"])
+
+    @unittest.skipUnless(os.path.isdir("/usr/share/games/fortunes"), "no fortunes corpus (Debian package fortunes)")
+    def test_char_gpt_race_prints_tokens_validation_loss_and_text(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.json")
+            r = run("race", "--workload", "char-gpt", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2", "--fair",
+                    "--steps", "16", "--warmup-steps", "2", "--train-limit", "240", "--test-limit", "24", "--json", out)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("tokens/s", r.stdout)
+            self.assertIn("val loss", r.stdout)
+            for lane in ("cpu·1", "cpu·2"):
+                # Every evaluation: the lane's text on one line.
+                lines = [l for l in r.stdout.splitlines() if l.startswith(lane) and " writes: " in l]
+                self.assertTrue(lines, r.stdout)
+                self.assertGreaterEqual(len(lines[-1].split(" writes: ", 1)[1]), 120)
+            summary = json.loads(read(out))
+            self.assertEqual(summary["tokens_per_sample"], 64)
+            for lane in summary["lanes"]:
+                self.assertAlmostEqual(lane["tokens_per_sec"], lane["samples_per_sec"] * 64, delta=1e-6)
+                self.assertGreater(lane["final_test_loss"], 0)
 
 
 @unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")
