@@ -17,6 +17,7 @@
 #include "device_panel.h"
 #include "race_strip.h"
 #include "summary_table.h"
+#include "text_strip.h"
 
 namespace devicerace::ui {
 
@@ -36,6 +37,9 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     m_loss = new MetricChart(tr("Training loss"), Metric::Loss, this);
     m_devices = new DevicePanel(this);
     layout->addLayout(grid, 5);
+    // What the language models write, under the charts (hidden until a lane has written).
+    m_text = new TextStrip(this);
+    layout->addWidget(m_text);
 
     m_controls = new QWidget(this);
     auto* controls = new QHBoxLayout(m_controls);
@@ -91,7 +95,7 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
         refreshCharts();
     });
     connect(m_rate, &QComboBox::currentIndexChanged, this,
-            [this](int i) { m_throughput->setMetric(i == 0 ? Metric::SamplesPerSec : Metric::StepsPerSec); });
+            [this](int i) { m_throughput->setMetric(i == 0 ? firstRate() : Metric::StepsPerSec); });
     connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
         for (auto* c : charts()) {
             c->setSmoothing(v / 100.0);
@@ -201,12 +205,23 @@ QString Dashboard::titleText() const { return m_title->text(); }
 
 int Dashboard::baseline() const { return std::max(0, m_baseline->currentIndex()); }
 
+Metric Dashboard::firstRate() const { return m_race->tokensPerSample() > 0 ? Metric::TokensPerSec : Metric::SamplesPerSec; }
+
 void Dashboard::onRaceStarted() {
     const auto& lanes = m_race->lanes();
     for (auto* c : charts()) {
         c->setLanes(lanes);
     }
-    m_accuracy->setTarget(m_race->targetAccuracy());
+    // Language models: throughput in tokens/s, accuracy per next character.
+    const auto tokens = m_race->tokensPerSample();
+    m_rate->setItemText(0, tokens > 0 ? tr("tokens/s") : tr("samples/s"));
+    m_throughput->setTokensPerSample(std::max<std::int64_t>(1, tokens));
+    m_throughput->setMetric(m_rate->currentIndex() == 0 ? firstRate() : Metric::StepsPerSec);
+    // Language models: validation loss is the quality curve (next-character accuracy is in
+    // the strip and the table).
+    m_accuracy->setMetric(tokens > 0 ? Metric::EvalLoss : Metric::Accuracy);
+    m_accuracy->setTitle(tokens > 0 ? tr("Validation loss") : tr("Test accuracy"));
+    m_accuracy->setTarget(m_race->tokensPerSample() > 0 ? std::nullopt : m_race->targetAccuracy());
     {
         const QSignalBlocker block(m_baseline);
         const int previous = m_baseline->currentIndex();
@@ -236,6 +251,7 @@ void Dashboard::refresh() {
     auto rows = stripRows(*m_race, baseline(), m_race->warmupSteps());
     m_headline = headlineText(rows, baseline());
     m_strip->setRows(std::move(rows));
+    m_text->setLines(textLines(*m_race));
     updateTitle();
 }
 
@@ -337,6 +353,7 @@ void Dashboard::setPresentation(bool on, double fontScale) {
         c->setFontScale(fontScale);
     }
     m_strip->setFontScale(fontScale);
+    m_text->setFontScale(fontScale);
     QFont titleFont = font();
     titleFont.setBold(true);
     // 1.4x the body text; in presentation 2x the scaled text, above the strip's 1.35x names.

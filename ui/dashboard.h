@@ -19,6 +19,7 @@ class DevicePanel;
 class MetricChart;
 class RaceStrip;
 class SummaryTable;
+class TextStrip;
 
 class Dashboard : public QWidget {
     Q_OBJECT
@@ -29,6 +30,7 @@ public:
     MetricChart* accuracyChart() const { return m_accuracy; }
     MetricChart* lossChart() const { return m_loss; }
     RaceStrip* strip() const { return m_strip; }
+    TextStrip* textStrip() const { return m_text; }
     SummaryTable* summaryTable() const { return m_summary; }
     DevicePanel* devicePanel() const { return m_devices; }
     QList<MetricChart*> charts() const;
@@ -78,12 +80,14 @@ private:
     void updateTitle();
     void linkZoom();
     bool wantLog();
+    Metric firstRate() const; // the throughput combo's first entry: tokens/s or samples/s
     RaceController* m_race;
     MetricChart* m_throughput = nullptr;
     MetricChart* m_accuracy = nullptr;
     MetricChart* m_loss = nullptr;
     DevicePanel* m_devices = nullptr;
     RaceStrip* m_strip = nullptr;
+    TextStrip* m_text = nullptr;
     SummaryTable* m_summary = nullptr;
     QWidget* m_controls = nullptr;
     QComboBox* m_xAxis = nullptr;

@@ -53,8 +53,13 @@ void LaneHistory::append(const MetricSample& s) {
             evalStep.push_back(static_cast<double>(s.step));
             evalSamples.push_back(static_cast<double>(s.samples));
             evalAccuracy.push_back(*s.accuracy);
+            evalLoss.push_back(finite(s.loss) ? *s.loss : (evalLoss.empty() ? 0.0 : evalLoss.back()));
             evalCost.push_back(costPerHour ? s.time / 3600.0 * *costPerHour : 0.0);
             lastAccuracy = s.accuracy;
+        }
+        if (!s.text.empty()) {
+            lastText = QString::fromStdString(s.text);
+            lastTextStep = s.step;
         }
         break;
     case SampleKind::State:
@@ -185,9 +190,11 @@ const std::vector<double>& xColumn(const LaneHistory& h, XAxis axis, bool eval) 
 
 const std::vector<double>& yColumn(const LaneHistory& h, Metric metric) {
     switch (metric) {
-    case Metric::SamplesPerSec: return h.samplesPerSec;
+    case Metric::SamplesPerSec:
+    case Metric::TokensPerSec: return h.samplesPerSec;
     case Metric::StepsPerSec: return h.stepsPerSec;
     case Metric::Loss: return h.loss;
+    case Metric::EvalLoss: return h.evalLoss;
     case Metric::Accuracy: break;
     }
     return h.evalAccuracy;

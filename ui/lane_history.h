@@ -16,7 +16,14 @@
 namespace devicerace::ui {
 
 enum class XAxis { Time, Step, Samples, Cost };
-enum class Metric { SamplesPerSec, StepsPerSec, Loss, Accuracy };
+// TokensPerSec: language models' throughput, the samples/s column times the tokens per
+// example (MetricChart::setTokensPerSample scales it).
+// EvalLoss: the evaluations' loss (language models' validation loss, their quality curve).
+enum class Metric { SamplesPerSec, StepsPerSec, Loss, Accuracy, TokensPerSec, EvalLoss };
+/// The metrics read from the evaluation columns (drawn as points joined by lines).
+inline bool isEval(Metric m) { return m == Metric::Accuracy || m == Metric::EvalLoss; }
+/// The throughput metrics (log axes, rate formatting).
+inline bool isRate(Metric m) { return m == Metric::SamplesPerSec || m == Metric::StepsPerSec || m == Metric::TokensPerSec; }
 
 /// One lane's samples as parallel columns (non-finite values never enter). Bounded: past
 /// kMaxPoints train points, neighbours are merged in pairs and each later point stands for
@@ -31,6 +38,7 @@ struct LaneHistory {
     std::vector<char> warmup;
     // Evaluations
     std::vector<double> evalTime, evalStep, evalSamples, evalAccuracy, evalCost;
+    std::vector<double> evalLoss; // a non-finite loss repeats the previous one (the lane's state says why)
     // Learning-rate schedule boundaries: where the rate jumped (≥ 1.5× either way) between two
     // train samples (step schedules; a one-cycle ramp changes too smoothly to mark)
     std::vector<double> lrTime, lrStep, lrSamples, lrCost;
@@ -41,6 +49,8 @@ struct LaneHistory {
     double lastTime = 0;
     double lastEpoch = 0;
     std::optional<double> lastAccuracy;
+    QString lastText;           // the text the latest evaluation generated (charlstm, char-gpt), else ""
+    std::int64_t lastTextStep = 0;
     std::optional<double> recentSamplesPerSec; // last interval after warm-up
     std::optional<std::uint64_t> peakMemory;
 

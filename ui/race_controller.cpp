@@ -4,6 +4,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
+#include "devicerace/workload.h"
 #include "background_task.h"
 #include "palette.h"
 
@@ -411,7 +412,7 @@ std::optional<RaceSummary> RaceController::summary() const {
     if (!m_replays.empty()) { // live and recorded lanes side by side: explained together
         out.fair = m_race ? out.fair : fair();
         out.workload = workload().toStdString();
-        out.explanations = explainSlowerLanes(out.lanes, out.fair, out.workload);
+        finishRaceSummary(out); // speedups, costs, scaling, tokens/s, explanations over every lane
     }
     return out;
 }
@@ -432,6 +433,16 @@ QString RaceController::datasetLabel() const {
 
 bool RaceController::fair() const {
     return m_race ? m_race->spec().fair : !m_recordings.empty() && m_recordings.front()->fair;
+}
+
+std::int64_t RaceController::tokensPerSample() const {
+    const auto name = workload().toStdString();
+    for (const auto& w : workloads()) {
+        if (w.name == name) {
+            return w.tokensPerSample;
+        }
+    }
+    return 0;
 }
 
 QString RaceController::workload() const {

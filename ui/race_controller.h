@@ -94,6 +94,9 @@ public:
     QString datasetLabel() const;
     /// The race's workload (or the first recording's when only recordings are shown).
     QString workload() const;
+    /// Language models: tokens scored per example (throughput shown in tokens/s); 0 otherwise
+    /// or for a recording of a workload this build does not know.
+    std::int64_t tokensPerSample() const;
     bool fair() const;
     std::int64_t warmupSteps() const;
     std::optional<double> targetAccuracy() const;

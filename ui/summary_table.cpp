@@ -54,6 +54,10 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
         parallel = parallel || l.workers > 0;
     }
     setColumnHidden(kScalingColumn, !parallel);
+    // Language models: the throughput column in tokens/s, accuracy per next character.
+    const bool lm = summary.tokensPerSample > 0;
+    horizontalHeaderItem(2)->setText(lm ? tr("tokens/s") : tr("samples/s"));
+    horizontalHeaderItem(4)->setText(lm ? tr("val acc") : tr("test acc"));
     auto dash = QStringLiteral("–");
     for (int r = 0; r < rowCount(); ++r) {
         const auto& l = summary.lanes[static_cast<std::size_t>(r)];
@@ -65,7 +69,8 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
         const QStringList cells = {
             QString::fromStdString(l.name),
             QString::fromStdString(l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device),
-            l.samplesPerSec ? groupedNumber(*l.samplesPerSec) : dash,
+            lm ? (l.tokensPerSec ? groupedNumber(*l.tokensPerSec) : dash)
+               : (l.samplesPerSec ? groupedNumber(*l.samplesPerSec) : dash),
             l.stepsPerSec ? QString::number(*l.stepsPerSec, 'f', 1) : dash,
             l.finalTestAccuracy ? QString::number(*l.finalTestAccuracy, 'f', 4) : dash,
             l.timeToTargetSeconds ? formatDuration(*l.timeToTargetSeconds) : dash,

@@ -95,7 +95,7 @@ std::string LiveView::oneLine(const std::string& text) {
     std::string out;
     for (const char c : text) {
         if (c == '\n') {
-            out += " \u23ce ";
+            out += " \u21b5 ";
         } else {
             out += c == '\t' || c == '\r' ? ' ' : c;
         }

@@ -33,7 +33,7 @@ public:
     void addLane(std::string name, std::int64_t totalSteps);
     /// Language models: throughput in tokens/s (samples/s x this), "val loss", one-line samples.
     void setTokensPerSample(std::int64_t tokens) { m_tokensPerSample = tokens; }
-    /// A language model's sample on one line: line breaks as " ⏎ ", tabs as spaces.
+    /// A language model's sample on one line: line breaks as " ↵ ", tabs as spaces (the window's text strip too).
     static std::string oneLine(const std::string& text);
     /// Folds new samples of lane `index` into its row (printing event lines in line modes).
     void update(std::size_t index, const std::vector<MetricSample>& samples);

@@ -22,11 +22,12 @@ struct FakeLane {
     double samplesPerSec = 1000; // steady throughput
     double seconds = 60;         // lane time to the finish
     double costPerHour = 0;      // USD per hour (0: none)
+    QString text = {};           // what each evaluation's model wrote ("" : nothing, like most workloads)
 };
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
 inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& lanes, double sampleEvery = 0.5,
-                               int evaluations = 10) {
+                               int evaluations = 10, const QString& workload = QStringLiteral("fashion-mlp")) {
     constexpr int kBatch = 128;
     if (!QDir().mkpath(dir)) {
         return false;
@@ -74,6 +75,7 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
                 e.accuracy = 0.9 - 0.4 * std::exp(-3.0 * evalsDone / evaluations);
                 e.samplesPerSec.reset();
                 e.stepsPerSec.reset();
+                e.text = lane.text.toStdString();
                 write(e);
             }
         }
@@ -84,7 +86,7 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
     const QJsonObject manifest{
         {QStringLiteral("format"), 1},
         {QStringLiteral("app_version"), QStringLiteral("0.1.0")},
-        {QStringLiteral("workload"), QStringLiteral("fashion-mlp")},
+        {QStringLiteral("workload"), workload},
         {QStringLiteral("dataset"),
          QJsonObject{{QStringLiteral("name"), QStringLiteral("Fashion-MNIST")}, {QStringLiteral("synthetic"), false}}},
         {QStringLiteral("mode"), QStringLiteral("live")},

@@ -14,6 +14,12 @@ namespace {
 // The number a label shows ("12,500" -> 12500, "1:02:03" -> 3723).
 double parseLabel(QString text) {
     text.remove(QLatin1Char(','));
+    if (text.endsWith(QLatin1Char('M'))) { // whole millions: "2M", "1.5M"
+        return text.chopped(1).toDouble() * 1e6;
+    }
+    if (text.endsWith(QLatin1Char('k'))) { // whole thousands from 100,000: "500k"
+        return text.chopped(1).toDouble() * 1e3;
+    }
     if (text.contains(QLatin1Char(':'))) {
         const bool negative = text.startsWith(QLatin1Char('-'));
         double total = 0;
@@ -116,7 +122,10 @@ private Q_SLOTS:
                     // Each tick is a whole multiple of the step, and its label reads back as its value.
                     QVERIFY(std::abs(t.values[i] / t.step - std::round(t.values[i] / t.step)) < 1e-6);
                     QVERIFY2(std::abs(parseLabel(t.labels[i]) - t.values[i]) <= t.step * 1e-6, qPrintable(t.labels[i]));
-                    if (std::abs(t.values[i]) >= 1000) {
+                    if (std::abs(t.values[i]) >= 1e5) {
+                        QVERIFY2(t.labels[i].endsWith(QLatin1Char(std::abs(t.values[i]) >= 1e6 ? 'M' : 'k')),
+                                 qPrintable(t.labels[i]));
+                    } else if (std::abs(t.values[i]) >= 1000) {
                         QVERIFY(t.labels[i].contains(QLatin1Char(',')));
                     }
                 }

@@ -3,6 +3,8 @@
 // leaving presentation mode restores exactly the layout before.
 #include <QtTest>
 
+#include <map>
+
 #include <QComboBox>
 #include <QGraphicsScene>
 #include <QGraphicsTextItem>
@@ -23,6 +25,7 @@
 #include "fake_recording.h"
 #include "main_window.h"
 #include "race_strip.h"
+#include "text_strip.h"
 #include "setup_panel.h"
 #include "lanes_table.h"
 #include "summary_table.h"
@@ -109,6 +112,7 @@ class TestWindowLayout : public QObject {
 private:
     QTemporaryDir m_dir;
     QString m_recording;
+    QString m_gptRecording; // char-gpt: a text strip under the charts
 
     QScreen* screenOf(int width) {
         for (auto* s : QGuiApplication::screens()) {
@@ -120,7 +124,7 @@ private:
     }
 
     // A window on the screen `width` wide, replaying the recording (instantly).
-    std::unique_ptr<MainWindow> openOn(int width) {
+    std::unique_ptr<MainWindow> openOn(int width, QString recording = {}) {
         auto w = std::make_unique<MainWindow>();
         QScreen* s = screenOf(width);
         w->setScreen(s);
@@ -136,7 +140,8 @@ private:
             return nullptr;
         }
         QSignalSpy finished(w.get(), &MainWindow::raceFinished);
-        if (!w->openRecording(m_recording) || !(finished.count() == 1 || finished.wait(20000))) {
+        if (!w->openRecording(recording.isEmpty() ? m_recording : recording) ||
+            !(finished.count() == 1 || finished.wait(20000))) {
             return nullptr;
         }
         return w;
@@ -152,6 +157,70 @@ private Q_SLOTS:
                                          {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 2945},
                                           {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 31}},
                                          5.0));
+        // Two language-model lanes whose latest texts are 120 characters with line breaks
+        // and tabs, as char-gpt writes them.
+        const QString text = QStringLiteral(
+            "\nThe fool doth think he is wise, but the wise man knows himself\n\t\t-- Shakespeare, "
+            "As You Like It\nA penny saved is a penny earned.");
+        QVERIFY(text.size() >= 120);
+        m_gptRecording = m_dir.filePath(QStringLiteral("gpt"));
+        test::FakeLane cpu{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 200, 600};
+        cpu.text = QStringLiteral("fand iou \nWhir \nthSt asfevay. pocrsir tha hes le tr \n\t---- Wamoubronen, Shis "
+                                  "a mas Cothay When oqucireis m.s [: Peree Thin");
+        test::FakeLane gpu{QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 20000, 60};
+        gpu.text = text;
+        QVERIFY(test::writeFakeRecording(m_gptRecording, {cpu, gpu}, 5.0, 10, QStringLiteral("char-gpt")));
+    }
+
+    // The text each lane wrote is read in full, wrapped inside the strip, at both sizes and in
+    // both modes, and the charts above it stay readable.
+    void theTextStripReadsInFull_data() {
+        QTest::addColumn<int>("width");
+        QTest::addColumn<bool>("presentation");
+        QTest::newRow("1280x720 normal") << 1280 << false;
+        QTest::newRow("1280x720 presentation") << 1280 << true;
+        QTest::newRow("1920x1080 normal") << 1920 << false;
+        QTest::newRow("1920x1080 presentation") << 1920 << true;
+    }
+    void theTextStripReadsInFull() {
+        QFETCH(int, width);
+        QFETCH(bool, presentation);
+        auto w = openOn(width, m_gptRecording);
+        QVERIFY(w);
+        w->setPresentation(presentation);
+        QTest::qWait(100);
+        w->dashboard()->refreshCharts();
+        QTest::qWait(50);
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w->grab().save(shots + QStringLiteral("/text-strip-") +
+                           QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
+                           QStringLiteral(".png"));
+        }
+        auto* strip = w->dashboard()->textStrip();
+        QVERIFY(strip->isVisible());
+        QCOMPARE(strip->lines().size(), std::size_t(2));
+        // Language models: tokens/s and validation loss on the charts.
+        QCOMPARE(w->dashboard()->throughputChart()->metric(), Metric::TokensPerSec);
+        QCOMPARE(w->dashboard()->accuracyChart()->metric(), Metric::EvalLoss);
+        // Inside the window, not squeezed by the layout.
+        const QRect inWindow(strip->mapTo(w.get(), QPoint(0, 0)), strip->size());
+        QVERIFY(w->rect().contains(inWindow));
+        QCOMPARE(strip->height(), strip->heightForWidth(strip->width()));
+        std::map<QString, QString> written;
+        for (const auto& p : strip->pieces()) {
+            QVERIFY2(strip->rect().contains(p.rect), qPrintable(p.text));
+            if (!p.label) {
+                written[p.color.name()] += p.text;
+            }
+            QVERIFY2(!elided(p.text), qPrintable(p.text));
+        }
+        for (const auto& line : strip->lines()) {
+            QCOMPARE(written[line.color.name()], line.text); // every character, in order
+            QVERIFY(line.text.contains(QStringLiteral("\u21b5")));
+            QVERIFY(!line.text.contains(QLatin1Char('\n')));
+        }
+        const QStringList problems = readabilityProblems(*w);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
     }
 
     void opensInsideTheScreen_data() {

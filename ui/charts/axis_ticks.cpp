@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 
 namespace devicerace::ui {
 
@@ -153,7 +154,7 @@ AxisTicks niceTicks(double lo, double hi, int maxTicks, bool extend, std::option
     }
     auto t = fromValues(std::move(values), lo, hi, step, extend);
     for (double v : t.values) {
-        t.labels << formatNumber(v, decimals);
+        t.labels << formatTick(v, decimals);
     }
     return t;
 }
@@ -250,7 +251,7 @@ AxisTicks logTicks(double lo, double hi, int maxTicks) {
     for (double v : ticks) {
         t.values.push_back(std::log10(v));
         const int decimals = v >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(v) - kEps));
-        t.labels << formatNumber(v, decimals);
+        t.labels << formatTick(v, decimals);
     }
     t.lo = t.values.front();
     t.hi = t.values.back();
@@ -264,6 +265,21 @@ QString formatNumber(double value, int decimals) {
     }
     static const QLocale kLocale(QLocale::English, QLocale::UnitedStates); // "61,204.5"
     return kLocale.toString(value, 'f', decimals);
+}
+
+QString formatTick(double value, int decimals) {
+    for (const auto& [unit, suffix, from] : {std::tuple{1e6, 'M', 1e6}, std::tuple{1e3, 'k', 1e5}}) {
+        if (std::abs(value) < from) {
+            continue;
+        }
+        for (int d = 0; d <= 3; ++d) {
+            const double scaled = value / unit * std::pow(10.0, d);
+            if (std::abs(scaled - std::round(scaled)) < 1e-6) {
+                return formatNumber(value / unit, d) + QLatin1Char(suffix);
+            }
+        }
+    }
+    return formatNumber(value, decimals);
 }
 
 int decimalsFor(double step) {

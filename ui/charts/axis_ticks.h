@@ -40,6 +40,10 @@ AxisTicks logTicks(double lo, double hi, int maxTicks);
 
 /// "61,204", "0.85", "1,200.5": fixed decimals, comma-grouped thousands, no "-0".
 QString formatNumber(double value, int decimals);
+/// A tick label: formatNumber, except from 100,000 up, whole thousands as "500k" and whole
+/// millions (to three decimals) as "2M", "1.5M" (a language model's tokens/s: "2,000,000"
+/// labels took the plot's width at 1280 px).
+QString formatTick(double value, int decimals);
 /// Decimals that show a multiple of `step` exactly (0 for steps >= 1).
 int decimalsFor(double step);
 TimeStyle timeStyleFor(double maxSeconds);

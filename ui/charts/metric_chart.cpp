@@ -49,8 +49,10 @@ QCategoryAxis* newAxis(QObject* parent) {
 QString metricTitle(Metric m) {
     switch (m) {
     case Metric::SamplesPerSec: return QObject::tr("samples/s");
+    case Metric::TokensPerSec: return QObject::tr("tokens/s");
     case Metric::StepsPerSec: return QObject::tr("steps/s");
     case Metric::Loss: return QObject::tr("training loss");
+    case Metric::EvalLoss: return QObject::tr("validation loss");
     case Metric::Accuracy: break;
     }
     return QObject::tr("test accuracy");
@@ -121,8 +123,9 @@ MetricChart::MetricChart(const QString& title, Metric metric, QWidget* parent)
 void MetricChart::updateTitles() {
     m_chart->setTitle(m_title);
     m_x->setTitleText(axisTitle(m_axis, m_timeStyle));
-    const bool rate = m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec;
-    m_y->setTitleText(metricTitle(m_metric) + (rate && m_log ? tr(" (log)") : QString()));
+    const bool rate = isRate(m_metric);
+    m_y->setTitleText((m_yTitle.isEmpty() ? metricTitle(m_metric) : m_yTitle) +
+                      (rate && m_log ? tr(" (log)") : QString()));
 }
 
 void MetricChart::resetCaches() {
@@ -134,6 +137,17 @@ void MetricChart::resetCaches() {
     if (m_last) {
         refresh(*m_last);
     }
+}
+
+void MetricChart::setTitle(const QString& title, const QString& yTitle) {
+    m_title = title;
+    m_yTitle = yTitle;
+    updateTitles();
+}
+
+void MetricChart::setTokensPerSample(std::int64_t tokens) {
+    m_tokensPerSample = tokens;
+    resetCaches();
 }
 
 void MetricChart::setMetric(Metric metric) {
@@ -209,7 +223,7 @@ void MetricChart::setLanes(const std::vector<LaneInfo>& lanes) {
 
 void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
     m_last = &histories;
-    const bool eval = m_metric == Metric::Accuracy;
+    const bool eval = isEval(m_metric);
     // Train and evaluation points both count, so every chart of a race shares one x range.
     double xMax = 0;
     for (const auto& h : histories) {
@@ -260,7 +274,15 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         auto& s = m_series[i];
         const auto& h = histories[i];
         const auto& xs = xColumn(h, m_axis, eval);
-        const auto& ys = yColumn(h, m_metric);
+        const auto& column = yColumn(h, m_metric);
+        std::vector<double> scaled; // tokens/s: samples/s x tokens per example
+        if (m_metric == Metric::TokensPerSec && m_tokensPerSample > 1) {
+            scaled.reserve(column.size());
+            for (const double v : column) {
+                scaled.push_back(v * static_cast<double>(m_tokensPerSample));
+            }
+        }
+        const auto& ys = scaled.empty() ? column : scaled;
         if (m_axis == XAxis::Cost && !h.costPerHour) {
             s.warm.clear();
             s.raw.clear();

@@ -27,6 +27,10 @@ public:
 
     void setMetric(Metric metric);
     Metric metric() const { return m_metric; }
+    /// Language models: Metric::TokensPerSec draws samples/s times this.
+    void setTokensPerSample(std::int64_t tokens);
+    /// The chart's title, and the y axis's ("" : the metric's own).
+    void setTitle(const QString& title, const QString& yTitle = {});
     void setXAxis(XAxis axis);
     /// 0 = raw only; up to 1 = heavy smoothing (tau as a fraction of the x span).
     void setSmoothing(double amount);
@@ -90,6 +94,7 @@ private:
     void cacheStaticItems();
 
     Metric m_metric;
+    std::int64_t m_tokensPerSample = 1;
     XAxis m_axis = XAxis::Time;
     double m_smoothing = 0.6;
     std::optional<double> m_target;
@@ -97,6 +102,7 @@ private:
     bool m_settingRange = false;
     double m_fontScale = 1.0;
     QString m_title;
+    QString m_yTitle;
     QChart* m_chart = nullptr;
     SafeChartView* m_view = nullptr;
     QCategoryAxis* m_x = nullptr;

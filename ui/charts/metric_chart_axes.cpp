@@ -57,12 +57,12 @@ void MetricChart::showCrosshair(std::optional<double> x) {
                                             : formatNumber(*x, 0),
                       QColor());
     const QColor bg = m_chart->theme() == QChart::ChartThemeDark ? QColor(30, 30, 34) : QColor(255, 255, 255);
-    const bool rate = m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec;
+    const bool rate = isRate(m_metric);
     for (const auto& s : m_series) {
         // The drawn (smoothed) line's point nearest to x; accuracy: the last evaluation up to x.
         const auto& pts = s.smooth;
         auto it = std::lower_bound(pts.begin(), pts.end(), *x, [](const QPointF& p, double v) { return p.x() < v; });
-        if (m_metric == Metric::Accuracy) {
+        if (isEval(m_metric)) {
             if (it == pts.end() || it->x() > *x) {
                 if (it == pts.begin()) {
                     continue;
@@ -74,7 +74,7 @@ void MetricChart::showCrosshair(std::optional<double> x) {
         } else if (it != pts.begin() && std::abs(std::prev(it)->x() - *x) < std::abs(it->x() - *x)) {
             --it;
         }
-        if (it == pts.end() || (m_metric != Metric::Accuracy && it == pts.begin() && it->x() > *x)) {
+        if (it == pts.end() || (!isEval(m_metric) && it == pts.begin() && it->x() > *x)) {
             continue;
         }
         const double v = it->y();
@@ -88,7 +88,7 @@ QStringList MetricChart::xLabels() const { return m_x->categoriesLabels(); }
 QStringList MetricChart::yLabels() const { return m_y->categoriesLabels(); }
 void MetricChart::applyYTicks(double yMin, double yMax) {
     const bool empty = !std::isfinite(yMin);
-    const bool rate = m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec;
+    const bool rate = isRate(m_metric);
     const double length = plotLength(false);
     const QFont font = m_y->labelsFont();
     AxisTicks yt;

@@ -42,7 +42,7 @@ void MetricChart::cacheStaticItems() {
 
 void MetricChart::pushLines() {
     // A log axis shows log10 of the values (the layer maps linearly).
-    const bool log = m_log && (m_metric == Metric::SamplesPerSec || m_metric == Metric::StepsPerSec);
+    const bool log = m_log && isRate(m_metric);
     auto shown = [log](const QList<QPointF>& pts) {
         if (!log) {
             return pts;
@@ -68,13 +68,13 @@ void MetricChart::pushLines() {
         if (!s.raw.isEmpty()) {
             lines.push_back({faint, 1.0, false, shown(s.raw)});
         }
-        lines.push_back({s.color, 2.5 * m_fontScale, m_metric == Metric::Accuracy, shown(s.smooth)});
+        lines.push_back({s.color, 2.5 * m_fontScale, isEval(m_metric), shown(s.smooth)});
         if (!s.lrMarks.isEmpty()) {
             PlotLine bounds{s.color, 1.0 * m_fontScale, false, s.lrMarks};
             bounds.boundaries = true;
             lines.push_back(std::move(bounds));
         }
-        if (!s.evals.isEmpty() && m_metric != Metric::Accuracy) {
+        if (!s.evals.isEmpty() && !isEval(m_metric)) {
             PlotLine marks{s.color, 1.5 * m_fontScale, false, s.evals};
             marks.marks = true;
             lines.push_back(std::move(marks));
