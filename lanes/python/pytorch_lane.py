@@ -173,6 +173,18 @@ class TorchLane:
         # Data.
         mode = spec.get("data") or c["data"]
         d = lc.resolve_data(workload, w, mode, c["data_dir"], c["train_limit"], c["test_limit"])
+        self.alphabet = []
+        if "text" in d:
+            # A language model on real text: the engine's windows, and the network at the text's
+            # alphabet (checked above at the nominal one, as the engine counts it).
+            length, stride, lower, only = wt.text_windows(w, c["data_dir"])
+            try:
+                train_ids, test_ids, self.alphabet = wt.load_text(d["text"], length, stride, lower, only,
+                                                                  c["train_limit"], c["test_limit"])
+            except (OSError, ValueError) as e:
+                raise dw.LaneRefused(str(e)) from None
+            torch.manual_seed(c["seed"])
+            model = tn.build_model(workload, vocabulary=len(self.alphabet))
         requested_batch = spec.get("batch", w["batch"])
         if d["synthetic"]:
             train_count, test_count = d["counts"]
@@ -186,6 +198,15 @@ class TorchLane:
         if d["synthetic"]:
             self.train_x, self.train_y = tn.synthetic_split(w, train_count, requested_batch, device)
             self.test_x, self.test_y = tn.synthetic_split(w, test_count, requested_batch, device)
+        elif self.alphabet:
+            train_count, test_count = len(train_ids), len(test_ids)
+            if requested_batch > train_count:
+                raise dw.LaneRefused(f"lane {self.name}: batch={requested_batch} is larger than the {train_count} "
+                                     "training examples")
+            self.train_x = torch.from_numpy(train_ids).to(device)
+            self.test_x = torch.from_numpy(test_ids).to(device)
+            self.train_y = torch.zeros(train_count, dtype=torch.int64, device=device)  # targets: inside x
+            self.test_y = torch.zeros(test_count, dtype=torch.int64, device=device)
         else:
             tx, ty = fashion_split(d["fashion"], "train", c["train_limit"], w["classes"])
             ex, ey = fashion_split(d["fashion"], "t10k", c["test_limit"], w["classes"])
@@ -203,7 +224,8 @@ class TorchLane:
         # Run length, evaluation batches.
         self.steps_per_epoch = (train_count + self.batch - 1) // self.batch
         self.total_steps = c["steps"] or self.steps_per_epoch * (c["epochs"] or w["epochs"])
-        self.eval_batch = spec.get("eval_batch") or max(self.batch, min(1000, 3072000 // math.prod(w["shape"])))
+        per_eval = 32768 // w["lm"] if w["lm"] else 3072000 // math.prod(w["shape"])  # run_plan.cpp
+        self.eval_batch = spec.get("eval_batch") or max(self.batch, min(1000, per_eval))
 
         # Optimizer, precision.
         self.opt = tn.make_optimizer(w["optimizer"], self.model.parameters(), self.lr, self.wd, self.momentum)
@@ -226,7 +248,8 @@ class TorchLane:
         return int(torch.cuda.max_memory_allocated(self.device)) if self.cuda else None
 
     def describe(self):
-        kind = {"rmsprop": "RMSprop", "adam": "Adam", "sgd": "SGD", "sgd-nesterov": "Nesterov SGD"}[self.w["optimizer"]]
+        kind = {"rmsprop": "RMSprop", "adam": "Adam", "adamw": "AdamW", "sgd": "SGD",
+                "sgd-nesterov": "Nesterov SGD"}[self.w["optimizer"]]
         text = (f"PyTorch {torch.__version__} eager, torch.optim {kind} "
                 f"({'foreach' if self.cuda else 'for-loop'}, PyTorch's default), ")
         text += {"fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast + GradScaler"}[self.precision]
@@ -244,7 +267,8 @@ class TorchLane:
         if self.cuda:
             torch.cuda.synchronize(self.device)
         losses = self.loss_buf[:self.in_buf].tolist()
-        correct = int(self.correct_buf[:self.in_buf].sum().item())
+        # Language models score T targets per example: accuracy per next character.
+        correct = int(self.correct_buf[:self.in_buf].sum().item()) / (self.w["lm"] or 1)
         self.in_buf = 0
         return self.meter.report(losses, correct)
 
@@ -261,15 +285,34 @@ class TorchLane:
             for i in range(0, n, self.eval_batch):
                 x = tn.prepare_input(self.test_x[i:i + self.eval_batch], want, self.channels_last)
                 y = self.test_y[i:i + self.eval_batch]
+                x, y = tn.split_targets(self.w, x, y)
                 with self.autocast():
                     logits = self.model(x).to(torch.float32)
                     loss_sum += self.loss_of(logits, y, reduction="sum")
                 correct += self.correct_of(logits, y)
+            text = self.sample_text() if self.alphabet else ""
         self.model.train()
-        loss = loss_sum.item() / n
-        accuracy = correct.item() / n
-        meter.evaluation(loss, accuracy, time.perf_counter() - start)
+        scored = n * (self.w["lm"] or 1)
+        loss = loss_sum.item() / scored
+        accuracy = correct.item() / scored
+        meter.evaluation(loss, accuracy, time.perf_counter() - start, text)
         meter.state("running")
+
+    def sample_text(self):
+        """Trainer::sampleLanguageModel: 120 characters from a newline (or the validation text's
+        first character), temperature 0.8, drawn with a CPU generator seeded by the lane's seed."""
+        ids = [self.alphabet.index("\n") if "\n" in self.alphabet else int(self.test_x[0, 0])]
+        gen = torch.Generator().manual_seed(self.c["seed"])
+        out = []
+        for _ in range(120):
+            window = torch.tensor([ids[-self.w["lm"]:]], dtype=torch.int64, device=self.device)
+            with self.autocast():
+                logits = self.model(window)[:, -1].to(torch.float32)
+            probs = torch.softmax(logits / 0.8, dim=1).cpu()
+            nxt = int(torch.multinomial(probs, 1, generator=gen).item())
+            ids.append(nxt)
+            out.append(self.alphabet[nxt])
+        return "".join(out)
 
     # The loop (engine trainer.cpp Trainer::loop) --------------------------------------------
 
@@ -297,8 +340,9 @@ class TorchLane:
             for group in self.opt.param_groups:
                 group["lr"] = lr
         x = tn.prepare_input(self.train_x.index_select(0, idx), self.w["shape"], self.channels_last)
+        x, y = tn.split_targets(self.w, x, self.train_y.index_select(0, idx))
         loss, correct = tn.train_step_once(self.model, self.opt, self.scaler, self.autocast, self.loss_of,
-                                             self.correct_of, x, self.train_y.index_select(0, idx))
+                                             self.correct_of, x, y, self.w["clip"])
         self.loss_buf[self.in_buf].copy_(loss)
         self.correct_buf[self.in_buf].copy_(correct)
         self.in_buf += 1

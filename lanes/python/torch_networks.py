@@ -47,6 +47,8 @@ MODELS = {
     "imdb-bilstm": lambda o: ImdbBiLstm(o["fused"]),
     "fasttext": lambda o: FastText(),
     "charlstm": lambda o: CharLstm(o["fused"], 60),
+    "char-gpt": lambda o: CharGpt(o.get("vocabulary") or 65, **workload_table.WORKLOADS["char-gpt"]["gpt"]),
+    "char-gpt-6l": lambda o: CharGpt(o.get("vocabulary") or 65, **workload_table.WORKLOADS["char-gpt-6l"]["gpt"]),
     "imagenet-resnet50": lambda o: ResNet50(),
 }
 WORKLOADS = {name: dict(w, model=MODELS[name]) for name, w in workload_table.WORKLOADS.items()}
@@ -329,12 +331,70 @@ class CharLstm(nn.Module):
     def forward(self, x):
         return self.fc(self.rnn(F.one_hot(x, self.vocab).to(torch.float32)))
 
+
+class GptBlock(nn.Module):
+    """nanoGPT's Block: x + attn(ln_1(x)), then x + mlp(ln_2(x)); causal attention through
+    F.scaled_dot_product_attention (models_gpt.cpp)."""
+
+    def __init__(self, heads, width, dropout):
+        super().__init__()
+        self.heads, self.dropout = heads, dropout
+        self.ln_1 = nn.LayerNorm(width)
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.attn_c_proj = nn.Linear(width, width)
+        self.ln_2 = nn.LayerNorm(width)
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.mlp_c_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
+        x = x + F.dropout(self.attn_c_proj(y), self.dropout, self.training)
+        return x + F.dropout(self.mlp_c_proj(F.gelu(self.c_fc(self.ln_2(x)))), self.dropout, self.training)
+
+
+class CharGpt(nn.Module):
+    """nanoGPT's GPT, character level: token + learned position embeddings, pre-LayerNorm blocks,
+    a final LayerNorm and the head tied to the token embedding; N(0, 0.02) init with the residual
+    projections at 0.02 / sqrt(2 * layers), zero biases."""
+
+    def __init__(self, vocabulary, layers, heads, width, context, dropout):
+        super().__init__()
+        self.dropout = dropout
+        self.wte = nn.Embedding(vocabulary, width)
+        self.wpe = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(GptBlock(heads, width, dropout) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("c_proj.weight"):
+                    nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
+                elif p.dim() >= 2:
+                    nn.init.normal_(p, 0.0, 0.02)
+                elif name.endswith("bias") and "ln_" not in name:
+                    nn.init.zeros_(p)
+
+    def forward(self, x):
+        pos = torch.arange(x.size(1), device=x.device)
+        h = F.dropout(self.wte(x) + self.wpe(pos), self.dropout, self.training)
+        for block in self.blocks:
+            h = block(h)
+        return F.linear(self.ln_f(h), self.wte.weight)
+
 # ---------------------------------------------------------------------------------------------
 # Optimizers (engine models*.cpp; the schedules are in workload_table.py).
 # ---------------------------------------------------------------------------------------------
 
 def make_optimizer(kind, params, lr, wd, momentum):
     # PyTorch's defaults decide the implementation (no foreach= / fused=): see the docstring.
+    if kind == "adamw":  # nanoGPT's configure_optimizers: matrices decay, biases and LayerNorms do not
+        params = list(params)
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
     if kind == "rmsprop":  # Keras RMSprop: rho 0.9, epsilon 1e-7
         return torch.optim.RMSprop(params, lr=lr, alpha=0.9, eps=1e-7, weight_decay=wd)
     if kind == "adam":
@@ -394,6 +454,12 @@ def loss_functions(w):
 
         def correct_of(logits, y):
             return ((logits.squeeze(1) > 0) == y).sum()
+    elif w["lm"]:  # next-token prediction: logits (B, T, V), targets (B, T)
+        def loss_of(logits, y, reduction="mean"):
+            return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction=reduction)
+
+        def correct_of(logits, y):
+            return (logits.argmax(-1) == y).sum()
     else:
         def loss_of(logits, y, reduction="mean"):
             return F.cross_entropy(logits, y, reduction=reduction)
@@ -403,27 +469,43 @@ def loss_functions(w):
     return loss_of, correct_of
 
 
-def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y):
+def split_targets(w, x, y):
+    """Language models: a batch of T+1-token examples as inputs (the first T) and next-token
+    targets (the last T); other workloads unchanged (Trainer::splitTargets)."""
+    if w["lm"]:
+        return x[:, :-1], x[:, 1:]
+    return x, y
+
+
+def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y, clip=0.0):
     """One optimizer step on a prepared batch: forward (under `autocast()`), float32 loss,
-    zero_grad(set_to_none), backward, step (through `scaler` for fp16). Returns the detached
-    loss and the batch's correct count as device tensors (no host sync)."""
+    zero_grad(set_to_none), backward, gradients clipped to a global norm of `clip` (> 0; nanoGPT's
+    grad_clip), step (through `scaler` for fp16). Returns the detached loss and the batch's
+    correct count as device tensors (no host sync)."""
     with autocast():
         logits = model(x).to(torch.float32)
         loss = loss_of(logits, y)
     opt.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.scale(loss).backward()
+        if clip > 0:
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         scaler.step(opt)
         scaler.update()
     else:
         loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
     return loss.detach(), correct_of(logits.detach(), y)
 
 
-def build_model(name, fused=True):
+def build_model(name, fused=True, vocabulary=0):
+    """The workload's network; `vocabulary`: the text's alphabet for the language models (0: the
+    nominal 65 that the engine's parameter count assumes)."""
     w = WORKLOADS[name]
-    return w["model"]({"fused": fused})
+    return w["model"]({"fused": fused, "vocabulary": vocabulary})
 
 
 def count_parameters(model):

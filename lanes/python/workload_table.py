@@ -9,6 +9,7 @@ it from here; it imports nothing from bench/. Installed with the lane programs i
 share/devicerace/lanes.
 """
 import gzip
+import math
 import os
 
 import numpy as np
@@ -28,7 +29,7 @@ REPORT_SECONDS = 0.1
 
 def _w(**kw):
     base = dict(batch=128, lr=1e-3, wd=0.0, momentum=0.0, schedule="constant", classes=10,
-                vocabulary=0, tokens=False, binary=False, epochs=1, lstm=False)
+                vocabulary=0, tokens=False, binary=False, epochs=1, lstm=False, lm=0, clip=0.0)
     base.update(kw)
     return base
 
@@ -53,6 +54,13 @@ WORKLOADS = {
                    binary=True, optimizer="adam", epochs=5),
     "charlstm": _w(dataset="text", shape=(40,), batch=128, lr=0.01, classes=60, vocabulary=60, tokens=True,
                    optimizer="rmsprop", epochs=5, lstm=True),
+    # nanoGPT's shapes (models_gpt.cpp): lm = the context T, an example holds T+1 characters.
+    "char-gpt": _w(dataset="text", shape=(65,), batch=12, lr=1e-3, wd=0.1, schedule="cosine", classes=65,
+                   vocabulary=65, tokens=True, optimizer="adamw", lm=64, clip=1.0,
+                   gpt=dict(layers=4, heads=4, width=128, context=64, dropout=0.0)),
+    "char-gpt-6l": _w(dataset="text", shape=(257,), batch=64, lr=1e-3, wd=0.1, schedule="cosine", classes=65,
+                      vocabulary=65, tokens=True, optimizer="adamw", lm=256, clip=1.0,
+                      gpt=dict(layers=6, heads=6, width=384, context=256, dropout=0.2)),
     "imagenet-resnet50": _w(dataset="imagenet", shape=(3, 224, 224), batch=64, lr=0.1, wd=1e-4, momentum=0.9,
                             schedule="step", classes=1000, optimizer="sgd"),
 }
@@ -69,7 +77,66 @@ def schedule_factor(schedule, step, total):
     if schedule == "onecycle":  # piecewise linear through (0, 0), (5/24, 1), (1, 0)
         peak = 5.0 / 24.0
         return f / peak if f < peak else max(0.0, (1.0 - f) / (1.0 - peak))
+    if schedule == "cosine":  # nanoGPT: linear warm-up over 5%, then a cosine down to 0.1
+        warm, floor = 0.05, 0.1
+        if f < warm:
+            return (step + 1) / (warm * total + 1)
+        ratio = min(1.0, (f - warm) / (1.0 - warm))
+        return floor + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (1.0 - floor)
     return 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Text (engine text_data.cpp loadTextCorpus, data_choice.cpp's windows per workload).
+# ---------------------------------------------------------------------------------------------
+
+def text_corpus():
+    return os.environ.get("DEVICERACE_TEXT_CORPUS", "/usr/share/games/fortunes")
+
+
+def text_windows(w, data_dir):
+    """(length, stride, lowercase, only_files) as the engine cuts the corpus for workload `w`."""
+    if w["lm"]:
+        return w["shape"][0], w["lm"], False, ()
+    stock = not data_dir and "DEVICERACE_TEXT_CORPUS" not in os.environ
+    return w["shape"][0], 3, True, (("fortunes", "literature", "riddles") if stock else ())
+
+
+def load_text(path, length, stride, lowercase, only_files, train_limit, test_limit):
+    """The engine's loadTextCorpus: the regular files of a folder (sorted, fortune's .dat
+    indexes and symlinks left out) or one file, UTF-8, the alphabet sorted by code point, the
+    last 10% the test split; windows of `length` ids every `stride` characters. Returns
+    (train (N, length) int64, test, alphabet as a list of strings)."""
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, n) for n in os.listdir(path)
+                       if (not only_files or n in only_files) and not n.endswith(".dat")
+                       and os.path.isfile(os.path.join(path, n)) and not os.path.islink(os.path.join(path, n)))
+    elif os.path.exists(path):
+        files = [path]
+    else:
+        raise FileNotFoundError(f"{path}: no such file or folder; expected a UTF-8 text corpus")
+    text = []
+    for f in files:
+        with open(f, "rb") as fh:
+            chunk = fh.read().decode("utf-8")
+        text.append(chunk)
+    text = "".join(text)
+    if lowercase:
+        text = "".join(c.lower() if ord(c) < 0x80 else c for c in text)
+    if len(text) < length * 20:
+        raise ValueError(f"{path}: {len(text)} characters is too little text for {length}-character windows")
+    alphabet = sorted(set(text))
+    index = {c: i for i, c in enumerate(alphabet)}
+    ids = np.fromiter((index[c] for c in text), dtype=np.int64, count=len(text))
+    split = len(ids) * 9 // 10
+
+    def windows(lo, hi, limit):
+        starts = np.arange(lo, hi - length, stride)
+        if limit:
+            starts = starts[:limit]
+        return ids[starts[:, None] + np.arange(length)[None, :]]
+
+    return windows(0, split, train_limit), windows(split, len(ids), test_limit), alphabet
 
 # ---------------------------------------------------------------------------------------------
 # Data (engine dataset.cpp).

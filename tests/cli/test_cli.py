@@ -105,7 +105,7 @@ class UsageErrors(unittest.TestCase):
 
     def test_bad_workload_options(self):
         cases = [
-            ("cpu,schedule=cosine", "schedule=cosine"),
+            ("cpu,schedule=linear", "schedule=linear"),
             ("cpu,lstm=gru", "lstm=gru"),
             ("cpu,eval_batch=0", "eval_batch=0"),
             ("cpu,channels_last=maybe", "channels_last=maybe"),

@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::pair{"cpu,cost=-2", "USD per hour"}, std::pair{"cpu,channels_last=maybe", "true or false"},
                       std::pair{"cpu,eval_batch=0", "eval_batch=0"}, std::pair{"cpu,wd=-1", "wd=-1"},
                       std::pair{"cpu,momentum=1.5", "momentum=1.5"},
-                      std::pair{"cpu,schedule=cosine", "schedule=cosine"}, std::pair{"cpu,lstm=gru", "lstm=gru"},
+                      std::pair{"cpu,schedule=linear", "schedule=linear"}, std::pair{"cpu,lstm=gru", "lstm=gru"},
                       std::pair{"cpu,data=imagenet", "data=imagenet"}));
 
 TEST(LaneSpec, DataParallelLanesListTheirRanks) {
