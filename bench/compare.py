@@ -53,6 +53,8 @@ RUNS = {
     "imdb-bilstm/cells":      {"cpu": (None, 100, 10), "cuda": (None, 60, 10)},     # LSTMCell loop: CPU ~7 steps/s; CUDA PT ~12, DR ~13 steps/s
     "fasttext":               {"cpu": (None, 1500, 50), "cuda": (None, 2000, 50)},  # CPU ~130 steps/s; CUDA PT ~460, DR ~5,000 steps/s
     "charlstm":               {"cpu": (None, 250, 20), "cuda": (None, 1500, 50)},   # CPU ~17 steps/s; CUDA PT ~350, DR ~430 steps/s
+    "char-gpt":               {"cpu": (None, 150, 15), "cuda": (None, 2000, 100)},  # CPU ~17 steps/s (batch 12 x 64 tokens)
+    "char-gpt-6l":            {"cpu": (None, 8, 2), "cuda": (None, 300, 30)},       # CPU ~0.6 steps/s (batch 64 x 256 tokens)
     "imagenet-resnet50":      {"cpu": (8, 8, 3), "cuda": (256, 60, 15)},            # CPU batch 8 ~0.37 steps/s; CUDA batch 256 bf16+CL ~15.5 steps/s both
     "imagenet-resnet50/fp32": {"cuda": (256, 30, 10)},                              # self section only: CUDA batch 256 fp32 DR ~7.3 steps/s
 }
@@ -67,6 +69,8 @@ GOALS = {
     "imdb-bilstm": (1.0, None),
     "imdb-bilstm/cells": (1.0, None),
     "imagenet-resnet50": (1.0, None),
+    "char-gpt": (1.15, 1.5),  # issue 30: tokens/s at 1 and 2 threads; the 6-layer config on a GPU
+    "char-gpt-6l": (1.0, 1.5),
 }
 DEFAULT_GOAL = (1.0, 1.0)  # cifar-resnet20/56, fasttext, charlstm: reported against 1.0
 # CUDA imagenet-resnet50 (batch 256, bf16, channels_last): DeviceRace's own images/s goal.
@@ -86,6 +90,8 @@ PEER_ROWS = [
     ("imdb-bilstm/cells", "imdb-bilstm", {"lstm": "cells"}),
     ("fasttext", "fasttext", {}),
     ("charlstm", "charlstm", {}),
+    ("char-gpt", "char-gpt", {}),  # samples/s = sequences/s; tokens/s is 64x both, the ratio the same
+    ("char-gpt-6l", "char-gpt-6l", {}),
     ("imagenet-resnet50", "imagenet-resnet50", {}),
 ]
 BF16_CL = {"precision": "bf16", "channels_last": True}
@@ -107,7 +113,7 @@ SELF_ROWS = [
 SCALING_WORKLOADS = ["fashion-mlp", "fashion-cnn"]
 DATA_WORKLOADS = ["fashion-mlp", "fashion-cnn", "cifar-resnet32"]
 # Workloads with no real data in the peer (or none on a stock machine): raced on synthetic data.
-SYNTHETIC_WORKLOADS = {"imdb-bilstm", "fasttext", "charlstm", "imagenet-resnet50"}
+SYNTHETIC_WORKLOADS = {"imdb-bilstm", "fasttext", "charlstm", "char-gpt", "char-gpt-6l", "imagenet-resnet50"}
 # Longest a single run may take before it counts as failed (seconds).
 RUN_TIMEOUT = 900
 

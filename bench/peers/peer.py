@@ -66,7 +66,7 @@ from workload_table import (REPORT_SECONDS, STEP_BUFFER, SYNTHETIC_POOL_BYTES, S
 from torch_networks import (  # noqa: E402,F401  (re-exported)
     MODELS, WORKLOADS, glorot_, he_, lstm_init_, conv, MnistMlp, MnistCnn, CifarVgg, FastText, BasicBlock,
     CifarResNet, ConvBn, DavidNet, Bottleneck, ResNet50, LstmRunner, ImdbBiLstm, CharLstm, make_optimizer,
-    synthetic_split, prepare_input, loss_functions, train_step_once, build_model, count_parameters)
+    synthetic_split, prepare_input, loss_functions, train_step_once, build_model, count_parameters, split_targets)
 
 # ---------------------------------------------------------------------------------------------
 # Data (engine dataset.cpp, race.cpp resolveData, lane_data.cpp loadLaneData / prepareInput).
@@ -248,8 +248,8 @@ def measure(args):
 
     def train_step(raw_x, y):
         nonlocal in_buf
-        x = prepare_input(raw_x, want, args.channels_last)
-        loss, correct = train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y)
+        x, targets = split_targets(w, prepare_input(raw_x, want, args.channels_last), y)
+        loss, correct = train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, targets, w["clip"])
         loss_buf[in_buf].copy_(loss)
         correct_buf[in_buf].copy_(correct)
         in_buf += 1

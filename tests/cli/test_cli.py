@@ -219,7 +219,7 @@ class Listings(unittest.TestCase):
         names = {p["name"] for p in json.loads(r.stdout)}
         self.assertTrue({"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm",
                          "synthetic-vs-real", "davidnet-batch-and-decay", "keras-backends",
-                         "framework-vs-framework"} <= names)
+                         "framework-vs-framework", "gpt-cpu-vs-gpu"} <= names)
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "p.json")
             r = run("race", "--preset", "fused-vs-cells-lstm", "--steps", "2", "--train-limit", "64",
@@ -252,12 +252,15 @@ class Listings(unittest.TestCase):
     def test_char_gpt_race_prints_tokens_validation_loss_and_text(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
-            r = run("race", "--workload", "char-gpt", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2", "--fair",
-                    "--steps", "16", "--warmup-steps", "2", "--train-limit", "240", "--test-limit", "24", "--json", out)
+            # A thread lane, one in a worker process, and a data-parallel lane of two ranks.
+            r = run("race", "--workload", "char-gpt", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2",
+                    "--lane", "cpu,threads=1,isolate=process,name=proc", "--lane", "cpu,workers=2,threads=1,name=dp",
+                    "--fair", "--steps", "16", "--warmup-steps", "2", "--train-limit", "240", "--test-limit", "24",
+                    "--json", out)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("tokens/s", r.stdout)
             self.assertIn("val loss", r.stdout)
-            for lane in ("cpu·1", "cpu·2"):
+            for lane in ("cpu·1", "cpu·2", "proc", "dp"):
                 # Every evaluation: the lane's text on one line.
                 lines = [l for l in r.stdout.splitlines() if l.startswith(lane) and " writes: " in l]
                 self.assertTrue(lines, r.stdout)

@@ -16,7 +16,7 @@ TEST(Presets, OnePerSeedExperiment) {
     auto names = presetNames();
     for (const auto* want :
          {"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm", "synthetic-vs-real",
-          "davidnet-batch-and-decay", "keras-backends", "framework-vs-framework"}) {
+          "davidnet-batch-and-decay", "keras-backends", "framework-vs-framework", "gpt-cpu-vs-gpu"}) {
         EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
     }
 }
