@@ -453,11 +453,16 @@ QString RaceController::workload() const {
 }
 std::int64_t RaceController::warmupSteps() const { return m_race ? m_race->spec().warmupSteps : 0; }
 std::optional<double> RaceController::targetAccuracy() const {
+    // A race to a validation loss (--target-loss) has no accuracy target: its time to target is
+    // the engine's (the summary table), never projected from accuracy.
     if (m_race) {
-        return m_race->spec().targetAccuracy;
+        return m_race->spec().targetLoss ? std::nullopt : m_race->spec().targetAccuracy;
     }
     // Only recordings: their own target (the first that has one).
     for (const auto& rec : m_recordings) {
+        if (rec->targetLoss) {
+            return std::nullopt;
+        }
         if (rec->targetAccuracy) {
             return rec->targetAccuracy;
         }

@@ -333,7 +333,7 @@ int runReplay(const std::string& dir) {
         for (const auto& w : rec.warnings) {
             fmt::print("note: {}\n", w);
         }
-        fmt::print("{}", summaryText(summarizeRecording(rec), rec.targetAccuracy.value_or(0)));
+        fmt::print("{}", summaryText(summarizeRecording(rec), {rec.targetAccuracy, rec.targetLoss}));
     } catch (const Error& e) {
         return usageError(e.what());
     }
@@ -432,10 +432,12 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     }
     const auto& spec = race->spec();
     const auto lanes = race->lanes();
-    fmt::print("{} · {} ({}{}) · {} mode · target accuracy {:.2f}\n", spec.workload, race->dataset().name,
+    fmt::print("{} · {} ({}{}) · {} mode · {}\n", spec.workload, race->dataset().name,
                race->dataset().synthetic ? "synthetic" : "real: " + race->dataset().source,
                fmt::format(", {} train / {} test", race->dataset().train.count, race->dataset().test.count),
-               spec.fair ? "fair" : "live", spec.targetAccuracy.value_or(0));
+               spec.fair ? "fair" : "live",
+               spec.targetLoss ? fmt::format("target validation loss {:.2f}", *spec.targetLoss)
+                               : fmt::format("target accuracy {:.2f}", spec.targetAccuracy.value_or(0)));
     fmt::print("cpu: {} · {} cores · BLAS {}\n", report.cpu.model, report.cpu.physicalCores, report.cpu.blas);
     if (!race->dataNote().empty()) {
         fmt::print("note: {}\n", race->dataNote());
@@ -503,7 +505,7 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         }
         (void)race.release(); // never destroyed: its destructor would join the stuck lane (leave() exits)
     }
-    fmt::print("{}", summaryText(summary, spec.targetAccuracy.value_or(0)));
+    fmt::print("{}", summaryText(summary, {spec.targetAccuracy, spec.targetLoss}));
     for (const auto& why : summary.explanations) {
         fmt::print("why: {}\n", why); // a lane with more resources was slower
     }

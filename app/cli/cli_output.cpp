@@ -94,14 +94,16 @@ std::string workloadsJson() {
     return j.dump(2) + "\n";
 }
 
-std::string summaryText(const RaceSummary& s, double target) {
+std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
     std::string out = fmt::format("\n{} on {}{} · {} mode\n", s.workload, s.datasetName,
                                   s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");
     // Language models: tokens/s is the throughput, sequences/s beside it, and the validation loss.
     const bool lm = s.tokensPerSample > 0;
     out += fmt::format("{:<12} {:<8} {:>10} {:>10} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", "device",
                        lm ? "tokens/s" : "samples/s", lm ? "seqs/s" : "", "steps/s", "acc", lm ? "  val loss" : "",
-                       fmt::format("t→{:.2f}", target), "peak mem", "speedup", "status");
+                       target.loss ? fmt::format("t→≤{:.2f}", *target.loss)
+                                   : fmt::format("t→{:.2f}", target.accuracy.value_or(0)),
+                       "peak mem", "speedup", "status");
     bool costs = false;
     for (const auto& l : s.lanes) {
         costs = costs || l.costPerHour.has_value();

@@ -16,7 +16,7 @@ std::string devicesText(const DeviceReport& report);
 std::string devicesJson(const DeviceReport& report);
 std::string workloadsText();
 std::string workloadsJson();
-std::string summaryText(const RaceSummary& summary, double targetAccuracy);
+std::string summaryText(const RaceSummary& summary, const QualityTarget& target);
 /// The warning printed when LibTorch's BLAS is a reference implementation (empty otherwise).
 std::string blasWarning(const DeviceReport& report);
 

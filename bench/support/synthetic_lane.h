@@ -83,7 +83,7 @@ public:
     std::vector<MetricSample> history() const override { return {}; } // not kept: hours of samples
     LaneSummary summary() const override {
         std::lock_guard lock(m_mutex);
-        auto s = m_running.summary(m_spec, kBatch, std::nullopt);
+        auto s = m_running.summary(m_spec, kBatch, {});
         s.state = m_state;
         return s;
     }

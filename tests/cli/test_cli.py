@@ -96,6 +96,7 @@ class UsageErrors(unittest.TestCase):
         self.assert_usage_error(["race", "--steps", "-3", *SMALL], "--steps -3")
         self.assert_usage_error(["race", "--workload", "nope", *SMALL], "unknown workload 'nope'")
         self.assert_usage_error(["race", "--target-accuracy", "7", *SMALL], "--target-accuracy 7")
+        self.assert_usage_error(["race", "--target-loss", "-1", *SMALL], "--target-loss -1")
         self.assert_usage_error(["race", "--data", "maybe"], "--data")
         self.assert_usage_error(["race", "--epochs", "1", "--steps", "5"], "excludes")
         self.assert_usage_error(["frobnicate"], "frobnicate")
@@ -256,10 +257,12 @@ class Listings(unittest.TestCase):
             r = run("race", "--workload", "char-gpt", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2",
                     "--lane", "cpu,threads=1,isolate=process,name=proc", "--lane", "cpu,workers=2,threads=1,name=dp",
                     "--fair", "--steps", "16", "--warmup-steps", "2", "--train-limit", "240", "--test-limit", "24",
-                    "--json", out)
+                    "--target-loss", "4.5", "--json", out)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("tokens/s", r.stdout)
             self.assertIn("val loss", r.stdout)
+            self.assertIn("target validation loss 4.50", r.stdout)
+            self.assertIn("t→≤4.50", r.stdout)
             for lane in ("cpu·1", "cpu·2", "proc", "dp"):
                 # Every evaluation: the lane's text on one line.
                 lines = [l for l in r.stdout.splitlines() if l.startswith(lane) and " writes: " in l]
@@ -270,6 +273,9 @@ class Listings(unittest.TestCase):
             for lane in summary["lanes"]:
                 self.assertAlmostEqual(lane["tokens_per_sec"], lane["samples_per_sec"] * 64, delta=1e-6)
                 self.assertGreater(lane["final_test_loss"], 0)
+                # ln(113) = 4.73 at the start; every lane is below 4.5 at its one evaluation.
+                self.assertLess(lane["final_test_loss"], 4.5)
+                self.assertIsNotNone(lane["time_to_target_seconds"], lane["name"])
 
 
 @unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")

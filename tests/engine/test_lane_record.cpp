@@ -38,7 +38,7 @@ TEST(LaneRecord, KeepsABoundedHistoryAndSummarisesEverySample) {
     EXPECT_EQ(record.lastStep(), total);
     LaneSpec spec;
     spec.name = "cpu";
-    const auto summary = record.summary(spec, 8, std::nullopt);
+    const auto summary = record.summary(spec, 8, {});
     EXPECT_EQ(summary.steps, total);
     EXPECT_EQ(summary.samples, total * 8);
     // The final state carries the last progress forward though the history lost its start.

@@ -139,7 +139,7 @@ TEST(Summary, MedianExcludesWarmupAndTargetFollowsMlperf) {
         eval(20, 2.4, 0.80),     train(25, 3.0, 200, false), eval(25, 3.5, 0.91),        eval(30, 4.0, 0.95)};
     LaneSpec spec;
     spec.name = "cpu·1";
-    auto sum = summarize(spec, 100, samples, 0.9);
+    auto sum = summarize(spec, 100, samples, {0.9});
     EXPECT_DOUBLE_EQ(*sum.samplesPerSec, 200); // median of 100, 300, 200, 200; 10 (warm-up) excluded
     EXPECT_DOUBLE_EQ(*sum.stepsPerSec, 2);
     EXPECT_DOUBLE_EQ(*sum.timeToTargetSeconds, 3.5); // first evaluation at or above 0.9
@@ -147,7 +147,22 @@ TEST(Summary, MedianExcludesWarmupAndTargetFollowsMlperf) {
     EXPECT_EQ(sum.steps, 30);
     EXPECT_DOUBLE_EQ(sum.measuredSeconds, 2.0);
     EXPECT_EQ(sum.measuredSamples, 400);
-    EXPECT_FALSE(summarize(spec, 100, samples, 0.99).timeToTargetSeconds.has_value());
+    EXPECT_FALSE(summarize(spec, 100, samples, {0.99}).timeToTargetSeconds.has_value());
+}
+
+TEST(Summary, ALossTargetStopsTheClockAtTheFirstValidationLossAtOrBelowIt) {
+    // Language models race to a validation loss (--target-loss); it replaces the accuracy target.
+    std::vector<MetricSample> samples = {eval(10, 1.0, 0.30), eval(20, 2.0, 0.35), eval(30, 3.0, 0.40)};
+    samples[0].loss = 2.6;
+    samples[1].loss = 2.2;
+    samples[2].loss = 1.9;
+    LaneSpec spec;
+    spec.name = "cpu·1";
+    auto sum = summarize(spec, 12, samples, {0.3, 2.2});
+    EXPECT_DOUBLE_EQ(*sum.timeToTargetSeconds, 2.0); // 2.2 <= 2.2; the accuracy 0.3 at t = 1 is ignored
+    EXPECT_DOUBLE_EQ(*sum.finalTestLoss, 1.9);
+    EXPECT_FALSE(summarize(spec, 12, samples, {std::nullopt, 1.5}).timeToTargetSeconds.has_value());
+    EXPECT_DOUBLE_EQ(*summarize(spec, 12, samples, {0.3}).timeToTargetSeconds, 1.0);
 }
 
 TEST(Summary, CostToTargetAndNormalisedCost) {
@@ -157,13 +172,13 @@ TEST(Summary, CostToTargetAndNormalisedCost) {
     cheap.costPerHour = 1.0;
     dear.name = "dear";
     dear.costPerHour = 3.0;
-    std::vector<LaneSummary> lanes = {summarize(cheap, 100, samples, 0.9), summarize(dear, 100, samples, 0.9)};
+    std::vector<LaneSummary> lanes = {summarize(cheap, 100, samples, {0.9}), summarize(dear, 100, samples, {0.9})};
     EXPECT_DOUBLE_EQ(*lanes[0].costToTargetUsd, 0.5); // half an hour at $1/h
     EXPECT_DOUBLE_EQ(*lanes[1].totalCostUsd, 1.5);
     normaliseCosts(lanes);
     EXPECT_DOUBLE_EQ(*lanes[1].costVsBaseline, 3.0);
     LaneSpec free;
-    EXPECT_FALSE(summarize(free, 100, samples, 0.9).costToTargetUsd.has_value());
+    EXPECT_FALSE(summarize(free, 100, samples, {0.9}).costToTargetUsd.has_value());
 }
 
 TEST(Summary, MedianOfEvenAndOdd) {
@@ -270,8 +285,8 @@ TEST(RunningSummary, MatchesTheWholeHistoryAtEveryPoint) {
         s.memoryBytes = static_cast<std::uint64_t>(1000 + i % 17);
         samples.push_back(s);
         running.add(s);
-        const auto whole = summarize(spec, 100, samples, 0.8);
-        const auto live = running.summary(spec, 100, 0.8);
+        const auto whole = summarize(spec, 100, samples, {0.8});
+        const auto live = running.summary(spec, 100, {0.8});
         ASSERT_EQ(live.steps, whole.steps);
         ASSERT_EQ(live.samplesPerSec, whole.samplesPerSec) << i;
         ASSERT_EQ(live.stepsPerSec, whole.stepsPerSec);
@@ -291,8 +306,8 @@ TEST(RunningSummary, MatchesTheWholeHistoryAtEveryPoint) {
     std::sort(rates.begin(), rates.end());
     const double expected =
         rates.size() % 2 ? rates[rates.size() / 2] : (rates[rates.size() / 2 - 1] + rates[rates.size() / 2]) / 2;
-    EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).samplesPerSec, expected);
-    EXPECT_DOUBLE_EQ(*running.summary(spec, 100, 0.8).timeToTargetSeconds, 300 * 0.5); // first eval >= 0.8
+    EXPECT_DOUBLE_EQ(*running.summary(spec, 100, {0.8}).samplesPerSec, expected);
+    EXPECT_DOUBLE_EQ(*running.summary(spec, 100, {0.8}).timeToTargetSeconds, 300 * 0.5); // first eval >= 0.8
 }
 
 namespace {

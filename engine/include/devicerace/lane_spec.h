@@ -120,6 +120,7 @@ struct RaceSpec {
     std::optional<int> epochs; // exactly one of epochs/steps is used; default 1 epoch
     std::optional<std::int64_t> steps;
     std::optional<double> targetAccuracy; // default: the workload's target
+    std::optional<double> targetLoss;     // set: time to target is the first validation loss at or below it
     std::optional<DataMode> data;         // unset: real data where the machine has it, else synthetic
     std::string dataDir;                  // empty: the workload's default location
     std::uint64_t seed = 0;

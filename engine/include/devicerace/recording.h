@@ -43,6 +43,7 @@ struct Recording {
     bool synthetic = false;
     bool fair = false;
     std::optional<double> targetAccuracy;
+    std::optional<double> targetLoss;
     std::string startedAt; // ISO 8601, UTC
     /// The machine the race ran on (format 1 recordings: its CPU, BLAS, versions and host only).
     DeviceReport machine;

@@ -39,6 +39,7 @@ struct LaneRunSettings {
     std::optional<int> epochs;
     std::optional<std::int64_t> steps;
     std::optional<double> targetAccuracy;
+    std::optional<double> targetLoss; // takes the place of targetAccuracy when set
     std::uint64_t seed = 0;
     std::int64_t evalEverySteps = 0;
     std::int64_t warmupSteps = 20;

@@ -12,6 +12,14 @@
 
 namespace devicerace {
 
+/// What a lane's time-to-target clock stops at (MLPerf: the first evaluation that reaches it): a
+/// validation loss at or below `loss` when set (language models), else a test accuracy at or
+/// above `accuracy`.
+struct QualityTarget {
+    std::optional<double> accuracy = {};
+    std::optional<double> loss = {};
+};
+
 struct LaneSummary {
     std::string name;
     std::string device;
@@ -79,18 +87,21 @@ private:
 class RunningSummary {
 public:
     void add(const MetricSample& s);
-    LaneSummary summary(const LaneSpec& spec, std::int64_t batch, std::optional<double> targetAccuracy) const;
+    LaneSummary summary(const LaneSpec& spec, std::int64_t batch, const QualityTarget& target) const;
 
 private:
     LaneSummary m_base; // the fields that do not depend on spec, batch or target
     RunningMedian m_sampleRates, m_stepRates, m_shares;
     std::vector<RunningMedian> m_workerRates;
-    std::vector<std::pair<double, double>> m_evals; // (lane time, accuracy): few per race
+    struct Eval {
+        double time, accuracy, loss;
+    };
+    std::vector<Eval> m_evals; // few per race
 };
 
 /// Computes a lane's summary from all its samples, in order.
 LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
-                      std::optional<double> targetAccuracy);
+                      const QualityTarget& target);
 
 /// Median of a non-empty list (the mean of the two middle values for even sizes).
 double median(std::vector<double> values);

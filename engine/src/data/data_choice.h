@@ -21,7 +21,7 @@ struct DataChoice {
     std::int64_t syntheticTest = 0;
     bool adapted = false; // Fashion-MNIST padded/resized to another network's input
     std::string note;     // said to the user when the data is not what they might assume
-    TextWindows text;     // Text: how the corpus is cut into examples
+    TextWindows text = {}; // Text: how the corpus is cut into examples
 };
 
 /// Decides the data (unset mode: real where the machine has it). Throws UsageError when the

@@ -265,7 +265,7 @@ LaneSpec expandParallelSpec(LaneSpec spec) {
 }
 
 ParallelLane::ParallelLane(LaneSpec spec, LaneRunSettings settings)
-    : LaneBase(spec.name, settings.targetAccuracy), m_impl(std::make_unique<Impl>()) {
+    : LaneBase(spec.name, {settings.targetAccuracy, settings.targetLoss}), m_impl(std::make_unique<Impl>()) {
     auto& d = *m_impl;
     spec = expandParallelSpec(std::move(spec));
     d.ranks = laneRanks(spec);

@@ -18,14 +18,13 @@ public:
     std::vector<MetricSample> history() const final { return m_record.history(); }
     /// The record's summary (the lane's spec, batch and target), completed by the kind.
     LaneSummary summary() const final {
-        auto s = m_record.summary(spec(), batch(), m_targetAccuracy);
+        auto s = m_record.summary(spec(), batch(), m_target);
         completeSummary(s);
         return s;
     }
 
 protected:
-    LaneBase(std::string laneName, std::optional<double> targetAccuracy)
-        : m_record(std::move(laneName)), m_targetAccuracy(targetAccuracy) {}
+    LaneBase(std::string laneName, QualityTarget target) : m_record(std::move(laneName)), m_target(target) {}
     LaneRecord& record() { return m_record; }
     const LaneRecord& record() const { return m_record; }
     /// Adds what only this kind knows to its summary (the data set it trains on, its ranks).
@@ -33,7 +32,7 @@ protected:
 
 private:
     LaneRecord m_record;
-    std::optional<double> m_targetAccuracy;
+    QualityTarget m_target;
 };
 
 } // namespace devicerace::detail

@@ -94,9 +94,9 @@ void LaneRecord::setExecution(std::string text) {
     m_execution = std::move(text);
 }
 
-LaneSummary LaneRecord::summary(const LaneSpec& spec, std::int64_t batch, std::optional<double> targetAccuracy) const {
+LaneSummary LaneRecord::summary(const LaneSpec& spec, std::int64_t batch, const QualityTarget& target) const {
     std::lock_guard lock(m_mutex);
-    auto s = m_running.summary(spec, batch, targetAccuracy);
+    auto s = m_running.summary(spec, batch, target);
     s.state = m_state;
     s.error = m_message;
     s.execution = m_execution;

@@ -33,7 +33,7 @@ public:
     void setExecution(std::string text);
     /// The lane's summary so far, kept up to date sample by sample (O(1), whatever the race's
     /// length), with the record's state, message and execution text.
-    LaneSummary summary(const LaneSpec& spec, std::int64_t batch, std::optional<double> targetAccuracy) const;
+    LaneSummary summary(const LaneSpec& spec, std::int64_t batch, const QualityTarget& target) const;
     /// Progress so far: the step of the last sample (0 before any).
     std::int64_t lastStep() const;
 

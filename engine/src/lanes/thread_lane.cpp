@@ -60,7 +60,7 @@ struct ThreadLane::Impl {
 };
 
 ThreadLane::ThreadLane(LaneSpec spec, LaneRunSettings settings)
-    : LaneBase(spec.name, settings.targetAccuracy), m_impl(std::make_unique<Impl>()) {
+    : LaneBase(spec.name, {settings.targetAccuracy, settings.targetLoss}), m_impl(std::make_unique<Impl>()) {
     auto& ctx = m_impl->ctx;
     const auto& workload = findWorkload(settings.workload);
     if (!settings.data) {

@@ -1,6 +1,7 @@
 #include "devicerace/summary.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <functional>
 
@@ -121,7 +122,7 @@ void RunningSummary::add(const MetricSample& s) {
         if (s.accuracy) {
             out.finalTestAccuracy = s.accuracy;
             out.finalTestLoss = s.loss;
-            m_evals.emplace_back(s.time, *s.accuracy);
+            m_evals.push_back({s.time, *s.accuracy, s.loss.value_or(std::numeric_limits<double>::infinity())});
         }
         break;
     case SampleKind::State:
@@ -134,7 +135,7 @@ void RunningSummary::add(const MetricSample& s) {
 }
 
 LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch,
-                                    std::optional<double> targetAccuracy) const {
+                                    const QualityTarget& target) const {
     LaneSummary out = m_base;
     out.name = spec.name;
     out.device = spec.device;
@@ -143,10 +144,10 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch,
     out.threads = spec.threads;
     out.batch = batch;
     out.costPerHour = spec.costPerHour;
-    if (targetAccuracy) {
-        for (const auto& [time, accuracy] : m_evals) {
-            if (accuracy >= *targetAccuracy) {
-                out.timeToTargetSeconds = time;
+    if (target.loss || target.accuracy) {
+        for (const auto& e : m_evals) {
+            if (target.loss ? e.loss <= *target.loss : e.accuracy >= *target.accuracy) {
+                out.timeToTargetSeconds = e.time;
                 break;
             }
         }
@@ -174,12 +175,12 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch,
 }
 
 LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
-                      std::optional<double> targetAccuracy) {
+                      const QualityTarget& target) {
     RunningSummary running;
     for (const auto& s : samples) {
         running.add(s);
     }
-    return running.summary(spec, batch, targetAccuracy);
+    return running.summary(spec, batch, target);
 }
 
 } // namespace devicerace

@@ -91,6 +91,7 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
         settings.epochs = spec.epochs;
         settings.steps = spec.steps;
         settings.targetAccuracy = spec.targetAccuracy;
+        settings.targetLoss = spec.targetLoss;
         settings.seed = spec.seed;
         settings.evalEverySteps = spec.evalEverySteps;
         settings.warmupSteps = spec.warmupSteps;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -133,6 +135,9 @@ void checkRace(const RaceSpec& spec, std::vector<std::string>& problems) {
     }
     if (spec.targetAccuracy && !(*spec.targetAccuracy > 0 && *spec.targetAccuracy <= 1)) {
         problems.push_back(fmt::format("--target-accuracy {}: expected a fraction in (0, 1]", *spec.targetAccuracy));
+    }
+    if (spec.targetLoss && !(std::isfinite(*spec.targetLoss) && *spec.targetLoss > 0)) {
+        problems.push_back(fmt::format("--target-loss {}: expected a loss above 0", *spec.targetLoss));
     }
     if (spec.trainLimit && *spec.trainLimit < 1) {
         problems.push_back("the training subset needs at least 1 example");

@@ -77,6 +77,7 @@ std::string planToJson(const RacePlan& plan) {
     const json out = {{"workload", plan.spec.workload},
                       {"fair", plan.spec.fair},
                       {"target_accuracy", orNull(plan.spec.targetAccuracy)},
+                      {"target_loss", orNull(plan.spec.targetLoss)},
                       {"eval_every_steps", plan.evalEverySteps},
                       {"cpu_threads", plan.cpuThreads},
                       {"logical_cpus", plan.logicalCpus},

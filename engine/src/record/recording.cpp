@@ -63,6 +63,7 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
     m["dataset"] = {{"name", race.dataset().name}, {"synthetic", race.dataset().synthetic}};
     m["mode"] = race.spec().fair ? "fair" : "live";
     m["target_accuracy"] = orNull(race.spec().targetAccuracy);
+    m["target_loss"] = orNull(race.spec().targetLoss);
     m["started_at"] = isoNow();
     // The machine the race ran on, in the device report's one JSON shape (the hello's, the CLI's).
     m["machine"] = detail::deviceReportJson(deviceReport());
@@ -134,6 +135,9 @@ Recording readRecording(const fs::path& dir) {
         r.fair = m.value("mode", std::string("live")) == "fair";
         if (m.contains("target_accuracy") && m["target_accuracy"].is_number()) {
             r.targetAccuracy = m["target_accuracy"].get<double>();
+        }
+        if (m.contains("target_loss") && m["target_loss"].is_number()) {
+            r.targetLoss = m["target_loss"].get<double>();
         }
         r.startedAt = m.value("started_at", std::string());
         if (format >= 2) {
@@ -247,7 +251,7 @@ LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, 
     spec.name = lane.name;
     spec.device = lane.device.empty() ? spec.device : lane.device;
     spec.costPerHour = lane.costPerHour;
-    auto s = running.summary(spec, lane.batch, r.targetAccuracy);
+    auto s = running.summary(spec, lane.batch, {r.targetAccuracy, r.targetLoss});
     s.datasetName = r.dataset;
     s.synthetic = r.synthetic;
     if (played >= r.samples.at(lane.name).size() && !isTerminal(s.state)) {

@@ -128,6 +128,7 @@ json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
             {"epochs", orNull(s.epochs)},
             {"steps", orNull(s.steps)},
             {"target", orNull(s.targetAccuracy)},
+            {"target_loss", orNull(s.targetLoss)},
             {"seed", s.seed},
             {"eval_every", s.evalEverySteps},
             {"warmup", s.warmupSteps},
@@ -170,6 +171,7 @@ std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
         s.epochs = optionalOf<int>(m, "epochs");
         s.steps = optionalOf<std::int64_t>(m, "steps");
         s.targetAccuracy = optionalOf<double>(m, "target");
+        s.targetLoss = optionalOf<double>(m, "target_loss");
         s.seed = checkedValue(m, "seed", std::uint64_t{0});
         s.evalEverySteps = checkedValue(m, "eval_every", std::int64_t{0});
         s.warmupSteps = checkedValue(m, "warmup", std::int64_t{20});

@@ -202,7 +202,7 @@ struct WorkerLane::Impl {
 };
 
 WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings)
-    : LaneBase(spec.name, settings.targetAccuracy), m_impl(std::make_unique<Impl>()) {
+    : LaneBase(spec.name, {settings.targetAccuracy, settings.targetLoss}), m_impl(std::make_unique<Impl>()) {
     auto& d = *m_impl;
     d.spec = std::move(spec);
     d.settings = std::move(settings);
