@@ -366,25 +366,76 @@ def resnet50(inputs):
     return torch_dense(1000, 2048)(L.GlobalAveragePooling2D()(h))
 
 
+def char_gpt(workload):
+    """nanoGPT's GPT in Keras layers (models_gpt.cpp, torch_networks.CharGpt): token + learned
+    position embeddings, pre-LayerNorm blocks of causal keras.layers.MultiHeadAttention (separate
+    q/k/v projections with biases: 4C^2 + 4C parameters, as nanoGPT's fused c_attn + c_proj) and a
+    GELU MLP 4x wide, a final LayerNorm, the output head tied to the token embedding. N(0, 0.02)
+    init; the MLP's output projection at 0.02/sqrt(2L) (MultiHeadAttention takes one initialiser
+    for all four of its projections: its output projection stays at 0.02)."""
+    def build(inputs, vocabulary=0):
+        L = keras.layers
+        cfg = wt.WORKLOADS[workload]["gpt"]
+        width, heads, layers, drop = cfg["width"], cfg["heads"], cfg["layers"], cfg["dropout"]
+        vocabulary = vocabulary or wt.WORKLOADS[workload]["vocabulary"]
+        normal = keras.initializers.RandomNormal(stddev=0.02)
+        proj = keras.initializers.RandomNormal(stddev=0.02 / math.sqrt(2 * layers))
+
+        class Positions(L.Layer):
+            def build(self, shape):
+                self.table = self.add_weight(shape=(cfg["context"], width), initializer=normal, name="wpe")
+
+            def call(self, x):
+                return x + self.table[: ops.shape(x)[1]]
+
+        class TiedHead(L.Layer):
+            def __init__(self, embedding, **kw):
+                super().__init__(**kw)
+                self.embedding = embedding
+
+            def call(self, h):
+                return ops.matmul(h, ops.transpose(ops.cast(self.embedding.embeddings, h.dtype)))
+
+        wte = L.Embedding(vocabulary, width, embeddings_initializer=normal, name="wte")
+        h = L.Dropout(drop)(Positions(name="positions")(wte(inputs)))
+        for i in range(layers):
+            a = L.LayerNormalization(epsilon=1e-5, name=f"ln_1_{i}")(h)
+            a = L.MultiHeadAttention(heads, width // heads, kernel_initializer=normal, name=f"attn_{i}")(
+                a, a, use_causal_mask=True)
+            h = L.Add()([h, L.Dropout(drop)(a)])
+            m = L.LayerNormalization(epsilon=1e-5, name=f"ln_2_{i}")(h)
+            m = L.Dense(4 * width, kernel_initializer=normal, name=f"c_fc_{i}")(m)
+            m = L.Activation(lambda z: ops.gelu(z, approximate=False))(m)
+            m = L.Dense(width, kernel_initializer=proj, name=f"mlp_c_proj_{i}")(m)
+            h = L.Add()([h, L.Dropout(drop)(m)])
+        h = L.LayerNormalization(epsilon=1e-5, name="ln_f")(h)
+        return TiedHead(wte, name="lm_head")(h)
+    return build
+
+
 BUILDERS = {"fashion-mlp": mlp, "fashion-cnn": cnn, "cifar-resnet20": cifar_resnet(20),
             "cifar-resnet32": cifar_resnet(32), "cifar-resnet56": cifar_resnet(56), "cifar-vgg": vgg,
             "davidnet": davidnet, "fasttext": fasttext, "imdb-bilstm": imdb_bilstm, "charlstm": charlstm,
-            "imagenet-resnet50": resnet50}
+            "imagenet-resnet50": resnet50, "char-gpt": char_gpt("char-gpt"), "char-gpt-6l": char_gpt("char-gpt-6l")}
 
 
 def input_shape(w):
-    """The network's input as Keras sees it: channels-last images, token sequences as is."""
+    """The network's input as Keras sees it: channels-last images, token sequences as is (a
+    language model sees T of each example's T+1 tokens)."""
+    if w["lm"]:
+        return (w["lm"],)
     if w["tokens"]:
         return tuple(w["shape"])
     c, h, wd = w["shape"]
     return (h, wd, c)
 
 
-def build_model(workload, w):
+def build_model(workload, w, vocabulary=0):
     if workload not in BUILDERS:
         raise dw.LaneRefused(f"unknown workload '{workload}' for the Keras lane (it runs {', '.join(BUILDERS)})")
     inputs = keras.Input(input_shape(w), dtype="int32" if w["tokens"] else "float32")
-    return keras.Model(inputs, BUILDERS[workload](inputs), name=workload.replace("-", "_"))
+    outputs = BUILDERS[workload](inputs, vocabulary) if w["lm"] else BUILDERS[workload](inputs)
+    return keras.Model(inputs, outputs, name=workload.replace("-", "_"))
 
 # ---------------------------------------------------------------------------------------------
 # Optimizer, schedule, loss, input preparation (keras.ops: the same code on every backend).
@@ -398,6 +449,10 @@ def engine_schedule(lr, schedule, total):
             f = ops.cast(step, "float32") / float(total)
             if schedule == "step":
                 factor = ops.where(f < 4.0 / 9, 1.0, ops.where(f < 6.0 / 9, 0.1, ops.where(f < 8.0 / 9, 0.01, 0.001)))
+            elif schedule == "cosine":  # nanoGPT: linear warm-up over 5%, then a cosine down to 0.1
+                warm = (ops.cast(step, "float32") + 1.0) / (0.05 * float(total) + 1.0)
+                ratio = ops.minimum(1.0, ops.maximum(0.0, (f - 0.05) / 0.95))
+                factor = ops.where(f < 0.05, warm, 0.1 + 0.45 * (1.0 + ops.cos(math.pi * ratio)))
             else:  # onecycle
                 peak = 5.0 / 24.0
                 factor = ops.where(f < peak, f / peak, ops.maximum(0.0, (1.0 - f) / (1.0 - peak)))
@@ -408,8 +463,12 @@ def engine_schedule(lr, schedule, total):
     return EngineSchedule()
 
 
-def make_optimizer(kind, lr, momentum):
+def make_optimizer(kind, lr, momentum, wd=0.0):
     O = keras.optimizers
+    if kind == "adamw":  # nanoGPT: decay on matrices and embeddings only, betas 0.9/0.99, clip 1.0
+        opt = O.AdamW(learning_rate=lr, weight_decay=wd, beta_2=0.99, epsilon=1e-8, global_clipnorm=1.0)
+        opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+        return opt
     if kind == "rmsprop":  # Keras' own defaults: rho 0.9, epsilon 1e-7
         return O.RMSprop(learning_rate=lr, rho=0.9, epsilon=1e-7)
     if kind == "adam":  # the engine's (PyTorch's) epsilon
@@ -503,12 +562,21 @@ class JaxSteps:
             tv, ntv, _ = state
             logits, _ = model.stateless_call(tv, ntv, prepare(x), training=False)
             return loss_sum(logits, y)
+        def logits(state, x):
+            tv, ntv, _ = state
+            return model.stateless_call(tv, ntv, prepare(x), training=False)[0]
         self._train = jax.jit(train, donate_argnums=0)
         self._eval = jax.jit(evaluate)
+        self._logits = jax.jit(logits)
 
     def step(self, x, y):
         self.state, loss, correct = self._train(self.state, x, y)
         return loss, correct
+
+    def logits(self, x):
+        """The network's output for `x` with the trained weights (the model's own variables
+        are stale: the state lives in the jitted step's arrays)."""
+        return self._logits(self.state, x)
 
     def evaluate(self, x, y):
         return self._eval(self.state, x, y)
@@ -544,6 +612,7 @@ class TensorFlowSteps:
 
         def evaluate(x, y):
             return loss_sum(model(prepare(x), training=False), y)
+        self._model = model
         self._train = tf.function(train, jit_compile=self.xla, reduce_retracing=True)
         self._eval = tf.function(evaluate, jit_compile=self.xla, reduce_retracing=True)
 
@@ -552,6 +621,9 @@ class TensorFlowSteps:
 
     def evaluate(self, x, y):
         return self._eval(x, y)
+
+    def logits(self, x):
+        return self._model(x, training=False)
 
     def sync(self):
         pass  # reading the values waits for them
@@ -591,6 +663,10 @@ class TorchSteps:
         with self.torch.no_grad():
             return self.loss_sum(self.model(self.prepare(self.tensor(x)), training=False), self.tensor(y))
 
+    def logits(self, x):
+        with self.torch.no_grad():
+            return self.model(self.tensor(x), training=False)
+
     def sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
@@ -606,7 +682,7 @@ class TorchSteps:
 def synthetic_arrays(w, count, batch, rng):
     """(X, Y) numpy arrays of a synthetic set: a pool of min(count, max(8 batches, 256 MiB))
     examples reused with index % pool, as torch_networks.synthetic_split."""
-    shape = input_shape(w)
+    shape = tuple(w["shape"]) if w["tokens"] else input_shape(w)  # a language model's T+1 tokens
     elems = math.prod(shape)
     pool = min(count, max(8 * batch, wt.SYNTHETIC_POOL_BYTES // max(1, elems * 4)))
     if w["tokens"]:
@@ -666,7 +742,26 @@ class KerasLane:
             d = lc.resolve_data(workload, w, mode, c["data_dir"], c["train_limit"], c["test_limit"], lane_label)
             self.batch = spec.get("batch", w["batch"])
             rng = np.random.default_rng(c["seed"])
-            if d["synthetic"]:
+            self.alphabet = []
+            if "text" in d:
+                # A language model on real text: the engine's windows, the network at the text's
+                # alphabet (checked above at the nominal one, as the engine counts it).
+                length, stride, lower, only = wt.text_windows(w, c["data_dir"])
+                try:
+                    train_ids, test_ids, self.alphabet = wt.load_text(d["text"], length, stride, lower, only,
+                                                                      c["train_limit"], c["test_limit"])
+                except (OSError, ValueError) as e:
+                    raise dw.LaneRefused(str(e)) from None
+                keras.utils.set_random_seed(c["seed"])
+                self.model = build_model(workload, w, len(self.alphabet))
+                self.train_x, self.test_x = train_ids.astype(np.int32), test_ids.astype(np.int32)
+                self.train_y = np.zeros(len(self.train_x), np.int32)  # the targets are inside x
+                self.test_y = np.zeros(len(self.test_x), np.int32)
+                train_count, test_count = len(self.train_x), len(self.test_x)
+                if self.batch > train_count:
+                    raise dw.LaneRefused(f"lane {self.name}: batch={self.batch} is larger than the {train_count} "
+                                         "training examples")
+            elif d["synthetic"]:
                 train_count, test_count = d["counts"]
                 if self.batch > train_count:
                     raise dw.LaneRefused(f"lane {self.name}: batch={self.batch} is larger than the {train_count} "
@@ -689,11 +784,14 @@ class KerasLane:
             # Run length, evaluation batches.
             self.steps_per_epoch = (train_count + self.batch - 1) // self.batch
             self.total_steps = c["steps"] or self.steps_per_epoch * (c["epochs"] or w["epochs"])
-            self.eval_batch = spec.get("eval_batch") or max(self.batch, min(1000, 3072000 // math.prod(w["shape"])))
+            per_eval = 32768 // w["lm"] if w["lm"] else 3072000 // math.prod(w["shape"])  # run_plan.cpp
+            self.eval_batch = spec.get("eval_batch") or max(self.batch, min(1000, per_eval))
 
             # Optimizer and the backend's step.
             lr = self.lr if self.schedule == "constant" else engine_schedule(self.lr, self.schedule, self.total_steps)
-            self.optimizer = make_optimizer(w["optimizer"], lr, self.momentum)
+            self.optimizer = make_optimizer(w["optimizer"], lr, self.momentum, self.wd)
+            if w["optimizer"] == "adamw":
+                self.wd = 0.0  # decoupled, inside AdamW (matrices only): not added to the gradients
             loss_mean, loss_sum = make_loss(w["binary"])
             prepare = make_prepare(w)
             if BACKEND == "jax":
@@ -724,7 +822,8 @@ class KerasLane:
                 pass
 
     def describe(self):
-        kind = {"rmsprop": "RMSprop", "adam": "Adam", "sgd": "SGD", "sgd-nesterov": "Nesterov SGD"}[self.w["optimizer"]]
+        kind = {"rmsprop": "RMSprop", "adam": "Adam", "adamw": "AdamW", "sgd": "SGD",
+                "sgd-nesterov": "Nesterov SGD"}[self.w["optimizer"]]
         how = {"jax": "jax.jit step (stateless_call, value_and_grad, stateless_apply)",
                "tensorflow": "tf.function step" + (" with XLA" if getattr(self.steps, "xla", False) else
                                                    " (no XLA on a CPU, as Keras' jit_compile=auto)"),
@@ -748,7 +847,7 @@ class KerasLane:
         self.steps.sync()
         losses, correct = self.steps.fetch(self.queued)
         self.queued = []
-        return self.meter.report(losses, correct)
+        return self.meter.report(losses, correct / (self.w["lm"] or 1))  # language models: per character
 
     def evaluate(self):
         meter = self.meter
@@ -758,13 +857,43 @@ class KerasLane:
         loss_sum, correct = 0.0, 0
         with keras.device(self.device):
             for i in range(0, n, self.eval_batch):
-                loss, right = self.steps.evaluate(self.test_x[i:i + self.eval_batch], self.test_y[i:i + self.eval_batch])
+                x, y = self.split(self.test_x[i:i + self.eval_batch], self.test_y[i:i + self.eval_batch])
+                loss, right = self.steps.evaluate(x, y)
                 loss_sum += float(ops.convert_to_numpy(loss))
                 correct += int(ops.convert_to_numpy(right))
-        meter.evaluation(loss_sum / n, correct / n, time.perf_counter() - start)
+            text = self.sample_text() if self.alphabet else ""
+        scored = n * (self.w["lm"] or 1)
+        meter.evaluation(loss_sum / scored, correct / scored, time.perf_counter() - start, text)
         meter.state("running")
 
     # The loop ---------------------------------------------------------------------------------
+
+    def split(self, x, y):
+        """Language models: T+1 tokens per example as the input (the first T) and the next-token
+        targets (the last T); other workloads unchanged."""
+        if self.w["lm"]:
+            return np.ascontiguousarray(x[:, :-1]), np.ascontiguousarray(x[:, 1:])
+        return x, y
+
+    def sample_text(self):
+        """120 characters from a newline, temperature 0.8, drawn with a numpy generator seeded by
+        the lane's seed (the same weights write the same text). The window is always T long: the
+        tokens so far at positions 0.., causal attention keeps the padding after them unseen."""
+        t = self.w["lm"]
+        ids = [self.alphabet.index("\n") if "\n" in self.alphabet else int(self.test_x[0, 0])]
+        rng = np.random.default_rng(self.c["seed"])
+        out = []
+        for _ in range(120):
+            window = ids[-t:]
+            x = np.zeros((1, t), np.int32)
+            x[0, :len(window)] = window
+            logits = ops.convert_to_numpy(ops.cast(self.steps.logits(x), "float32"))[0, len(window) - 1]
+            z = logits / 0.8
+            p = np.exp(z - z.max())
+            nxt = int(rng.choice(len(p), p=p / p.sum()))
+            ids.append(nxt)
+            out.append(self.alphabet[nxt])
+        return "".join(out)
 
     def new_order(self):
         return self.rng.permutation(self.train_count)
@@ -773,7 +902,7 @@ class KerasLane:
         idx = order[pos:pos + take]
         if len(self.train_x) < self.train_count:  # a synthetic pool
             idx = idx % len(self.train_x)
-        self.queued.append(self.steps.step(self.train_x[idx], self.train_y[idx]))
+        self.queued.append(self.steps.step(*self.split(self.train_x[idx], self.train_y[idx])))
 
     def run(self, session):
         self.meter.state("preparing")

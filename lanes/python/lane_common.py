@@ -100,7 +100,7 @@ def resolve_data(name, w, mode, data_dir, train_limit, test_limit, lane="the PyT
     elif ds == "text":
         if want_synthetic:
             return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
-        if w.get("lm") and lane == "the PyTorch lane":  # the language models: the engine's corpus reader
+        if w.get("lm"):  # the language models: the engine's corpus reader (workload_table.load_text)
             path = data_dir or wt.text_corpus()
             return {"name": f"text: {path}", "source": path, "synthetic": False, "note": "", "text": path}
         raise dw.LaneRefused(f"{name}: {lane} has no text-corpus reader; race it on synthetic text "

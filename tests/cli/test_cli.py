@@ -253,9 +253,11 @@ class Listings(unittest.TestCase):
     def test_char_gpt_race_prints_tokens_validation_loss_and_text(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
-            # A thread lane, one in a worker process, and a data-parallel lane of two ranks.
+            # A thread lane, one in a worker process, a data-parallel lane of two ranks, and the
+            # same network in plain PyTorch (framework=pytorch: the engine's text reader in Python).
             r = run("race", "--workload", "char-gpt", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2",
                     "--lane", "cpu,threads=1,isolate=process,name=proc", "--lane", "cpu,workers=2,threads=1,name=dp",
+                    "--lane", "cpu,threads=1,framework=pytorch,name=pt",
                     "--fair", "--steps", "16", "--warmup-steps", "2", "--train-limit", "240", "--test-limit", "24",
                     "--target-loss", "4.5", "--json", out)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -263,7 +265,7 @@ class Listings(unittest.TestCase):
             self.assertIn("val loss", r.stdout)
             self.assertIn("target validation loss 4.50", r.stdout)
             self.assertIn("t→≤4.50", r.stdout)
-            for lane in ("cpu·1", "cpu·2", "proc", "dp"):
+            for lane in ("cpu·1", "cpu·2", "proc", "dp", "pt"):
                 # Every evaluation: the lane's text on one line.
                 lines = [l for l in r.stdout.splitlines() if l.startswith(lane) and " writes: " in l]
                 self.assertTrue(lines, r.stdout)

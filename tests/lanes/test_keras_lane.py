@@ -150,6 +150,19 @@ class KerasJaxTest(KerasBackendTest, unittest.TestCase):
             if "lstm" in workload:
                 text = [m["text"] for m in seen if m["type"] == "execution"][0]
                 self.assertIn("one bias vector per gate", text)
+        # char-gpt on the real text: nanoGPT's network in Keras layers with the engine's parameter count
+        # (at the nominal 65 characters), next-character loss and accuracy, and the text it writes.
+        if os.path.isdir("/usr/share/games/fortunes"):
+            lane = self.start()
+            ready = self.configure(lane, workload="char-gpt", expected_parameters=809856, steps=3, warmup=1,
+                                   train_limit=192, test_limit=24, data="real")
+            self.assertTrue(ready["dataset"]["name"].startswith("text: "), ready)
+            samples, _ = self.run_to_bye(lane)
+            evals = [s for s in samples if s["kind"] == "eval"]
+            self.assertEqual([s["step"] for s in evals], [3])
+            self.assertEqual(len(evals[0]["text"]), 120)
+            self.assertLess(evals[0]["loss"], 6.0)  # ln(113) = 4.73 at random; a few steps do not blow it up
+            self.assertGreater(evals[0]["accuracy"], 0.0)
         # An LSTM whose count differs by anything but the merged biases is still refused.
         lane = self.start()
         lane.send(config(self.BACKEND, workload="charlstm", expected_parameters=105021, data="synthetic"))
