@@ -205,7 +205,9 @@ QString Dashboard::titleText() const { return m_title->text(); }
 
 int Dashboard::baseline() const { return std::max(0, m_baseline->currentIndex()); }
 
-Metric Dashboard::firstRate() const { return m_race->tokensPerSample() > 0 ? Metric::TokensPerSec : Metric::SamplesPerSec; }
+Metric Dashboard::firstRate() const {
+    return m_race->tokensPerSample() > 0 ? Metric::TokensPerSec : Metric::SamplesPerSec;
+}
 
 void Dashboard::onRaceStarted() {
     const auto& lanes = m_race->lanes();

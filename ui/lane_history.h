@@ -23,7 +23,9 @@ enum class Metric { SamplesPerSec, StepsPerSec, Loss, Accuracy, TokensPerSec, Ev
 /// The metrics read from the evaluation columns (drawn as points joined by lines).
 inline bool isEval(Metric m) { return m == Metric::Accuracy || m == Metric::EvalLoss; }
 /// The throughput metrics (log axes, rate formatting).
-inline bool isRate(Metric m) { return m == Metric::SamplesPerSec || m == Metric::StepsPerSec || m == Metric::TokensPerSec; }
+inline bool isRate(Metric m) {
+    return m == Metric::SamplesPerSec || m == Metric::StepsPerSec || m == Metric::TokensPerSec;
+}
 
 /// One lane's samples as parallel columns (non-finite values never enter). Bounded: past
 /// kMaxPoints train points, neighbours are merged in pairs and each later point stands for
@@ -49,7 +51,7 @@ struct LaneHistory {
     double lastTime = 0;
     double lastEpoch = 0;
     std::optional<double> lastAccuracy;
-    QString lastText;           // the text the latest evaluation generated (charlstm, char-gpt), else ""
+    QString lastText; // the text the latest evaluation generated (charlstm, char-gpt), else ""
     std::int64_t lastTextStep = 0;
     std::optional<double> recentSamplesPerSec; // last interval after warm-up
     std::optional<std::uint64_t> peakMemory;

@@ -36,8 +36,8 @@ std::vector<TextLine> textLines(const RaceController& race) {
     const auto& histories = race.histories();
     for (std::size_t i = 0; i < lanes.size() && i < histories.size(); ++i) {
         if (!histories[i].lastText.isEmpty()) {
-            out.push_back({lanes[i].name, lanes[i].color, oneLineText(histories[i].lastText),
-                           histories[i].lastTextStep});
+            out.push_back(
+                {lanes[i].name, lanes[i].color, oneLineText(histories[i].lastText), histories[i].lastTextStep});
         }
     }
     return out;

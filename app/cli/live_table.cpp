@@ -115,10 +115,10 @@ std::string LiveView::rowText(const LaneRow& row) const {
     } else {
         status = stateText(row.state, row.state == LaneState::Finished ? std::string() : row.message);
     }
-    const auto rate = row.samplesPerSec ? std::optional<double>(*row.samplesPerSec *
-                                                                static_cast<double>(std::max<std::int64_t>(
-                                                                    1, m_tokensPerSample)))
-                                        : std::nullopt;
+    const auto rate = row.samplesPerSec
+                          ? std::optional<double>(*row.samplesPerSec *
+                                                  static_cast<double>(std::max<std::int64_t>(1, m_tokensPerSample)))
+                          : std::nullopt;
     return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}/{:<6} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name,
                        progressBar(fraction, kBarWidth), fraction * 100, row.step, row.totalSteps,
                        rate ? groupThousands(*rate) : std::string("-"),

@@ -67,8 +67,9 @@ int main(int argc, char** argv) {
     epochsOpt->excludes(stepsOpt);
     auto* targetOpt = race->add_option("--target-accuracy", target, "Test accuracy for time-to-target");
     double targetLoss = 0;
-    auto* targetLossOpt = race->add_option(
-        "--target-loss", targetLoss, "Validation loss for time-to-target (language models; replaces the accuracy target)");
+    auto* targetLossOpt =
+        race->add_option("--target-loss", targetLoss,
+                         "Validation loss for time-to-target (language models; replaces the accuracy target)");
     race->add_option("--data", data, "real or synthetic (default: real where the machine has it)")
         ->check(CLI::IsMember({"real", "synthetic"}));
     race->add_option("--data-dir", spec.dataDir, "Folder with the Fashion-MNIST IDX files");

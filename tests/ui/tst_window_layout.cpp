@@ -159,9 +159,9 @@ private Q_SLOTS:
                                          5.0));
         // Two language-model lanes whose latest texts are 120 characters with line breaks
         // and tabs, as char-gpt writes them.
-        const QString text = QStringLiteral(
-            "\nThe fool doth think he is wise, but the wise man knows himself\n\t\t-- Shakespeare, "
-            "As You Like It\nA penny saved is a penny earned.");
+        const QString text =
+            QStringLiteral("\nThe fool doth think he is wise, but the wise man knows himself\n\t\t-- Shakespeare, "
+                           "As You Like It\nA penny saved is a penny earned.");
         QVERIFY(text.size() >= 120);
         m_gptRecording = m_dir.filePath(QStringLiteral("gpt"));
         test::FakeLane cpu{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 200, 600};

@@ -64,9 +64,9 @@ std::shared_ptr<const Dataset> loadImdb(const std::filesystem::path& dir, int vo
 
 /// How a text corpus is cut into examples.
 struct TextWindows {
-    int length = 40;      // characters per example (charlstm: 40 that predict the next; a
-                          // language model: context + 1, the targets being the inputs shifted by one)
-    int stride = 3;       // a new example starts every `stride` characters
+    int length = 40;       // characters per example (charlstm: 40 that predict the next; a
+                           // language model: context + 1, the targets being the inputs shifted by one)
+    int stride = 3;        // a new example starts every `stride` characters
     bool lowercase = true; // ASCII letters folded to lower case (the Keras example does)
     // A folder: only these files of it (empty: every regular file).
     std::vector<std::string> onlyFiles;

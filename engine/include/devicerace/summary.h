@@ -37,8 +37,8 @@ struct LaneSummary {
     std::int64_t measuredSamples = 0;    // samples in the intervals after warm-up
     double measuredSeconds = 0;          // their total length
     std::optional<double> finalTestAccuracy;
-    std::optional<double> finalTestLoss;  // the last evaluation's loss (language models: validation loss)
-    std::optional<double> tokensPerSec;   // language models: samplesPerSec x tokens per example
+    std::optional<double> finalTestLoss;       // the last evaluation's loss (language models: validation loss)
+    std::optional<double> tokensPerSec;        // language models: samplesPerSec x tokens per example
     std::optional<double> timeToTargetSeconds; // MLPerf: first evaluation at or above target
     std::optional<std::uint64_t> peakMemoryBytes;
     std::optional<double> costPerHour;

@@ -32,8 +32,8 @@ struct WorkloadInfo {
     // Language models: tokens scored per example (the context T; an example holds T+1 tokens,
     // inputShape {T+1}). Throughput is then shown as tokens/s = samples/s x this; 0 otherwise.
     std::int64_t tokensPerSample = 0;
-    bool cudaGraphByDefault = true;  // CUDA lanes capture their training step unless graph=false
-    bool channelsLastOnCpu = false;  // CPU lanes default to channels_last (measured faster: docs/BENCHMARKS.md)
+    bool cudaGraphByDefault = true; // CUDA lanes capture their training step unless graph=false
+    bool channelsLastOnCpu = false; // CPU lanes default to channels_last (measured faster: docs/BENCHMARKS.md)
 };
 
 const std::vector<WorkloadInfo>& workloads();

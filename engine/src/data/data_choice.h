@@ -19,8 +19,8 @@ struct DataChoice {
     std::filesystem::path path;      // real data: the folder or file it is read from
     std::int64_t syntheticTrain = 0; // synthetic: examples per split before limits
     std::int64_t syntheticTest = 0;
-    bool adapted = false; // Fashion-MNIST padded/resized to another network's input
-    std::string note;     // said to the user when the data is not what they might assume
+    bool adapted = false;  // Fashion-MNIST padded/resized to another network's input
+    std::string note;      // said to the user when the data is not what they might assume
     TextWindows text = {}; // Text: how the corpus is cut into examples
 };
 

@@ -246,9 +246,9 @@ std::shared_ptr<const Dataset> loadTextCorpus(const fs::path& path, const TextWi
             detail::checkFolder(path, "UTF-8 text files");
             for (const auto& e : fs::directory_iterator(path)) {
                 // Plain files only: fortune's .dat indexes and .u8 links are not text.
-                const bool wanted = layout.onlyFiles.empty() ||
-                                    std::find(layout.onlyFiles.begin(), layout.onlyFiles.end(),
-                                              e.path().filename().string()) != layout.onlyFiles.end();
+                const bool wanted =
+                    layout.onlyFiles.empty() || std::find(layout.onlyFiles.begin(), layout.onlyFiles.end(),
+                                                          e.path().filename().string()) != layout.onlyFiles.end();
                 if (wanted && e.is_regular_file() && !e.is_symlink() && e.path().extension() != ".dat") {
                     files.push_back(e.path());
                 }

@@ -134,8 +134,7 @@ void RunningSummary::add(const MetricSample& s) {
     }
 }
 
-LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch,
-                                    const QualityTarget& target) const {
+LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, const QualityTarget& target) const {
     LaneSummary out = m_base;
     out.name = spec.name;
     out.device = spec.device;

@@ -174,9 +174,9 @@ namespace devicerace {
 const std::vector<WorkloadInfo>& workloads() {
     static const std::vector<WorkloadInfo> infos = [] {
         std::vector<WorkloadInfo> out;
-        for (const auto& name : {"fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32", "cifar-resnet56",
-                                 "cifar-vgg", "davidnet", "imdb-bilstm", "fasttext", "charlstm", "char-gpt", "char-gpt-6l",
-                                 "imagenet-resnet50"}) {
+        for (const auto& name :
+             {"fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32", "cifar-resnet56", "cifar-vgg",
+              "davidnet", "imdb-bilstm", "fasttext", "charlstm", "char-gpt", "char-gpt-6l", "imagenet-resnet50"}) {
             out.push_back(detail::workloadImpl(name).info);
         }
         return out;

@@ -125,8 +125,7 @@ WorkloadImpl gptWorkload(const std::string& name, const GptShape& s, std::int64_
 
 } // namespace
 
-std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context,
-                               std::int64_t vocabulary) {
+std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t vocabulary) {
     // Per block: two LayerNorms (2C each), qkv (3C^2 + 3C), projection (C^2 + C), MLP up
     // (4C^2 + 4C) and down (4C^2 + C) = 12C^2 + 13C; plus the token and position embeddings
     // and the final LayerNorm; the head shares the token embedding.

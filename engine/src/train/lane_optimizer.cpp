@@ -344,8 +344,8 @@ public:
             return; // the mirror is written in the same pass
         case OptimizerRecipe::Kind::Adam:
             m_steps.add_(1);
-            at::_fused_adam_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1,
-                             m_recipe.beta2, s.weightDecay, m_recipe.eps, false, false);
+            at::_fused_adam_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1, m_recipe.beta2,
+                             s.weightDecay, m_recipe.eps, false, false);
             break;
         case OptimizerRecipe::Kind::AdamW: // every tensor decays: Trainer::setUpDenseStep keeps the
                                            // recipes with per-tensor decay or clipping off it

@@ -149,8 +149,8 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     }
     // Language models: the activations, not the input, bound an evaluation batch (a 6-layer,
     // 384-wide block holds 4 x 384 floats per token): at most kEvalMaxTokens tokens.
-    const std::int64_t evalExamples = workload.tokensPerSample > 0 ? kEvalMaxTokens / workload.tokensPerSample
-                                                                   : kEvalInputBytes / exampleSize;
+    const std::int64_t evalExamples =
+        workload.tokensPerSample > 0 ? kEvalMaxTokens / workload.tokensPerSample : kEvalInputBytes / exampleSize;
     plan.evalBatch =
         spec.evalBatch.value_or(std::max(plan.batch, std::min<std::int64_t>(kEvalMaxExamples, evalExamples)));
     plan.threads = spec.threads.value_or(plan.device == "cpu" ? defaultCpuThreads() : 1);

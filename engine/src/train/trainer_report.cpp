@@ -164,7 +164,7 @@ std::string Trainer::sampleLanguageModel() {
     const auto context = m_workload->info.tokensPerSample;
     const auto newline = std::find(vocab.begin(), vocab.end(), "\n");
     std::vector<std::int64_t> ids{newline != vocab.end() ? newline - vocab.begin()
-                                                          : m_data.testX[0][0].item<std::int64_t>()};
+                                                         : m_data.testX[0][0].item<std::int64_t>()};
     auto gen = at::detail::createCPUGenerator(m_ctx.settings.seed);
     std::string out;
     for (int i = 0; i < kLmSampleChars; ++i) {
