@@ -744,14 +744,9 @@ class KerasLane:
             rng = np.random.default_rng(c["seed"])
             self.alphabet = []
             if "text" in d:
-                # A language model on real text: the engine's windows, the network at the text's
-                # alphabet (checked above at the nominal one, as the engine counts it).
-                length, stride, lower, only = wt.text_windows(w, c["data_dir"])
-                try:
-                    train_ids, test_ids, self.alphabet = wt.load_text(d["text"], length, stride, lower, only,
-                                                                      c["train_limit"], c["test_limit"])
-                except (OSError, ValueError) as e:
-                    raise dw.LaneRefused(str(e)) from None
+                # A language model on real text: the network at the text's alphabet (checked
+                # above at the nominal one, as the engine counts it).
+                train_ids, test_ids, self.alphabet = lc.load_lm_text(w, d, c)
                 keras.utils.set_random_seed(c["seed"])
                 self.model = build_model(workload, w, len(self.alphabet))
                 self.train_x, self.test_x = train_ids.astype(np.int32), test_ids.astype(np.int32)

@@ -122,6 +122,18 @@ def resolve_data(name, w, mode, data_dir, train_limit, test_limit, lane="the PyT
     return out
 
 
+def load_lm_text(w, d, c):
+    """A language model's real text (resolve_data gave `d["text"]`): the engine's windows of the
+    corpus as (train ids (N, T+1) int64, validation ids, alphabet), or the lane refused with the
+    reader's message."""
+    import workload_table as wt
+    length, stride, lower, only = wt.text_windows(w, c["data_dir"])
+    try:
+        return wt.load_text(d["text"], length, stride, lower, only, c["train_limit"], c["test_limit"])
+    except (OSError, ValueError) as e:
+        raise dw.LaneRefused(str(e)) from None
+
+
 def load_fashion_split(folder, prefix, limit, classes):
     """(images (N, 28, 28) uint8, labels (N,) int64) numpy arrays, the first `limit` examples
     (dataset.cpp loadSplit)."""

@@ -175,14 +175,9 @@ class TorchLane:
         d = lc.resolve_data(workload, w, mode, c["data_dir"], c["train_limit"], c["test_limit"])
         self.alphabet = []
         if "text" in d:
-            # A language model on real text: the engine's windows, and the network at the text's
-            # alphabet (checked above at the nominal one, as the engine counts it).
-            length, stride, lower, only = wt.text_windows(w, c["data_dir"])
-            try:
-                train_ids, test_ids, self.alphabet = wt.load_text(d["text"], length, stride, lower, only,
-                                                                  c["train_limit"], c["test_limit"])
-            except (OSError, ValueError) as e:
-                raise dw.LaneRefused(str(e)) from None
+            # A language model on real text: the network at the text's alphabet (checked above
+            # at the nominal one, as the engine counts it).
+            train_ids, test_ids, self.alphabet = lc.load_lm_text(w, d, c)
             torch.manual_seed(c["seed"])
             model = tn.build_model(workload, vocabulary=len(self.alphabet))
         requested_batch = spec.get("batch", w["batch"])
