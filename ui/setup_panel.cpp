@@ -68,10 +68,12 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     lengthRow->addWidget(m_lengthUnit);
     form->addRow(tr("Length"), lengthRow);
     m_target = new QDoubleSpinBox(this);
+    m_target->setObjectName(QStringLiteral("target"));
     m_target->setRange(0.01, 1.0);
     m_target->setDecimals(3);
     m_target->setSingleStep(0.01);
-    form->addRow(tr("Target accuracy"), m_target);
+    m_targetLabel = new QLabel(tr("Target accuracy"), this);
+    form->addRow(m_targetLabel, m_target);
     auto* evalRow = new QHBoxLayout();
     m_evalMode = new QComboBox(this);
     m_evalMode->setObjectName(QStringLiteral("evalMode"));
@@ -120,7 +122,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     });
     connect(m_workload, &QComboBox::currentTextChanged, this, [this] {
         const auto& w = findWorkload(m_workload->currentText().toStdString());
-        m_target->setValue(w.defaultTarget);
+        showTargetKind(w, std::nullopt);
         if (m_lengthUnit->currentIndex() == 0) {
             m_length->setValue(w.defaultEpochs);
         }
@@ -210,7 +212,11 @@ RaceSpec SetupPanel::raceSpec() const {
     } else {
         spec.steps = m_length->value();
     }
-    spec.targetAccuracy = m_target->value();
+    if (findWorkload(spec.workload).defaultTargetLoss) {
+        spec.targetLoss = m_target->value(); // a language model races to a validation loss
+    } else {
+        spec.targetAccuracy = m_target->value();
+    }
     spec.seed = static_cast<std::uint64_t>(m_seed->value());
     spec.fair = m_fair->isChecked();
     spec.lanes = m_lanes->lanes();
@@ -286,7 +292,7 @@ void SetupPanel::setRaceSpec(const RaceSpec& spec) {
         m_lengthUnit->setCurrentIndex(0);
         m_length->setValue(spec.epochs.value_or(w.defaultEpochs));
     }
-    m_target->setValue(spec.targetAccuracy.value_or(w.defaultTarget));
+    showTargetKind(w, w.defaultTargetLoss ? spec.targetLoss : spec.targetAccuracy);
     m_seed->setValue(static_cast<int>(spec.seed));
     m_fair->setChecked(spec.fair);
     // 0 (no interval given) takes the window's default: about ten evaluations per race.
@@ -321,6 +327,15 @@ void SetupPanel::setEditable(bool editable) {
             b->setEnabled(editable);
         }
     }
+}
+
+void SetupPanel::showTargetKind(const WorkloadInfo& w, std::optional<double> value) {
+    const bool loss = w.defaultTargetLoss.has_value();
+    m_targetLabel->setText(loss ? tr("Target val loss") : tr("Target accuracy"));
+    m_target->setToolTip(loss ? tr("The race's clock stops at each lane's first validation loss at or below this")
+                              : tr("The race's clock stops at each lane's first test accuracy at or above this"));
+    m_target->setRange(0.01, loss ? 20.0 : 1.0);
+    m_target->setValue(value.value_or(loss ? *w.defaultTargetLoss : w.defaultTarget));
 }
 
 } // namespace devicerace::ui

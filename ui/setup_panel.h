@@ -2,10 +2,12 @@
 // Race setup: workload (with its description and data set), data real/synthetic, length
 // (epochs or steps), target accuracy, seed, fair mode, and the lanes. GUI thread only.
 #include <QStringList>
+#include <optional>
 #include <QWidget>
 
 #include "devicerace/lane_spec.h"
 #include "devicerace/race_plan.h"
+#include "devicerace/workload.h"
 
 class QCheckBox;
 class QComboBox;
@@ -64,6 +66,9 @@ private:
     QComboBox* m_lengthUnit = nullptr;
     QSpinBox* m_length = nullptr;
     QDoubleSpinBox* m_target = nullptr;
+    QLabel* m_targetLabel = nullptr; // "Target accuracy", or "Target val loss" for a language model
+    // Shows the target of the chosen workload's kind (accuracy, or a language model's loss).
+    void showTargetKind(const WorkloadInfo& w, std::optional<double> value);
     QSpinBox* m_seed = nullptr;
     QComboBox* m_evalMode = nullptr;
     QSpinBox* m_evalSteps = nullptr;

@@ -59,9 +59,11 @@ std::string workloadsText() {
     std::string out;
     for (const auto& w : workloads()) {
         // Language models: the count depends on the text's alphabet; listed at tiny-shakespeare's.
-        out += fmt::format("{:<14} {}\n{:<14} data {} · batch {} · {} · {} epochs · target {:.2f} · {} parameters{}\n",
+        out += fmt::format("{:<14} {}\n{:<14} data {} · batch {} · {} · {} epochs · target {} · {} parameters{}\n",
                            w.name, w.description, "", w.dataset, w.defaultBatch, w.optimizer, w.defaultEpochs,
-                           w.defaultTarget, groupThousands(static_cast<double>(w.parameters)),
+                           w.defaultTargetLoss ? fmt::format("validation loss {:.2f}", *w.defaultTargetLoss)
+                                               : fmt::format("{:.2f}", w.defaultTarget),
+                           groupThousands(static_cast<double>(w.parameters)),
                            w.tokensPerSample > 0 ? fmt::format(" at {} characters · context {} · {} schedule",
                                                                w.vocabulary, w.tokensPerSample, w.schedule)
                                                  : "");
@@ -88,6 +90,7 @@ std::string workloadsJson() {
                      {"lr", w.defaultLr},
                      {"epochs", w.defaultEpochs},
                      {"target_accuracy", w.defaultTarget},
+                     {"target_loss", w.defaultTargetLoss ? json(*w.defaultTargetLoss) : json(nullptr)},
                      {"parameters", w.parameters},
                      {"tokens_per_sample", w.tokensPerSample > 0 ? json(w.tokensPerSample) : json(nullptr)}});
     }

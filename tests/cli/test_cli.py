@@ -246,6 +246,8 @@ class Listings(unittest.TestCase):
         # nanoGPT's CPU config at a 65-character alphabet; its 6-layer config (test_char_gpt.cpp).
         self.assertEqual(by_name["char-gpt"]["parameters"], 809_856)
         self.assertEqual(by_name["char-gpt"]["tokens_per_sample"], 64)
+        self.assertEqual(by_name["char-gpt"]["target_loss"], 2.2)  # a language model races to a validation loss
+        self.assertIsNone(by_name["fashion-mlp"]["target_loss"])
         self.assertEqual(by_name["char-gpt-6l"]["parameters"], 10_770_816)
         self.assertIsNone(by_name["fashion-mlp"]["tokens_per_sample"])
 

@@ -248,3 +248,22 @@ TEST(DefaultRace, FollowsTheMachine) {
     EXPECT_NE(plan.lanes[0].spec.name, plan.lanes[1].spec.name);
     EXPECT_EQ(plan.lanes[0].totalSteps.value_or(0), *first.steps);
 }
+
+TEST(ResolveRace, ALanguageModelRacesToAValidationLossUnlessAskedForAnAccuracy) {
+    RaceSpec spec = race({"cpu,threads=1"});
+    spec.workload = "char-gpt";
+    auto plan = resolveRace(spec);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan.spec.targetLoss, findWorkload("char-gpt").defaultTargetLoss);
+    ASSERT_TRUE(plan.spec.targetLoss.has_value());
+    // Asked for an accuracy: that is the target, no loss.
+    spec.targetAccuracy = 0.4;
+    plan = resolveRace(spec);
+    EXPECT_FALSE(plan.spec.targetLoss.has_value());
+    EXPECT_EQ(plan.spec.targetAccuracy, 0.4);
+    // Other workloads keep their accuracy target.
+    spec = race({"cpu,threads=1"});
+    plan = resolveRace(spec);
+    EXPECT_FALSE(plan.spec.targetLoss.has_value());
+    EXPECT_EQ(plan.spec.targetAccuracy, findWorkload("fashion-mlp").defaultTarget);
+}

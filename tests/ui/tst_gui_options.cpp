@@ -1,7 +1,10 @@
 // The window's command line: race options as the CLI takes them, and the same refusals.
 #include <QtTest>
 
+#include <QLabel>
+
 #include "devicerace/device_info.h"
+#include "devicerace/workload.h"
 #include "gui_options.h"
 #include "lanes_table.h"
 #include "main_window.h"
@@ -53,6 +56,34 @@ private Q_SLOTS:
         QCOMPARE(w.setupPanel()->raceSpec().fair, fair);
         QCOMPARE(w.setupPanel()->lanesTable()->lanes().size(), defaultRace().lanes.size());
         QCOMPARE(w.setupPanel()->raceSpec().workload, defaultRace().workload);
+    }
+
+    // A language model's target is a validation loss: the setup says so, keeps it through a
+    // round trip and hands the race a loss target, not an accuracy.
+    void aLanguageModelsTargetIsAValidationLoss() {
+        ui::MainWindow w;
+        RaceSpec spec;
+        spec.workload = "char-gpt";
+        LaneSpec cpu;
+        cpu.threads = 1;
+        spec.lanes = {cpu};
+        spec.targetLoss = 1.75;
+        w.setupPanel()->setRaceSpec(spec);
+        auto got = w.setupPanel()->raceSpec();
+        QCOMPARE(got.targetLoss, std::optional<double>(1.75));
+        QVERIFY(!got.targetAccuracy);
+        bool named = false;
+        for (auto* l : w.setupPanel()->findChildren<QLabel*>()) {
+            named = named || l->text() == QStringLiteral("Target val loss");
+        }
+        QVERIFY(named);
+        // Back to an image workload: an accuracy target again, at the workload's default.
+        spec.workload = "fashion-mlp";
+        spec.targetLoss.reset();
+        w.setupPanel()->setRaceSpec(spec);
+        got = w.setupPanel()->raceSpec();
+        QVERIFY(!got.targetLoss);
+        QCOMPARE(got.targetAccuracy, std::optional<double>(findWorkload("fashion-mlp").defaultTarget));
     }
 
     void cudaLaneWithoutCudaIsRefusedWithTheReason() {

@@ -1,6 +1,7 @@
 #pragma once
 /// The registry of workloads (model + data set + default hyperparameters). Thread-safe (read-only).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct WorkloadInfo {
     std::string schedule = "constant"; // "constant", "step", "onecycle", "cosine"
     int defaultEpochs = 1;
     double defaultTarget = 0.85; // test accuracy the "time to target" clock stops at
+    // Language models: the validation loss the clock stops at instead (when the race names no
+    // target of either kind).
+    std::optional<double> defaultTargetLoss;
     std::int64_t parameters = 0; // trainable parameter count
     DataKind input = DataKind::Images;
     std::vector<std::int64_t> inputShape; // one example: {C, H, W} or {T}

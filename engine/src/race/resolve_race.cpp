@@ -247,6 +247,9 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
     } catch (const std::exception& e) {
         out.problems.push_back(describe(e));
     }
+    if (!spec.targetAccuracy && !spec.targetLoss && workload && workload->defaultTargetLoss) {
+        spec.targetLoss = workload->defaultTargetLoss; // a language model races to a validation loss
+    }
     if (!spec.targetAccuracy && workload) {
         spec.targetAccuracy = workload->defaultTarget;
     }
