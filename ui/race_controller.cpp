@@ -435,15 +435,7 @@ bool RaceController::fair() const {
     return m_race ? m_race->spec().fair : !m_recordings.empty() && m_recordings.front()->fair;
 }
 
-std::int64_t RaceController::tokensPerSample() const {
-    const auto name = workload().toStdString();
-    for (const auto& w : workloads()) {
-        if (w.name == name) {
-            return w.tokensPerSample;
-        }
-    }
-    return 0;
-}
+std::int64_t RaceController::tokensPerSample() const { return tokensPerSampleOf(workload().toStdString()); }
 
 QString RaceController::workload() const {
     if (m_race) {

@@ -61,8 +61,9 @@ const DeviceReport& deviceReport() {
 const std::vector<WorkloadInfo>& workloads() {
     static const std::vector<WorkloadInfo> infos = [] {
         std::vector<WorkloadInfo> out;
-        for (const char* name : {"fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32", "cifar-resnet56",
-                                 "cifar-vgg", "davidnet", "imdb-bilstm", "fasttext", "charlstm", "imagenet-resnet50"}) {
+        for (const char* name :
+             {"fashion-mlp", "fashion-cnn", "cifar-resnet20", "cifar-resnet32", "cifar-resnet56", "cifar-vgg",
+              "davidnet", "imdb-bilstm", "fasttext", "charlstm", "char-gpt", "char-gpt-6l", "imagenet-resnet50"}) {
             WorkloadInfo w;
             w.name = name;
             w.parameters = 1000;

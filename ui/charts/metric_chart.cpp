@@ -270,19 +270,23 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             yMax = std::max(yMax, p.y());
         }
     };
+    // tokens/s: the samples/s column times the tokens per example, applied to the few points
+    // drawn (decimation and the EMA commute with a positive factor; the cached coarse levels
+    // and smoothed values stay in samples/s).
+    const double yScale = m_metric == Metric::TokensPerSec ? static_cast<double>(m_tokensPerSample) : 1.0;
+    auto scaled = [yScale](QList<QPointF> points) {
+        if (yScale != 1.0) {
+            for (auto& p : points) {
+                p.setY(p.y() * yScale);
+            }
+        }
+        return points;
+    };
     for (std::size_t i = 0; i < m_series.size() && i < histories.size(); ++i) {
         auto& s = m_series[i];
         const auto& h = histories[i];
         const auto& xs = xColumn(h, m_axis, eval);
-        const auto& column = yColumn(h, m_metric);
-        std::vector<double> scaled; // tokens/s: samples/s x tokens per example
-        if (m_metric == Metric::TokensPerSec && m_tokensPerSample > 1) {
-            scaled.reserve(column.size());
-            for (const double v : column) {
-                scaled.push_back(v * static_cast<double>(m_tokensPerSample));
-            }
-        }
-        const auto& ys = scaled.empty() ? column : scaled;
+        const auto& ys = yColumn(h, m_metric);
         if (m_axis == XAxis::Cost && !h.costPerHour) {
             s.warm.clear();
             s.raw.clear();
@@ -320,7 +324,7 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         k = std::min(k, n);
         const std::span<const double> allX(xs.data(), n), allY(ys.data(), n);
         const std::size_t warmEnd = std::min(k + 1, n);
-        s.warm = decimateMinMax(allX.first(warmEnd), allY.first(warmEnd), lo, hi, buckets);
+        s.warm = scaled(decimateMinMax(allX.first(warmEnd), allY.first(warmEnd), lo, hi, buckets));
         grow(s.warm);
         if (s.compactions != h.compactions) { // the history merged its points: rebuild from them
             s.compactions = h.compactions;
@@ -335,7 +339,7 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         }
         const auto rx = allX.subspan(k), ry = allY.subspan(k);
         // Min/max per 2-pixel bucket: about 1 point per pixel, every spike kept.
-        s.raw = decimateLod(rx, ry, s.rawCoarse, lo, hi, std::max(50, buckets / 2));
+        s.raw = scaled(decimateLod(rx, ry, s.rawCoarse, lo, hi, std::max(50, buckets / 2)));
         grow(s.raw);
         if (tau <= 0) {
             s.smooth = s.raw;
@@ -359,7 +363,7 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             s.smoothed.push_back(s.smoothed[j - 1] + alpha * (ry[j] - s.smoothed[j - 1]));
         }
         // The smoothed line has no spikes to keep: a point per ~3 pixels draws it faithfully.
-        s.smooth = decimateLod(rx, s.smoothed, s.smoothCoarse, lo, hi, std::max(50, buckets / 6));
+        s.smooth = scaled(decimateLod(rx, s.smoothed, s.smoothCoarse, lo, hi, std::max(50, buckets / 6)));
     }
     if (m_target && eval) {
         yMin = std::min(yMin, *m_target);

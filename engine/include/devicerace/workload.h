@@ -43,5 +43,16 @@ struct WorkloadInfo {
 const std::vector<WorkloadInfo>& workloads();
 /// Throws UsageError listing the known names when `name` is unknown.
 const WorkloadInfo& findWorkload(const std::string& name);
+/// Tokens scored per example of a language model (WorkloadInfo::tokensPerSample); 0 for other
+/// workloads and for names this build does not know (a recording from another version).
+/// Inline over workloads(): torch-free code (recordings, the fuzz build) uses it.
+inline std::int64_t tokensPerSampleOf(const std::string& name) {
+    for (const auto& w : workloads()) {
+        if (w.name == name) {
+            return w.tokensPerSample;
+        }
+    }
+    return 0;
+}
 
 } // namespace devicerace

@@ -1,9 +1,9 @@
 #include "data/data_choice.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
-#include <fmt/ranges.h>
 
 #include "data/data_util.h"
 #include "devicerace/dataset.h"

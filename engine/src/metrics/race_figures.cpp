@@ -22,12 +22,7 @@ void finishRaceSummary(RaceSummary& s) {
     s.speedup = speedups(s.lanes);
     normaliseCosts(s.lanes);
     fillScaling(s.lanes);
-    s.tokensPerSample = 0;
-    for (const auto& w : workloads()) {
-        if (w.name == s.workload) {
-            s.tokensPerSample = w.tokensPerSample; // a recording of an unknown workload: 0
-        }
-    }
+    s.tokensPerSample = tokensPerSampleOf(s.workload);
     for (auto& l : s.lanes) {
         if (s.tokensPerSample > 0 && l.samplesPerSec) {
             l.tokensPerSec = *l.samplesPerSec * static_cast<double>(s.tokensPerSample);
