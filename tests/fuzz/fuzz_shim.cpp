@@ -10,6 +10,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/lane.h"
+#include "devicerace/race.h"
 #include "devicerace/workload.h"
 
 namespace devicerace {
@@ -90,6 +91,16 @@ std::unique_ptr<Lane> makeLane(LaneSpec, LaneRunSettings) {
     std::fprintf(stderr, "fuzz shim: makeLane is not available in the fuzz build\n");
     std::abort();
 }
+
+// FAKE (real ones: src/race/race.cpp, not in this build): a RecordingWriter (recording.cpp)
+// reads its race through these; no target writes a recording. Reaching one is a bug in a driver.
+[[noreturn]] static void noRace(const char* what) {
+    std::fprintf(stderr, "fuzz shim: Race::%s is not available in the fuzz build\n", what);
+    std::abort();
+}
+const RaceSpec& Race::spec() const { noRace("spec"); }
+const Dataset& Race::dataset() const { noRace("dataset"); }
+std::vector<Lane*> Race::lanes() const { noRace("lanes"); }
 
 } // namespace devicerace
 
