@@ -102,8 +102,10 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
                                   s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");
     // Language models: tokens/s is the throughput, sequences/s beside it, and the validation loss.
     const bool lm = s.tokensPerSample > 0;
-    out += fmt::format("{:<12} {:<8} {:>10} {:>10} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", "device",
-                       lm ? "tokens/s" : "samples/s", lm ? "seqs/s" : "", "steps/s", "acc", lm ? "  val loss" : "",
+    // The language models' extra columns; other workloads keep the table as it was.
+    auto seqs = [lm](const std::string& v) { return lm ? fmt::format(" {:>10}", v) : std::string(); };
+    out += fmt::format("{:<12} {:<8} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", "device",
+                       lm ? "tokens/s" : "samples/s", seqs("seqs/s"), "steps/s", "acc", lm ? "  val loss" : "",
                        target.loss ? fmt::format("t→≤{:.2f}", *target.loss)
                                    : fmt::format("t→{:.2f}", target.accuracy.value_or(0)),
                        "peak mem", "speedup", "status");
@@ -115,9 +117,9 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
         auto sp = s.speedup.find(l.name);
         const auto rate = lm ? l.tokensPerSec : l.samplesPerSec;
         out += fmt::format(
-            "{:<12} {:<8} {:>10} {:>10} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}{}\n", l.name,
+            "{:<12} {:<8} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}{}\n", l.name,
             l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device,
-            rate ? groupThousands(*rate) : "-", lm && l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "",
+            rate ? groupThousands(*rate) : "-", seqs(l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-"),
             l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
             l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
             lm ? fmt::format("  {:>8}", l.finalTestLoss ? fmt::format("{:.4f}", *l.finalTestLoss) : "-") : "",
