@@ -105,6 +105,10 @@ SELF_ROWS = [
      ("imagenet-resnet50/fp32", {}), 1.3),
     ("imdb-bilstm fused / cells", "imdb-bilstm", ("imdb-bilstm", {"lstm": "fused"}),
      ("imdb-bilstm/cells", {"lstm": "cells"}), 5.0),
+    ("char-gpt-6l bf16 / fp32", "char-gpt-6l", ("char-gpt-6l", {"precision": "bf16"}), ("char-gpt-6l", {}), 1.3),
+    ("char-gpt-6l graph / eager (bf16)", "char-gpt-6l", ("char-gpt-6l", {"precision": "bf16", "graph": True}),
+     ("char-gpt-6l", {"precision": "bf16", "graph": False}), None),
+    ("char-gpt graph / eager", "char-gpt", ("char-gpt", {"graph": True}), ("char-gpt", {"graph": False}), None),
     ("fashion-mlp graph / eager", "fashion-mlp", ("fashion-mlp", {"graph": True}), ("fashion-mlp", {"graph": False}),
      None),
     ("fashion-cnn graph / eager", "fashion-cnn", ("fashion-cnn", {"graph": True}), ("fashion-cnn", {"graph": False}),
@@ -275,6 +279,8 @@ class Harness:
             options = dict(options)
             if self.cuda and workload == "imagenet-resnet50":
                 options.update(BF16_CL)
+            if self.cuda and workload == "char-gpt-6l":  # issue 30: the GPU config in bf16 (flash attention)
+                options["precision"] = "bf16"
             rows.append((row, workload, options))
         return rows
 

@@ -7,6 +7,7 @@ TORCH_LIB="$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torc
 NV="$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "nvidia"))')"
 export LD_LIBRARY_PATH="$ROOT/.gpu/lib:$TORCH_LIB:$NV/cu13/lib:$NV/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export DEVICERACE_FASHION_MNIST="$ROOT/.gpu/data"
+export DEVICERACE_TEXT_CORPUS="$ROOT/.gpu/data/fortunes"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export PYTHONUNBUFFERED=1
 CLI="$ROOT/.gpu/bin/devicerace-cli"

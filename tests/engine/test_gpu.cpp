@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include <cmath>
 
@@ -98,7 +99,7 @@ TEST(Gpu, GraphFollowsTheEagerLossCurve) {
     if (skipWithoutCuda()) {
         GTEST_SKIP() << "no CUDA device";
     }
-    for (const std::string w : {"fashion-mlp", "cifar-resnet20", "fashion-cnn"}) {
+    for (const std::string w : {"fashion-mlp", "cifar-resnet20", "fashion-cnn", "char-gpt", "char-gpt-6l"}) {
         auto data = synthetic(w, 2048);
         auto eager = runLane(w, "cuda:0,graph=false", data, 24);
         auto graph = runLane(w, "cuda:0,graph=true", data, 24);
@@ -115,7 +116,7 @@ TEST(Gpu, FusedFollowsThePlainLossCurve) {
     if (skipWithoutCuda()) {
         GTEST_SKIP() << "no CUDA device";
     }
-    for (const std::string w : {"fashion-cnn", "davidnet", "cifar-vgg"}) {
+    for (const std::string w : {"fashion-cnn", "davidnet", "cifar-vgg", "char-gpt"}) {
         auto data = synthetic(w, 1024);
         auto plain = runLane(w, "cuda:0,graph=false,fused=false,batch=64,lr=0.002", data, 16);
         auto fused = runLane(w, "cuda:0,graph=false,fused=true,batch=64,lr=0.002", data, 16);
@@ -160,6 +161,58 @@ TEST(Gpu, EveryWorkloadAndPrecisionFinishes) {
             EXPECT_EQ(r.losses.size(), 8u) << w.name << " " << lane;
         }
     }
+}
+
+// The transformer on the GPU as a race runs it: real text, bf16 autocast (flash attention for
+// causal SDPA at head size 64), a captured step with AdamW and clipping on the device. It learns,
+// two lanes with one seed follow one curve, and the summary reports tokens/s.
+TEST(Gpu, CharGptLearnsInBf16WithAGraphAndWritesText) {
+    if (skipWithoutCuda()) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    if (!std::filesystem::exists(defaultTextCorpus())) {
+        GTEST_SKIP() << "no text corpus at " << defaultTextCorpus() << " (DEVICERACE_TEXT_CORPUS or fortunes)";
+    }
+    RaceSpec spec;
+    spec.workload = "char-gpt";
+    spec.steps = 300;
+    spec.testLimit = 256;
+    spec.fair = true;
+    LaneSpec a;
+    a.device = "cuda:0";
+    a.precision = Precision::Bf16;
+    a.name = "a";
+    LaneSpec b = a;
+    b.name = "b";
+    spec.lanes = {a, b};
+    Race race(spec);
+    race.start();
+    race.wait();
+    const double chance = std::log(static_cast<double>(race.dataset().vocabulary));
+    const auto lanes = race.summary().lanes;
+    for (const auto& l : lanes) {
+        ASSERT_EQ(l.state, LaneState::Finished) << l.name << ": " << l.error;
+        EXPECT_NE(l.execution.find("CUDA graph"), std::string::npos) << l.execution;
+        ASSERT_TRUE(l.tokensPerSec.has_value());
+    }
+    std::vector<MetricSample> ea, eb;
+    for (const auto& s : race.lanes()[0]->history()) {
+        if (s.kind == SampleKind::Eval) {
+            ea.push_back(s);
+        }
+    }
+    for (const auto& s : race.lanes()[1]->history()) {
+        if (s.kind == SampleKind::Eval) {
+            eb.push_back(s);
+        }
+    }
+    ASSERT_FALSE(ea.empty());
+    ASSERT_EQ(ea.size(), eb.size());
+    EXPECT_LT(*ea.back().loss, chance - 1) << "validation loss after 300 steps vs ln(V) - 1";
+    EXPECT_GE(ea.back().text.size(), 120u);
+    // Flash attention's backward accumulates with atomics, so two runs agree closely but not
+    // bitwise (and a sampled text may part at one draw); the CPU test checks identical text.
+    EXPECT_NEAR(*eb.back().loss, *ea.back().loss, 0.02 * *ea.back().loss) << "one seed, one curve";
 }
 
 TEST(Gpu, GraphKeyConflictsAreExplained) {

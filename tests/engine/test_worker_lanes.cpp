@@ -14,6 +14,7 @@
 #include "devicerace/dataset.h"
 #include "devicerace/errors.h"
 #include "devicerace/race.h"
+#include "devicerace/recording.h"
 #include "test_util.h"
 
 using namespace devicerace;
@@ -299,4 +300,39 @@ TEST(WorkerRace, ARaceMixesThreadAndProcessLanes) {
         EXPECT_EQ(lane.steps, 20);
     }
     EXPECT_EQ(summary.lanes[1].kind, LaneKind::Process);
+}
+
+// A text's alphabet travels in the worker's ready message, so a race whose first lane is a
+// process lane records the same vocabulary as one of thread lanes (the recording keeps it).
+TEST(WorkerRace, AProcessLaneReportsTheTextsAlphabetAndTheRecordingKeepsIt) {
+    test::TempDir dir;
+    const auto text = dir / "tiny.txt";
+    {
+        std::ofstream out(text);
+        for (int i = 0; i < 200; ++i) {
+            out << "the quick brown fox jumps over the lazy dog " << i % 10 << "\n";
+        }
+    }
+    RaceSpec spec;
+    spec.workload = "char-gpt";
+    spec.dataDir = text.string();
+    spec.steps = 2;
+    spec.fair = true;
+    spec.lanes = {parseLaneSpec("cpu,threads=1,isolate=process,name=proc"), parseLaneSpec("cpu,threads=1,name=thread")};
+    Race race(spec);
+    RecordingWriter writer(dir / "rec", race);
+    const auto proc = race.lanes()[0]->dataset(), thread = race.lanes()[1]->dataset();
+    EXPECT_EQ(proc->vocabulary, thread->vocabulary);
+    EXPECT_EQ(proc->vocabulary, 38); // 26 letters, ten digits, space, newline
+    EXPECT_EQ(proc->tokenText, thread->tokenText);
+    race.start();
+    race.wait();
+    for (auto* lane : race.lanes()) {
+        for (const auto& s : lane->takeSamples()) {
+            writer.append(s);
+        }
+    }
+    const auto rec = readRecording(dir / "rec");
+    EXPECT_EQ(rec.vocabulary, 38);
+    EXPECT_EQ(rec.tokenText, thread->tokenText);
 }

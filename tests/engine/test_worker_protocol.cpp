@@ -159,8 +159,21 @@ TEST(WorkerMessage, ReadyCarriesTheResolvedLaneAndItsData) {
     EXPECT_EQ(back.threads, 2);
     EXPECT_EQ(back.datasetName, "Fashion-MNIST");
     EXPECT_EQ(back.trainCount, 60000);
+    EXPECT_EQ(back.vocabulary, 0);
     auto bad = readyMessage(r);
     bad["batch"] = 0;
+    EXPECT_THROW(readyFromMessage(bad), DataError);
+    // A text's alphabet: one text per id, or the message is malformed.
+    r.vocabulary = 3;
+    r.tokenText = {"\n", "a", "\u00e9"};
+    back = readyFromMessage(readyMessage(r));
+    EXPECT_EQ(back.vocabulary, 3);
+    EXPECT_EQ(back.tokenText, r.tokenText);
+    bad = readyMessage(r);
+    bad["dataset"]["tokens"].erase(0);
+    EXPECT_THROW(readyFromMessage(bad), DataError);
+    bad = readyMessage(r);
+    bad["dataset"]["tokens"][1] = 7;
     EXPECT_THROW(readyFromMessage(bad), DataError);
 }
 

@@ -36,6 +36,10 @@ struct Dataset {
     DataSplit train, test;
 };
 
+/// Ready messages and recordings list each token's text up to this many ids: a text's alphabet,
+/// never IMDb's 20,000 words.
+inline constexpr std::size_t kListedTokenTexts = 4096;
+
 /// Kept for the engine's first users.
 using ImageDataset = Dataset;
 

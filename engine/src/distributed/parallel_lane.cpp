@@ -71,6 +71,7 @@ struct ParallelLane::Impl {
     LaneRunSettings settings;
     std::vector<LaneMember> ranks;
     std::vector<std::unique_ptr<WorkerLane>> members;
+    std::vector<std::optional<Clock::time_point>> failedAt; // per rank: first seen failing (max: after the lane asked it to stop)
     detail::LaneRecord* record = nullptr; // the lane's (LaneBase)
     std::thread monitor;
     std::atomic<bool> started{false};
@@ -167,6 +168,7 @@ struct ParallelLane::Impl {
     // Forwards rank 0's samples as the lane's; ends the lane when every rank has ended.
     void run() {
         std::optional<Clock::time_point> firstFailure;
+        failedAt.assign(members.size(), std::nullopt);
         bool told = false;
         while (true) {
             bool allEnded = true;
@@ -174,8 +176,11 @@ struct ParallelLane::Impl {
                 auto samples = members[r]->takeSamples();
                 const auto st = members[r]->state();
                 allEnded = allEnded && isTerminal(st);
-                if ((st == LaneState::Failed || st == LaneState::Diverged) && !firstFailure) {
-                    firstFailure = Clock::now();
+                if ((st == LaneState::Failed || st == LaneState::Diverged) && !failedAt[r]) {
+                    failedAt[r] = told ? Clock::time_point::max() : Clock::now(); // max: after the stop we asked for
+                    if (!firstFailure) {
+                        firstFailure = failedAt[r];
+                    }
                 }
                 if (r != 0) {
                     continue; // the other ranks' samples stay in their own records
@@ -206,16 +211,23 @@ struct ParallelLane::Impl {
     }
 
     // The lane's end: a rank's own failure (killed, lost, out of memory, diverged) ranks above
-    // the failures it caused in the others ("lost a peer rank: ..."); else rank 0's end.
+    // the failures it caused in the others ("lost a peer rank: ...", or a rank stuck in a
+    // collective with the dead one that failed only once the lane asked it to stop); among
+    // causes, the rank seen failing first. Else rank 0's end.
     void finish() {
         std::optional<std::size_t> cause;
+        const auto when = [&](std::size_t r) { return failedAt.size() > r && failedAt[r] ? *failedAt[r] : Clock::time_point::max(); };
+        const auto consequence = [&](std::size_t r) {
+            return members[r]->message().find("lost a peer rank") != std::string::npos ||
+                   when(r) == Clock::time_point::max();
+        };
         for (std::size_t r = 0; r < members.size(); ++r) {
             const auto st = members[r]->state();
             if (st != LaneState::Failed && st != LaneState::Diverged) {
                 continue;
             }
-            const bool consequence = members[r]->message().find("lost a peer rank") != std::string::npos;
-            if (!cause || (!consequence && members[*cause]->message().find("lost a peer rank") != std::string::npos)) {
+            if (!cause || (consequence(*cause) && !consequence(r)) ||
+                (consequence(*cause) == consequence(r) && when(r) < when(*cause))) {
                 cause = r;
             }
         }

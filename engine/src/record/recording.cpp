@@ -61,6 +61,12 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
     m["app_version"] = "0.1.0";
     m["workload"] = race.spec().workload;
     m["dataset"] = {{"name", race.dataset().name}, {"synthetic", race.dataset().synthetic}};
+    if (const auto& d = race.dataset(); d.vocabulary > 0) { // the text's alphabet, saved with the race
+        m["dataset"]["vocabulary"] = d.vocabulary;
+        if (d.tokenText.size() <= kListedTokenTexts) {
+            m["dataset"]["tokens"] = d.tokenText;
+        }
+    }
     m["mode"] = race.spec().fair ? "fair" : "live";
     m["target_accuracy"] = orNull(race.spec().targetAccuracy);
     m["target_loss"] = orNull(race.spec().targetLoss);
@@ -132,6 +138,10 @@ Recording readRecording(const fs::path& dir) {
         r.workload = m.at("workload").get<std::string>();
         r.dataset = m.at("dataset").value("name", std::string());
         r.synthetic = m.at("dataset").value("synthetic", false);
+        r.vocabulary = m.at("dataset").value("vocabulary", 0);
+        if (const auto& d = m.at("dataset"); d.contains("tokens") && d["tokens"].is_array()) {
+            r.tokenText = d["tokens"].get<std::vector<std::string>>();
+        }
         r.fair = m.value("mode", std::string("live")) == "fair";
         if (m.contains("target_accuracy") && m["target_accuracy"].is_number()) {
             r.targetAccuracy = m["target_accuracy"].get<double>();

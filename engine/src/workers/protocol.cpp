@@ -217,6 +217,8 @@ json readyMessage(const ReadyInfo& r) {
               {"synthetic", r.synthetic},
               {"train", r.trainCount},
               {"test", r.testCount},
+              {"vocabulary", r.vocabulary},
+              {"tokens", r.tokenText},
               {"note", r.dataNote}}},
             {"store_port", orNull(r.storePort)}};
 }
@@ -234,6 +236,13 @@ ReadyInfo readyFromMessage(const json& m) {
         r.trainCount = checkedValue(d, "train", std::int64_t{0});
         r.testCount = checkedValue(d, "test", std::int64_t{0});
         r.dataNote = d.value("note", std::string());
+        r.vocabulary = checkedValue(d, "vocabulary", 0);
+        if (d.contains("tokens") && d["tokens"].is_array()) {
+            r.tokenText = d["tokens"].get<std::vector<std::string>>();
+        }
+        if (r.vocabulary < 0 || (!r.tokenText.empty() && static_cast<int>(r.tokenText.size()) != r.vocabulary)) {
+            throw DataError("ready: tokens must list one text per id of the vocabulary");
+        }
         r.storePort = optionalOf<int>(m, "store_port");
         if (r.batch < 1 || r.totalSteps < 1) {
             throw DataError("ready: batch and total_steps must be 1 or more");

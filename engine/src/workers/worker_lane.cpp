@@ -130,6 +130,11 @@ struct WorkerLane::Impl {
         ds->synthetic = ready.synthetic;
         ds->train.count = ready.trainCount;
         ds->test.count = ready.testCount;
+        if (ready.vocabulary > 0) {
+            ds->kind = DataKind::Tokens;
+            ds->vocabulary = ready.vocabulary;
+            ds->tokenText = ready.tokenText;
+        }
         data = std::move(ds);
         if (ready.threads && !spec.threads) {
             spec.threads = ready.threads;

@@ -42,6 +42,7 @@ constexpr double kParentSilence = 20;
 constexpr double kOrphanStopGrace = 3;
 // Longest control line accepted from the parent.
 constexpr std::size_t kMaxControlLine = 64 * 1024;
+
 // How often the lane's new samples are forwarded (latency from sample to parent).
 constexpr int kForwardMs = 10;
 
@@ -269,6 +270,10 @@ private:
         ready.trainCount = resolved.dataset->train.count;
         ready.testCount = resolved.dataset->test.count;
         ready.dataNote = resolved.note;
+        ready.vocabulary = resolved.dataset->vocabulary;
+        if (resolved.dataset->tokenText.size() <= kListedTokenTexts) { // a text's alphabet, not IMDb's words
+            ready.tokenText = resolved.dataset->tokenText;
+        }
         if (storePort) {
             ready.storePort = storePort;
         }
