@@ -110,6 +110,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         qDeleteAll(actions);
     });
     m_slowTimer.start();
+    // A preset's stand-in recording (its GPU lane, recorded elsewhere) joins the charts once.
+    connect(m_setup, &SetupPanel::standInOffered, this, [this](const QString& dir) {
+        if (!m_race->recordingDirs().contains(dir)) {
+            openRecording(dir);
+        }
+    });
     connect(m_setup, &SetupPanel::validated, this, [this] {
         if (!m_race->hasRace()) {
             updateTitle();

@@ -180,6 +180,9 @@ bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {
         m_presetNotes->setText(notes.join(QLatin1Char('\n')));
         m_presetNotes->setVisible(!notes.isEmpty());
         m_preset->setToolTip(QString::fromStdString(preset.description));
+        if (chosen.standIn) {
+            Q_EMIT standInOffered(QString::fromStdString(chosen.standIn->string()));
+        }
         return true;
     } catch (const std::exception& e) {
         if (error) {

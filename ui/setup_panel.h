@@ -47,6 +47,9 @@ public:
 Q_SIGNALS:
     /// The rows were checked again (after an edit, or when a slow check answered).
     void validated();
+    /// A loaded preset race ships a recording of its GPU lane and this machine has no GPU: the
+    /// window shows it beside the live lanes (PresetRace::standIn).
+    void standInOffered(const QString& recordingDir);
 
 public:
     /// Checks every row against the plan: each row's problem (or "checking…") greys it, and

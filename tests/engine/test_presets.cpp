@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -9,6 +10,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/preset.h"
 #include "devicerace/race.h"
+#include "devicerace/recording.h"
 
 using namespace devicerace;
 
@@ -74,6 +76,57 @@ TEST(Presets, GenericDevicesAdaptToTheMachine) {
     } else {
         EXPECT_EQ(gpu.races[0].spec.lanes[1].device, "cuda:0");
     }
+}
+
+// A preset's "stand_in" recording races beside the live lanes only where the GPU lane it stands
+// for was left out; its path stays beside the preset file; the shipped one is a real recording
+// of the preset's own race on a GPU.
+TEST(Presets, AStandInRecordingReplacesTheMissingGpuLane) {
+    const bool gpu = deviceReport().cudaAvailable;
+    auto p = parsePreset(R"({"format":1,"name":"g","races":[{"workload":"char-gpt","lanes":["all-cores","best-gpu"],
+                            "stand_in":"recordings/x-h100"}]})",
+                         "g.json", "/presets");
+    EXPECT_EQ(p.races[0].standIn.has_value(), !gpu);
+    if (!gpu) {
+        EXPECT_EQ(*p.races[0].standIn, std::filesystem::path("/presets/recordings/x-h100"));
+        EXPECT_NE(p.races[0].notes.back().find("devicerace-cli replay /presets/recordings/x-h100"), std::string::npos)
+            << p.races[0].notes.back();
+    }
+    // No GPU lane in the race: nothing to stand in for.
+    p = parsePreset(R"({"format":1,"name":"c","races":[{"workload":"char-gpt","lanes":["all-cores"],
+                       "stand_in":"recordings/x-h100"}]})",
+                    "c.json", "/presets");
+    EXPECT_FALSE(p.races[0].standIn);
+    for (const char* bad : {"../etc", "/abs/rec", "a/../../b", "", "a b", "./a"}) {
+        try {
+            parsePreset(
+                std::string(R"({"format":1,"name":"b","races":[{"workload":"char-gpt","lanes":["cpu"],"stand_in":")") +
+                    bad + R"("}]})",
+                "b.json");
+            ADD_FAILURE() << "accepted stand_in " << bad;
+        } catch (const DataError& e) {
+            EXPECT_NE(std::string(e.what()).find("must be a relative folder beside the preset"), std::string::npos)
+                << e.what();
+        }
+    }
+    const auto shipped = loadPreset("gpt-cpu-vs-gpu");
+    ASSERT_EQ(shipped.races.size(), 1u);
+    std::filesystem::path dir;
+    for (const auto& d : presetDirs()) {
+        if (std::filesystem::exists(d / "gpt-cpu-vs-gpu.json")) {
+            dir = d;
+            break;
+        }
+    }
+    const auto rec = readRecording(dir / "recordings" / "char-gpt-h100");
+    EXPECT_TRUE(rec.warnings.empty());
+    EXPECT_EQ(rec.workload, shipped.races[0].spec.workload);
+    ASSERT_EQ(rec.lanes.size(), 1u);
+    EXPECT_EQ(rec.lanes[0].device, "cuda:0");
+    EXPECT_EQ(rec.vocabulary, 113);
+    const auto summary = summarizeRecording(rec);
+    EXPECT_EQ(summary.lanes[0].state, LaneState::Finished);
+    EXPECT_EQ(summary.lanes[0].steps, *shipped.races[0].spec.steps);
 }
 
 TEST(Presets, BadFilesAreRejectedClearly) {

@@ -13,6 +13,8 @@ trap 'rm -rf "$TMP"' EXIT
 cmake --install "$BUILD" --prefix "$TMP/prefix" >/dev/null
 "$TMP/prefix/bin/devicerace-cli" devices
 "$TMP/prefix/bin/devicerace-cli" presets | grep -q keras-suite
+# A preset's stand-in recording installs beside it and reads as a recording.
+"$TMP/prefix/bin/devicerace-cli" replay "$TMP/prefix/share/devicerace/presets/recordings/char-gpt-h100" | grep -q "H100"
 test -f "$TMP/prefix/share/applications/devicerace.desktop"
 test -f "$TMP/prefix/share/icons/hicolor/scalable/apps/io.github.devicerace.DeviceRace.svg"
 if command -v desktop-file-validate >/dev/null; then

@@ -25,6 +25,7 @@
 #include "dashboard.h"
 #include "exporter.h"
 #include "device_panel.h"
+#include "devicerace/device_info.h"
 #include "devicerace/tensorboard.h"
 #include "palette.h"
 #include "theme.h"
@@ -510,6 +511,18 @@ private Q_SLOTS:
         QCOMPARE(scaling.lanes[0].workers.value_or(0), 1);
         QCOMPARE(scaling.lanes[1].workers.value_or(0), 2);
         QCOMPARE(toString(laneKind(scaling.lanes[1])), std::string("parallel"));
+        // Without a GPU, gpt-cpu-vs-gpu races the CPU against its shipped H100 recording: the
+        // recorded lane joins the charts once, however often the preset is chosen.
+        QVERIFY2(w.setupPanel()->loadPreset(QStringLiteral("gpt-cpu-vs-gpu"), 0, &error), qPrintable(error));
+        if (!deviceReport().cudaAvailable) {
+            QCOMPARE(w.race()->recordingCount(), 1);
+            QVERIFY(w.race()->recordingDirs().first().endsWith(QStringLiteral("recordings/char-gpt-h100")));
+            QVERIFY(w.setupPanel()->loadPreset(QStringLiteral("gpt-cpu-vs-gpu"), 0, &error));
+            QCOMPARE(w.race()->recordingCount(), 1);
+            QCOMPARE(w.setupPanel()->raceSpec().lanes.size(), std::size_t(1)); // the live CPU lane
+        } else {
+            QCOMPARE(w.race()->recordingCount(), 0);
+        }
     }
 
     void aRecordedRaceReplaysToTheSameSummary() {

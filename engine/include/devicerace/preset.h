@@ -4,6 +4,7 @@
 /// out with a note), "best-device" (cuda:0, else all CPU cores), "all-cores", and
 /// "cpu,threads=powers" (1, 2, 4, ... threads up to the cores present). Thread-safe.
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ struct PresetRace {
     std::string title;
     RaceSpec spec;
     std::vector<std::string> notes; // what the adaptation changed ("no GPU: lane best-gpu left out")
+    /// A shipped recording of the GPU lane (the preset's "stand_in", a folder beside the preset
+    /// file), set only where this machine has no CUDA device and a GPU lane was left out: the
+    /// window replays it beside the live lanes, so the race still shows what a GPU does.
+    std::optional<std::filesystem::path> standIn;
 };
 
 struct Preset {
@@ -32,7 +37,8 @@ std::vector<std::string> presetNames();
 /// Loads a preset by name or by path to a .json file; throws UsageError (unknown name) or
 /// DataError (malformed or hostile file: bounded, versioned, every field checked).
 Preset loadPreset(const std::string& nameOrPath);
-/// Parses preset JSON text (`origin` names it in errors).
-Preset parsePreset(const std::string& json, const std::string& origin);
+/// Parses preset JSON text (`origin` names it in errors; a "stand_in" folder is resolved in
+/// `baseDir`, the preset file's folder).
+Preset parsePreset(const std::string& json, const std::string& origin, const std::filesystem::path& baseDir = {});
 
 } // namespace devicerace

@@ -71,7 +71,8 @@ struct ParallelLane::Impl {
     LaneRunSettings settings;
     std::vector<LaneMember> ranks;
     std::vector<std::unique_ptr<WorkerLane>> members;
-    std::vector<std::optional<Clock::time_point>> failedAt; // per rank: first seen failing (max: after the lane asked it to stop)
+    std::vector<std::optional<Clock::time_point>>
+        failedAt;                         // per rank: first seen failing (max: after the lane asked it to stop)
     detail::LaneRecord* record = nullptr; // the lane's (LaneBase)
     std::thread monitor;
     std::atomic<bool> started{false};
@@ -216,7 +217,9 @@ struct ParallelLane::Impl {
     // causes, the rank seen failing first. Else rank 0's end.
     void finish() {
         std::optional<std::size_t> cause;
-        const auto when = [&](std::size_t r) { return failedAt.size() > r && failedAt[r] ? *failedAt[r] : Clock::time_point::max(); };
+        const auto when = [&](std::size_t r) {
+            return failedAt.size() > r && failedAt[r] ? *failedAt[r] : Clock::time_point::max();
+        };
         const auto consequence = [&](std::size_t r) {
             return members[r]->message().find("lost a peer rank") != std::string::npos ||
                    when(r) == Clock::time_point::max();

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "util/file_util.h"
@@ -138,7 +139,30 @@ std::vector<std::string> presetNames() {
     return {names.begin(), names.end()};
 }
 
-Preset parsePreset(const std::string& text, const std::string& origin) {
+namespace {
+
+// A stand-in recording: a plain relative folder name beside the preset ("recordings/x-h100"),
+// never absolute, never "..": a preset file cannot point the window at any folder on the disk.
+fs::path standInPath(const std::string& origin, const std::string& title, const std::string& value) {
+    const fs::path p(value);
+    bool ok = !value.empty() && value.size() <= 200 && p.is_relative();
+    for (const auto& part : p) {
+        const auto s = part.string();
+        ok = ok && !s.empty() && s != "." && s != ".." && std::all_of(s.begin(), s.end(), [](char ch) {
+                 return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+             });
+    }
+    if (!ok) {
+        bad(origin, fmt::format("race '{}': stand_in \"{}\" must be a relative folder beside the preset "
+                                "(letters, digits, '-', '_', '.'; no '..')",
+                                title, value));
+    }
+    return p;
+}
+
+} // namespace
+
+Preset parsePreset(const std::string& text, const std::string& origin, const fs::path& baseDir) {
     json j;
     try {
         j = json::parse(text);
@@ -188,9 +212,22 @@ Preset parsePreset(const std::string& text, const std::string& origin) {
             if (!lanes.is_array() || lanes.empty() || lanes.size() > 64) {
                 bad(origin, fmt::format("race '{}': \"lanes\" must be a list of 1 to 64 lane specs", race.title));
             }
+            bool gpuLeftOut = false;
             for (const auto& lane : lanes) {
+                const auto before = race.notes.size();
                 for (auto& spec : expandLane(lane.get<std::string>(), race.notes)) {
                     race.spec.lanes.push_back(std::move(spec));
+                }
+                gpuLeftOut =
+                    gpuLeftOut || (race.notes.size() > before && race.notes.back().starts_with("no CUDA device"));
+            }
+            if (r.contains("stand_in")) {
+                const auto rel = standInPath(origin, race.title, r["stand_in"].get<std::string>());
+                if (gpuLeftOut) {
+                    race.standIn = baseDir / rel;
+                    race.notes.push_back(fmt::format("the GPU lane recorded on another machine ({}) races beside the "
+                                                     "live lanes in the window; devicerace-cli replay {} prints it",
+                                                     rel.string(), race.standIn->string()));
                 }
             }
             if (race.spec.lanes.empty()) {
@@ -229,7 +266,7 @@ Preset loadPreset(const std::string& nameOrPath) {
                 fmt::format("unknown preset '{}' (known: {})", nameOrPath, known.empty() ? "none found" : known));
         }
     }
-    return parsePreset(detail::readFileBounded(file, kMaxPresetBytes), file.string());
+    return parsePreset(detail::readFileBounded(file, kMaxPresetBytes), file.string(), file.parent_path());
 }
 
 } // namespace devicerace

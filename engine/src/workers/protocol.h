@@ -69,7 +69,7 @@ struct ReadyInfo {
     std::int64_t trainCount = 0, testCount = 0;
     int vocabulary = 0;                 // token data: ids 0..vocabulary-1 (0: images)
     std::vector<std::string> tokenText; // each id's text where the vocabulary is small (a text's alphabet)
-    std::optional<int> storePort; // rank 0 of a data-parallel lane: where its rendezvous store listens
+    std::optional<int> storePort;       // rank 0 of a data-parallel lane: where its rendezvous store listens
 };
 nlohmann::json readyMessage(const ReadyInfo& info);
 ReadyInfo readyFromMessage(const nlohmann::json& message); // throws DataError
