@@ -151,6 +151,9 @@ TEST(Gpu, EveryWorkloadAndPrecisionFinishes) {
             lanes.push_back("cuda:0,batch=32,precision=bf16,channels_last=true");
             lanes.push_back("cuda:0,batch=32,precision=fp16");
         }
+        if (w.tokensPerSample > 0) { // language models: attention in fp16 with loss scaling (eager: no graph)
+            lanes.push_back("cuda:0,batch=32,precision=fp16");
+        }
         if (w.hasLstm) {
             lanes.push_back("cuda:0,batch=32,lstm=cells");
             lanes.push_back("cuda:0,batch=32,graph=true");
