@@ -80,9 +80,9 @@ int usageError(const std::string& what) {
 
 } // namespace
 
-int runDevices(bool json) {
+int runDevices(bool json, bool remeasurePeaks) {
     const auto& report = refreshDeviceReport();
-    fmt::print("{}", json ? devicesJson(report) : devicesText(report));
+    fmt::print("{}", json ? devicesJson(report) : devicesText(report) + peaksText(report, remeasurePeaks));
     return 0;
 }
 

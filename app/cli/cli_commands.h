@@ -20,7 +20,8 @@ struct RaceOptions {
     bool workloadGiven = false; // --workload was given (else the first race's, without --lane)
 };
 
-int runDevices(bool json);
+/// This machine's devices; the text adds the peaks "% of peak" uses (CPU: measured once, cached).
+int runDevices(bool json, bool remeasurePeaks = false);
 /// devices --host ssh://...: the devices of another machine, through its worker's hello.
 int runRemoteDevices(const std::string& host, const std::string& cli, bool json);
 /// worker --proto N: stdout is moved aside (only protocol lines go there), then the worker runs.

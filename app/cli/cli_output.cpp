@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "devicerace/peak_flops.h"
 #include "devicerace/workload.h"
 
 namespace devicerace::cli {
@@ -45,6 +46,53 @@ std::string devicesText(const DeviceReport& r) {
     }
     if (!r.cudaAvailable) {
         out += fmt::format("cuda     unavailable: {}\n", r.cudaUnavailableReason);
+    }
+    return out;
+}
+
+std::string peaksText(const DeviceReport& r, bool remeasure) {
+    std::vector<int> threads = {1};
+    if (r.cpu.physicalCores > 1) {
+        threads.push_back(r.cpu.physicalCores);
+    }
+    std::vector<Precision> precisions = {Precision::Fp32};
+    if (!r.cpu.bf16Units.empty()) {
+        precisions.push_back(Precision::Bf16);
+    }
+    std::string cpu, source;
+    bool cached = true;
+    for (const auto p : precisions) {
+        cpu += fmt::format("{}{}:", cpu.empty() ? "" : " · ", p == Precision::Bf16 ? "bf16" : "fp32");
+        for (const auto t : threads) {
+            cpu += t == threads.front() ? "" : ",";
+            const auto peak = cpuPeakFlops(p, t, remeasure);
+            cached = cached && peak.cached;
+            source = peak.source;
+            cpu += fmt::format(" {} thread{} {} GFLOP/s", t, t == 1 ? "" : "s", groupThousands(peak.flopsPerSec / 1e9));
+        }
+    }
+    const auto file = peakCacheFile();
+    // "measured 2026-11-26: 1024x1024 GEMMs, bf16, 2 threads, median of 5" -> its date and method
+    const auto colon = source.find(':');
+    std::string out = fmt::format("peak     cpu {}\n         ({}: square GEMMs, median of 7 batches; {})\n", cpu,
+                                  source.substr(0, colon),
+                                  file.empty() ? "not cached: no cache folder"
+                                               : fmt::format("{} {}", cached ? "read from" : "kept in", file.string()));
+    for (const auto& g : r.gpus) {
+        const auto bf16 = gpuDatasheetPeak(g.name, Precision::Bf16);
+        const auto tf32 = gpuDatasheetPeak(g.name, Precision::Fp32);
+        const auto fp16 = gpuDatasheetPeak(g.name, Precision::Fp16);
+        if (!bf16 && !tf32 && !fp16) {
+            out += fmt::format("peak     cuda:{} unknown: {} is not in the datasheet table\n", g.index, g.name);
+            continue;
+        }
+        const auto& any = bf16 ? *bf16 : fp16 ? *fp16 : *tf32;
+        out += fmt::format(
+            "peak     cuda:{} {}{}{} ({})\n", g.index,
+            bf16 ? fmt::format("bf16 {} TFLOP/s", groupThousands(bf16->flopsPerSec / 1e12)) : "bf16 -",
+            fp16 ? fmt::format(" · fp16 {} TFLOP/s", groupThousands(fp16->flopsPerSec / 1e12)) : "",
+            tf32 ? fmt::format(" · fp32 lanes (TF32) {} TFLOP/s", groupThousands(tf32->flopsPerSec / 1e12)) : "",
+            any.source.substr(0, any.source.find(", dense")) + ", dense");
     }
     return out;
 }

@@ -14,6 +14,10 @@ std::string stateText(LaneState state, const std::string& message);
 
 std::string devicesText(const DeviceReport& report);
 std::string devicesJson(const DeviceReport& report);
+/// The peaks "% of peak" is measured against: this machine's CPU GEMM calibration (1 thread and
+/// every core; bf16 where the CPU has bf16 units), measured once and cached, and each GPU's
+/// datasheet figure. `remeasure` ignores the cache.
+std::string peaksText(const DeviceReport& report, bool remeasure);
 std::string workloadsText();
 std::string workloadsJson();
 std::string summaryText(const RaceSummary& summary, const QualityTarget& target);

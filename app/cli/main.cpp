@@ -22,7 +22,11 @@ int main(int argc, char** argv) {
     std::string devicesHost, devicesCli;
     auto* devices =
         app.add_subcommand("devices", "List the CPU, its BLAS and the CUDA devices, and why any is unusable");
+    bool remeasurePeaks = false;
     devices->add_flag("--json", devicesJson, "Print JSON");
+    devices->add_flag(
+        "--remeasure", remeasurePeaks,
+        "Measure this CPU's GEMM peaks again (they are measured once and cached; run it on an idle machine)");
     devices->add_option("--host", devicesHost, "ssh://[user@]host[:port]: list that machine's devices (through ssh)");
     devices->add_option("--cli", devicesCli, "With --host: the devicerace-cli there (default: on its PATH)");
 
@@ -130,7 +134,7 @@ int main(int argc, char** argv) {
         return cli::runWorkerCommand(workerProto, workerFramework);
     }
     if (*devices) {
-        return devicesHost.empty() ? cli::runDevices(devicesJson)
+        return devicesHost.empty() ? cli::runDevices(devicesJson, remeasurePeaks)
                                    : cli::runRemoteDevices(devicesHost, devicesCli, devicesJson);
     }
     if (*wl) {

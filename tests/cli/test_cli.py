@@ -182,6 +182,24 @@ class Listings(unittest.TestCase):
         if not info["cuda_available"]:
             self.assertTrue(info["cuda_unavailable_reason"])
 
+    def test_devices_prints_the_peaks_measured_once(self):
+        """`devices` prints the CPU's GEMM peaks (fp32, bf16 where the CPU has bf16 units; 1 thread
+        and every core), measured on the first call and read from the cache after."""
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", DEVICERACE_CACHE_DIR=cache)
+            first = subprocess.run([CLI, "devices"], capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(first.returncode, 0, first.stderr)
+            self.assertRegex(first.stdout, r"peak     cpu fp32: 1 thread [0-9,]+ GFLOP/s")
+            self.assertIn("kept in " + os.path.join(cache, "peaks.json"), first.stdout)
+            info = json.loads(run("devices", "--json").stdout)
+            if info["cpu"]["bf16_units"]:
+                self.assertRegex(first.stdout, r"bf16: 1 thread [0-9,]+ GFLOP/s")
+            self.assertNotIn("peak", run("devices", "--json").stdout)  # the device report's shape is unchanged
+            again = subprocess.run([CLI, "devices"], capture_output=True, text=True, timeout=300, env=env)
+            self.assertIn("read from " + os.path.join(cache, "peaks.json"), again.stdout)
+            peaks = lambda out: [l for l in out.splitlines() if l.startswith("peak     cpu")]
+            self.assertEqual(peaks(first.stdout), peaks(again.stdout))
+
     def test_the_first_race_without_lanes(self):
         """No --lane: the engine's first race (the window opens with it); --live and --workload adjust it."""
         if json.loads(run("devices", "--json").stdout)["cuda_available"]:

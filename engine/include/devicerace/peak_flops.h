@@ -1,0 +1,38 @@
+#pragma once
+// The peak a lane's achieved FLOP/s is compared with ("% of peak", issue 29): for a CPU, a short
+// GEMM calibration run once per machine, thread count and precision, then cached; for a GPU, the
+// datasheet's dense tensor-core figure found by the device's name, with its source named. An
+// unknown GPU has no peak (never a guess).
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "devicerace/lane_spec.h"
+
+namespace devicerace {
+
+struct PeakFlops {
+    double flopsPerSec = 0;
+    std::string source;    // "measured: 1024x1024 GEMMs, fp32, 2 threads, median of 5" or "datasheet: ..."
+    bool measured = false; // a calibration on this machine (false: a datasheet figure)
+    bool cached = false;   // read from the cache file rather than measured by this call
+};
+
+/// Where measured CPU peaks are kept: $DEVICERACE_CACHE_DIR, else $XDG_CACHE_HOME/devicerace,
+/// else ~/.cache/devicerace; "peaks.json" in it. Empty when none can be named.
+std::filesystem::path peakCacheFile();
+
+/// The CPU's dense matrix-multiply peak for `precision` on `threads` intra-op threads: the
+/// median rate of five timed batches of square GEMMs (at::mm, MKL for fp32, oneDNN for bf16) on a
+/// thread of its own, after a warm-up; cached per CPU model, threads, precision and LibTorch
+/// version (a broken or foreign cache file is ignored and rewritten). `remeasure` skips the cache.
+/// Run it while the machine is otherwise idle: it measures what the cores give now.
+PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure = false);
+
+/// A GPU's dense peak for a lane of `precision` by the device name (CUDA's, e.g. "NVIDIA H100
+/// 80GB HBM3"), from NVIDIA's datasheets: bf16/fp16 tensor cores; fp32 lanes at TF32 (DeviceRace
+/// allows TF32 for fp32 matmuls on GPUs that have it). nullopt when the name is not in the table
+/// or the GPU lacks the precision in hardware.
+std::optional<PeakFlops> gpuDatasheetPeak(const std::string& deviceName, Precision precision);
+
+} // namespace devicerace

@@ -1,0 +1,208 @@
+// Peak FLOP/s for "% of peak": a GEMM calibration for CPUs (cached), datasheet figures for GPUs.
+#include "devicerace/peak_flops.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "devicerace/device_info.h"
+#include "util/file_util.h"
+
+namespace devicerace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::int64_t kSide = 1024;   // square GEMMs: 2.1 GFLOP each, ~10 ms at 200 GFLOP/s
+constexpr int kBatches = 7;            // the peak is the median batch's rate
+constexpr double kBatchSeconds = 0.08; // each batch times at least this long
+constexpr double kWarmupSeconds = 0.2; // GEMMs first, untimed: clocks ramp up, pools start
+constexpr std::uint64_t kMaxCacheBytes = 1u << 20;
+constexpr int kCacheFormat = 1;
+
+std::mutex g_mutex; // one calibration at a time (two at once would share the cores)
+
+const char* precisionName(Precision p) {
+    return p == Precision::Bf16 ? "bf16" : p == Precision::Fp16 ? "fp16" : "fp32";
+}
+
+std::string cacheKey(Precision p, int threads) {
+    return fmt::format("{}|{} threads|{}|LibTorch {}", deviceReport().cpu.model, threads, precisionName(p),
+                       TORCH_VERSION);
+}
+
+// Times GEMMs on a thread of its own, so the caller's thread count and OpenMP pool stay as they are.
+double measure(Precision p, int threads) {
+    double rate = 0;
+    std::thread worker([&] {
+        at::set_num_threads(threads);
+        const auto dtype = p == Precision::Bf16 ? at::kBFloat16 : p == Precision::Fp16 ? at::kHalf : at::kFloat;
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+        const auto a = at::randn({kSide, kSide}, gen).to(dtype);
+        const auto b = at::randn({kSide, kSide}, gen).to(dtype);
+        auto c = at::empty({kSide, kSide}, a.options());
+        using Clock = std::chrono::steady_clock;
+        const auto warm = Clock::now();
+        while (std::chrono::duration<double>(Clock::now() - warm).count() < kWarmupSeconds) {
+            at::mm_out(c, a, b);
+        }
+        auto t0 = Clock::now();
+        at::mm_out(c, a, b);
+        const double once = std::chrono::duration<double>(Clock::now() - t0).count();
+        const int reps = std::max(1, static_cast<int>(kBatchSeconds / std::max(once, 1e-6)));
+        std::array<double, kBatches> rates{};
+        for (auto& r : rates) {
+            t0 = Clock::now();
+            for (int i = 0; i < reps; ++i) {
+                at::mm_out(c, a, b);
+            }
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+            r = 2.0 * kSide * kSide * kSide * reps / s;
+        }
+        std::sort(rates.begin(), rates.end());
+        rate = rates[kBatches / 2];
+    });
+    worker.join();
+    return rate;
+}
+
+json readCache(const fs::path& file) {
+    try {
+        auto j = json::parse(detail::readFileBounded(file, kMaxCacheBytes));
+        if (j.is_object() && j.value("format", 0) == kCacheFormat && j.contains("peaks") && j["peaks"].is_object()) {
+            return j;
+        }
+    } catch (const std::exception&) {
+        // absent, unreadable or not ours: measured again and rewritten
+    }
+    return json{{"format", kCacheFormat}, {"peaks", json::object()}};
+}
+
+// Best effort: a cache that cannot be written only means measuring again next time.
+void writeCache(const fs::path& file, const json& j) {
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    const auto tmp = file.parent_path() / fmt::format(".peaks.{}.tmp", ::getpid());
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        if (!out) {
+            return;
+        }
+        out << j.dump(2) << "\n";
+        if (!out) {
+            fs::remove(tmp, ec);
+            return;
+        }
+    }
+    fs::rename(tmp, file, ec);
+    if (ec) {
+        fs::remove(tmp, ec);
+    }
+}
+
+std::string today() {
+    const auto t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    return fmt::format("{:04}-{:02}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+}
+
+struct Datasheet {
+    const char* match;       // a substring of CUDA's device name (the first row that matches wins)
+    const char* model;       // the datasheet's product
+    double bf16, fp16, tf32; // dense tensor-core TFLOP/s (0: not in hardware)
+};
+
+// NVIDIA's datasheets, dense (without 2:4 sparsity). More specific names come first.
+constexpr std::array kDatasheets = {
+    Datasheet{"H100 PCIe", "H100 PCIe", 756.5, 756.5, 378.0},
+    Datasheet{"H100 NVL", "H100 NVL", 835.5, 835.5, 417.5},
+    Datasheet{"H100", "H100 SXM5", 989.4, 989.4, 494.7},
+    Datasheet{"GH200", "GH200", 989.4, 989.4, 494.7},
+    Datasheet{"H200", "H200 SXM", 989.4, 989.4, 494.7},
+    Datasheet{"A100", "A100", 312.0, 312.0, 156.0},
+    Datasheet{"A10G", "A10G", 70.0, 70.0, 35.0},
+    Datasheet{"A10", "A10", 125.0, 125.0, 62.5},
+    Datasheet{"L40S", "L40S", 362.05, 362.05, 183.0},
+    Datasheet{"L40", "L40", 181.05, 181.05, 90.5},
+    Datasheet{"L4", "L4", 121.0, 121.0, 60.0},
+    Datasheet{"V100", "V100 SXM2", 0.0, 125.0, 0.0},
+    Datasheet{"T4", "T4", 0.0, 65.0, 0.0},
+};
+
+} // namespace
+
+fs::path peakCacheFile() {
+    if (const char* dir = std::getenv("DEVICERACE_CACHE_DIR"); dir && *dir) {
+        return fs::path(dir) / "peaks.json";
+    }
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+        return fs::path(xdg) / "devicerace" / "peaks.json";
+    }
+    if (const char* home = std::getenv("HOME"); home && *home) {
+        return fs::path(home) / ".cache" / "devicerace" / "peaks.json";
+    }
+    return {};
+}
+
+PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
+    threads = std::max(1, threads);
+    std::lock_guard lock(g_mutex);
+    const auto file = peakCacheFile();
+    const auto key = cacheKey(precision, threads);
+    auto cache = file.empty() ? json{{"format", kCacheFormat}, {"peaks", json::object()}} : readCache(file);
+    auto& peaks = cache["peaks"];
+    if (!remeasure && peaks.contains(key) && peaks[key].is_object()) {
+        const auto& e = peaks[key];
+        const auto f = e.value("flops_per_sec", 0.0);
+        if (f > 0 && std::isfinite(f)) {
+            return {f, e.value("source", std::string("measured")), true, true};
+        }
+    }
+    PeakFlops p;
+    p.flopsPerSec = measure(precision, threads);
+    p.measured = true;
+    p.source = fmt::format("measured {}: {}x{} GEMMs, {}, {} thread{}, median of {}", today(), kSide, kSide,
+                           precisionName(precision), threads, threads == 1 ? "" : "s", kBatches);
+    if (!file.empty()) {
+        peaks[key] = {{"flops_per_sec", p.flopsPerSec}, {"source", p.source}};
+        writeCache(file, cache);
+    }
+    return p;
+}
+
+std::optional<PeakFlops> gpuDatasheetPeak(const std::string& deviceName, Precision precision) {
+    for (const auto& d : kDatasheets) {
+        if (deviceName.find(d.match) == std::string::npos) {
+            continue;
+        }
+        const double tflops = precision == Precision::Bf16 ? d.bf16 : precision == Precision::Fp16 ? d.fp16 : d.tf32;
+        if (tflops <= 0) {
+            return std::nullopt;
+        }
+        return PeakFlops{tflops * 1e12,
+                         fmt::format("datasheet: NVIDIA {}, dense {}", d.model,
+                                     precision == Precision::Fp32 ? "TF32" : precisionName(precision)),
+                         false, false};
+    }
+    return std::nullopt;
+}
+
+} // namespace devicerace
