@@ -37,4 +37,15 @@ inline StepRun runEveryStep(const std::string& workload, LaneSpec spec, std::sha
     return r;
 }
 
+/// A lane's evaluation samples, in order.
+inline std::vector<MetricSample> evalsOf(const Lane& lane) {
+    std::vector<MetricSample> out;
+    for (const auto& s : lane.history()) {
+        if (s.kind == SampleKind::Eval) {
+            out.push_back(s);
+        }
+    }
+    return out;
+}
+
 } // namespace devicerace::test

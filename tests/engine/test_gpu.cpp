@@ -198,17 +198,7 @@ TEST(Gpu, CharGptLearnsInBf16WithAGraphAndWritesText) {
         EXPECT_NE(l.execution.find("CUDA graph"), std::string::npos) << l.execution;
         ASSERT_TRUE(l.tokensPerSec.has_value());
     }
-    std::vector<MetricSample> ea, eb;
-    for (const auto& s : race.lanes()[0]->history()) {
-        if (s.kind == SampleKind::Eval) {
-            ea.push_back(s);
-        }
-    }
-    for (const auto& s : race.lanes()[1]->history()) {
-        if (s.kind == SampleKind::Eval) {
-            eb.push_back(s);
-        }
-    }
+    const auto ea = test::evalsOf(*race.lanes()[0]), eb = test::evalsOf(*race.lanes()[1]);
     ASSERT_FALSE(ea.empty());
     ASSERT_EQ(ea.size(), eb.size());
     EXPECT_LT(*ea.back().loss, chance - 1) << "validation loss after 300 steps vs ln(V) - 1";

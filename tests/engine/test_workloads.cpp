@@ -9,6 +9,7 @@
 
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
+#include "lane_runs.h"
 
 using namespace devicerace;
 
@@ -143,19 +144,7 @@ TEST(Workloads, DataNotesSayWhatTheRaceRunsOn) {
     EXPECT_EQ(bilstm.dataset->kind, DataKind::Tokens);
 }
 
-namespace {
-
-std::vector<MetricSample> evalsOf(const Lane& lane) {
-    std::vector<MetricSample> out;
-    for (const auto& s : lane.history()) {
-        if (s.kind == SampleKind::Eval) {
-            out.push_back(s);
-        }
-    }
-    return out;
-}
-
-} // namespace
+using test::evalsOf;
 
 // A short race on the real corpus: the loss falls well below chance, two lanes with one seed
 // write the same text, and torch::optim's AdamW with clip_grad_norm_ (fused=false) trains the
