@@ -246,6 +246,23 @@ TEST(FakeWorker, ShellNoiseBeforeHelloIsTolerated) {
     EXPECT_EQ(lane->dataset()->name, "fake");
 }
 
+TEST(FakeWorker, ASlowPreparationHearsPingsMeanwhile) {
+    // A worker stops after 20 s without a word from its parent; a Keras/JAX lane preparing on a
+    // busy machine took longer than that, so the parent pings while it waits for `ready`.
+    Fixture f;
+    const auto cli = f.script(
+        "slowprep",
+        std::string(kHello) +
+            "\nread config; line=$(timeout 10 head -n 1)\n"
+            "case \"$line\" in *'\"ping\"'*) ;; *) echo '{\"type\":\"error\",\"message\":\"no ping while "
+            "preparing\"}'; "
+            "exit 1;; esac\n"
+            R"(echo '{"type":"ready","batch":128,"total_steps":50,"dataset":{"name":"fake","train":600,"test":100}}')"
+            "\nwhile read line; do :; done");
+    auto lane = makeLane(processLane("x", ",cli=" + cli), f.settings(5));
+    EXPECT_EQ(lane->totalSteps(), 50);
+}
+
 TEST(FakeWorker, PartialLineThenExitFailsTheLaneWithWhatItSaid) {
     Fixture f;
     const auto cli = f.script("partial", std::string(kHello) + "\n" + kReady + "\nprintf '{\"type\":\"sam'; exit 1");

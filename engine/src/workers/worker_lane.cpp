@@ -111,7 +111,15 @@ struct WorkerLane::Impl {
                 handle(std::move(m));
             }
         };
+        // Pings meanwhile too: a worker stops after 20 s without a word from its parent, and a
+        // Keras/JAX lane building ResNet-20 on a busy 2-core machine took longer than that to be
+        // ready (CI, Presets.EveryPresetLoadsAndRunsShortened: "no word from the parent for 20 s").
+        auto lastPing = Clock::now();
         while (!readySeen && workerError.empty()) {
+            if (since(lastPing) >= kPingEvery) {
+                conn->send({{"type", "ping"}});
+                lastPing = Clock::now();
+            }
             if (!conn->pump(0.1, onMessage)) {
                 throw UsageError(
                     fmt::format("{} ended while preparing the lane: {}", who, conn->describeEnd(conn->reap(2), 0)));

@@ -176,6 +176,9 @@ public:
                     exitCode = control(line);
                 }
             });
+            // The parent's silence counts while we listen: a config that took 25 s to load its
+            // data is not 25 s of silence (the pings sent meanwhile wait in the pipe).
+            lastFromParent = Clock::now();
             if (exitCode) {
                 return *exitCode;
             }
