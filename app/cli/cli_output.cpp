@@ -1,6 +1,9 @@
 #include "cli_output.h"
 
 #include <fmt/format.h>
+
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -145,6 +148,89 @@ std::string workloadsJson() {
     return j.dump(2) + "\n";
 }
 
+namespace {
+
+std::string flopRate(double v) {
+    return v >= 1e12 ? fmt::format("{:.2f} TFLOP/s", v / 1e12) : fmt::format("{:.1f} GFLOP/s", v / 1e9);
+}
+
+// "data 7% · forward 27% · backward 48% · optimizer 11% · other 7%", in the step's order.
+std::string breakdownText(const std::map<std::string, double>& phases) {
+    double sum = 0;
+    for (const auto& [phase, secs] : phases) {
+        sum += secs;
+    }
+    std::string out;
+    for (const char* phase : {"data", "forward", "backward", "communication", "optimizer", "compute", "other"}) {
+        const auto it = phases.find(phase);
+        if (it == phases.end() || sum <= 0) {
+            continue;
+        }
+        out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : " · ", phase, 100 * it->second / sum);
+    }
+    return out;
+}
+
+} // namespace
+
+// Why the lanes finished as they did (issue 29): the FLOP rate each reached and its share of
+// the device's peak, where a step's time goes, and the energy where a counter was read.
+std::string explainText(const RaceSummary& s) {
+    bool any = false;
+    for (const auto& l : s.lanes) {
+        any = any || l.flopsPerSample || !l.stepBreakdown.empty() || !l.energySource.empty();
+    }
+    if (!any) {
+        return {};
+    }
+    std::string out = fmt::format("\n{:<12} {:>14} {:>7} {:>9}  {}\n", "lane", "achieved", "of peak", "ms/step",
+                                  "where a step's time goes");
+    for (const auto& l : s.lanes) {
+        double step = 0;
+        for (const auto& [phase, secs] : l.stepBreakdown) {
+            step += secs;
+        }
+        auto where = breakdownText(l.stepBreakdown);
+        if (l.inputBound && l.dataShare) {
+            where += fmt::format("  input-bound ({:.0f}% waiting for data)", *l.dataShare * 100);
+        }
+        out += fmt::format("{:<12} {:>14} {:>7} {:>9}  {}\n", l.name,
+                           l.achievedFlopsPerSec ? flopRate(*l.achievedFlopsPerSec) : "-",
+                           l.utilization ? fmt::format("{:.1f}%", *l.utilization * 100) : "-",
+                           step > 0 ? fmt::format("{:.2f}", step * 1e3) : "-", where.empty() ? "-" : where);
+    }
+    for (const auto& l : s.lanes) {
+        if (l.peakFlopsPerSec) {
+            out += fmt::format(
+                "  peak of {}: {} ({}){}\n", l.name, flopRate(*l.peakFlopsPerSec), l.peakSource,
+                l.flopsPerSample ? fmt::format(" · {:.3g} FLOPs per sample counted from the network", *l.flopsPerSample)
+                                 : "");
+        }
+    }
+    // Energy: one line when no lane could be measured for one reason, else a line per lane.
+    std::set<std::string> reasons;
+    bool measured = false;
+    for (const auto& l : s.lanes) {
+        measured = measured || l.energyJoules;
+        if (!l.energyJoules && !l.energySource.empty()) {
+            reasons.insert(l.energySource);
+        }
+    }
+    if (!measured && reasons.size() == 1) {
+        out += fmt::format("  energy: {}\n", *reasons.begin());
+    } else {
+        for (const auto& l : s.lanes) {
+            if (l.energyJoules) {
+                out += fmt::format("  energy of {}: {:.1f} J over the measured intervals · {} samples/J ({})\n", l.name,
+                                   *l.energyJoules, groupThousands(l.samplesPerJoule.value_or(0)), l.energySource);
+            } else if (!l.energySource.empty()) {
+                out += fmt::format("  energy of {}: {}\n", l.name, l.energySource);
+            }
+        }
+    }
+    return out;
+}
+
 std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
     std::string out = fmt::format("\n{} on {}{} · {} mode\n", s.workload, s.datasetName,
                                   s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");
@@ -204,6 +290,7 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
                                perWorker.empty() ? "-" : perWorker);
         }
     }
+    out += explainText(s);
     if (costs) {
         out += fmt::format("\n{:<12} {:>8} {:>10} {:>12} {:>12}\n", "lane", "$/hour", "cost", "$→target", "cost ×");
         for (const auto& l : s.lanes) {

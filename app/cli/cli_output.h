@@ -21,6 +21,9 @@ std::string peaksText(const DeviceReport& report, bool remeasure);
 std::string workloadsText();
 std::string workloadsJson();
 std::string summaryText(const RaceSummary& summary, const QualityTarget& target);
+/// The "why" table under the summary: achieved FLOP/s and share of peak, the step-time
+/// breakdown and the input-bound flag per lane, the peaks used, and energy (or why none).
+std::string explainText(const RaceSummary& summary);
 /// The warning printed when LibTorch's BLAS is a reference implementation (empty otherwise).
 std::string blasWarning(const DeviceReport& report);
 

@@ -42,6 +42,7 @@ TEST_P(EveryWorkload, TrainsThreeStepsOnTheCpu) {
     RaceSpec spec;
     spec.workload = info.name;
     spec.steps = 3;
+    spec.warmupSteps = 1; // steps 2 and 3 make the measured interval
     spec.trainLimit = 64;
     spec.testLimit = 8;
     // Real data where it is cheap to have (Fashion-MNIST, the text corpus), synthetic otherwise.
@@ -66,7 +67,35 @@ TEST_P(EveryWorkload, TrainsThreeStepsOnTheCpu) {
         EXPECT_EQ(l.state, LaneState::Finished) << info.name << " " << l.name << ": " << l.error;
         EXPECT_EQ(l.steps, 3);
         EXPECT_TRUE(l.finalTestAccuracy.has_value());
+        // Issue 29: FLOPs counted from the network, a peak, a utilisation in range (loosely here:
+        // the suite runs two at a time; test_peak_flops checks (0, 1] alone), and the breakdown.
+        ASSERT_TRUE(l.flopsPerSample && l.peakFlopsPerSec && l.utilization) << info.name;
+        EXPECT_GT(*l.utilization, 0) << info.name;
+        EXPECT_LT(*l.utilization, 1.5) << info.name;
+        EXPECT_FALSE(l.stepBreakdown.empty()) << info.name;
     }
+    // Every measured interval's phases add up to its mean step time (within 5%), and the
+    // timed phases leave little to "other" (a missing mark would show there).
+    int checked = 0;
+    for (auto* lane : race.lanes()) {
+        for (const auto& s : lane->history()) {
+            if (s.kind != SampleKind::Train || s.warmup || !s.stepsPerSec) {
+                continue;
+            }
+            double sum = 0;
+            for (const auto& [phase, secs] : s.stepBreakdown) {
+                sum += secs;
+            }
+            const double step = 1 / *s.stepsPerSec;
+            EXPECT_NEAR(sum / step, 1.0, 0.05) << info.name << " at step " << s.step;
+            EXPECT_LT(s.stepBreakdown.at("other"), 0.25 * step) << info.name << " at step " << s.step;
+            EXPECT_GT(s.stepBreakdown.at("forward"), 0) << info.name;
+            EXPECT_GT(s.stepBreakdown.at("backward"), 0) << info.name;
+            EXPECT_TRUE(s.lr) << info.name;
+            ++checked;
+        }
+    }
+    EXPECT_GT(checked, 0) << info.name << ": no measured interval";
     if (info.samplesText) {
         bool sampled = false;
         for (const auto& s : race.lanes()[0]->history()) {

@@ -2,6 +2,7 @@
 /// One metrics record a lane emits, and its JSON-lines form (the one event schema
 /// shared by recordings, the CLI's --jsonl and the GUI). Plain value, thread-safe to copy.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,7 +42,17 @@ struct MetricSample {
     // Data-parallel lanes, Train samples (rank 0 reports for all ranks):
     std::vector<double> workerSamplesPerSec; // each rank's own samples/s over the interval
     std::optional<double> allreduceShare;    // mean share of a step spent waiting for gradients
-    std::optional<double> lr;                // Train, scheduled lanes: the learning rate at the report point
+    std::optional<double> lr;                // Train: the learning rate the interval's last step used
+    // Explaining the race (issue 29):
+    // Train: seconds per step by phase ("data", "forward", "backward", "communication",
+    // "optimizer", "compute" (a CUDA graph's whole step), "other"), over the interval's timed steps.
+    std::map<std::string, double> stepBreakdown;
+    std::optional<double> energyJoules; // Train: the lane's device's energy over the interval (RAPL, NVML)
+    // State (running): what utilisation divides by, counted and measured once per lane.
+    std::optional<double> flopsPerSample;  // forward + backward FLOPs per training example
+    std::optional<double> peakFlopsPerSec; // the device's peak for the lane's precision and threads
+    std::string peakSource;                // "measured: ..." or "datasheet: ..."
+    std::string energySource;              // "RAPL package-0" / "NVML" / "not measurable here: <why>"
 };
 
 /// One JSON object on one line (no trailing newline).

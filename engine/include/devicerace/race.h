@@ -69,6 +69,10 @@ ResolvedData resolveData(const WorkloadInfo& workload, std::optional<DataMode> m
 /// costs against the first lane, scaling, tokens/s (language models) and the explanations.
 void finishRaceSummary(RaceSummary& summary);
 
+/// Live races: a lane's energy is dropped (with the reason in its energySource) when another
+/// lane that ran at the same time read the same counter (one host's CPU packages, one GPU).
+void attributeEnergy(std::vector<LaneSummary>& lanes, bool fair);
+
 /// Fills each lane's costVsBaseline: its cost to target over the baseline lane's.
 void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
 

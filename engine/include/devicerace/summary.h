@@ -56,7 +56,23 @@ struct LaneSummary {
     std::string scalingBaseline;             // that lane's name ("" : no scaling figures)
     std::optional<double> scalingSpeedup;    // samples/s ÷ the baseline's
     std::optional<double> scalingEfficiency; // speedup ÷ (workers ÷ the baseline's workers)
+    // Explaining the race (issue 29), over the intervals after warm-up:
+    std::map<std::string, double> stepBreakdown; // phase -> seconds per step (median per phase)
+    std::optional<double> dataShare;             // the data phase's share of the breakdown
+    bool inputBound = false;                     // dataShare > kInputBoundShare
+    std::optional<double> flopsPerSample;        // forward + backward, counted from the network
+    std::optional<double> achievedFlopsPerSec;   // flopsPerSample x samplesPerSec
+    std::optional<double> peakFlopsPerSec;       // the device's peak for the lane's precision
+    std::string peakSource;                      // how that peak was found
+    std::optional<double> utilization;           // achieved / peak (0-1)
+    std::optional<double> energyJoules;          // the device's energy over the measured intervals
+    std::optional<double> samplesPerJoule;       // samples in those intervals / energyJoules
+    std::string energySource;                    // the counter read, or why there is none
+    std::optional<double> lr;                    // the learning rate of the last train sample
 };
+
+/// A lane whose data phase takes more than this share of its step is input-bound.
+inline constexpr double kInputBoundShare = 0.20;
 
 /// The median of a growing list: exact (two heaps, O(log n) per value, O(1) per query) for the
 /// first kExactLimit values, equal to median() of them; beyond that the values move into
@@ -93,6 +109,10 @@ private:
     LaneSummary m_base; // the fields that do not depend on spec, batch or target
     RunningMedian m_sampleRates, m_stepRates, m_shares;
     std::vector<RunningMedian> m_workerRates;
+    std::map<std::string, RunningMedian> m_phases;
+    double m_energy = 0;              // joules over the measured intervals that carried energy
+    std::int64_t m_energySamples = 0; // samples in those intervals
+    bool m_energyMissing = false;     // a measured interval without an energy reading
     struct Eval {
         double time, accuracy, loss;
     };

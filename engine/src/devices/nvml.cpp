@@ -22,6 +22,7 @@ struct Nvml {
     int (*getHandle)(unsigned, nvmlDevice_t*) = nullptr;
     int (*getUtilization)(nvmlDevice_t, NvmlUtilization*) = nullptr;
     int (*getMemory)(nvmlDevice_t, NvmlMemory*) = nullptr;
+    int (*getEnergy)(nvmlDevice_t, unsigned long long*) = nullptr; // millijoules since the driver loaded
     std::string driver;
 };
 
@@ -38,6 +39,8 @@ const Nvml& nvml() {
         n.getUtilization =
             reinterpret_cast<int (*)(nvmlDevice_t, NvmlUtilization*)>(dlsym(h, "nvmlDeviceGetUtilizationRates"));
         n.getMemory = reinterpret_cast<int (*)(nvmlDevice_t, NvmlMemory*)>(dlsym(h, "nvmlDeviceGetMemoryInfo"));
+        n.getEnergy = reinterpret_cast<int (*)(nvmlDevice_t, unsigned long long*)>(
+            dlsym(h, "nvmlDeviceGetTotalEnergyConsumption"));
         if (!init || !n.getHandle || init() != 0) {
             return n;
         }
@@ -72,5 +75,17 @@ NvmlReading nvmlRead(int index) {
     }
     return r;
 }
+
+std::optional<double> nvmlEnergyJoules(int index) {
+    const auto& n = nvml();
+    nvmlDevice_t dev = nullptr;
+    unsigned long long mj = 0;
+    if (!n.ok || !n.getEnergy || n.getHandle(static_cast<unsigned>(index), &dev) != 0 || n.getEnergy(dev, &mj) != 0) {
+        return std::nullopt;
+    }
+    return static_cast<double>(mj) / 1000.0;
+}
+
+bool nvmlPresent() { return nvml().ok; }
 
 } // namespace devicerace::detail

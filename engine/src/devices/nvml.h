@@ -15,5 +15,10 @@ struct NvmlReading {
 std::string nvmlDriverVersion();
 /// Live utilisation and memory of GPU `index`, when NVML is present.
 NvmlReading nvmlRead(int index);
+/// GPU `index`'s total energy since the driver loaded (nvmlDeviceGetTotalEnergyConsumption,
+/// Volta and later), in joules; nullopt without NVML or where the GPU does not report it.
+std::optional<double> nvmlEnergyJoules(int index);
+/// Whether NVML loaded and initialised.
+bool nvmlPresent();
 
 } // namespace devicerace::detail

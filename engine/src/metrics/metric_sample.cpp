@@ -100,6 +100,26 @@ std::string toJsonLine(const MetricSample& s) {
     if (s.lr) {
         j["lr"] = number(s.lr);
     }
+    if (!s.stepBreakdown.empty()) {
+        json b = json::object();
+        for (const auto& [phase, secs] : s.stepBreakdown) {
+            b[phase] = number(secs);
+        }
+        j["step_breakdown"] = std::move(b);
+    }
+    if (s.energyJoules) {
+        j["energy_j"] = number(s.energyJoules);
+    }
+    if (s.flopsPerSample) {
+        j["flops_per_sample"] = number(s.flopsPerSample);
+    }
+    if (s.peakFlopsPerSec) {
+        j["peak_flops_per_sec"] = number(s.peakFlopsPerSec);
+        j["peak_source"] = s.peakSource;
+    }
+    if (!s.energySource.empty()) {
+        j["energy_source"] = s.energySource;
+    }
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -144,6 +164,21 @@ MetricSample sampleFromJsonLine(const std::string& line) {
         }
         s.allreduceShare = detail::optionalOf<double>(j, "allreduce_share");
         s.lr = detail::optionalOf<double>(j, "lr");
+        if (auto it = j.find("step_breakdown"); it != j.end()) {
+            if (!it->is_object() || it->size() > 16) {
+                throw DataError("step_breakdown must be an object of at most 16 phases");
+            }
+            for (const auto& [phase, secs] : it->items()) {
+                if (secs.is_number() && std::isfinite(secs.get<double>()) && secs.get<double>() >= 0) {
+                    s.stepBreakdown[phase.substr(0, 32)] = secs.get<double>();
+                }
+            }
+        }
+        s.energyJoules = detail::optionalOf<double>(j, "energy_j");
+        s.flopsPerSample = detail::optionalOf<double>(j, "flops_per_sample");
+        s.peakFlopsPerSec = detail::optionalOf<double>(j, "peak_flops_per_sec");
+        s.peakSource = j.value("peak_source", std::string()).substr(0, 200);
+        s.energySource = j.value("energy_source", std::string()).substr(0, 200);
         if (s.kind == SampleKind::State) {
             s.state = stateFromString(j.at("state").get<std::string>());
             s.message = j.value("message", std::string());

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 namespace devicerace {
 
 void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline) {
@@ -28,7 +30,32 @@ void finishRaceSummary(RaceSummary& s) {
             l.tokensPerSec = *l.samplesPerSec * static_cast<double>(s.tokensPerSample);
         }
     }
+    attributeEnergy(s.lanes, s.fair);
     s.explanations = explainSlowerLanes(s.lanes, s.fair, s.workload);
+}
+
+void attributeEnergy(std::vector<LaneSummary>& lanes, bool fair) {
+    if (fair) {
+        return; // one lane at a time: each counter measured that lane alone
+    }
+    // A counter (a host's CPU packages, one GPU) read by lanes that ran at once measured them all.
+    auto domain = [](const LaneSummary& l) {
+        return l.host + "|" + (l.device.rfind("cuda", 0) == 0 ? l.device : "cpu");
+    };
+    std::map<std::string, int> readers; // counter -> lanes with a reading of it
+    for (const auto& lane : lanes) {
+        readers[domain(lane)] += lane.energyJoules ? 1 : 0;
+    }
+    for (auto& lane : lanes) {
+        const int sharing = readers[domain(lane)];
+        if (lane.energyJoules && sharing > 1) {
+            lane.energyJoules.reset();
+            lane.samplesPerJoule.reset();
+            lane.energySource = fmt::format("not attributable: {} lanes ran at once on one counter ({}); race with "
+                                            "--fair to measure each",
+                                            sharing, lane.energySource);
+        }
+    }
 }
 
 void fillScaling(std::vector<LaneSummary>& lanes) {

@@ -116,6 +116,18 @@ void RunningSummary::add(const MetricSample& s) {
             for (std::size_t r = 0; r < s.workerSamplesPerSec.size(); ++r) {
                 m_workerRates[r].add(s.workerSamplesPerSec[r]);
             }
+            for (const auto& [phase, secs] : s.stepBreakdown) {
+                m_phases[phase].add(secs);
+            }
+            if (s.energyJoules) {
+                m_energy += *s.energyJoules;
+                m_energySamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
+            } else {
+                m_energyMissing = true;
+            }
+        }
+        if (s.lr) {
+            out.lr = s.lr;
         }
         break;
     case SampleKind::Eval:
@@ -129,6 +141,16 @@ void RunningSummary::add(const MetricSample& s) {
         out.state = s.state;
         if (!s.message.empty()) {
             out.error = s.message;
+        }
+        if (s.flopsPerSample) {
+            out.flopsPerSample = s.flopsPerSample;
+        }
+        if (s.peakFlopsPerSec) {
+            out.peakFlopsPerSec = s.peakFlopsPerSec;
+            out.peakSource = s.peakSource;
+        }
+        if (!s.energySource.empty()) {
+            out.energySource = s.energySource;
         }
         break;
     }
@@ -166,6 +188,28 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     }
     for (const auto& rates : m_workerRates) {
         out.workerSamplesPerSec.push_back(rates.empty() ? 0.0 : rates.median());
+    }
+    double phaseSum = 0;
+    for (const auto& [phase, secs] : m_phases) {
+        out.stepBreakdown[phase] = secs.median();
+        phaseSum += out.stepBreakdown[phase];
+    }
+    if (phaseSum > 0) {
+        const auto data = out.stepBreakdown.find("data");
+        out.dataShare = data == out.stepBreakdown.end() ? 0.0 : data->second / phaseSum;
+        out.inputBound = *out.dataShare > kInputBoundShare;
+    }
+    if (out.flopsPerSample && out.samplesPerSec) {
+        out.achievedFlopsPerSec = *out.flopsPerSample * *out.samplesPerSec;
+        if (out.peakFlopsPerSec && *out.peakFlopsPerSec > 0) {
+            out.utilization = *out.achievedFlopsPerSec / *out.peakFlopsPerSec;
+        }
+    }
+    // Energy only when every measured interval carried a reading (else a partial sum would
+    // flatter the lane).
+    if (!m_energyMissing && m_energy > 0) {
+        out.energyJoules = m_energy;
+        out.samplesPerJoule = static_cast<double>(m_energySamples) / m_energy;
     }
     if (out.kind == LaneKind::Parallel) {
         out.workers = static_cast<int>(std::max<std::size_t>(laneRanks(spec).size(), m_workerRates.size()));

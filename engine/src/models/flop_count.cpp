@@ -92,9 +92,14 @@ struct Counted : at::ObserverContext {
 bool startsWith(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
 
 bool isCounted(const char* name) {
-    static const char* const kOps[] = {"aten::mm",          "aten::addmm",         "aten::bmm",
-                                       "aten::baddbmm",     "aten::convolution",   "aten::convolution_backward",
-                                       "aten::scaled_dot_product_attention", "aten::mkldnn_rnn_layer",
+    static const char* const kOps[] = {"aten::mm",
+                                       "aten::addmm",
+                                       "aten::bmm",
+                                       "aten::baddbmm",
+                                       "aten::convolution",
+                                       "aten::convolution_backward",
+                                       "aten::scaled_dot_product_attention",
+                                       "aten::mkldnn_rnn_layer",
                                        "aten::mkldnn_rnn_layer_backward"};
     for (const char* op : kOps) {
         if (std::strcmp(name, op) == 0) {
@@ -159,8 +164,7 @@ void onEnd(const at::RecordFunction& fn, at::ObserverContext* base) {
     }
 }
 
-torch::Tensor exampleInput(const WorkloadImpl& w, const ModelOptions& options, std::int64_t batch,
-                           at::Generator& gen) {
+torch::Tensor exampleInput(const WorkloadImpl& w, const ModelOptions& options, std::int64_t batch, at::Generator& gen) {
     std::vector<std::int64_t> shape{batch};
     if (w.info.input == DataKind::Images) {
         shape.insert(shape.end(), w.info.inputShape.begin(), w.info.inputShape.end());

@@ -15,8 +15,8 @@
 namespace devicerace::detail {
 
 struct FlopCount {
-    double forward = 0;  // per example
-    double backward = 0; // per example
+    double forward = 0;                 // per example
+    double backward = 0;                // per example
     std::map<std::string, double> byOp; // "aten::addmm" -> FLOPs per example, forward and backward
     double perExample() const { return forward + backward; }
 };

@@ -1,4 +1,5 @@
 #include "devicerace/race.h"
+#include "devicerace/peak_flops.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -69,6 +70,17 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
         }
     }
     m_impl->plan = plan;
+    // The CPU peaks "% of peak" divides by, measured now if this machine has none cached: never
+    // while lanes train (the calibration would measure the race, and slow it).
+    for (const auto& lane : plan.lanes) {
+        if (lane.localThreads > 0 && lane.kind != LaneKind::External) {
+            try {
+                (void)cpuPeakFlops(lane.spec.precision, lane.localThreads);
+            } catch (const std::exception&) {
+                // The lane then reports no peak; the race still runs.
+            }
+        }
+    }
     auto& spec = plan.spec;
     const auto& workload = findWorkload(spec.workload);
     for (const auto& laneSpec : spec.lanes) {

@@ -125,8 +125,27 @@ std::string summaryToJson(const RaceSummary& summary) {
             {"dataset", {{"name", l.datasetName}, {"synthetic", l.synthetic}}},
             {"execution", l.execution.empty() ? json(nullptr) : json(l.execution)},
         });
+        auto& lane = j["lanes"].back();
+        json breakdown = nullptr;
+        if (!l.stepBreakdown.empty()) {
+            breakdown = json::object();
+            for (const auto& [phase, secs] : l.stepBreakdown) {
+                breakdown[phase] = secs;
+            }
+        }
+        lane["step_breakdown"] = std::move(breakdown);
+        lane["data_share"] = orNull(l.dataShare);
+        lane["input_bound"] = l.inputBound;
+        lane["flops_per_sample"] = orNull(l.flopsPerSample);
+        lane["achieved_flops_per_sec"] = orNull(l.achievedFlopsPerSec);
+        lane["peak_flops_per_sec"] = orNull(l.peakFlopsPerSec);
+        lane["peak_source"] = l.peakSource.empty() ? json(nullptr) : json(l.peakSource);
+        lane["utilization"] = orNull(l.utilization);
+        lane["energy_joules"] = orNull(l.energyJoules);
+        lane["samples_per_joule"] = orNull(l.samplesPerJoule);
+        lane["energy_source"] = l.energySource.empty() ? json(nullptr) : json(l.energySource);
+        lane["lr"] = orNull(l.lr);
         if (l.workers > 0) {
-            auto& lane = j["lanes"].back();
             lane["workers"] = l.workers;
             lane["worker_samples_per_sec"] = l.workerSamplesPerSec;
             lane["allreduce_share"] = orNull(l.allreduceShare);

@@ -1,5 +1,6 @@
 // The fused dense step (see dense_step.h).
 #include "train/dense_step.h"
+#include "train/step_timer.h"
 
 #include <ATen/Functions.h>
 #include <torch/nn/module.h>
@@ -142,7 +143,7 @@ at::Tensor DenseStep::input(const at::Tensor& x) {
 }
 
 void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
-                     at::Tensor& loss, at::Tensor& correct) {
+                     at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
     const auto rows = x.size(0);
     // Forward: act_l = dropout(relu(act_{l-1} W_l^T + b_l)).
     at::Tensor prev = input(x);
@@ -173,6 +174,9 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
     }
     loss.fill_(ce.lossSum / static_cast<double>(rows));
     correct.fill_(ce.correct);
+    if (timer) {
+        timer->mark(Phase::Forward);
+    }
     // Backward: dW_l = d_l^T act_{l-1}; d_{l-1} = relu/dropout'(d_l W_l).
     for (std::size_t i = m_layers.size(); i-- > 0;) {
         auto& l = m_layers[i];
@@ -201,7 +205,13 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
                                      lower.gb.data_ptr<float>());
         }
     }
+    if (timer) {
+        timer->mark(Phase::Backward);
+    }
     optimizer.step();
+    if (timer) {
+        timer->mark(Phase::Optimizer);
+    }
 }
 
 std::string DenseStep::describe() const {

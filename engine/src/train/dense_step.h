@@ -22,6 +22,8 @@
 
 namespace devicerace::detail {
 
+class StepTimer;
+
 class LaneOptimizer;
 
 class DenseStep {
@@ -42,8 +44,9 @@ public:
     /// One step on a batch as stored (uint8 images, or anything prepareInput takes) with int64
     /// labels: fills `loss` (mean) and `correct` (0-dim, float / int64) and steps `optimizer`.
     /// Dropout masks: one draw of `gen` per dropout layer (the masks laneDropout makes).
+    /// `timer` (optional) gets the forward, backward and optimizer marks.
     void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer, at::Tensor& loss,
-              at::Tensor& correct);
+              at::Tensor& correct, StepTimer* timer = nullptr);
 
     /// "fused dense step (bf16 GEMMs, fp32 master weights)" and the like.
     std::string describe() const;

@@ -2,7 +2,11 @@
 #include "train/trainer.h"
 
 #include "train/host_allocator.h"
+#include <ATen/cuda/CUDAContext.h>
 #include <cctype>
+
+#include "devicerace/peak_flops.h"
+#include "models/flop_count.h"
 
 namespace devicerace::detail {
 
@@ -131,8 +135,40 @@ LaneOutcome Trainer::run() {
         m_growth = torch::zeros({1}, bufOpts.dtype(torch::kInt32));
         m_foundInf = torch::zeros({1}, bufOpts.dtype(torch::kFloat32));
     }
+    setUpExplanation(modelOptions);
     m_model->train();
     return loop();
+}
+
+// CPU lanes time every step (a clock read per phase); CUDA lanes every 4th (events).
+constexpr std::int64_t kBreakdownEveryCuda = 4;
+
+void Trainer::setUpExplanation(const ModelOptions& options) {
+    const bool cuda = m_dev.is_cuda();
+    m_timer = std::make_unique<StepTimer>(m_dev, cuda ? kBreakdownEveryCuda : 1);
+    m_energy = cuda ? EnergyMeter::gpu(m_dev.index()) : EnergyMeter::cpu();
+    m_explain.energySource = m_energy->source();
+    try {
+        m_explain.flopsPerSample = trainingFlopsPerExample(m_ctx.settings.workload, options);
+    } catch (const std::exception&) {
+        // A network the counter cannot run stays without a count (never a guess).
+    }
+    // A data-parallel lane's figures are the whole lane's: one device (or CPU share) per rank.
+    const double ranks = m_dist ? static_cast<double>(m_dist->world()) : 1.0;
+    try {
+        std::optional<PeakFlops> peak;
+        if (cuda) {
+            peak = gpuDatasheetPeak(at::cuda::getDeviceProperties(m_dev.index())->name, m_ctx.spec.precision);
+        } else {
+            peak = cpuPeakFlops(m_ctx.spec.precision, m_ctx.threads);
+        }
+        if (peak && peak->flopsPerSec > 0) {
+            m_explain.peakFlopsPerSec = peak->flopsPerSec * ranks;
+            m_explain.peakSource =
+                ranks > 1 ? fmt::format("{} × {} ranks", peak->source, m_dist->world()) : peak->source;
+        }
+    } catch (const std::exception&) {
+    }
 }
 
 // The fused step for dense networks on a CPU (train/dense_step.h), unless the lane cannot take it

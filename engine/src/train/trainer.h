@@ -30,6 +30,8 @@
 #include "train/lane_optimizer.h"
 #include "data/lane_data.h"
 #include "train/memory_tracker.h"
+#include "train/step_timer.h"
+#include "devices/energy.h"
 #include "devicerace/workload.h"
 #include "models/models.h"
 
@@ -140,6 +142,10 @@ private:
 
     void describeExecution();
 
+    // What utilisation and energy need (issue 29): the FLOPs counted from the network, the
+    // device's peak, the energy meter. Never throws: what cannot be known stays unset.
+    void setUpExplanation(const ModelOptions& options);
+
     void writeWeightsDigest() const;
 
     MetricSample base(SampleKind kind) const;
@@ -172,6 +178,10 @@ private:
     bool m_dataLoaded = false; // for the out-of-memory message: loading data, or a step
     std::int64_t m_reportedStep = 0, m_reportedSamples = 0;
     Clock::time_point m_start, m_intervalStart;
+    std::unique_ptr<StepTimer> m_timer; // the step-time breakdown's marks
+    std::optional<EnergyMeter> m_energy;
+    MetricSample m_explain; // flops, peak and energy source, sent with the first "running"
+    bool m_explainSent = false;
     double m_paused = 0;                 // seconds spent paused, excluded from the lane clock
     bool m_flushDenormals = false;       // CPU lane thread: denormal floats flushed to zero
     bool m_cachingHostAllocator = false; // CPU lane: large blocks recycled (host_allocator.h)

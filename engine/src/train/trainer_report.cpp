@@ -75,9 +75,13 @@ std::optional<LaneOutcome> Trainer::report() {
     s.stepsPerSec = dt > 0 ? std::optional<double>(steps / dt) : std::nullopt;
     s.intervalSeconds = dt;
     s.warmup = m_reportedStep < m_ctx.settings.warmupSteps;
-    if (m_ctx.schedule != "constant") {
-        // The rate the last step trained with (the window marks the schedule's boundaries).
-        s.lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, std::max<std::int64_t>(0, m_step - 1), m_ctx.totalSteps);
+    // The rate the last step trained with (the window marks a schedule's boundaries).
+    s.lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, std::max<std::int64_t>(0, m_step - 1), m_ctx.totalSteps);
+    if (m_timer && steps > 0) {
+        s.stepBreakdown = m_timer->take(dt / static_cast<double>(steps));
+    }
+    if (m_energy) {
+        s.energyJoules = m_energy->read();
     }
     if (isReporter()) {
         m_ctx.emit(std::move(s));
@@ -245,6 +249,16 @@ std::optional<std::uint64_t> Trainer::peakMemory() const {
 
 void Trainer::emitState(LaneState state, std::string message) {
     MetricSample s = base(SampleKind::State);
+    if (state == LaneState::Running && !m_explainSent) {
+        s.flopsPerSample = m_explain.flopsPerSample;
+        s.peakFlopsPerSec = m_explain.peakFlopsPerSec;
+        s.peakSource = m_explain.peakSource;
+        s.energySource = m_explain.energySource;
+        m_explainSent = true;
+        if (m_energy) {
+            (void)m_energy->read(); // the count starts here
+        }
+    }
     s.state = state;
     s.message = std::move(message);
     m_ctx.emit(std::move(s));

@@ -39,6 +39,10 @@ std::int64_t Trainer::targetsPerExample() const {
 // One training step on the batch `idx` (rows of the training set; on the host when the
 // data is), eager or replayed from the captured graph.
 void Trainer::trainStep(const torch::Tensor& idx) {
+    const bool capturing = !m_graph && m_ctx.cudaGraph && m_step >= kGraphWarmupSteps;
+    if (!capturing) { // (no timing events inside a graph capture)
+        m_timer->begin(m_step);
+    }
     torch::Tensor x, y;
     if (m_batcher) {
         m_batcher->fetch(idx, m_batchX, m_batchY);
@@ -54,9 +58,11 @@ void Trainer::trainStep(const torch::Tensor& idx) {
         y = m_data.trainY.index_select(0, idx);
     }
     splitTargets(x, y);
+    m_timer->mark(Phase::Data);
     StepOutput out;
     if (m_graph) {
         m_graph->replay();
+        m_timer->mark(Phase::Compute); // forward, backward and optimizer: one launch
         out = m_graphOutput;
     } else if (m_ctx.cudaGraph && m_step >= kGraphWarmupSteps) {
         capture(x, y);
@@ -68,11 +74,12 @@ void Trainer::trainStep(const torch::Tensor& idx) {
     m_lossBuf.select(0, m_inBuf).copy_(out.loss);
     m_correctBuf.select(0, m_inBuf).copy_(out.correct);
     ++m_inBuf;
+    m_timer->end();
 }
 
 Trainer::StepOutput Trainer::computeStep(const torch::Tensor& rawX, const torch::Tensor& y) {
     if (m_denseStep) {
-        m_denseStep->step(rawX, y, m_gen, *m_optimizer, m_denseLoss, m_denseCorrect);
+        m_denseStep->step(rawX, y, m_gen, *m_optimizer, m_denseLoss, m_denseCorrect, m_timer.get());
         return {m_denseLoss, m_denseCorrect};
     }
     const auto x = prepareInput(rawX, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
@@ -82,15 +89,20 @@ Trainer::StepOutput Trainer::computeStep(const torch::Tensor& rawX, const torch:
         logits = m_model->forward(x).to(torch::kFloat32);
         loss = lossOf(logits, y, false);
     }
+    m_timer->mark(Phase::Forward);
     m_optimizer->zeroGrad();
+    m_timer->mark(Phase::Optimizer);
     if (m_scale.defined()) {
         fp16Step(loss);
     } else {
         loss.backward();
+        m_timer->mark(Phase::Backward);
         if (m_dist) {
             m_dist->finishGradients();
+            m_timer->mark(Phase::Communication);
         }
         m_optimizer->step();
+        m_timer->mark(Phase::Optimizer);
     }
     return {loss.detach(), correctOf(logits.detach(), y)};
 }
@@ -129,8 +141,10 @@ void Trainer::capture(const torch::Tensor& x, const torch::Tensor& y) {
 // so fp16 lanes sync once per step (prefer bf16, which needs none).
 void Trainer::fp16Step(const torch::Tensor& loss) {
     (loss * m_scale).backward();
+    m_timer->mark(Phase::Backward);
     if (m_dist) {
         m_dist->finishGradients();
+        m_timer->mark(Phase::Communication);
     }
     std::vector<torch::Tensor> grads;
     for (auto& p : m_model->parameters()) {
@@ -145,6 +159,7 @@ void Trainer::fp16Step(const torch::Tensor& loss) {
     }
     // Growth factor 2, backoff 0.5, growth interval 2000: torch.amp.GradScaler's defaults.
     at::_amp_update_scale_(m_scale, m_growth, m_foundInf, 2.0, 0.5, 2000);
+    m_timer->mark(Phase::Optimizer);
 }
 
 } // namespace devicerace::detail
