@@ -345,6 +345,43 @@ class RealRaces(unittest.TestCase):
                     evals.setdefault(e["lane"], []).append(e["loss"])
             self.assertEqual(evals["cpu·1"], evals["twin"])
 
+    def test_the_race_explains_itself(self):
+        """Issue 29: achieved FLOP/s and % of peak, where a step's time goes, input-bound lanes,
+        energy or why none, in the table and the JSON."""
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.json")
+            r = run("race", "--workload", "fashion-mlp", "--lane", "cpu,threads=1,name=slow,fault=slow-data",
+                    "--lane", "cpu,threads=1,name=plain", "--fair", "--steps", "80", *SMALL, "--json", out)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("where a step's time goes", r.stdout)
+            lines = {l.split()[0]: l for l in r.stdout.splitlines() if l.startswith(("slow ", "plain "))}
+            why = [l for l in r.stdout.splitlines() if "backward" in l]
+            self.assertEqual(len(why), 2, r.stdout)
+            self.assertIn("input-bound (", next(l for l in why if l.startswith("slow")))
+            self.assertNotIn("input-bound", next(l for l in why if l.startswith("plain")))
+            self.assertRegex(r.stdout, r"peak of plain: [0-9.]+ GFLOP/s \(measured")
+            self.assertRegex(r.stdout, r"energy( of \S+)?: ")
+            summary = json.loads(read(out))
+            lanes = {l["name"]: l for l in summary["lanes"]}
+            self.assertTrue(lanes["slow"]["input_bound"])
+            self.assertGreater(lanes["slow"]["data_share"], 0.2)
+            self.assertFalse(lanes["plain"]["input_bound"])
+            for lane in lanes.values():
+                # 784-512-512-10: 2·(784·512 + 512·512 + 512·10) forward, twice that backward less
+                # the first layer's input gradient.
+                self.assertEqual(lane["flops_per_sample"], 3209216)
+                self.assertGreater(lane["utilization"], 0)
+                self.assertLess(lane["utilization"], 1.5)
+                self.assertAlmostEqual(lane["achieved_flops_per_sec"],
+                                       lane["flops_per_sample"] * lane["samples_per_sec"], delta=1)
+                step = sum(lane["step_breakdown"].values())
+                self.assertLess(abs(math.log(step * lane["steps_per_sec"])), math.log(1.1), lane["step_breakdown"])
+                self.assertEqual(lane["lr"], 0.001)
+                if lane["energy_joules"] is None:
+                    self.assertTrue(lane["energy_source"].startswith(("not measurable here", "not attributable")))
+                else:
+                    self.assertGreater(lane["samples_per_joule"], 0)
+
     def test_record_replay_export(self):
         with tempfile.TemporaryDirectory() as d:
             rec = os.path.join(d, "rec")
@@ -365,8 +402,10 @@ class RealRaces(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             live, replayed = json.loads(read(live_json)), json.loads(read(out["json"]))
             for a, b in zip(live["lanes"], replayed["lanes"]):
-                for key in ("name", "steps", "samples", "final_test_accuracy", "samples_per_sec", "status"):
+                for key in ("name", "steps", "samples", "final_test_accuracy", "samples_per_sec", "status",
+                            "step_breakdown", "flops_per_sample", "peak_flops_per_sec", "utilization", "lr"):
                     self.assertEqual(a[key], b[key], key)
+                self.assertIsNotNone(a["utilization"])
             self.assertTrue(read(out["tsv"]).startswith("epoch\thours\ttop1Accuracy"))
             # TensorBoard's own reader accepts the event files.
             try:

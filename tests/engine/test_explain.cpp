@@ -83,7 +83,7 @@ TEST(ExplainSummary, BreakdownMediansInputBoundUtilisationAndEnergy) {
     EXPECT_DOUBLE_EQ(*sum.achievedFlopsPerSec, 4e9);
     EXPECT_DOUBLE_EQ(*sum.utilization, 0.04);
     EXPECT_EQ(sum.peakSource, "measured: test");
-    EXPECT_DOUBLE_EQ(*sum.energyJoules, 7.5);            // the three measured intervals
+    EXPECT_DOUBLE_EQ(*sum.energyJoules, 7.5);             // the three measured intervals
     EXPECT_DOUBLE_EQ(*sum.samplesPerJoule, 1500.0 / 7.5); // 500 samples each
     // One interval without a reading: no energy at all rather than a flattering partial sum.
     samples.push_back(train(25, 1000, false, {{"data", 0.001}, {"forward", 0.05}, {"backward", 0.05}}));
@@ -127,9 +127,9 @@ TEST(ExplainSummary, TheRaceJsonCarriesTheFields) {
     l.energySource = "not measurable here: test";
     race.lanes = {l};
     const auto json = summaryToJson(race);
-    for (const char* key : {"\"step_breakdown\"", "\"input_bound\"", "\"flops_per_sample\"", "\"achieved_flops_per_sec\"",
-                            "\"peak_flops_per_sec\"", "\"utilization\"", "\"energy_joules\": null",
-                            "\"samples_per_joule\": null", "\"energy_source\""}) {
+    for (const char* key : {"\"step_breakdown\"", "\"input_bound\"", "\"flops_per_sample\"",
+                            "\"achieved_flops_per_sec\"", "\"peak_flops_per_sec\"", "\"utilization\"",
+                            "\"energy_joules\": null", "\"samples_per_joule\": null", "\"energy_source\""}) {
         EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
     }
 }

@@ -8,6 +8,7 @@
 
 #include "devicerace/device_info.h"
 #include "devicerace/peak_flops.h"
+#include "devicerace/race.h"
 #include "test_util.h"
 
 using namespace devicerace;
@@ -74,4 +75,38 @@ TEST(GpuPeak, DatasheetRowsFollowTheDeviceName) {
     ASSERT_TRUE(h100);
     EXPECT_FALSE(h100->measured);
     EXPECT_NE(h100->source.find("datasheet: NVIDIA H100 SXM5"), std::string::npos) << h100->source;
+}
+
+// Issue 29: a CPU lane's utilisation (FLOPs counted from the network x samples/s over the
+// measured GEMM peak for its threads) is a share: above 0, at most 1. Alone (RUN_SERIAL), with
+// the peak measured in this test, so both sides see the same quiet machine.
+TEST(CpuPeak, EveryCpuLaneUsesAShareOfThePeak) {
+    CacheDir cache;
+    for (const auto* workload : {"fashion-mlp", "fashion-cnn", "char-gpt"}) {
+        RaceSpec spec;
+        spec.workload = workload;
+        spec.data = DataMode::Synthetic;
+        spec.steps = 30;
+        spec.warmupSteps = 5;
+        spec.trainLimit = 2048;
+        spec.testLimit = 64;
+        spec.fair = true;
+        LaneSpec one, two;
+        one.threads = 1;
+        two.threads = 2;
+        two.name = "two";
+        spec.lanes = {one, two};
+        Race race(spec);
+        race.start();
+        race.wait();
+        for (const auto& l : race.summary().lanes) {
+            ASSERT_EQ(l.state, LaneState::Finished) << workload << " " << l.error;
+            ASSERT_TRUE(l.utilization && l.peakFlopsPerSec) << workload << " " << l.name;
+            EXPECT_GT(*l.utilization, 0) << workload << " " << l.name;
+            EXPECT_LE(*l.utilization, 1.0)
+                << workload << " " << l.name << ": " << *l.achievedFlopsPerSec << " of " << *l.peakFlopsPerSec;
+            EXPECT_NE(l.peakSource.find(l.name == "two" ? "2 threads" : "1 thread,"), std::string::npos)
+                << l.peakSource;
+        }
+    }
 }

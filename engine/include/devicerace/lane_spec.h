@@ -33,7 +33,7 @@ std::string toString(DataMode m);
 
 /// fault=KIND[:STEP][@RANK], for tests of how a race copes with a lane that fails.
 struct LaneFault {
-    std::string kind;                 // throw | abort | segv | exit | hang
+    std::string kind;                 // throw | abort | segv | exit | hang | slow-data
     std::optional<std::int64_t> step; // the step it fires at (unset: 1; 0: before training starts)
     std::optional<int> rank;          // a data-parallel lane's rank it hits (unset: the last)
     std::int64_t firingStep() const { return step.value_or(1); }

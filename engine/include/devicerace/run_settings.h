@@ -46,7 +46,8 @@ struct LaneRunSettings {
     double reportIntervalSeconds = 0.1; // metric samples at most this often
     /// Fault injection for tests of lane isolation: throw at this step (0: never).
     std::int64_t failAtStep = 0;
-    /// A worker process may run fault=abort|segv|exit|hang (it is alone in its process).
+    /// A worker process may run fault=abort|segv|exit|hang (it is alone in its process); throw and
+    /// slow-data run anywhere.
     bool allowProcessFaults = false;
     /// Set in the workers of a data-parallel lane: this process is one rank of it.
     std::optional<DistConfig> dist;

@@ -86,7 +86,8 @@ std::optional<LaneFault> parseFaultText(std::string_view v) {
     }
     const auto colon = v.find(':');
     f.kind = std::string(v.substr(0, colon));
-    if (f.kind != "throw" && f.kind != "abort" && f.kind != "segv" && f.kind != "exit" && f.kind != "hang") {
+    if (f.kind != "throw" && f.kind != "abort" && f.kind != "segv" && f.kind != "exit" && f.kind != "hang" &&
+        f.kind != "slow-data") {
         return std::nullopt;
     }
     if (colon != std::string_view::npos) {
@@ -298,17 +299,19 @@ const std::vector<KeyCodec>& keyCodecs() {
                             }));
         {
             LaneKeyInfo i = info("fault", "none", "tests",
-                                 "inject throw|abort|segv|exit|hang[:STEP][@RANK] (STEP 0: before training)");
+                                 "inject throw|abort|segv|exit|hang[:STEP][@RANK] (STEP 0: before training), or "
+                                 "slow-data[:STEP] (5 ms more input work in every step from STEP)");
             i.type = LaneKeyType::Fault;
-            i.choices = {"throw", "abort", "segv", "exit", "hang"};
+            i.choices = {"throw", "abort", "segv", "exit", "hang", "slow-data"};
             t.push_back({std::move(i),
                          [](LaneSpec& s, std::string_view value, const std::string& text) {
                              auto f = parseFaultText(value);
                              if (!f) {
-                                 throw UsageError(fmt::format("lane '{}': fault={} (expected throw, abort, segv, exit "
-                                                              "or hang, optionally :STEP and, in a data-parallel "
-                                                              "lane, @RANK)",
-                                                              text, value));
+                                 throw UsageError(
+                                     fmt::format("lane '{}': fault={} (expected throw, abort, segv, exit, "
+                                                 "hang or slow-data, optionally :STEP and, in a data-parallel "
+                                                 "lane, @RANK)",
+                                                 text, value));
                              }
                              s.fault = std::move(f);
                          },

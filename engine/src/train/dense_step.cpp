@@ -147,6 +147,9 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
     const auto rows = x.size(0);
     // Forward: act_l = dropout(relu(act_{l-1} W_l^T + b_l)).
     at::Tensor prev = input(x);
+    if (timer) {
+        timer->mark(Phase::Data); // bytes to normalised floats: input work
+    }
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];
         auto out = l.act.narrow(0, 0, rows);

@@ -167,7 +167,7 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     }
     if (spec.fault) {
         plan.fault = Fault{spec.fault->kind, spec.fault->firingStep()};
-        if (plan.fault.kind != "throw" && !run.allowProcessFaults) {
+        if (plan.fault.kind != "throw" && plan.fault.kind != "slow-data" && !run.allowProcessFaults) {
             throw UsageError(fmt::format("lane {}: fault={} would take down this whole process with every lane in it; "
                                          "add isolate=process",
                                          spec.name, spec.fault->text()));

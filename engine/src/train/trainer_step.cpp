@@ -1,6 +1,10 @@
 // One training step: eager, replayed from a captured CUDA graph, or with fp16 loss scaling.
 #include "train/trainer.h"
 
+#include <thread>
+
+#include "train/fault.h"
+
 namespace devicerace::detail {
 
 torch::Tensor Trainer::lossOf(const torch::Tensor& logits, const torch::Tensor& y, bool sum) const {
@@ -58,6 +62,9 @@ void Trainer::trainStep(const torch::Tensor& idx) {
         y = m_data.trainY.index_select(0, idx);
     }
     splitTargets(x, y);
+    if (m_ctx.fault.kind == "slow-data" && m_step + 1 >= m_ctx.fault.step) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kSlowDataMilliseconds));
+    }
     m_timer->mark(Phase::Data);
     StepOutput out;
     if (m_graph) {
@@ -83,6 +90,7 @@ Trainer::StepOutput Trainer::computeStep(const torch::Tensor& rawX, const torch:
         return {m_denseLoss, m_denseCorrect};
     }
     const auto x = prepareInput(rawX, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
+    m_timer->mark(Phase::Data); // bytes to normalised floats: input work
     torch::Tensor logits, loss;
     {
         AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
