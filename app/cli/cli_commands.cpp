@@ -18,6 +18,7 @@
 #include "devicerace/exports.h"
 #include "devicerace/preset.h"
 #include "devicerace/recording.h"
+#include "devicerace/repeats.h"
 #include "devicerace/tensorboard.h"
 #include "devicerace/race.h"
 #include "devicerace/worker.h"
@@ -198,6 +199,47 @@ int writeOutputs(const RaceOptions& options, const std::string& json, const std:
     return 0;
 }
 
+// --repeat N: the race N times with fresh lanes, then the medians and spreads (is the gap real?).
+int runRepeats(const RaceOptions& options) {
+    if (!options.csvFile.empty() || !options.jsonlFile.empty()) {
+        return usageError("--csv and --jsonl hold one race; with --repeat, --record DIR keeps every repeat "
+                          "(DIR/repeat-K) and `export` writes each one's");
+    }
+    std::error_code ec;
+    if (!options.recordDir.empty() && !std::filesystem::is_directory(options.recordDir, ec) &&
+        !std::filesystem::create_directories(options.recordDir, ec)) {
+        return usageError(fmt::format("--record {}: cannot create the folder: {}", options.recordDir, ec.message()));
+    }
+    std::vector<RaceSummary> summaries;
+    int status = 0;
+    for (int r = 1; r <= options.repeats; ++r) {
+        fmt::print("\n— repeat {} of {} —\n", r, options.repeats);
+        std::fflush(stdout);
+        RaceOptions one = options;
+        if (!options.recordDir.empty()) {
+            one.recordDir = (std::filesystem::path(options.recordDir) / fmt::format("repeat-{}", r)).string();
+        }
+        auto result = runOne(options.spec, one);
+        if (result.status == 2 || !result.summary) {
+            return 2;
+        }
+        status = std::max(status, result.status);
+        summaries.push_back(std::move(*result.summary));
+        if (result.abandoned || result.interrupted) {
+            fmt::print(stderr, "stopped: {} of {} repeats ran\n", r, options.repeats);
+            status = std::max(status, 1);
+            if (result.abandoned) {
+                return leave(status, true);
+            }
+            break;
+        }
+    }
+    const auto summary = summarizeRepeats(std::move(summaries));
+    fmt::print("{}", repeatsText(summary));
+    const int written = writeOutputs(options, repeatsToJson(summary), {});
+    return written ? written : status;
+}
+
 // A preset's races one after another; the command-line race options override the preset's.
 int runPreset(const RaceOptions& options) {
     Preset preset;
@@ -316,6 +358,9 @@ int runRace(RaceOptions options) {
         const auto plan = resolveRace(options.spec);
         fmt::print("{}", planToJson(plan));
         return plan.ok() ? 0 : 2;
+    }
+    if (options.repeats > 1) {
+        return runRepeats(options);
     }
     auto result = runOne(options.spec, options);
     if (result.status == 2 || !result.summary) {

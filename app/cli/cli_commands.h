@@ -18,6 +18,7 @@ struct RaceOptions {
     bool planOnly = false;      // --plan: print the resolved race as JSON, run nothing
     bool live = false;          // --live: lanes at once, even where the default race is fair
     bool workloadGiven = false; // --workload was given (else the first race's, without --lane)
+    int repeats = 1;            // --repeat N: the whole race N times, fresh lanes each time
 };
 
 /// This machine's devices; the text adds the peaks "% of peak" uses (CPU: measured once, cached).

@@ -231,6 +231,27 @@ std::string explainText(const RaceSummary& s) {
     return out;
 }
 
+std::string repeatsText(const RepeatSummary& r) {
+    const auto& first = r.repeats.front();
+    const double perSample = first.tokensPerSample > 0 ? static_cast<double>(first.tokensPerSample) : 1.0;
+    std::string out = fmt::format("\n{} repeats of the race, fresh lanes each time (median ± one standard deviation)\n",
+                                  r.repeats.size());
+    out +=
+        fmt::format("{:<12} {:>22} {:>20} {:>16}  {}\n", "lane", first.tokensPerSample > 0 ? "tokens/s" : "samples/s",
+                    "range", "t→target", "speedup over the first lane");
+    for (const auto& lane : r.lanes) {
+        const auto& s = lane.samplesPerSec;
+        const auto& t = lane.timeToTargetSeconds;
+        out += fmt::format(
+            "{:<12} {:>22} {:>20} {:>16}  {}\n", lane.name,
+            s ? fmt::format("{} ± {}", groupThousands(s->median * perSample), groupThousands(s->stddev * perSample))
+              : "-",
+            s ? fmt::format("{}–{}", groupThousands(s->min * perSample), groupThousands(s->max * perSample)) : "-",
+            t ? fmt::format("{:.1f} ± {:.1f}s ({})", t->median, t->stddev, t->n) : "-", speedupText(lane));
+    }
+    return out;
+}
+
 std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
     std::string out = fmt::format("\n{} on {}{} · {} mode\n", s.workload, s.datasetName,
                                   s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");

@@ -6,6 +6,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/format.h"
 #include "devicerace/race.h"
+#include "devicerace/repeats.h"
 
 namespace devicerace::cli {
 
@@ -24,6 +25,9 @@ std::string summaryText(const RaceSummary& summary, const QualityTarget& target)
 /// The "why" table under the summary: achieved FLOP/s and share of peak, the step-time
 /// breakdown and the input-bound flag per lane, the peaks used, and energy (or why none).
 std::string explainText(const RaceSummary& summary);
+/// --repeat's table: per lane the median ± standard deviation and range of samples/s (tokens/s
+/// for language models) and time to target, and the speedup with its spread and noise verdict.
+std::string repeatsText(const RepeatSummary& summary);
 /// The warning printed when LibTorch's BLAS is a reference implementation (empty otherwise).
 std::string blasWarning(const DeviceReport& report);
 

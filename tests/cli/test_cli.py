@@ -382,6 +382,32 @@ class RealRaces(unittest.TestCase):
                 else:
                     self.assertGreater(lane["samples_per_joule"], 0)
 
+    def test_repeat_gives_every_summary_and_a_spread(self):
+        """--repeat 3: three fresh races, medians and spreads, a recording per repeat."""
+        with tempfile.TemporaryDirectory() as d:
+            out, rec = os.path.join(d, "r.json"), os.path.join(d, "rec")
+            r = run("race", "--workload", "fashion-mlp", "--lane", "cpu,threads=1", "--lane", "cpu,threads=1,name=twin",
+                    "--fair", "--steps", "40", *SMALL, "--repeat", "3", "--quiet", "--json", out, "--record", rec)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(r.stdout.count("— repeat "), 3)
+            self.assertIn("3 repeats of the race", r.stdout)
+            self.assertRegex(r.stdout, r"twin .* [0-9.]+× ± [0-9.]+ \(N = 3\)")
+            summary = json.loads(read(out))
+            self.assertEqual(len(summary["repeats"]), 3)
+            spread = summary["speedup_spread"]["twin"]
+            self.assertEqual(spread["n"], 3)
+            self.assertLessEqual(spread["min"], spread["median"])
+            self.assertLessEqual(spread["median"], spread["max"])
+            rates = sorted(x["lanes"][1]["samples_per_sec"] for x in summary["repeats"])
+            self.assertAlmostEqual(summary["lanes"][1]["samples_per_sec"], rates[1])  # the median repeat's
+            self.assertEqual(summary["lane_spread"]["cpu·1"]["samples_per_sec"]["n"], 3)
+            for k in (1, 2, 3):  # every repeat recorded, each one replayable
+                replay = run("replay", os.path.join(rec, f"repeat-{k}"))
+                self.assertEqual(replay.returncode, 0, replay.stderr)
+            bad = run("race", "--workload", "fashion-mlp", "--steps", "5", "--repeat", "2", "--csv", os.path.join(d, "x.csv"))
+            self.assertEqual(bad.returncode, 2)
+            self.assertIn("--csv and --jsonl hold one race", bad.stderr)
+
     def test_record_replay_export(self):
         with tempfile.TemporaryDirectory() as d:
             rec = os.path.join(d, "rec")

@@ -2,10 +2,13 @@
 // summary (breakdown medians, the input-bound flag, utilisation, energy) and energy attribution.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
 #include "devicerace/metric_sample.h"
 #include "devicerace/race.h"
+#include "devicerace/repeats.h"
 #include "devicerace/summary.h"
 
 using namespace devicerace;
@@ -131,5 +134,60 @@ TEST(ExplainSummary, TheRaceJsonCarriesTheFields) {
                             "\"achieved_flops_per_sec\"", "\"peak_flops_per_sec\"", "\"utilization\"",
                             "\"energy_joules\": null", "\"samples_per_joule\": null", "\"energy_source\""}) {
         EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+    }
+}
+
+namespace {
+
+RaceSummary raceWith(double a, double b, std::optional<double> ttt = {}) {
+    RaceSummary r;
+    r.workload = "fashion-mlp";
+    LaneSummary x, y;
+    x.name = "a";
+    x.samplesPerSec = a;
+    y.name = "b";
+    y.samplesPerSec = b;
+    y.timeToTargetSeconds = ttt;
+    r.lanes = {x, y};
+    r.speedup = speedups(r.lanes);
+    return r;
+}
+
+} // namespace
+
+TEST(Repeats, MediansSpreadsAndTheNoiseVerdict) {
+    const auto s = spreadOf({1, 2, 4});
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->n, 3);
+    EXPECT_DOUBLE_EQ(s->median, 2);
+    EXPECT_DOUBLE_EQ(s->min, 1);
+    EXPECT_DOUBLE_EQ(s->max, 4);
+    EXPECT_NEAR(s->stddev, std::sqrt(7.0 / 3.0), 1e-12); // sample standard deviation
+    EXPECT_FALSE(spreadOf({}));
+
+    // b is 2x a in every repeat: a real gap.
+    auto real = summarizeRepeats({raceWith(100, 200, 5), raceWith(110, 215, 6), raceWith(90, 185, 4)});
+    ASSERT_EQ(real.repeats.size(), 3u);
+    EXPECT_TRUE(real.lanes[0].baseline);
+    EXPECT_EQ(speedupText(real.lanes[0]), "baseline");
+    const auto& b = real.lanes[1];
+    EXPECT_FALSE(b.withinNoise);
+    EXPECT_NEAR(b.speedup->median, 2.0, 1e-12);
+    EXPECT_EQ(b.speedup->n, 3);
+    EXPECT_DOUBLE_EQ(b.samplesPerSec->median, 200);
+    EXPECT_DOUBLE_EQ(b.timeToTargetSeconds->median, 5);
+    EXPECT_DOUBLE_EQ(*real.median.lanes[1].samplesPerSec, 200);
+    EXPECT_NEAR(real.median.speedup.at("b"), 2.0, 1e-12);
+    EXPECT_NE(speedupText(b).find("2.00× ± 0.0"), std::string::npos) << speedupText(b);
+    EXPECT_NE(speedupText(b).find("(N = 3)"), std::string::npos);
+
+    // 1.05x, 0.97x, 1.01x: the lanes are not shown to differ.
+    auto noise = summarizeRepeats({raceWith(100, 105), raceWith(100, 97), raceWith(100, 101)});
+    EXPECT_TRUE(noise.lanes[1].withinNoise);
+    EXPECT_NE(speedupText(noise.lanes[1]).find("within noise"), std::string::npos);
+
+    const auto json = repeatsToJson(real);
+    for (const char* key : {"\"repeats\"", "\"speedup_spread\"", "\"lane_spread\"", "\"within_noise\": false"}) {
+        EXPECT_NE(json.find(key), std::string::npos) << key;
     }
 }
