@@ -18,6 +18,7 @@
 #include "race_strip.h"
 #include "summary_table.h"
 #include "text_strip.h"
+#include "breakdown_bars.h"
 
 namespace devicerace::ui {
 
@@ -40,6 +41,9 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     // What the language models write, under the charts (hidden until a lane has written).
     m_text = new TextStrip(this);
     layout->addWidget(m_text);
+    // Where each lane's step time goes (hidden until a lane has measured one).
+    m_breakdown = new BreakdownBars(this);
+    layout->addWidget(m_breakdown);
 
     m_controls = new QWidget(this);
     auto* controls = new QHBoxLayout(m_controls);
@@ -254,6 +258,7 @@ void Dashboard::refresh() {
     m_headline = headlineText(rows, baseline());
     m_strip->setRows(std::move(rows));
     m_text->setLines(textLines(*m_race));
+    m_breakdown->setRows(breakdownRows(*m_race));
     updateTitle();
 }
 
@@ -356,6 +361,7 @@ void Dashboard::setPresentation(bool on, double fontScale) {
     }
     m_strip->setFontScale(fontScale);
     m_text->setFontScale(fontScale);
+    m_breakdown->setFontScale(fontScale);
     QFont titleFont = font();
     titleFont.setBold(true);
     // 1.4x the body text; in presentation 2x the scaled text, above the strip's 1.35x names.

@@ -20,6 +20,7 @@ class MetricChart;
 class RaceStrip;
 class SummaryTable;
 class TextStrip;
+class BreakdownBars;
 
 class Dashboard : public QWidget {
     Q_OBJECT
@@ -31,6 +32,7 @@ public:
     MetricChart* lossChart() const { return m_loss; }
     RaceStrip* strip() const { return m_strip; }
     TextStrip* textStrip() const { return m_text; }
+    BreakdownBars* breakdownBars() const { return m_breakdown; }
     SummaryTable* summaryTable() const { return m_summary; }
     DevicePanel* devicePanel() const { return m_devices; }
     QList<MetricChart*> charts() const;
@@ -88,6 +90,7 @@ private:
     DevicePanel* m_devices = nullptr;
     RaceStrip* m_strip = nullptr;
     TextStrip* m_text = nullptr;
+    BreakdownBars* m_breakdown = nullptr;
     SummaryTable* m_summary = nullptr;
     QWidget* m_controls = nullptr;
     QComboBox* m_xAxis = nullptr;

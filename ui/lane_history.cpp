@@ -44,6 +44,9 @@ void LaneHistory::append(const MetricSample& s) {
             }
             if (!s.warmup) {
                 recentSamplesPerSec = s.samplesPerSec;
+                if (!s.stepBreakdown.empty()) {
+                    lastBreakdown = s.stepBreakdown;
+                }
             }
         }
         break;
@@ -67,8 +70,22 @@ void LaneHistory::append(const MetricSample& s) {
         if (!s.message.empty()) {
             message = QString::fromStdString(s.message);
         }
+        if (s.flopsPerSample) {
+            flopsPerSample = s.flopsPerSample;
+        }
+        if (s.peakFlopsPerSec) {
+            peakFlopsPerSec = s.peakFlopsPerSec;
+            peakSource = QString::fromStdString(s.peakSource);
+        }
         break;
     }
+}
+
+std::optional<double> LaneHistory::utilization() const {
+    if (!flopsPerSample || !peakFlopsPerSec || *peakFlopsPerSec <= 0 || !recentSamplesPerSec) {
+        return std::nullopt;
+    }
+    return *flopsPerSample * *recentSamplesPerSec / *peakFlopsPerSec;
 }
 
 void LaneHistory::push(const Point& p) {

@@ -6,6 +6,7 @@
 #include <QString>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -55,6 +56,13 @@ struct LaneHistory {
     std::int64_t lastTextStep = 0;
     std::optional<double> recentSamplesPerSec; // last interval after warm-up
     std::optional<std::uint64_t> peakMemory;
+    // Explaining the race (issue 29): the latest measured interval's seconds per step by phase,
+    // and what utilisation divides by (from the lane's "running" state sample).
+    std::map<std::string, double> lastBreakdown;
+    std::optional<double> flopsPerSample, peakFlopsPerSec;
+    QString peakSource;
+    /// FLOPs per sample x the latest measured samples/s ÷ the device's peak; nullopt until known.
+    std::optional<double> utilization() const;
 
     std::size_t stride = 1;        // train intervals per stored point (doubles at each merge)
     std::uint64_t compactions = 0; // merges so far: caches built on the columns start again

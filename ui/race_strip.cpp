@@ -129,6 +129,12 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
             row.status = h.message.isEmpty() ? QString::fromStdString(toString(h.state)) : h.message;
             break;
         }
+        // How much of the device the lane uses (issue 29): FLOPs counted from the network over the peak.
+        if ((h.state == LaneState::Running && h.lastStep >= warmupSteps) || h.state == LaneState::Finished) {
+            if (const auto u = h.utilization()) {
+                row.status += QObject::tr(" · %1% of peak").arg(*u * 100, 0, 'f', *u < 0.1 ? 1 : 0);
+            }
+        }
         // Money, as the seed posts talk about it: spent so far, and for the whole run at this pace.
         if (lane.costPerHour && *lane.costPerHour > 0) {
             const double spent = h.lastTime / 3600.0 * *lane.costPerHour;

@@ -21,7 +21,7 @@ SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
     setColumnCount(kColumns);
     setHorizontalHeaderLabels({tr("lane"), tr("device"), tr("samples/s"), tr("steps/s"), tr("test acc"),
                                tr("time→target"), tr("peak mem"), tr("$/h"), tr("status"), tr("data"), tr("$→target"),
-                               tr("cost ×"), tr("scaling")});
+                               tr("cost ×"), tr("of peak"), tr("scaling")});
     setColumnHidden(kScalingColumn, true);
     horizontalHeader()->setStretchLastSection(true);
     verticalHeader()->setVisible(false);
@@ -80,6 +80,8 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
             QString::fromStdString(l.datasetName),
             l.costToTargetUsd ? QStringLiteral("$%1").arg(*l.costToTargetUsd, 0, 'f', 4) : dash,
             l.costVsBaseline ? QStringLiteral("%1×").arg(*l.costVsBaseline, 0, 'f', 2) : dash,
+            l.utilization ? QStringLiteral("%1%").arg(*l.utilization * 100, 0, 'f', *l.utilization < 0.1 ? 1 : 0)
+                          : dash,
             scalingText(l),
         };
         for (int c = 0; c < cells.size(); ++c) {
@@ -89,8 +91,25 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                 setItem(r, c, item);
             }
             item->setText(cells[c]);
-            item->setTextAlignment((c >= 2 && c <= 7) || c == 10 || c == 11 ? (Qt::AlignRight | Qt::AlignVCenter)
-                                                                            : (Qt::AlignLeft | Qt::AlignVCenter));
+            item->setTextAlignment((c >= 2 && c <= 7) || c == 10 || c == 11 || c == kPeakColumn
+                                       ? (Qt::AlignRight | Qt::AlignVCenter)
+                                       : (Qt::AlignLeft | Qt::AlignVCenter));
+            if (c == kPeakColumn) {
+                // Which peak, and what the lane's energy was (or why none): the "why" in a hover.
+                QString tip = l.peakFlopsPerSec ? tr("%1 GFLOP/s achieved of %2 GFLOP/s (%3)")
+                                                      .arg(l.achievedFlopsPerSec.value_or(0) / 1e9, 0, 'f', 1)
+                                                      .arg(*l.peakFlopsPerSec / 1e9, 0, 'f', 0)
+                                                      .arg(QString::fromStdString(l.peakSource))
+                                                : tr("no peak known for this device");
+                if (l.energyJoules) {
+                    tip += tr("\nenergy %1 J · %2 samples/J")
+                               .arg(*l.energyJoules, 0, 'f', 1)
+                               .arg(groupedNumber(l.samplesPerJoule.value_or(0)));
+                } else if (!l.energySource.empty()) {
+                    tip += QStringLiteral("\nenergy: ") + QString::fromStdString(l.energySource);
+                }
+                item->setToolTip(tip);
+            }
             if (c == 0 && r < static_cast<int>(lanes.size())) {
                 // Readable on the row's own background (alternate rows are another shade).
                 const auto background =

@@ -25,8 +25,9 @@ public:
     /// Rows visible without scrolling (tests: every lane's row fits).
     int visibleRows() const;
 
-    static constexpr int kColumns = 13;
-    static constexpr int kScalingColumn = 12; // shown only when a lane is data-parallel
+    static constexpr int kColumns = 14;
+    static constexpr int kPeakColumn = 12;    // utilisation: "63%" of the device's peak (tooltip: which peak)
+    static constexpr int kScalingColumn = 13; // shown only when a lane is data-parallel
 
 protected:
     void resizeEvent(QResizeEvent* event) override;

@@ -334,6 +334,8 @@ class RealRaces(unittest.TestCase):
             rows = list(csv.DictReader(read(out["csv"]).splitlines()))
             self.assertTrue(any(r["kind"] == "eval" for r in rows))
             self.assertEqual({r["lane"] for r in rows}, {"cpu·1", "twin"})
+            measured = [r for r in rows if r["kind"] == "train" and r["warmup"] == "0"]
+            self.assertTrue(measured and all(r["forward_s"] and r["backward_s"] and r["lr"] for r in measured), measured[:2])
             events = [json.loads(line) for line in read(out["jsonl"]).splitlines()]
             self.assertEqual(len(events), len(rows))
             finals = [e for e in events if e["kind"] == "state" and e["state"] == "finished"]
@@ -446,6 +448,9 @@ class RealRaces(unittest.TestCase):
                     tags.setdefault(value.tag, []).append((event.step, value))
             self.assertIn("throughput/samples_per_sec", tags)
             self.assertIn("loss/train", tags)
+            # Issue 29: the step's phases, the share of the peak, the learning rate.
+            for tag in ("step_ms/forward", "step_ms/backward", "step_ms/data", "utilization/of_peak", "train/lr"):
+                self.assertIn(tag, tags)
             # Evaluations at each epoch end (16 steps of 128 in 2,000) and every 20 steps.
             self.assertEqual([step for step, _ in tags["accuracy/test"]], [16, 20, 32, 40])
             # A recording with a lane file cut mid-line still replays.

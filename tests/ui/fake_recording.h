@@ -9,6 +9,7 @@
 #include <QString>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct FakeLane {
     double seconds = 60;         // lane time to the finish
     double costPerHour = 0;      // USD per hour (0: none)
     QString text = {};           // what each evaluation's model wrote ("" : nothing, like most workloads)
+    // Issue 29: seconds per step by phase in every train sample, and what utilisation divides by.
+    std::map<std::string, double> breakdown = {};
+    double flopsPerSample = 0, peakFlopsPerSec = 0;
 };
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
@@ -52,6 +56,11 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
         state.kind = SampleKind::State;
         state.lane = lane.name.toStdString();
         state.state = LaneState::Running;
+        if (lane.flopsPerSample > 0 && lane.peakFlopsPerSec > 0) {
+            state.flopsPerSample = lane.flopsPerSample;
+            state.peakFlopsPerSec = lane.peakFlopsPerSec;
+            state.peakSource = "test peak";
+        }
         write(state);
         int evalsDone = 0;
         for (double t = sampleEvery; t <= lane.seconds + 1e-9; t += sampleEvery) {
@@ -67,6 +76,7 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
             s.loss = 0.3 + 2.0 * std::exp(-3 * t / lane.seconds);
             s.intervalSeconds = sampleEvery;
             s.warmup = t < 2 * sampleEvery;
+            s.stepBreakdown = lane.breakdown;
             write(s);
             while (evalsDone < evaluations && t >= lane.seconds * (evalsDone + 1) / evaluations - 1e-9) {
                 ++evalsDone;

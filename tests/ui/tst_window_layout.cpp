@@ -26,6 +26,7 @@
 #include "main_window.h"
 #include "race_strip.h"
 #include "text_strip.h"
+#include "breakdown_bars.h"
 #include "setup_panel.h"
 #include "lanes_table.h"
 #include "summary_table.h"
@@ -153,10 +154,17 @@ private Q_SLOTS:
         QCOMPARE(QGuiApplication::screens().size(), 2);
         // A long CPU lane beside a 100x faster one: m:ss ticks, a log axis, long texts.
         m_recording = m_dir.filePath(QStringLiteral("rec"));
-        QVERIFY(test::writeFakeRecording(m_recording,
-                                         {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 2945},
-                                          {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 31}},
-                                         5.0));
+        // Both with a step-time breakdown and a peak (the bars under the charts, "% of peak"): the
+        // GPU lane input-bound, as a real pipeline feeding a fast GPU is.
+        test::FakeLane slow{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 2945};
+        slow.breakdown = {{"data", 0.3}, {"forward", 2.6}, {"backward", 4.1}, {"optimizer", 0.4}, {"other", 0.1}};
+        slow.flopsPerSample = 4.8e8;
+        slow.peakFlopsPerSec = 1.7e11;
+        test::FakeLane fast{QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 31};
+        fast.breakdown = {{"data", 0.024}, {"compute", 0.048}, {"other", 0.003}};
+        fast.flopsPerSample = 4.8e8;
+        fast.peakFlopsPerSec = 9.89e14;
+        QVERIFY(test::writeFakeRecording(m_recording, {slow, fast}, 5.0));
         // Two language-model lanes whose latest texts are 120 characters with line breaks
         // and tabs, as char-gpt writes them.
         const QString text =
@@ -219,6 +227,67 @@ private Q_SLOTS:
             QVERIFY(line.text.contains(QStringLiteral("\u21b5")));
             QVERIFY(!line.text.contains(QLatin1Char('\n')));
         }
+        const QStringList problems = readabilityProblems(*w);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+    }
+
+    // Where each lane's step time goes: one bar per lane, the phases in the same colours on every
+    // lane, the notes ("ms/step · % of peak · input-bound") read in full, at both sizes and in
+    // both modes, with the charts above still readable.
+    void theBreakdownBarsReadInFull_data() { theTextStripReadsInFull_data(); }
+    void theBreakdownBarsReadInFull() {
+        QFETCH(int, width);
+        QFETCH(bool, presentation);
+        auto w = openOn(width);
+        QVERIFY(w);
+        w->setPresentation(presentation);
+        QTest::qWait(100);
+        w->dashboard()->refreshCharts();
+        QTest::qWait(50);
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w->grab().save(shots + QStringLiteral("/breakdown-") +
+                           QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
+                           QStringLiteral(".png"));
+        }
+        auto* bars = w->dashboard()->breakdownBars();
+        QVERIFY(bars->isVisible());
+        QCOMPARE(bars->rows().size(), std::size_t(2));
+        const QRect inWindow(bars->mapTo(w.get(), QPoint(0, 0)), bars->size());
+        QVERIFY(w->rect().contains(inWindow));
+        const QFontMetrics fm(bars->pieceFont());
+        QFont bold = bars->pieceFont();
+        bold.setBold(true);
+        std::map<QString, QColor> phaseColours;
+        std::map<int, int> segmentWidth; // row top -> summed segment widths
+        QStringList notes;
+        for (const auto& p : bars->pieces()) {
+            QVERIFY2(bars->rect().contains(p.rect), qPrintable(p.text));
+            QVERIFY2(!elided(p.text), qPrintable(p.text));
+            const QFontMetrics& m =
+                p.kind == BreakdownBars::Piece::Title || p.kind == BreakdownBars::Piece::Name ? QFontMetrics(bold) : fm;
+            if (p.kind != BreakdownBars::Piece::Segment && p.kind != BreakdownBars::Piece::Legend) {
+                QVERIFY2(m.horizontalAdvance(p.text) <= p.rect.width(), qPrintable(p.text));
+            }
+            if (p.kind == BreakdownBars::Piece::Segment) {
+                if (phaseColours.count(p.text)) {
+                    QCOMPARE(phaseColours[p.text], p.color); // one colour per phase on every lane
+                }
+                phaseColours[p.text] = p.color;
+                segmentWidth[p.rect.top()] += p.rect.width();
+            }
+            if (p.kind == BreakdownBars::Piece::Note) {
+                notes << p.text;
+            }
+        }
+        QCOMPARE(notes.size(), 2);
+        QVERIFY2(notes[0].startsWith(QStringLiteral("7.5 s/step · ")) && notes[0].contains(QStringLiteral("% of peak")),
+                 qPrintable(notes[0]));
+        QVERIFY2(notes[1].startsWith(QStringLiteral("75.0 ms/step · ")) &&
+                     notes[1].contains(QStringLiteral("input-bound (32% data)")),
+                 qPrintable(notes[1]));
+        QVERIFY(!notes[0].contains(QStringLiteral("input-bound")));
+        QCOMPARE(segmentWidth.size(), std::size_t(2));
+        QVERIFY(std::abs(segmentWidth.begin()->second - segmentWidth.rbegin()->second) <= 2); // both bars are 100%
         const QStringList problems = readabilityProblems(*w);
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
     }

@@ -40,9 +40,10 @@ struct MetricSample {
     std::string message;                      // State: error or divergence text
     std::string text;                         // Eval: text the model generated (charlstm), else empty
     // Data-parallel lanes, Train samples (rank 0 reports for all ranks):
-    std::vector<double> workerSamplesPerSec; // each rank's own samples/s over the interval
-    std::optional<double> allreduceShare;    // mean share of a step spent waiting for gradients
-    std::optional<double> lr;                // Train: the learning rate the interval's last step used
+    std::vector<double> workerSamplesPerSec;                        // each rank's own samples/s over the interval
+    std::optional<double> allreduceShare;                           // mean share of a step spent waiting for gradients
+    std::vector<std::map<std::string, double>> workerStepBreakdown; // each rank's own step breakdown
+    std::optional<double> lr; // Train: the learning rate the interval's last step used
     // Explaining the race (issue 29):
     // Train: seconds per step by phase ("data", "forward", "backward", "communication",
     // "optimizer", "compute" (a CUDA graph's whole step), "other"), over the interval's timed steps.

@@ -69,6 +69,10 @@ struct LaneSummary {
     std::optional<double> samplesPerJoule;       // samples in those intervals / energyJoules
     std::string energySource;                    // the counter read, or why there is none
     std::optional<double> lr;                    // the learning rate of the last train sample
+    // Data-parallel lanes: each rank's own breakdown (medians), and the rank the others wait for
+    // ("rank 3 is 18% slower: ...", "" when no rank stands out by 5% or more).
+    std::vector<std::map<std::string, double>> workerStepBreakdown;
+    std::string slowestRank;
 };
 
 /// A lane whose data phase takes more than this share of its step is input-bound.
@@ -110,6 +114,7 @@ private:
     RunningMedian m_sampleRates, m_stepRates, m_shares;
     std::vector<RunningMedian> m_workerRates;
     std::map<std::string, RunningMedian> m_phases;
+    std::vector<std::map<std::string, RunningMedian>> m_workerPhases;
     double m_energy = 0;              // joules over the measured intervals that carried energy
     std::int64_t m_energySamples = 0; // samples in those intervals
     bool m_energyMissing = false;     // a measured interval without an energy reading
@@ -118,6 +123,11 @@ private:
     };
     std::vector<Eval> m_evals; // few per race
 };
+
+/// A data-parallel lane's rank that the others wait for, from each rank's breakdown: its busy time
+/// (every phase but communication and other) against the median rank's, and how much of the
+/// others' step goes to waiting. "" with fewer than two ranks or when none is 5% slower.
+std::string slowestRankText(const std::vector<std::map<std::string, double>>& ranks);
 
 /// Computes a lane's summary from all its samples, in order.
 LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,

@@ -62,6 +62,21 @@ LaneState stateFromString(const std::string& s) {
     throw DataError(fmt::format("unknown lane state '{}'", s));
 }
 
+// A step breakdown from a peer: phase -> seconds; negative, non-finite or non-numeric phases are
+// dropped, never summed.
+std::map<std::string, double> phasesOf(const json& j) {
+    if (!j.is_object() || j.size() > 16) {
+        throw DataError("a step breakdown must be an object of at most 16 phases");
+    }
+    std::map<std::string, double> out;
+    for (const auto& [phase, secs] : j.items()) {
+        if (secs.is_number() && std::isfinite(secs.get<double>()) && secs.get<double>() >= 0) {
+            out[phase.substr(0, 32)] = secs.get<double>();
+        }
+    }
+    return out;
+}
+
 } // namespace
 
 std::string toJsonLine(const MetricSample& s) {
@@ -96,6 +111,17 @@ std::string toJsonLine(const MetricSample& s) {
     }
     if (s.allreduceShare) {
         j["allreduce_share"] = number(s.allreduceShare);
+    }
+    if (!s.workerStepBreakdown.empty()) {
+        json ranks = json::array();
+        for (const auto& phases : s.workerStepBreakdown) {
+            json b = json::object();
+            for (const auto& [phase, secs] : phases) {
+                b[phase] = number(secs);
+            }
+            ranks.push_back(std::move(b));
+        }
+        j["worker_step_breakdown"] = std::move(ranks);
     }
     if (s.lr) {
         j["lr"] = number(s.lr);
@@ -163,16 +189,17 @@ MetricSample sampleFromJsonLine(const std::string& line) {
             }
         }
         s.allreduceShare = detail::optionalOf<double>(j, "allreduce_share");
+        if (auto it = j.find("worker_step_breakdown"); it != j.end()) {
+            if (!it->is_array() || it->size() > 4096) {
+                throw DataError("worker_step_breakdown must be an array of at most 4,096 objects");
+            }
+            for (const auto& rank : *it) {
+                s.workerStepBreakdown.push_back(phasesOf(rank));
+            }
+        }
         s.lr = detail::optionalOf<double>(j, "lr");
         if (auto it = j.find("step_breakdown"); it != j.end()) {
-            if (!it->is_object() || it->size() > 16) {
-                throw DataError("step_breakdown must be an object of at most 16 phases");
-            }
-            for (const auto& [phase, secs] : it->items()) {
-                if (secs.is_number() && std::isfinite(secs.get<double>()) && secs.get<double>() >= 0) {
-                    s.stepBreakdown[phase.substr(0, 32)] = secs.get<double>();
-                }
-            }
+            s.stepBreakdown = phasesOf(*it);
         }
         s.energyJoules = detail::optionalOf<double>(j, "energy_j");
         s.flopsPerSample = detail::optionalOf<double>(j, "flops_per_sample");

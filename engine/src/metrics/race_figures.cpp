@@ -32,6 +32,11 @@ void finishRaceSummary(RaceSummary& s) {
     }
     attributeEnergy(s.lanes, s.fair);
     s.explanations = explainSlowerLanes(s.lanes, s.fair, s.workload);
+    for (const auto& l : s.lanes) {
+        if (!l.slowestRank.empty()) {
+            s.explanations.push_back(fmt::format("{}: {}", l.name, l.slowestRank));
+        }
+    }
 }
 
 void attributeEnergy(std::vector<LaneSummary>& lanes, bool fair) {

@@ -102,7 +102,8 @@ std::string speedupText(const LaneRepeats& lane) {
         return "-";
     }
     const auto& s = *lane.speedup;
-    return fmt::format("{:.2f}× ± {:.2f} (N = {}){}", s.median, s.stddev, s.n, lane.withinNoise ? " — within noise" : "");
+    return fmt::format("{:.2f}× ± {:.2f} (N = {}){}", s.median, s.stddev, s.n,
+                       lane.withinNoise ? " — within noise" : "");
 }
 
 std::string repeatsToJson(const RepeatSummary& summary) {

@@ -1,5 +1,7 @@
 #include "devicerace/summary.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 #include <cmath>
@@ -119,6 +121,14 @@ void RunningSummary::add(const MetricSample& s) {
             for (const auto& [phase, secs] : s.stepBreakdown) {
                 m_phases[phase].add(secs);
             }
+            if (m_workerPhases.size() < s.workerStepBreakdown.size()) {
+                m_workerPhases.resize(s.workerStepBreakdown.size());
+            }
+            for (std::size_t r = 0; r < s.workerStepBreakdown.size(); ++r) {
+                for (const auto& [phase, secs] : s.workerStepBreakdown[r]) {
+                    m_workerPhases[r][phase].add(secs);
+                }
+            }
             if (s.energyJoules) {
                 m_energy += *s.energyJoules;
                 m_energySamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
@@ -199,6 +209,14 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
         out.dataShare = data == out.stepBreakdown.end() ? 0.0 : data->second / phaseSum;
         out.inputBound = *out.dataShare > kInputBoundShare;
     }
+    for (const auto& rank : m_workerPhases) {
+        std::map<std::string, double> phases;
+        for (const auto& [phase, secs] : rank) {
+            phases[phase] = secs.median();
+        }
+        out.workerStepBreakdown.push_back(std::move(phases));
+    }
+    out.slowestRank = slowestRankText(out.workerStepBreakdown);
     if (out.flopsPerSample && out.samplesPerSec) {
         out.achievedFlopsPerSec = *out.flopsPerSample * *out.samplesPerSec;
         if (out.peakFlopsPerSec && *out.peakFlopsPerSec > 0) {
@@ -215,6 +233,42 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
         out.workers = static_cast<int>(std::max<std::size_t>(laneRanks(spec).size(), m_workerRates.size()));
     }
     return out;
+}
+
+std::string slowestRankText(const std::vector<std::map<std::string, double>>& ranks) {
+    if (ranks.size() < 2) {
+        return {};
+    }
+    std::vector<double> busy, waitShare;
+    for (const auto& phases : ranks) {
+        double b = 0, total = 0, wait = 0;
+        for (const auto& [phase, secs] : phases) {
+            total += secs;
+            if (phase == "communication") {
+                wait = secs;
+            } else if (phase != "other") {
+                b += secs;
+            }
+        }
+        busy.push_back(b);
+        waitShare.push_back(total > 0 ? wait / total : 0.0);
+    }
+    const auto slowest = static_cast<std::size_t>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+    std::vector<double> others, othersWait;
+    for (std::size_t r = 0; r < busy.size(); ++r) {
+        if (r != slowest) {
+            others.push_back(busy[r]);
+            othersWait.push_back(waitShare[r]);
+        }
+    }
+    const double typical = median(others);
+    if (typical <= 0 || busy[slowest] < 1.05 * typical) {
+        return {};
+    }
+    return fmt::format("rank {} is {:.0f}% slower ({:.1f} ms of work per step against {:.1f} ms): the other ranks "
+                       "wait for it, communication {:.0f}% of their step",
+                       slowest, 100 * (busy[slowest] / typical - 1), busy[slowest] * 1e3, typical * 1e3,
+                       100 * median(othersWait));
 }
 
 LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,

@@ -149,6 +149,12 @@ std::string summaryToJson(const RaceSummary& summary) {
             lane["workers"] = l.workers;
             lane["worker_samples_per_sec"] = l.workerSamplesPerSec;
             lane["allreduce_share"] = orNull(l.allreduceShare);
+            json ranks = json::array();
+            for (const auto& phases : l.workerStepBreakdown) {
+                ranks.push_back(phases);
+            }
+            lane["worker_step_breakdown"] = std::move(ranks);
+            lane["slowest_rank"] = l.slowestRank.empty() ? json(nullptr) : json(l.slowestRank);
             lane["scaling"] = l.scalingBaseline.empty() ? json(nullptr)
                                                         : json{{"baseline", l.scalingBaseline},
                                                                {"speedup", orNull(l.scalingSpeedup)},
@@ -168,14 +174,23 @@ namespace {
 
 constexpr const char* kCsvHeader =
     "lane,kind,step,samples,epoch,t,wall_time,loss,accuracy,samples_per_sec,steps_per_sec,interval_s,"
-    "memory_bytes,warmup,state,message\n";
+    "memory_bytes,warmup,state,message,lr,data_s,forward_s,backward_s,communication_s,optimizer_s,compute_s,"
+    "other_s,energy_j\n";
 
 std::string csvRow(const MetricSample& s) {
-    return fmt::format("{},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{}\n", csvField(s.lane), toString(s.kind),
-                       s.step, s.samples, s.epoch, s.time, s.wallTime, csvNumber(s.loss), csvNumber(s.accuracy),
-                       csvNumber(s.samplesPerSec), csvNumber(s.stepsPerSec), csvNumber(s.intervalSeconds),
-                       csvNumber(s.memoryBytes), s.warmup ? 1 : 0,
-                       s.kind == SampleKind::State ? toString(s.state) : std::string(), csvField(s.message));
+    // The step breakdown's phases as columns (seconds per step; empty when not measured).
+    std::string phases;
+    for (const char* phase : {"data", "forward", "backward", "communication", "optimizer", "compute", "other"}) {
+        const auto it = s.stepBreakdown.find(phase);
+        phases += ',';
+        phases += it == s.stepBreakdown.end() ? std::string() : csvNumber(std::optional<double>(it->second));
+    }
+    return fmt::format("{},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{}{},{}\n", csvField(s.lane),
+                       toString(s.kind), s.step, s.samples, s.epoch, s.time, s.wallTime, csvNumber(s.loss),
+                       csvNumber(s.accuracy), csvNumber(s.samplesPerSec), csvNumber(s.stepsPerSec),
+                       csvNumber(s.intervalSeconds), csvNumber(s.memoryBytes), s.warmup ? 1 : 0,
+                       s.kind == SampleKind::State ? toString(s.state) : std::string(), csvField(s.message),
+                       csvNumber(s.lr), phases, csvNumber(s.energyJoules));
 }
 
 // A file written under a temporary name beside `path` and renamed over it by commit(), every

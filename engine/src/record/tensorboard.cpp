@@ -169,8 +169,30 @@ std::vector<fs::path> writeTensorBoard(const Recording& r, const fs::path& outDi
         std::string first = eventHeader(start, 0);
         bytesField(first, 3, "brain.Event:2"); // Event.file_version = 3
         appendRecord(out, first);
+        std::optional<double> flops, peak; // from the lane's "running" state sample
         for (const auto& s : samples) {
+            if (s.kind == SampleKind::State) {
+                flops = s.flopsPerSample ? s.flopsPerSample : flops;
+                peak = s.peakFlopsPerSec ? s.peakFlopsPerSec : peak;
+            }
             if (s.kind == SampleKind::Train) {
+                // Explaining the race: where a step's time goes (ms per phase), the share of the
+                // device's peak, the learning rate.
+                for (const auto& [phase, secs] : s.stepBreakdown) {
+                    appendRecord(out,
+                                 scalarEvent(s.wallTime, s.step, "step_ms/" + phase, static_cast<float>(secs * 1e3)));
+                }
+                if (flops && peak && *peak > 0 && s.samplesPerSec && !s.warmup) {
+                    appendRecord(out, scalarEvent(s.wallTime, s.step, "utilization/of_peak",
+                                                  static_cast<float>(*flops * *s.samplesPerSec / *peak)));
+                }
+                if (s.lr) {
+                    appendRecord(out, scalarEvent(s.wallTime, s.step, "train/lr", static_cast<float>(*s.lr)));
+                }
+                if (s.energyJoules) {
+                    appendRecord(out, scalarEvent(s.wallTime, s.step, "energy/joules_per_interval",
+                                                  static_cast<float>(*s.energyJoules)));
+                }
                 if (s.samplesPerSec) {
                     appendRecord(out, scalarEvent(s.wallTime, s.step, "throughput/samples_per_sec",
                                                   static_cast<float>(*s.samplesPerSec)));

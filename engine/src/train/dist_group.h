@@ -23,7 +23,8 @@ namespace devicerace::detail {
 class DistGroup {
 public:
     /// Figures each rank contributes at a report point (gather()).
-    enum Stat { LossSum, LossCount, Correct, Seconds, WaitSeconds, kStats };
+    /// PhaseFirst.. : the rank's step breakdown (train/step_timer.h's phases in order; -1: none).
+    enum Stat { LossSum, LossCount, Correct, Seconds, WaitSeconds, PhaseFirst, kStats = PhaseFirst + 7 };
     using Stats = std::array<double, kStats>;
     struct Agreement {
         bool report = false; // rank 0 asked for a report point after this step

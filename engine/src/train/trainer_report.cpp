@@ -51,12 +51,26 @@ std::optional<LaneOutcome> Trainer::report() {
     }
     MetricSample s = base(SampleKind::Train);
     s.time = seconds(now - m_start) - m_paused;
+    // Every rank takes its own breakdown (a data-parallel lane gathers them below).
+    std::map<std::string, double> breakdown;
+    if (m_timer && steps > 0) {
+        breakdown = m_timer->take(dt / static_cast<double>(steps));
+    }
     double lossSum = sum, lossCount = static_cast<double>(summed), correctAll = static_cast<double>(correct);
     if (m_dist) {
         // A report point is a barrier: every rank's figures, summed over the lane; rank 0's
         // clock times the interval (the ranks step together: each step ends in an allreduce).
-        const auto all = m_dist->gather(
-            {sum, static_cast<double>(summed), static_cast<double>(correct), dt, m_dist->takeWaitSeconds()});
+        DistGroup::Stats mine{};
+        mine[DistGroup::LossSum] = sum;
+        mine[DistGroup::LossCount] = static_cast<double>(summed);
+        mine[DistGroup::Correct] = static_cast<double>(correct);
+        mine[DistGroup::Seconds] = dt;
+        mine[DistGroup::WaitSeconds] = m_dist->takeWaitSeconds();
+        for (std::size_t p = 0; p < kPhases; ++p) {
+            const auto it = breakdown.find(phaseName(static_cast<Phase>(p)));
+            mine[DistGroup::PhaseFirst + p] = it == breakdown.end() ? -1.0 : it->second;
+        }
+        const auto all = m_dist->gather(mine);
         lossSum = lossCount = correctAll = 0;
         double share = 0;
         for (const auto& r : all) {
@@ -66,6 +80,13 @@ std::optional<LaneOutcome> Trainer::report() {
             const double t = r[DistGroup::Seconds];
             s.workerSamplesPerSec.push_back(t > 0 ? static_cast<double>(samples) / m_dist->world() / t : 0.0);
             share += t > 0 ? r[DistGroup::WaitSeconds] / t : 0.0;
+            std::map<std::string, double> phases; // this rank's own breakdown
+            for (std::size_t p = 0; p < kPhases; ++p) {
+                if (r[DistGroup::PhaseFirst + p] >= 0) {
+                    phases[phaseName(static_cast<Phase>(p))] = r[DistGroup::PhaseFirst + p];
+                }
+            }
+            s.workerStepBreakdown.push_back(std::move(phases));
         }
         s.allreduceShare = share / m_dist->world();
     }
@@ -77,9 +98,7 @@ std::optional<LaneOutcome> Trainer::report() {
     s.warmup = m_reportedStep < m_ctx.settings.warmupSteps;
     // The rate the last step trained with (the window marks a schedule's boundaries).
     s.lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, std::max<std::int64_t>(0, m_step - 1), m_ctx.totalSteps);
-    if (m_timer && steps > 0) {
-        s.stepBreakdown = m_timer->take(dt / static_cast<double>(steps));
-    }
+    s.stepBreakdown = std::move(breakdown);
     if (m_energy) {
         s.energyJoules = m_energy->read();
     }

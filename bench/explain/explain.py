@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Explain the race (issue 29), measured: what the step-time breakdown costs, and how much of
+this CPU's peak every CPU workload uses.
+
+Usage (from the repository root, after scripts/build; the machine otherwise idle):
+    .venv/bin/python bench/explain/explain.py [--pairs 5] [--runs 3] [--json OUT.json]
+
+1. Breakdown overhead: fashion-mlp on one thread (the smallest CPU step, where the marks weigh
+   most; CPU lanes time every step), `DEVICERACE_BREAKDOWN=0` against the default, in
+   alternating A/B pairs; the median of the per-pair ratios of median interval samples/s.
+2. Utilisation: per workload, `race --fair` with a 1-thread and a 2-thread lane, --runs times;
+   each lane's median samples/s, the engine's FLOPs per sample (counted from the network), the
+   achieved FLOP/s, the measured GEMM peak of its precision and thread count, the share of it,
+   and the step's phases.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
+
+# workload -> (steps, extra race options): enough steps for several intervals after warm-up.
+WORKLOADS = {
+    "fashion-mlp": (600, []),
+    "fashion-cnn": (120, []),
+    "cifar-vgg": (60, ["--data", "synthetic"]),
+    "cifar-resnet20": (50, ["--data", "synthetic"]),
+    "charlstm": (120, []),
+    "char-gpt": (150, []),
+    "fasttext": (300, ["--data", "synthetic"]),
+}
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo", encoding="utf-8"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def race(args, env=None):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "r.json")
+        r = subprocess.run([CLI, "race", "--fair", "--quiet", "--json", out, *args], capture_output=True, text=True,
+                           env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE", **(env or {})))
+        if r.returncode != 0:
+            sys.exit(f"race {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+        with open(out, encoding="utf-8") as f:
+            return json.load(f)
+
+
+def overhead(pairs):
+    ratios, on_rates, off_rates = [], [], []
+    args = ["--workload", "fashion-mlp", "--lane", "cpu,threads=1", "--steps", "800"]
+    for i in range(pairs):
+        # Alternate which goes first, so a drift in the machine hits both sides.
+        order = [("on", {}), ("off", {"DEVICERACE_BREAKDOWN": "0"})]
+        if i % 2:
+            order.reverse()
+        rate = {}
+        for name, env in order:
+            rate[name] = race(args, env)["lanes"][0]["samples_per_sec"]
+        on_rates.append(rate["on"])
+        off_rates.append(rate["off"])
+        ratios.append(rate["on"] / rate["off"])
+    return {"pairs": pairs, "ratio_on_over_off": statistics.median(ratios), "ratios": ratios,
+            "on_samples_per_sec": statistics.median(on_rates), "off_samples_per_sec": statistics.median(off_rates)}
+
+
+def utilisation(runs):
+    rows = []
+    for workload, (steps, extra) in WORKLOADS.items():
+        results = [race(["--workload", workload, "--lane", "cpu,threads=1", "--lane", "cpu,threads=2", "--steps",
+                          str(steps), *extra]) for _ in range(runs)]
+        for i, lane in enumerate(results[0]["lanes"]):
+            lanes = [r["lanes"][i] for r in results]
+            rate = statistics.median(l["samples_per_sec"] for l in lanes)
+            phases = {}
+            for l in lanes:
+                for k, v in (l["step_breakdown"] or {}).items():
+                    phases.setdefault(k, []).append(v)
+            phases = {k: statistics.median(v) for k, v in phases.items()}
+            total = sum(phases.values()) or 1
+            rows.append({
+                "workload": workload, "lane": lane["name"], "samples_per_sec": rate,
+                "flops_per_sample": lane["flops_per_sample"],
+                "achieved_gflops": rate * lane["flops_per_sample"] / 1e9,
+                "peak_gflops": lane["peak_flops_per_sec"] / 1e9,
+                "utilization": rate * lane["flops_per_sample"] / lane["peak_flops_per_sec"],
+                "phases": {k: v / total for k, v in phases.items()},
+            })
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    cpu = cpu_model()
+    print(f"CPU: {cpu} · {os.cpu_count()} logical CPUs")
+    o = overhead(a.pairs)
+    print(f"\nbreakdown overhead, fashion-mlp 1 thread: on/off = {o['ratio_on_over_off']:.3f} "
+          f"(median of {a.pairs} pairs; {o['on_samples_per_sec']:,.0f} vs {o['off_samples_per_sec']:,.0f} samples/s)")
+    rows = utilisation(a.runs)
+    print(f"\n| workload | lane | samples/s | FLOPs/sample | GFLOP/s | peak GFLOP/s | of peak | data | forward | "
+          f"backward | optimizer | other |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        p = r["phases"]
+        cell = lambda k: f"{100 * p[k]:.0f}%" if k in p else "-"
+        print(f"| {r['workload']} | {r['lane']} | {r['samples_per_sec']:,.0f} | {r['flops_per_sample']:.3g} | "
+              f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.0f} | {100 * r['utilization']:.1f}% | {cell('data')} | "
+              f"{cell('forward')} | {cell('backward')} | {cell('optimizer')} | {cell('other')} |")
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump({"cpu": cpu, "overhead": o, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#pragma once
+// Where each lane's step time goes (issue 29): one stacked horizontal bar per lane — data,
+// forward, backward, communication, optimizer (or a CUDA graph's one "compute"), other — each
+// phase in the same colour on every lane, the bar's length the share of the step, and beside it
+// the step time, the share of the device's peak and an input-bound flag. Updated live with the
+// latest measured interval; hidden until a lane has one. GUI thread only.
+#include <QColor>
+#include <QFont>
+#include <QRect>
+#include <QString>
+#include <QWidget>
+
+#include <optional>
+#include <vector>
+
+#include "race_controller.h"
+
+namespace devicerace::ui {
+
+struct BreakdownRow {
+    QString name;
+    QColor color;
+    std::vector<std::pair<QString, double>> phases; // seconds per step, in the step's order
+    double stepSeconds = 0;                         // their sum
+    std::optional<double> utilization;              // share of the device's peak
+    bool inputBound = false;                        // data > kInputBoundShare of the step
+    double dataShare = 0;
+};
+
+/// The lanes with a measured breakdown, in lane order.
+std::vector<BreakdownRow> breakdownRows(const RaceController& race);
+/// The phases in the order a step runs them, and each one's colour (Okabe–Ito: told apart with
+/// the common colour-vision deficiencies, on light and dark themes alike).
+const std::vector<QString>& phaseOrder();
+QColor phaseColor(const QString& phase);
+/// "3.80 ms/step · 63% of peak · input-bound (59% data)" ("7.5 s/step" past a second)
+QString breakdownNote(const BreakdownRow& row);
+
+class BreakdownBars : public QWidget {
+    Q_OBJECT
+public:
+    explicit BreakdownBars(QWidget* parent = nullptr);
+    void setRows(std::vector<BreakdownRow> rows);
+    const std::vector<BreakdownRow>& rows() const { return m_rows; }
+    void setFontScale(double scale);
+
+    /// What is painted, laid out for the current width (tests: nothing cut or elided).
+    struct Piece {
+        enum Kind { Title, Legend, Name, Segment, SegmentLabel, Note } kind;
+        QString text; // the label, the phase of a segment, or the note
+        QRect rect;
+        QColor color;
+    };
+    std::vector<Piece> pieces() const;
+    QFont pieceFont() const;
+    QSize sizeHint() const override;
+    /// Any width (the fonts shrink to fit): only the height is fixed.
+    QSize minimumSizeHint() const override { return {0, sizeHint().height()}; }
+
+protected:
+    void paintEvent(QPaintEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
+
+private:
+    std::vector<Piece> layout(int width, const QFont& font) const;
+    double fitScale() const; // 1 or less: what makes the notes and legend fit the width
+    void fitHeight();
+    std::vector<BreakdownRow> m_rows;
+    double m_fontScale = 1.0;
+};
+
+} // namespace devicerace::ui
