@@ -87,6 +87,16 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
 
     m_strip = new RaceStrip(this);
     layout->addWidget(m_strip);
+    // Repeats: "repeat 2 of 5", then the speedups with their spread (both modes).
+    m_repeatLabel = new QLabel(this);
+    m_repeatLabel->setObjectName(QStringLiteral("repeatNote"));
+    m_repeatLabel->setWordWrap(true);
+    m_repeatLabel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    QFont repeatFont = m_repeatLabel->font();
+    repeatFont.setBold(true);
+    m_repeatLabel->setFont(repeatFont);
+    m_repeatLabel->setVisible(false);
+    layout->addWidget(m_repeatLabel);
     m_summary = new SummaryTable(this);
     layout->addWidget(m_summary);
 
@@ -344,6 +354,13 @@ void Dashboard::setSharingNote(const QString& note) {
     m_sharingNote = note;
     m_strip->setBadge(note);
 }
+
+void Dashboard::setRepeatNote(const QString& note) {
+    m_repeatLabel->setText(note);
+    m_repeatLabel->setVisible(!note.isEmpty());
+}
+
+QString Dashboard::repeatNote() const { return m_repeatLabel->text(); }
 
 void Dashboard::setDark(bool dark) {
     for (auto* c : charts()) {

@@ -65,6 +65,10 @@ public:
     /// The live race's CPU-sharing warning for the strip ("" : none); a lane explained as slower
     /// takes its place.
     void setSharingNote(const QString& note);
+    /// "repeat 2 of 5" while repeating, then the verdict ("5 repeats: cuda:0 41.2× ± 0.8 (N = 5)");
+    /// "" hides it.
+    void setRepeatNote(const QString& note);
+    QString repeatNote() const;
 
     /// Throughput axis: automatic (log when lanes differ by more than ~10x), linear or log.
     enum class Scale { Auto, Linear, Log };
@@ -102,6 +106,7 @@ private:
     bool m_autoLog = false; // the automatic choice, with hysteresis
     double m_fixedXMax = 0;
     QLabel* m_modeLabel = nullptr;
+    QLabel* m_repeatLabel = nullptr;
     QLabel* m_title = nullptr;
     QString m_titleText; // normal mode: workload · data · mode
     QString m_sharingNote;

@@ -1,5 +1,7 @@
 #include "main_window.h"
 
+#include "devicerace/repeats.h"
+
 #include <QAction>
 #include <QApplication>
 #include <QAbstractSpinBox>
@@ -274,16 +276,23 @@ bool MainWindow::startRace() {
         return false;
     }
     m_pause->setChecked(false);
-    QString recordDir;
+    m_repeatRecordBase.clear();
     if (m_record) {
         const QString base = m_recordDir.isEmpty() ? QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) +
                                                          QStringLiteral("/runs")
                                                    : m_recordDir;
-        recordDir = base + QLatin1Char('/') +
-                    QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss")) + QLatin1Char('-') +
-                    QString::fromStdString(spec.workload);
+        m_repeatRecordBase = base + QLatin1Char('/') +
+                             QDateTime::currentDateTimeUtc().toString(QStringLiteral("yyyyMMdd-HHmmss")) +
+                             QLatin1Char('-') + QString::fromStdString(spec.workload);
     }
-    if (!m_race->start(spec, m_setup->laneColors(), recordDir)) {
+    m_repeatSpec = spec;
+    m_repeatTotal = m_setup->repeats();
+    m_repeatIndex = 1;
+    m_repeatSummaries.clear();
+    m_repeatText.clear();
+    m_dashboard->setRepeatNote({});
+    m_stopRequested = false;
+    if (!startRepeat()) {
         return false;
     }
     statusBar()->showMessage(tr("Setting up the race (loading data, starting workers)…"));
@@ -299,6 +308,18 @@ bool MainWindow::startRace() {
                                         : QString());
     saveSettings();
     return true;
+}
+
+bool MainWindow::startRepeat() {
+    // One repeat: a recording of its own (REC/repeat-K when there are several).
+    QString recordDir = m_repeatRecordBase;
+    if (!recordDir.isEmpty() && m_repeatTotal > 1) {
+        recordDir += QStringLiteral("/repeat-%1").arg(m_repeatIndex);
+    }
+    if (m_repeatTotal > 1) {
+        m_dashboard->setRepeatNote(tr("repeat %1 of %2").arg(m_repeatIndex).arg(m_repeatTotal));
+    }
+    return m_race->start(m_repeatSpec, m_setup->laneColors(), recordDir);
 }
 
 bool MainWindow::openRecording(const QString& dir) {
@@ -323,6 +344,7 @@ void MainWindow::setRecording(bool on, const QString& dir) {
 }
 
 void MainWindow::stopRace() {
+    m_stopRequested = true;
     m_race->stop();
     statusBar()->showMessage(tr("Stopping…"));
 }
@@ -335,6 +357,36 @@ void MainWindow::setPaused(bool paused) {
 void MainWindow::onFinished() {
     m_dashboard->refresh();
     m_dashboard->refreshSummary();
+    if (m_repeatTotal > 1) {
+        // A stopped repeat is partial: it does not enter the spread.
+        if (auto summary = m_race->summary(); summary && m_race->hasRace() && !m_stopRequested) {
+            m_repeatSummaries.push_back(std::move(*summary));
+        }
+        if (m_repeatIndex < m_repeatTotal && !m_stopRequested && !m_closing) {
+            ++m_repeatIndex;
+            if (startRepeat()) {
+                statusBar()->showMessage(tr("Repeat %1 of %2…").arg(m_repeatIndex).arg(m_repeatTotal));
+                updateActions();
+                return;
+            }
+        }
+        if (m_repeatSummaries.size() < 2) {
+            m_repeatText =
+                tr("stopped in repeat %1 of %2: no spread from fewer than two").arg(m_repeatIndex).arg(m_repeatTotal);
+            m_dashboard->setRepeatNote(m_repeatText);
+        } else {
+            // The verdict: each lane's speedup over the first as median ± spread.
+            const auto repeats = summarizeRepeats(m_repeatSummaries);
+            QStringList parts;
+            for (const auto& lane : repeats.lanes) {
+                if (!lane.baseline && lane.speedup) {
+                    parts << QString::fromStdString(lane.name + " " + speedupText(lane));
+                }
+            }
+            m_repeatText = tr("%1 repeats: ").arg(repeats.repeats.size()) + parts.join(QStringLiteral(" · "));
+            m_dashboard->setRepeatNote(m_repeatText);
+        }
+    }
     updateActions();
     statusBar()->showMessage(tr("Race finished"));
     Q_EMIT raceFinished();

@@ -6,6 +6,7 @@
 #include <QTimer>
 
 #include "devicerace/lane_spec.h"
+#include "devicerace/race.h"
 
 class QAction;
 class QToolBar;
@@ -65,6 +66,9 @@ public:
     /// Races are recorded into AppDataLocation/runs/ unless switched off; "" = default place.
     void setRecording(bool on, const QString& dir = {});
     bool recording() const { return m_record; }
+    /// The repeats' verdict after the last one ("" for a single race): each lane's speedup as
+    /// "1.93× ± 0.04 (N = 5)", noise called noise.
+    QString repeatSummaryText() const { return m_repeatText; }
     /// Resizes the window, kept inside the screen's available area.
     void setInitialSize(QSize size);
     /// Restores the last race and layout from QSettings (false when there is none).
@@ -122,6 +126,14 @@ private:
     QByteArray m_splitterBefore; // the layout to restore when presentation ends
     QRect m_geometryBefore;
     QString m_lastError;
+    // Repeats (issue 29): the race again with fresh lanes until m_repeatTotal have run.
+    int m_repeatTotal = 1, m_repeatIndex = 1;
+    bool m_stopRequested = false; // Stop ends the repeats too
+    RaceSpec m_repeatSpec;
+    QString m_repeatRecordBase;
+    std::vector<RaceSummary> m_repeatSummaries;
+    QString m_repeatText;
+    bool startRepeat(); // the next repeat of m_repeatSpec
 };
 
 } // namespace devicerace::ui

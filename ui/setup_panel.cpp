@@ -91,7 +91,17 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     connect(m_evalMode, &QComboBox::currentIndexChanged, this, [this](int i) { m_evalSteps->setVisible(i == 1); });
     m_seed = new QSpinBox(this);
     m_seed->setRange(0, 1 << 30);
-    form->addRow(tr("Seed"), m_seed);
+    // Is the gap real? The whole race again with fresh lanes: medians and spreads at the end.
+    m_repeats = new QSpinBox(this);
+    m_repeats->setRange(1, 20);
+    m_repeats->setObjectName(QStringLiteral("repeats"));
+    m_repeats->setToolTip(tr("Run the whole race this many times with fresh lanes; the speedups are then given "
+                             "as median ± spread, and a gap within the spread is called noise"));
+    auto* seedRow = new QHBoxLayout();
+    seedRow->addWidget(m_seed, 1);
+    seedRow->addWidget(new QLabel(tr("repeats"), this));
+    seedRow->addWidget(m_repeats);
+    form->addRow(tr("Seed"), seedRow);
     m_fair = new QCheckBox(tr("Fair mode: one lane at a time, each alone on the machine"), this);
     form->addRow(m_fair);
     layout->addWidget(m_form);
@@ -321,6 +331,10 @@ void SetupPanel::setEvalSetting(int mode, int steps) {
         m_evalSteps->setValue(steps);
     }
 }
+
+int SetupPanel::repeats() const { return m_repeats->value(); }
+
+void SetupPanel::setRepeats(int repeats) { m_repeats->setValue(repeats); }
 
 void SetupPanel::setEditable(bool editable) {
     m_form->setEnabled(editable);

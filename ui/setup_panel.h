@@ -39,6 +39,9 @@ public:
     void setEvalSetting(int mode, int steps);
     bool autoEvaluations() const;
     LanesTable* lanesTable() const { return m_lanes; }
+    /// How many times Start runs the race (fresh lanes each time; 1: once).
+    int repeats() const;
+    void setRepeats(int repeats);
     /// Setup is disabled while a race runs (never a half-applied change).
     void setEditable(bool editable);
     /// Loads race `race` of the named preset into the setup; false (and `error`) when it cannot.
@@ -73,6 +76,7 @@ private:
     // Shows the target of the chosen workload's kind (accuracy, or a language model's loss).
     void showTargetKind(const WorkloadInfo& w, std::optional<double> value);
     QSpinBox* m_seed = nullptr;
+    QSpinBox* m_repeats = nullptr;
     QComboBox* m_evalMode = nullptr;
     QSpinBox* m_evalSteps = nullptr;
     QCheckBox* m_fair = nullptr;

@@ -220,3 +220,59 @@ TEST(Gpu, GraphKeyConflictsAreExplained) {
     EXPECT_THROW(makeLane(parseLaneSpec("cuda:0,graph=true,fused=false"), settings), UsageError);
     EXPECT_THROW(makeLane(parseLaneSpec("cuda:0,resident=false"), settings), UsageError); // synthetic data
 }
+
+// Issue 29 on a GPU: CUDA lanes time their phases with events (eager: data, forward, backward,
+// optimizer; a replayed graph: data and one "compute"), the phases add up to the step time, the
+// utilisation against the datasheet peak is a share, and the energy is NVML's or says why not.
+TEST(Gpu, TheRaceExplainsItselfOnCuda) {
+    if (skipWithoutCuda()) {
+        GTEST_SKIP() << "no CUDA device";
+    }
+    RaceSpec spec;
+    spec.workload = "fashion-cnn";
+    spec.data = DataMode::Synthetic;
+    spec.steps = 400;
+    spec.warmupSteps = 20;
+    spec.trainLimit = 8192;
+    spec.testLimit = 256;
+    spec.fair = true; // one lane at a time: each lane's energy is its own
+    LaneSpec eager, graph;
+    eager.device = graph.device = "cuda:0";
+    eager.graph = false;
+    eager.name = "eager";
+    graph.graph = true;
+    graph.name = "graph";
+    spec.lanes = {eager, graph};
+    Race race(spec);
+    race.start();
+    race.wait();
+    const auto sum = race.summary();
+    for (const auto& l : sum.lanes) {
+        ASSERT_EQ(l.state, LaneState::Finished) << l.name << ": " << l.error;
+        ASSERT_FALSE(l.stepBreakdown.empty()) << l.name;
+        double total = 0;
+        for (const auto& [phase, secs] : l.stepBreakdown) {
+            total += secs;
+        }
+        EXPECT_NEAR(total * *l.stepsPerSec, 1.0, 0.05) << l.name;
+        EXPECT_GT(l.stepBreakdown.count("data"), 0u) << l.name;
+        if (l.name == "graph") {
+            EXPECT_GT(l.stepBreakdown.count("compute"), 0u);
+            EXPECT_EQ(l.stepBreakdown.count("forward"), 0u);
+        } else {
+            EXPECT_GT(l.stepBreakdown.at("forward"), 0);
+            EXPECT_GT(l.stepBreakdown.at("backward"), 0);
+        }
+        ASSERT_TRUE(l.flopsPerSample) << l.name;
+        if (l.peakFlopsPerSec) { // a GPU in the datasheet table
+            EXPECT_GT(*l.utilization, 0) << l.name;
+            EXPECT_LE(*l.utilization, 1) << l.name;
+        }
+        if (l.energyJoules) {
+            EXPECT_GT(*l.samplesPerJoule, 0) << l.name;
+            EXPECT_EQ(l.energySource, "NVML");
+        } else {
+            EXPECT_NE(l.energySource.find("not measurable here"), std::string::npos) << l.energySource;
+        }
+    }
+}

@@ -197,6 +197,37 @@ private Q_SLOTS:
         QCOMPARE(rows[1].color, w.setupPanel()->laneColors()[1]);
     }
 
+    // Is the gap real? Repeats run the race again with fresh lanes and end with each speedup's
+    // median and spread; Stop ends the repeats too.
+    void repeatsEndWithTheSpeedupsSpread() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(60));
+        w.setupPanel()->setRepeats(3);
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        QTRY_VERIFY_WITH_TIMEOUT(w.dashboard()->repeatNote() == QStringLiteral("repeat 2 of 3"), 120000);
+        QCOMPARE(finished.count(), 0); // one finish, after the last repeat
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 240000);
+        const QString verdict = w.repeatSummaryText();
+        QVERIFY2(verdict.startsWith(QStringLiteral("3 repeats: twin ")) && verdict.contains(QStringLiteral("(N = 3)")),
+                 qPrintable(verdict));
+        QCOMPARE(w.dashboard()->repeatNote(), verdict);
+        // Stop during the first repeat: no second one starts.
+        QSignalSpy again(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        // (Stopped once its lanes run: a stop during the set-up drops the race as a failed start.)
+        QTRY_VERIFY_WITH_TIMEOUT(w.dashboard()->repeatNote() == QStringLiteral("repeat 1 of 3") &&
+                                     !w.dashboard()->strip()->rows().empty() &&
+                                     !w.dashboard()->strip()->rows()[0].status.startsWith(QStringLiteral("done")),
+                                 60000);
+        w.stopRace();
+        QTRY_VERIFY_WITH_TIMEOUT(again.count() == 1, 60000);
+        QTest::qWait(300);
+        QVERIFY2(w.dashboard()->repeatNote().startsWith(QStringLiteral("stopped in repeat 1 of 3")),
+                 qPrintable(w.dashboard()->repeatNote()));
+    }
+
     void shortRaceDrawsAccuracyAlongTheWay() {
         MainWindow w;
         w.show();
