@@ -148,6 +148,26 @@ private:
         return w;
     }
 
+    // openOn, in presentation mode or not, charts refreshed; saved as PREFIX-<data tag>.png under
+    // $DEVICERACE_LAYOUT_SHOTS when set.
+    std::unique_ptr<MainWindow> openPresented(int width, bool presentation, const QString& recording,
+                                              const char* prefix) {
+        auto w = openOn(width, recording);
+        if (!w) {
+            return nullptr;
+        }
+        w->setPresentation(presentation);
+        QTest::qWait(100);
+        w->dashboard()->refreshCharts();
+        QTest::qWait(50);
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w->grab().save(shots + QLatin1Char('/') + QLatin1String(prefix) + QLatin1Char('-') +
+                           QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
+                           QStringLiteral(".png"));
+        }
+        return w;
+    }
+
 private Q_SLOTS:
     void initTestCase() {
         QStandardPaths::setTestModeEnabled(true);
@@ -193,17 +213,8 @@ private Q_SLOTS:
     void theTextStripReadsInFull() {
         QFETCH(int, width);
         QFETCH(bool, presentation);
-        auto w = openOn(width, m_gptRecording);
+        auto w = openPresented(width, presentation, m_gptRecording, "text-strip");
         QVERIFY(w);
-        w->setPresentation(presentation);
-        QTest::qWait(100);
-        w->dashboard()->refreshCharts();
-        QTest::qWait(50);
-        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
-            w->grab().save(shots + QStringLiteral("/text-strip-") +
-                           QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
-                           QStringLiteral(".png"));
-        }
         auto* strip = w->dashboard()->textStrip();
         QVERIFY(strip->isVisible());
         QCOMPARE(strip->lines().size(), std::size_t(2));
@@ -238,17 +249,8 @@ private Q_SLOTS:
     void theBreakdownBarsReadInFull() {
         QFETCH(int, width);
         QFETCH(bool, presentation);
-        auto w = openOn(width);
+        auto w = openPresented(width, presentation, m_recording, "breakdown");
         QVERIFY(w);
-        w->setPresentation(presentation);
-        QTest::qWait(100);
-        w->dashboard()->refreshCharts();
-        QTest::qWait(50);
-        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
-            w->grab().save(shots + QStringLiteral("/breakdown-") +
-                           QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
-                           QStringLiteral(".png"));
-        }
         auto* bars = w->dashboard()->breakdownBars();
         QVERIFY(bars->isVisible());
         QCOMPARE(bars->rows().size(), std::size_t(2));
