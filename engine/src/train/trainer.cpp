@@ -146,8 +146,15 @@ constexpr std::int64_t kBreakdownEveryCuda = 4;
 void Trainer::setUpExplanation(const ModelOptions& options) {
     const bool cuda = m_dev.is_cuda();
     m_timer = std::make_unique<StepTimer>(m_dev, cuda ? kBreakdownEveryCuda : 1);
-    m_energy = cuda ? EnergyMeter::gpu(m_dev.index()) : EnergyMeter::cpu();
-    m_explain.energySource = m_energy->source();
+    if (m_dist) {
+        // Rank 0 reports for the lane, but its counter is its own device's (or the whole host's
+        // packages, shared with the other CPU ranks): no figure rather than a wrong one.
+        m_explain.energySource = "not measured for data-parallel lanes: each rank's counter would have to be "
+                                 "summed without counting a shared one twice";
+    } else {
+        m_energy = cuda ? EnergyMeter::gpu(m_dev.index()) : EnergyMeter::cpu();
+        m_explain.energySource = m_energy->source();
+    }
     try {
         m_explain.flopsPerSample = trainingFlopsPerExample(m_ctx.settings.workload, options);
     } catch (const std::exception&) {
