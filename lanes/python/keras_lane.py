@@ -774,6 +774,8 @@ class KerasLane:
             self.train_count, self.test_count = train_count, test_count
             self.dataset = {k: d[k] for k in ("name", "source", "synthetic", "note")}
             self.dataset.update(train=train_count, test=test_count)
+            if self.alphabet:  # the text's alphabet, as the engine's worker sends it
+                self.dataset.update(vocabulary=len(self.alphabet), tokens=[str(t) for t in self.alphabet])
             self.rng = rng
 
             # Run length, evaluation batches.

@@ -215,6 +215,8 @@ class TorchLane:
         self.batch = requested_batch
         self.dataset = {k: d[k] for k in ("name", "source", "synthetic", "note")}
         self.dataset.update(train=train_count, test=test_count)
+        if self.alphabet:  # the text's alphabet, as the engine's worker sends it (recordings keep it)
+            self.dataset.update(vocabulary=len(self.alphabet), tokens=[str(t) for t in self.alphabet])
 
         # Run length, evaluation batches.
         self.steps_per_epoch = (train_count + self.batch - 1) // self.batch

@@ -298,6 +298,17 @@ class Listings(unittest.TestCase):
                 # ln(113) = 4.73 at the start; every lane is below 4.5 at its one evaluation.
                 self.assertLess(lane["final_test_loss"], 4.5)
                 self.assertIsNotNone(lane["time_to_target_seconds"], lane["name"])
+                # Issue 29 in every lane kind: one network, one FLOP count (the PyTorch lane's from
+                # the engine's count of the same network), a peak and a utilisation each.
+                self.assertIsNotNone(lane["utilization"], lane["name"])
+                self.assertIsNotNone(lane["peak_source"], lane["name"])
+            flops = {l["name"]: l["flops_per_sample"] for l in summary["lanes"]}
+            self.assertEqual(len(set(flops.values())), 1, flops)
+            lanes = {l["name"]: l for l in summary["lanes"]}
+            self.assertIn("× 2 ranks", lanes["dp"]["peak_source"])
+            self.assertTrue(lanes["dp"]["energy_source"].startswith("not measured for data-parallel lanes"))
+            self.assertEqual(lanes["pt"]["energy_source"], "not measured for framework lanes")
+            self.assertIsNotNone(lanes["proc"]["step_breakdown"])  # through the worker protocol
 
 
 @unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")

@@ -1,5 +1,6 @@
 // FLOPs per training example, counted from the dispatcher's matrix products (models/flop_count.h).
 #include "models/flop_count.h"
+#include "models/flops_per_sample.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/record_function.h>
@@ -217,6 +218,16 @@ FlopCount countTrainingFlops(const std::string& workload, const ModelOptions& op
     std::lock_guard lock(totalsMutex);
     current = nullptr;
     return count;
+}
+
+std::optional<double> countedFlopsPerSample(const std::string& workload, int vocabulary) {
+    try {
+        ModelOptions options;
+        options.vocabulary = vocabulary;
+        return trainingFlopsPerExample(workload, options);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
 }
 
 double trainingFlopsPerExample(const std::string& workload, const ModelOptions& options) {

@@ -73,7 +73,7 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
     // The CPU peaks "% of peak" divides by, measured now if this machine has none cached: never
     // while lanes train (the calibration would measure the race, and slow it).
     for (const auto& lane : plan.lanes) {
-        if (lane.localThreads > 0 && lane.kind != LaneKind::External) {
+        if (lane.localThreads > 0) {
             try {
                 (void)cpuPeakFlops(lane.spec.precision, lane.localThreads);
             } catch (const std::exception&) {

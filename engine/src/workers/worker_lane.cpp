@@ -1,4 +1,7 @@
 #include "workers/worker_lane.h"
+#include "models/flops_per_sample.h"
+#include "devicerace/device_info.h"
+#include "devicerace/peak_flops.h"
 
 #include <signal.h>
 
@@ -71,6 +74,7 @@ struct WorkerLane::Impl {
             try {
                 auto s = sampleFromJsonLine(m.body.at("sample").dump());
                 s.lane = spec.name; // the parent's name, whatever the worker wrote
+                explainFrameworkLane(s);
                 record->push(std::move(s));
             } catch (const std::exception& e) {
                 failure = fmt::format("the worker sent a malformed sample: {}", e.what());
@@ -88,6 +92,24 @@ struct WorkerLane::Impl {
         }
         // ack, bye, log and unknown types: nothing to do (unknown types are ignored by design).
     }
+
+    // The first "running" of a framework lane carries what prepareFrameworkExplanation found.
+    void explainFrameworkLane(MetricSample& s) {
+        if (explained || s.kind != SampleKind::State || s.state != LaneState::Running || s.flopsPerSample ||
+            !spec.framework || *spec.framework == "devicerace" || !spec.host.empty()) {
+            return;
+        }
+        explained = true;
+        s.flopsPerSample = fwFlops;
+        if (fwPeak && fwPeak->flopsPerSec > 0) {
+            s.peakFlopsPerSec = fwPeak->flopsPerSec;
+            s.peakSource = fwPeak->source;
+        }
+        if (s.energySource.empty()) {
+            s.energySource = "not measured for framework lanes";
+        }
+    }
+    bool explained = false;
 
     // Starts the worker, checks its hello, sends the lane, waits until it was accepted.
     // Throws UsageError saying what went wrong.
@@ -147,7 +169,33 @@ struct WorkerLane::Impl {
         if (ready.threads && !spec.threads) {
             spec.threads = ready.threads;
         }
+        prepareFrameworkExplanation();
     }
+
+    // A framework lane (another framework's program on this machine) sends no FLOP count or peak:
+    // it trains the same network (parameter counts are checked at start-up), so the engine's count
+    // and this machine's peak for its precision and threads make its utilisation comparable.
+    // Counted here, while preparing (the peak is cached by the race), never while lanes train.
+    void prepareFrameworkExplanation() {
+        if (!spec.framework || *spec.framework == "devicerace" || !spec.host.empty()) {
+            return;
+        }
+        fwFlops = detail::countedFlopsPerSample(settings.workload, data ? data->vocabulary : 0);
+        try {
+            if (spec.device == "cpu") {
+                fwPeak = cpuPeakFlops(spec.precision, spec.threads.value_or(1));
+            } else {
+                const auto& gpus = deviceReport().gpus;
+                const auto index = spec.device.size() > 5 ? std::stoi(spec.device.substr(5)) : 0;
+                if (index >= 0 && static_cast<std::size_t>(index) < gpus.size()) {
+                    fwPeak = gpuDatasheetPeak(gpus[static_cast<std::size_t>(index)].name, spec.precision);
+                }
+            }
+        } catch (const std::exception&) {
+        }
+    }
+    std::optional<double> fwFlops;
+    std::optional<PeakFlops> fwPeak;
 
     void runIo() {
         auto lastPing = Clock::now();
