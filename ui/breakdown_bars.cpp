@@ -7,6 +7,7 @@
 #include <map>
 
 #include "devicerace/summary.h"
+#include "summary_table.h"
 
 namespace devicerace::ui {
 
@@ -77,6 +78,7 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
         row.dataShare /= row.stepSeconds;
         row.inputBound = row.dataShare > kInputBoundShare;
         row.utilization = h.utilization();
+        row.samplesPerJoule = h.samplesPerJoule();
         out.push_back(std::move(row));
     }
     return out;
@@ -90,6 +92,11 @@ QString breakdownNote(const BreakdownRow& row) {
     if (row.utilization) {
         const double pct = *row.utilization * 100;
         note += QObject::tr(" · %1% of peak").arg(pct, 0, 'f', pct < 10 ? 1 : 0);
+    }
+    if (row.samplesPerJoule) {
+        note += QObject::tr(" · %1 samples/J")
+                    .arg(*row.samplesPerJoule >= 100 ? groupedNumber(*row.samplesPerJoule)
+                                                     : QString::number(*row.samplesPerJoule, 'f', 1));
     }
     if (row.inputBound) {
         note += QObject::tr(" · input-bound (%1% data)").arg(row.dataShare * 100, 0, 'f', 0);

@@ -25,6 +25,7 @@ struct BreakdownRow {
     std::optional<double> utilization;              // share of the device's peak
     bool inputBound = false;                        // data > kInputBoundShare of the step
     double dataShare = 0;
+    std::optional<double> samplesPerJoule; // where the lane's energy was measured
 };
 
 /// The lanes with a measured breakdown, in lane order.
@@ -33,7 +34,7 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race);
 /// the common colour-vision deficiencies, on light and dark themes alike).
 const std::vector<QString>& phaseOrder();
 QColor phaseColor(const QString& phase);
-/// "3.80 ms/step · 63% of peak · input-bound (59% data)" ("7.5 s/step" past a second)
+/// "3.80 ms/step · 63% of peak · 410 samples/J · input-bound (59% data)" ("7.5 s/step" past a second)
 QString breakdownNote(const BreakdownRow& row);
 
 class BreakdownBars : public QWidget {

@@ -47,6 +47,10 @@ void LaneHistory::append(const MetricSample& s) {
                 if (!s.stepBreakdown.empty()) {
                     lastBreakdown = s.stepBreakdown;
                 }
+                if (finite(s.energyJoules) && *s.energyJoules > 0 && finite(s.intervalSeconds)) {
+                    energyJoules += *s.energyJoules;
+                    energySamples += *s.samplesPerSec * *s.intervalSeconds;
+                }
             }
         }
         break;
@@ -79,6 +83,13 @@ void LaneHistory::append(const MetricSample& s) {
         }
         break;
     }
+}
+
+std::optional<double> LaneHistory::samplesPerJoule() const {
+    if (energyJoules <= 0) {
+        return std::nullopt;
+    }
+    return energySamples / energyJoules;
 }
 
 std::optional<double> LaneHistory::utilization() const {

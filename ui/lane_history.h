@@ -63,6 +63,11 @@ struct LaneHistory {
     QString peakSource;
     /// FLOPs per sample x the latest measured samples/s ÷ the device's peak; nullopt until known.
     std::optional<double> utilization() const;
+    // Energy over the measured intervals that carried a reading (RAPL, NVML), and their samples.
+    double energyJoules = 0;
+    double energySamples = 0;
+    /// Samples per joule so far; nullopt where nothing was measured.
+    std::optional<double> samplesPerJoule() const;
 
     std::size_t stride = 1;        // train intervals per stored point (doubles at each merge)
     std::uint64_t compactions = 0; // merges so far: caches built on the columns start again

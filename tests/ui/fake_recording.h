@@ -27,6 +27,7 @@ struct FakeLane {
     // Issue 29: seconds per step by phase in every train sample, and what utilisation divides by.
     std::map<std::string, double> breakdown = {};
     double flopsPerSample = 0, peakFlopsPerSec = 0;
+    double watts = 0; // > 0: each train sample carries the energy of its interval
 };
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
@@ -77,6 +78,9 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
             s.intervalSeconds = sampleEvery;
             s.warmup = t < 2 * sampleEvery;
             s.stepBreakdown = lane.breakdown;
+            if (lane.watts > 0) {
+                s.energyJoules = lane.watts * sampleEvery;
+            }
             write(s);
             while (evalsDone < evaluations && t >= lane.seconds * (evalsDone + 1) / evaluations - 1e-9) {
                 ++evalsDone;

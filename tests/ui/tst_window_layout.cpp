@@ -184,6 +184,7 @@ private Q_SLOTS:
         fast.breakdown = {{"data", 0.024}, {"compute", 0.048}, {"other", 0.003}};
         fast.flopsPerSample = 4.8e8;
         fast.peakFlopsPerSec = 9.89e14;
+        fast.watts = 300; // its board's counter (NVML): 1,700 samples/s at 300 W is 5.7 samples/J
         QVERIFY(test::writeFakeRecording(m_recording, {slow, fast}, 5.0));
         // Two language-model lanes whose latest texts are 120 characters with line breaks
         // and tabs, as char-gpt writes them.
@@ -285,9 +286,11 @@ private Q_SLOTS:
         QVERIFY2(notes[0].startsWith(QStringLiteral("7.5 s/step · ")) && notes[0].contains(QStringLiteral("% of peak")),
                  qPrintable(notes[0]));
         QVERIFY2(notes[1].startsWith(QStringLiteral("75.0 ms/step · ")) &&
-                     notes[1].contains(QStringLiteral("input-bound (32% data)")),
+                     notes[1].contains(QStringLiteral("input-bound (32% data)")) &&
+                     notes[1].contains(QStringLiteral(" samples/J")),
                  qPrintable(notes[1]));
         QVERIFY(!notes[0].contains(QStringLiteral("input-bound")));
+        QVERIFY(!notes[0].contains(QStringLiteral("samples/J"))); // no counter read for that lane
         QCOMPARE(segmentWidth.size(), std::size_t(2));
         QVERIFY(std::abs(segmentWidth.begin()->second - segmentWidth.rbegin()->second) <= 2); // both bars are 100%
         const QStringList problems = readabilityProblems(*w);
