@@ -111,6 +111,9 @@ BreakdownBars::BreakdownBars(QWidget* parent) : QWidget(parent) {
 }
 
 void BreakdownBars::setRows(std::vector<BreakdownRow> rows) {
+    if (rows == m_rows) {
+        return; // the refresh runs ~15 times a second; a new interval comes every 0.1 s or more
+    }
     const bool shape = rows.size() != m_rows.size();
     m_rows = std::move(rows);
     setVisible(!m_rows.empty());

@@ -26,6 +26,7 @@ struct BreakdownRow {
     bool inputBound = false;                        // data > kInputBoundShare of the step
     double dataShare = 0;
     std::optional<double> samplesPerJoule; // where the lane's energy was measured
+    bool operator==(const BreakdownRow&) const = default;
 };
 
 /// The lanes with a measured breakdown, in lane order.

@@ -300,7 +300,7 @@ const std::vector<KeyCodec>& keyCodecs() {
         {
             LaneKeyInfo i = info("fault", "none", "tests",
                                  "inject throw|abort|segv|exit|hang[:STEP][@RANK] (STEP 0: before training), or "
-                                 "slow-data[:STEP] (5 ms more input work in every step from STEP)");
+                                 "slow-data[:STEP] (20 ms more input work in every step from STEP)");
             i.type = LaneKeyType::Fault;
             i.choices = {"throw", "abort", "segv", "exit", "hang", "slow-data"};
             t.push_back({std::move(i),

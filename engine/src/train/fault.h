@@ -17,6 +17,6 @@ struct Fault {
 void injectFault(const Fault& fault);
 
 /// slow-data's extra input work per step: an input-bound lane for tests of the breakdown.
-inline constexpr int kSlowDataMilliseconds = 5;
+inline constexpr int kSlowDataMilliseconds = 20;
 
 } // namespace devicerace::detail

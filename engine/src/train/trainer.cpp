@@ -146,6 +146,7 @@ constexpr std::int64_t kBreakdownEveryCuda = 4;
 void Trainer::setUpExplanation(const ModelOptions& options) {
     const bool cuda = m_dev.is_cuda();
     m_timer = std::make_unique<StepTimer>(m_dev, cuda ? kBreakdownEveryCuda : 1);
+    m_slowData = m_ctx.fault.kind == "slow-data";
     if (m_dist) {
         // Rank 0 reports for the lane, but its counter is its own device's (or the whole host's
         // packages, shared with the other CPU ranks): no figure rather than a wrong one.

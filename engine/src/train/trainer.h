@@ -182,6 +182,7 @@ private:
     std::optional<EnergyMeter> m_energy;
     MetricSample m_explain; // flops, peak and energy source, sent with the first "running"
     bool m_explainSent = false;
+    bool m_slowData = false;             // fault=slow-data: extra input work in each step from fault.step
     double m_paused = 0;                 // seconds spent paused, excluded from the lane clock
     bool m_flushDenormals = false;       // CPU lane thread: denormal floats flushed to zero
     bool m_cachingHostAllocator = false; // CPU lane: large blocks recycled (host_allocator.h)

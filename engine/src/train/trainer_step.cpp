@@ -62,7 +62,7 @@ void Trainer::trainStep(const torch::Tensor& idx) {
         y = m_data.trainY.index_select(0, idx);
     }
     splitTargets(x, y);
-    if (m_ctx.fault.kind == "slow-data" && m_step + 1 >= m_ctx.fault.step) {
+    if (m_slowData && m_step + 1 >= m_ctx.fault.step) {
         std::this_thread::sleep_for(std::chrono::milliseconds(kSlowDataMilliseconds));
     }
     m_timer->mark(Phase::Data);

@@ -96,7 +96,7 @@ struct WorkerLane::Impl {
     // The first "running" of a framework lane carries what prepareFrameworkExplanation found.
     void explainFrameworkLane(MetricSample& s) {
         if (explained || s.kind != SampleKind::State || s.state != LaneState::Running || s.flopsPerSample ||
-            !spec.framework || *spec.framework == "devicerace" || !spec.host.empty()) {
+            !frameworkHere()) {
             return;
         }
         explained = true;
@@ -176,8 +176,9 @@ struct WorkerLane::Impl {
     // it trains the same network (parameter counts are checked at start-up), so the engine's count
     // and this machine's peak for its precision and threads make its utilisation comparable.
     // Counted here, while preparing (the peak is cached by the race), never while lanes train.
+    bool frameworkHere() const { return spec.framework && *spec.framework != "devicerace" && spec.host.empty(); }
     void prepareFrameworkExplanation() {
-        if (!spec.framework || *spec.framework == "devicerace" || !spec.host.empty()) {
+        if (!frameworkHere()) {
             return;
         }
         fwFlops = detail::countedFlopsPerSample(settings.workload, data ? data->vocabulary : 0);
