@@ -100,7 +100,7 @@ int runRemoteDevices(const std::string& host, const std::string& cliPath, bool j
     }
 }
 
-int runWorkerCommand(int proto, const std::string& framework) {
+int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch& launch) {
     // A shipped lane program (a framework= lane started on this machine by a parent elsewhere):
     // this machine's Python runs this machine's copy. The name is one of frameworkProgram's.
     if (!framework.empty()) {
@@ -124,12 +124,22 @@ int runWorkerCommand(int proto, const std::string& framework) {
     // A worker started through ssh gets a login environment without the launchers' settings;
     // spin-waiting OpenMP threads collapse throughput when anything else shares the cores, and
     // libgomp reads its settings once at load: so set it and start again (once).
+    const bool launched = !launch.ranksFrom.empty() || !launch.listen.empty() || !launch.tokenFile.empty();
     if (!std::getenv("OMP_WAIT_POLICY")) {
         ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-        const std::string protoArg = std::to_string(proto);
-        char* const argv[] = {const_cast<char*>("devicerace-cli"), const_cast<char*>("worker"),
-                              const_cast<char*>("--proto"), const_cast<char*>(protoArg.c_str()), nullptr};
-        ::execv("/proc/self/exe", argv);
+        std::vector<std::string> args{"devicerace-cli", "worker", "--proto", std::to_string(proto)};
+        for (const auto& [flag, value] : {std::pair{"--ranks-from", launch.ranksFrom}, std::pair{"--listen", launch.listen},
+                                          std::pair{"--token-file", launch.tokenFile}}) {
+            if (!value.empty()) {
+                args.insert(args.end(), {flag, value});
+            }
+        }
+        std::vector<char*> argv;
+        for (auto& a : args) {
+            argv.push_back(a.data());
+        }
+        argv.push_back(nullptr);
+        ::execv("/proc/self/exe", argv.data());
         // Not fatal: the worker runs with OpenMP's defaults.
     }
     // Protocol lines only on the real stdout: anything else that prints (LibTorch warnings,
@@ -138,7 +148,11 @@ int runWorkerCommand(int proto, const std::string& framework) {
     if (out < 0 || ::dup2(2, 1) < 0) {
         return usageError(fmt::format("worker: cannot set up its output: {}", std::strerror(errno)));
     }
-    return runWorker(0, out, proto);
+    return launched ? runLaunchedWorker(0, out, proto, launch) : runWorker(0, out, proto);
+}
+
+int runAttachCommand(const std::string& address, int proto, const std::string& tokenFile) {
+    return runAttachBridge(address, proto, tokenFile);
 }
 
 int runWorkloads(bool json) {

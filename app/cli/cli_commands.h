@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "devicerace/lane_spec.h"
+#include "devicerace/worker.h"
 
 namespace devicerace::cli {
 
@@ -26,7 +27,8 @@ int runDevices(bool json, bool remeasurePeaks = false);
 /// devices --host ssh://...: the devices of another machine, through its worker's hello.
 int runRemoteDevices(const std::string& host, const std::string& cli, bool json);
 /// worker --proto N: stdout is moved aside (only protocol lines go there), then the worker runs.
-int runWorkerCommand(int proto, const std::string& framework);
+int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch& launch = {});
+int runAttachCommand(const std::string& address, int proto, const std::string& tokenFile);
 int runWorkloads(bool json);
 int runRace(RaceOptions options);
 int runPresets(bool json);

@@ -39,6 +39,26 @@ int main(int argc, char** argv) {
                        "Run this machine's shipped lane program instead (pytorch, keras-jax, keras-tensorflow, "
                        "keras-torch)");
 
+    WorkerLaunch workerLaunch;
+    worker->add_option("--ranks-from", workerLaunch.ranksFrom,
+                       "One rank of a data-parallel lane that a launcher started: slurm (srun's SLURM_* variables) "
+                       "or env (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: torchrun, PyTorchJob)")
+        ->check(CLI::IsMember({"slurm", "env"}));
+    worker->add_option("--listen", workerLaunch.listen,
+                       "Rank 0: wait on [ADDR:]PORT (default address 127.0.0.1) for a race to attach "
+                       "(attach://HOST:PORT/DEVICE) with the job's token");
+    worker->add_option("--token-file", workerLaunch.tokenFile,
+                       "With --listen: the file holding the job's token (default: $DEVICERACE_ATTACH_TOKEN)");
+
+    std::string attachAddress, attachTokenFile;
+    int attachProto = 0;
+    auto* attach = app.add_subcommand("attach", "Connect a parent DeviceRace to a job's rank 0 (attach:// lanes; "
+                                                "started by DeviceRace itself)");
+    attach->add_option("address", attachAddress, "HOST:PORT")->required();
+    attach->add_option("--proto", attachProto, "The protocol major version the parent speaks")->required();
+    attach->add_option("--token-file", attachTokenFile, "The file holding the job's token (default: "
+                                                        "$DEVICERACE_ATTACH_TOKEN)");
+
     bool workloadsJson = false;
     auto* wl = app.add_subcommand("workloads", "List the workloads (model + data + hyperparameters)");
     wl->add_flag("--json", workloadsJson, "Print JSON");
@@ -135,7 +155,10 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (*worker) {
-        return cli::runWorkerCommand(workerProto, workerFramework);
+        return cli::runWorkerCommand(workerProto, workerFramework, workerLaunch);
+    }
+    if (*attach) {
+        return cli::runAttachCommand(attachAddress, attachProto, attachTokenFile);
     }
     if (*devices) {
         return devicesHost.empty() ? cli::runDevices(devicesJson, remeasurePeaks)

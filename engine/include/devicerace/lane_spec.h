@@ -17,7 +17,9 @@ enum class LaneKind {
     Process,  // a local `devicerace-cli worker` child process
     Remote,   // `devicerace-cli worker` on another machine, through the system ssh
     External, // another program speaking the worker protocol: framework=pytorch, or cmd=
-    Parallel  // one model trained data-parallel by N worker processes (c10d): workers=N, cuda:0-7, A+B
+    Parallel, // one model trained data-parallel by N worker processes (c10d): workers=N, cuda:0-7, A+B
+    Slurm,    // a data-parallel lane whose ranks Slurm starts (srun): slurm://[login]/DEVICE (docs/PARALLEL.md)
+    Attached  // a data-parallel job that another launcher started (torchrun, Kubernetes): attach://host:port/DEVICE
 };
 
 /// One rank of a data-parallel lane: a device on this machine or on an ssh:// host.
@@ -76,6 +78,15 @@ struct LaneSpec {
     std::optional<std::string> backend;   // gloo | nccl (default: nccl for CUDA, gloo for the CPU)
     std::optional<bool> fixedGlobalBatch; // global_batch=fixed: batch is the global batch, split over the ranks
     std::optional<std::string> master;    // the address the ranks reach rank 0's store at (default: derived)
+    // Ranks that a cluster's launcher starts (docs/PARALLEL.md, "Clusters"):
+    std::string launcher;       // "": DeviceRace starts the ranks; "slurm" (srun); "attach" (a running job's rank 0)
+    std::string launcherTarget; // slurm: the login host "ssh://[user@]host[:port]" or "" (srun here); attach: "host:port"
+    std::optional<int> nodes;   // slurm: nodes asked for (default 1)
+    std::optional<std::string> partition; // slurm: the partition (default: the cluster's)
+    std::optional<int> timeLimit;         // slurm: the job's time limit in minutes (default: the partition's)
+    std::optional<double> queueLimit;     // slurm: seconds the job may wait in the queue (default 600)
+    std::optional<int> storePort;         // slurm: the port rank 0's store listens on (default: from the job id)
+    std::optional<std::string> tokenFile; // attach: the file holding the job's token (default $DEVICERACE_ATTACH_TOKEN)
     bool operator==(const LaneSpec&) const = default;
 };
 
@@ -103,7 +114,8 @@ LaneKind laneKind(const LaneSpec& spec);
 
 /// Parses "DEVICE[,key=value]..." (keys: name, threads, batch, lr, precision, cost, channels_last,
 /// eval_batch, wd, momentum, schedule, lstm, data, fused, graph, resident, isolate, cli, fault;
-/// DEVICE may be ssh://[user@]host[:port]/DEVICE). Throws UsageError naming the bad part.
+/// DEVICE may be ssh://[user@]host[:port]/DEVICE, slurm://[login]/DEVICE or attach://host:port/DEVICE).
+/// Throws UsageError naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);
 
 /// "cpu,threads=2,batch=64,name=laptop": a lane in the CLI's syntax (parseLaneSpec's inverse).

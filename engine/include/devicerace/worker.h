@@ -21,4 +21,18 @@ std::vector<std::string> localFrameworkArgv(const FrameworkProgram& program);
 /// 126, 127 or 255 (those mean "not installed" and "ssh failed" to the parent).
 int runWorker(int inFd, int outFd, int requestedProto);
 
+/// A worker that a cluster's launcher started as one rank of a data-parallel lane (docs/PARALLEL.md).
+struct WorkerLaunch {
+    std::string ranksFrom; // "slurm" (SLURM_PROCID, ...) or "env" (RANK, WORLD_SIZE, MASTER_ADDR, ...)
+    std::string listen;    // rank 0: [ADDR:]PORT to wait on for a race (attach://); "": stdin/stdout
+    std::string tokenFile; // with listen: the token's file (else $DEVICERACE_ATTACH_TOKEN)
+};
+/// runWorker for a launched rank: rank 0 speaks the protocol (on the fds, or to the one parent
+/// that attaches with the token); the other ranks get their lane through rank 0's store and
+/// stay silent on outFd.
+int runLaunchedWorker(int inFd, int outFd, int requestedProto, const WorkerLaunch& launch);
+
+/// `devicerace-cli attach HOST:PORT`: the parent's end of an attach:// lane (workers/attach.h).
+int runAttachBridge(const std::string& address, int proto, const std::string& tokenFile);
+
 } // namespace devicerace

@@ -31,6 +31,8 @@ std::string toString(LaneKind k) {
     case LaneKind::Remote: return "remote";
     case LaneKind::External: return "external";
     case LaneKind::Parallel: return "parallel";
+    case LaneKind::Slurm: return "slurm";
+    case LaneKind::Attached: return "attached";
     }
     return "?";
 }
@@ -44,6 +46,29 @@ namespace {
 bool sshNameChar(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
            c == '_' || c == ':' || c == '[' || c == ']';
+}
+
+// attach://HOST:PORT's address: a host name or address (IPv6 in brackets) and a port.
+std::string parseAttachAddress(const std::string& target, const std::string& text) {
+    const auto colon = target.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+        throw UsageError(fmt::format("lane '{}': attach:// needs HOST:PORT, the port rank 0 of the job listens on "
+                                     "(devicerace-cli worker --listen)",
+                                     text));
+    }
+    const auto host = target.substr(0, colon);
+    const auto portText = target.substr(colon + 1);
+    int port = 0;
+    auto [ptr, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+    if (ec != std::errc() || ptr != portText.data() + portText.size() || port < 1 || port > 65535) {
+        throw UsageError(fmt::format("lane '{}': attach:// port '{}' is not a number from 1 to 65535", text, portText));
+    }
+    for (char c : host) {
+        if (!sshNameChar(c) || host.front() == '-') {
+            throw UsageError(fmt::format("lane '{}': attach:// host '{}' is not a host name or address", text, host));
+        }
+    }
+    return target;
 }
 
 } // namespace
@@ -116,6 +141,12 @@ SshTarget parseSshTarget(const std::string& text) {
 }
 
 LaneKind laneKind(const LaneSpec& spec) {
+    if (spec.launcher == "slurm") {
+        return LaneKind::Slurm;
+    }
+    if (spec.launcher == "attach") {
+        return LaneKind::Attached;
+    }
     if (!spec.members.empty() || spec.workers) {
         return LaneKind::Parallel;
     }
@@ -135,8 +166,34 @@ LaneSpec parseLaneSpec(const std::string& text) {
             fmt::format("lane '{}': expected DEVICE[,key=value]... with DEVICE cpu, cuda or cuda:N", text));
     }
     LaneSpec spec;
+    std::string devices(trim(parts[0]));
+    // slurm://[login]/DEVICE and attach://host:port/DEVICE: ranks that a cluster's launcher starts.
+    for (const std::string scheme : {"slurm://", "attach://"}) {
+        if (!devices.starts_with(scheme)) {
+            continue;
+        }
+        const auto slash = devices.find('/', scheme.size());
+        if (slash == std::string::npos || slash + 1 == devices.size()) {
+            throw UsageError(fmt::format("lane '{}': expected {}, e.g. {}", text,
+                                         scheme == "slurm://" ? "slurm://[login-host]/DEVICE" : "attach://host:port/DEVICE",
+                                         scheme == "slurm://" ? "slurm:///cpu,workers=2 or slurm://login1/cuda:0-7,nodes=8"
+                                                              : "attach://127.0.0.1:29400/cpu"));
+        }
+        spec.launcher = scheme.substr(0, scheme.size() - 3);
+        const auto target = devices.substr(scheme.size(), slash - scheme.size());
+        if (spec.launcher == "slurm") {
+            spec.launcherTarget = target.empty() ? std::string() : parseSshTarget("ssh://" + target).url();
+        } else {
+            spec.launcherTarget = parseAttachAddress(target, text);
+        }
+        devices = devices.substr(slash + 1);
+        if (devices.find('+') != std::string::npos || devices.find("://") != std::string::npos) {
+            throw UsageError(fmt::format("lane '{}': a {} lane names one kind of device (cpu, cuda or cuda:A-B for the "
+                                         "GPUs of each node)",
+                                         text, spec.launcher));
+        }
+    }
     // DEVICE, or data-parallel ranks: DEVICE+DEVICE+..., cuda:A-B, cuda:all (each may be on an ssh:// host).
-    const std::string devices(trim(parts[0]));
     for (auto piece : splitString(devices, '+')) {
         LaneMember member;
         member.device = std::string(trim(piece));
@@ -178,10 +235,17 @@ LaneSpec parseLaneSpec(const std::string& text) {
     }
     spec.device = spec.members.front().device;
     spec.host = spec.members.front().host;
-    const bool grouped = spec.members.size() > 1 || spec.device == "cuda:all" ||
-                         (spec.device.starts_with("cuda:") && spec.device.find('-') != std::string::npos);
+    // A launched lane's cuda:A-B names the GPUs of each node: its ranks are the launcher's.
+    const bool grouped = spec.launcher.empty() &&
+                         (spec.members.size() > 1 || spec.device == "cuda:all" ||
+                          (spec.device.starts_with("cuda:") && spec.device.find('-') != std::string::npos));
     if (!grouped) {
         spec.members.clear();
+    }
+    if (!spec.launcher.empty() && spec.device == "cuda:all") {
+        throw UsageError(fmt::format("lane '{}': a {} lane's nodes count their own GPUs: name them per node, e.g. "
+                                     "cuda:0-7",
+                                     text, spec.launcher));
     }
     for (std::size_t i = 1; i < parts.size(); ++i) {
         auto part = trim(parts[i]);
@@ -204,13 +268,30 @@ void detail::checkLaneSpec(const LaneSpec& spec, const std::string& text) {
     if (spec.cmd && spec.framework.value_or("devicerace") != "devicerace") {
         throw UsageError(fmt::format("lane '{}': cmd= and framework= both name the program; give one", text));
     }
-    const bool parallel = !spec.members.empty() || spec.workers;
+    const bool launched = !spec.launcher.empty();
+    const bool parallel = !spec.members.empty() || spec.workers || launched;
     if (parallel && (spec.cmd || spec.framework.value_or("devicerace") != "devicerace")) {
         throw UsageError(
             fmt::format("lane '{}': data-parallel lanes run DeviceRace's engine (not framework= or cmd=)", text));
     }
     if (parallel && spec.isolate == LaneKind::Thread) {
         throw UsageError(fmt::format("lane '{}': a data-parallel lane's ranks are processes (isolate=thread does not "
+                                     "apply)",
+                                     text));
+    }
+    if (launched && (spec.isolate || spec.master)) {
+        throw UsageError(fmt::format("lane '{}': {} lanes' ranks are started by the launcher (isolate and master do "
+                                     "not apply)",
+                                     text, spec.launcher));
+    }
+    if (spec.launcher != "slurm" && (spec.nodes || spec.partition || spec.timeLimit || spec.queueLimit || spec.storePort)) {
+        throw UsageError(fmt::format("lane '{}': nodes, partition, time, queue and port apply to slurm:// lanes", text));
+    }
+    if (spec.launcher != "attach" && spec.tokenFile) {
+        throw UsageError(fmt::format("lane '{}': token_file applies to attach:// lanes", text));
+    }
+    if (spec.launcher == "attach" && spec.workers) {
+        throw UsageError(fmt::format("lane '{}': an attached job has the ranks its launcher started (workers= does not "
                                      "apply)",
                                      text));
     }
@@ -226,7 +307,11 @@ void detail::checkLaneSpec(const LaneSpec& spec, const std::string& text) {
 
 std::string formatLaneSpec(const LaneSpec& s) {
     std::string out;
-    if (s.members.empty()) {
+    if (!s.launcher.empty()) {
+        const auto target = s.launcher == "slurm" && s.launcherTarget.starts_with("ssh://") ? s.launcherTarget.substr(6)
+                                                                                             : s.launcherTarget;
+        out = s.launcher + "://" + target + "/" + s.device;
+    } else if (s.members.empty()) {
         out = s.host.empty() ? s.device : s.host + "/" + s.device;
     } else {
         for (const auto& m : s.members) {

@@ -229,7 +229,7 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
         out.energyJoules = m_energy;
         out.samplesPerJoule = static_cast<double>(m_energySamples) / m_energy;
     }
-    if (out.kind == LaneKind::Parallel) {
+    if (out.kind == LaneKind::Parallel || out.kind == LaneKind::Slurm || out.kind == LaneKind::Attached) {
         out.workers = static_cast<int>(std::max<std::size_t>(laneRanks(spec).size(), m_workerRates.size()));
     }
     return out;

@@ -4,6 +4,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/frameworks.h"
 #include "devicerace/lane.h"
+#include "cluster/slurm_lane.h"
 #include "distributed/parallel_lane.h"
 #include "lanes/thread_lane.h"
 #include "workers/worker_lane.h"
@@ -16,6 +17,9 @@ std::unique_ptr<Lane> makeLane(LaneSpec spec, LaneRunSettings settings) {
     }
     if (laneKind(spec) == LaneKind::Parallel) {
         return std::make_unique<ParallelLane>(std::move(spec), std::move(settings));
+    }
+    if (laneKind(spec) == LaneKind::Slurm) {
+        return std::make_unique<SlurmLane>(std::move(spec), std::move(settings));
     }
     // A local framework= lane whose Python lacks the framework is refused with the race, before
     // any lane starts, naming the command that installs it (a remote host answers for itself).

@@ -126,7 +126,23 @@ Race::~Race() {
 
 const RaceSpec& Race::spec() const { return m_impl->spec; }
 const RacePlan& Race::plan() const { return m_impl->plan; }
-const Dataset& Race::dataset() const { return *m_impl->data; }
+const Dataset& Race::dataset() const {
+    if (m_impl->data) {
+        return *m_impl->data;
+    }
+    // Every lane resolves its data where it runs, and none has said yet (a Slurm job in the queue).
+    for (const auto& lane : m_impl->lanes) {
+        if (auto d = lane->dataset()) {
+            return *d;
+        }
+    }
+    static const Dataset unknown = [] {
+        Dataset d;
+        d.name = "(data not known yet: the lanes' workers have not said)";
+        return d;
+    }();
+    return unknown;
+}
 const std::string& Race::dataNote() const { return m_impl->dataNote; }
 
 std::vector<Lane*> Race::lanes() const {

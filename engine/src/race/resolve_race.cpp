@@ -13,6 +13,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/frameworks.h"
 #include "devicerace/workload.h"
+#include "cluster/launch_spec.h"
 #include "distributed/parallel_lane.h"
 #include "train/run_plan.h"
 
@@ -24,7 +25,18 @@ namespace {
 void nameLanes(std::vector<LaneSpec>& lanes) {
     std::set<std::string> used;
     for (auto& lane : lanes) {
-        if (lane.name.empty() && laneKind(lane) == LaneKind::Parallel) {
+        if (lane.name.empty() && !lane.launcher.empty()) {
+            // "slurm·cpu×2", "slurm·cuda×16", "attach·10.0.0.5:29400": the launcher and the ranks.
+            if (lane.launcher == "slurm") {
+                lane.name = fmt::format("slurm·{}×{}", lane.device == "cpu" ? "cpu" : "cuda",
+                                        detail::slurmShape(lane).ranks());
+            } else {
+                lane.name = "attach·" + lane.launcherTarget;
+            }
+            if (lane.precision != Precision::Fp32) {
+                lane.name += "·" + toString(lane.precision);
+            }
+        } else if (lane.name.empty() && laneKind(lane) == LaneKind::Parallel) {
             // "cpu·1×2", "cuda×8", "gpubox·cuda×8", "2 hosts·cpu×2": the ranks' device and count.
             const auto ranks = laneRanks(lane);
             std::set<std::string> hosts;
@@ -76,6 +88,9 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
 
 // A CPU process of this machine that a lane runs (data-parallel CPU ranks: one each).
 int localCpuProcesses(const LaneSpec& lane) {
+    if (!lane.launcher.empty()) {
+        return 0; // the launcher places the ranks (and the CPUs they get)
+    }
     if (laneKind(lane) != LaneKind::Parallel) {
         return lane.device == "cpu" && lane.host.empty() ? 1 : 0;
     }
@@ -113,11 +128,12 @@ void shareCores(std::vector<LaneSpec>& lanes) {
 void defaultIsolation(std::vector<LaneSpec>& lanes) {
     int cudaLanes = 0;
     for (const auto& lane : lanes) {
-        cudaLanes += lane.host.empty() && lane.device != "cpu" && laneKind(lane) != LaneKind::Parallel;
+        cudaLanes += lane.host.empty() && lane.device != "cpu" && laneKind(lane) != LaneKind::Parallel &&
+                     lane.launcher.empty();
     }
     for (auto& lane : lanes) {
         if (!lane.isolate && lane.host.empty() && lane.device != "cpu" && cudaLanes > 1 &&
-            laneKind(lane) != LaneKind::Parallel) {
+            laneKind(lane) != LaneKind::Parallel && lane.launcher.empty()) {
             lane.isolate = LaneKind::Process;
         }
     }

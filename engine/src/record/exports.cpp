@@ -147,6 +147,10 @@ std::string summaryToJson(const RaceSummary& summary) {
         lane["lr"] = orNull(l.lr);
         if (l.workers > 0) {
             lane["workers"] = l.workers;
+            if (!l.job.empty() || !l.nodes.empty()) {
+                lane["job"] = l.job;
+                lane["nodes"] = l.nodes;
+            }
             lane["worker_samples_per_sec"] = l.workerSamplesPerSec;
             lane["allreduce_share"] = orNull(l.allreduceShare);
             json ranks = json::array();

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "devicerace/errors.h"
+#include "train/store_holder.h"
 
 namespace devicerace::detail {
 
@@ -43,10 +44,6 @@ const std::string kGo = "devicerace/go";
 std::string joinedKey(int rank) { return fmt::format("devicerace/joined/{}", rank); }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-struct StoreHolder {
-    c10::intrusive_ptr<c10d::TCPStore> store;
-};
 
 std::string hostName() {
     char buf[256] = {};

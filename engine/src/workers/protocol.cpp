@@ -220,7 +220,10 @@ json readyMessage(const ReadyInfo& r) {
               {"vocabulary", r.vocabulary},
               {"tokens", r.tokenText},
               {"note", r.dataNote}}},
-            {"store_port", orNull(r.storePort)}};
+            {"store_port", orNull(r.storePort)},
+            {"ranks", orNull(r.ranks)},
+            {"job", r.job},
+            {"nodes", r.nodes}};
 }
 
 ReadyInfo readyFromMessage(const json& m) {
@@ -244,6 +247,12 @@ ReadyInfo readyFromMessage(const json& m) {
             throw DataError("ready: tokens must list one text per id of the vocabulary");
         }
         r.storePort = optionalOf<int>(m, "store_port");
+        r.ranks = optionalOf<int>(m, "ranks");
+        r.job = m.value("job", std::string());
+        r.nodes = m.value("nodes", std::string());
+        if ((r.ranks && (*r.ranks < 1 || *r.ranks > 65536)) || r.job.size() > 256 || r.nodes.size() > 4096) {
+            throw DataError("ready: ranks, job or nodes out of range");
+        }
         if (r.batch < 1 || r.totalSteps < 1) {
             throw DataError("ready: batch and total_steps must be 1 or more");
         }

@@ -70,6 +70,10 @@ struct ReadyInfo {
     int vocabulary = 0;                 // token data: ids 0..vocabulary-1 (0: images)
     std::vector<std::string> tokenText; // each id's text where the vocabulary is small (a text's alphabet)
     std::optional<int> storePort;       // rank 0 of a data-parallel lane: where its rendezvous store listens
+    // Rank 0 of a lane whose ranks a launcher started (slurm://, attach://):
+    std::optional<int> ranks; // the job's ranks
+    std::string job;          // Slurm's job id, torchrun's run id
+    std::string nodes;        // the job's nodes (Slurm's node list)
 };
 nlohmann::json readyMessage(const ReadyInfo& info);
 ReadyInfo readyFromMessage(const nlohmann::json& message); // throws DataError

@@ -1,4 +1,5 @@
 #include "workers/worker_connection.h"
+#include "workers/attach.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -30,14 +31,6 @@ constexpr std::size_t kLogLineChars = 400;
 constexpr std::size_t kNoiseBeforeHello = 200;
 // Protocol lines per second a worker may send (it sends ~10 samples/s and a heartbeat).
 constexpr std::size_t kMaxLinesPerSecond = 2000;
-
-std::string shellQuote(const std::string& s) {
-    std::string out = "'";
-    for (char c : s) {
-        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    }
-    return out + "'";
-}
 
 bool contains(const std::string& text, std::string_view what) { return text.find(what) != std::string::npos; }
 
@@ -117,6 +110,18 @@ WorkerEndpoint endpointFor(const LaneSpec& spec) {
         return ep;
     }
     ep.where = "this machine";
+    if (spec.launcher == "attach") {
+        // The bridge process connects to the job's rank 0 and proves the token (workers/attach.h).
+        ep.attach = spec.launcherTarget;
+        ep.program = {spec.cli.value_or(localWorkerProgram()), "attach", spec.launcherTarget};
+        if (spec.tokenFile) {
+            ep.program.insert(ep.program.end(), {"--token-file", *spec.tokenFile});
+        }
+        ep.cli = ep.program.front();
+        ep.where = spec.launcherTarget.substr(0, spec.launcherTarget.rfind(':'));
+        ep.who = fmt::format("the job at {}", spec.launcherTarget);
+        return ep;
+    }
     if (spec.cmd) {
         ep.program = {*spec.cmd};
         ep.cli = *spec.cmd;
@@ -153,16 +158,15 @@ std::vector<std::string> localFrameworkArgv(const FrameworkProgram& program) {
 
 namespace devicerace::detail {
 
-std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
-    const std::string proto = std::to_string(kProtoMajor);
-    if (!ep.remote) {
-        if (!ep.program.empty()) {
-            auto argv = ep.program;
-            argv.insert(argv.end(), {"--proto", proto});
-            return argv;
-        }
-        return {ep.cli, "worker", "--proto", proto};
+std::string shellQuote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) {
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
     }
+    return out + "'";
+}
+
+std::vector<std::string> sshOptions(const SshTarget& target) {
     // BatchMode: never a password or passphrase prompt (the user's agent and keys only);
     // ConnectTimeout bounds an unreachable host; ServerAlive* notices a dead link in ~15 s.
     std::vector<std::string> argv{"ssh", "-T",
@@ -175,12 +179,26 @@ std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
     if (const char* cfg = std::getenv("DEVICERACE_SSH_CONFIG"); cfg && *cfg) {
         argv.insert(argv.end(), {"-F", cfg});
     }
-    if (ep.target.port) {
-        argv.insert(argv.end(), {"-p", std::to_string(*ep.target.port)});
+    if (target.port) {
+        argv.insert(argv.end(), {"-p", std::to_string(*target.port)});
     }
-    if (!ep.target.user.empty()) {
-        argv.insert(argv.end(), {"-l", ep.target.user});
+    if (!target.user.empty()) {
+        argv.insert(argv.end(), {"-l", target.user});
     }
+    return argv;
+}
+
+std::vector<std::string> workerArgv(const WorkerEndpoint& ep) {
+    const std::string proto = std::to_string(kProtoMajor);
+    if (!ep.remote) {
+        if (!ep.program.empty()) {
+            auto argv = ep.program;
+            argv.insert(argv.end(), {"--proto", proto});
+            return argv;
+        }
+        return {ep.cli, "worker", "--proto", proto};
+    }
+    auto argv = sshOptions(ep.target);
     // The remote login shell re-parses this one string: the program is quoted, the rest fixed
     // (a framework name is one of frameworkProgram's, never free text).
     std::string remote = ep.command ? fmt::format("exec {} --proto {}", shellQuote(ep.cli), proto)
@@ -378,6 +396,10 @@ std::string WorkerConnection::classifyBeforeHello(int status) const {
     }
     if (code == 126) {
         return fmt::format("'{}' on {} is not executable ({})", m_ep.cli, m_ep.where, tail);
+    }
+    if (!m_ep.attach.empty() && (code == kAttachUnreachable || code == kAttachTokenRefused || code == 2)) {
+        return tail.empty() ? fmt::format("cannot attach to {} ({})", m_ep.attach, describeWaitStatus(status))
+                            : tail.substr(tail.find("devicerace-cli: ") == 0 ? 16 : 0);
     }
     if (code == 3) {
         return fmt::format("{} refused worker protocol {}: it runs another DeviceRace version; install the same "

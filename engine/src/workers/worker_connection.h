@@ -29,10 +29,16 @@ struct WorkerEndpoint {
     std::string framework;            // a shipped lane program (remote: "devicerace-cli worker --framework F")
     std::string where;                // the machine, for messages: "gpubox", "this machine"
     std::string who;                  // the worker, for messages: "the worker on gpubox", "the pytorch lane"
+    std::string attach;               // attach:// lanes: the job's HOST:PORT (program is the bridge)
+    double helloTimeout = 0;          // seconds to wait for the hello (0: the default for local or remote)
 };
 WorkerEndpoint endpointFor(const LaneSpec& spec);
 /// The argv that starts the worker (no shell locally; ssh in BatchMode remotely).
 std::vector<std::string> workerArgv(const WorkerEndpoint& endpoint);
+/// One word for a POSIX shell: 'text' with its quotes escaped.
+std::string shellQuote(const std::string& text);
+/// ssh and its options for `target` (BatchMode, timeouts, port, user), before the host name.
+std::vector<std::string> sshOptions(const SshTarget& target);
 /// The local devicerace-cli: $DEVICERACE_CLI, next to this program, the build tree's, the PATH's.
 std::string localWorkerProgram();
 /// The Python that runs the shipped lane programs: $DEVICERACE_PYTHON, the build's .venv, python3.

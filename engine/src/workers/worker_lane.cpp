@@ -14,6 +14,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
+#include "cluster/launch_spec.h"
 #include "workers/worker_connection.h"
 
 namespace devicerace {
@@ -55,6 +56,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 struct WorkerLane::Impl {
     LaneSpec spec;
     LaneRunSettings settings;
+    std::optional<detail::WorkerEndpoint> endpoint; // given (a Slurm lane's srun), else the spec's
     std::unique_ptr<detail::WorkerConnection> conn;
     detail::LaneRecord* record = nullptr; // the lane's (LaneBase)
     detail::ReadyInfo ready;
@@ -114,12 +116,20 @@ struct WorkerLane::Impl {
     // Starts the worker, checks its hello, sends the lane, waits until it was accepted.
     // Throws UsageError saying what went wrong.
     void connect() {
-        conn = std::make_unique<detail::WorkerConnection>(detail::endpointFor(spec));
+        conn = std::make_unique<detail::WorkerConnection>(endpoint ? *endpoint : detail::endpointFor(spec));
         const auto& where = conn->endpoint().where;
         const auto& who = conn->endpoint().who;
         // Python lanes import their framework first (torch: 3-7 s on a busy 2-core machine).
-        conn->awaitHello(helloTimeout(conn->endpoint().remote || !conn->endpoint().program.empty()));
-        if (!conn->send(detail::configMessage(spec, settings))) {
+        conn->awaitHello(conn->endpoint().helloTimeout > 0
+                             ? conn->endpoint().helloTimeout
+                             : helloTimeout(conn->endpoint().remote || !conn->endpoint().program.empty()));
+        // A launched lane's rank 0 gets the training keys and the ranks' c10d settings; it hands
+        // them on to the other ranks (cluster/launched_rank.h).
+        auto sent = settings;
+        if (!spec.launcher.empty()) {
+            sent.dist = detail::launchedDist(spec, spec.launcher == "slurm" ? detail::slurmShape(spec).ranks() : 0);
+        }
+        if (!conn->send(detail::configMessage(spec.launcher.empty() ? spec : detail::launchedMemberSpec(spec), sent))) {
             // It left right after its hello (e.g. it refused our protocol version): say why.
             throw UsageError(fmt::format("{} ended after its hello: {}", who, conn->describeEnd(conn->reap(2), 0)));
         }
@@ -263,9 +273,16 @@ struct WorkerLane::Impl {
     }
 };
 
+WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings, detail::WorkerEndpoint endpoint)
+    : WorkerLane(std::move(spec), std::move(settings), std::optional<detail::WorkerEndpoint>(std::move(endpoint))) {}
+
 WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings)
+    : WorkerLane(std::move(spec), std::move(settings), std::optional<detail::WorkerEndpoint>()) {}
+
+WorkerLane::WorkerLane(LaneSpec spec, LaneRunSettings settings, std::optional<detail::WorkerEndpoint> endpoint)
     : LaneBase(spec.name, {settings.targetAccuracy, settings.targetLoss}), m_impl(std::make_unique<Impl>()) {
     auto& d = *m_impl;
+    d.endpoint = std::move(endpoint);
     d.spec = std::move(spec);
     d.settings = std::move(settings);
     d.settings.data.reset(); // the worker resolves its own
@@ -303,7 +320,11 @@ WorkerLane::~WorkerLane() {
 
 LaneKind WorkerLane::kind() const { return laneKind(m_impl->spec); }
 const LaneSpec& WorkerLane::spec() const { return m_impl->spec; }
-std::int64_t WorkerLane::batch() const { return m_impl->ready.batch; }
+// A launched lane's global batch: rank 0's × the job's ranks (as a data-parallel lane's).
+std::int64_t WorkerLane::batch() const { return m_impl->ready.batch * m_impl->ready.ranks.value_or(1); }
+int WorkerLane::launchedRanks() const { return m_impl->ready.ranks.value_or(1); }
+const std::string& WorkerLane::launchedJob() const { return m_impl->ready.job; }
+const std::string& WorkerLane::launchedNodes() const { return m_impl->ready.nodes; }
 std::int64_t WorkerLane::totalSteps() const { return m_impl->ready.totalSteps; }
 std::shared_ptr<const Dataset> WorkerLane::dataset() const { return m_impl->data; }
 const DeviceReport* WorkerLane::workerMachine() const { return &m_impl->conn->devices(); }
@@ -353,6 +374,11 @@ double WorkerLane::cpuSeconds() const { return m_impl->cpu.load(); }
 void WorkerLane::completeSummary(LaneSummary& s) const {
     s.datasetName = m_impl->ready.datasetName;
     s.synthetic = m_impl->ready.synthetic;
+    if (m_impl->ready.ranks) {
+        s.workers = *m_impl->ready.ranks;
+        s.job = m_impl->ready.job;
+        s.nodes = m_impl->ready.nodes;
+    }
 }
 
 DeviceReport remoteDeviceReport(const std::string& hostUrl, const std::string& cli) {

@@ -4,6 +4,7 @@
 // runs on the child's standard streams (workers/protocol.h). Thread-safe.
 #include "devicerace/device_info.h"
 #include "lanes/lane_base.h"
+#include "workers/worker_connection.h"
 
 namespace devicerace {
 
@@ -13,6 +14,8 @@ public:
     /// worker accepted it. Throws UsageError with what went wrong (host unreachable, key refused,
     /// host key unknown, devicerace-cli missing there, version mismatch, device or data missing).
     WorkerLane(LaneSpec spec, LaneRunSettings settings);
+    /// The same, started through `endpoint` (a Slurm lane's srun) instead of the spec's own.
+    WorkerLane(LaneSpec spec, LaneRunSettings settings, detail::WorkerEndpoint endpoint);
     ~WorkerLane() override; // stop, then close, SIGTERM, SIGKILL (bounded), reap
 
     LaneKind kind() const override;
@@ -31,8 +34,13 @@ public:
     const std::string& workerVersion() const;
     /// Rank 0 of a data-parallel lane: the port its rendezvous store listens on.
     std::optional<int> storePort() const;
+    /// A launched lane's rank 0 (slurm://, attach://): the job's ranks, id and nodes, from its ready.
+    int launchedRanks() const;
+    const std::string& launchedJob() const;
+    const std::string& launchedNodes() const;
 
 private:
+    WorkerLane(LaneSpec spec, LaneRunSettings settings, std::optional<detail::WorkerEndpoint> endpoint);
     void completeSummary(LaneSummary& summary) const override;
     struct Impl;
     std::unique_ptr<Impl> m_impl;

@@ -17,8 +17,10 @@
 #include "devicerace/worker.h"
 #include "devicerace/workload.h"
 #include "devices/device_json.h"
+#include "cluster/launched_rank.h"
 #include "train/rendezvous_store.h"
 #include "lanes/thread_lane.h"
+#include "workers/attach.h"
 #include "workers/protocol.h"
 
 #ifndef DEVICERACE_VERSION
@@ -92,9 +94,28 @@ std::string hostName() {
 
 class WorkerServer {
 public:
-    WorkerServer(int in, int out) : m_in(in), m_out(out) {}
+    WorkerServer(int in, int out, const detail::LaunchedRank* launched = nullptr,
+                 std::shared_ptr<detail::LaunchStore> store = nullptr)
+        : m_in(in), m_out(out), m_launched(launched), m_store(std::move(store)) {}
 
     int run() {
+        const int status = serve();
+        if (m_launched && !m_started) {
+            // The other ranks wait for a lane or this word: send them home.
+            abortOthers(m_lane ? "the race stopped before it started" : "no lane was configured");
+        }
+        return status;
+    }
+
+private:
+    void abortOthers(const std::string& why) {
+        try {
+            m_store->set(detail::launchKey("abort"), why);
+        } catch (const std::exception&) {
+        }
+    }
+
+    int serve() {
         hello();
         std::jthread heartbeat([this](std::stop_token stop) {
             while (!stop.stop_requested()) {
@@ -185,7 +206,6 @@ public:
         }
     }
 
-private:
     void hello() {
         json devices = detail::deviceReportJson(refreshDeviceReport());
         m_out.send({{"type", "hello"},
@@ -217,11 +237,21 @@ private:
                 return refuse("the lane is already configured");
             }
             try {
-                configure(m->body);
+                configure(m->body, line);
             } catch (const std::exception& e) {
+                if (m_launched) {
+                    abortOthers(e.what());
+                }
                 return refuse(e.what());
             }
         } else if (m->type == "start" && m_lane && !m_started && !m_stopping) {
+            if (m_launched) {
+                try {
+                    m_store->set(detail::launchKey("start"), "1");
+                } catch (const std::exception& e) {
+                    return refuse(e.what());
+                }
+            }
             m_started = true;
             m_lane->start();
         } else if (m->type == "stop") {
@@ -242,20 +272,25 @@ private:
         return 2;
     }
 
-    void configure(const json& message) {
+    void configure(const json& message, const std::string& line) {
         const auto proto = detail::protoMajor(message.value("proto", std::string()));
         if (!proto || *proto != detail::kProtoMajor) {
             throw UsageError(fmt::format("config for protocol '{}'; this worker speaks {}",
                                          message.value("proto", std::string()), detail::protoVersion()));
         }
         auto [spec, settings] = detail::configFromMessage(message);
+        if (m_launched) {
+            // The other ranks build the same lane meanwhile, each as its own rank.
+            detail::applyLaunchedRank(*m_launched, spec, settings, m_store);
+            m_store->set(detail::launchKey("config"), line);
+        }
         const auto& workload = findWorkload(settings.workload);
         auto resolved = resolveData(workload, spec.data ? spec.data : settings.dataMode, settings.dataDir,
                                     settings.trainLimit, settings.testLimit);
         settings.data = resolved.dataset;
         settings.allowProcessFaults = true;
         int storePort = 0;
-        if (settings.dist && settings.dist->rank == 0) {
+        if (settings.dist && settings.dist->rank == 0 && !settings.dist->store) {
             // Rank 0 serves the lane's rendezvous; the parent passes the port to the others.
             settings.dist->store = detail::serveRendezvousStore(settings.dist->timeoutSeconds, &storePort);
         }
@@ -280,8 +315,37 @@ private:
         if (storePort) {
             ready.storePort = storePort;
         }
+        if (m_launched) {
+            awaitOtherRanks(settings.dist->timeoutSeconds);
+            ready.ranks = m_launched->world;
+            ready.job = m_launched->jobId;
+            ready.nodes = m_launched->nodeList;
+        }
         m_laneReady = m_lane.get();
         m_out.send(detail::readyMessage(ready));
+    }
+
+    // Every other rank says it built the lane ("") or why it could not.
+    void awaitOtherRanks(double timeoutSeconds) {
+        const auto deadline = Clock::now() + std::chrono::duration<double>(timeoutSeconds);
+        for (int r = 1; r < m_launched->world; ++r) {
+            const auto key = detail::launchKey(fmt::format("ready/{}", r));
+            while (true) {
+                if (auto v = m_store->tryGet(key)) {
+                    if (!v->empty()) {
+                        throw UsageError(fmt::format("rank {} could not build the lane: {}", r, *v));
+                    }
+                    break;
+                }
+                if (Clock::now() > deadline) {
+                    throw UsageError(fmt::format("rank {} did not build the lane within {:.0f} s{}", r, timeoutSeconds,
+                                                 m_store->tryGet(detail::launchKey(fmt::format("alive/{}", r)))
+                                                     ? ""
+                                                     : " (it never reached rank 0's store)"));
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            }
+        }
     }
 
     void forward() {
@@ -302,6 +366,8 @@ private:
 
     int m_in;
     Writer m_out;
+    const detail::LaunchedRank* m_launched; // a launcher started this rank (rank 0)
+    std::shared_ptr<detail::LaunchStore> m_store;
     std::unique_ptr<ThreadLane> m_lane;
     std::atomic<ThreadLane*> m_laneReady{nullptr};
     bool m_started = false;
@@ -313,7 +379,9 @@ private:
 
 } // namespace
 
-int runWorker(int inFd, int outFd, int requestedProto) {
+namespace {
+
+void installWorkerSignals() {
     ::signal(SIGPIPE, SIG_IGN);
     struct sigaction sa {};
     sa.sa_handler = onTerminate;
@@ -321,6 +389,12 @@ int runWorker(int inFd, int outFd, int requestedProto) {
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
         ::sigaction(sig, &sa, nullptr);
     }
+}
+
+} // namespace
+
+int runWorker(int inFd, int outFd, int requestedProto) {
+    installWorkerSignals();
     if (requestedProto != detail::kProtoMajor) {
         // Say hello anyway, so the parent can name both versions, then refuse.
         Writer out(outFd);
@@ -331,6 +405,70 @@ int runWorker(int inFd, int outFd, int requestedProto) {
         return 3;
     }
     return WorkerServer(inFd, outFd).run();
+}
+
+int runLaunchedWorker(int inFd, int outFd, int requestedProto, const WorkerLaunch& launch) {
+    const auto fail = [](const std::string& why, int status) {
+        std::fprintf(stderr, "devicerace-cli worker: %s\n", why.c_str());
+        return status;
+    };
+    if (launch.ranksFrom.empty()) {
+        return fail("--listen and --token-file need --ranks-from slurm|env (a rank of a launched job)", 2);
+    }
+    detail::LaunchedRank me;
+    try {
+        me = detail::launchedRankFromEnvironment(launch.ranksFrom);
+    } catch (const std::exception& e) {
+        return fail(e.what(), 2);
+    }
+    if (me.rank != 0) {
+        return detail::runLaunchedFollower(me); // silent on outFd: rank 0 speaks for the lane
+    }
+    installWorkerSignals();
+    if (requestedProto != detail::kProtoMajor) {
+        return runWorker(inFd, outFd, requestedProto); // says hello, then refuses
+    }
+    std::string token;
+    if (!launch.listen.empty()) {
+        try {
+            token = detail::attachToken(launch.tokenFile);
+        } catch (const std::exception& e) {
+            return fail(fmt::format("--listen: {}", e.what()), 2);
+        }
+    }
+    std::shared_ptr<detail::LaunchStore> store;
+    try {
+        store = detail::openLaunchStore(me);
+    } catch (const std::exception& e) {
+        return fail(e.what(), 2);
+    }
+    if (launch.listen.empty()) {
+        return WorkerServer(inFd, outFd, &me, store).run();
+    }
+    int fd = -1;
+    try {
+        fd = detail::acceptParent(launch.listen, token, g_signal);
+    } catch (const std::exception& e) {
+        store->set(detail::launchKey("abort"), e.what());
+        return fail(e.what(), 2);
+    }
+    if (fd < 0) {
+        store->set(detail::launchKey("abort"), "rank 0 was stopped before a race attached");
+        return 0;
+    }
+    const int status = WorkerServer(fd, fd, &me, store).run();
+    ::close(fd);
+    return status;
+}
+
+int runAttachBridge(const std::string& address, int proto, const std::string& tokenFile) {
+    ::signal(SIGPIPE, SIG_IGN);
+    try {
+        return detail::runAttachBridge(address, proto, tokenFile);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "devicerace-cli attach: %s\n", e.what());
+        return 2;
+    }
 }
 
 } // namespace devicerace
