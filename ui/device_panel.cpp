@@ -54,6 +54,10 @@ DevicePanel::DevicePanel(QWidget* parent) : QWidget(parent) {
     m_lanes->setTextFormat(Qt::RichText);
     m_lanes->setWordWrap(true);
     layout->addWidget(m_lanes);
+    m_jobs = new QLabel(this);
+    m_jobs->setWordWrap(true);
+    m_jobs->setVisible(false);
+    layout->addWidget(m_jobs);
     m_note = new QLabel(this);
     m_note->setWordWrap(true);
     m_note->setVisible(false);
@@ -85,6 +89,11 @@ void DevicePanel::refreshLive() {
 void DevicePanel::setSharingNote(const QString& note) {
     m_note->setText(note);
     m_note->setVisible(!note.isEmpty());
+}
+
+void DevicePanel::setClusterJobs(const QStringList& jobs) {
+    m_jobs->setText(jobs.isEmpty() ? QString() : tr("Cluster jobs: ") + jobs.join(QStringLiteral("  ·  ")));
+    m_jobs->setVisible(!jobs.isEmpty());
 }
 
 void DevicePanel::setLaneCpu(const QList<std::tuple<QString, QColor, double>>& lanes) {

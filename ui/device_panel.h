@@ -20,6 +20,8 @@ public:
     /// The note about lanes sharing CPU cores in live mode ("" hides it).
     void setSharingNote(const QString& note);
     /// Live per-lane CPU use: (lane name, colour, percent of one CPU over the last second).
+    /// Lanes whose ranks a cluster's launcher started: "name: job 12 · 2 ranks on node[01-02]".
+    void setClusterJobs(const QStringList& jobs);
     void setLaneCpu(const QList<std::tuple<QString, QColor, double>>& lanes);
     QString text() const;
     bool blasWarningVisible() const;
@@ -29,6 +31,7 @@ private:
     QLabel* m_banner = nullptr;
     QLabel* m_live = nullptr;
     QLabel* m_note = nullptr;
+    QLabel* m_jobs = nullptr;
     QLabel* m_lanes = nullptr;
     double m_lastCpuSeconds = -1;
     double m_lastWall = 0;

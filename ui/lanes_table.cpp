@@ -68,6 +68,11 @@ void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
 
 // The device combo's value for a spec: "cpu", "cuda:0", or "ssh://gpubox/cuda:0".
 QString deviceValue(const LaneSpec& spec) {
+    if (!spec.launcher.empty()) {
+        // "slurm:///cpu", "slurm://login1/cuda:0-7", "attach://10.0.0.5:29400/cuda": the device part.
+        const auto text = formatLaneSpec(spec);
+        return QString::fromStdString(text.substr(0, text.find(',')));
+    }
     if (!spec.members.empty()) {
         // A data-parallel lane's ranks: "cuda:0-7", "ssh://a/cpu+ssh://b/cpu".
         std::string out;
@@ -143,6 +148,14 @@ QComboBox* deviceCombo(QWidget* parent) {
         const auto why = QString::fromStdString(r.cudaUnavailableReason);
         add(QObject::tr("cuda (unavailable: %1)").arg(why), QStringLiteral("cuda"), false, why);
     }
+    // A Slurm cluster reachable from here (its srun): lanes whose ranks Slurm starts; the nodes,
+    // tasks (workers=), partition and limits go in the lane's more options (docs/PARALLEL.md).
+    if (!localSrun().empty()) {
+        add(QObject::tr("Slurm job · cpu"), QStringLiteral("slurm:///cpu"), true,
+            QObject::tr("srun starts the ranks: nodes=, workers= (tasks per node), partition=, time=, queue="));
+        add(QObject::tr("Slurm job · cuda"), QStringLiteral("slurm:///cuda"), true,
+            QObject::tr("srun starts one rank per GPU: cuda:0-7 in the lane's device for 8 per node"));
+    }
     // The hosts of Settings → Hosts…: their devices once they answered, else greyed with why.
     for (const auto& h : RemoteHosts::instance().hosts()) {
         const QString host = QString::fromStdString(parseSshTarget(h.url.toStdString()).host);
@@ -177,16 +190,18 @@ QComboBox* deviceCombo(QWidget* parent) {
 // remote one as it is (its host checks it when the race starts).
 void selectDevice(QComboBox* combo, const QString& value, const LaneSpec& spec) {
     int found = combo->findData(value);
-    if (found < 0 && spec.host.empty()) {
+    // Elsewhere: an ssh:// host, or a cluster's job; their devices are checked there at Start.
+    const bool elsewhere = !spec.host.empty() || !spec.launcher.empty();
+    if (found < 0 && !elsewhere) {
         found = combo->findData(QString::fromStdString(spec.device));
     }
     if (found < 0) {
-        const QString why = spec.host.empty() ? deviceProblem(spec.device) : QObject::tr("checked at Start");
+        const QString why = elsewhere ? QObject::tr("checked at Start") : deviceProblem(spec.device);
         auto* model = qobject_cast<QStandardItemModel*>(combo->model());
         auto* item = new QStandardItem(value + QStringLiteral(" (") + why + QLatin1Char(')'));
         item->setData(value, Qt::UserRole);
         item->setToolTip(why);
-        if (spec.host.empty()) {
+        if (!elsewhere) {
             item->setFlags(item->flags() & ~(Qt::ItemIsEnabled | Qt::ItemIsSelectable));
         }
         model->appendRow(item);
@@ -414,6 +429,8 @@ std::vector<LaneSpec> LanesTable::lanes() const {
         s.device = where.device;
         s.host = where.host;
         s.members = where.members;
+        s.launcher = where.launcher; // slurm:// and attach:// lanes
+        s.launcherTarget = where.launcherTarget;
 
         if (int t = qobject_cast<QSpinBox*>(cellWidget(r, ColThreads))->value(); t > 0) {
             s.threads = t;

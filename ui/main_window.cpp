@@ -103,6 +103,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
         }
         m_lastLaneCpu = cpu;
         m_dashboard->devicePanel()->setLaneCpu(lanes);
+        QStringList jobs;
+        for (const auto& lane : m_race->lanes()) {
+            if (lane.launched) {
+                jobs << lane.name + QStringLiteral(": ") +
+                            (lane.job.isEmpty() ? tr("%1, not running yet").arg(lane.device) : lane.job);
+            }
+        }
+        m_dashboard->devicePanel()->setClusterJobs(jobs);
     });
     connect(m_dashboard->strip(), &RaceStrip::laneMenuRequested, this, [this](int lane, const QPoint& pos) {
         auto actions = laneActions(lane);

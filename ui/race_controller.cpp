@@ -97,9 +97,12 @@ void RaceController::begin(std::unique_ptr<Race> race, const std::vector<QColor>
         LaneInfo info;
         info.name = QString::fromStdString(lane->spec().name);
         // Remote lanes carry their host wherever the device shows ("gpubox/cuda:0").
-        info.device = QString::fromStdString(lane->spec().host.empty()
-                                                 ? lane->spec().device
-                                                 : parseSshTarget(lane->spec().host).host + "/" + lane->spec().device);
+        const auto& ls = lane->spec();
+        info.device = QString::fromStdString(ls.launcher == "slurm"    ? "slurm/" + ls.device
+                                             : ls.launcher == "attach" ? ls.launcherTarget + "/" + ls.device
+                                             : ls.host.empty()         ? ls.device
+                                                               : parseSshTarget(ls.host).host + "/" + ls.device);
+        info.launched = !ls.launcher.empty();
         info.color = i < static_cast<int>(colors.size()) ? colors[static_cast<std::size_t>(i)] : laneColor(i);
         info.totalSteps = lane->totalSteps();
         info.batch = lane->batch();
@@ -339,6 +342,19 @@ std::vector<double> RaceController::laneCpuSeconds() const {
 bool RaceController::running() const { return m_race && !m_race->finished(); }
 bool RaceController::finished() const { return !m_race || m_race->finished(); }
 
+// A Slurm job's lane learns its steps, batch, job id and nodes once the job runs.
+void RaceController::refreshLaunched(LaneInfo& info, const Lane& lane) {
+    info.totalSteps = lane.totalSteps();
+    info.batch = lane.batch();
+    const auto s = lane.summary();
+    if (!s.job.empty() || !s.nodes.empty()) {
+        info.job = tr("job %1 · %2 ranks on %3")
+                       .arg(QString::fromStdString(s.job.empty() ? std::string("?") : s.job))
+                       .arg(s.workers)
+                       .arg(QString::fromStdString(s.nodes.empty() ? std::string("?") : s.nodes));
+    }
+}
+
 void RaceController::poll() {
     // Read before taking samples: nothing can follow a final state.
     const bool done = (!m_race || m_race->finished()) && replayDone();
@@ -346,6 +362,9 @@ void RaceController::poll() {
     if (m_race) {
         auto lanes = m_race->lanes();
         for (std::size_t i = 0; i < lanes.size(); ++i) {
+            if (i < m_lanes.size() && m_lanes[i].launched) {
+                refreshLaunched(m_lanes[i], *lanes[i]);
+            }
             auto batch = lanes[i]->takeSamples();
             for (const auto& s : batch) {
                 m_histories[i].append(s);

@@ -28,6 +28,8 @@ struct LaneInfo {
     std::int64_t totalSteps = 0;
     std::int64_t batch = 0;
     std::optional<double> costPerHour;
+    bool launched = false; // slurm:// or attach://: its job, shape and size are known once it runs
+    QString job;           // "job 12 · 2 ranks on localhost" once known
 };
 
 class RaceController : public QObject {
@@ -138,6 +140,7 @@ private:
     qint64 m_pausedSince = 0;
     QElapsedTimer m_replayClock;
     std::size_t m_liveLanes = 0;
+    void refreshLaunched(LaneInfo& info, const Lane& lane);
     std::vector<LaneInfo> m_lanes;
     std::vector<LaneHistory> m_histories;
     std::vector<std::filesystem::path> m_recordedFiles; // the race's recording lane files

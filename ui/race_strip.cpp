@@ -104,7 +104,10 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         const QString acc = h.lastAccuracy ? QStringLiteral(" · acc %1").arg(*h.lastAccuracy, 0, 'f', 3) : QString();
         switch (h.state) {
         case LaneState::Pending: row.status = QObject::tr("waiting"); break;
-        case LaneState::Preparing: row.status = QObject::tr("loading data and model"); break;
+        case LaneState::Preparing:
+            // A Slurm lane says where its job stands ("queued: job 12 waiting for 8 nodes ...").
+            row.status = h.message.isEmpty() ? QObject::tr("loading data and model") : h.message;
+            break;
         case LaneState::Evaluating: row.status = QObject::tr("evaluating on the test set") + acc; break;
         case LaneState::Paused: row.status = QObject::tr("paused at step %1").arg(h.lastStep) + acc; break;
         case LaneState::Running: {
@@ -128,6 +131,9 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
             row.failed = true;
             row.status = h.message.isEmpty() ? QString::fromStdString(toString(h.state)) : h.message;
             break;
+        }
+        if (!lane.job.isEmpty() && h.state != LaneState::Preparing) {
+            row.status += QStringLiteral(" · ") + lane.job;
         }
         // How much of the device the lane uses (issue 29): FLOPs counted from the network over the peak.
         if ((h.state == LaneState::Running && h.lastStep >= warmupSteps) || h.state == LaneState::Finished) {

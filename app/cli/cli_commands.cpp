@@ -128,8 +128,9 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
     if (!std::getenv("OMP_WAIT_POLICY")) {
         ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
         std::vector<std::string> args{"devicerace-cli", "worker", "--proto", std::to_string(proto)};
-        for (const auto& [flag, value] : {std::pair{"--ranks-from", launch.ranksFrom}, std::pair{"--listen", launch.listen},
-                                          std::pair{"--token-file", launch.tokenFile}}) {
+        for (const auto& [flag, value] :
+             {std::pair{"--ranks-from", launch.ranksFrom}, std::pair{"--listen", launch.listen},
+              std::pair{"--token-file", launch.tokenFile}}) {
             if (!value.empty()) {
                 args.insert(args.end(), {flag, value});
             }
@@ -491,9 +492,12 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     }
     const auto& spec = race->spec();
     const auto lanes = race->lanes();
-    fmt::print("{} · {} ({}{}) · {} mode · {}\n", spec.workload, race->dataset().name,
-               race->dataset().synthetic ? "synthetic" : "real: " + race->dataset().source,
-               fmt::format(", {} train / {} test", race->dataset().train.count, race->dataset().test.count),
+    const auto& ds = race->dataset();
+    fmt::print("{} · {} · {} mode · {}\n", spec.workload,
+               ds.train.count == 0
+                   ? std::string("data: each lane's workers resolve their own (none has said yet)")
+                   : fmt::format("{} ({}, {} train / {} test)", ds.name,
+                                 ds.synthetic ? "synthetic" : "real: " + ds.source, ds.train.count, ds.test.count),
                spec.fair ? "fair" : "live",
                spec.targetLoss ? fmt::format("target validation loss {:.2f}", *spec.targetLoss)
                                : fmt::format("target accuracy {:.2f}", spec.targetAccuracy.value_or(0)));

@@ -40,9 +40,10 @@ int main(int argc, char** argv) {
                        "keras-torch)");
 
     WorkerLaunch workerLaunch;
-    worker->add_option("--ranks-from", workerLaunch.ranksFrom,
-                       "One rank of a data-parallel lane that a launcher started: slurm (srun's SLURM_* variables) "
-                       "or env (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: torchrun, PyTorchJob)")
+    worker
+        ->add_option("--ranks-from", workerLaunch.ranksFrom,
+                     "One rank of a data-parallel lane that a launcher started: slurm (srun's SLURM_* variables) "
+                     "or env (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: torchrun, PyTorchJob)")
         ->check(CLI::IsMember({"slurm", "env"}));
     worker->add_option("--listen", workerLaunch.listen,
                        "Rank 0: wait on [ADDR:]PORT (default address 127.0.0.1) for a race to attach "
@@ -56,8 +57,9 @@ int main(int argc, char** argv) {
                                                 "started by DeviceRace itself)");
     attach->add_option("address", attachAddress, "HOST:PORT")->required();
     attach->add_option("--proto", attachProto, "The protocol major version the parent speaks")->required();
-    attach->add_option("--token-file", attachTokenFile, "The file holding the job's token (default: "
-                                                        "$DEVICERACE_ATTACH_TOKEN)");
+    attach->add_option("--token-file", attachTokenFile,
+                       "The file holding the job's token (default: "
+                       "$DEVICERACE_ATTACH_TOKEN)");
 
     bool workloadsJson = false;
     auto* wl = app.add_subcommand("workloads", "List the workloads (model + data + hyperparameters)");

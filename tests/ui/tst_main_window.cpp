@@ -74,6 +74,30 @@ private Q_SLOTS:
         QCoreApplication::setApplicationName(QStringLiteral("DeviceRaceTest"));
     }
 
+    // Lanes whose ranks a cluster's launcher starts keep their launcher, keys and device through
+    // the lanes table (the window races what the CLI would).
+    void clusterLanesRoundTripThroughTheTable() {
+        MainWindow w;
+        auto* table = w.setupPanel()->lanesTable();
+        const std::vector<LaneSpec> cluster{
+            parseLaneSpec("slurm:///cpu,threads=1,workers=2,nodes=2,partition=gpu,time=30,queue=120,name=slurm"),
+            parseLaneSpec("slurm://login1/cuda:0-7,nodes=8,name=big"),
+            parseLaneSpec("attach://10.0.0.5:29400/cuda,token_file=/tmp/t,name=job")};
+        table->setLanes(cluster);
+        const auto lanes = table->lanes();
+        QCOMPARE(lanes.size(), cluster.size());
+        for (std::size_t i = 0; i < lanes.size(); ++i) {
+            QCOMPARE(formatLaneSpec(lanes[i]), formatLaneSpec(cluster[i]));
+            QVERIFY(laneKind(lanes[i]) == laneKind(cluster[i]));
+        }
+        // The device combo shows the launcher's device, selectable (checked where the job runs).
+        auto* device = qobject_cast<QComboBox*>(table->cellWidget(1, LanesTable::ColDevice));
+        QCOMPARE(device->currentData().toString(), QStringLiteral("slurm://login1/cuda:0-7"));
+        QVERIFY(device->model()->flags(device->model()->index(device->currentIndex(), 0)) & Qt::ItemIsEnabled);
+        // Where Slurm's client is installed, a new lane can be a Slurm job.
+        QCOMPARE(device->findData(QStringLiteral("slurm:///cpu")) >= 0, !localSrun().empty());
+    }
+
     void defaultRaceNeedsNoConfiguration() {
         MainWindow w;
         auto* table = w.setupPanel()->lanesTable();

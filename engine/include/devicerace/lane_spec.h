@@ -79,9 +79,10 @@ struct LaneSpec {
     std::optional<bool> fixedGlobalBatch; // global_batch=fixed: batch is the global batch, split over the ranks
     std::optional<std::string> master;    // the address the ranks reach rank 0's store at (default: derived)
     // Ranks that a cluster's launcher starts (docs/PARALLEL.md, "Clusters"):
-    std::string launcher;       // "": DeviceRace starts the ranks; "slurm" (srun); "attach" (a running job's rank 0)
-    std::string launcherTarget; // slurm: the login host "ssh://[user@]host[:port]" or "" (srun here); attach: "host:port"
-    std::optional<int> nodes;   // slurm: nodes asked for (default 1)
+    std::string launcher; // "": DeviceRace starts the ranks; "slurm" (srun); "attach" (a running job's rank 0)
+    std::string
+        launcherTarget;       // slurm: the login host "ssh://[user@]host[:port]" or "" (srun here); attach: "host:port"
+    std::optional<int> nodes; // slurm: nodes asked for (default 1)
     std::optional<std::string> partition; // slurm: the partition (default: the cluster's)
     std::optional<int> timeLimit;         // slurm: the job's time limit in minutes (default: the partition's)
     std::optional<double> queueLimit;     // slurm: seconds the job may wait in the queue (default 600)
@@ -108,6 +109,9 @@ struct FrameworkProgram {
     std::vector<std::string> needs; // Python modules it imports (for the "install it" message)
 };
 std::optional<FrameworkProgram> frameworkProgram(std::string_view framework);
+
+/// The srun that slurm:// lanes without a login host run ("" where Slurm's client is not installed).
+std::string localSrun();
 
 /// The lane's kind as it will run: Remote for ssh:// devices, else `isolate`, else the default.
 LaneKind laneKind(const LaneSpec& spec);

@@ -50,8 +50,8 @@ struct LaneSummary {
     bool synthetic = false;
     // Data-parallel lanes (medians over the intervals after warm-up):
     int workers = 0;                         // ranks (0: not a data-parallel lane)
-    std::string job;   // slurm:// and attach:// lanes: the launcher's job id ("" elsewhere)
-    std::string nodes; // ... and the job's nodes (Slurm's node list)
+    std::string job;                         // slurm:// and attach:// lanes: the launcher's job id ("" elsewhere)
+    std::string nodes;                       // ... and the job's nodes (Slurm's node list)
     std::vector<double> workerSamplesPerSec; // each rank's own samples/s
     std::optional<double> allreduceShare;    // share of a step spent waiting for gradients
     // Scaling (seed 002): against the race's data-parallel lane with the fewest workers.

@@ -57,7 +57,8 @@ long long required(const char* name, const char* launcher) {
     const auto v = envInteger(name);
     if (!v) {
         throw UsageError(fmt::format("worker: --ranks-from {}: {} is not set (is this process started by {}?)",
-                                     launcher, name, std::string(launcher) == "slurm" ? "srun" : "a launcher such as torchrun"));
+                                     launcher, name,
+                                     std::string(launcher) == "slurm" ? "srun" : "a launcher such as torchrun"));
     }
     return *v;
 }
@@ -87,17 +88,19 @@ LaunchedRank launchedRankFromEnvironment(const std::string& source) {
         me.masterAddr = env("MASTER_ADDR").value_or(me.nodes <= 1 ? "127.0.0.1" : firstSlurmHost(me.nodeList));
         long long jobNumber = 0;
         std::from_chars(me.jobId.data(), me.jobId.data() + me.jobId.size(), jobNumber);
-        me.masterPort = static_cast<int>(
-            envInteger("DEVICERACE_STORE_PORT").value_or(envInteger("MASTER_PORT").value_or(20000 + jobNumber % 20000)));
+        me.masterPort = static_cast<int>(envInteger("DEVICERACE_STORE_PORT")
+                                             .value_or(envInteger("MASTER_PORT").value_or(20000 + jobNumber % 20000)));
     } else if (source == "env") {
         me.rank = static_cast<int>(required("RANK", "env"));
         me.world = static_cast<int>(required("WORLD_SIZE", "env"));
         me.localRank = static_cast<int>(envInteger("LOCAL_RANK").value_or(me.rank));
         me.localWorld = static_cast<int>(envInteger("LOCAL_WORLD_SIZE").value_or(me.world));
-        me.nodes = static_cast<int>(envInteger("GROUP_WORLD_SIZE").value_or(me.localWorld > 0 ? me.world / me.localWorld : 1));
+        me.nodes =
+            static_cast<int>(envInteger("GROUP_WORLD_SIZE").value_or(me.localWorld > 0 ? me.world / me.localWorld : 1));
         const auto addr = env("MASTER_ADDR");
         if (!addr) {
-            throw UsageError("worker: --ranks-from env: MASTER_ADDR is not set (torchrun, PyTorchJob and SkyPilot set it)");
+            throw UsageError(
+                "worker: --ranks-from env: MASTER_ADDR is not set (torchrun, PyTorchJob and SkyPilot set it)");
         }
         me.masterAddr = *addr;
         me.masterPort = static_cast<int>(required("MASTER_PORT", "env"));

@@ -6,10 +6,10 @@
 namespace devicerace::detail {
 
 struct CommandResult {
-    int status = -1;    // the wait status (-1: could not start it, or it ran past the limit)
-    std::string out;    // its standard output
-    std::string err;    // its standard error (or why it could not run)
-    bool ok() const;    // exited with status 0
+    int status = -1; // the wait status (-1: could not start it, or it ran past the limit)
+    std::string out; // its standard output
+    std::string err; // its standard error (or why it could not run)
+    bool ok() const; // exited with status 0
 };
 
 /// argv without a shell; killed after `timeoutSeconds`.

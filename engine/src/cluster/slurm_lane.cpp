@@ -32,6 +32,8 @@ constexpr auto kQueuePoll = std::chrono::milliseconds(1000);
 // Seconds after the allocation for rank 0's hello (its node loads LibTorch; ssh to a login host).
 constexpr double kHelloAfterQueue = 120;
 constexpr double kCommandSeconds = 20;
+// Seconds to wait for Slurm's verdict on a job that ended without our stop.
+constexpr double kSlurmVerdict = 15;
 
 std::atomic<int> g_jobs{0};
 
@@ -154,8 +156,8 @@ struct SlurmLane::Impl {
                 setJob(id);
                 std::string message;
                 if (state == "PENDING") {
-                    message = fmt::format("queued: job {} waiting for {} node{} ({}){}", id, nodes, nodes == "1" ? "" : "s",
-                                          reason, queuePosition(id, partition));
+                    message = fmt::format("queued: job {} waiting for {} node{} ({}){}", id, nodes,
+                                          nodes == "1" ? "" : "s", reason, queuePosition(id, partition));
                     if (since(begun) > limit && !cancelled) {
                         queueFailure = fmt::format("job {} was still queued after {:.0f} s (Slurm's reason: {}); "
                                                    "cancelled it (queue={} waits longer)",
@@ -223,7 +225,8 @@ struct SlurmLane::Impl {
                 record->finish(LaneState::Stopped, id.empty() ? std::string("stopped before Slurm started the job")
                                                               : fmt::format("stopped: job {} cancelled", id));
             } else {
-                record->finish(LaneState::Failed, queueFailure.empty() ? fmt::format("Slurm: {}", e.what()) : queueFailure);
+                record->finish(LaneState::Failed,
+                               queueFailure.empty() ? fmt::format("Slurm: {}", e.what()) : queueFailure);
             }
             return;
         }
@@ -269,26 +272,39 @@ struct SlurmLane::Impl {
             return;
         }
         const auto id = jobNow();
-        const auto q = detail::runCommand(command({"scontrol", "show", "job", id, "-o"}), kCommandSeconds);
-        const auto state = field(" " + q.out, "JobState");
-        const auto reason = field(" " + q.out, "Reason");
+        // Slurm says COMPLETING while it signals the tasks, then the job's end (CANCELLED, TIMEOUT,
+        // NODE_FAIL, ...): wait a little for that word.
+        std::string state, reason;
+        const auto asked = Clock::now();
+        while (!id.empty() && since(asked) < kSlurmVerdict) {
+            const auto q = detail::runCommand(command({"scontrol", "show", "job", id, "-o"}), kCommandSeconds);
+            state = field(" " + q.out, "JobState");
+            reason = field(" " + q.out, "Reason");
+            if (!state.empty() && state != "COMPLETING" && state != "RUNNING") {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        }
         if (state.empty() || state == "COMPLETED" || state == "COMPLETING" || state == "RUNNING") {
             record->finish(LaneState::Failed, member->message());
             return;
         }
         record->finish(LaneState::Failed,
-                       fmt::format("Slurm ended job {} ({}{}) at step {}: {}", id, state,
+                       fmt::format("Slurm ended job {} ({}{}) at step {}{}", id, state,
                                    reason.empty() || reason == "None" ? "" : ", reason: " + reason,
-                                   groupThousands(static_cast<double>(record->lastStep())), member->message()));
+                                   groupThousands(static_cast<double>(record->lastStep())),
+                                   st == LaneState::Failed ? ": " + member->message() : std::string()));
     }
 };
+
+std::string localSrun() { return detail::findProgram("srun"); }
 
 SlurmLane::SlurmLane(LaneSpec spec, LaneRunSettings settings)
     : LaneBase(spec.name, {settings.targetAccuracy, settings.targetLoss}), m_impl(std::make_unique<Impl>()) {
     auto& d = *m_impl;
     if (!spec.launcherTarget.empty()) {
         d.login = parseSshTarget(spec.launcherTarget);
-    } else if (detail::findProgram("srun").empty()) {
+    } else if (localSrun().empty()) {
         throw UsageError(fmt::format("lane {}: this machine has no srun: install Slurm's client (Debian: slurm-client) "
                                      "or name a login host, slurm://LOGIN-HOST/{}",
                                      spec.name, spec.device));

@@ -374,23 +374,23 @@ const std::vector<KeyCodec>& keyCodecs() {
         // Ranks that a cluster's launcher starts (slurm://, attach://; docs/PARALLEL.md).
         t.push_back(integerKey(info("nodes", "1", "slurm:// lanes", "nodes the job asks for"), &LaneSpec::nodes, 1,
                                100000, "is out of range (1 to 100,000)"));
-        t.push_back(textKey(info("partition", "the cluster's default", "slurm:// lanes", "the Slurm partition"),
-                            &LaneSpec::partition, [](std::string_view v, const std::string& text) {
-                                for (char c : v) {
-                                    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-                                        throw UsageError(
-                                            fmt::format("lane '{}': partition={} is not a partition name", text, v));
-                                    }
-                                }
-                            }));
+        t.push_back(textKey(
+            info("partition", "the cluster's default", "slurm:// lanes", "the Slurm partition"), &LaneSpec::partition,
+            [](std::string_view v, const std::string& text) {
+                for (char c : v) {
+                    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+                        throw UsageError(fmt::format("lane '{}': partition={} is not a partition name", text, v));
+                    }
+                }
+            }));
         t.push_back(integerKey(info("time", "the partition's", "slurm:// lanes", "the job's time limit in minutes"),
                                &LaneSpec::timeLimit, 1, 525600, "is out of range (1 to 525,600 minutes)"));
         t.push_back(numberKey(
             info("queue", "600", "slurm:// lanes", "seconds the job may wait in the queue before the lane fails"),
             &LaneSpec::queueLimit, [](double v) { return v >= 1 && v <= 7 * 86400; }, "from 1 to 604,800 seconds"));
-        t.push_back(integerKey(info("port", "20000 + job id mod 20000", "slurm:// lanes",
-                                    "the port rank 0's rendezvous store listens on"),
-                               &LaneSpec::storePort, 1024, 65535, "is out of range (1,024 to 65,535)"));
+        t.push_back(integerKey(
+            info("port", "20000 + job id mod 20000", "slurm:// lanes", "the port rank 0's rendezvous store listens on"),
+            &LaneSpec::storePort, 1024, 65535, "is out of range (1,024 to 65,535)"));
         t.push_back(textKey(info("token_file", "$DEVICERACE_ATTACH_TOKEN", "attach:// lanes",
                                  "the file holding the token the job was given"),
                             &LaneSpec::tokenFile, [](std::string_view v, const std::string& text) {

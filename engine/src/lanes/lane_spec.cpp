@@ -174,10 +174,11 @@ LaneSpec parseLaneSpec(const std::string& text) {
         }
         const auto slash = devices.find('/', scheme.size());
         if (slash == std::string::npos || slash + 1 == devices.size()) {
-            throw UsageError(fmt::format("lane '{}': expected {}, e.g. {}", text,
-                                         scheme == "slurm://" ? "slurm://[login-host]/DEVICE" : "attach://host:port/DEVICE",
-                                         scheme == "slurm://" ? "slurm:///cpu,workers=2 or slurm://login1/cuda:0-7,nodes=8"
-                                                              : "attach://127.0.0.1:29400/cpu"));
+            throw UsageError(
+                fmt::format("lane '{}': expected {}, e.g. {}", text,
+                            scheme == "slurm://" ? "slurm://[login-host]/DEVICE" : "attach://host:port/DEVICE",
+                            scheme == "slurm://" ? "slurm:///cpu,workers=2 or slurm://login1/cuda:0-7,nodes=8"
+                                                 : "attach://127.0.0.1:29400/cpu"));
         }
         spec.launcher = scheme.substr(0, scheme.size() - 3);
         const auto target = devices.substr(scheme.size(), slash - scheme.size());
@@ -236,9 +237,9 @@ LaneSpec parseLaneSpec(const std::string& text) {
     spec.device = spec.members.front().device;
     spec.host = spec.members.front().host;
     // A launched lane's cuda:A-B names the GPUs of each node: its ranks are the launcher's.
-    const bool grouped = spec.launcher.empty() &&
-                         (spec.members.size() > 1 || spec.device == "cuda:all" ||
-                          (spec.device.starts_with("cuda:") && spec.device.find('-') != std::string::npos));
+    const bool grouped =
+        spec.launcher.empty() && (spec.members.size() > 1 || spec.device == "cuda:all" ||
+                                  (spec.device.starts_with("cuda:") && spec.device.find('-') != std::string::npos));
     if (!grouped) {
         spec.members.clear();
     }
@@ -284,8 +285,10 @@ void detail::checkLaneSpec(const LaneSpec& spec, const std::string& text) {
                                      "not apply)",
                                      text, spec.launcher));
     }
-    if (spec.launcher != "slurm" && (spec.nodes || spec.partition || spec.timeLimit || spec.queueLimit || spec.storePort)) {
-        throw UsageError(fmt::format("lane '{}': nodes, partition, time, queue and port apply to slurm:// lanes", text));
+    if (spec.launcher != "slurm" &&
+        (spec.nodes || spec.partition || spec.timeLimit || spec.queueLimit || spec.storePort)) {
+        throw UsageError(
+            fmt::format("lane '{}': nodes, partition, time, queue and port apply to slurm:// lanes", text));
     }
     if (spec.launcher != "attach" && spec.tokenFile) {
         throw UsageError(fmt::format("lane '{}': token_file applies to attach:// lanes", text));
@@ -309,7 +312,7 @@ std::string formatLaneSpec(const LaneSpec& s) {
     std::string out;
     if (!s.launcher.empty()) {
         const auto target = s.launcher == "slurm" && s.launcherTarget.starts_with("ssh://") ? s.launcherTarget.substr(6)
-                                                                                             : s.launcherTarget;
+                                                                                            : s.launcherTarget;
         out = s.launcher + "://" + target + "/" + s.device;
     } else if (s.members.empty()) {
         out = s.host.empty() ? s.device : s.host + "/" + s.device;

@@ -28,8 +28,8 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
         if (lane.name.empty() && !lane.launcher.empty()) {
             // "slurm·cpu×2", "slurm·cuda×16", "attach·10.0.0.5:29400": the launcher and the ranks.
             if (lane.launcher == "slurm") {
-                lane.name = fmt::format("slurm·{}×{}", lane.device == "cpu" ? "cpu" : "cuda",
-                                        detail::slurmShape(lane).ranks());
+                lane.name =
+                    fmt::format("slurm·{}×{}", lane.device == "cpu" ? "cpu" : "cuda", detail::slurmShape(lane).ranks());
             } else {
                 lane.name = "attach·" + lane.launcherTarget;
             }
@@ -128,8 +128,8 @@ void shareCores(std::vector<LaneSpec>& lanes) {
 void defaultIsolation(std::vector<LaneSpec>& lanes) {
     int cudaLanes = 0;
     for (const auto& lane : lanes) {
-        cudaLanes += lane.host.empty() && lane.device != "cpu" && laneKind(lane) != LaneKind::Parallel &&
-                     lane.launcher.empty();
+        cudaLanes +=
+            lane.host.empty() && lane.device != "cpu" && laneKind(lane) != LaneKind::Parallel && lane.launcher.empty();
     }
     for (auto& lane : lanes) {
         if (!lane.isolate && lane.host.empty() && lane.device != "cpu" && cudaLanes > 1 &&

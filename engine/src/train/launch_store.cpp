@@ -31,7 +31,8 @@ std::shared_ptr<LaunchStore> LaunchStore::serve(int port, double timeoutSeconds)
     std::shared_ptr<LaunchStore> out(new LaunchStore);
     out->m_impl = std::make_unique<Impl>();
     try {
-        out->m_impl->holder->store = c10::make_intrusive<c10d::TCPStore>("0.0.0.0", options(port, true, timeoutSeconds));
+        out->m_impl->holder->store =
+            c10::make_intrusive<c10d::TCPStore>("0.0.0.0", options(port, true, timeoutSeconds));
     } catch (const std::exception& e) {
         throw Error(fmt::format("rank 0 cannot serve the rendezvous store on port {} (in use? name another with "
                                 "port=): {}",

@@ -10,8 +10,8 @@
 namespace devicerace::detail {
 
 /// Exit statuses of the bridge that the parent turns into messages.
-constexpr int kAttachUnreachable = 4;   // no connection to HOST:PORT
-constexpr int kAttachTokenRefused = 5;  // the job refused the token
+constexpr int kAttachUnreachable = 4;  // no connection to HOST:PORT
+constexpr int kAttachTokenRefused = 5; // the job refused the token
 constexpr std::size_t kMinTokenLength = 16;
 
 /// The token: the file's first line, else $DEVICERACE_ATTACH_TOKEN. Throws UsageError when there
