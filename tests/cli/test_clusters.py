@@ -22,6 +22,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import slurm_fixture  # noqa: E402
+import sshd_fixture  # noqa: E402
 from sshd_fixture import free_port  # noqa: E402
 
 CLI = None
@@ -115,7 +116,7 @@ class SlurmLanes(unittest.TestCase):
                   f"{local['samples_per_sec']:.0f} ({slurm['samples_per_sec'] / local['samples_per_sec']:.2f}x, "
                   f"live beside 2 more lanes); first sample {first_sample_after(rec, 'slurm', started):.1f} s after "
                   "the race began", file=sys.stderr)
-            self.assertEqual(self.cluster.jobs(), [], "the job is gone once the lane finished")
+            wait_for(lambda: not self.cluster.jobs(), 30, "the job to leave the queue once the lane finished")
 
     def test_scancel_fails_only_the_slurm_lane_with_slurms_word(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -175,6 +176,45 @@ class SlurmLanes(unittest.TestCase):
                                timeout=120, env=self.env())
             self.assertEqual(r.returncode, 2, (lane, r.stdout, r.stderr))
             self.assertIn(expected, r.stderr, lane)
+
+
+@unittest.skipIf(slurm_fixture.available() or sshd_fixture.available(),
+                 slurm_fixture.available() or sshd_fixture.available() or "")
+class SlurmThroughALoginHost(unittest.TestCase):
+    """slurm://HOST/...: srun, squeue and scancel run on the login host through ssh (a real sshd on
+    a loopback port whose sessions find the test's cluster through SLURM_CONF)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = slurm_fixture.SlurmCluster()
+        try:
+            cls.sshd = sshd_fixture.Sshd()
+            with open(f"{cls.sshd.dir}/sshd_config", "a") as f:
+                f.write(f"SetEnv SLURM_CONF={cls.cluster.dir}/slurm.conf OMP_WAIT_POLICY=PASSIVE\n")
+            cls.sshd.kill()
+            cls.sshd.start()
+        except Exception:
+            cls.cluster.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sshd.stop()
+        cls.cluster.close()
+
+    def test_srun_on_the_login_host_races_the_job(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = os.path.join(tmp, "s.json")
+            env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}  # only the login host knows it
+            env.update(DEVICERACE_SSH_CONFIG=self.sshd.config, OMP_WAIT_POLICY="PASSIVE")
+            r = subprocess.run([CLI, "race", "--workload", "fashion-mlp", *SMALL, "--steps", "30", "--quiet",
+                                "--json", summary,
+                                "--lane", f"slurm://{self.sshd.ALIAS}/cpu,workers=2,threads=1,cli={CLI},name=login"],
+                               capture_output=True, text=True, timeout=300, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            lane = lanes_of(summary)["login"]
+            self.assertEqual((lane["status"], lane["kind"], lane["workers"]), ("finished", "slurm", 2))
+            self.assertTrue(lane["job"].isdigit(), lane)
 
 
 def torchrun(port, listen, token_file, *extra, nproc=2):

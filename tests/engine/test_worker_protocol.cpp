@@ -371,6 +371,9 @@ TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
         "cuda:0-3,threads=2,fault=abort:5@2,workers=2,backend=nccl,global_batch=fixed,master=10.0.0.1,name=ranks",
         "cuda:1,precision=fp16,cmd=my-trainer --fast,name=theirs",
         "cpu,framework=keras-jax,fault=hang,cli=/opt/dr/bin/devicerace-cli",
+        "slurm://me@login1:2222/cuda:0-7,workers=2,backend=nccl,nodes=8,partition=gpu,time=20,queue=1800,port=29555,"
+        "name=cluster",
+        "attach://10.0.0.5:29400/cpu,threads=4,token_file=/run/job.token,name=job",
     };
     std::set<std::string> covered;
     for (const auto& text : lanes) {
@@ -385,7 +388,10 @@ TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
         }
         EXPECT_EQ(laneFromFields(fields), spec) << fields.dump();
         // Through a worker's config (which drops what a worker must not learn: host, cli, cmd).
-        if (!spec.cmd && laneKind(spec) != LaneKind::Parallel) {
+        if (!spec.launcher.empty()) {
+            // The launcher's lane never travels: rank 0 gets launchedMemberSpec's.
+            EXPECT_THROW(configFromMessage(configMessage(spec, LaneRunSettings{})), UsageError);
+        } else if (!spec.cmd && laneKind(spec) != LaneKind::Parallel) {
             auto [back, settings] = configFromMessage(configMessage(spec, LaneRunSettings{}));
             LaneSpec expected = spec;
             expected.isolate.reset();

@@ -209,9 +209,9 @@ void Race::wait() {
 RaceSummary Race::summary() const {
     RaceSummary out;
     out.workload = m_impl->spec.workload;
-    out.datasetName = m_impl->data->name;
+    out.datasetName = dataset().name;
     out.dataNote = m_impl->dataNote;
-    out.synthetic = m_impl->data->synthetic;
+    out.synthetic = dataset().synthetic;
     out.fair = m_impl->spec.fair;
     for (const auto& lane : m_impl->lanes) {
         out.lanes.push_back(lane->summary());

@@ -156,7 +156,7 @@ std::pair<LaneSpec, LaneRunSettings> configFromMessage(const json& m) {
         if (!spec.host.empty()) {
             throw UsageError("a worker runs its lane where it is: the lane may not name another host");
         }
-        if (laneKind(spec) == LaneKind::Parallel) {
+        if (laneKind(spec) == LaneKind::Parallel || !spec.launcher.empty()) {
             throw UsageError("a worker trains one rank of a data-parallel lane, not a whole one (config.dist)");
         }
         if (auto data = optionalOf<std::string>(m, "data")) {
