@@ -163,6 +163,27 @@ class SlurmLanes(unittest.TestCase):
                                 for m in states), states)
             wait_for(lambda: not self.cluster.jobs(), 30, "the cancelled job to leave the queue")
 
+    def test_stopping_the_race_cancels_a_queued_job(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = os.path.join(tmp, "rec")
+            p = subprocess.Popen([CLI, "race", "--workload", "fashion-mlp", *SMALL, "--steps", "100000", "--quiet",
+                                  "--record", rec, "--lane", "slurm:///cpu,nodes=2,threads=1,name=waiting",
+                                  "--lane", "cpu,threads=1,batch=16,name=other"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env())
+            try:
+                wait_for(lambda: any(s.get("message", "").startswith("queued: job ")
+                                     for s in lane_samples(rec, "waiting")), 60, "the job to be queued")
+                self.assertEqual(len(self.cluster.jobs()), 1)
+                p.send_signal(signal.SIGINT)
+                p.communicate(timeout=120)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+            wait_for(lambda: not self.cluster.jobs(), 30, "the stopped race's job to leave the queue")
+            ends = [s for s in lane_samples(rec, "waiting") if s["kind"] == "state" and s["state"] == "stopped"]
+            self.assertEqual(len(ends), 1, lane_samples(rec, "waiting")[-3:])
+            self.assertRegex(ends[0]["message"], r"stopped: job \d+ cancelled")
+
     def test_slurm_lane_keys_are_checked(self):
         for lane, expected in (("slurm://", "expected slurm://[login-host]/DEVICE"),
                                ("slurm:///cpu+cpu", "one kind of device"),
