@@ -353,6 +353,7 @@ void RaceController::refreshLaunched(LaneInfo& info, const Lane& lane) {
                        .arg(s.workers)
                        .arg(QString::fromStdString(s.nodes.empty() ? std::string("?") : s.nodes));
     }
+    info.settled = !s.nodes.empty(); // rank 0's ready came: steps, batch and nodes are final
 }
 
 void RaceController::poll() {
@@ -362,7 +363,7 @@ void RaceController::poll() {
     if (m_race) {
         auto lanes = m_race->lanes();
         for (std::size_t i = 0; i < lanes.size(); ++i) {
-            if (i < m_lanes.size() && m_lanes[i].launched) {
+            if (i < m_lanes.size() && m_lanes[i].launched && !m_lanes[i].settled && !isTerminal(lanes[i]->state())) {
                 refreshLaunched(m_lanes[i], *lanes[i]);
             }
             auto batch = lanes[i]->takeSamples();

@@ -30,6 +30,7 @@ struct LaneInfo {
     std::optional<double> costPerHour;
     bool launched = false; // slurm:// or attach://: its job, shape and size are known once it runs
     QString job;           // "job 12 · 2 ranks on localhost" once known
+    bool settled = false;  // launched: rank 0 said ready, nothing above changes any more
 };
 
 class RaceController : public QObject {

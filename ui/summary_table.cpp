@@ -68,7 +68,10 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                                           : QString::fromStdString(toString(l.state) + ": " + l.error));
         const QStringList cells = {
             QString::fromStdString(l.name),
-            QString::fromStdString(l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device),
+            QString::fromStdString(l.kind == LaneKind::Slurm      ? "slurm/" + l.device
+                                   : l.kind == LaneKind::Attached ? "job/" + l.device
+                                   : l.host.empty()               ? l.device
+                                                                  : parseSshTarget(l.host).host + "/" + l.device),
             lm ? (l.tokensPerSec ? groupedNumber(*l.tokensPerSec) : dash)
                : (l.samplesPerSec ? groupedNumber(*l.samplesPerSec) : dash),
             l.stepsPerSec ? QString::number(*l.stepsPerSec, 'f', 1) : dash,

@@ -152,10 +152,6 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
     return launched ? runLaunchedWorker(0, out, proto, launch) : runWorker(0, out, proto);
 }
 
-int runAttachCommand(const std::string& address, int proto, const std::string& tokenFile) {
-    return runAttachBridge(address, proto, tokenFile);
-}
-
 int runWorkloads(bool json) {
     fmt::print("{}", json ? workloadsJson() : workloadsText());
     return 0;

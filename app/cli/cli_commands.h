@@ -28,7 +28,6 @@ int runDevices(bool json, bool remeasurePeaks = false);
 int runRemoteDevices(const std::string& host, const std::string& cli, bool json);
 /// worker --proto N: stdout is moved aside (only protocol lines go there), then the worker runs.
 int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch& launch = {});
-int runAttachCommand(const std::string& address, int proto, const std::string& tokenFile);
 int runWorkloads(bool json);
 int runRace(RaceOptions options);
 int runPresets(bool json);

@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
         return cli::runWorkerCommand(workerProto, workerFramework, workerLaunch);
     }
     if (*attach) {
-        return cli::runAttachCommand(attachAddress, attachProto, attachTokenFile);
+        return runAttachBridge(attachAddress, attachProto, attachTokenFile);
     }
     if (*devices) {
         return devicesHost.empty() ? cli::runDevices(devicesJson, remeasurePeaks)

@@ -3,23 +3,14 @@
 #include <fmt/format.h>
 
 #include "distributed/parallel_lane.h"
+#include "lanes/lane_fields.h"
 
 namespace devicerace::detail {
 
 LaneSpec launchedMemberSpec(const LaneSpec& spec) {
     LaneSpec m = spec;
-    m.launcher.clear();
-    m.launcherTarget.clear();
-    m.nodes.reset();
-    m.partition.reset();
-    m.timeLimit.reset();
-    m.queueLimit.reset();
-    m.storePort.reset();
-    m.tokenFile.reset();
-    m.workers.reset();
-    m.backend.reset();
-    m.fixedGlobalBatch.reset();
-    m.cli.reset();
+    detail::clearGroupKeys(m);
+    m.cli.reset();                                    // the nodes' devicerace-cli: srun's business, never the worker's
     m.device = spec.device == "cpu" ? "cpu" : "cuda"; // each rank takes its local rank's GPU
     return m;
 }

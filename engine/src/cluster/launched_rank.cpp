@@ -19,6 +19,7 @@
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
 #include "lanes/thread_lane.h"
+#include "util/host_name.h"
 #include "workers/protocol.h"
 
 namespace devicerace::detail {
@@ -63,12 +64,6 @@ long long required(const char* name, const char* launcher) {
     return *v;
 }
 
-std::string thisHost() {
-    char buf[256] = {};
-    ::gethostname(buf, sizeof buf - 1);
-    return buf;
-}
-
 } // namespace
 
 std::string launchKey(const std::string& what) { return "devicerace/launch/" + what; }
@@ -83,7 +78,7 @@ LaunchedRank launchedRankFromEnvironment(const std::string& source) {
         me.nodes = static_cast<int>(envInteger("SLURM_JOB_NUM_NODES").value_or(envInteger("SLURM_NNODES").value_or(1)));
         me.localWorld = me.nodes > 0 ? (me.world + me.nodes - 1) / me.nodes : me.world;
         me.jobId = env("SLURM_JOB_ID").value_or(env("SLURM_JOBID").value_or(""));
-        me.nodeList = env("SLURM_JOB_NODELIST").value_or(env("SLURM_NODELIST").value_or(thisHost()));
+        me.nodeList = env("SLURM_JOB_NODELIST").value_or(env("SLURM_NODELIST").value_or(hostName()));
         // Rank 0 runs on the first node of the job: one node is this machine.
         me.masterAddr = env("MASTER_ADDR").value_or(me.nodes <= 1 ? "127.0.0.1" : firstSlurmHost(me.nodeList));
         long long jobNumber = 0;
@@ -106,7 +101,7 @@ LaunchedRank launchedRankFromEnvironment(const std::string& source) {
         me.masterPort = static_cast<int>(required("MASTER_PORT", "env"));
         me.agentStore = env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
         me.jobId = env("TORCHELASTIC_RUN_ID").value_or("");
-        me.nodeList = me.nodes <= 1 ? thisHost() : me.masterAddr;
+        me.nodeList = me.nodes <= 1 ? hostName() : me.masterAddr;
     } else {
         throw UsageError(fmt::format("worker: --ranks-from {} (expected slurm or env)", source));
     }
@@ -180,7 +175,7 @@ int runLaunchedFollower(const LaunchedRank& me) {
     const auto mine = [&](const std::string& what) { return launchKey(fmt::format("{}/{}", what, me.rank)); };
     std::unique_ptr<ThreadLane> lane;
     try {
-        store->set(mine("alive"), thisHost());
+        store->set(mine("alive"), hostName());
         // The lane, once a parent sent it to rank 0 (an attached job may wait long for one).
         std::optional<std::string> config;
         while (!config) {
@@ -210,7 +205,7 @@ int runLaunchedFollower(const LaunchedRank& me) {
             settings.allowProcessFaults = true;
             lane = std::make_unique<ThreadLane>(spec, settings);
         } catch (const std::exception& e) {
-            store->set(mine("ready"), fmt::format("{}: {}", thisHost(), e.what()));
+            store->set(mine("ready"), fmt::format("{}: {}", hostName(), e.what()));
             say(e.what());
             return 2;
         }

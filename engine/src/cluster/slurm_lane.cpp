@@ -72,15 +72,16 @@ struct SlurmLane::Impl {
     std::string queueFailure; // the watcher cancelled the job: why
     std::thread launch, watcher;
 
-    // A Slurm command, here or on the login host.
-    std::vector<std::string> command(std::vector<std::string> argv) const {
+    // A Slurm command, here or on the login host (ssh in BatchMode; its shell re-parses the one
+    // string, so every word is quoted).
+    std::vector<std::string> command(const std::vector<std::string>& argv) const {
         if (!login) {
             return argv;
         }
         auto ssh = detail::sshOptions(*login);
-        std::string remote;
+        std::string remote = "exec";
         for (const auto& a : argv) {
-            remote += (remote.empty() ? "" : " ") + detail::shellQuote(a);
+            remote += " " + detail::shellQuote(a);
         }
         ssh.insert(ssh.end(), {"--", login->host, remote});
         return ssh;
@@ -89,19 +90,8 @@ struct SlurmLane::Impl {
     detail::WorkerEndpoint endpoint() const {
         detail::WorkerEndpoint ep;
         const auto cli = spec.cli.value_or(login ? std::string("devicerace-cli") : detail::localWorkerProgram());
-        auto argv = detail::srunArgv(spec, jobName, cli);
-        if (login) {
-            std::string remote = "exec";
-            for (const auto& a : argv) {
-                remote += " " + detail::shellQuote(a);
-            }
-            ep.program = detail::sshOptions(*login);
-            ep.program.insert(ep.program.end(), {"--", login->host, remote}); // ssh appends "--proto N"
-            ep.where = login->host;
-        } else {
-            ep.program = std::move(argv);
-            ep.where = "this machine";
-        }
+        ep.program = command(detail::srunArgv(spec, jobName, cli)); // then "--proto N" (ssh joins the words)
+        ep.where = login ? login->host : "this machine";
         ep.cli = cli;
         ep.who = fmt::format("the Slurm job {}", jobName);
         ep.helloTimeout = spec.queueLimit.value_or(kDefaultQueueLimit) + kHelloAfterQueue;
@@ -160,8 +150,8 @@ struct SlurmLane::Impl {
                                           nodes == "1" ? "" : "s", reason, queuePosition(id, partition));
                     if (since(begun) > limit && !cancelled) {
                         queueFailure = fmt::format("job {} was still queued after {:.0f} s (Slurm's reason: {}); "
-                                                   "cancelled it (queue={} waits longer)",
-                                                   id, limit, reason, static_cast<long long>(limit * 4));
+                                                   "cancelled it (raise queue= to wait longer)",
+                                                   id, limit, reason);
                         cancel();
                         cancelled = true;
                     }

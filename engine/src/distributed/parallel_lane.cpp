@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "devicerace/errors.h"
+#include "lanes/lane_fields.h"
+#include "util/host_name.h"
 #include "workers/worker_lane.h"
 
 namespace devicerace {
@@ -33,12 +35,6 @@ std::string hostOf(const LaneMember& m) { return m.host.empty() ? std::string() 
 std::string rankName(int rank, const LaneMember& m) {
     return m.host.empty() ? fmt::format("rank {} ({})", rank, m.device)
                           : fmt::format("rank {} ({}, {})", rank, hostOf(m), m.device);
-}
-
-std::string thisHostName() {
-    char buf[256] = {};
-    ::gethostname(buf, sizeof buf - 1);
-    return buf;
 }
 
 // The fault a test injects hits one rank: fault=KIND[:STEP][@RANK], default the last rank.
@@ -80,11 +76,7 @@ struct ParallelLane::Impl {
 
     LaneSpec memberSpec(int rank) const {
         LaneSpec m = spec;
-        m.members.clear();
-        m.workers.reset();
-        m.backend.reset();
-        m.fixedGlobalBatch.reset();
-        m.master.reset();
+        detail::clearGroupKeys(m);
         m.device = ranks[static_cast<std::size_t>(rank)].device;
         m.host = ranks[static_cast<std::size_t>(rank)].host;
         m.isolate = LaneKind::Process;
@@ -103,7 +95,7 @@ struct ParallelLane::Impl {
         if (hostOf(zero) == hostOf(mine)) {
             return "127.0.0.1";
         }
-        return zero.host.empty() ? thisHostName() : hostOf(zero);
+        return zero.host.empty() ? detail::hostName() : hostOf(zero);
     }
 
     void connect() {

@@ -19,6 +19,10 @@ void applyLaneKey(LaneSpec& spec, std::string_view key, std::string_view value, 
 /// was applied; throws UsageError naming the lane `text`.
 void checkLaneSpec(const LaneSpec& spec, const std::string& text);
 
+/// Clears what belongs to a whole data-parallel lane and not to one of its ranks: the ranks'
+/// devices, workers, backend, global_batch, master and the launcher's keys (slurm://, attach://).
+void clearGroupKeys(LaneSpec& spec);
+
 /// ",threads=2,batch=64,...,name=x": every key the spec sets, in the table's order.
 std::string formatLaneKeys(const LaneSpec& spec);
 

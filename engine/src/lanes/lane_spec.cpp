@@ -308,6 +308,22 @@ void detail::checkLaneSpec(const LaneSpec& spec, const std::string& text) {
     }
 }
 
+void detail::clearGroupKeys(LaneSpec& s) {
+    s.members.clear();
+    s.workers.reset();
+    s.backend.reset();
+    s.fixedGlobalBatch.reset();
+    s.master.reset();
+    s.launcher.clear();
+    s.launcherTarget.clear();
+    s.nodes.reset();
+    s.partition.reset();
+    s.timeLimit.reset();
+    s.queueLimit.reset();
+    s.storePort.reset();
+    s.tokenFile.reset();
+}
+
 std::string formatLaneSpec(const LaneSpec& s) {
     std::string out;
     if (!s.launcher.empty()) {

@@ -21,6 +21,7 @@
 
 #include "devicerace/errors.h"
 #include "train/store_holder.h"
+#include "util/host_name.h"
 
 namespace devicerace::detail {
 
@@ -44,12 +45,6 @@ const std::string kGo = "devicerace/go";
 std::string joinedKey(int rank) { return fmt::format("devicerace/joined/{}", rank); }
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string hostName() {
-    char buf[256] = {};
-    ::gethostname(buf, sizeof buf - 1);
-    return buf;
-}
 
 } // namespace
 

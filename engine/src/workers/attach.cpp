@@ -36,7 +36,7 @@ constexpr int kConnectSeconds = 10;
 constexpr std::size_t kMaxAuthLine = 4096;
 
 void logLine(const std::string& text) {
-    std::fprintf(stderr, "devicerace-cli: %s\n", text.c_str());
+    std::fprintf(stderr, "%s%s\n", std::string(kAttachLogPrefix).c_str(), text.c_str());
     std::fflush(stderr);
 }
 
@@ -156,8 +156,8 @@ int acceptParent(const std::string& listen, const std::string& token, const std:
     }
     const int server = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, 0);
     const int one = 1;
-    ::setsockopt(server, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (server < 0 || ::bind(server, found->ai_addr, found->ai_addrlen) != 0 || ::listen(server, 4) != 0) {
+    if (server < 0 || ::setsockopt(server, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        ::bind(server, found->ai_addr, found->ai_addrlen) != 0 || ::listen(server, 4) != 0) {
         const auto why = std::strerror(errno);
         ::freeaddrinfo(found);
         if (server >= 0) {

@@ -6,6 +6,7 @@
 // worker, so the worker protocol, its supervision and its failure messages stay the same.
 #include <atomic>
 #include <string>
+#include <string_view>
 
 namespace devicerace::detail {
 
@@ -13,6 +14,8 @@ namespace devicerace::detail {
 constexpr int kAttachUnreachable = 4;  // no connection to HOST:PORT
 constexpr int kAttachTokenRefused = 5; // the job refused the token
 constexpr std::size_t kMinTokenLength = 16;
+/// What the listener and the bridge put before each line they log on stderr.
+constexpr std::string_view kAttachLogPrefix = "devicerace-cli: ";
 
 /// The token: the file's first line, else $DEVICERACE_ATTACH_TOKEN. Throws UsageError when there
 /// is none, it is shorter than kMinTokenLength, or the file cannot be read.

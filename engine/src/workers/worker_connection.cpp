@@ -399,7 +399,7 @@ std::string WorkerConnection::classifyBeforeHello(int status) const {
     }
     if (!m_ep.attach.empty() && (code == kAttachUnreachable || code == kAttachTokenRefused || code == 2)) {
         return tail.empty() ? fmt::format("cannot attach to {} ({})", m_ep.attach, describeWaitStatus(status))
-                            : tail.substr(tail.find("devicerace-cli: ") == 0 ? 16 : 0);
+                            : tail.substr(tail.starts_with(kAttachLogPrefix) ? kAttachLogPrefix.size() : 0);
     }
     if (code == 3) {
         return fmt::format("{} refused worker protocol {}: it runs another DeviceRace version; install the same "

@@ -322,9 +322,7 @@ LaneKind WorkerLane::kind() const { return laneKind(m_impl->spec); }
 const LaneSpec& WorkerLane::spec() const { return m_impl->spec; }
 // A launched lane's global batch: rank 0's × the job's ranks (as a data-parallel lane's).
 std::int64_t WorkerLane::batch() const { return m_impl->ready.batch * m_impl->ready.ranks.value_or(1); }
-int WorkerLane::launchedRanks() const { return m_impl->ready.ranks.value_or(1); }
 const std::string& WorkerLane::launchedJob() const { return m_impl->ready.job; }
-const std::string& WorkerLane::launchedNodes() const { return m_impl->ready.nodes; }
 std::int64_t WorkerLane::totalSteps() const { return m_impl->ready.totalSteps; }
 std::shared_ptr<const Dataset> WorkerLane::dataset() const { return m_impl->data; }
 const DeviceReport* WorkerLane::workerMachine() const { return &m_impl->conn->devices(); }

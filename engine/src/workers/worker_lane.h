@@ -34,10 +34,8 @@ public:
     const std::string& workerVersion() const;
     /// Rank 0 of a data-parallel lane: the port its rendezvous store listens on.
     std::optional<int> storePort() const;
-    /// A launched lane's rank 0 (slurm://, attach://): the job's ranks, id and nodes, from its ready.
-    int launchedRanks() const;
+    /// A launched lane's rank 0 (slurm://, attach://): the job's id, from its ready.
     const std::string& launchedJob() const;
-    const std::string& launchedNodes() const;
 
 private:
     WorkerLane(LaneSpec spec, LaneRunSettings settings, std::optional<detail::WorkerEndpoint> endpoint);

@@ -20,6 +20,7 @@
 #include "cluster/launched_rank.h"
 #include "train/rendezvous_store.h"
 #include "lanes/thread_lane.h"
+#include "util/host_name.h"
 #include "workers/attach.h"
 #include "workers/protocol.h"
 
@@ -85,12 +86,6 @@ private:
     mutable std::mutex m_mutex;
     bool m_broken = false;
 };
-
-std::string hostName() {
-    char buf[256] = {};
-    ::gethostname(buf, sizeof buf - 1);
-    return buf;
-}
 
 class WorkerServer {
 public:
@@ -211,7 +206,7 @@ private:
         m_out.send({{"type", "hello"},
                     {"proto", detail::protoVersion()},
                     {"version", DEVICERACE_VERSION},
-                    {"host", hostName()},
+                    {"host", detail::hostName()},
                     {"pid", ::getpid()},
                     {"devices", devices}});
     }
