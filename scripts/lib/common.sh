@@ -23,3 +23,19 @@ ccache_args() {
         echo "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache"
     fi
 }
+
+# Free space, in whole GiB, on the file system that holds PATH (or its nearest existing parent).
+free_gib() {
+    local path="$1"
+    while [[ ! -e "$path" ]]; do path="$(dirname "$path")"; done
+    df -Pk "$path" | awk 'NR == 2 { print int($4 / 1048576) }'
+}
+# need_space PATH GIB WHAT: stops with a clear message when the disk under PATH has less than GIB
+# GiB free, naming what needs the room and the usual culprits (old clones and build folders in /tmp).
+need_space() {
+    local free
+    free="$(free_gib "$1")"
+    if ((free < $2)); then
+        die "only $free GiB free on the disk under $1; $3 needs about $2 GiB. Old checkouts, build folders and .venv copies under /tmp are the usual cause: du -sh /tmp/* | sort -h"
+    fi
+}
