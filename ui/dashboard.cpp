@@ -330,8 +330,10 @@ void Dashboard::refreshCharts() {
         shared = std::max(shared, c->autoXTicks(xMax).hi);
     }
     m_throughput->setLogScale(wantLog());
+    const BandSources bands = m_race->bandSources();
     for (auto* c : charts()) {
         c->setSharedXMax(shared);
+        c->setBandSources(bands);
         c->refresh(histories);
         paintMs += c->view()->lastPaintMs();
     }
@@ -384,6 +386,11 @@ void Dashboard::setPresentation(bool on, double fontScale) {
     // 1.4x the body text; in presentation 2x the scaled text, above the strip's 1.35x names.
     titleFont.setPointSizeF(titleFont.pointSizeF() * (on ? 2.0 : 1.4) * fontScale);
     m_title->setFont(titleFont);
+    // The repeats' verdict is what the audience asks about: as large as the strip's status text.
+    QFont repeatFont = font();
+    repeatFont.setBold(true);
+    repeatFont.setPointSizeF(repeatFont.pointSizeF() * (on ? 1.3 : 1.0) * fontScale);
+    m_repeatLabel->setFont(repeatFont);
     updateTitle();
     arrange(true);
 }

@@ -297,6 +297,7 @@ bool MainWindow::startRace() {
     m_repeatTotal = m_setup->repeats();
     m_repeatIndex = 1;
     m_repeatSummaries.clear();
+    m_race->clearRepeats();
     m_repeatText.clear();
     m_dashboard->setRepeatNote({});
     m_stopRequested = false;
@@ -330,14 +331,36 @@ bool MainWindow::startRepeat() {
     return m_race->start(m_repeatSpec, m_setup->laneColors(), recordDir);
 }
 
+QString MainWindow::verdictText(const RepeatSummary& repeats) {
+    // Each lane's speedup over the first as median ± spread.
+    QStringList parts;
+    for (const auto& lane : repeats.lanes) {
+        if (!lane.baseline && lane.speedup) {
+            parts << QString::fromStdString(lane.name + " " + speedupText(lane));
+        }
+    }
+    return tr("%1 repeats: ").arg(repeats.repeats.size()) + parts.join(QStringLiteral(" · "));
+}
+
 bool MainWindow::openRecording(const QString& dir) {
     QString error;
     if (!m_race->addRecording(dir, &error)) {
         showError(error);
         return false;
     }
-    statusBar()->showMessage(tr("Opened %1: it replays beside the live lanes on Start, or alone with Replay").arg(dir),
-                             8000);
+    if (const auto& opened = m_race->openedRepeats()) {
+        m_dashboard->setRepeatNote(verdictText(*opened)); // recorded lanes: named "… (rec)" on screen
+    }
+    if (const auto repeats = repeatSetFolders(dir.toStdString()); repeats.size() > 1) {
+        statusBar()->showMessage(tr("Opened %1: its last repeat replays, drawn with each lane's band across the %2 "
+                                    "repeats")
+                                     .arg(dir)
+                                     .arg(repeats.size()),
+                                 8000);
+    } else {
+        statusBar()->showMessage(
+            tr("Opened %1: it replays beside the live lanes on Start, or alone with Replay").arg(dir), 8000);
+    }
     updateActions();
     return true;
 }
@@ -369,6 +392,8 @@ void MainWindow::onFinished() {
         // A stopped repeat is partial: it does not enter the spread.
         if (auto summary = m_race->summary(); summary && m_race->hasRace() && !m_stopRequested) {
             m_repeatSummaries.push_back(std::move(*summary));
+            // Its curves too: the charts draw each lane's band across the repeats.
+            m_race->keepRepeat();
         }
         if (m_repeatIndex < m_repeatTotal && !m_stopRequested && !m_closing) {
             ++m_repeatIndex;
@@ -383,15 +408,7 @@ void MainWindow::onFinished() {
                 tr("stopped in repeat %1 of %2: no spread from fewer than two").arg(m_repeatIndex).arg(m_repeatTotal);
             m_dashboard->setRepeatNote(m_repeatText);
         } else {
-            // The verdict: each lane's speedup over the first as median ± spread.
-            const auto repeats = summarizeRepeats(m_repeatSummaries);
-            QStringList parts;
-            for (const auto& lane : repeats.lanes) {
-                if (!lane.baseline && lane.speedup) {
-                    parts << QString::fromStdString(lane.name + " " + speedupText(lane));
-                }
-            }
-            m_repeatText = tr("%1 repeats: ").arg(repeats.repeats.size()) + parts.join(QStringLiteral(" · "));
+            m_repeatText = verdictText(summarizeRepeats(m_repeatSummaries));
             m_dashboard->setRepeatNote(m_repeatText);
         }
     }

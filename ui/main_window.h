@@ -7,6 +7,7 @@
 
 #include "devicerace/lane_spec.h"
 #include "devicerace/race.h"
+#include "devicerace/repeats.h"
 
 class QAction;
 class QToolBar;
@@ -134,6 +135,8 @@ private:
     std::vector<RaceSummary> m_repeatSummaries;
     QString m_repeatText;
     bool startRepeat(); // the next repeat of m_repeatSpec
+    /// "3 repeats: cpu·2 1.53× ± 0.08 (N = 3) · …" (live repeats and opened repeat sets).
+    static QString verdictText(const RepeatSummary& repeats);
 };
 
 } // namespace devicerace::ui

@@ -108,6 +108,7 @@ void MainWindow::buildToolbar() {
     bar->addWidget(speed);
     m_removeRecorded = bar->addAction(tr("Remove recorded lanes"), this, [this] {
         m_race->clearRecordings();
+        m_dashboard->setRepeatNote(m_repeatText); // an opened repeat set's verdict goes with its lanes
         updateActions();
     });
     m_removeRecorded->setToolTip(tr("Take the recorded lanes off the charts (the recordings stay on disk)"));

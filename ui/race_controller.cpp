@@ -4,6 +4,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
+#include "devicerace/repeats.h"
 #include "devicerace/workload.h"
 #include "background_task.h"
 #include "palette.h"
@@ -122,8 +123,23 @@ void RaceController::begin(std::unique_ptr<Race> race, const std::vector<QColor>
 
 bool RaceController::addRecording(const QString& dir, QString* error) {
     std::shared_ptr<const Recording> rec;
+    std::map<std::string, std::vector<LaneHistory>> earlier; // a repeat set's earlier repeats
     try {
-        rec = std::make_shared<Recording>(readRecording(dir.toStdString()));
+        const auto repeats = repeatSetFolders(dir.toStdString());
+        rec = std::make_shared<Recording>(
+            readRecording(repeats.empty() ? std::filesystem::path(dir.toStdString()) : repeats.back()));
+        std::vector<RaceSummary> summaries;
+        for (std::size_t r = 0; r + 1 < repeats.size(); ++r) {
+            const auto repeat = readRecording(repeats[r]);
+            summaries.push_back(summarizeRecording(repeat));
+            for (auto& [lane, history] : historiesOf(repeat)) {
+                earlier[lane].push_back(std::move(history));
+            }
+        }
+        if (!summaries.empty()) {
+            summaries.push_back(summarizeRecording(*rec));
+            m_openedRepeats = summarizeRepeats(std::move(summaries));
+        }
     } catch (const std::exception& e) {
         if (error) {
             *error = QString::fromStdString(e.what());
@@ -132,6 +148,10 @@ bool RaceController::addRecording(const QString& dir, QString* error) {
         return false;
     }
     m_recordings.push_back(rec);
+    if (!earlier.empty()) {
+        m_recordedRepeats[rec.get()] = std::move(earlier);
+        ++m_bandGeneration;
+    }
     if (!m_race) {
         m_lanes.clear();
         m_histories.clear();
@@ -166,6 +186,9 @@ bool RaceController::replaying() const { return !m_replays.empty() && !replayDon
 
 void RaceController::clearRecordings() {
     m_recordings.clear();
+    m_recordedRepeats.clear();
+    m_openedRepeats.reset();
+    ++m_bandGeneration;
     m_lanes.resize(m_liveLanes);
     m_histories.resize(m_liveLanes);
     m_replays.clear();

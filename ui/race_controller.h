@@ -9,12 +9,15 @@
 #include <QTimer>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "devicerace/lane_spec.h"
 #include "devicerace/race.h"
 #include "devicerace/recording.h"
+#include "devicerace/repeats.h"
+#include "charts/repeat_band.h"
 #include "lane_history.h"
 
 namespace devicerace::ui {
@@ -33,6 +36,9 @@ struct LaneInfo {
     bool settled = false;  // launched: rank 0 said ready, nothing above changes any more
 };
 
+/// Each lane's whole history, from a recording's samples.
+std::map<std::string, LaneHistory> historiesOf(const Recording& recording);
+
 class RaceController : public QObject {
     Q_OBJECT
 public:
@@ -48,7 +54,9 @@ public:
                LaneFactory factory = {});
     /// Adds the lanes of a recording, shown complete at once (to look at); they replay from the
     /// start beside the live lanes on the next start(), or alone on replayRecordings(). False
-    /// + `error` when the folder is not a readable recording.
+    /// + `error` when the folder is not a readable recording. A repeat set (a folder of
+    /// repeat-1 … repeat-N recordings, as --repeat and the window's repeats write) adds its last
+    /// repeat, drawn with the band of all N.
     bool addRecording(const QString& dir, QString* error = nullptr);
     /// Plays the recorded lanes again from their start, at the replay speed.
     void replayRecordings();
@@ -107,6 +115,18 @@ public:
     /// Collects pending samples now (the timer does this ~15 times a second).
     void poll();
 
+    /// Repeats (issue 29): keeps the live lanes' histories of the race just finished as one more
+    /// repeat; the charts draw each lane's band across the kept repeats and the running one.
+    void keepRepeat();
+    /// Forgets the kept repeats (a new race, not a repeat of the last).
+    void clearRepeats();
+    int keptRepeats() const { return static_cast<int>(m_pastRepeats.size()); }
+    /// Each lane's other repeats: the kept ones for live lanes, the earlier repeats of a repeat
+    /// set for its recorded lanes.
+    BandSources bandSources() const;
+    /// The spread of the last repeat set opened (addRecording of a repeat-K folder), else nullopt.
+    const std::optional<RepeatSummary>& openedRepeats() const { return m_openedRepeats; }
+
 Q_SIGNALS:
     void settingUp(); // start() began building a race
     void started();
@@ -133,6 +153,13 @@ private:
     std::unique_ptr<RecordingWriter> m_recorder;
     QString m_recordDir;
     std::vector<std::shared_ptr<const Recording>> m_recordings;
+    // Kept repeats of the live race (each: the live lanes' histories), and the earlier repeats of
+    // each opened repeat set (by recording, then lane name). Never modified once stored: the
+    // charts hold pointers into them until the generation changes.
+    std::vector<std::vector<LaneHistory>> m_pastRepeats;
+    std::map<const Recording*, std::map<std::string, std::vector<LaneHistory>>> m_recordedRepeats;
+    std::uint64_t m_bandGeneration = 0;
+    std::optional<RepeatSummary> m_openedRepeats;
     std::vector<Replay> m_replays;
     double m_replaySpeed = 1.0;
     double m_replayTime = -1;     // >= 0: the replay position, set by the caller

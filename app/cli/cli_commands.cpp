@@ -383,6 +383,21 @@ int runRace(RaceOptions options) {
 
 int runReplay(const std::string& dir) {
     try {
+        if (const auto repeats = repeatSetFolders(dir); !repeats.empty()) {
+            // A repeat set: each repeat's line, then the spread as --repeat printed it.
+            std::vector<RaceSummary> summaries;
+            for (const auto& folder : repeats) {
+                const auto rec = readRecording(folder);
+                fmt::print("{} · {} · started {} · {}{}\n", folder.string(), rec.workload, rec.startedAt,
+                           rec.machine.cpu.model, rec.gpuNames.empty() ? "" : " · " + rec.gpuNames);
+                for (const auto& w : rec.warnings) {
+                    fmt::print("note: {}\n", w);
+                }
+                summaries.push_back(summarizeRecording(rec));
+            }
+            fmt::print("{}", repeatsText(summarizeRepeats(std::move(summaries))));
+            return 0;
+        }
         const auto rec = readRecording(dir);
         fmt::print("recording {} · {} · started {} · {}{}\n", dir, rec.workload, rec.startedAt, rec.machine.cpu.model,
                    rec.gpuNames.empty() ? "" : " · " + rec.gpuNames);

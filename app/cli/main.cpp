@@ -134,8 +134,9 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 100));
 
     std::string replayDir;
-    auto* replay = app.add_subcommand("replay", "Print the summary table of a recording");
-    replay->add_option("DIR", replayDir, "Recording folder")->required();
+    auto* replay =
+        app.add_subcommand("replay", "Print the summary table of a recording, or a repeat set's spread (DIR/repeat-K)");
+    replay->add_option("DIR", replayDir, "Recording folder, or a folder of repeat-K recordings")->required();
 
     cli::ExportOptions exportOpt;
     auto* exporter = app.add_subcommand("export", "Export a recording: CSV, JSON summary, TensorBoard, DAWNBench TSV");

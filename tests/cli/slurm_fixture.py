@@ -88,11 +88,12 @@ AccountingStorageType=accounting_storage/none
 NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
 PartitionName={self.PARTITION} Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """)
+        self.munge_err = open(f"{d}/munged.err", "w")  # its reason, when it refuses to start
         try:
             self.procs.append(subprocess.Popen(
                 [find("munged"), "-F", f"--key-file={d}/munge.key", f"--socket={d}/munge.sock",
                  f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munge.seed"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                stdout=subprocess.DEVNULL, stderr=self.munge_err))
             self._wait(lambda: os.path.exists(f"{d}/munge.sock"), "munged made no socket")
             self.procs.append(subprocess.Popen([find("slurmctld"), "-D", "-i", "-f", f"{d}/slurm.conf"],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env()))
@@ -131,7 +132,8 @@ PartitionName={self.PARTITION} Nodes=localhost Default=YES MaxTime=INFINITE Stat
             for p in self.procs:
                 if p.poll() is not None:
                     raise RuntimeError(f"{what}: {p.args[0]} exited with {p.returncode}\n"
-                                       f"{self.log('slurmctld.log')}\n{self.log('slurmd.log')}")
+                                       f"{self.log('munged.err')}{self.log('slurmctld.log')}\n"
+                                       f"{self.log('slurmd.log')}")
             time.sleep(0.2)
         raise RuntimeError(f"{what}\n{self.log('slurmctld.log')}\n{self.log('slurmd.log')}")
 
@@ -150,4 +152,5 @@ PartitionName={self.PARTITION} Nodes=localhost Default=YES MaxTime=INFINITE Stat
                     p.kill()
                     p.wait()
         self.procs = []
+        self.munge_err.close()
         shutil.rmtree(self.dir, ignore_errors=True)

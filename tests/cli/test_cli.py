@@ -417,6 +417,12 @@ class RealRaces(unittest.TestCase):
             for k in (1, 2, 3):  # every repeat recorded, each one replayable
                 replay = run("replay", os.path.join(rec, f"repeat-{k}"))
                 self.assertEqual(replay.returncode, 0, replay.stderr)
+            # The whole set replays as the spread the race printed, line for line.
+            whole = run("replay", rec)
+            self.assertEqual(whole.returncode, 0, whole.stderr)
+            self.assertEqual(whole.stdout.count(os.path.join(rec, "repeat-")), 3)
+            table = lambda text: text[text.index("3 repeats of the race"):].strip()
+            self.assertEqual(table(whole.stdout), table(r.stdout))
             bad = run("race", "--workload", "fashion-mlp", "--steps", "5", "--repeat", "2", "--csv", os.path.join(d, "x.csv"))
             self.assertEqual(bad.returncode, 2)
             self.assertIn("--csv and --jsonl hold one race", bad.stderr)

@@ -101,6 +101,62 @@ private Q_SLOTS:
         QVERIFY(chart->logScale());
     }
 
+    // Is the gap real? A repeat set (repeat-1 … repeat-3, as --repeat writes) opens as its last
+    // repeat, each lane drawn with the band between its repeats' lowest and highest curves.
+    void aRepeatSetIsDrawnWithEachLanesBand() {
+        QTemporaryDir dir;
+        const double slow[] = {900, 1000, 1100}, fast[] = {1900, 2000, 2100};
+        for (int r = 0; r < 3; ++r) {
+            QVERIFY(writeFakeRecording(dir.path() + QStringLiteral("/repeat-%1").arg(r + 1),
+                                       {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), slow[r], 60},
+                                        {QStringLiteral("cpu·2"), QStringLiteral("cpu"), fast[r], 30}}));
+        }
+        MainWindow w;
+        w.resize(1600, 1000);
+        w.show();
+        QVERIFY(replay(w, dir.path()));
+        QCOMPARE(w.race()->lanes().size(), std::size_t(2)); // the last repeat's lanes only
+        auto* chart = w.dashboard()->throughputChart();
+        for (std::size_t lane = 0; lane < 2; ++lane) {
+            const auto bands = chart->bands(lane);
+            QVERIFY2(!bands.empty(), qPrintable(QStringLiteral("lane %1 has no band").arg(lane)));
+            double lo = 1e18, hi = 0;
+            for (const auto& band : bands) {
+                for (const auto& p : band) {
+                    lo = std::min(lo, p.y());
+                    hi = std::max(hi, p.y());
+                }
+            }
+            // The repeats' rates, give or take the fake lanes' 5% wobble (smoothed).
+            const double wantLo = lane == 0 ? 900 : 1900, wantHi = lane == 0 ? 1100 : 2100;
+            QVERIFY2(lo >= 0.94 * wantLo && lo <= 1.01 * wantLo && hi >= 0.99 * wantHi && hi <= 1.06 * wantHi,
+                     qPrintable(QStringLiteral("lane %1: band %2..%3").arg(lane).arg(lo).arg(hi)));
+        }
+        // The set's verdict under the strip, as after live repeats.
+        QVERIFY2(w.dashboard()->repeatNote().startsWith(QStringLiteral("3 repeats: cpu·2 ")) &&
+                     w.dashboard()->repeatNote().contains(QStringLiteral("(N = 3)")),
+                 qPrintable(w.dashboard()->repeatNote()));
+        // Drawn as filled polygons under the lines, in the lanes' colours, translucent.
+        const auto& lines = chart->plotLayer()->lines();
+        QVERIFY(!lines.empty() && lines.front().fill);
+        QVERIFY(lines.front().color.alphaF() < 0.5);
+        const auto fills = std::count_if(lines.begin(), lines.end(), [](const PlotLine& l) { return l.fill; });
+        QVERIFY(fills >= 2);
+        // A single recording has no band.
+        QTemporaryDir one;
+        QVERIFY(writeFakeRecording(one.path(), {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 1000, 60}}));
+        MainWindow single;
+        single.show();
+        QVERIFY(replay(single, one.path()));
+        QVERIFY(single.dashboard()->throughputChart()->bands(0).empty());
+        // A folder that is neither a recording nor a repeat set says what it expected.
+        QTemporaryDir empty;
+        QString error;
+        RaceController race;
+        QVERIFY(!race.addRecording(empty.path(), &error));
+        QVERIFY2(error.contains(QStringLiteral("manifest.json")), qPrintable(error));
+    }
+
     void similarLanesKeepALinearAxis() {
         QTemporaryDir dir;
         QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 900, 60},

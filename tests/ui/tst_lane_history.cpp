@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "charts/repeat_band.h"
 #include "lane_history.h"
 #include "race_strip.h"
 
@@ -46,6 +47,27 @@ private Q_SLOTS:
         QCOMPARE(window[0], QPointF(2, 3));
         QVERIFY(decimateMinMax(xs, ys, 7, 9, 100).isEmpty());
         QVERIFY(decimateMinMax({}, {}, 0, 1, 10).isEmpty());
+    }
+
+    // The band across repeats: the envelope where at least two curves cover x.
+    void repeatBandIsTheEnvelopeWhereTwoCurvesOverlap() {
+        const std::vector<double> x1{0, 10}, y1{1, 3};         // 1 + x/5
+        const std::vector<double> x2{0, 5}, y2{2, 2};          // flat, shorter
+        const std::vector<double> x3{20, 30}, y3{0, 0};        // alone: never a band
+        QVERIFY(envelopeBands({{x1, y1}}, 0, 10, 11).empty()); // one curve
+        const auto bands = envelopeBands({{x1, y1}, {x2, y2}, {x3, y3}}, 0, 30, 31);
+        QCOMPARE(bands.size(), std::size_t(1));
+        const auto& b = bands[0];
+        QCOMPARE(b.size(), 12); // x = 0..5 upper, then 5..0 lower
+        QCOMPARE(b.first(), QPointF(0, 2));
+        QCOMPARE(b[5], QPointF(5, 2)); // both 2 at x = 5
+        QCOMPARE(b[6], QPointF(5, 2));
+        QCOMPARE(b.last(), QPointF(0, 1));
+        QCOMPARE(b[2], QPointF(2, 2));   // upper: max(1.4, 2)
+        QCOMPARE(b[9], QPointF(2, 1.4)); // lower, interpolated
+        // Two runs of overlap make two polygons.
+        const std::vector<double> x4{0, 2}, y4{0, 0}, x5{8, 10}, y5{5, 5};
+        QCOMPARE(envelopeBands({{x1, y1}, {x4, y4}, {x5, y5}}, 0, 10, 11).size(), std::size_t(2));
     }
 
     void emaIsTimeWeighted() {

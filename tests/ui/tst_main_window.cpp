@@ -237,6 +237,13 @@ private Q_SLOTS:
         QVERIFY2(verdict.startsWith(QStringLiteral("3 repeats: twin ")) && verdict.contains(QStringLiteral("(N = 3)")),
                  qPrintable(verdict));
         QCOMPARE(w.dashboard()->repeatNote(), verdict);
+        // Each lane's curves across the three repeats: a band on every chart.
+        QCOMPARE(w.race()->keptRepeats(), 3);
+        w.dashboard()->refreshCharts();
+        for (std::size_t lane = 0; lane < 2; ++lane) {
+            QVERIFY(!w.dashboard()->throughputChart()->bands(lane).empty());
+            QVERIFY(!w.dashboard()->lossChart()->bands(lane).empty());
+        }
         // Stop during the first repeat: no second one starts.
         QSignalSpy again(&w, &MainWindow::raceFinished);
         QVERIFY(w.startRace());
@@ -248,6 +255,7 @@ private Q_SLOTS:
         w.stopRace();
         QTRY_VERIFY_WITH_TIMEOUT(again.count() == 1, 60000);
         QTest::qWait(300);
+        QCOMPARE(w.race()->keptRepeats(), 0); // a new race forgot the last one's repeats
         QVERIFY2(w.dashboard()->repeatNote().startsWith(QStringLiteral("stopped in repeat 1 of 3")),
                  qPrintable(w.dashboard()->repeatNote()));
     }

@@ -133,6 +133,7 @@ void MetricChart::resetCaches() {
         s.smoothedTau = -1;
         s.smoothed.clear();
     }
+    m_bandSmoothed.clear();
     updateTitles();
     if (m_last) {
         refresh(*m_last);
@@ -292,6 +293,7 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             s.raw.clear();
             s.smooth.clear();
             s.lrMarks.clear();
+            s.bands.clear();
             continue;
         }
         // Where the learning-rate schedule stepped: dashed lines on every chart.
@@ -304,6 +306,7 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         if (eval) {
             s.smooth = decimateMinMax(xs, ys, lo, hi, buckets);
             grow(s.smooth);
+            updateBand(s, i, {xs, ys}, lo, hi, std::max(50, buckets / 6), 0, yScale);
             s.raw.clear();
             s.warm.clear();
             continue;
@@ -345,6 +348,7 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             s.smooth = s.raw;
             s.raw.clear();
             s.smoothedTau = 0;
+            updateBand(s, i, {rx, ry}, lo, hi, std::max(50, buckets / 6), 0, yScale);
             continue;
         }
         // Extend the cached EMA over the new points only.
@@ -364,6 +368,12 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
         }
         // The smoothed line has no spikes to keep: a point per ~3 pixels draws it faithfully.
         s.smooth = scaled(decimateLod(rx, s.smoothed, s.smoothCoarse, lo, hi, std::max(50, buckets / 6)));
+        updateBand(s, i, {rx, s.smoothed}, lo, hi, std::max(50, buckets / 6), tau, yScale);
+    }
+    for (const auto& s : m_series) {
+        for (const auto& band : s.bands) {
+            grow(band);
+        }
     }
     if (m_target && eval) {
         yMin = std::min(yMin, *m_target);

@@ -4,12 +4,14 @@
 // used, so the chart library can be swapped behind it. GUI thread only.
 #include <QWidget>
 
+#include <map>
 #include <optional>
 #include <vector>
 
 #include "axis_ticks.h"
 #include "lane_history.h"
 #include "race_controller.h"
+#include "repeat_band.h"
 
 class QCategoryAxis;
 class QChart;
@@ -43,6 +45,11 @@ public:
     bool logScale() const { return m_log; }
     /// Re-decimates every series from the histories (one replace() per series).
     void refresh(const std::vector<LaneHistory>& histories);
+    /// Each lane's other repeats: from the next refresh() on, a lane with at least two curves
+    /// (its own and these) draws the band between their lowest and highest, in its colour.
+    void setBandSources(BandSources sources);
+    /// A lane's band polygons as last computed (chart values; tests).
+    std::vector<QList<QPointF>> bands(std::size_t lane) const;
 
     /// The x ticks this chart would show for data up to `xMax` (auto range, fitted to its width).
     AxisTicks autoXTicks(double xMax) const;
@@ -83,8 +90,12 @@ private:
         double smoothedTau = -1;
         CoarseSeries rawCoarse, smoothCoarse; // level-of-detail copies for long histories
         std::size_t coarseFrom = 0;
-        std::uint64_t compactions = 0; // the history's merges the caches were built after
+        std::uint64_t compactions = 0;     // the history's merges the caches were built after
+        std::vector<QList<QPointF>> bands; // across repeats, chart values (tokens/s scaled)
     };
+    /// The band of lane `lane` from its own curve and its sources' (same smoothing as the line).
+    void updateBand(LaneSeries& s, std::size_t lane, BandCurve own, double lo, double hi, int points, double tau,
+                    double yScale);
     void applyRange(double lo, double hi);
     void pushLines();
     void resetCaches(); // after a metric or axis change: the cached lines no longer apply
@@ -114,6 +125,11 @@ private:
     PlotLayer* m_layer = nullptr;
     std::vector<LaneSeries> m_series;
     const std::vector<LaneHistory>* m_last = nullptr;
+    BandSources m_bandSources;
+    // The sources' smoothed curves (they no longer change), for m_bandTau and the current
+    // metric and axis; dropped when either or the sources' generation changes.
+    std::map<const LaneHistory*, std::vector<double>> m_bandSmoothed;
+    double m_bandTau = -1;
 };
 
 } // namespace devicerace::ui

@@ -54,7 +54,18 @@ void MetricChart::pushLines() {
         return out;
     };
     std::vector<PlotLine> lines;
-    lines.reserve(m_series.size() * 3);
+    lines.reserve(m_series.size() * 4);
+    // Bands across repeats first, under every lane's lines.
+    const bool dark = m_chart->theme() == QChart::ChartThemeDark;
+    for (const auto& s : m_series) {
+        QColor tint = s.color;
+        tint.setAlphaF(dark ? 0.30f : 0.22f);
+        for (const auto& band : s.bands) {
+            PlotLine fill{tint, 0.0, false, shown(band)};
+            fill.fill = true;
+            lines.push_back(std::move(fill));
+        }
+    }
     for (const auto& s : m_series) {
         // Opaque blends of the lane colour with the background: alpha-blended lines take a
         // much slower raster path.

@@ -121,6 +121,14 @@ void PlotLayer::paint(QPainter* painter, const QStyleOptionGraphicsItem*, QWidge
             const QPointF& p = line.points[i];
             m_scratch[i] = QPointF(area.left() + (p.x() - m_xMin) * sx, area.bottom() - (p.y() - m_yMin) * sy);
         }
+        if (line.fill) {
+            // A band across repeats: one translucent polygon (a few hundred points) under the lines.
+            painter->setRenderHint(QPainter::Antialiasing);
+            painter->setPen(Qt::NoPen);
+            painter->setBrush(line.color);
+            painter->drawPolygon(m_scratch);
+            continue;
+        }
         // Thin lines go through the fast aliased 1-pixel path (antialiased wide strokes cost
         // ~15 us a point on the raster engine); only the thick smoothed lines are antialiased.
         const bool thin = line.width <= 1.0;

@@ -25,6 +25,7 @@ struct PlotLine {
     QList<QPointF> points;   // chart values (x, y)
     bool marks = false;      // only x matters: a short tick at the plot's bottom per point
     bool boundaries = false; // only x matters: a dashed line across the plot per point
+    bool fill = false;       // the points close a polygon filled with `color` (its alpha kept)
 };
 
 class PlotLayer : public QGraphicsObject {

@@ -87,5 +87,9 @@ LaneSummary summarizeRecordedLane(const Recording& recording, const RecordedLane
                                   std::size_t played);
 /// The summary the live race would have shown, from the recorded samples.
 RaceSummary summarizeRecording(const Recording& recording);
+/// The recordings of a repeat set (`--record DIR --repeat N` and the window's repeats write
+/// DIR/repeat-1 … DIR/repeat-N), in order of N; empty when `dir` is a recording itself or holds
+/// no repeat-K recording.
+std::vector<std::filesystem::path> repeatSetFolders(const std::filesystem::path& dir);
 
 } // namespace devicerace

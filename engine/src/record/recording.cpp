@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -292,6 +294,31 @@ RaceSummary summarizeRecording(const Recording& r) {
     }
     finishRaceSummary(out);
     return out;
+}
+
+std::vector<fs::path> repeatSetFolders(const fs::path& dir) {
+    std::error_code ec;
+    if (fs::exists(dir / "manifest.json", ec)) {
+        return {};
+    }
+    std::vector<std::pair<int, fs::path>> found;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        constexpr std::string_view kPrefix = "repeat-";
+        int k = 0;
+        const char* last = name.data() + name.size();
+        if (name.size() > kPrefix.size() && name.starts_with(kPrefix) &&
+            std::from_chars(name.data() + kPrefix.size(), last, k).ptr == last && k > 0 &&
+            fs::exists(it->path() / "manifest.json", ec)) {
+            found.emplace_back(k, it->path());
+        }
+    }
+    std::sort(found.begin(), found.end());
+    std::vector<fs::path> folders;
+    for (auto& f : found) {
+        folders.push_back(std::move(f.second));
+    }
+    return folders;
 }
 
 } // namespace devicerace
