@@ -43,6 +43,75 @@ QColor phaseColor(const QString& phase) {
     return it == colors.end() ? QColor(0xD5, 0x5E, 0x00) : it->second; // a phase from a newer worker
 }
 
+namespace {
+// The phases of `phases` in the step's order, then any this build does not know.
+std::vector<std::pair<QString, double>> orderedPhases(const std::map<std::string, double>& phases) {
+    std::vector<std::pair<QString, double>> out;
+    for (const auto& phase : phaseOrder()) {
+        if (auto it = phases.find(phase.toStdString()); it != phases.end() && it->second > 0) {
+            out.emplace_back(phase, it->second);
+        }
+    }
+    for (const auto& [phase, secs] : phases) {
+        const auto name = QString::fromStdString(phase);
+        if (secs > 0 && std::find(phaseOrder().begin(), phaseOrder().end(), name) == phaseOrder().end()) {
+            out.emplace_back(name, secs);
+        }
+    }
+    return out;
+}
+
+// A data-parallel lane's ranks, under its row: which rank the others wait for, at a glance.
+void appendRankRows(std::vector<BreakdownRow>& out, const std::vector<std::map<std::string, double>>& ranks,
+                    const QColor& color) {
+    if (ranks.size() < 2) {
+        return;
+    }
+    constexpr std::size_t kAllUpTo = 4;
+    const auto slow = slowestRank(ranks);
+    std::vector<double> step(ranks.size(), 0.0);
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+        for (const auto& [phase, secs] : ranks[r]) {
+            step[r] += phase == "communication" || phase == "other" ? 0.0 : secs;
+        }
+    }
+    std::vector<std::size_t> shown;
+    if (ranks.size() <= kAllUpTo) {
+        for (std::size_t r = 0; r < ranks.size(); ++r) {
+            shown.push_back(r);
+        }
+    } else {
+        const auto busiest = static_cast<std::size_t>(std::max_element(step.begin(), step.end()) - step.begin());
+        const auto quickest = static_cast<std::size_t>(std::min_element(step.begin(), step.end()) - step.begin());
+        shown = {0, quickest, slow ? slow->rank : busiest};
+        std::sort(shown.begin(), shown.end());
+        shown.erase(std::unique(shown.begin(), shown.end()), shown.end());
+    }
+    for (const std::size_t r : shown) {
+        BreakdownRow row;
+        row.rank = static_cast<int>(r);
+        row.name = ranks.size() <= kAllUpTo ? QObject::tr("rank %1").arg(r)
+                                            : QObject::tr("rank %1 of %2").arg(r).arg(ranks.size());
+        row.color = color;
+        row.phases = orderedPhases(ranks[r]);
+        for (const auto& [phase, secs] : row.phases) {
+            row.stepSeconds += secs;
+            if (phase == QLatin1String("communication")) {
+                row.waitShare += secs;
+            }
+        }
+        if (row.stepSeconds <= 0) {
+            continue;
+        }
+        row.waitShare /= row.stepSeconds;
+        if (slow && slow->rank == r) {
+            row.waitedForSlowerBy = slow->slowerBy();
+        }
+        out.push_back(std::move(row));
+    }
+}
+} // namespace
+
 std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
     std::vector<BreakdownRow> out;
     const auto& lanes = race.lanes();
@@ -55,17 +124,7 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
         BreakdownRow row;
         row.name = lanes[i].name;
         row.color = lanes[i].color;
-        for (const auto& phase : phaseOrder()) {
-            if (auto it = h.lastBreakdown.find(phase.toStdString()); it != h.lastBreakdown.end() && it->second > 0) {
-                row.phases.emplace_back(phase, it->second);
-            }
-        }
-        for (const auto& [phase, secs] : h.lastBreakdown) { // phases this build does not know, last
-            const auto name = QString::fromStdString(phase);
-            if (secs > 0 && std::find(phaseOrder().begin(), phaseOrder().end(), name) == phaseOrder().end()) {
-                row.phases.emplace_back(name, secs);
-            }
-        }
+        row.phases = orderedPhases(h.lastBreakdown);
         for (const auto& [phase, secs] : row.phases) {
             row.stepSeconds += secs;
             if (phase == QLatin1String("data")) {
@@ -80,6 +139,7 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
         row.utilization = h.utilization();
         row.samplesPerJoule = h.samplesPerJoule();
         out.push_back(std::move(row));
+        appendRankRows(out, h.lastRankBreakdowns, lanes[i].color);
     }
     return out;
 }
@@ -89,6 +149,15 @@ QString breakdownNote(const BreakdownRow& row) {
     QString note = ms >= 1000  ? QObject::tr("%1 s/step").arg(ms / 1e3, 0, 'f', ms >= 10000 ? 0 : 1)
                    : ms >= 100 ? QObject::tr("%1 ms/step").arg(ms, 0, 'f', 0)
                                : QObject::tr("%1 ms/step").arg(ms, 0, 'f', ms >= 10 ? 1 : 2);
+    if (row.rank >= 0) {
+        // A rank: whether the others wait for it, else its share of the step in communication.
+        if (row.waitedForSlowerBy) {
+            return note + QObject::tr(" · the others wait for it (%1% slower)").arg(*row.waitedForSlowerBy * 100, 0, 'f', 0);
+        }
+        return row.waitShare >= 0.005
+                   ? note + QObject::tr(" · communication %1%").arg(row.waitShare * 100, 0, 'f', 0)
+                   : note;
+    }
     if (row.utilization) {
         const double pct = *row.utilization * 100;
         note += QObject::tr(" · %1% of peak").arg(pct, 0, 'f', pct < 10 ? 1 : 0);

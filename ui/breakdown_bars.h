@@ -26,10 +26,16 @@ struct BreakdownRow {
     bool inputBound = false;                        // data > kInputBoundShare of the step
     double dataShare = 0;
     std::optional<double> samplesPerJoule; // where the lane's energy was measured
+    // A data-parallel lane's rank (rows under the lane's own; -1: the lane's row): the share of its
+    // step spent waiting for the others, or how much slower it is when the others wait for it.
+    int rank = -1;
+    double waitShare = 0;
+    std::optional<double> waitedForSlowerBy;
     bool operator==(const BreakdownRow&) const = default;
 };
 
-/// The lanes with a measured breakdown, in lane order.
+/// The lanes with a measured breakdown, in lane order; under a data-parallel lane, a row per rank
+/// (every rank up to four; past four, rank 0, the fastest and the slowest, named "rank 7 of 8").
 std::vector<BreakdownRow> breakdownRows(const RaceController& race);
 /// The phases in the order a step runs them, and each one's colour (Okabe–Ito: told apart with
 /// the common colour-vision deficiencies, on light and dark themes alike).

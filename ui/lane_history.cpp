@@ -47,6 +47,9 @@ void LaneHistory::append(const MetricSample& s) {
                 if (!s.stepBreakdown.empty()) {
                     lastBreakdown = s.stepBreakdown;
                 }
+                if (!s.workerStepBreakdown.empty()) {
+                    lastRankBreakdowns = s.workerStepBreakdown;
+                }
                 if (finite(s.energyJoules) && *s.energyJoules > 0 && finite(s.intervalSeconds)) {
                     energyJoules += *s.energyJoules;
                     energySamples += *s.samplesPerSec * *s.intervalSeconds;

@@ -59,6 +59,7 @@ struct LaneHistory {
     // Explaining the race (issue 29): the latest measured interval's seconds per step by phase,
     // and what utilisation divides by (from the lane's "running" state sample).
     std::map<std::string, double> lastBreakdown;
+    std::vector<std::map<std::string, double>> lastRankBreakdowns; // data-parallel lanes: each rank's
     std::optional<double> flopsPerSample, peakFlopsPerSec;
     QString peakSource;
     /// FLOPs per sample x the latest measured samples/s ÷ the device's peak; nullopt until known.

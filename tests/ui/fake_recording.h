@@ -28,6 +28,8 @@ struct FakeLane {
     std::map<std::string, double> breakdown = {};
     double flopsPerSample = 0, peakFlopsPerSec = 0;
     double watts = 0; // > 0: each train sample carries the energy of its interval
+    // A data-parallel lane: each rank's breakdown in every train sample (rank 0 reports for all).
+    std::vector<std::map<std::string, double>> rankBreakdowns = {};
 };
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
@@ -78,6 +80,7 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
             s.intervalSeconds = sampleEvery;
             s.warmup = t < 2 * sampleEvery;
             s.stepBreakdown = lane.breakdown;
+            s.workerStepBreakdown = lane.rankBreakdowns;
             if (lane.watts > 0) {
                 s.energyJoules = lane.watts * sampleEvery;
             }

@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 #include <QtCharts/QChart>
 
+#include "breakdown_bars.h"
 #include "charts/metric_chart.h"
 #include "charts/plot_layer.h"
 #include "charts/safe_chart_view.h"
@@ -155,6 +156,30 @@ private Q_SLOTS:
         RaceController race;
         QVERIFY(!race.addRecording(empty.path(), &error));
         QVERIFY2(error.contains(QStringLiteral("manifest.json")), qPrintable(error));
+    }
+
+    // Past four ranks, the bars show rank 0, the fastest and the one the others wait for.
+    void eightRanksShowTheFirstTheFastestAndTheSlowest() {
+        QTemporaryDir dir;
+        test::FakeLane eight{QStringLiteral("cpu·8 ranks"), QStringLiteral("cpu"), 8000, 10};
+        eight.breakdown = {{"forward", 0.04}, {"backward", 0.07}, {"communication", 0.02}};
+        for (int r = 0; r < 8; ++r) {
+            const double k = r == 5 ? 1.3 : r == 3 ? 0.9 : 1.0;
+            eight.rankBreakdowns.push_back({{"forward", 0.04 * k}, {"backward", 0.07 * k}, {"communication", 0.02}});
+        }
+        QVERIFY(writeFakeRecording(dir.path(), {eight}, 1.0));
+        MainWindow w;
+        w.show();
+        QVERIFY(replay(w, dir.path()));
+        const auto& rows = w.dashboard()->breakdownBars()->rows();
+        QStringList names;
+        for (const auto& row : rows) {
+            names << row.name;
+        }
+        QCOMPARE(names, QStringList({QStringLiteral("cpu·8 ranks (rec)"), QStringLiteral("rank 0 of 8"),
+                                     QStringLiteral("rank 3 of 8"), QStringLiteral("rank 5 of 8")}));
+        QVERIFY(rows[3].waitedForSlowerBy && std::abs(*rows[3].waitedForSlowerBy - 0.3) < 1e-6);
+        QVERIFY(!rows[2].waitedForSlowerBy);
     }
 
     void similarLanesKeepALinearAxis() {

@@ -113,6 +113,7 @@ class TestWindowLayout : public QObject {
 private:
     QTemporaryDir m_dir;
     QString m_recording;
+    QString m_ranksRecording; // a data-parallel lane with its ranks' breakdowns
     QString m_gptRecording; // char-gpt: a text strip under the charts
 
     QScreen* screenOf(int width) {
@@ -199,6 +200,23 @@ private Q_SLOTS:
         test::FakeLane gpu{QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 20000, 60};
         gpu.text = text;
         QVERIFY(test::writeFakeRecording(m_gptRecording, {cpu, gpu}, 5.0, 10, QStringLiteral("char-gpt")));
+        // A 4-rank data-parallel lane whose rank 2 is 25% slower: the others wait for it.
+        m_ranksRecording = m_dir.filePath(QStringLiteral("ranks"));
+        test::FakeLane one{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 1000, 60};
+        one.breakdown = {{"data", 0.004}, {"forward", 0.040}, {"backward", 0.070}, {"optimizer", 0.010}};
+        test::FakeLane four{QStringLiteral("cpu·4 ranks"), QStringLiteral("cpu"), 3500, 20};
+        four.breakdown = {{"data", 0.004}, {"forward", 0.050}, {"backward", 0.087}, {"communication", 0.032},
+                          {"optimizer", 0.010}, {"other", 0.002}};
+        for (int r = 0; r < 4; ++r) {
+            const double k = r == 2 ? 1.25 : 1.0;
+            four.rankBreakdowns.push_back({{"data", 0.004 * k},
+                                           {"forward", 0.040 * k},
+                                           {"backward", 0.070 * k},
+                                           {"communication", r == 2 ? 0.002 : 0.032},
+                                           {"optimizer", 0.010 * k},
+                                           {"other", 0.001}});
+        }
+        QVERIFY(test::writeFakeRecording(m_ranksRecording, {one, four}, 1.0));
     }
 
     // The text each lane wrote is read in full, wrapped inside the strip, at both sizes and in
@@ -293,6 +311,48 @@ private Q_SLOTS:
         QVERIFY(!notes[0].contains(QStringLiteral("samples/J"))); // no counter read for that lane
         QCOMPARE(segmentWidth.size(), std::size_t(2));
         QVERIFY(std::abs(segmentWidth.begin()->second - segmentWidth.rbegin()->second) <= 2); // both bars are 100%
+        const QStringList problems = readabilityProblems(*w);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+    }
+
+    // A data-parallel lane's ranks under its bar: the rank the others wait for says so, the others
+    // their share in communication; read in full at both sizes and in both modes.
+    void theRanksBarsNameTheRankTheOthersWaitFor_data() { theTextStripReadsInFull_data(); }
+    void theRanksBarsNameTheRankTheOthersWaitFor() {
+        QFETCH(int, width);
+        QFETCH(bool, presentation);
+        auto w = openPresented(width, presentation, m_ranksRecording, "ranks");
+        QVERIFY(w);
+        auto* bars = w->dashboard()->breakdownBars();
+        const auto& rows = bars->rows();
+        QCOMPARE(rows.size(), std::size_t(6)); // cpu·1, the lane, its 4 ranks
+        QCOMPARE(rows[1].rank, -1);
+        for (int r = 0; r < 4; ++r) {
+            const auto& row = rows[static_cast<std::size_t>(2 + r)];
+            QCOMPARE(row.rank, r);
+            QCOMPARE(row.name, QStringLiteral("rank %1").arg(r));
+            QCOMPARE(row.color, rows[1].color);
+            const QString note = breakdownNote(row);
+            if (r == 2) {
+                QVERIFY2(note.contains(QStringLiteral("the others wait for it (25% slower)")), qPrintable(note));
+            } else {
+                QVERIFY2(note.contains(QStringLiteral("communication 20%")), qPrintable(note));
+            }
+        }
+        const QRect inWindow(bars->mapTo(w.get(), QPoint(0, 0)), bars->size());
+        QVERIFY(w->rect().contains(inWindow));
+        const QFontMetrics fm(bars->pieceFont());
+        QFont bold = bars->pieceFont();
+        bold.setBold(true);
+        for (const auto& p : bars->pieces()) {
+            QVERIFY2(bars->rect().contains(p.rect), qPrintable(p.text));
+            QVERIFY2(!elided(p.text), qPrintable(p.text));
+            const QFontMetrics& m =
+                p.kind == BreakdownBars::Piece::Title || p.kind == BreakdownBars::Piece::Name ? QFontMetrics(bold) : fm;
+            if (p.kind == BreakdownBars::Piece::Note || p.kind == BreakdownBars::Piece::Name) {
+                QVERIFY2(m.horizontalAdvance(p.text) <= p.rect.width(), qPrintable(p.text));
+            }
+        }
         const QStringList problems = readabilityProblems(*w);
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
     }

@@ -127,8 +127,17 @@ private:
 };
 
 /// A data-parallel lane's rank that the others wait for, from each rank's breakdown: its busy time
-/// (every phase but communication and other) against the median rank's, and how much of the
-/// others' step goes to waiting. "" with fewer than two ranks or when none is 5% slower.
+/// (every phase but communication and other) against the median of the other ranks', and how
+/// much of the others' step goes to waiting.
+struct SlowestRank {
+    std::size_t rank = 0;
+    double busySeconds = 0, typicalSeconds = 0; // per step: its work, the other ranks' median
+    double othersWaitShare = 0;                 // median share of the others' step in communication
+    double slowerBy() const { return busySeconds / typicalSeconds - 1; }
+};
+/// nullopt with fewer than two ranks or when none is 5% slower than the others.
+std::optional<SlowestRank> slowestRank(const std::vector<std::map<std::string, double>>& ranks);
+/// "rank 3 is 18% slower (…): the other ranks wait for it, communication 40% of their step", or "".
 std::string slowestRankText(const std::vector<std::map<std::string, double>>& ranks);
 
 /// Computes a lane's summary from all its samples, in order.

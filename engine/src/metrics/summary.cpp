@@ -235,9 +235,9 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     return out;
 }
 
-std::string slowestRankText(const std::vector<std::map<std::string, double>>& ranks) {
+std::optional<SlowestRank> slowestRank(const std::vector<std::map<std::string, double>>& ranks) {
     if (ranks.size() < 2) {
-        return {};
+        return std::nullopt;
     }
     std::vector<double> busy, waitShare;
     for (const auto& phases : ranks) {
@@ -263,12 +263,20 @@ std::string slowestRankText(const std::vector<std::map<std::string, double>>& ra
     }
     const double typical = median(others);
     if (typical <= 0 || busy[slowest] < 1.05 * typical) {
+        return std::nullopt;
+    }
+    return SlowestRank{slowest, busy[slowest], typical, median(othersWait)};
+}
+
+std::string slowestRankText(const std::vector<std::map<std::string, double>>& ranks) {
+    const auto slow = slowestRank(ranks);
+    if (!slow) {
         return {};
     }
     return fmt::format("rank {} is {:.0f}% slower ({:.1f} ms of work per step against {:.1f} ms): the other ranks "
                        "wait for it, communication {:.0f}% of their step",
-                       slowest, 100 * (busy[slowest] / typical - 1), busy[slowest] * 1e3, typical * 1e3,
-                       100 * median(othersWait));
+                       slow->rank, 100 * slow->slowerBy(), slow->busySeconds * 1e3, slow->typicalSeconds * 1e3,
+                       100 * slow->othersWaitShare);
 }
 
 LaneSummary summarize(const LaneSpec& spec, std::int64_t batch, std::span<const MetricSample> samples,
