@@ -4,10 +4,12 @@ this CPU's peak every CPU workload uses.
 
 Usage (from the repository root, after scripts/build; the machine otherwise idle):
     .venv/bin/python bench/explain/explain.py [--pairs 5] [--runs 3] [--json OUT.json]
+                                              [--frameworks pytorch,keras-jax] [--overhead-only]
 
 1. Breakdown overhead: fashion-mlp on one thread (the smallest CPU step, where the marks weigh
    most; CPU lanes time every step), `DEVICERACE_BREAKDOWN=0` against the default, in
    alternating A/B pairs; the median of the per-pair ratios of median interval samples/s.
+   With --frameworks, the same for those framework lanes (their own clocks: lane_common.py).
 2. Utilisation: per workload, `race --fair` with a 1-thread and a 2-thread lane, --runs times;
    each lane's median samples/s, the engine's FLOPs per sample (counted from the network), the
    achieved FLOP/s, the measured GEMM peak of its precision and thread count, the share of it,
@@ -55,9 +57,9 @@ def race(args, env=None):
             return json.load(f)
 
 
-def overhead(pairs):
+def overhead(pairs, lane="cpu,threads=1"):
     ratios, on_rates, off_rates = [], [], []
-    args = ["--workload", "fashion-mlp", "--lane", "cpu,threads=1", "--steps", "800"]
+    args = ["--workload", "fashion-mlp", "--lane", lane, "--steps", "800"]
     for i in range(pairs):
         # Alternate which goes first, so a drift in the machine hits both sides.
         order = [("on", {}), ("off", {"DEVICERACE_BREAKDOWN": "0"})]
@@ -103,25 +105,36 @@ def main():
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--frameworks", default="",
+                    help="also the framework lanes' breakdown cost, e.g. pytorch,keras-jax (scripts/setup --frameworks)")
+    ap.add_argument("--overhead-only", action="store_true", help="only the breakdown cost, no utilisation table")
     a = ap.parse_args()
     cpu = cpu_model()
     print(f"CPU: {cpu} · {os.cpu_count()} logical CPUs")
     o = overhead(a.pairs)
     print(f"\nbreakdown overhead, fashion-mlp 1 thread: on/off = {o['ratio_on_over_off']:.3f} "
           f"(median of {a.pairs} pairs; {o['on_samples_per_sec']:,.0f} vs {o['off_samples_per_sec']:,.0f} samples/s)")
-    rows = utilisation(a.runs)
-    print(f"\n| workload | lane | samples/s | FLOPs/sample | GFLOP/s | peak GFLOP/s | of peak | data | forward | "
-          f"backward | optimizer | other |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        p = r["phases"]
-        cell = lambda k: f"{100 * p[k]:.0f}%" if k in p else "-"
-        print(f"| {r['workload']} | {r['lane']} | {r['samples_per_sec']:,.0f} | {r['flops_per_sample']:.3g} | "
-              f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.0f} | {100 * r['utilization']:.1f}% | {cell('data')} | "
-              f"{cell('forward')} | {cell('backward')} | {cell('optimizer')} | {cell('other')} |")
+    framework_rows = {}
+    for framework in a.frameworks.split(",") if a.frameworks else []:
+        f = overhead(a.pairs, f"cpu,threads=1,framework={framework}")
+        framework_rows[framework] = f
+        print(f"breakdown overhead, framework={framework}, fashion-mlp 1 thread: on/off = "
+              f"{f['ratio_on_over_off']:.3f} (median of {a.pairs} pairs; {f['on_samples_per_sec']:,.0f} vs "
+              f"{f['off_samples_per_sec']:,.0f} samples/s)")
+    rows = [] if a.overhead_only else utilisation(a.runs)
+    if rows:
+        print(f"\n| workload | lane | samples/s | FLOPs/sample | GFLOP/s | peak GFLOP/s | of peak | data | forward | "
+              f"backward | optimizer | other |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            p = r["phases"]
+            cell = lambda k: f"{100 * p[k]:.0f}%" if k in p else "-"
+            print(f"| {r['workload']} | {r['lane']} | {r['samples_per_sec']:,.0f} | {r['flops_per_sample']:.3g} | "
+                  f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.0f} | {100 * r['utilization']:.1f}% | {cell('data')} | "
+                  f"{cell('forward')} | {cell('backward')} | {cell('optimizer')} | {cell('other')} |")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
-            json.dump({"cpu": cpu, "overhead": o, "rows": rows}, f, indent=2)
+            json.dump({"cpu": cpu, "overhead": o, "framework_overhead": framework_rows, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -393,10 +393,13 @@ class Meter:
         self.step += 1
         self.samples += samples
 
-    def report(self, losses, correct):
+    def report(self, losses, correct, breakdown=None, overlapped=None):
         """A report point: `losses` (floats, one per step since the last report) and the
-        correct count over those steps, read from the device after synchronising. Emits a
-        train sample; returns ("diverged", message) when a loss diverged, else None."""
+        correct count over those steps, read from the device after synchronising, and the timed
+        steps' seconds per step by phase (`breakdown`, or None). Where the phases add up to more
+        than the interval's mean step (steps timed alone, the others pipelined), the phase
+        `overlapped` gives up the excess. Emits a train sample; returns ("diverged", message)
+        when a loss diverged, else None."""
         if not losses:
             return None
         now = time.perf_counter()
@@ -424,6 +427,15 @@ class Meter:
         s["steps_per_sec"] = steps / dt if dt > 0 else None
         s["interval_s"] = dt
         s["warmup"] = self.reported_step < self.warmup
+        if breakdown and steps > 0 and dt > 0:
+            # "other": what the timed phases leave of the interval's mean step (never negative),
+            # as the engine's trainer reports it (docs/EVENTS.md, step_breakdown).
+            phases = {k: v for k, v in breakdown.items() if v >= 0}
+            excess = sum(phases.values()) - dt / steps
+            if excess > 0 and overlapped in phases:
+                phases[overlapped] = max(0.0, phases[overlapped] - excess)
+            phases["other"] = max(0.0, dt / steps - sum(phases.values()))
+            s["step_breakdown"] = phases
         self.emit(s)
         self.reported_step, self.reported_samples = self.step, self.samples
         self.interval_start = time.perf_counter()

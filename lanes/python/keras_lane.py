@@ -527,6 +527,11 @@ def make_prepare(w):
 # ---------------------------------------------------------------------------------------------
 
 
+# Every this many steps, the Keras lanes time the compiled step alone (the step breakdown's
+# "compute"; "data" is timed on every step).
+KERAS_BREAKDOWN_EVERY = 8
+
+
 def fetch_stacked(queued):
     """The queued (loss, correct) values on the host, stacked on the device first (one copy)."""
     losses = ops.convert_to_numpy(ops.stack([q[0] for q in queued]))
@@ -584,6 +589,10 @@ class JaxSteps:
     def sync(self):
         self.jax.block_until_ready(self.state)
 
+    def wait(self, result):
+        """Returns once the step that gave `result` is done (jax dispatches asynchronously)."""
+        self.jax.block_until_ready(result)
+
     def fetch(self, queued):
         """The queued (loss, correct) values on the host: one transfer, no stack (jnp.stack would
         compile anew for every count of steps between reports)."""
@@ -628,6 +637,9 @@ class TensorFlowSteps:
     def sync(self):
         pass  # reading the values waits for them
 
+    def wait(self, result):
+        result[0].numpy()  # a value read from the step's output is there once the step is done
+
     def fetch(self, queued):
         return fetch_stacked(queued)
 
@@ -670,6 +682,9 @@ class TorchSteps:
     def sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
+
+    def wait(self, result):
+        self.sync()
 
     def fetch(self, queued):
         return fetch_stacked(queued)
@@ -802,6 +817,9 @@ class KerasLane:
         self.queued = []
 
         self.meter = dw.Meter(session.emit, self.name, self.steps_per_epoch, c["warmup"])
+        # The step breakdown: the backend runs the step as one compiled program (jax.jit,
+        # tf.function) or dispatches it asynchronously, so its phases are "data" and "compute".
+        self.clock = lc.CompiledStepClock(every=KERAS_BREAKDOWN_EVERY)
         self.ready = {"batch": self.batch, "total_steps": self.total_steps,
                       "threads": self.threads if (not self.accelerator or threads) else None, "dataset": self.dataset,
                       "device": self.device_label}
@@ -844,7 +862,9 @@ class KerasLane:
         self.steps.sync()
         losses, correct = self.steps.fetch(self.queued)
         self.queued = []
-        return self.meter.report(losses, correct / (self.w["lm"] or 1))  # language models: per character
+        breakdown, overlapped = self.clock.take()
+        return self.meter.report(losses, correct / (self.w["lm"] or 1),  # language models: per character
+                                 breakdown, overlapped)
 
     def evaluate(self):
         meter = self.meter
@@ -896,10 +916,22 @@ class KerasLane:
         return self.rng.permutation(self.train_count)
 
     def step(self, order, pos, take, step):
+        start = time.perf_counter()
         idx = order[pos:pos + take]
         if len(self.train_x) < self.train_count:  # a synthetic pool
             idx = idx % len(self.train_x)
-        self.queued.append(self.steps.step(*self.split(self.train_x[idx], self.train_y[idx])))
+        x, y = self.split(self.train_x[idx], self.train_y[idx])
+        self.clock.add_data(time.perf_counter() - start)
+        if self.clock.due(step):
+            if self.queued:
+                self.steps.wait(self.queued[-1])  # the steps before it are done: it runs alone
+            start = time.perf_counter()
+            result = self.steps.step(x, y)
+            self.steps.wait(result)
+            self.clock.add_compute(time.perf_counter() - start)
+        else:
+            result = self.steps.step(x, y)
+        self.queued.append(result)
 
     def run(self, session):
         self.meter.state("preparing")

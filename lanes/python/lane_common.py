@@ -17,6 +17,95 @@ import time
 
 import devicerace_worker as dw
 
+# ---------------------------------------------------------------------------------------------
+# Where a step's time goes (issue 29): the framework lanes' step breakdown.
+# ---------------------------------------------------------------------------------------------
+
+
+def breakdown_enabled():
+    """DEVICERACE_BREAKDOWN=0 turns the step breakdown off, as in the engine (step_timer.cpp)."""
+    return os.environ.get("DEVICERACE_BREAKDOWN", "1") != "0"
+
+
+class CompiledStepClock:
+    """The breakdown of a step the backend runs as one compiled program (jax.jit, tf.function) or
+    dispatches asynchronously: "data", the host's batch assembly, timed on every step (numpy
+    indexing: done when it returns), and "compute", the whole step, timed alone on every `every`-th
+    step (the queue drained first, the step waited for: one pipeline drain per `every` steps).
+    A step timed alone can take longer than the pipelined mean, where batch assembly overlaps the
+    previous step: `take()` says which phase absorbs that overlap (Meter.report)."""
+
+    def __init__(self, every=8):
+        self.every = every if breakdown_enabled() else 0
+        self.data = self.compute = 0.0
+        self.data_steps = self.compute_steps = 0
+
+    def due(self, step):
+        return self.every > 0 and step % self.every == 0
+
+    def add_data(self, seconds):
+        if self.every:
+            self.data += seconds
+            self.data_steps += 1
+
+    def add_compute(self, seconds):
+        self.compute += seconds
+        self.compute_steps += 1
+
+    def take(self):
+        """({"data": s, "compute": s} per step, "compute") or (None, None) without a timed step."""
+        out = (None, None)
+        if self.compute_steps and self.data_steps:
+            out = ({"data": self.data / self.data_steps, "compute": self.compute / self.compute_steps}, "compute")
+        self.data = self.compute = 0.0
+        self.data_steps = self.compute_steps = 0
+        return out
+
+
+class PhaseClock:
+    """Seconds by phase over a report interval's timed steps, on the host's clock: `start()` where a
+    timed step begins, `mark(phase)` where each phase ends (time since the last mark goes to it),
+    `step_done()` after the step. `take()` gives seconds per timed step by phase and starts the next
+    interval. Every `every`-th step is timed (`due(step)`); DEVICERACE_BREAKDOWN=0 turns it off,
+    as in the engine (step_timer.cpp). Host time is the step's time only where the work is done
+    when the call returns (eager CPU) or the caller waited for it first."""
+
+    def __init__(self, every=1):
+        self.every = every if breakdown_enabled() else 0
+        self.sums, self.steps, self.last = {}, 0, None
+
+    def due(self, step):
+        return self.every > 0 and step % self.every == 0
+
+    def start(self):
+        self.last = time.perf_counter()
+
+    def mark(self, phase):
+        now = time.perf_counter()
+        self.sums[phase] = self.sums.get(phase, 0.0) + now - self.last
+        self.last = now
+
+    def step_done(self):
+        self.steps += 1
+
+    def take(self):
+        """{phase: seconds per step} over the timed steps since the last take, or None."""
+        out = {k: v / self.steps for k, v in self.sums.items()} if self.steps else None
+        self.sums, self.steps = {}, 0
+        return out
+
+
+class NoClock:
+    """A PhaseClock that times nothing (lanes whose phases the host clock cannot see)."""
+    every = 0
+
+    def due(self, step):
+        return False
+
+    def take(self):
+        return None
+
+
 # resolveData's synthetic test-set sizes (the training sizes are workload_table.SYNTHETIC_TRAIN).
 SYNTHETIC_TEST = {"cifar10": 10000, "fashion-mnist": 10000, "imagenet": 50000, "imdb": 25000, "text": 3000}
 

@@ -237,6 +237,9 @@ class TorchLane:
             torch.cuda.reset_peak_memory_stats(device)
 
         self.meter = dw.Meter(session.emit, self.name, self.steps_per_epoch, c["warmup"], self.memory)
+        # The step breakdown on CPUs, every step (eager CPU ops are done when they return); a
+        # CUDA lane's host clock would time kernel launches, so it reports none.
+        self.clock = lc.NoClock() if self.cuda else lc.PhaseClock(every=1)
         # The CPU threads it trains with; a CUDA lane names them only when asked (as the C++ worker).
         self.ready = {"batch": self.batch, "total_steps": self.total_steps,
                       "threads": self.threads if (not self.cuda or threads) else None, "dataset": self.dataset}
@@ -267,7 +270,7 @@ class TorchLane:
         # Language models score T targets per example: accuracy per next character.
         correct = int(self.correct_buf[:self.in_buf].sum().item()) / (self.w["lm"] or 1)
         self.in_buf = 0
-        return self.meter.report(losses, correct)
+        return self.meter.report(losses, correct, self.clock.take())
 
     def evaluate(self):
         meter = self.meter
@@ -336,10 +339,18 @@ class TorchLane:
             lr = self.lr * wt.schedule_factor(self.schedule, step, self.total_steps)
             for group in self.opt.param_groups:
                 group["lr"] = lr
+        timed = self.clock.due(step)
+        if timed:
+            self.clock.start()
         x = tn.prepare_input(self.train_x.index_select(0, idx), self.w["shape"], self.channels_last)
         x, y = tn.split_targets(self.w, x, self.train_y.index_select(0, idx))
+        if timed:
+            self.clock.mark("data")
         loss, correct = tn.train_step_once(self.model, self.opt, self.scaler, self.autocast, self.loss_of,
-                                             self.correct_of, x, y, self.w["clip"])
+                                             self.correct_of, x, y, self.w["clip"],
+                                             self.clock.mark if timed else None)
+        if timed:
+            self.clock.step_done()
         self.loss_buf[self.in_buf].copy_(loss)
         self.correct_buf[self.in_buf].copy_(correct)
         self.in_buf += 1

@@ -477,17 +477,22 @@ def split_targets(w, x, y):
     return x, y
 
 
-def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y, clip=0.0):
+def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y, clip=0.0, mark=None):
     """One optimizer step on a prepared batch: forward (under `autocast()`), float32 loss,
     zero_grad(set_to_none), backward, gradients clipped to a global norm of `clip` (> 0; nanoGPT's
     grad_clip), step (through `scaler` for fp16). Returns the detached loss and the batch's
-    correct count as device tensors (no host sync)."""
+    correct count as device tensors (no host sync). `mark(phase)`, where given, is called as each
+    phase ends: forward (with the loss), backward, optimizer (zeroing, clipping, the update)."""
+    mark = mark or (lambda phase: None)
     with autocast():
         logits = model(x).to(torch.float32)
         loss = loss_of(logits, y)
+    mark("forward")
     opt.zero_grad(set_to_none=True)
+    mark("optimizer")
     if scaler is not None:
         scaler.scale(loss).backward()
+        mark("backward")
         if clip > 0:
             scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -495,9 +500,11 @@ def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y, cli
         scaler.update()
     else:
         loss.backward()
+        mark("backward")
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
+    mark("optimizer")
     return loss.detach(), correct_of(logits.detach(), y)
 
 

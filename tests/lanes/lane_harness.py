@@ -156,3 +156,25 @@ def assert_rate_integrity(test, lane, tolerance=RATE_TOLERANCE):
                          f"reported {reported:.1f} samples/s, observed {observed:.1f} "
                          f"({s1['samples'] - s0['samples']} samples in {t1 - t0:.3f} s)")
     return reported, observed
+
+
+def assert_step_breakdown(test, samples, phases, tolerance=0.05):
+    """Issue 29's breakdown in a framework lane's train samples: the phases `phases` (and "other"),
+    each >= 0, summing to the interval's mean step time within `tolerance`, in most of the
+    intervals after the warm-up (an interval may have no timed step: the Keras lanes time one in
+    eight). Returns the breakdowns."""
+    train = [s for s in samples if s["kind"] == "train"]
+    previous = {id(s): (train[i - 1]["step"] if i else 0) for i, s in enumerate(train)}
+    measured = [s for s in train if not s["warmup"]]
+    with_breakdown = [s for s in measured if s.get("step_breakdown")]
+    test.assertGreaterEqual(len(with_breakdown), max(1, len(measured) // 2),
+                            f"{len(with_breakdown)} of {len(measured)} intervals have a step breakdown")
+    for s in with_breakdown:
+        b = s["step_breakdown"]
+        test.assertEqual(set(b), set(phases) | {"other"}, b)
+        test.assertTrue(all(v >= 0 for v in b.values()), b)
+        steps = s["step"] - previous[id(s)]
+        mean_step = s["interval_s"] / steps
+        test.assertLessEqual(abs(sum(b.values()) / mean_step - 1), tolerance,
+                             f"phases sum to {sum(b.values()) * 1e3:.3f} ms, the step is {mean_step * 1e3:.3f} ms: {b}")
+    return [s["step_breakdown"] for s in with_breakdown]

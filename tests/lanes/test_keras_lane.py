@@ -16,7 +16,8 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lane_harness import FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity, check_sample  # noqa: E402
+from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity,  # noqa: E402
+                          assert_step_breakdown, check_sample)
 
 LANE = os.path.join(LANES, "keras_lane.py")
 CLI = os.environ.get("DEVICERACE_CLI", "")
@@ -111,6 +112,9 @@ class KerasBackendTest:
         self.assertLess(last, 0.6 * first, f"loss {first:.3f} -> {last:.3f}")
         evals = [s for s in samples if s["kind"] == "eval"]
         self.assertEqual([s["step"] for s in evals], [100, 200, 300])  # each epoch end (6,400 / 64)
+        # Where its step time goes: the host's batch assembly and the compiled step, one step in 8.
+        breakdowns = assert_step_breakdown(self, samples, ("data", "compute"))
+        self.assertTrue(all(b["compute"] > b["data"] for b in breakdowns), breakdowns)
         self.assertGreater(evals[-1]["accuracy"], 0.7)
 
     def test_rate_integrity(self):

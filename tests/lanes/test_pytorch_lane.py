@@ -12,8 +12,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity, check_sample,  # noqa: E402
-                          dw)
+from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity,  # noqa: E402
+                          assert_step_breakdown, check_sample, dw)
 import lane_common as lc  # noqa: E402  (lanes/python, on the path through lane_harness)
 
 LANE = os.path.join(LANES, "pytorch_lane.py")
@@ -138,6 +138,9 @@ class PyTorchLaneTest(unittest.TestCase):
         self.assertGreater(evals[-1]["accuracy"], 0.5)
         final = samples[-1]
         self.assertEqual((final["kind"], final["state"], final["step"]), ("state", "finished", 60))
+        # Where its step time goes, as the engine's lanes say it: every CPU step timed.
+        breakdowns = assert_step_breakdown(self, samples, ("data", "forward", "backward", "optimizer"))
+        self.assertTrue(all(b["backward"] > 0 and b["forward"] > 0 for b in breakdowns))
 
     def test_rate_integrity(self):
         """Its samples/s is within 3% of samples / wall time of the measured steps, seen from here."""
