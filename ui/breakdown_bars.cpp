@@ -61,6 +61,24 @@ std::vector<std::pair<QString, double>> orderedPhases(const std::map<std::string
     return out;
 }
 
+// The row's phases in order, its step time and the data and communication shares; false when the
+// step has no time.
+bool setPhases(BreakdownRow& row, const std::map<std::string, double>& phases) {
+    row.phases = orderedPhases(phases);
+    double data = 0, communication = 0;
+    for (const auto& [phase, secs] : row.phases) {
+        row.stepSeconds += secs;
+        data += phase == QLatin1String("data") ? secs : 0.0;
+        communication += phase == QLatin1String("communication") ? secs : 0.0;
+    }
+    if (row.stepSeconds <= 0) {
+        return false;
+    }
+    row.dataShare = data / row.stepSeconds;
+    row.waitShare = communication / row.stepSeconds;
+    return true;
+}
+
 // A data-parallel lane's ranks, under its row: which rank the others wait for, at a glance.
 void appendRankRows(std::vector<BreakdownRow>& out, const std::vector<std::map<std::string, double>>& ranks,
                     const QColor& color) {
@@ -93,17 +111,9 @@ void appendRankRows(std::vector<BreakdownRow>& out, const std::vector<std::map<s
         row.name = ranks.size() <= kAllUpTo ? QObject::tr("rank %1").arg(r)
                                             : QObject::tr("rank %1 of %2").arg(r).arg(ranks.size());
         row.color = color;
-        row.phases = orderedPhases(ranks[r]);
-        for (const auto& [phase, secs] : row.phases) {
-            row.stepSeconds += secs;
-            if (phase == QLatin1String("communication")) {
-                row.waitShare += secs;
-            }
-        }
-        if (row.stepSeconds <= 0) {
+        if (!setPhases(row, ranks[r])) {
             continue;
         }
-        row.waitShare /= row.stepSeconds;
         if (slow && slow->rank == r) {
             row.waitedForSlowerBy = slow->slowerBy();
         }
@@ -124,17 +134,9 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
         BreakdownRow row;
         row.name = lanes[i].name;
         row.color = lanes[i].color;
-        row.phases = orderedPhases(h.lastBreakdown);
-        for (const auto& [phase, secs] : row.phases) {
-            row.stepSeconds += secs;
-            if (phase == QLatin1String("data")) {
-                row.dataShare += secs;
-            }
-        }
-        if (row.stepSeconds <= 0) {
+        if (!setPhases(row, h.lastBreakdown)) {
             continue;
         }
-        row.dataShare /= row.stepSeconds;
         row.inputBound = row.dataShare > kInputBoundShare;
         row.utilization = h.utilization();
         row.samplesPerJoule = h.samplesPerJoule();

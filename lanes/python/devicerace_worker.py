@@ -207,7 +207,7 @@ class LineSplitter:
 # checked every value with its key's parser before sending it).
 FIELD_TYPES = {"name": str, "threads": int, "batch": int, "lr": float, "precision": str, "cost": float,
                "channels_last": bool, "eval_batch": int, "wd": float, "momentum": float, "schedule": str,
-               "lstm": str, "data": str, "fused": bool, "graph": bool, "resident": bool, "isolate": str,
+               "lstm": str, "data": str, "augment": str, "fused": bool, "graph": bool, "resident": bool, "isolate": str,
                "cli": str, "fault": dict, "framework": str, "cmd": str, "workers": int, "backend": str,
                "global_batch": str, "master": str}
 

@@ -98,6 +98,47 @@ TEST(ChannelsLast, FollowsTheContiguousLossCurveOnTheCpu) {
     EXPECT_FALSE(findWorkload("fashion-cnn").channelsLastOnCpu); // measured slower there
 }
 
+// augment=crop-flip trains an image workload on crops and flips (another curve than the plain
+// batches, falling all the same), says so in its execution, and is refused where it cannot apply.
+TEST(Augment, CropFlipTrainsOnAugmentedBatchesAndIsRefusedElsewhere) {
+    const auto& w = findWorkload("fashion-cnn");
+    auto data = tinyImages(w, 256);
+    std::string how;
+    const auto plain = stepLosses(w.name, parseLaneSpec("cpu,threads=1,batch=32"), data, 12);
+    const auto augmented = stepLosses(w.name, parseLaneSpec("cpu,threads=1,batch=32,augment=crop-flip"), data, 12, &how);
+    EXPECT_NE(how.find("crop-flip augmentation"), std::string::npos) << how;
+    ASSERT_EQ(plain.size(), augmented.size());
+    EXPECT_NEAR(plain[0], augmented[0], 0.5); // the same network at the start
+    bool differs = false;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+        differs = differs || std::abs(plain[i] - augmented[i]) > 1e-4;
+    }
+    EXPECT_TRUE(differs) << "the crops and flips changed nothing";
+    // The fused dense step (fashion-mlp) reads the augmented bytes too.
+    const auto& mlp = findWorkload("fashion-mlp");
+    auto mlpData = tinyImages(mlp, 256);
+    const auto mlpPlain = stepLosses(mlp.name, parseLaneSpec("cpu,threads=1,batch=32"), mlpData, 6);
+    const auto mlpAugmented =
+        stepLosses(mlp.name, parseLaneSpec("cpu,threads=1,batch=32,augment=crop-flip"), mlpData, 6, &how);
+    EXPECT_NE(how.find("fused dense step"), std::string::npos) << how;
+    EXPECT_NE(mlpPlain.back(), mlpAugmented.back());
+    EXPECT_EQ(formatLaneSpec(parseLaneSpec("cpu,augment=crop-flip")), "cpu,augment=crop-flip");
+    EXPECT_THROW(parseLaneSpec("cpu,augment=mixup"), UsageError);
+    LaneRunSettings settings;
+    settings.workload = "char-gpt";
+    settings.data = syntheticDataset(findWorkload("char-gpt").input, findWorkload("char-gpt").inputShape,
+                                     findWorkload("char-gpt").classes, findWorkload("char-gpt").vocabulary, 256, 64);
+    settings.steps = 1;
+    try {
+        (void)makeLane(parseLaneSpec("cpu,augment=crop-flip"), settings);
+        ADD_FAILURE() << "augment=crop-flip accepted for char-gpt";
+    } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("augment=crop-flip applies to image workloads, not char-gpt"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(FastPathKeys, AreParsedAndFormatted) {
     auto spec = parseLaneSpec("cuda:0,fused=false,graph=true,resident=false");
     EXPECT_EQ(spec.fused, false);

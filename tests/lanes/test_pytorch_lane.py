@@ -235,6 +235,14 @@ class PyTorchLaneTest(unittest.TestCase):
         self.assertNotIn("\n", m["message"])
         self.assertIsNone(lane.next())
         self.assertEqual(lane.wait(), 2)
+        # An engine key it does not implement (augment=crop-flip) is refused, named, not ignored.
+        lane = self.start()
+        self.hello(lane)
+        lane.send(config(lane_fields={"device": "cpu", "threads": 1, "augment": "crop-flip"}))
+        m = lane.next()
+        self.assertEqual((m["type"], m["phase"]), ("error", "config"), m)
+        self.assertIn("does not take an engine key 'augment'", m["message"])
+        self.assertEqual(lane.wait(), 2)
 
     def test_parameter_count_mismatch(self):
         lane = self.start()

@@ -60,6 +60,7 @@ struct LaneSpec {
     std::optional<std::string> schedule; // constant | step | onecycle
     std::optional<std::string> lstm;     // fused | cells
     std::optional<DataMode> data;        // overrides the race's data mode for this lane
+    std::optional<std::string> augment;  // none | crop-flip: image workloads' per-example augmentation
     // Fast paths (unset: on where they help; see docs/BENCHMARKS.md).
     std::optional<bool> fused;    // fused optimizer kernels; on a CPU also the fused dense step
     std::optional<bool> graph;    // CUDA lanes: the whole training step captured in a CUDA graph
@@ -117,7 +118,7 @@ std::string localSrun();
 LaneKind laneKind(const LaneSpec& spec);
 
 /// Parses "DEVICE[,key=value]..." (keys: name, threads, batch, lr, precision, cost, channels_last,
-/// eval_batch, wd, momentum, schedule, lstm, data, fused, graph, resident, isolate, cli, fault;
+/// eval_batch, wd, momentum, schedule, lstm, data, augment, fused, graph, resident, isolate, cli, fault;
 /// DEVICE may be ssh://[user@]host[:port]/DEVICE, slurm://[login]/DEVICE or attach://host:port/DEVICE).
 /// Throws UsageError naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);

@@ -279,6 +279,10 @@ const std::vector<KeyCodec>& keyCodecs() {
                               &LaneSpec::lstm, {"fused", "cells"}));
         t.push_back(twoWordKey(info("data", "the race's", "every lane", "this lane's data: real or synthetic"),
                                &LaneSpec::data, {"real", DataMode::Real}, {"synthetic", DataMode::Synthetic}));
+        t.push_back(choiceKey(info("augment", "none", "image workloads",
+                                   "per-example augmentation of the training batches: crop-flip (a random crop "
+                                   "of the image padded by 4 pixels, flipped left-right half the time)"),
+                              &LaneSpec::augment, {"none", "crop-flip"}));
         t.push_back(
             boolKey(info("fused", "true", "every lane", "fused optimizer kernels (and the fused dense step on CPUs)"),
                     &LaneSpec::fused));

@@ -115,6 +115,10 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
         throw UsageError(fmt::format("lane {}: lstm={} applies to the LSTM workloads (imdb-bilstm, charlstm), not {}",
                                      spec.name, *spec.lstm, workload.name));
     }
+    if (spec.augment.value_or("none") != "none" && workload.input != DataKind::Images) {
+        throw UsageError(fmt::format("lane {}: augment={} applies to image workloads, not {}", spec.name,
+                                     *spec.augment, workload.name));
+    }
     if (spec.channelsLast.value_or(false) && workload.input != DataKind::Images) {
         throw UsageError(
             fmt::format("lane {}: channels_last applies to image workloads, not {}", spec.name, workload.name));
@@ -139,6 +143,7 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     plan.momentum = spec.momentum.value_or(workload.momentum);
     plan.schedule = spec.schedule.value_or(workload.schedule);
     plan.fusedLstm = spec.lstm.value_or("fused") == "fused";
+    plan.augment = spec.augment.value_or("none") == "crop-flip";
     // NHWC convolutions (oneDNN) were 9-35% faster on the CPU for the 3-channel networks and
     // 24% slower for fashion-cnn's 1-channel input: a per-workload CPU default.
     plan.channelsLast = spec.channelsLast.value_or(plan.device == "cpu" && workload.channelsLastOnCpu);

@@ -45,6 +45,7 @@ struct RunPlan {
     std::string schedule = "constant";
     bool fusedLstm = true;
     bool channelsLast = false;
+    bool augment = false;       // augment=crop-flip: each training batch cropped and flipped per example
     bool fusedOptimizer = true; // fused optimizer kernels and the CPU fused dense step (lane key fused)
     bool cudaGraph = false;     // capture the step in a CUDA graph (lane key graph); implies drop-last
     bool dataOnHost = false;    // resident=false: pinned host data, prefetched batches

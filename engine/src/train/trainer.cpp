@@ -103,6 +103,14 @@ LaneOutcome Trainer::run() {
     // Epoch orders come from a host generator seeded like the lane's own, so every lane with
     // one seed sees the batches in the same order, wherever its data lives.
     m_hostGen = at::detail::createCPUGenerator(m_ctx.settings.seed);
+    if (m_ctx.augment) {
+        // Crops and flips: a host stream of their own (the same on every device), per rank.
+        constexpr std::uint64_t kAugmentStream = 0x9e3779b97f4a7c15ULL;
+        m_augmentGen = at::detail::createCPUGenerator(m_ctx.settings.seed ^ kAugmentStream);
+        if (m_dist) {
+            m_augmentGen.set_current_seed((m_ctx.settings.seed ^ kAugmentStream) + static_cast<std::uint64_t>(m_dist->rank()));
+        }
+    }
     if (m_data.onHost) {
         m_batcher = std::make_unique<PinnedBatcher>(m_data, m_ctx.batch);
     }

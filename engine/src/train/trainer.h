@@ -166,6 +166,7 @@ private:
     std::string m_denseStepOff; // why a dense network does not take it (shown in the execution)
     DeviceData m_data;
     at::Generator m_hostGen;                  // epoch permutations (on the host)
+    at::Generator m_augmentGen;               // augment=crop-flip: its crops and flips (on the host)
     std::unique_ptr<PinnedBatcher> m_batcher; // resident=false
     torch::Tensor m_batchX, m_batchY;         // the reused device batch (graph or resident=false)
     std::unique_ptr<at::cuda::CUDAGraph> m_graph;

@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include "data/augment.h"
 #include "train/fault.h"
 
 namespace devicerace::detail {
@@ -60,6 +61,9 @@ void Trainer::trainStep(const torch::Tensor& idx) {
     } else {
         x = m_data.trainX.index_select(0, idx);
         y = m_data.trainY.index_select(0, idx);
+    }
+    if (m_ctx.augment) {
+        x.copy_(cropFlip(x, m_augmentGen)); // in place: a graph reads the batch buffer
     }
     splitTargets(x, y);
     if (m_slowData && m_step + 1 >= m_ctx.fault.step) {
