@@ -154,11 +154,11 @@ QString breakdownNote(const BreakdownRow& row) {
     if (row.rank >= 0) {
         // A rank: whether the others wait for it, else its share of the step in communication.
         if (row.waitedForSlowerBy) {
-            return note + QObject::tr(" · the others wait for it (%1% slower)").arg(*row.waitedForSlowerBy * 100, 0, 'f', 0);
+            return note +
+                   QObject::tr(" · the others wait for it (%1% slower)").arg(*row.waitedForSlowerBy * 100, 0, 'f', 0);
         }
-        return row.waitShare >= 0.005
-                   ? note + QObject::tr(" · communication %1%").arg(row.waitShare * 100, 0, 'f', 0)
-                   : note;
+        return row.waitShare >= 0.005 ? note + QObject::tr(" · communication %1%").arg(row.waitShare * 100, 0, 'f', 0)
+                                      : note;
     }
     if (row.utilization) {
         const double pct = *row.utilization * 100;

@@ -105,7 +105,8 @@ TEST(Augment, CropFlipTrainsOnAugmentedBatchesAndIsRefusedElsewhere) {
     auto data = tinyImages(w, 256);
     std::string how;
     const auto plain = stepLosses(w.name, parseLaneSpec("cpu,threads=1,batch=32"), data, 12);
-    const auto augmented = stepLosses(w.name, parseLaneSpec("cpu,threads=1,batch=32,augment=crop-flip"), data, 12, &how);
+    const auto augmented =
+        stepLosses(w.name, parseLaneSpec("cpu,threads=1,batch=32,augment=crop-flip"), data, 12, &how);
     EXPECT_NE(how.find("crop-flip augmentation"), std::string::npos) << how;
     ASSERT_EQ(plain.size(), augmented.size());
     EXPECT_NEAR(plain[0], augmented[0], 0.5); // the same network at the start

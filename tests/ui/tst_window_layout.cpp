@@ -133,7 +133,7 @@ private:
     QTemporaryDir m_dir;
     QString m_recording;
     QString m_ranksRecording; // a data-parallel lane with its ranks' breakdowns
-    QString m_gptRecording; // char-gpt: a text strip under the charts
+    QString m_gptRecording;   // char-gpt: a text strip under the charts
 
     QScreen* screenOf(int width) {
         for (auto* s : QGuiApplication::screens()) {
@@ -224,8 +224,8 @@ private Q_SLOTS:
         test::FakeLane one{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 1000, 60};
         one.breakdown = {{"data", 0.004}, {"forward", 0.040}, {"backward", 0.070}, {"optimizer", 0.010}};
         test::FakeLane four{QStringLiteral("cpu·4 ranks"), QStringLiteral("cpu"), 3500, 20};
-        four.breakdown = {{"data", 0.004}, {"forward", 0.050}, {"backward", 0.087}, {"communication", 0.032},
-                          {"optimizer", 0.010}, {"other", 0.002}};
+        four.breakdown = {{"data", 0.004},          {"forward", 0.050},   {"backward", 0.087},
+                          {"communication", 0.032}, {"optimizer", 0.010}, {"other", 0.002}};
         for (int r = 0; r < 4; ++r) {
             const double k = r == 2 ? 1.25 : 1.0;
             four.rankBreakdowns.push_back({{"data", 0.004 * k},

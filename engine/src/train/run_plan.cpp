@@ -116,8 +116,8 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
                                      spec.name, *spec.lstm, workload.name));
     }
     if (spec.augment.value_or("none") != "none" && workload.input != DataKind::Images) {
-        throw UsageError(fmt::format("lane {}: augment={} applies to image workloads, not {}", spec.name,
-                                     *spec.augment, workload.name));
+        throw UsageError(fmt::format("lane {}: augment={} applies to image workloads, not {}", spec.name, *spec.augment,
+                                     workload.name));
     }
     if (spec.channelsLast.value_or(false) && workload.input != DataKind::Images) {
         throw UsageError(

@@ -108,7 +108,8 @@ LaneOutcome Trainer::run() {
         constexpr std::uint64_t kAugmentStream = 0x9e3779b97f4a7c15ULL;
         m_augmentGen = at::detail::createCPUGenerator(m_ctx.settings.seed ^ kAugmentStream);
         if (m_dist) {
-            m_augmentGen.set_current_seed((m_ctx.settings.seed ^ kAugmentStream) + static_cast<std::uint64_t>(m_dist->rank()));
+            m_augmentGen.set_current_seed((m_ctx.settings.seed ^ kAugmentStream) +
+                                          static_cast<std::uint64_t>(m_dist->rank()));
         }
     }
     if (m_data.onHost) {
