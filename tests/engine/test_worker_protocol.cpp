@@ -366,7 +366,8 @@ TEST(WorkerMessage, DataParallelSpecsRoundTrip) {
 TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
     const std::vector<std::string> lanes = {
         "cpu,threads=3,batch=64,lr=0.0125,precision=bf16,cost=0.75,channels_last=true,eval_batch=500,wd=0.0005,"
-        "momentum=0.9,schedule=onecycle,lstm=cells,data=synthetic,augment=crop-flip,fused=false,graph=false,resident=true,"
+        "momentum=0.9,schedule=onecycle,lstm=cells,data=synthetic,augment=crop-flip,fused=false,graph=false,resident="
+        "true,"
         "isolate=process,fault=segv:0,framework=devicerace,name=every key",
         "cuda:0-3,threads=2,fault=abort:5@2,workers=2,backend=nccl,global_batch=fixed,master=10.0.0.1,name=ranks",
         "cuda:1,precision=fp16,cmd=my-trainer --fast,name=theirs",
