@@ -28,6 +28,10 @@ PATIENCE = 60
 RATE_TOLERANCE = 0.03
 
 
+# Seconds of our silence after which next() sends the lane an empty line (it ignores it).
+KEEPALIVE_S = 5.0
+
+
 class Lane:
     """One lane process and its pipes, read on threads (as the parent's poll loop does)."""
 
@@ -39,8 +43,10 @@ class Lane:
         self.raw = []  # every stdout line, as bytes
         self.received = []  # (time.monotonic() when read, message) of every message next() returned
         self.err = []
+        self.last_word = time.monotonic()  # when the lane last heard from us
         threading.Thread(target=self._read_out, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
+        self._err_reader = threading.Thread(target=self._read_err, daemon=True)
+        self._err_reader.start()
 
     def _read_out(self):
         for line in self.p.stdout:
@@ -53,12 +59,22 @@ class Lane:
             self.err.append(line.decode("utf-8", "replace"))
 
     def send(self, message):
-        self.p.stdin.write((json.dumps(message) + "\n").encode())
-        self.p.stdin.flush()
+        self.send_raw((json.dumps(message) + "\n").encode())
 
     def send_raw(self, data):
         self.p.stdin.write(data)
         self.p.stdin.flush()
+        self.last_word = time.monotonic()
+
+    def keep_alive(self):
+        """An empty line when the lane has heard nothing for KEEPALIVE_S: DeviceRace pings every 2 s,
+        and a lane stops itself after 20 s without a word (a slow machine's long test run did)."""
+        if time.monotonic() - self.last_word < KEEPALIVE_S or self.p.stdin.closed:
+            return
+        try:
+            self.send_raw(b"\n")
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the lane has gone or its input was closed on purpose
 
     def next(self, timeout=PATIENCE, skip=("hb",)):
         """The next message (hb skipped), or None at the end of its output."""
@@ -70,6 +86,7 @@ class Lane:
                 raise AssertionError(f"no message within {timeout} s; stderr: {self.stderr()[-1500:]}")
             if line is None:
                 return None
+            self.keep_alive()  # heartbeats arrive every second: a chance to speak while waiting
             arrival, line = line
             m = json.loads(line)  # every stdout line is a protocol message
             if m.get("type") not in skip:
@@ -91,6 +108,10 @@ class Lane:
         return self.p.wait(timeout)
 
     def stderr(self):
+        """What the lane wrote to stderr; once it has exited, all of it (the reader thread may still
+        be reading its last lines when wait() returns: a loaded machine showed it)."""
+        if self.p.poll() is not None:
+            self._err_reader.join(timeout=10)
         return "".join(self.err)
 
     def close(self):
