@@ -181,15 +181,16 @@ def assert_rate_integrity(test, lane, tolerance=RATE_TOLERANCE):
 
 def assert_step_breakdown(test, samples, phases, tolerance=0.05):
     """Issue 29's breakdown in a framework lane's train samples: the phases `phases` (and "other"),
-    each >= 0, summing to the interval's mean step time within `tolerance`, in most of the
-    intervals after the warm-up (an interval may have no timed step: the Keras lanes time one in
+    each >= 0, summing to the interval's mean step time within `tolerance`, in every interval after
+    the warm-up that has one (an interval may have no timed step: the Keras lanes time one in
     eight). Returns the breakdowns."""
     train = [s for s in samples if s["kind"] == "train"]
     previous = {id(s): (train[i - 1]["step"] if i else 0) for i, s in enumerate(train)}
     measured = [s for s in train if not s["warmup"]]
     with_breakdown = [s for s in measured if s.get("step_breakdown")]
-    test.assertGreaterEqual(len(with_breakdown), max(1, len(measured) // 2),
-                            f"{len(with_breakdown)} of {len(measured)} intervals have a step breakdown")
+    # At least one: how many intervals hold a timed step depends on the machine's speed (an interval
+    # is report_interval seconds; the Keras lanes time one step in eight).
+    test.assertGreaterEqual(len(with_breakdown), 1, f"none of {len(measured)} intervals has a step breakdown")
     for s in with_breakdown:
         b = s["step_breakdown"]
         test.assertEqual(set(b), set(phases) | {"other"}, b)
