@@ -11,3 +11,6 @@ export DEVICERACE_TEXT_CORPUS="$ROOT/.gpu/data/fortunes"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export PYTHONUNBUFFERED=1
 CLI="$ROOT/.gpu/bin/devicerace-cli"
+# The framework lanes (framework=pytorch) run the source tree's lane programs with the machine's python.
+export DEVICERACE_LANES="$ROOT/lanes/python"
+export DEVICERACE_PYTHON="$PY"

@@ -95,17 +95,6 @@ class PhaseClock:
         return out
 
 
-class NoClock:
-    """A PhaseClock that times nothing (lanes whose phases the host clock cannot see)."""
-    every = 0
-
-    def due(self, step):
-        return False
-
-    def take(self):
-        return None
-
-
 # resolveData's synthetic test-set sizes (the training sizes are workload_table.SYNTHETIC_TRAIN).
 SYNTHETIC_TEST = {"cifar10": 10000, "fashion-mnist": 10000, "imagenet": 50000, "imdb": 25000, "text": 3000}
 

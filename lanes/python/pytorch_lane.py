@@ -237,9 +237,10 @@ class TorchLane:
             torch.cuda.reset_peak_memory_stats(device)
 
         self.meter = dw.Meter(session.emit, self.name, self.steps_per_epoch, c["warmup"], self.memory)
-        # The step breakdown on CPUs, every step (eager CPU ops are done when they return); a
-        # CUDA lane's host clock would time kernel launches, so it reports none.
-        self.clock = lc.NoClock() if self.cuda else lc.PhaseClock(every=1)
+        # The step breakdown: on CPUs every step on the host clock (eager CPU ops are done when
+        # they return); on CUDA every 4th step with events on the stream (the host clock would
+        # time kernel launches), read at the report, which waits for the device anyway.
+        self.clock = CudaPhaseClock(every=4) if self.cuda else lc.PhaseClock(every=1)
         # The CPU threads it trains with; a CUDA lane names them only when asked (as the C++ worker).
         self.ready = {"batch": self.batch, "total_steps": self.total_steps,
                       "threads": self.threads if (not self.cuda or threads) else None, "dataset": self.dataset}
@@ -354,6 +355,47 @@ class TorchLane:
         self.loss_buf[self.in_buf].copy_(loss)
         self.correct_buf[self.in_buf].copy_(correct)
         self.in_buf += 1
+
+
+class CudaPhaseClock(lc.PhaseClock):
+    """PhaseClock's marks as CUDA events on the current stream (the engine's StepTimer on CUDA):
+    a phase is the device time between its start and end events, so nothing waits mid-step. The
+    events are read at `take()`, after the report's synchronisation; at most `keep` timed steps
+    per interval (their events are reused)."""
+
+    def __init__(self, every=4, keep=64):
+        super().__init__(every)
+        self.keep, self.pool, self.used, self.marks = keep, [], 0, []
+
+    def due(self, step):
+        return super().due(step) and len(self.marks) < self.keep
+
+    def record(self):
+        if self.used == len(self.pool):
+            self.pool.append(torch.cuda.Event(enable_timing=True))
+        event = self.pool[self.used]
+        event.record()
+        self.used += 1
+        return event
+
+    def start(self):
+        self.marks.append([("", self.record())])
+
+    def mark(self, phase):
+        self.marks[-1].append((phase, self.record()))
+
+    def step_done(self):
+        pass  # counted at take(), where a step cut short (no optimizer mark) is left out
+
+    def take(self):
+        for step in self.marks:
+            if step[-1][0] != "optimizer":
+                continue
+            for (_, begin), (phase, end) in zip(step, step[1:]):
+                self.sums[phase] = self.sums.get(phase, 0.0) + begin.elapsed_time(end) / 1000.0
+            self.steps += 1
+        self.marks, self.used = [], 0
+        return super().take()
 
 
 class TorchProgram:
