@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "devicerace/race.h"
 #include "devicerace/summary.h"
 #include "summary_table.h"
 
@@ -126,6 +127,12 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
     std::vector<BreakdownRow> out;
     const auto& lanes = race.lanes();
     const auto& histories = race.histories();
+    // Energy read on one counter by lanes that ran at once is theirs together: no lane's own.
+    std::vector<std::string> counters;
+    for (std::size_t i = 0; i < lanes.size() && i < histories.size(); ++i) {
+        counters.push_back(histories[i].samplesPerJoule() ? lanes[i].energyCounter : std::string());
+    }
+    const auto sharers = energySharers(counters);
     for (std::size_t i = 0; i < lanes.size() && i < histories.size(); ++i) {
         const auto& h = histories[i];
         if (h.lastBreakdown.empty()) {
@@ -139,7 +146,9 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
         }
         row.inputBound = row.dataShare > kInputBoundShare;
         row.utilization = h.utilization();
-        row.samplesPerJoule = h.samplesPerJoule();
+        if (sharers[i] <= 1) {
+            row.samplesPerJoule = h.samplesPerJoule();
+        }
         out.push_back(std::move(row));
         appendRankRows(out, h.lastRankBreakdowns, lanes[i].color);
     }

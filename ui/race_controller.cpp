@@ -108,6 +108,7 @@ void RaceController::begin(std::unique_ptr<Race> race, const std::vector<QColor>
         info.totalSteps = lane->totalSteps();
         info.batch = lane->batch();
         info.costPerHour = lane->spec().costPerHour;
+        info.energyCounter = m_race->spec().fair ? "lane " + std::to_string(i) : "live|" + energyCounter(ls.host, ls.device);
         m_lanes.push_back(info);
         m_histories.emplace_back();
         m_histories.back().costPerHour = info.costPerHour;
@@ -210,7 +211,9 @@ QColor RaceController::unusedColor() const {
 
 void RaceController::rebuildReplays() {
     m_replays.clear();
+    int recIndex = 0;
     for (const auto& rec : m_recordings) {
+        ++recIndex;
         const QString date = QString::fromStdString(rec->startedAt).left(10);
         for (const auto& lane : rec->lanes) {
             LaneInfo info;
@@ -227,6 +230,8 @@ void RaceController::rebuildReplays() {
             info.totalSteps = lane.totalSteps;
             info.batch = lane.batch;
             info.costPerHour = lane.costPerHour;
+            info.energyCounter = "rec " + std::to_string(recIndex) + "|" +
+                                 (rec->fair ? lane.name : energyCounter(lane.host, lane.device));
             Replay replay;
             replay.recording = rec;
             replay.lane = lane.name;

@@ -34,6 +34,9 @@ struct LaneInfo {
     bool launched = false; // slurm:// or attach://: its job, shape and size are known once it runs
     QString job;           // "job 12 · 2 ranks on localhost" once known
     bool settled = false;  // launched: rank 0 said ready, nothing above changes any more
+    // The energy counter it read, as lanes that ran at once share it (devicerace::energyCounter,
+    // prefixed by its race); unique to the lane where lanes ran one at a time.
+    std::string energyCounter;
 };
 
 /// Each lane's whole history, from a recording's samples.

@@ -28,6 +28,14 @@ QString formatDuration(double seconds) {
     return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
 }
 
+QString speedupText(double ratio, const QString& baseline) {
+    auto times = [](double r) -> QString { return QString::number(r, 'f', r >= 10 ? 0 : 1) + QStringLiteral("×"); };
+    if (ratio > 0 && ratio < 0.5) {
+        return QObject::tr("%1 slower than %2").arg(times(1 / ratio), baseline);
+    }
+    return QStringLiteral("%1 %2").arg(times(ratio), baseline);
+}
+
 QString headlineText(const std::vector<StripRow>& rows, int baseline) {
     if (baseline < 0 || baseline >= static_cast<int>(rows.size())) {
         return {};
@@ -160,9 +168,7 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         } else if (auto own = rate(h); baseRate && *baseRate > 0 && own) {
             const double ratio = *own / *baseRate;
             row.ratio = ratio;
-            row.speedup = QStringLiteral("%1× %2")
-                              .arg(ratio, 0, 'f', ratio >= 10 ? 0 : 1)
-                              .arg(lanes[static_cast<std::size_t>(baseline)].name);
+            row.speedup = speedupText(ratio, lanes[static_cast<std::size_t>(baseline)].name);
         }
         rows.push_back(row);
     }

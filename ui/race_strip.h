@@ -29,6 +29,9 @@ std::optional<double> projectedTimeToTarget(const LaneHistory& history, double t
 /// The presentation headline: "cuda:0 41× faster than cpu·1" (the fastest lane against the
 /// baseline), or "cpu·1 vs cpu·2" before there is a measurement.
 QString headlineText(const std::vector<StripRow>& rows, int baseline);
+/// A lane's throughput against the baseline's, as the strip says it: "1.9× cpu·1", "41× cpu·1",
+/// and below half the baseline's "24× slower than cuda:0" (never "0.0×").
+QString speedupText(double ratio, const QString& baseline);
 /// "1:05", "1:02:03"
 QString formatDuration(double seconds);
 

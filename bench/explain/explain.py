@@ -16,8 +16,8 @@ On a lent GPU machine (bench/gpu/explain.sh):
    each lane's median samples/s, the engine's FLOPs per sample (counted from the network), the
    achieved FLOP/s, the measured GEMM peak of its precision and thread count, the share of it,
    and the step's phases.
-With --device cuda the lanes are `cuda:0` (eager) and `cuda:0,graph=true` where the workload
-allows a graph, each --frameworks lane on cuda:0 too; the peak is the datasheet's (the race's
+With --device cuda the lanes are `cuda:0` (the step in a CUDA graph where it helps) and
+`cuda:0,graph=false` (eager), each --frameworks lane on cuda:0 too, each in a race of its own; the peak is the datasheet's (the race's
 `peak_flops_per_sec`), the energy NVML's where the driver has it; more steps, since a GPU step
 is short.
 """
@@ -98,7 +98,8 @@ def utilisation(runs, device="cpu", frameworks=(), only=()):
         if only and workload not in only:
             continue
         if device == "cuda":
-            lanes = ["cuda:0", "cuda:0,graph=true"] + [f"cuda:0,framework={f}" for f in frameworks]
+            # The default lane captures the step in a graph where it helps; the eager one beside it.
+            lanes = ["cuda:0", "cuda:0,graph=false"] + [f"cuda:0,framework={f}" for f in frameworks]
         else:
             lanes = ["cpu,threads=1", "cpu,threads=2"]
         args = ["--workload", workload, "--steps", str(steps), *extra]
@@ -113,11 +114,12 @@ def utilisation(runs, device="cpu", frameworks=(), only=()):
             if "refused" in results[0]:
                 rows.append({"workload": workload, "lane": group[1], "failed": results[0]["refused"][0]})
                 continue
-            rows += rows_of(workload, results)
+            rows += rows_of(workload, results, group[1] if device == "cuda" else None)
     return rows
 
 
-def rows_of(workload, results):
+def rows_of(workload, results, label=None):
+    """Table rows of one race's lanes (medians over its runs), each named by `label` if given."""
     rows = []
     for i, lane in enumerate(results[0]["lanes"]):
         lanes = [r["lanes"][i] for r in results]
@@ -132,7 +134,7 @@ def rows_of(workload, results):
         phases = {k: statistics.median(v) for k, v in phases.items()}
         total = sum(phases.values()) or 1
         rows.append({
-            "workload": workload, "lane": lane["name"], "samples_per_sec": rate,
+            "workload": workload, "lane": label or lane["name"], "samples_per_sec": rate,
             "flops_per_sample": lane["flops_per_sample"],
             "achieved_gflops": rate * lane["flops_per_sample"] / 1e9,
             "peak_gflops": (lane["peak_flops_per_sec"] or 0) / 1e9,

@@ -34,7 +34,8 @@ struct FakeLane {
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
 inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& lanes, double sampleEvery = 0.5,
-                               int evaluations = 10, const QString& workload = QStringLiteral("fashion-mlp")) {
+                               int evaluations = 10, const QString& workload = QStringLiteral("fashion-mlp"),
+                               const QString& mode = QStringLiteral("live")) {
     constexpr int kBatch = 128;
     if (!QDir().mkpath(dir)) {
         return false;
@@ -106,7 +107,7 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
         {QStringLiteral("workload"), workload},
         {QStringLiteral("dataset"),
          QJsonObject{{QStringLiteral("name"), QStringLiteral("Fashion-MNIST")}, {QStringLiteral("synthetic"), false}}},
-        {QStringLiteral("mode"), QStringLiteral("live")},
+        {QStringLiteral("mode"), mode},
         {QStringLiteral("target_accuracy"), 0.85},
         {QStringLiteral("started_at"), QStringLiteral("2026-11-23T10:00:00Z")},
         {QStringLiteral("device"), QJsonObject{{QStringLiteral("cpu"), QStringLiteral("test CPU")},

@@ -320,6 +320,57 @@ private Q_SLOTS:
 
     // A failure's reason is read in full on the strip at 1280 px: two lines when one is too
     // short, never cut off with an ellipsis.
+    // A lane far slower than the baseline says how many times slower, never "0.0× cuda:0".
+    void aSlowLaneSaysHowManyTimesSlower() {
+        QCOMPARE(speedupText(0.0408, QStringLiteral("cuda:0 (rec)")), QStringLiteral("25× slower than cuda:0 (rec)"));
+        QCOMPARE(speedupText(0.02, QStringLiteral("cuda:0")), QStringLiteral("50× slower than cuda:0"));
+        QCOMPARE(speedupText(0.97, QStringLiteral("cpu·1")), QStringLiteral("1.0× cpu·1"));
+        QCOMPARE(speedupText(1.93, QStringLiteral("cpu·1")), QStringLiteral("1.9× cpu·1"));
+        QCOMPARE(speedupText(41.2, QStringLiteral("cpu·1")), QStringLiteral("41× cpu·1"));
+        // Read in full on the strip at 1280 px.
+        RaceStrip strip;
+        strip.resize(880, 200);
+        StripRow base{QStringLiteral("cuda:0 (rec)"), laneColor(0), 1.0, QStringLiteral("done 0:02 · acc 0.909"),
+                      QStringLiteral("baseline"), 1.0, false};
+        StripRow slow{QStringLiteral("cpu·16 (rec)"), laneColor(1), 0.05, QStringLiteral("done 0:37 · acc 0.909 · 43% of peak"),
+                      speedupText(0.0408, base.name), 0.0408, false};
+        strip.setRows({base, slow});
+        bool seen = false;
+        for (const auto& t : strip.texts()) {
+            QVERIFY2(!t.text.contains(QStringLiteral("…")), qPrintable(t.text));
+            seen = seen || t.text == slow.speedup;
+        }
+        QVERIFY(seen);
+    }
+
+    // Lanes that raced at once on one GPU read one energy counter: neither bar claims samples
+    // per joule of its own (the summary says "not attributable"). Raced one at a time, each does.
+    void sharedEnergyCountersGiveNoLaneSamplesPerJoule() {
+        for (const QString& mode : {QStringLiteral("live"), QStringLiteral("fair")}) {
+            QTemporaryDir dir;
+            std::vector<FakeLane> lanes;
+            for (const QString& name : {QStringLiteral("a"), QStringLiteral("b")}) {
+                FakeLane lane{name, QStringLiteral("cuda:0"), 2000, 20};
+                lane.breakdown = {{"data", 0.01}, {"compute", 0.05}, {"other", 0.001}};
+                lane.watts = 300;
+                lanes.push_back(lane);
+            }
+            FakeLane cpu{QStringLiteral("cpu"), QStringLiteral("cpu"), 200, 20};
+            cpu.breakdown = {{"data", 0.1}, {"forward", 0.2}, {"backward", 0.3}, {"optimizer", 0.05}};
+            cpu.watts = 90; // its own counter (the host's packages): its figure stands either way
+            lanes.push_back(cpu);
+            QVERIFY(writeFakeRecording(dir.path(), lanes, 0.5, 10, QStringLiteral("fashion-mlp"), mode));
+            MainWindow w;
+            w.show();
+            QVERIFY(replay(w, dir.path()));
+            QTRY_VERIFY(breakdownRows(*w.race()).size() == 3);
+            const auto rows = breakdownRows(*w.race());
+            QCOMPARE(rows[0].samplesPerJoule.has_value(), mode == QStringLiteral("fair"));
+            QCOMPARE(rows[1].samplesPerJoule.has_value(), mode == QStringLiteral("fair"));
+            QVERIFY2(rows[2].samplesPerJoule.has_value(), qPrintable(mode));
+        }
+    }
+
     void aLongFailureReasonIsReadInFull() {
         RaceStrip strip;
         strip.resize(880, 200); // the dashboard's width at 1280x720 with the setup panel open

@@ -73,6 +73,16 @@ void finishRaceSummary(RaceSummary& summary);
 /// lane that ran at the same time read the same counter (one host's CPU packages, one GPU).
 void attributeEnergy(std::vector<LaneSummary>& lanes, bool fair);
 
+/// The energy counter a lane on `host` ("" here) and `device` reads: one per host's CPU packages,
+/// one per GPU. Lanes that read one counter at once cannot be told apart (attributeEnergy).
+std::string energyCounter(const std::string& host, const std::string& device);
+
+/// For lanes that ran at once: per lane, how many lanes with a reading share its counter
+/// (`counters[i]`: energyCounter() of a lane with an energy reading, "" without one). A lane
+/// whose figure is above 1 has no energy of its own. The one rule attributeEnergy and the
+/// window's live figures follow.
+std::vector<int> energySharers(const std::vector<std::string>& counters);
+
 /// Fills each lane's costVsBaseline: its cost to target over the baseline lane's.
 void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
 

@@ -39,20 +39,36 @@ void finishRaceSummary(RaceSummary& s) {
     }
 }
 
+std::string energyCounter(const std::string& host, const std::string& device) {
+    return host + "|" + (device.rfind("cuda", 0) == 0 ? device : "cpu");
+}
+
+std::vector<int> energySharers(const std::vector<std::string>& counters) {
+    // A counter (a host's CPU packages, one GPU) read by lanes that ran at once measured them all.
+    std::map<std::string, int> readers;
+    for (const auto& c : counters) {
+        readers[c] += c.empty() ? 0 : 1;
+    }
+    std::vector<int> out;
+    out.reserve(counters.size());
+    for (const auto& c : counters) {
+        out.push_back(c.empty() ? 0 : readers[c]);
+    }
+    return out;
+}
+
 void attributeEnergy(std::vector<LaneSummary>& lanes, bool fair) {
     if (fair) {
         return; // one lane at a time: each counter measured that lane alone
     }
-    // A counter (a host's CPU packages, one GPU) read by lanes that ran at once measured them all.
-    auto domain = [](const LaneSummary& l) {
-        return l.host + "|" + (l.device.rfind("cuda", 0) == 0 ? l.device : "cpu");
-    };
-    std::map<std::string, int> readers; // counter -> lanes with a reading of it
+    std::vector<std::string> counters;
     for (const auto& lane : lanes) {
-        readers[domain(lane)] += lane.energyJoules ? 1 : 0;
+        counters.push_back(lane.energyJoules ? energyCounter(lane.host, lane.device) : std::string());
     }
-    for (auto& lane : lanes) {
-        const int sharing = readers[domain(lane)];
+    const auto sharers = energySharers(counters);
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+        auto& lane = lanes[i];
+        const int sharing = sharers[i];
         if (lane.energyJoules && sharing > 1) {
             lane.energyJoules.reset();
             lane.samplesPerJoule.reset();
