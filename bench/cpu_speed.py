@@ -120,6 +120,9 @@ def cpu_flags():
     return set()
 
 
+OMP_SEEN = set()  # the races' OMP_WAIT_POLICY as their summaries report it
+
+
 def race(workload, specs, steps, env=None):
     """One fair race of every lane: {label: lane summary}."""
     with tempfile.TemporaryDirectory() as d:
@@ -128,13 +131,14 @@ def race(workload, specs, steps, env=None):
                 "--quiet", "--json", out]
         for i, (label, spec, _, _) in enumerate(specs):
             argv += ["--lane", f"{spec},name=lane{i}"]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=3600,
-                           env=dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
-                                    **(env or {})))
+        # OMP_WAIT_POLICY as the caller has it: unset, the CLI chooses for the race (fair: libgomp's
+        # spinning default, for every lane's process alike); the summary says what ran.
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=dict(os.environ, **(env or {})))
         if not os.path.exists(out):
             raise SystemExit(f"the race failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
         with open(out) as f:
             summary = json.load(f)
+    OMP_SEEN.add(summary.get("omp_wait_policy") or "?")
     by_name = {l["name"]: l for l in summary["lanes"]}
     return {label: by_name.get(f"lane{i}", {}) for i, (label, _, _, _) in enumerate(specs)}, r.stdout + r.stderr
 
@@ -178,8 +182,9 @@ def main(argv=None):
                 f"{label} {l.get('samples_per_sec') or 0:,.0f}"
                 for label, l in lanes_out.items()), file=sys.stderr, flush=True)
         flops = FLOPS.get(workload)
-        print(f"\n## {workload} · fair mode · {steps} steps · median of {args.runs} runs · "
-              f"{flops / 1e6:.2f} MFLOP per training sample\n" if flops else f"\n## {workload}\n")
+        omp = "OMP_WAIT_POLICY " + "/".join(sorted(OMP_SEEN))
+        print(f"\n## {workload} · fair mode · {steps} steps · median of {args.runs} runs · {omp} · "
+              f"{flops / 1e6:.2f} MFLOP per training sample\n" if flops else f"\n## {workload} · {omp}\n")
         print("| lane | samples/s (min-max) | × DeviceRace 1 thread | GFLOP/s | of peak | execution |\n"
               "|---|---:|---:|---:|---:|---|")
         base = None

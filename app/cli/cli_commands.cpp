@@ -21,6 +21,7 @@
 #include "devicerace/repeats.h"
 #include "devicerace/tensorboard.h"
 #include "devicerace/race.h"
+#include "devicerace/race_plan.h"
 #include "devicerace/worker.h"
 #include "devicerace/workload.h"
 #include "live_table.h"
@@ -100,6 +101,13 @@ int runRemoteDevices(const std::string& host, const std::string& cliPath, bool j
     }
 }
 
+// The parent race decided that its lanes' processes run alone (waitPolicyFor): a worker then
+// keeps libgomp's default waits, as the parent does.
+static bool spinsAlone() {
+    const char* wait = std::getenv("DEVICERACE_OMP_WAIT");
+    return wait && std::strcmp(wait, "spin") == 0;
+}
+
 int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch& launch) {
     // A shipped lane program (a framework= lane started on this machine by a parent elsewhere):
     // this machine's Python runs this machine's copy. The name is one of frameworkProgram's.
@@ -117,7 +125,9 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
             cargv.push_back(a.data());
         }
         cargv.push_back(nullptr);
-        ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+        if (!spinsAlone()) {
+            ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+        }
         ::execvp(cargv[0], cargv.data());
         return usageError(fmt::format("worker: cannot run {}: {}", argv[0], std::strerror(errno)));
     }
@@ -125,7 +135,7 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
     // spin-waiting OpenMP threads collapse throughput when anything else shares the cores, and
     // libgomp reads its settings once at load: so set it and start again (once).
     const bool launched = !launch.ranksFrom.empty() || !launch.listen.empty() || !launch.tokenFile.empty();
-    if (!std::getenv("OMP_WAIT_POLICY")) {
+    if (!std::getenv("OMP_WAIT_POLICY") && !(spinsAlone() && launch.ranksFrom.empty())) {
         ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
         std::vector<std::string> args{"devicerace-cli", "worker", "--proto", std::to_string(proto)};
         for (const auto& [flag, value] :
@@ -330,6 +340,30 @@ int runPresets(bool json) {
     return 0;
 }
 
+// libgomp reads OMP_WAIT_POLICY once, when it loads. Left unset, its threads spin a while
+// between parallel regions (libgomp's default): the faster choice for lanes that run alone, and
+// the slowest where live lanes share the cores. So where the user left it unset and this race
+// wants passive waits (waitPolicyFor), start the same command again with it set. Returns only
+// when no restart is needed, or the restart failed (then the race runs with the default).
+static void startAgainWaitingAsTheRaceNeeds(const RaceOptions& options) {
+    if (std::getenv("OMP_WAIT_POLICY") || options.argv.empty()) {
+        return;
+    }
+    if (waitPolicyFor(options.spec).spin) {
+        ::setenv("DEVICERACE_OMP_WAIT", "spin", 1); // the lanes' processes run alone too
+        return;
+    }
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    std::vector<std::string> args = options.argv;
+    std::vector<char*> argv;
+    for (auto& a : args) {
+        argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
+    ::unsetenv("OMP_WAIT_POLICY"); // not fatal: the race runs with libgomp's default
+}
+
 int runRace(RaceOptions options) {
     if (!options.preset.empty()) {
         if (!options.laneTexts.empty()) {
@@ -361,6 +395,7 @@ int runRace(RaceOptions options) {
             }
         }
         if (!options.planOnly) {
+            startAgainWaitingAsTheRaceNeeds(options);
             fmt::print("note: {}\n", first.note);
         }
     }
@@ -370,6 +405,7 @@ int runRace(RaceOptions options) {
         fmt::print("{}", planToJson(plan));
         return plan.ok() ? 0 : 2;
     }
+    startAgainWaitingAsTheRaceNeeds(options);
     if (options.repeats > 1) {
         return runRepeats(options);
     }

@@ -20,6 +20,7 @@ struct RaceOptions {
     bool live = false;          // --live: lanes at once, even where the default race is fair
     bool workloadGiven = false; // --workload was given (else the first race's, without --lane)
     int repeats = 1;            // --repeat N: the whole race N times, fresh lanes each time
+    std::vector<std::string> argv; // the command line, to start again with OMP_WAIT_POLICY set
 };
 
 /// This machine's devices; the text adds the peaks "% of peak" uses (CPU: measured once, cached).

@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
         spec.data = data == "synthetic" ? DataMode::Synthetic : DataMode::Real;
     }
     try {
+        opt.argv.assign(argv, argv + argc);
         return cli::runRace(std::move(opt));
     } catch (const std::exception& e) {
         fmt::print(stderr, "devicerace-cli: error: {}\n", e.what());

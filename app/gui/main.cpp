@@ -123,6 +123,13 @@ void closeOnSignals(QWidget* window) {
 } // namespace
 
 int main(int argc, char** argv) {
+    // The window races live lanes side by side, where spin-waiting OpenMP threads take the cores
+    // from each other (the CLI decides per race: waitPolicyFor). libgomp reads the variable once,
+    // at load: where the user left it unset, start again with passive waits.
+    if (!std::getenv("OMP_WAIT_POLICY")) {
+        ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        ::execv("/proc/self/exe", argv);
+    }
     QElapsedTimer sinceMain;
     sinceMain.start();
     QStringList args;

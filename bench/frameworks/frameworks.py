@@ -45,8 +45,7 @@ def race_once(cli, workload, framework, device, threads, steps):
         out = os.path.join(d, "race.json")
         r = subprocess.run([cli, "race", "--workload", workload, "--lane", lane, "--steps", str(steps),
                             "--test-limit", "1000", "--quiet", "--json", out], capture_output=True, text=True,
-                           env=dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE")),
-                           timeout=1800)
+                           env=dict(os.environ), timeout=1800)  # OMP_WAIT_POLICY: as given, else the CLI's choice
         if r.returncode != 0 or not os.path.exists(out):
             return None, {}, (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or [f"exit {r.returncode}"]
         with open(out) as f:

@@ -99,7 +99,8 @@ def load_framework(backend):
                 f"run {SETUP} (it installs the pinned keras, jax, jaxlib and tensorflow-cpu into .venv)")
     os.environ["KERAS_BACKEND"] = backend
     # Passive OpenMP waiting (shared cores); TensorFlow's C++ INFO lines would fill the lane's log.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if os.environ.get("DEVICERACE_OMP_WAIT") != "spin":  # the race runs each lane alone: libgomp's default
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         import numpy as numpy_module

@@ -45,7 +45,8 @@ def load_framework():
     global torch, F, tn, wt
     # Spin-waiting OpenMP threads collapse throughput when lanes share cores; libgomp reads this
     # once, when torch loads it (the C++ worker sets the same default).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if os.environ.get("DEVICERACE_OMP_WAIT") != "spin":  # the race runs each lane alone: libgomp's default
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch as torch_module
     import torch.nn.functional as functional
     import torch_networks

@@ -1,9 +1,9 @@
 # Shared helpers for the launcher scripts (sourced, not run).
 log() { printf '\033[1m[devicerace]\033[0m %s\n' "$*" >&2; }
 die() { printf '[devicerace] error: %s\n' "$*" >&2; exit 1; }
-# Two OpenMP threads spin-waiting against another busy process can collapse
-# throughput (measured); passive waiting avoids it. The user's value wins.
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# OMP_WAIT_POLICY: the CLI chooses per race where it is unset (passive where live lanes share
+# the cores, libgomp's spinning default where each lane runs alone: race_plan.h waitPolicyFor),
+# and the window sets PASSIVE. scripts/test sets PASSIVE for the suite. The user's value wins.
 
 # ccache, when installed (scripts/setup does): the same sources built again (a fresh clone, a
 # second CI run, a sanitizer build) come from its cache. The precompiled torch header needs the

@@ -515,6 +515,37 @@ class RealRaces(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("diverged at step", r.stdout)
 
+    def test_the_openmp_wait_fits_the_race(self):
+        """OMP_WAIT_POLICY unset: lanes that run alone keep libgomp's spinning default (2 threads:
+        ~1.35x), live lanes sharing the cores get PASSIVE (the CLI starts again with it set); the
+        user's value always wins. The plan says which and why; the summary says what ran."""
+        def plan(*args):
+            return json.loads(run("race", "--plan", "--workload", "fashion-mlp", *args).stdout)
+        self.assertEqual(plan("--fair", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2")["omp_wait"], "spin")
+        self.assertEqual(plan("--lane", "cpu,threads=2")["omp_wait"], "spin")
+        live = plan("--live", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2")
+        self.assertEqual(live["omp_wait"], "passive")
+        self.assertIn("share the cores", live["omp_wait_reason"])
+        ranks = plan("--fair", "--lane", "cpu,workers=2,threads=1", "--lane", "cpu,threads=1")
+        self.assertEqual(ranks["omp_wait"], "passive")
+        self.assertIn("2 processes", ranks["omp_wait_reason"])
+
+        def ran(env_policy, *args):
+            env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+            if env_policy:
+                env["OMP_WAIT_POLICY"] = env_policy
+            with tempfile.TemporaryDirectory() as d:
+                out = os.path.join(d, "s.json")
+                r = subprocess.run([CLI, "race", "--workload", "fashion-mlp", "--steps", "3", "--quiet", "--json", out,
+                                    *SMALL, *args], capture_output=True, text=True, timeout=300, env=env)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertEqual(r.stdout.count("fashion-mlp ·"), 1, r.stdout)  # the header once: no echo of a restart
+                return json.loads(read(out))["omp_wait_policy"]
+        two = ["--lane", "cpu,threads=1", "--lane", "cpu,threads=1"]
+        self.assertEqual(ran(None, "--live", *two), "PASSIVE")
+        self.assertEqual(ran(None, "--fair", *two), "default")
+        self.assertEqual(ran("ACTIVE", "--live", *two), "ACTIVE")
+
     def test_fair_mode_and_synthetic(self):
         r = run("race", "--workload", "fashion-cnn", "--data", "synthetic", "--fair", "--steps", "4",
                 "--lane", "cpu,threads=1,batch=16", "--lane", "cpu,threads=2,batch=16", *SMALL)

@@ -19,6 +19,9 @@ struct RaceSummary {
     bool synthetic = false;
     std::string dataNote; // e.g. "no ImageNet here: racing on synthetic data"
     bool fair = false;
+    /// This process's OMP_WAIT_POLICY as libgomp read it ("PASSIVE", "ACTIVE"; "" for libgomp's
+    /// default, which spins a while): a live race's figures depend on it. Unknown in replays.
+    std::optional<std::string> ompWaitPolicy;
     std::int64_t tokensPerSample = 0; // language models: tokens scored per example (throughput in tokens/s)
     std::vector<LaneSummary> lanes;
     std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane

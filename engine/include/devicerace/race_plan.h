@@ -32,6 +32,22 @@ struct LanePlan {
     bool needsConsent = false; // cmd=: runs a program; only with the user's consent
 };
 
+/// How the race's process's OpenMP threads wait between parallel regions. libgomp reads
+/// OMP_WAIT_POLICY once, when it loads, so whoever starts the process sets it (the CLI re-execs
+/// itself where the variable is unset and the race wants passive waits). Spinning keeps a team
+/// awake between a step's many small regions (fashion-mlp on 2 threads: 1.35x the passive rate
+/// on the 2-vCPU Xeon) but collapses throughput where other busy threads share the cores (two
+/// live thread lanes: the 2-thread one at 0.4x). Worker processes wait passively either way.
+struct WaitPolicy {
+    bool spin = false;  // libgomp's default (spin a while, then sleep); else OMP_WAIT_POLICY=PASSIVE
+    std::string reason; // one line, for --plan and the notes
+};
+/// Spin where the race's processes never share the cores with each other: fair mode or a race
+/// of one lane, and no lane of several CPU processes here (data-parallel CPU ranks). Where it
+/// spins, the CLI exports DEVICERACE_OMP_WAIT=spin, and the lanes' own processes (workers,
+/// framework lanes) then leave libgomp's default too instead of setting PASSIVE.
+WaitPolicy waitPolicyFor(const RaceSpec& spec);
+
 /// A whole race, resolved.
 struct RacePlan {
     RaceSpec spec; // lanes resolved, target and evaluation interval filled in
@@ -43,6 +59,7 @@ struct RacePlan {
     int cpuThreads = 0;
     int logicalCpus = 0;
     std::string sharingNote;
+    WaitPolicy wait;
     /// Why the race cannot run (race-level first, then each lane's problem); empty: it can.
     std::vector<std::string> problems;
     bool ok() const { return problems.empty(); }

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <set>
 #include <thread>
 
@@ -213,6 +214,8 @@ RaceSummary Race::summary() const {
     out.dataNote = m_impl->dataNote;
     out.synthetic = dataset().synthetic;
     out.fair = m_impl->spec.fair;
+    const char* wait = std::getenv("OMP_WAIT_POLICY"); // read at load, never changed after it
+    out.ompWaitPolicy = wait ? wait : "";
     for (const auto& lane : m_impl->lanes) {
         out.lanes.push_back(lane->summary());
     }

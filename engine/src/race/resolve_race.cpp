@@ -240,6 +240,22 @@ private:
 
 } // namespace
 
+WaitPolicy waitPolicyFor(const RaceSpec& spec) {
+    for (const auto& lane : spec.lanes) {
+        if (localCpuProcesses(lane) > 1) {
+            return {false, fmt::format("passive: lane {} runs {} processes on this machine's cores", lane.name,
+                                       localCpuProcesses(lane))};
+        }
+    }
+    if (spec.fair) {
+        return {true, "spin: fair mode runs each lane alone"};
+    }
+    if (spec.lanes.size() <= 1) {
+        return {true, "spin: one lane"};
+    }
+    return {false, "passive: live lanes share the cores (spinning threads would take them from each other)"};
+}
+
 RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
     RacePlan out;
     out.spec = in;
@@ -320,6 +336,7 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
                         "runs them one at a time",
                         out.logicalCpus, out.cpuThreads);
     }
+    out.wait = waitPolicyFor(spec);
     out.evalEverySteps = spec.evalEverySteps;
     if (spec.autoEvaluations) {
         // About kAutoEvaluations evaluations in the lane with the fewest steps, never more often

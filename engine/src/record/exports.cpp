@@ -82,6 +82,8 @@ std::string planToJson(const RacePlan& plan) {
                       {"cpu_threads", plan.cpuThreads},
                       {"logical_cpus", plan.logicalCpus},
                       {"sharing_note", plan.sharingNote},
+                      {"omp_wait", plan.wait.spin ? "spin" : "passive"},
+                      {"omp_wait_reason", plan.wait.reason},
                       {"data_note", plan.dataNote},
                       {"problems", plan.problems},
                       {"lanes", lanes}};
@@ -93,6 +95,9 @@ std::string summaryToJson(const RaceSummary& summary) {
     j["workload"] = summary.workload;
     j["dataset"] = {{"name", summary.datasetName}, {"synthetic", summary.synthetic}};
     j["mode"] = summary.fair ? "fair" : "live";
+    j["omp_wait_policy"] = !summary.ompWaitPolicy         ? json(nullptr)
+                           : summary.ompWaitPolicy->empty() ? json("default")
+                                                            : json(*summary.ompWaitPolicy);
     j["tokens_per_sample"] = summary.tokensPerSample > 0 ? json(summary.tokensPerSample) : json(nullptr);
     j["data_note"] = summary.dataNote.empty() ? json(nullptr) : json(summary.dataNote);
     j["lanes"] = json::array();
