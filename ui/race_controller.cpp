@@ -108,7 +108,8 @@ void RaceController::begin(std::unique_ptr<Race> race, const std::vector<QColor>
         info.totalSteps = lane->totalSteps();
         info.batch = lane->batch();
         info.costPerHour = lane->spec().costPerHour;
-        info.energyCounter = m_race->spec().fair ? "lane " + std::to_string(i) : "live|" + energyCounter(ls.host, ls.device);
+        info.energyCounter =
+            m_race->spec().fair ? "lane " + std::to_string(i) : "live|" + energyCounter(ls.host, ls.device);
         m_lanes.push_back(info);
         m_histories.emplace_back();
         m_histories.back().costPerHour = info.costPerHour;

@@ -330,10 +330,11 @@ private Q_SLOTS:
         // Read in full on the strip at 1280 px.
         RaceStrip strip;
         strip.resize(880, 200);
-        StripRow base{QStringLiteral("cuda:0 (rec)"), laneColor(0), 1.0, QStringLiteral("done 0:02 · acc 0.909"),
-                      QStringLiteral("baseline"), 1.0, false};
-        StripRow slow{QStringLiteral("cpu·16 (rec)"), laneColor(1), 0.05, QStringLiteral("done 0:37 · acc 0.909 · 43% of peak"),
-                      speedupText(0.0408, base.name), 0.0408, false};
+        StripRow base{QStringLiteral("cuda:0 (rec)"), laneColor(0), 1.0,  QStringLiteral("done 0:02 · acc 0.909"),
+                      QStringLiteral("baseline"),     1.0,          false};
+        StripRow slow{
+            QStringLiteral("cpu·16 (rec)"), laneColor(1), 0.05, QStringLiteral("done 0:37 · acc 0.909 · 43% of peak"),
+            speedupText(0.0408, base.name), 0.0408,       false};
         strip.setRows({base, slow});
         bool seen = false;
         for (const auto& t : strip.texts()) {

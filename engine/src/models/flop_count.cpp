@@ -35,7 +35,8 @@ std::vector<std::int64_t> sizesOf(const c10::IValue& v) {
 
 double product(const std::vector<std::int64_t>& s, std::size_t from = 0, std::size_t to = SIZE_MAX) {
     double p = 1;
-    for (std::size_t i = from; i < std::min(to, s.size()); ++i) {
+    const std::size_t end = std::min(to, s.size());
+    for (std::size_t i = from; i < end; ++i) {
         p *= static_cast<double>(s[i]);
     }
     return p;

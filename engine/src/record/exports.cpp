@@ -95,7 +95,7 @@ std::string summaryToJson(const RaceSummary& summary) {
     j["workload"] = summary.workload;
     j["dataset"] = {{"name", summary.datasetName}, {"synthetic", summary.synthetic}};
     j["mode"] = summary.fair ? "fair" : "live";
-    j["omp_wait_policy"] = !summary.ompWaitPolicy         ? json(nullptr)
+    j["omp_wait_policy"] = !summary.ompWaitPolicy           ? json(nullptr)
                            : summary.ompWaitPolicy->empty() ? json("default")
                                                             : json(*summary.ompWaitPolicy);
     j["tokens_per_sample"] = summary.tokensPerSample > 0 ? json(summary.tokensPerSample) : json(nullptr);
