@@ -262,6 +262,30 @@ int runRepeats(const RaceOptions& options) {
 }
 
 // A preset's races one after another; the command-line race options override the preset's.
+// libgomp reads OMP_WAIT_POLICY once, when it loads. Left unset, its threads spin a while
+// between parallel regions (libgomp's default): the faster choice for lanes that run alone, and
+// the slowest where live lanes share the cores. So where the user left it unset and this race
+// wants passive waits (waitPolicyFor), start the same command again with it set. Returns only
+// when no restart is needed, or the restart failed (then the race runs with the default).
+static void startAgainWaitingAsTheRaceNeeds(const RaceOptions& options, std::optional<bool> spin = std::nullopt) {
+    if (std::getenv("OMP_WAIT_POLICY") || options.argv.empty()) {
+        return;
+    }
+    if (spin.value_or(waitPolicyFor(options.spec).spin)) {
+        ::setenv("DEVICERACE_OMP_WAIT", "spin", 1); // the lanes' processes run alone too
+        return;
+    }
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    std::vector<std::string> args = options.argv;
+    std::vector<char*> argv;
+    for (auto& a : args) {
+        argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
+    ::unsetenv("OMP_WAIT_POLICY"); // not fatal: the race runs with libgomp's default
+}
+
 int runPreset(const RaceOptions& options) {
     Preset preset;
     try {
@@ -270,6 +294,13 @@ int runPreset(const RaceOptions& options) {
     } catch (const Error& e) {
         return usageError(e.what());
     }
+    // One wait policy for the whole run: spin only where every race of the preset would.
+    bool spin = true;
+    for (auto race : preset.races) {
+        race.spec.fair = race.spec.fair || options.spec.fair;
+        spin = spin && waitPolicyFor(race.spec).spin;
+    }
+    startAgainWaitingAsTheRaceNeeds(options, spin);
     fmt::print("preset {} (seed {}): {}\n", preset.name, preset.seed, preset.description);
     int status = 0;
     std::string json = "{\"preset\": \"" + preset.name + "\", \"races\": [";
@@ -338,30 +369,6 @@ int runPresets(bool json) {
     }
     fmt::print("{}{}", out, json ? "]\n" : "");
     return 0;
-}
-
-// libgomp reads OMP_WAIT_POLICY once, when it loads. Left unset, its threads spin a while
-// between parallel regions (libgomp's default): the faster choice for lanes that run alone, and
-// the slowest where live lanes share the cores. So where the user left it unset and this race
-// wants passive waits (waitPolicyFor), start the same command again with it set. Returns only
-// when no restart is needed, or the restart failed (then the race runs with the default).
-static void startAgainWaitingAsTheRaceNeeds(const RaceOptions& options) {
-    if (std::getenv("OMP_WAIT_POLICY") || options.argv.empty()) {
-        return;
-    }
-    if (waitPolicyFor(options.spec).spin) {
-        ::setenv("DEVICERACE_OMP_WAIT", "spin", 1); // the lanes' processes run alone too
-        return;
-    }
-    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    std::vector<std::string> args = options.argv;
-    std::vector<char*> argv;
-    for (auto& a : args) {
-        argv.push_back(a.data());
-    }
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
-    ::unsetenv("OMP_WAIT_POLICY"); // not fatal: the race runs with libgomp's default
 }
 
 int runRace(RaceOptions options) {
