@@ -331,6 +331,11 @@ TEST(Explain, SlowerLanesWithMoreResourcesSayWhy) {
     EXPECT_NE(why[0].find("cpu·2 runs at 0.74× the speed of cpu·1"), std::string::npos) << why[0];
     EXPECT_NE(why[0].find("4.4 ms on 1 thread"), std::string::npos) << why[0]; // 128 / 29,000 s
     EXPECT_NE(why[0].find("split two ways"), std::string::npos) << why[0];
+    // A long step splits well: a loss then means the cores were not the lane's own.
+    why = explainSlowerLanes({rated("cpu·1", "cpu", 1, 90), rated("cpu·2", "cpu", 2, 64)}, true, "fashion-cnn");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("1.4 s on 1 thread, work enough to split two ways"), std::string::npos) << why[0];
+    EXPECT_EQ(why[0].find("too little work"), std::string::npos) << why[0];
     // Live mode: the lanes shared the cores.
     why = explainSlowerLanes({one, two}, false, "fashion-mlp");
     ASSERT_EQ(why.size(), 1u);
