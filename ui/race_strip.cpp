@@ -28,8 +28,12 @@ QString formatDuration(double seconds) {
     return QStringLiteral("%1:%2").arg(s / 60).arg(s % 60, 2, 10, QLatin1Char('0'));
 }
 
+namespace {
+// "1.9×", "41×": one decimal below ten.
+QString times(double ratio) { return QString::number(ratio, 'f', ratio >= 10 ? 0 : 1) + QStringLiteral("×"); }
+} // namespace
+
 QString speedupText(double ratio, const QString& baseline) {
-    auto times = [](double r) -> QString { return QString::number(r, 'f', r >= 10 ? 0 : 1) + QStringLiteral("×"); };
     if (ratio > 0 && ratio < 0.5) {
         return QObject::tr("%1 slower than %2").arg(times(1 / ratio), baseline);
     }
@@ -47,9 +51,6 @@ QString headlineText(const std::vector<StripRow>& rows, int baseline) {
             best = &r;
         }
     }
-    auto times = [](double ratio) -> QString {
-        return QString::number(ratio, 'f', ratio >= 10 ? 0 : 1) + QStringLiteral("×");
-    };
     if (!best) {
         QStringList names;
         for (const auto& r : rows) {

@@ -261,7 +261,6 @@ int runRepeats(const RaceOptions& options) {
     return written ? written : status;
 }
 
-// A preset's races one after another; the command-line race options override the preset's.
 // libgomp reads OMP_WAIT_POLICY once, when it loads. Left unset, its threads spin a while
 // between parallel regions (libgomp's default): the faster choice for lanes that run alone, and
 // the slowest where live lanes share the cores. So where the user left it unset and this race
@@ -286,6 +285,7 @@ static void startAgainWaitingAsTheRaceNeeds(const RaceOptions& options, std::opt
     ::unsetenv("OMP_WAIT_POLICY"); // not fatal: the race runs with libgomp's default
 }
 
+// A preset's races one after another; the command-line race options override the preset's.
 int runPreset(const RaceOptions& options) {
     Preset preset;
     try {
