@@ -1,6 +1,7 @@
 // char-gpt's network: its parameter count by formula, causal masking, the tied head, and the
 // cosine schedule (engine internals: models/models.h).
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -92,4 +93,31 @@ TEST(CharGpt, CosineScheduleWarmsUpThenDecaysToOneTenth) {
     for (std::int64_t s = 101; s < total; s += 97) {
         EXPECT_LT(scheduleFactor("cosine", s, total), scheduleFactor("cosine", s - 1, total));
     }
+}
+
+// A bf16 CPU lane attends in fp32 (PyTorch's CPU flash attention is slower in bf16): under bf16
+// autocast the attention of bf16 queries, keys and values is the fp32 kernel's result on the same
+// values, bit for bit, and its gradients reach the bf16 inputs in bf16. Without autocast, and
+// under fp32, the inputs' own precision is kept.
+TEST(CharGpt, Bf16CpuLanesAttendInFp32) {
+    auto gen = at::detail::createCPUGenerator(5);
+    const auto make = [&] { return torch::randn({2, 4, 16, 32}, gen).to(torch::kBFloat16).requires_grad_(true); };
+    auto q = make(), k = make(), v = make();
+    const auto reference = at::scaled_dot_product_attention(q.detach().to(torch::kFloat), k.detach().to(torch::kFloat),
+                                                            v.detach().to(torch::kFloat), {}, 0.0, true);
+    torch::Tensor y;
+    {
+        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+        at::autocast::set_autocast_enabled(at::kCPU, true);
+        y = causalAttention(q, k, v);
+        at::autocast::set_autocast_enabled(at::kCPU, false);
+    }
+    EXPECT_EQ(y.scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(y, reference));
+    y.sum().backward();
+    ASSERT_TRUE(q.grad().defined());
+    EXPECT_EQ(q.grad().scalar_type(), torch::kBFloat16);
+    EXPECT_GT(q.grad().abs().sum().item<float>(), 0.0f);
+    // No autocast: the bf16 kernel, in bf16.
+    EXPECT_EQ(causalAttention(q.detach(), k.detach(), v.detach()).scalar_type(), torch::kBFloat16);
 }

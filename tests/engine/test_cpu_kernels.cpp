@@ -30,6 +30,38 @@ TEST(CpuKernels, DropoutMasksKeepTheirShareAndDifferBetweenSeeds) {
     }
 }
 
+// A bf16 mask and an NHWC mask (channels_last activations) drop the units the flat fp32 mask
+// drops: element (n, c, position) is NCHW index (n * C + c) * HW + position in every layout.
+TEST(CpuKernels, DropoutMasksInBf16AndNhwcDropTheSameUnits) {
+    constexpr std::int64_t images = 3, channels = 37, spatial = 50, n = images * channels * spatial;
+    constexpr float p = 0.25f;
+    std::vector<float> flat(n), nhwc(n);
+    std::vector<cpu::Bf16> flatB(n), nhwcB(n);
+    cpu::dropoutMask(flat.data(), n, p, 99);
+    cpu::dropoutMask(flatB.data(), n, p, 99);
+    cpu::dropoutMaskNhwc(nhwc.data(), images, channels, spatial, p, 99);
+    cpu::dropoutMaskNhwc(nhwcB.data(), images, channels, spatial, p, 99);
+    std::vector<float> back(n);
+    cpu::toFloat(flatB.data(), back.data(), n);
+    std::vector<float> backNhwc(n);
+    cpu::toFloat(nhwcB.data(), backNhwc.data(), n);
+    std::int64_t kept = 0;
+    for (std::int64_t img = 0; img < images; ++img) {
+        for (std::int64_t c = 0; c < channels; ++c) {
+            for (std::int64_t s = 0; s < spatial; ++s) {
+                const auto nchwIndex = (img * channels + c) * spatial + s;
+                const auto nhwcIndex = (img * spatial + s) * channels + c;
+                ASSERT_EQ(nhwc[nhwcIndex], flat[nchwIndex]) << img << " " << c << " " << s;
+                ASSERT_EQ(back[nchwIndex] > 0, flat[nchwIndex] > 0);
+                ASSERT_EQ(backNhwc[nhwcIndex], back[nchwIndex]);
+                kept += flat[nchwIndex] > 0;
+            }
+        }
+    }
+    EXPECT_GT(kept, n / 2);
+    EXPECT_LT(kept, n);
+}
+
 TEST(CpuKernels, BiasReluDropoutMatchesTheFormulaAndItsBackward) {
     const std::int64_t rows = 5, cols = 37; // not a multiple of any vector width
     std::vector<float> x(rows * cols), bias(cols);

@@ -95,7 +95,32 @@ TEST(ChannelsLast, FollowsTheContiguousLossCurveOnTheCpu) {
     for (std::size_t i = 0; i < nchw.size(); ++i) {
         EXPECT_NEAR(nchw[i], nhwc[i], 1e-3 * std::max(1.0, std::abs(nchw[i]))) << "step " << i + 1;
     }
-    EXPECT_FALSE(findWorkload("fashion-cnn").channelsLastOnCpu); // measured slower there
+}
+
+// fashion-cnn defaults to channels_last on the CPU too (since its relu + pool is one pass), in
+// fp32 and bf16; the user's channels_last=false wins; both layouts follow one loss curve (same
+// dropped units: the masks are indexed as NCHW in both).
+TEST(ChannelsLast, FashionCnnTrainsTheSameNetworkInEitherLayout) {
+    const auto& w = findWorkload("fashion-cnn");
+    EXPECT_TRUE(w.channelsLastOnCpu);
+    auto data = tinyImages(w, 64);
+    for (const char* precision : {"fp32", "bf16"}) {
+        const std::string base = std::string("cpu,threads=1,batch=16,precision=") + precision;
+        std::string nhwcHow, nchwHow;
+        const auto nhwc = stepLosses(w.name, parseLaneSpec(base), data, 8, &nhwcHow);
+        const auto nchw = stepLosses(w.name, parseLaneSpec(base + ",channels_last=false"), data, 8, &nchwHow);
+        EXPECT_NE(nhwcHow.find("channels_last"), std::string::npos) << nhwcHow;
+        EXPECT_NE(nhwcHow.find("one-pass relu + max pool"), std::string::npos) << nhwcHow;
+        EXPECT_EQ(nchwHow.find("channels_last"), std::string::npos) << nchwHow;
+        ASSERT_EQ(nchw.size(), nhwc.size());
+        EXPECT_GT(std::abs(nchw.front() - nchw.back()), 1e-3) << "the loss did not change";
+        // fp32: rounding only; bf16: the two layouts' convolutions round differently.
+        const double tolerance = precision == std::string("fp32") ? 1e-3 : 2e-2;
+        for (std::size_t i = 0; i < nchw.size(); ++i) {
+            EXPECT_NEAR(nchw[i], nhwc[i], tolerance * std::max(1.0, std::abs(nchw[i])))
+                << precision << " step " << i + 1;
+        }
+    }
 }
 
 // augment=crop-flip trains an image workload on crops and flips (another curve than the plain

@@ -4,6 +4,7 @@
 // with -fno-math-errno and -fno-trapping-math (engine/CMakeLists.txt) so that sqrt and selects
 // vectorise.
 #include "kernels/cpu_kernels.h"
+#include "kernels/kernel_inline.h"
 
 #include <ATen/Parallel.h>
 
@@ -12,56 +13,9 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define DR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-#endif
-#ifndef DR_CLONES
-#define DR_CLONES
-#endif
-#define DR_INLINE inline __attribute__((always_inline))
-
 namespace devicerace::detail::cpu {
 
 namespace {
-
-// Elements per task of a parallel loop: small loops stay on the calling thread (waking the
-// other threads costs more than a pass over a few hundred kB).
-constexpr std::int64_t kGrain = 1 << 16;
-
-DR_INLINE float load(const float& v) { return v; }
-DR_INLINE float load(const Bf16& v) {
-    const std::uint32_t u = static_cast<std::uint32_t>(v.bits) << 16;
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
-}
-DR_INLINE void store(float& dst, float v) { dst = v; }
-// Round to nearest even, NaN kept a NaN.
-DR_INLINE void store(Bf16& dst, float v) {
-    std::uint32_t u;
-    std::memcpy(&u, &v, sizeof u);
-    const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    dst.bits = v != v ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>(rounded);
-}
-
-// Chris Wellons' lowbias32 finaliser, twice: indices that differ in one bit give unrelated bits.
-DR_INLINE std::uint32_t mix32(std::uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352dU;
-    x ^= x >> 15;
-    x *= 0x846ca68bU;
-    x ^= x >> 16;
-    return x;
-}
-DR_INLINE std::uint32_t maskBits(std::uint64_t seed, std::uint32_t index) {
-    return mix32(mix32(index ^ static_cast<std::uint32_t>(seed)) + static_cast<std::uint32_t>(seed >> 32));
-}
-DR_INLINE std::uint32_t keepThreshold(float p) {
-    const double t = std::clamp(static_cast<double>(p), 0.0, 1.0) * 4294967296.0;
-    return t >= 4294967295.0 ? std::numeric_limits<std::uint32_t>::max() : static_cast<std::uint32_t>(t);
-}
 
 template <class T, bool Relu, bool Drop>
 DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias, std::int64_t rows, std::int64_t cols,
@@ -190,17 +144,47 @@ DR_INLINE void bytesBody(const std::uint8_t* __restrict src, To* __restrict dst,
     }
 }
 
-DR_INLINE void maskBody(float* __restrict mask, std::int64_t begin, std::int64_t n, float p, std::uint64_t seed) {
+template <class T>
+DR_INLINE void maskBody(T* __restrict mask, std::int64_t begin, std::int64_t n, float p, std::uint64_t seed) {
     const std::uint32_t threshold = keepThreshold(p);
     const float scale = 1.0f / (1.0f - p);
     for (std::int64_t i = 0; i < n; ++i) {
-        mask[i] = maskBits(seed, static_cast<std::uint32_t>(begin + i)) >= threshold ? scale : 0.0f;
+        store(mask[i], maskBits(seed, static_cast<std::uint32_t>(begin + i)) >= threshold ? scale : 0.0f);
+    }
+}
+
+// Rows [begin, end) of an NHWC mask (one row per image position, `channels` values each): the
+// value at (n, position, c) is the mask of NCHW index (n * channels + c) * spatial + position.
+template <class T>
+DR_INLINE void maskNhwcBody(T* __restrict mask, std::int64_t begin, std::int64_t end, std::int64_t channels,
+                            std::int64_t spatial, float p, std::uint64_t seed) {
+    const std::uint32_t threshold = keepThreshold(p);
+    const float scale = 1.0f / (1.0f - p);
+    for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t image = r / spatial;
+        const auto base = static_cast<std::uint32_t>(image * channels * spatial + r % spatial);
+        const auto step = static_cast<std::uint32_t>(spatial);
+        T* row = mask + r * channels;
+        for (std::int64_t c = 0; c < channels; ++c) {
+            store(row[c], maskBits(seed, base + static_cast<std::uint32_t>(c) * step) >= threshold ? scale : 0.0f);
+        }
     }
 }
 
 // The cloned leaves (one per ISA).
-DR_CLONES void maskRange(float* m, std::int64_t begin, std::int64_t n, float p, std::uint64_t seed) {
+DR_CLONES void maskRangeF(float* m, std::int64_t begin, std::int64_t n, float p, std::uint64_t seed) {
     maskBody(m, begin, n, p, seed);
+}
+DR_CLONES void maskRangeB(Bf16* m, std::int64_t begin, std::int64_t n, float p, std::uint64_t seed) {
+    maskBody(m, begin, n, p, seed);
+}
+DR_CLONES void maskNhwcF(float* m, std::int64_t b, std::int64_t e, std::int64_t c, std::int64_t s, float p,
+                         std::uint64_t seed) {
+    maskNhwcBody(m, b, e, c, s, p, seed);
+}
+DR_CLONES void maskNhwcB(Bf16* m, std::int64_t b, std::int64_t e, std::int64_t c, std::int64_t s, float p,
+                         std::uint64_t seed) {
+    maskNhwcBody(m, b, e, c, s, p, seed);
 }
 DR_CLONES void biasReluDropoutF(float* x, const float* b, std::int64_t r, std::int64_t c, bool relu, float p,
                                 std::uint64_t s) {
@@ -236,7 +220,20 @@ bool dropoutKeeps(std::uint64_t seed, std::uint64_t index, float p) {
 }
 
 void dropoutMask(float* mask, std::int64_t n, float p, std::uint64_t seed) {
-    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { maskRange(mask + b, b, e - b, p, seed); });
+    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { maskRangeF(mask + b, b, e - b, p, seed); });
+}
+void dropoutMask(Bf16* mask, std::int64_t n, float p, std::uint64_t seed) {
+    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { maskRangeB(mask + b, b, e - b, p, seed); });
+}
+void dropoutMaskNhwc(float* mask, std::int64_t images, std::int64_t channels, std::int64_t spatial, float p,
+                     std::uint64_t seed) {
+    at::parallel_for(0, images * spatial, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, channels)),
+                     [&](std::int64_t b, std::int64_t e) { maskNhwcF(mask, b, e, channels, spatial, p, seed); });
+}
+void dropoutMaskNhwc(Bf16* mask, std::int64_t images, std::int64_t channels, std::int64_t spatial, float p,
+                     std::uint64_t seed) {
+    at::parallel_for(0, images * spatial, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, channels)),
+                     [&](std::int64_t b, std::int64_t e) { maskNhwcB(mask, b, e, channels, spatial, p, seed); });
 }
 
 void biasReluDropout(float* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,

@@ -21,6 +21,13 @@ bool dropoutKeeps(std::uint64_t seed, std::uint64_t index, float p);
 
 /// mask[i] = dropoutKeeps(seed, i, p) ? 1/(1-p) : 0 for i < n; parallel.
 void dropoutMask(float* mask, std::int64_t n, float p, std::uint64_t seed);
+void dropoutMask(Bf16* mask, std::int64_t n, float p, std::uint64_t seed);
+/// The same mask of `images` x `channels` x `spatial` values (NCHW indices) stored in NHWC order
+/// (channels innermost), for channels_last activations: a layout never changes which units drop.
+void dropoutMaskNhwc(float* mask, std::int64_t images, std::int64_t channels, std::int64_t spatial, float p,
+                     std::uint64_t seed);
+void dropoutMaskNhwc(Bf16* mask, std::int64_t images, std::int64_t channels, std::int64_t spatial, float p,
+                     std::uint64_t seed);
 
 /// In place on rows×cols (row-major): x = dropout(relu?(x + bias)), dropout scaling the kept
 /// values by 1/(1-p); p = 0: no dropout. Element indices for the mask are row*cols + col.

@@ -283,9 +283,9 @@ const std::vector<KeyCodec>& keyCodecs() {
                                    "per-example augmentation of the training batches: crop-flip (a random crop "
                                    "of the image padded by 4 pixels, flipped left-right half the time)"),
                               &LaneSpec::augment, {"none", "crop-flip"}));
-        t.push_back(
-            boolKey(info("fused", "true", "every lane", "fused optimizer kernels (and the fused dense step on CPUs)"),
-                    &LaneSpec::fused));
+        t.push_back(boolKey(info("fused", "true", "every lane",
+                                 "fused optimizer kernels (and the fused dense step, relu + max pool on CPUs)"),
+                            &LaneSpec::fused));
         t.push_back(boolKey(info("graph", "true where it helps", "CUDA lanes", "the training step in a CUDA graph"),
                             &LaneSpec::graph));
         t.push_back(boolKey(info("resident", "true unless the data is large", "CUDA lanes",

@@ -40,10 +40,34 @@ torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::G
         return std::get<0>(at::_fused_dropout(x, 1.0 - p, gen));
     }
     // The scaled mask from the lanes' hashed masks (kernels/cpu_kernels.h), one seed per call,
-    // then one multiply (and one in backward): the fused dense step drops the same units.
-    auto mask = at::empty_like(x, x.options().dtype(at::kFloat));
-    cpu::dropoutMask(mask.data_ptr<float>(), mask.numel(), static_cast<float>(p), dropoutSeed(gen));
-    return x * (x.scalar_type() == at::kFloat ? mask : mask.to(x.scalar_type()));
+    // then one multiply (and one in backward): the fused dense step drops the same units. The
+    // mask is made in x's precision and memory layout (a bf16 lane's mask is written in bf16, an
+    // NHWC one in NHWC), indexed as NCHW either way: channels_last drops the units NCHW drops.
+    const auto seed = dropoutSeed(gen);
+    const auto drop = static_cast<float>(p);
+    const bool bf16 = x.scalar_type() == at::kBFloat16;
+    if (!bf16 && x.scalar_type() != at::kFloat) {
+        auto mask = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+        cpu::dropoutMask(mask.data_ptr<float>(), mask.numel(), drop, seed);
+        return x * mask.to(x.scalar_type());
+    }
+    const bool nhwc = x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast);
+    auto mask = at::empty(
+        x.sizes(), x.options().memory_format(nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous));
+    if (nhwc) {
+        const auto images = x.size(0), channels = x.size(1), spatial = x.size(2) * x.size(3);
+        if (bf16) {
+            cpu::dropoutMaskNhwc(reinterpret_cast<cpu::Bf16*>(mask.data_ptr<at::BFloat16>()), images, channels, spatial,
+                                 drop, seed);
+        } else {
+            cpu::dropoutMaskNhwc(mask.data_ptr<float>(), images, channels, spatial, drop, seed);
+        }
+    } else if (bf16) {
+        cpu::dropoutMask(reinterpret_cast<cpu::Bf16*>(mask.data_ptr<at::BFloat16>()), mask.numel(), drop, seed);
+    } else {
+        cpu::dropoutMask(mask.data_ptr<float>(), mask.numel(), drop, seed);
+    }
+    return x * mask;
 }
 
 namespace {

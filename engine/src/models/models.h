@@ -16,6 +16,7 @@ namespace devicerace::detail {
 /// Options a lane may override that shape the network itself.
 struct ModelOptions {
     bool fusedLstm = true; // lstm=fused (torch::nn::LSTM, cuDNN on GPU) or lstm=cells (an LSTMCell loop)
+    bool fusedOps = true;  // fused=true: the CPU's one-pass relu + max pool + dropout (reluMaxPoolDropout)
     int vocabulary = 0;    // token inputs whose vocabulary comes from the data (charlstm); 0: the default
 };
 
@@ -34,6 +35,8 @@ struct Net : torch::nn::Module {
     virtual std::vector<DenseLayerView> denseStack() { return {}; }
     /// Source of dropout masks and sampling; must live on the model's device (set after moving).
     at::Generator gen;
+    /// Whether forward runs the CPU's fused relu + max pool + dropout (reluMaxPoolDropout).
+    bool fusedPool = false;
 };
 
 /// Builds a network with weights drawn from `gen` (the lane's own generator, so two lanes with
@@ -70,6 +73,12 @@ bool dropoutOffForTests();
 /// The seed of one CPU dropout mask (kernels/cpu_kernels.h), drawn from the lane's CPU generator.
 std::uint64_t dropoutSeed(at::Generator& gen);
 torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen);
+/// laneDropout(max_pool2d(relu(x), 2), p): on a CPU, float or bf16, NCHW or channels_last, with
+/// `fused`, one pass each way (kernels/pool_kernels.h; the same values and dropped units);
+/// otherwise the three ops. p = 0: no dropout. `flattenNext`: the caller flattens the result, so a
+/// fused pass writes it in NCHW (the flatten is then a view, not a transposing copy).
+torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
+                                 bool flattenNext = false);
 /// Keras' default initialisation: Glorot-uniform weights, zero biases.
 void glorotInit(torch::nn::Module& module, at::Generator& gen);
 /// He et al.: conv weights N(0, 2/fan_out), batch-norm scale 1 / shift 0, linear U(+-1/sqrt(fan_in)).
@@ -82,6 +91,9 @@ std::vector<WorkloadImpl> kerasWorkloads();  // fashion-mlp, fashion-cnn, cifar-
 std::vector<WorkloadImpl> resnetWorkloads(); // cifar-resnet20/32/56, davidnet, imagenet-resnet50
 std::vector<WorkloadImpl> rnnWorkloads();    // imdb-bilstm, charlstm
 std::vector<WorkloadImpl> gptWorkloads();    // char-gpt, char-gpt-6l
+/// Causal self-attention of (B, heads, T, head size) queries, keys and values: the fused kernel of
+/// the device, in fp32 on a CPU under bf16 autocast (models_gpt.cpp says why).
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 /// A char-gpt network's trainable parameters, by formula (checked against the built model).
 std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t vocabulary);
 

@@ -1,5 +1,7 @@
 // The decoder-only transformer: nanoGPT's model.py (GPT-2 style), character level.
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/nn/functional.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -45,10 +47,7 @@ struct GptBlock : torch::nn::Module {
         const auto b = x.size(0), t = x.size(1), c = x.size(2);
         auto qkv = attn->forward(ln1->forward(x)).split(c, 2);
         auto heads = [&](const torch::Tensor& v) { return v.view({b, t, m_heads, c / m_heads}).transpose(1, 2); };
-        // Causal attention in one fused kernel: flash / memory-efficient on CUDA, the fused
-        // CPU kernel on CPUs, in the lane's autocast precision.
-        auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
-                                                  /*is_causal=*/true);
+        auto y = causalAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
         y = y.transpose(1, 2).contiguous().view({b, t, c});
         auto h = x + laneDropout(attnProj->forward(y), m_drop, is_training(), gen);
         auto m = mlpProj->forward(F::gelu(fc->forward(ln2->forward(h))));
@@ -127,6 +126,20 @@ WorkloadImpl gptWorkload(const std::string& name, const GptShape& s, std::int64_
 }
 
 } // namespace
+
+// Causal attention in one fused kernel: flash / memory-efficient on CUDA, the fused CPU kernel on
+// CPUs. A bf16 CPU lane attends in fp32: PyTorch 2.11's CPU flash attention is 4.7x slower in
+// bf16 than in fp32 at char-gpt's head size (32: forward + backward 8.0 vs 1.7 ms, 1 thread) and
+// no faster at 64 (docs/BENCHMARKS.md, "bf16 on the CPU"); its GEMMs stay in bf16.
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    if (!q.is_cpu() || !at::autocast::is_autocast_enabled(at::kCPU) ||
+        at::autocast::get_autocast_dtype(at::kCPU) != at::kBFloat16) {
+        return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+    }
+    c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::DispatchKey::AutocastCPU);
+    return at::scaled_dot_product_attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), {}, 0.0,
+                                            /*is_causal=*/true);
+}
 
 std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t vocabulary) {
     // Per block: two LayerNorms (2C each), qkv (3C^2 + 3C), projection (C^2 + C), MLP up

@@ -144,8 +144,9 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     plan.schedule = spec.schedule.value_or(workload.schedule);
     plan.fusedLstm = spec.lstm.value_or("fused") == "fused";
     plan.augment = spec.augment.value_or("none") == "crop-flip";
-    // NHWC convolutions (oneDNN) were 9-35% faster on the CPU for the 3-channel networks and
-    // 24% slower for fashion-cnn's 1-channel input: a per-workload CPU default.
+    // NHWC convolutions (oneDNN) were 9-35% faster on the CPU for the 3-channel networks, and
+    // 13-21% for fashion-cnn once its relu + pool became one pass (docs/BENCHMARKS.md): a
+    // per-workload CPU default.
     plan.channelsLast = spec.channelsLast.value_or(plan.device == "cpu" && workload.channelsLastOnCpu);
     planFastPaths(spec, workload, data, plan);
     std::int64_t exampleSize = 1;

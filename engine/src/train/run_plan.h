@@ -46,7 +46,7 @@ struct RunPlan {
     bool fusedLstm = true;
     bool channelsLast = false;
     bool augment = false;       // augment=crop-flip: each training batch cropped and flipped per example
-    bool fusedOptimizer = true; // fused optimizer kernels and the CPU fused dense step (lane key fused)
+    bool fusedOptimizer = true; // fused optimizer kernels, the CPU fused dense step and relu+pool (lane key fused)
     bool cudaGraph = false;     // capture the step in a CUDA graph (lane key graph); implies drop-last
     bool dataOnHost = false;    // resident=false: pinned host data, prefetched batches
     Fault fault;                // tests: what to inject, at which step (fault=)

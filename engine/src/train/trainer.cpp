@@ -72,6 +72,7 @@ LaneOutcome Trainer::run() {
     }
     ModelOptions modelOptions;
     modelOptions.fusedLstm = m_ctx.fusedLstm;
+    modelOptions.fusedOps = m_ctx.fusedOptimizer;
     modelOptions.vocabulary = m_ctx.settings.data->vocabulary;
     m_model = m_workload->makeModel(initGen, modelOptions);
     m_model->to(m_dev);

@@ -228,6 +228,9 @@ void Trainer::describeExecution() {
     if (m_ctx.channelsLast) {
         text += ", channels_last";
     }
+    if (m_model->fusedPool && m_dev.is_cpu()) {
+        text += ", one-pass relu + max pool + dropout";
+    }
     if (m_ctx.augment) {
         text += ", crop-flip augmentation (each example, in the data phase)";
     }

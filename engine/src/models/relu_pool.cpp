@@ -1,0 +1,94 @@
+// relu + 2x2 max pool + dropout as one autograd node on CPUs (see models.h and
+// kernels/pool_kernels.h).
+#include <ATen/Functions.h>
+#include <torch/autograd.h>
+#include <torch/nn/functional/pooling.h>
+
+#include "kernels/pool_kernels.h"
+#include "models/models.h"
+
+namespace devicerace::detail {
+
+namespace {
+
+cpu::Bf16* bf16(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.data_ptr<at::BFloat16>()); }
+
+at::MemoryFormat formatOf(const at::Tensor& x) {
+    return !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast) ? at::MemoryFormat::ChannelsLast
+                                                                                 : at::MemoryFormat::Contiguous;
+}
+
+cpu::PoolShape shapeOf(const at::Tensor& x, bool outNhwc) {
+    const bool nhwc = formatOf(x) == at::MemoryFormat::ChannelsLast;
+    return {x.size(0), x.size(1), x.size(2), x.size(3), nhwc, nhwc && outNhwc};
+}
+
+struct ReluPoolDropout : torch::autograd::Function<ReluPoolDropout> {
+    // p: the drop probability; seed: the mask's (unused when p is 0); nchwOut: an NHWC input's
+    // output in NCHW.
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, double p,
+                              std::int64_t seed, bool nchwOut) {
+        const auto x = input.contiguous(formatOf(input));
+        const auto s = shapeOf(x, !nchwOut);
+        const auto format = s.outNhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+        auto out = at::empty({s.images, s.channels, s.height / 2, s.width / 2}, x.options().memory_format(format));
+        auto slot = at::empty(out.sizes(), x.options().dtype(at::kByte).memory_format(format));
+        // The kept values' scale in the tensor's precision: what laneDropout's mask holds.
+        const float scale =
+            p > 0 ? at::scalar_tensor(1.0 / (1.0 - p), x.options().dtype(x.scalar_type())).to(at::kFloat).item<float>()
+                  : 1.0f;
+        const auto useed = static_cast<std::uint64_t>(seed);
+        if (x.scalar_type() == at::kBFloat16) {
+            cpu::reluMaxPool2(bf16(x), bf16(out), slot.data_ptr<std::uint8_t>(), s, static_cast<float>(p), scale,
+                              useed);
+        } else {
+            cpu::reluMaxPool2(x.data_ptr<float>(), out.data_ptr<float>(), slot.data_ptr<std::uint8_t>(), s,
+                              static_cast<float>(p), scale, useed);
+        }
+        ctx->save_for_backward({slot});
+        ctx->saved_data["scale"] = static_cast<double>(scale);
+        ctx->saved_data["shape"] = x.sizes().vec();
+        ctx->saved_data["nhwc"] = s.nhwc;
+        ctx->saved_data["outNhwc"] = s.outNhwc;
+        return out;
+    }
+
+    static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::tensor_list grads) {
+        const auto slot = ctx->get_saved_variables()[0];
+        const auto shape = ctx->saved_data["shape"].toIntVector();
+        const bool nhwc = ctx->saved_data["nhwc"].toBool();
+        const bool outNhwc = ctx->saved_data["outNhwc"].toBool();
+        const auto layout = [](bool n) { return n ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous; };
+        const auto dy = grads[0].contiguous(layout(outNhwc));
+        const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
+        auto dx = at::empty(shape, dy.options().memory_format(layout(nhwc)));
+        const cpu::PoolShape s{shape[0], shape[1], shape[2], shape[3], nhwc, outNhwc};
+        if (dy.scalar_type() == at::kBFloat16) {
+            cpu::reluMaxPool2Backward(bf16(dy), slot.data_ptr<std::uint8_t>(), bf16(dx), s, scale);
+        } else {
+            cpu::reluMaxPool2Backward(dy.data_ptr<float>(), slot.data_ptr<std::uint8_t>(), dx.data_ptr<float>(), s,
+                                      scale);
+        }
+        return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+};
+
+} // namespace
+
+torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
+                                 bool flattenNext) {
+    const bool dropout = training && p > 0 && !dropoutOffForTests();
+    const bool fits = fused && x.is_cpu() && x.dim() == 4 &&
+                      (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.size(2) >= 2 &&
+                      x.size(3) >= 2;
+    if (!fits) {
+        namespace F = torch::nn::functional;
+        return laneDropout(F::max_pool2d(x.relu(), F::MaxPool2dFuncOptions(2)), p, training, gen);
+    }
+    // One seed per dropout, drawn where laneDropout draws it.
+    const auto seed = dropout ? dropoutSeed(gen) : 0;
+    return ReluPoolDropout::apply(x, dropout ? p : 0.0, static_cast<std::int64_t>(seed), flattenNext);
+}
+
+} // namespace devicerace::detail
