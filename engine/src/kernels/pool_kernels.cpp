@@ -170,21 +170,24 @@ void zeroUncovered(T* dx, const PoolShape& s) {
     });
 }
 
+// The dropout test hoisted out of the loops.
+template <class T>
+DR_INLINE void poolRowsOf(const T* x, T* out, std::uint8_t* slot, const PoolShape& s, std::int64_t b, std::int64_t e,
+                          float p, float scale, std::uint64_t seed) {
+    if (p > 0.0f) {
+        poolRows<T, true>(x, out, slot, s, b, e, p, scale, seed);
+    } else {
+        poolRows<T, false>(x, out, slot, s, b, e, p, scale, seed);
+    }
+}
+
 DR_CLONES void poolRowsF(const float* x, float* out, std::uint8_t* slot, const PoolShape& s, std::int64_t b,
                          std::int64_t e, float p, float scale, std::uint64_t seed) {
-    if (p > 0.0f) {
-        poolRows<float, true>(x, out, slot, s, b, e, p, scale, seed);
-    } else {
-        poolRows<float, false>(x, out, slot, s, b, e, p, scale, seed);
-    }
+    poolRowsOf(x, out, slot, s, b, e, p, scale, seed);
 }
 DR_CLONES void poolRowsB(const Bf16* x, Bf16* out, std::uint8_t* slot, const PoolShape& s, std::int64_t b,
                          std::int64_t e, float p, float scale, std::uint64_t seed) {
-    if (p > 0.0f) {
-        poolRows<Bf16, true>(x, out, slot, s, b, e, p, scale, seed);
-    } else {
-        poolRows<Bf16, false>(x, out, slot, s, b, e, p, scale, seed);
-    }
+    poolRowsOf(x, out, slot, s, b, e, p, scale, seed);
 }
 DR_CLONES void poolBackRowsF(const float* dy, const std::uint8_t* slot, float* dx, const PoolShape& s, std::int64_t b,
                              std::int64_t e, float scale) {

@@ -1,6 +1,7 @@
 // relu + 2x2 max pool + dropout as one autograd node on CPUs (see models.h and
 // kernels/pool_kernels.h).
 #include <ATen/Functions.h>
+#include <c10/util/BFloat16.h>
 #include <torch/autograd.h>
 #include <torch/nn/functional/pooling.h>
 
@@ -33,10 +34,10 @@ struct ReluPoolDropout : torch::autograd::Function<ReluPoolDropout> {
         const auto format = s.outNhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
         auto out = at::empty({s.images, s.channels, s.height / 2, s.width / 2}, x.options().memory_format(format));
         auto slot = at::empty(out.sizes(), x.options().dtype(at::kByte).memory_format(format));
-        // The kept values' scale in the tensor's precision: what laneDropout's mask holds.
-        const float scale =
-            p > 0 ? at::scalar_tensor(1.0 / (1.0 - p), x.options().dtype(x.scalar_type())).to(at::kFloat).item<float>()
-                  : 1.0f;
+        // The kept values' scale as laneDropout's mask holds it: 1/(1-p) in float, stored in the
+        // tensor's precision (no tensor made on the step's path).
+        const float keepScale = p > 0 ? 1.0f / (1.0f - static_cast<float>(p)) : 1.0f;
+        const float scale = x.scalar_type() == at::kBFloat16 ? static_cast<float>(c10::BFloat16(keepScale)) : keepScale;
         const auto useed = static_cast<std::uint64_t>(seed);
         if (x.scalar_type() == at::kBFloat16) {
             cpu::reluMaxPool2(bf16(x), bf16(out), slot.data_ptr<std::uint8_t>(), s, static_cast<float>(p), scale,
