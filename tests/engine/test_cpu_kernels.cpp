@@ -92,6 +92,44 @@ TEST(CpuKernels, BiasReluDropoutMatchesTheFormulaAndItsBackward) {
     }
 }
 
+// A worker of the fused step's rows pass sees rows [first, first + n) of the batch: the same
+// mask as the whole batch's, and its share of the mean loss's gradient.
+TEST(CpuKernels, ABatchsRowsGiveTheWholeBatchsResult) {
+    const std::int64_t rows = 6, cols = 19, first = 4;
+    std::vector<float> x(rows * cols), bias(cols, 0.05f);
+    for (std::int64_t i = 0; i < rows * cols; ++i) {
+        x[i] = std::cos(static_cast<float>(i) * 0.7f);
+    }
+    auto whole = x;
+    cpu::biasReluDropout(whole.data(), bias.data(), rows, cols, true, 0.4f, 1234);
+    std::vector<float> tail(x.begin() + first * cols, x.end());
+    cpu::biasReluDropout(tail.data(), bias.data(), rows - first, cols, true, 0.4f, 1234, first);
+    for (std::size_t i = 0; i < tail.size(); ++i) {
+        EXPECT_EQ(tail[i], whole[first * cols + static_cast<std::int64_t>(i)]) << i;
+    }
+    std::vector<cpu::Bf16> wholeB(rows * cols), tailB((rows - first) * cols);
+    cpu::toBf16(x.data(), wholeB.data(), rows * cols);
+    cpu::toBf16(x.data() + first * cols, tailB.data(), (rows - first) * cols);
+    cpu::biasReluDropout(wholeB.data(), bias.data(), rows, cols, false, 0.4f, 77);
+    cpu::biasReluDropout(tailB.data(), bias.data(), rows - first, cols, false, 0.4f, 77, first);
+    for (std::size_t i = 0; i < tailB.size(); ++i) {
+        EXPECT_EQ(tailB[i].bits, wholeB[first * cols + static_cast<std::int64_t>(i)].bits) << i;
+    }
+
+    const float logits[] = {1.0f, 2.0f, 3.0f, 0.5f, 0.0f, -1.0f, 2.0f, 2.0f, 0.0f};
+    const std::int64_t labels[] = {2, 0, 1};
+    float d[9], dbias[3], dRows[6], dbiasRows[3];
+    const auto all = cpu::softmaxCrossEntropy(logits, labels, 3, 3, d, dbias);
+    const auto part = cpu::softmaxCrossEntropy(logits + 3, labels + 1, 2, 3, dRows, dbiasRows, 3);
+    for (int i = 0; i < 6; ++i) {
+        EXPECT_FLOAT_EQ(dRows[i], d[3 + i]) << i;
+    }
+    EXPECT_FLOAT_EQ(dbiasRows[0], d[3] + d[6]);
+    const auto first1 = cpu::softmaxCrossEntropy(logits, labels, 1, 3, dRows, dbiasRows, 3);
+    EXPECT_NEAR(first1.lossSum + part.lossSum, all.lossSum, 1e-9);
+    EXPECT_EQ(first1.correct + part.correct, all.correct);
+}
+
 TEST(CpuKernels, RmspropMatchesTorchOptimsUpdateAndWritesTheMirror) {
     const std::int64_t n = 200003;
     std::vector<float> p(n), g(n), sq(n, 0.01f);

@@ -60,6 +60,10 @@ TEST_P(FusedOptimizer, FollowsThePlainLossCurve) {
     EXPECT_NE(plainHow.find("torch::optim"), std::string::npos) << plainHow;
     EXPECT_TRUE(fusedHow.starts_with("fused") || fusedHow.starts_with("foreach") || fusedHow.starts_with("one-pass"))
         << fusedHow;
+    if (w.name == "charlstm") { // and its LSTM over token ids, not oneDNN's over one-hot vectors
+        EXPECT_NE(fusedHow.find("LSTM over token ids"), std::string::npos) << fusedHow;
+        EXPECT_EQ(plainHow.find("LSTM over token ids"), std::string::npos) << plainHow;
+    }
     ASSERT_EQ(a.size(), static_cast<std::size_t>(c.steps));
     ASSERT_EQ(b.size(), a.size());
     // Training must move the loss, or equal curves would prove nothing.
@@ -70,11 +74,13 @@ TEST_P(FusedOptimizer, FollowsThePlainLossCurve) {
 }
 
 // RMSprop (foreach), Adam (fused), SGD with momentum + weight decay + step schedule (fused),
-// Nesterov SGD with the one-cycle schedule (fused), Adam on a binary token task.
+// Nesterov SGD with the one-cycle schedule (fused), Adam on a binary token task, RMSprop (one
+// pass) with charlstm's LSTM over token ids.
 INSTANTIATE_TEST_SUITE_P(EveryOptimizer, FusedOptimizer,
                          ::testing::Values(Case{"fashion-mlp", 32, 12}, Case{"fashion-cnn", 16, 8},
                                            Case{"cifar-resnet20", 8, 10}, Case{"davidnet", 4, 6},
-                                           Case{"fasttext", 16, 12}, Case{"cifar-vgg", 8, 16}),
+                                           Case{"fasttext", 16, 12}, Case{"cifar-vgg", 8, 16},
+                                           Case{"charlstm", 16, 12}),
                          [](const auto& info) {
                              std::string n = info.param.workload;
                              std::erase(n, '-');

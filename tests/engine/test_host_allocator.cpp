@@ -27,10 +27,10 @@ long processMinorFaults() {
 }
 
 // One CPU lane on synthetic data, run to its end.
-LaneSummary runCpuLane(const std::string& workload, std::int64_t steps) {
+LaneSummary runCpuLane(const std::string& workload, std::int64_t steps, const std::string& spec = "cpu,threads=1") {
     const auto& w = findWorkload(workload);
     auto data = syntheticDataset(w.input, w.inputShape, w.classes, w.vocabulary, 4096, 64);
-    auto run = test::runEveryStep(w.name, parseLaneSpec("cpu,threads=1"), data, steps, 7);
+    auto run = test::runEveryStep(w.name, parseLaneSpec(spec), data, steps, 7);
     if (run.summary.state != LaneState::Finished) {
         std::fprintf(stderr, "lane did not finish: %s\n", run.summary.error.c_str());
         std::exit(2);
@@ -38,15 +38,17 @@ LaneSummary runCpuLane(const std::string& workload, std::int64_t steps) {
     return run.summary;
 }
 
-// Pages a charlstm lane faults in per training step (its fused LSTM frees a 38 MiB block every
-// step), from two lanes of different lengths after a warm-up lane.
+// Pages a charlstm lane faults in per training step, from two lanes of different lengths after
+// a warm-up lane. With fused=false it runs torch::nn::LSTM (oneDNN's LSTM frees a 38 MiB block
+// every step); the default token LSTM's largest blocks are ~10 MiB.
 long charLstmPagesPerStep() {
-    runCpuLane("charlstm", 4);
+    const std::string spec = "cpu,threads=1,fused=false";
+    runCpuLane("charlstm", 4, spec);
     const long before = processMinorFaults();
-    runCpuLane("charlstm", 4);
+    runCpuLane("charlstm", 4, spec);
     const long shortRun = processMinorFaults() - before;
     const long middle = processMinorFaults();
-    runCpuLane("charlstm", 14);
+    runCpuLane("charlstm", 14, spec);
     const long longRun = processMinorFaults() - middle;
     return (longRun - shortRun) / 10;
 }

@@ -13,16 +13,20 @@
 #include <cstring>
 #include <limits>
 
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
+
 namespace devicerace::detail::cpu {
 
 namespace {
 
 template <class T, bool Relu, bool Drop>
 DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias, std::int64_t rows, std::int64_t cols,
-                                   float scale, std::uint32_t threshold, std::uint64_t seed) {
+                                   float scale, std::uint32_t threshold, std::uint64_t seed, std::int64_t firstRow) {
     for (std::int64_t r = 0; r < rows; ++r) {
         T* row = x + r * cols;
-        const auto base = static_cast<std::uint32_t>(r * cols);
+        const auto base = static_cast<std::uint32_t>((firstRow + r) * cols);
         for (std::int64_t c = 0; c < cols; ++c) {
             float v = load(row[c]) + bias[c];
             if constexpr (Relu) {
@@ -40,18 +44,18 @@ DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias
 
 template <class T>
 DR_INLINE void biasReluDropoutBody(T* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
-                                   std::uint64_t seed) {
+                                   std::uint64_t seed, std::int64_t firstRow) {
     const bool drop = p > 0;
     const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
     const std::uint32_t threshold = keepThreshold(p);
     if (relu && drop) {
-        biasReluDropoutRows<T, true, true>(x, bias, rows, cols, scale, threshold, seed);
+        biasReluDropoutRows<T, true, true>(x, bias, rows, cols, scale, threshold, seed, firstRow);
     } else if (relu) {
-        biasReluDropoutRows<T, true, false>(x, bias, rows, cols, scale, threshold, seed);
+        biasReluDropoutRows<T, true, false>(x, bias, rows, cols, scale, threshold, seed, firstRow);
     } else if (drop) {
-        biasReluDropoutRows<T, false, true>(x, bias, rows, cols, scale, threshold, seed);
+        biasReluDropoutRows<T, false, true>(x, bias, rows, cols, scale, threshold, seed, firstRow);
     } else {
-        biasReluDropoutRows<T, false, false>(x, bias, rows, cols, scale, threshold, seed);
+        biasReluDropoutRows<T, false, false>(x, bias, rows, cols, scale, threshold, seed, firstRow);
     }
 }
 
@@ -76,10 +80,10 @@ DR_INLINE void reluDropoutBackwardBody(T* __restrict d, const T* __restrict h, s
 
 template <class T>
 CrossEntropy crossEntropyBody(const T* logits, const std::int64_t* labels, std::int64_t rows, std::int64_t classes,
-                              T* dlogits, float* dbias) {
+                              T* dlogits, float* dbias, std::int64_t meanOver) {
     CrossEntropy out;
     std::fill(dbias, dbias + classes, 0.0f);
-    const float inv = 1.0f / static_cast<float>(rows);
+    const float inv = 1.0f / static_cast<float>(meanOver > 0 ? meanOver : rows);
     for (std::int64_t r = 0; r < rows; ++r) {
         const T* z = logits + r * classes;
         T* dz = dlogits + r * classes;
@@ -187,12 +191,12 @@ DR_CLONES void maskNhwcB(Bf16* m, std::int64_t b, std::int64_t e, std::int64_t c
     maskNhwcBody(m, b, e, c, s, p, seed);
 }
 DR_CLONES void biasReluDropoutF(float* x, const float* b, std::int64_t r, std::int64_t c, bool relu, float p,
-                                std::uint64_t s) {
-    biasReluDropoutBody(x, b, r, c, relu, p, s);
+                                std::uint64_t s, std::int64_t first) {
+    biasReluDropoutBody(x, b, r, c, relu, p, s, first);
 }
 DR_CLONES void biasReluDropoutB(Bf16* x, const float* b, std::int64_t r, std::int64_t c, bool relu, float p,
-                                std::uint64_t s) {
-    biasReluDropoutBody(x, b, r, c, relu, p, s);
+                                std::uint64_t s, std::int64_t first) {
+    biasReluDropoutBody(x, b, r, c, relu, p, s, first);
 }
 DR_CLONES void reluBackwardF(float* d, const float* h, std::int64_t r, std::int64_t c, float scale, float* db) {
     reluDropoutBackwardBody(d, h, r, c, scale, db);
@@ -237,12 +241,12 @@ void dropoutMaskNhwc(Bf16* mask, std::int64_t images, std::int64_t channels, std
 }
 
 void biasReluDropout(float* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
-                     std::uint64_t seed) {
-    biasReluDropoutF(x, bias, rows, cols, relu, p, seed);
+                     std::uint64_t seed, std::int64_t firstRow) {
+    biasReluDropoutF(x, bias, rows, cols, relu, p, seed, firstRow);
 }
 void biasReluDropout(Bf16* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
-                     std::uint64_t seed) {
-    biasReluDropoutB(x, bias, rows, cols, relu, p, seed);
+                     std::uint64_t seed, std::int64_t firstRow) {
+    biasReluDropoutB(x, bias, rows, cols, relu, p, seed, firstRow);
 }
 
 void reluDropoutBackward(float* d, const float* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias) {
@@ -253,12 +257,12 @@ void reluDropoutBackward(Bf16* d, const Bf16* h, std::int64_t rows, std::int64_t
 }
 
 CrossEntropy softmaxCrossEntropy(const float* logits, const std::int64_t* labels, std::int64_t rows,
-                                 std::int64_t classes, float* dlogits, float* dbias) {
-    return crossEntropyBody(logits, labels, rows, classes, dlogits, dbias);
+                                 std::int64_t classes, float* dlogits, float* dbias, std::int64_t meanOver) {
+    return crossEntropyBody(logits, labels, rows, classes, dlogits, dbias, meanOver);
 }
 CrossEntropy softmaxCrossEntropy(const Bf16* logits, const std::int64_t* labels, std::int64_t rows,
-                                 std::int64_t classes, Bf16* dlogits, float* dbias) {
-    return crossEntropyBody(logits, labels, rows, classes, dlogits, dbias);
+                                 std::int64_t classes, Bf16* dlogits, float* dbias, std::int64_t meanOver) {
+    return crossEntropyBody(logits, labels, rows, classes, dlogits, dbias, meanOver);
 }
 
 void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, float alpha, float eps, float wd,
@@ -267,6 +271,16 @@ void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, 
         rmspropRange(p + begin, g + begin, sq + begin, end - begin, lr, alpha, eps, wd,
                      mirror ? mirror + begin : nullptr);
     });
+}
+
+void shareFpControlWithTeam(int threads) {
+#ifdef __SSE__
+    const unsigned control = _mm_getcsr();
+    // One task per thread: a region of `threads` threads, each setting its own word.
+    at::parallel_for(0, threads, 1, [&](std::int64_t, std::int64_t) { _mm_setcsr(control); });
+#else
+    (void)threads;
+#endif
 }
 
 void toBf16(const float* src, Bf16* dst, std::int64_t n) {

@@ -30,15 +30,16 @@ void dropoutMaskNhwc(Bf16* mask, std::int64_t images, std::int64_t channels, std
                      std::uint64_t seed);
 
 /// In place on rows×cols (row-major): x = dropout(relu?(x + bias)), dropout scaling the kept
-/// values by 1/(1-p); p = 0: no dropout. Element indices for the mask are row*cols + col.
+/// values by 1/(1-p); p = 0: no dropout. Element indices for the mask are (firstRow + row) *
+/// cols + col: `x` may be rows [firstRow, firstRow + rows) of a larger batch. One thread.
 void biasReluDropout(float* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
-                     std::uint64_t seed);
+                     std::uint64_t seed, std::int64_t firstRow = 0);
 void biasReluDropout(Bf16* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
-                     std::uint64_t seed);
+                     std::uint64_t seed, std::int64_t firstRow = 0);
 
 /// Backward of biasReluDropout with relu, in place on the gradient `d` (rows×cols):
 /// d = h > 0 ? d * scale : 0 (h: the layer's output, scale = 1/(1-p)); dbias = column sums of
-/// the result (overwritten).
+/// the result (overwritten). One thread.
 void reluDropoutBackward(float* d, const float* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias);
 void reluDropoutBackward(Bf16* d, const Bf16* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias);
 
@@ -49,17 +50,23 @@ struct CrossEntropy {
 };
 
 /// Softmax cross-entropy of rows×classes logits with labels, and its gradient for the mean
-/// loss: dlogits = (softmax - onehot) / rows; dbias = column sums of dlogits (overwritten).
+/// loss over `meanOver` rows (the whole batch; 0: `rows`): dlogits = (softmax - onehot) /
+/// meanOver; dbias = column sums of dlogits (overwritten). One thread.
 CrossEntropy softmaxCrossEntropy(const float* logits, const std::int64_t* labels, std::int64_t rows,
-                                 std::int64_t classes, float* dlogits, float* dbias);
+                                 std::int64_t classes, float* dlogits, float* dbias, std::int64_t meanOver = 0);
 CrossEntropy softmaxCrossEntropy(const Bf16* logits, const std::int64_t* labels, std::int64_t rows,
-                                 std::int64_t classes, Bf16* dlogits, float* dbias);
+                                 std::int64_t classes, Bf16* dlogits, float* dbias, std::int64_t meanOver = 0);
 
 /// One RMSprop step (torch.optim.RMSprop without centring or momentum) over n floats:
 /// g += wd * p; sq = alpha * sq + (1 - alpha) * g²; p -= lr * g / (sqrt(sq) + eps). When
 /// `mirror` is set, also writes bf16(p) there. Parallel over the lane's intra-op threads.
 void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, float alpha, float eps, float wd,
                  Bf16* mirror);
+
+/// Gives the calling thread's floating-point control word (MXCSR on x86: the lane's denormal
+/// flushing) to every thread of its OpenMP team of `threads` (ATen's, MKL's and oneDNN's
+/// parallel regions on this thread run there): the word is per thread.
+void shareFpControlWithTeam(int threads);
 
 /// dst = bf16(src) (round to nearest even), and the way back; parallel.
 void toBf16(const float* src, Bf16* dst, std::int64_t n);

@@ -17,6 +17,7 @@ namespace devicerace::detail {
 struct ModelOptions {
     bool fusedLstm = true; // lstm=fused (torch::nn::LSTM, cuDNN on GPU) or lstm=cells (an LSTMCell loop)
     bool fusedOps = true;  // fused=true: the CPU's one-pass relu + max pool + dropout (reluMaxPoolDropout)
+                           // and charlstm's LSTM over token ids (tokenLstm)
     int vocabulary = 0;    // token inputs whose vocabulary comes from the data (charlstm); 0: the default
 };
 
@@ -37,6 +38,8 @@ struct Net : torch::nn::Module {
     at::Generator gen;
     /// Whether forward runs the CPU's fused relu + max pool + dropout (reluMaxPoolDropout).
     bool fusedPool = false;
+    /// Whether an fp32 CPU forward runs its LSTM over token ids (tokenLstm), not one-hot vectors.
+    bool tokenLstm = false;
 };
 
 /// Builds a network with weights drawn from `gen` (the lane's own generator, so two lanes with
@@ -93,6 +96,13 @@ std::vector<WorkloadImpl> rnnWorkloads();    // imdb-bilstm, charlstm
 std::vector<WorkloadImpl> gptWorkloads();    // char-gpt, char-gpt-6l
 /// Causal self-attention of (B, heads, T, head size) queries, keys and values: the fused kernel of
 /// the device, in fp32 on a CPU under bf16 autocast (models_gpt.cpp says why).
+/// torch::nn::LSTM's final hidden state over one_hot(tokens) (one layer, one direction, no
+/// initial state; gates [i, f, g, o]) on a CPU in fp32, the one-hot input as a row gather and
+/// the gates in one pass per step (models/lstm_tokens.cpp): tokens (batch, steps) int64 ->
+/// (batch, hidden). Differentiable in the weights. Throws Error on a token outside W_ih's columns.
+torch::Tensor tokenLstm(const torch::Tensor& tokens, const torch::Tensor& wIh, const torch::Tensor& wHh,
+                        const torch::Tensor& bIh, const torch::Tensor& bHh);
+
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 /// A char-gpt network's trainable parameters, by formula (checked against the built model).
 std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t vocabulary);

@@ -1,6 +1,10 @@
 // Recurrent networks of the Keras benchmark (../shared/seeds/003_*): imdb_bidirectional_lstm
 // and lstm_text_generation. Each runs either as torch::nn::LSTM (one fused cuDNN kernel per
 // layer on GPU) or as a loop of LSTMCells (lane key lstm=cells), the comparison seed 003 made.
+#include <ATen/autocast_mode.h>
+#include <cstdlib>
+#include <string_view>
+
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/rnn.h>
@@ -44,6 +48,17 @@ struct LstmRunnerImpl : torch::nn::Module {
         auto h = run(fwd, false);
         return m_bi ? torch::cat({h, run(bwd, true)}, 1) : h;
     }
+    /// The final hidden state over token ids whose input is their one-hot vectors over `vocab`:
+    /// with `tokens` (fused=true) on an fp32 CPU lane, tokenLstm; otherwise forward(one_hot).
+    torch::Tensor forwardOneHot(const torch::Tensor& x, std::int64_t vocab, bool tokens) {
+        if (tokens && m_fused && !m_bi && x.is_cpu() && !at::autocast::is_autocast_enabled(at::kCPU)) {
+            const auto p = lstm->named_parameters(false);
+            if (p["weight_ih_l0"].scalar_type() == at::kFloat) {
+                return tokenLstm(x, p["weight_ih_l0"], p["weight_hh_l0"], p["bias_ih_l0"], p["bias_hh_l0"]);
+            }
+        }
+        return forward(torch::one_hot(x, vocab).to(torch::kFloat32));
+    }
     torch::nn::LSTM lstm{nullptr};
     torch::nn::LSTMCell fwd{nullptr}, bwd{nullptr};
     bool m_fused, m_bi;
@@ -75,16 +90,18 @@ struct ImdbBiLstm : Net {
 // keras-team/keras examples/lstm_text_generation.py: one-hot characters, LSTM 128 over
 // 40-character windows, Dense over the alphabet, RMSprop(lr=0.01), batch 128.
 struct CharLstm : Net {
-    CharLstm(at::Generator initGen, bool fused, std::int64_t vocabulary) : m_vocab(vocabulary) {
+    CharLstm(at::Generator initGen, bool fused, bool tokens, std::int64_t vocabulary) : m_vocab(vocabulary) {
         gen = std::move(initGen);
+        // DEVICERACE_TOKEN_LSTM=0 (benchmarks): the lever alone, torch::nn::LSTM over one-hot vectors.
+        const char* env = std::getenv("DEVICERACE_TOKEN_LSTM");
+        tokenLstm = fused && tokens && !(env && std::string_view(env) == "0");
         rnn = register_module("rnn", LstmRunner(vocabulary, 128, false, fused));
         fc = register_module("fc", torch::nn::Linear(128, vocabulary));
         lstmInit(*rnn, 128, gen);
         glorotInit(*fc, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto onehot = torch::one_hot(x, m_vocab).to(torch::kFloat32);
-        return fc->forward(rnn->forward(onehot));
+        return fc->forward(rnn->forwardOneHot(x, m_vocab, tokenLstm));
     }
     LstmRunner rnn{nullptr};
     torch::nn::Linear fc{nullptr};
@@ -137,7 +154,7 @@ std::vector<WorkloadImpl> rnnWorkloads() {
     ch.info.hasLstm = true;
     ch.info.samplesText = true;
     ch.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.vocabulary > 0 ? o.vocabulary : 60);
+        return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.fusedOps, o.vocabulary > 0 ? o.vocabulary : 60);
     };
     // Keras RMSprop: rho 0.9, epsilon 1e-7.
     ch.optimizer.kind = OptimizerRecipe::Kind::RmsProp;

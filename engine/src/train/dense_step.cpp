@@ -3,9 +3,19 @@
 #include "train/step_timer.h"
 
 #include <ATen/Functions.h>
+#include <ATen/Parallel.h>
 #include <torch/nn/module.h>
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string_view>
+
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
 
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
@@ -59,6 +69,9 @@ std::optional<std::string> DenseStep::whyNot(Net& net, Task task, const c10::Dev
 DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceData& data,
                      const std::vector<std::int64_t>& inputShape)
     : m_bf16(bf16), m_dropoutOff(dropoutOffForTests()), m_data(data), m_inputShape(inputShape) {
+    // DEVICERACE_DENSE_SPLIT=0 (benchmarks): the whole batch in each op, its GEMMs on MKL's threads.
+    const char* split = std::getenv("DEVICERACE_DENSE_SPLIT");
+    m_split = !(split && std::string_view(split) == "0");
     torch::NoGradGuard noGrad;
     const auto views = net.denseStack();
     std::int64_t total = 0;
@@ -73,7 +86,6 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
         m_mirror = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
     }
     std::int64_t offset = 0;
-    std::int64_t largestWeight = 0;
     const auto slice = [&](at::Tensor& flat, std::int64_t n, at::IntArrayRef shape) {
         return flat.narrow(0, offset, n).view(shape);
     };
@@ -83,6 +95,7 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
         l.in = v.weight.size(1);
         l.relu = v.relu;
         l.dropout = static_cast<float>(v.dropout);
+        l.offset = offset;
         l.w = slice(m_params, v.weight.numel(), v.weight.sizes());
         l.gw = slice(m_grads, v.weight.numel(), v.weight.sizes());
         if (bf16) {
@@ -101,13 +114,12 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
         bias.set_data(l.b);
         l.act = at::empty({maxBatch, l.out}, actType);
         l.grad = at::empty({maxBatch, l.out}, actType);
-        largestWeight = std::max(largestWeight, v.weight.numel());
         m_layers.push_back(std::move(l));
     }
     m_input = at::empty({maxBatch, m_layers.front().in}, actType);
     if (bf16) {
         m_mirror.copy_(m_params);
-        m_weightTmp = at::empty({largestWeight}, at::TensorOptions().dtype(at::kBFloat16));
+        m_weightTmp = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
     }
     // Bytes straight to the network's input in one pass, when no per-channel step is needed.
     const bool oneChannel = !data.mean.defined() || data.mean.numel() == 1;
@@ -124,15 +136,6 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
 at::Tensor DenseStep::input(const at::Tensor& x) {
     const auto rows = x.size(0);
     auto in = m_input.narrow(0, 0, rows);
-    if (m_byteInput) {
-        const auto bytes = x.contiguous();
-        if (m_bf16) {
-            cpu::bytesToBf16(bytes.data_ptr<std::uint8_t>(), bf16Ptr(in), in.numel(), m_scale, m_shift);
-        } else {
-            cpu::bytesToFloat(bytes.data_ptr<std::uint8_t>(), in.data_ptr<float>(), in.numel(), m_scale, m_shift);
-        }
-        return in;
-    }
     const auto prepared = prepareInput(x, m_data, m_inputShape, false).reshape({rows, -1});
     if (prepared.size(1) != in.size(1)) {
         throw Error(
@@ -142,76 +145,203 @@ at::Tensor DenseStep::input(const at::Tensor& x) {
     return in;
 }
 
-void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
-                     at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
-    const auto rows = x.size(0);
-    // Forward: act_l = dropout(relu(act_{l-1} W_l^T + b_l)).
-    at::Tensor prev = input(x);
-    if (timer) {
-        timer->mark(Phase::Data); // bytes to normalised floats: input work
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Rows per worker below which splitting a batch costs more than it saves (a GEMM of fewer
+// rows runs far below the core's peak).
+constexpr std::int64_t kMinRowsPerWorker = 16;
+
+// Share `k` of `parts` of n: [share(n, k, parts), share(n, k + 1, parts)).
+std::int64_t share(std::int64_t n, std::int64_t k, std::int64_t parts) { return n * k / parts; }
+
+// work(w) for every worker w < workers, one per thread of one parallel region (a thread runs
+// several where the region got fewer threads). One worker runs on the calling thread outside
+// any region, so the ops inside keep their own threading.
+// Each worker takes the calling thread's floating-point control word (MXCSR: the lane's
+// denormal flushing; a worker without it ran its half of the rows 2x slower on the gradients'
+// denormals).
+template <class F>
+void eachWorker(std::int64_t workers, const F& work) {
+    if (workers == 1) {
+        work(0);
+        return;
     }
+#ifdef __SSE__
+    const unsigned control = _mm_getcsr();
+#endif
+    at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
+#ifdef __SSE__
+        _mm_setcsr(control);
+#endif
+        for (auto w = begin; w < end; ++w) {
+            work(w);
+        }
+    });
+}
+
+} // namespace
+
+struct DenseStep::StepState {
+    std::int64_t rows = 0, workers = 1;
+    const std::uint8_t* bytes = nullptr; // the batch as stored, when the step converts it
+    const std::int64_t* labels = nullptr;
+    std::vector<std::uint64_t> seeds; // per layer
+    std::vector<float> drop;          // per layer: its dropout probability this step (0: none)
+    std::vector<cpu::CrossEntropy> losses;
+    LaneOptimizer* optimizer = nullptr; // set when each worker steps its own slices
+    // Worker 0's (the lane thread's) phase ends, for the step breakdown.
+    Clock::time_point dataEnd, forwardEnd;
+    double optimizerSeconds = 0;
+};
+
+void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
+    const auto r0 = share(s.rows, worker, s.workers);
+    const auto n = share(s.rows, worker + 1, s.workers) - r0;
+    auto prev = m_input.narrow(0, r0, n);
+    if (s.bytes) {
+        const auto in = m_layers.front().in;
+        if (m_bf16) {
+            cpu::bytesToBf16(s.bytes + r0 * in, bf16Ptr(prev), n * in, m_scale, m_shift);
+        } else {
+            cpu::bytesToFloat(s.bytes + r0 * in, prev.data_ptr<float>(), n * in, m_scale, m_shift);
+        }
+    }
+    if (worker == 0) {
+        s.dataEnd = Clock::now();
+    }
+    // Forward: act_l = dropout(relu(act_{l-1} W_l^T + b_l)).
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];
-        auto out = l.act.narrow(0, 0, rows);
+        auto out = l.act.narrow(0, r0, n);
         at::mm_out(out, prev, (m_bf16 ? l.wb : l.w).t());
-        const float p = m_dropoutOff ? 0.0f : l.dropout;
-        // One seed per dropout layer in forward order, as laneDropout draws them.
-        const std::uint64_t layerSeed = p > 0 ? dropoutSeed(gen) : 0;
         if (m_bf16) {
-            cpu::biasReluDropout(bf16Ptr(out), l.b.data_ptr<float>(), rows, l.out, l.relu, p, layerSeed);
+            cpu::biasReluDropout(bf16Ptr(out), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i], s.seeds[i], r0);
         } else {
-            cpu::biasReluDropout(out.data_ptr<float>(), l.b.data_ptr<float>(), rows, l.out, l.relu, p, layerSeed);
+            cpu::biasReluDropout(out.data_ptr<float>(), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i], s.seeds[i],
+                                 r0);
         }
         prev = out;
     }
-    // Loss and its gradient.
+    // Loss and its gradient (of the whole batch's mean).
     auto& last = m_layers.back();
-    const auto labels = y.contiguous();
-    auto dlogits = last.grad.narrow(0, 0, rows);
-    const auto ce = m_bf16 ? cpu::softmaxCrossEntropy(bf16Ptr(prev), labels.data_ptr<std::int64_t>(), rows, last.out,
-                                                      bf16Ptr(dlogits), last.gb.data_ptr<float>())
-                           : cpu::softmaxCrossEntropy(prev.data_ptr<float>(), labels.data_ptr<std::int64_t>(), rows,
-                                                      last.out, dlogits.data_ptr<float>(), last.gb.data_ptr<float>());
-    if (ce.badLabel) {
-        throw Error(fmt::format("a label outside the network's {} classes", last.out));
+    auto dlogits = last.grad.narrow(0, r0, n);
+    float* lastParts = last.biasParts.data() + worker * last.out;
+    s.losses[static_cast<std::size_t>(worker)] =
+        m_bf16
+            ? cpu::softmaxCrossEntropy(bf16Ptr(prev), s.labels + r0, n, last.out, bf16Ptr(dlogits), lastParts, s.rows)
+            : cpu::softmaxCrossEntropy(prev.data_ptr<float>(), s.labels + r0, n, last.out, dlogits.data_ptr<float>(),
+                                       lastParts, s.rows);
+    if (worker == 0) {
+        s.forwardEnd = Clock::now();
     }
-    loss.fill_(ce.lossSum / static_cast<double>(rows));
+    // The input-gradient chain: d_{l-1} = relu/dropout'(d_l W_l).
+    for (std::size_t i = m_layers.size() - 1; i > 0; --i) {
+        auto& l = m_layers[i];
+        auto& lower = m_layers[i - 1];
+        const auto d = l.grad.narrow(0, r0, n);
+        auto dBelow = lower.grad.narrow(0, r0, n);
+        const auto below = lower.act.narrow(0, r0, n);
+        at::mm_out(dBelow, d, m_bf16 ? l.wb : l.w);
+        const float scale = s.drop[i - 1] > 0 ? 1.0f / (1.0f - s.drop[i - 1]) : 1.0f;
+        float* parts = lower.biasParts.data() + worker * lower.out;
+        if (m_bf16) {
+            cpu::reluDropoutBackward(bf16Ptr(dBelow), bf16Ptr(below), n, lower.out, scale, parts);
+        } else {
+            cpu::reluDropoutBackward(dBelow.data_ptr<float>(), below.data_ptr<float>(), n, lower.out, scale, parts);
+        }
+    }
+}
+
+void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
+    for (std::size_t i = 0; i < m_layers.size(); ++i) {
+        auto& l = m_layers[i];
+        const auto o0 = share(l.out, worker, s.workers);
+        const auto units = share(l.out, worker + 1, s.workers) - o0;
+        if (units == 0) {
+            continue;
+        }
+        // dW = d^T act_{l-1}, these units' rows of it, over the whole batch.
+        const auto d = l.grad.narrow(0, 0, s.rows).narrow(1, o0, units);
+        const auto below = i > 0 ? m_layers[i - 1].act.narrow(0, 0, s.rows) : m_input.narrow(0, 0, s.rows);
+        const auto weights = l.offset + o0 * l.in;
+        if (m_bf16) {
+            auto tmp = m_weightTmp.narrow(0, weights, units * l.in).view({units, l.in});
+            at::mm_out(tmp, d.t(), below);
+            cpu::toFloat(bf16Ptr(tmp), l.gw.data_ptr<float>() + o0 * l.in, units * l.in);
+        } else {
+            auto gw = l.gw.narrow(0, o0, units);
+            at::mm_out(gw, d.t(), below);
+        }
+        float* gb = l.gb.data_ptr<float>() + o0;
+        std::copy_n(l.biasParts.data() + o0, units, gb);
+        for (std::int64_t k = 1; k < s.workers; ++k) {
+            const float* part = l.biasParts.data() + k * l.out + o0;
+            for (std::int64_t c = 0; c < units; ++c) {
+                gb[c] += part[c];
+            }
+        }
+        if (s.optimizer) {
+            const auto start = worker == 0 ? Clock::now() : Clock::time_point{};
+            s.optimizer->stepRange(weights, weights + units * l.in);
+            const auto bias = l.offset + l.out * l.in + o0;
+            s.optimizer->stepRange(bias, bias + units);
+            if (worker == 0) {
+                s.optimizerSeconds += std::chrono::duration<double>(Clock::now() - start).count();
+            }
+        }
+    }
+}
+
+void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
+                     at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
+    StepState s;
+    s.rows = x.size(0);
+    s.workers =
+        m_split ? std::clamp<std::int64_t>(s.rows / kMinRowsPerWorker, 1, std::max(1, at::get_num_threads())) : 1;
+    at::Tensor bytes;
+    if (m_byteInput) {
+        bytes = x.contiguous();
+        s.bytes = bytes.data_ptr<std::uint8_t>();
+    } else {
+        input(x);
+    }
+    const auto labels = y.contiguous();
+    s.labels = labels.data_ptr<std::int64_t>();
+    // One seed per dropout layer in forward order, as laneDropout draws them.
+    for (auto& l : m_layers) {
+        s.drop.push_back(m_dropoutOff ? 0.0f : l.dropout);
+        s.seeds.push_back(s.drop.back() > 0 ? dropoutSeed(gen) : 0);
+        l.biasParts.resize(static_cast<std::size_t>(s.workers * l.out));
+    }
+    s.losses.resize(static_cast<std::size_t>(s.workers));
+    eachWorker(s.workers, [&](std::int64_t w) { rowsPass(s, w); });
+    cpu::CrossEntropy ce;
+    for (const auto& part : s.losses) {
+        ce.lossSum += part.lossSum;
+        ce.correct += part.correct;
+        ce.badLabel = ce.badLabel || part.badLabel;
+    }
+    if (ce.badLabel) {
+        throw Error(fmt::format("a label outside the network's {} classes", m_layers.back().out));
+    }
+    loss.fill_(ce.lossSum / static_cast<double>(s.rows));
     correct.fill_(ce.correct);
     if (timer) {
-        timer->mark(Phase::Forward);
+        timer->markAt(Phase::Data, s.dataEnd); // bytes to normalised floats: input work
+        timer->markAt(Phase::Forward, s.forwardEnd);
     }
-    // Backward: dW_l = d_l^T act_{l-1}; d_{l-1} = relu/dropout'(d_l W_l).
-    for (std::size_t i = m_layers.size(); i-- > 0;) {
-        auto& l = m_layers[i];
-        const auto d = l.grad.narrow(0, 0, rows);
-        const auto below = i > 0 ? m_layers[i - 1].act.narrow(0, 0, rows) : m_input.narrow(0, 0, rows);
-        if (m_bf16) {
-            auto tmp = m_weightTmp.narrow(0, 0, l.out * l.in).view({l.out, l.in});
-            at::mm_out(tmp, d.t(), below);
-            cpu::toFloat(bf16Ptr(tmp), l.gw.data_ptr<float>(), tmp.numel());
-        } else {
-            at::mm_out(l.gw, d.t(), below);
-        }
-        if (i == 0) {
-            break;
-        }
-        auto& lower = m_layers[i - 1];
-        auto dBelow = lower.grad.narrow(0, 0, rows);
-        at::mm_out(dBelow, d, m_bf16 ? l.wb : l.w);
-        const float p = m_dropoutOff ? 0.0f : lower.dropout;
-        const float scale = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-        if (m_bf16) {
-            cpu::reluDropoutBackward(bf16Ptr(dBelow), bf16Ptr(below), rows, lower.out, scale,
-                                     lower.gb.data_ptr<float>());
-        } else {
-            cpu::reluDropoutBackward(dBelow.data_ptr<float>(), below.data_ptr<float>(), rows, lower.out, scale,
-                                     lower.gb.data_ptr<float>());
-        }
-    }
+    s.optimizer = s.workers > 1 && optimizer.steppedInRanges() ? &optimizer : nullptr;
+    eachWorker(s.workers, [&](std::int64_t w) { unitsPass(s, w); });
     if (timer) {
-        timer->mark(Phase::Backward);
+        // The lane thread's optimizer slices, timed inside the region, are the optimizer phase.
+        timer->markAt(Phase::Backward, Clock::now() - std::chrono::duration_cast<Clock::duration>(
+                                                          std::chrono::duration<double>(s.optimizerSeconds)));
     }
-    optimizer.step();
+    if (!s.optimizer) {
+        optimizer.step();
+    }
     if (timer) {
         timer->mark(Phase::Optimizer);
     }
@@ -219,6 +349,13 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
 
 std::string DenseStep::describe() const {
     return m_bf16 ? "fused dense step (bf16 GEMMs, fp32 master weights)" : "fused dense step";
+}
+
+std::string DenseStep::describeThreads() const {
+    const int threads = at::get_num_threads();
+    return threads > 1 && m_split
+               ? fmt::format("each step's batch rows, then its units, split over {} threads", threads)
+               : "";
 }
 
 } // namespace devicerace::detail

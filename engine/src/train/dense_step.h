@@ -6,7 +6,14 @@
 // (kernels/cpu_kernels.h); the parameters live in one flat buffer that the model's own tensors
 // view, so evaluation, checkpoints and digests see them, updated by one optimizer pass.
 // bf16: fp32 master weights and a bf16 mirror the optimizer pass rewrites; activations and
-// their gradients in bf16; weight gradients converted to fp32. Lane thread only.
+// their gradients in bf16; weight gradients converted to fp32.
+// Several intra-op threads: two parallel regions a step, not one per op. In the first, each
+// thread takes a share of the batch's rows through the whole forward, the loss and the
+// input-gradient chain (all row-independent; bias gradients as per-thread partial sums); in
+// the second, each takes a share of every layer's output units: their weight gradients (every
+// row), bias gradients (the partials summed) and, for an elementwise optimizer (RMSprop), their
+// update. The GEMMs inside run on their caller's thread. Lane thread only (the regions are the
+// lane's own).
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -50,27 +57,39 @@ public:
 
     /// "fused dense step (bf16 GEMMs, fp32 master weights)" and the like.
     std::string describe() const;
+    /// "each step's batch rows, then its units, split over 2 threads"; empty on one thread.
+    std::string describeThreads() const;
 
 private:
     struct Layer {
         std::int64_t in = 0, out = 0;
+        std::int64_t offset = 0; // of the weights in the flat buffer (the bias follows them)
         bool relu = false;
         float dropout = 0;
-        at::Tensor w, b, gw, gb; // views of the flat params / grads
-        at::Tensor wb;           // bf16: view of the mirror
-        at::Tensor act, grad;    // [maxBatch, out]: the layer's output and its gradient
+        at::Tensor w, b, gw, gb;      // views of the flat params / grads
+        at::Tensor wb;                // bf16: view of the mirror
+        at::Tensor act, grad;         // [maxBatch, out]: the layer's output and its gradient
+        std::vector<float> biasParts; // [workers, out]: each worker's rows' bias gradient
     };
 
+    /// What one step shares between its workers (a worker: a share of the rows, then of the units).
+    struct StepState;
+
     at::Tensor input(const at::Tensor& x);
+    /// Rows [r0, r1): input, forward, loss, input-gradient chain, bias-gradient partials.
+    void rowsPass(StepState& s, std::int64_t worker);
+    /// Every layer's output units of `worker`: weight and bias gradients, optimizer slices.
+    void unitsPass(StepState& s, std::int64_t worker);
 
     std::vector<Layer> m_layers;
     bool m_bf16 = false;
     bool m_dropoutOff = false;
+    bool m_split = true; // several threads split each step's rows, then its units
     const DeviceData& m_data;
     std::vector<std::int64_t> m_inputShape;
     at::Tensor m_params, m_grads, m_mirror;
     at::Tensor m_input;     // [maxBatch, in]: the batch as the first GEMM reads it
-    at::Tensor m_weightTmp; // bf16: one weight gradient before it becomes fp32
+    at::Tensor m_weightTmp; // bf16: the weight gradients (flat-buffer offsets) before they become fp32
     bool m_byteInput = false;
     float m_scale = 1, m_shift = 0; // bytes -> network input
 };

@@ -331,16 +331,22 @@ public:
                                                                : fmt::format("fused {}", kindName(m_recipe.kind));
     }
 
+    bool steppedInRanges() const override { return m_recipe.kind == OptimizerRecipe::Kind::RmsProp; }
+    void stepRange(std::int64_t begin, std::int64_t end) override {
+        const auto& s = m_settings;
+        auto* mirror = m_mirror.defined() ? reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>()) : nullptr;
+        cpu::rmspropStep(m_params.data_ptr<float>() + begin, m_grads.data_ptr<float>() + begin,
+                         m_state1.data_ptr<float>() + begin, end - begin, static_cast<float>(s.lr),
+                         static_cast<float>(m_recipe.alpha), static_cast<float>(m_recipe.eps),
+                         static_cast<float>(s.weightDecay), mirror ? mirror + begin : nullptr);
+    }
+
     void step() override {
         torch::NoGradGuard noGrad;
         const auto& s = m_settings;
         switch (m_recipe.kind) {
         case OptimizerRecipe::Kind::RmsProp:
-            cpu::rmspropStep(m_params.data_ptr<float>(), m_grads.data_ptr<float>(), m_state1.data_ptr<float>(),
-                             m_params.numel(), static_cast<float>(s.lr), static_cast<float>(m_recipe.alpha),
-                             static_cast<float>(m_recipe.eps), static_cast<float>(s.weightDecay),
-                             m_mirror.defined() ? reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>())
-                                                : nullptr);
+            stepRange(0, m_params.numel());
             return; // the mirror is written in the same pass
         case OptimizerRecipe::Kind::Adam:
             m_steps.add_(1);

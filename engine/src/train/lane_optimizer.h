@@ -32,6 +32,12 @@ public:
     virtual bool captureSafe() const = 0;
     /// "fused Adam", "foreach RMSprop", "torch::optim SGD" ... (shown in the lane's summary).
     virtual std::string describe() const = 0;
+    /// True when a step may instead be stepRange() calls that cover every parameter once (a
+    /// flat optimizer whose update is elementwise: the fused step updates each slice right after
+    /// its gradient is written, on the thread that wrote it).
+    virtual bool steppedInRanges() const { return false; }
+    /// Steps the flat parameters [begin, end) only; concurrent calls take disjoint ranges.
+    virtual void stepRange(std::int64_t /*begin*/, std::int64_t /*end*/) {}
 };
 
 /// `fast`: the multi-tensor path (fused/foreach kernels); otherwise torch::optim.

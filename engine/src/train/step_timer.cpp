@@ -1,6 +1,8 @@
 // The step-time breakdown's marks (train/step_timer.h).
 #include "train/step_timer.h"
 
+#include <algorithm>
+
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdlib>
@@ -81,6 +83,16 @@ void StepTimer::mark(Phase finished) {
     const auto now = std::chrono::steady_clock::now();
     m_sum[static_cast<std::size_t>(finished)] += std::chrono::duration<double>(now - m_last).count();
     m_last = now;
+}
+
+void StepTimer::markAt(Phase finished, std::chrono::steady_clock::time_point at) {
+    if (!m_active || m_cuda) {
+        mark(finished);
+        return;
+    }
+    at = std::max(at, m_last);
+    m_sum[static_cast<std::size_t>(finished)] += std::chrono::duration<double>(at - m_last).count();
+    m_last = at;
 }
 
 void StepTimer::end() {

@@ -33,6 +33,9 @@ public:
     void begin(std::int64_t step);
     /// The time since the previous mark belongs to `finished`.
     void mark(Phase finished);
+    /// CPU: as mark, at a time read earlier (a phase that ended inside a parallel region, read
+    /// there by the lane's own thread). CUDA lanes: mark.
+    void markAt(Phase finished, std::chrono::steady_clock::time_point at);
     /// Ends the step (what is left since the last mark is "other").
     void end();
     bool active() const { return m_active; }

@@ -1,6 +1,7 @@
 // The lane thread's training job: set-up (model, data, optimizer, device) and the loop.
 #include "train/trainer.h"
 
+#include "kernels/cpu_kernels.h"
 #include "train/host_allocator.h"
 #include <ATen/cuda/CUDAContext.h>
 #include <cctype>
@@ -50,6 +51,11 @@ LaneOutcome Trainer::run() {
         m_cpuMemory = &cpuMemory->tracker();
         if (!std::getenv("DEVICERACE_KEEP_DENORMALS")) {
             m_flushDenormals = at::globalContext().setFlushDenormal(true);
+            if (m_flushDenormals) {
+                // The flag is per thread: the threads of this lane's OpenMP team (ATen's, MKL's and
+                // oneDNN's parallel regions, the fused dense step's workers) flush too.
+                cpu::shareFpControlWithTeam(m_ctx.threads);
+            }
         }
         m_cachingHostAllocator = useCachingHostAllocator();
     }

@@ -212,6 +212,9 @@ void Trainer::describeExecution() {
     std::string text = m_optimizer->describe();
     if (m_denseStep) {
         text = m_denseStep->describe() + ", " + text;
+        if (const auto threads = m_denseStep->describeThreads(); !threads.empty()) {
+            text += ", " + threads;
+        }
     } else if (!m_denseStepOff.empty() && m_dev.is_cpu()) {
         text = "autograd step (" + m_denseStepOff + "), " + text;
     }
@@ -230,6 +233,9 @@ void Trainer::describeExecution() {
     }
     if (m_model->fusedPool && m_dev.is_cpu()) {
         text += ", one-pass relu + max pool + dropout";
+    }
+    if (m_model->tokenLstm && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
+        text += ", LSTM over token ids (input as a row gather, gates in one pass)";
     }
     if (m_ctx.augment) {
         text += ", crop-flip augmentation (each example, in the data phase)";
