@@ -13,9 +13,6 @@
 #include <cstdlib>
 #include <string_view>
 
-#ifdef __SSE__
-#include <xmmintrin.h>
-#endif
 
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
@@ -159,22 +156,13 @@ std::int64_t share(std::int64_t n, std::int64_t k, std::int64_t parts) { return 
 // work(w) for every worker w < workers, one per thread of one parallel region (a thread runs
 // several where the region got fewer threads). One worker runs on the calling thread outside
 // any region, so the ops inside keep their own threading.
-// Each worker takes the calling thread's floating-point control word (MXCSR: the lane's
-// denormal flushing; a worker without it ran its half of the rows 2x slower on the gradients'
-// denormals).
 template <class F>
 void eachWorker(std::int64_t workers, const F& work) {
     if (workers == 1) {
         work(0);
         return;
     }
-#ifdef __SSE__
-    const unsigned control = _mm_getcsr();
-#endif
     at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
-#ifdef __SSE__
-        _mm_setcsr(control);
-#endif
         for (auto w = begin; w < end; ++w) {
             work(w);
         }
