@@ -36,6 +36,18 @@ STEPS = {"fashion-mlp": 600, "fashion-cnn": 100}
 EPOCH_EXAMPLES = 60000
 
 
+def cpu_model():
+    """The CPU's model name as /proc/cpuinfo gives it (every table names the CPU)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def race_once(cli, workload, framework, device, threads, steps):
     """One lane alone: (samples/s or None, summary lane dict, error text)."""
     lane = f"{device},threads={threads},name={framework}"
@@ -80,8 +92,8 @@ def main(argv=None):
                 print(f"run {run + 1}/{args.runs} {w:12} {label:17} "
                       + (f"{rate:10,.0f} samples/s" if rate else f"failed: {errors}"), file=sys.stderr, flush=True)
 
-    print(f"\n{platform.node()} · {args.device}, threads={args.threads} · median of {args.runs} runs · "
-          f"{datetime.date.today()}\n")
+    print(f"\n{platform.node()} · {cpu_model()} ({os.cpu_count()} CPUs) · {args.device}, threads={args.threads} · "
+          f"median of {args.runs} runs · {datetime.date.today()}\n")
     print("| workload | framework | samples/s | × DeviceRace | epoch (60k) s | time × DeviceRace |")
     print("|---|---|---:|---:|---:|---:|")
     for w in workloads:
@@ -100,7 +112,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": args.device, "threads": args.threads, "runs": args.runs, "steps": STEPS,
-                       "host": platform.node(), "date": str(datetime.date.today()), "results": results}, f, indent=1)
+                       "host": platform.node(), "cpu": cpu_model(), "date": str(datetime.date.today()), "results": results}, f, indent=1)
     return 0
 
 

@@ -3,6 +3,11 @@
 // update, bf16 rounds to nearest even, softmax cross-entropy and its gradient are right.
 #include <gtest/gtest.h>
 
+#include <thread>
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -187,4 +192,22 @@ TEST(CpuKernels, BytesBecomeTheNetworksInput) {
     cpu::bytesToFloat(px, out, 3, 1.0f / 255, 0.0f);
     EXPECT_FLOAT_EQ(out[1], 0.2f);
     EXPECT_FLOAT_EQ(out[2], 1.0f);
+}
+
+// The engine's own parallel loops open real OpenMP regions (built with -fopenmp: without it,
+// ATen's parallel_for runs its whole range on the caller), on the lane thread's team, and a
+// lane's denormal flushing reaches a team that existed before it flushed.
+TEST(CpuKernels, ParallelLoopsRunOnTheTeamWhichFlushesDenormals) {
+#ifndef __SSE__
+    GTEST_SKIP() << "MXCSR is x86's";
+#else
+    std::thread([] {
+        EXPECT_EQ(cpu::checkTeam(2).threads, 2);
+        EXPECT_FALSE(cpu::checkTeam(2).allFlushDenormals);
+        _mm_setcsr(_mm_getcsr() | 0x8040); // FTZ and DAZ, as at::globalContext().setFlushDenormal
+        EXPECT_FALSE(cpu::checkTeam(2).allFlushDenormals) << "the worker kept its word: the test proves nothing";
+        cpu::shareFpControlWithTeam(2);
+        EXPECT_TRUE(cpu::checkTeam(2).allFlushDenormals);
+    }).join();
+#endif
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #ifdef __SSE__
 #include <xmmintrin.h>
@@ -281,6 +282,27 @@ void shareFpControlWithTeam(int threads) {
 #else
     (void)threads;
 #endif
+}
+
+TeamCheck checkTeam(int threads) {
+    at::set_num_threads(threads);
+    std::vector<int> ranOn(static_cast<std::size_t>(threads), -1);
+    std::vector<unsigned> control(static_cast<std::size_t>(threads), 0);
+    at::parallel_for(0, threads, 1, [&](std::int64_t b, std::int64_t e) {
+        for (auto i = static_cast<std::size_t>(b); i < static_cast<std::size_t>(e); ++i) {
+            ranOn[i] = at::get_thread_num();
+#ifdef __SSE__
+            control[i] = _mm_getcsr();
+#endif
+        }
+    });
+    TeamCheck out;
+    std::sort(ranOn.begin(), ranOn.end());
+    out.threads = static_cast<int>(std::unique(ranOn.begin(), ranOn.end()) - ranOn.begin());
+    constexpr unsigned kFlushAndDaz = 0x8040;
+    out.allFlushDenormals =
+        std::all_of(control.begin(), control.end(), [](unsigned c) { return (c & kFlushAndDaz) == kFlushAndDaz; });
+    return out;
 }
 
 void toBf16(const float* src, Bf16* dst, std::int64_t n) {

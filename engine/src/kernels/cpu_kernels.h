@@ -68,6 +68,15 @@ void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, 
 /// parallel regions on this thread run there): the word is per thread.
 void shareFpControlWithTeam(int threads);
 
+/// What a parallel region of this thread looks like (tests): `threads` one-element tasks after
+/// setting the thread's intra-op count to `threads`; how many distinct threads ran them, and
+/// whether every one of them flushes denormals (MXCSR FTZ and DAZ; false off x86).
+struct TeamCheck {
+    int threads = 0;
+    bool allFlushDenormals = false;
+};
+TeamCheck checkTeam(int threads);
+
 /// dst = bf16(src) (round to nearest even), and the way back; parallel.
 void toBf16(const float* src, Bf16* dst, std::int64_t n);
 void toFloat(const Bf16* src, float* dst, std::int64_t n);

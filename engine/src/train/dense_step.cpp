@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <string_view>
 
-
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
 #include "train/lane_optimizer.h"
