@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -34,6 +33,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
+from host import cpu_model  # noqa: E402  (bench/support/host.py)
 CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 
 # FLOPs per training sample, counted from the layer shapes (see the module docstring).
@@ -112,13 +113,6 @@ def venv_python():
     p = os.path.join(ROOT, ".venv", "bin", "python")
     return p if os.path.exists(p) else sys.executable
 
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def cpu_flags():

@@ -12,25 +12,16 @@ fashion-mlp and fashion-cnn.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
+from host import cpu_model  # noqa: E402  (bench/support/host.py)
 DEFAULT_CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def race(cli, workload, lanes, steps):

@@ -15,7 +15,6 @@ lane's first training sample (median). Needs root and Slurm (scripts/setup).
 import argparse
 import json
 import os
-import platform
 import secrets
 import signal
 import socket
@@ -26,6 +25,8 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
+from host import cpu_model  # noqa: E402  (bench/support/host.py)
 sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
 import slurm_fixture  # noqa: E402
 
@@ -35,13 +36,6 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def race(cli, lane, args, env):

@@ -24,13 +24,14 @@ is short.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
+from host import cpu_model  # noqa: E402  (bench/support/host.py)
 CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 
 # workload -> (steps, extra race options): enough steps for several intervals after warm-up.
@@ -52,12 +53,6 @@ CUDA_WORKLOADS = {
     "char-gpt": (1500, []),
 }
 
-
-def cpu_model():
-    for line in open("/proc/cpuinfo", encoding="utf-8"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def race(args, env=None, check=True):

@@ -25,6 +25,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
+from host import cpu_model  # noqa: E402  (bench/support/host.py)
 CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 # The lanes raced, in table order: (label, framework= value).
 FRAMEWORKS = [("DeviceRace C++", "devicerace"), ("PyTorch", "pytorch"), ("Keras/JAX", "keras-jax"),
@@ -35,17 +37,6 @@ STEPS = {"fashion-mlp": 600, "fashion-cnn": 100}
 # Training examples in one epoch of the Fashion-MNIST workloads.
 EPOCH_EXAMPLES = 60000
 
-
-def cpu_model():
-    """The CPU's model name as /proc/cpuinfo gives it (every table names the CPU)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def race_once(cli, workload, framework, device, threads, steps):

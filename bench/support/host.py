@@ -1,0 +1,14 @@
+"""What the benchmark scripts say about the machine they ran on (every table names its CPU)."""
+import platform
+
+
+def cpu_model():
+    """The CPU's model name as /proc/cpuinfo gives it, else what platform knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
