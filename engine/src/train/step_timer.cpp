@@ -80,9 +80,7 @@ void StepTimer::mark(Phase finished) {
         m_cuda->steps.back().push_back({finished, m_cuda->record()});
         return;
     }
-    const auto now = std::chrono::steady_clock::now();
-    m_sum[static_cast<std::size_t>(finished)] += std::chrono::duration<double>(now - m_last).count();
-    m_last = now;
+    markAt(finished, std::chrono::steady_clock::now());
 }
 
 void StepTimer::markAt(Phase finished, std::chrono::steady_clock::time_point at) {
