@@ -155,13 +155,22 @@ def check_sample(test, s):
 
 
 def assert_rate_integrity(test, lane, tolerance=RATE_TOLERANCE):
-    """The lane's samples/s as DeviceRace summarises it (the median of its intervals after the
-    warm-up, engine summary.cpp) against what the parent sees: the samples trained between the
-    warm-up report and the last training report, over the wall time between their arrivals.
-    A lane that reads its clock before the device finished (no synchronisation), leaves work
-    out of its intervals or counts samples wrongly fails this. The run must have no evaluation
-    or pause between those two reports (one epoch longer than the steps, no eval_every).
-    Returns (reported, observed) samples/s."""
+    """A lane's throughput against what the parent sees: the samples trained between the warm-up
+    report and the last training report, over the wall time between their arrivals. The run must
+    have no evaluation or pause between those two reports (one epoch longer than the steps, no
+    eval_every).
+
+    Two checks. (1) The lane's own clock: its measured intervals' samples over their summed
+    seconds must be within `tolerance` of the observed rate, and each interval's rate times its
+    seconds must be its samples. A lane that leaves work out of its intervals (time between them,
+    or a clock read before the device finished whose work lands in no interval) or counts samples
+    wrongly fails this, whatever the machine's noise, since both sides see the same stalls.
+    (2) The figure DeviceRace shows, the median of the intervals' rates (engine summary.cpp): a
+    median is meant to differ from the mean when a few intervals stall (another process, a
+    collection), so its tolerance widens by the interquartile spread of the intervals' rates the
+    lane itself measured; on a steady machine that spread is ~1%. (CI once failed the median
+    against a 3% bound, 13,653 vs 12,353 samples/s, on a loaded machine.)
+    Returns (reported median, observed) samples/s."""
     train = [(t, m["sample"]) for t, m in lane.received
              if m["type"] == "sample" and m["sample"]["kind"] == "train"]
     measured = [s for _, s in train if not s["warmup"]]
@@ -171,11 +180,22 @@ def assert_rate_integrity(test, lane, tolerance=RATE_TOLERANCE):
     between = [m["sample"] for t, m in lane.received if t0 < t < t1 and m["type"] == "sample"
                and m["sample"]["kind"] != "train"]
     test.assertEqual(between, [], "an evaluation or pause inside the measured window")
-    reported = statistics.median(s["samples_per_sec"] for s in measured)
-    observed = (s1["samples"] - s0["samples"]) / (t1 - t0)
-    test.assertLessEqual(abs(reported / observed - 1), tolerance,
-                         f"reported {reported:.1f} samples/s, observed {observed:.1f} "
-                         f"({s1['samples'] - s0['samples']} samples in {t1 - t0:.3f} s)")
+    samples = s1["samples"] - s0["samples"]
+    observed = samples / (t1 - t0)
+    counted = sum(s["samples_per_sec"] * s["interval_s"] for s in measured)
+    test.assertLessEqual(abs(counted / samples - 1), 0.001,
+                         f"the intervals' rates hold {counted:.0f} samples, the counters {samples}")
+    own = samples / sum(s["interval_s"] for s in measured)
+    test.assertLessEqual(abs(own / observed - 1), tolerance,
+                         f"the lane's intervals say {own:.1f} samples/s, observed {observed:.1f} "
+                         f"({samples} samples in {t1 - t0:.3f} s)")
+    rates = [s["samples_per_sec"] for s in measured]
+    reported = statistics.median(rates)
+    q1, _, q3 = statistics.quantiles(rates, n=4)
+    spread = (q3 - q1) / reported
+    test.assertLessEqual(abs(reported / observed - 1), tolerance + spread,
+                         f"reported {reported:.1f} samples/s (median; intervals' spread "
+                         f"{spread:.1%}), observed {observed:.1f} ({samples} samples in {t1 - t0:.3f} s)")
     return reported, observed
 
 
