@@ -135,13 +135,14 @@ std::vector<BreakdownRow> breakdownRows(const RaceController& race) {
     const auto sharers = energySharers(counters);
     for (std::size_t i = 0; i < lanes.size() && i < histories.size(); ++i) {
         const auto& h = histories[i];
-        if (h.lastBreakdown.empty()) {
+        const auto breakdown = h.shownBreakdown();
+        if (breakdown.empty()) {
             continue;
         }
         BreakdownRow row;
         row.name = lanes[i].name;
         row.color = lanes[i].color;
-        if (!setPhases(row, h.lastBreakdown)) {
+        if (!setPhases(row, breakdown)) {
             continue;
         }
         row.inputBound = row.dataShare > kInputBoundShare;

@@ -42,6 +42,12 @@ void LaneHistory::append(const MetricSample& s) {
                 }
                 lastLr = s.lr;
             }
+            if (!s.warmup && s.stepsPerSec && s.intervalSeconds) { // as the summary counts an interval
+                m_rates.add(*s.samplesPerSec);
+                for (const auto& [phase, secs] : s.stepBreakdown) {
+                    m_phases[phase].add(secs);
+                }
+            }
             if (!s.warmup) {
                 recentSamplesPerSec = s.samplesPerSec;
                 if (!s.stepBreakdown.empty()) {
@@ -95,11 +101,31 @@ std::optional<double> LaneHistory::samplesPerJoule() const {
     return energySamples / energyJoules;
 }
 
+namespace {
+bool ended(LaneState s) { return s == LaneState::Finished || s == LaneState::Stopped; }
+} // namespace
+
+std::optional<double> LaneHistory::laneSamplesPerSec() const {
+    return m_rates.empty() ? std::nullopt : std::optional<double>(m_rates.median());
+}
+
 std::optional<double> LaneHistory::utilization() const {
-    if (!flopsPerSample || !peakFlopsPerSec || *peakFlopsPerSec <= 0 || !recentSamplesPerSec) {
+    const auto rate = ended(state) && laneSamplesPerSec() ? laneSamplesPerSec() : recentSamplesPerSec;
+    if (!flopsPerSample || !peakFlopsPerSec || *peakFlopsPerSec <= 0 || !rate) {
         return std::nullopt;
     }
-    return *flopsPerSample * *recentSamplesPerSec / *peakFlopsPerSec;
+    return *flopsPerSample * *rate / *peakFlopsPerSec;
+}
+
+std::map<std::string, double> LaneHistory::shownBreakdown() const {
+    if (!ended(state) || m_phases.empty()) {
+        return lastBreakdown;
+    }
+    std::map<std::string, double> out;
+    for (const auto& [phase, secs] : m_phases) {
+        out[phase] = secs.median();
+    }
+    return out;
 }
 
 void LaneHistory::push(const Point& p) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "devicerace/metric_sample.h"
+#include "devicerace/summary.h"
 
 namespace devicerace::ui {
 
@@ -62,8 +63,18 @@ struct LaneHistory {
     std::vector<std::map<std::string, double>> lastRankBreakdowns; // data-parallel lanes: each rank's
     std::optional<double> flopsPerSample, peakFlopsPerSec;
     QString peakSource;
-    /// FLOPs per sample x the latest measured samples/s ÷ the device's peak; nullopt until known.
+    /// FLOPs per sample x the lane's samples/s ÷ the device's peak; nullopt until known. The
+    /// samples/s is the latest measured interval's while the lane runs, and the median of its
+    /// measured intervals once it finished or stopped: the summary table's figure, so the strip,
+    /// the breakdown and the table say one number for a finished lane.
     std::optional<double> utilization() const;
+    /// Seconds per step by phase: the latest measured interval's while the lane runs; once it
+    /// finished or stopped, each phase's median over the measured intervals (the summary's
+    /// step_breakdown). Empty where the lane reported none.
+    std::map<std::string, double> shownBreakdown() const;
+    /// Median samples/s of the measured intervals as they arrived (as the engine's summary
+    /// takes it: RunningMedian, unaffected by the column merges below); nullopt before one.
+    std::optional<double> laneSamplesPerSec() const;
     // Energy over the measured intervals that carried a reading (RAPL, NVML), and their samples.
     double energyJoules = 0;
     double energySamples = 0;
@@ -91,6 +102,9 @@ private:
     double m_accWeight = 0, m_accLoss = 0, m_accSps = 0, m_accSteps = 0;
     std::size_t m_accCount = 0;
     std::optional<double> m_lastRawTime;
+    // The measured intervals' rates and phases, for the finished lane's figures.
+    RunningMedian m_rates;
+    std::map<std::string, RunningMedian> m_phases;
 };
 
 /// The x column of `h` for `axis` (train points, or evaluation points when `eval`).

@@ -112,6 +112,60 @@ private Q_SLOTS:
         QCOMPARE(*projectedTimeToTarget(h, 0.9), 40.0); // reached
     }
 
+    // A finished lane's "% of peak" and step breakdown in the strip and the breakdown bars are the
+    // summary table's: the median of the measured intervals, not the last interval (a replay at
+    // 1280x720 showed "64% of peak" above a table row saying 69%).
+    void aFinishedLaneShowsTheSummarysFiguresNotItsLastIntervals() {
+        LaneHistory h;
+        std::vector<MetricSample> samples;
+        auto add = [&](const MetricSample& s) {
+            samples.push_back(s);
+            h.append(s);
+        };
+        MetricSample running;
+        running.kind = SampleKind::State;
+        running.state = LaneState::Running;
+        running.flopsPerSample = 1e6;
+        running.peakFlopsPerSec = 1e9;
+        add(running);
+        // Rates 100..500 (median 300), the last interval the slowest; the warm-up interval fastest.
+        const std::vector<double> rates{900, 300, 500, 400, 200, 100};
+        for (std::size_t i = 0; i < rates.size(); ++i) {
+            MetricSample t;
+            t.kind = SampleKind::Train;
+            t.step = static_cast<std::int64_t>(10 * (i + 1));
+            t.time = static_cast<double>(i + 1);
+            t.samplesPerSec = rates[i];
+            t.stepsPerSec = rates[i] / 10;
+            t.intervalSeconds = 1.0;
+            t.loss = 1.0;
+            t.warmup = i == 0;
+            t.stepBreakdown = {{"forward", 1.0 / rates[i]}, {"backward", 2.0 / rates[i]}, {"other", 0.001 * i}};
+            add(t);
+        }
+        // Running: the latest interval's.
+        QCOMPARE(*h.utilization(), 1e6 * 100 / 1e9);
+        QCOMPARE(h.shownBreakdown().at("forward"), 1.0 / 100);
+        MetricSample finished = running;
+        finished.state = LaneState::Finished;
+        finished.time = 7;
+        add(finished);
+        QCOMPARE(*h.laneSamplesPerSec(), 300.0);
+        QCOMPARE(*h.utilization(), 1e6 * 300 / 1e9);
+        const auto shown = h.shownBreakdown();
+        QCOMPARE(shown.at("forward"), 1.0 / 300);
+        QCOMPARE(shown.at("other"), 0.003);
+        // The same figures as the engine's summary of the same samples.
+        LaneSpec spec;
+        const auto summary = summarize(spec, 10, samples, {});
+        QCOMPARE(*h.laneSamplesPerSec(), summary.samplesPerSec);
+        QVERIFY(summary.utilization.has_value());
+        QVERIFY(std::abs(*h.utilization() - *summary.utilization) < 1e-12);
+        for (const auto& [phase, secs] : summary.stepBreakdown) {
+            QVERIFY2(std::abs(shown.at(phase) - secs) < 1e-12, phase.c_str());
+        }
+    }
+
     void historyDropsNonFiniteValues() {
         LaneHistory h;
         MetricSample s;
