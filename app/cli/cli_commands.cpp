@@ -80,6 +80,22 @@ int usageError(const std::string& what) {
     return 2;
 }
 
+// Replaces this process with `program` run with `args` (args[0] first; `program` is a path, or
+// a name looked up on PATH when `searchPath`; "/proc/self/exe" starts this program again).
+// Returns only when the exec failed: errno says why.
+void execArgs(const char* program, std::vector<std::string> args, bool searchPath = false) {
+    std::vector<char*> argv;
+    for (auto& a : args) {
+        argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    if (searchPath) {
+        ::execvp(program, argv.data());
+    } else {
+        ::execv(program, argv.data());
+    }
+}
+
 } // namespace
 
 int runDevices(bool json, bool remeasurePeaks) {
@@ -120,15 +136,10 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
         }
         auto argv = localFrameworkArgv(*program);
         argv.insert(argv.end(), {"--proto", std::to_string(proto)});
-        std::vector<char*> cargv;
-        for (auto& a : argv) {
-            cargv.push_back(a.data());
-        }
-        cargv.push_back(nullptr);
         if (!spinsAlone()) {
             ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
         }
-        ::execvp(cargv[0], cargv.data());
+        execArgs(argv[0].c_str(), argv, true);
         return usageError(fmt::format("worker: cannot run {}: {}", argv[0], std::strerror(errno)));
     }
     // A worker started through ssh gets a login environment without the launchers' settings;
@@ -145,12 +156,7 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
                 args.insert(args.end(), {flag, value});
             }
         }
-        std::vector<char*> argv;
-        for (auto& a : args) {
-            argv.push_back(a.data());
-        }
-        argv.push_back(nullptr);
-        ::execv("/proc/self/exe", argv.data());
+        execArgs("/proc/self/exe", std::move(args));
         // Not fatal: the worker runs with OpenMP's defaults.
     }
     // Protocol lines only on the real stdout: anything else that prints (LibTorch warnings,
@@ -275,13 +281,7 @@ static void startAgainWaitingAsTheRaceNeeds(const RaceOptions& options, std::opt
         return;
     }
     ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    std::vector<std::string> args = options.argv;
-    std::vector<char*> argv;
-    for (auto& a : args) {
-        argv.push_back(a.data());
-    }
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
+    execArgs("/proc/self/exe", options.argv);
     ::unsetenv("OMP_WAIT_POLICY"); // not fatal: the race runs with libgomp's default
 }
 

@@ -183,6 +183,8 @@ struct DenseStep::StepState {
     double optimizerSeconds = 0;
 };
 
+DenseStep::~DenseStep() = default;
+
 void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
     const auto r0 = share(s.rows, worker, s.workers);
     const auto n = share(s.rows, worker + 1, s.workers) - r0;
@@ -283,7 +285,13 @@ void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
 
 void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
                      at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
-    StepState s;
+    if (!m_step) {
+        m_step = std::make_unique<StepState>();
+    }
+    auto& s = *m_step;
+    s.drop.clear();
+    s.seeds.clear();
+    s.optimizerSeconds = 0;
     s.rows = x.size(0);
     s.workers =
         m_split ? std::clamp<std::int64_t>(s.rows / kMinRowsPerWorker, 1, std::max(1, at::get_num_threads())) : 1;
@@ -302,7 +310,7 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
         s.seeds.push_back(s.drop.back() > 0 ? dropoutSeed(gen) : 0);
         l.biasParts.resize(static_cast<std::size_t>(s.workers * l.out));
     }
-    s.losses.resize(static_cast<std::size_t>(s.workers));
+    s.losses.assign(static_cast<std::size_t>(s.workers), cpu::CrossEntropy{});
     eachWorker(s.workers, [&](std::int64_t w) { rowsPass(s, w); });
     cpu::CrossEntropy ce;
     for (const auto& part : s.losses) {

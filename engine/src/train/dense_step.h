@@ -19,6 +19,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ public:
     /// Moves the network's parameters into one flat buffer (the module keeps viewing them).
     DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceData& data,
               const std::vector<std::int64_t>& inputShape);
+    ~DenseStep();
+    DenseStep(const DenseStep&) = delete;
+    DenseStep& operator=(const DenseStep&) = delete;
 
     at::Tensor& params() { return m_params; }
     at::Tensor& grads() { return m_grads; }
@@ -74,6 +78,9 @@ private:
 
     /// What one step shares between its workers (a worker: a share of the rows, then of the units).
     struct StepState;
+    // One step's state, kept between steps so its per-layer and per-worker vectors keep their
+    // capacity (no heap allocation on the step's path after the first step).
+    std::unique_ptr<StepState> m_step;
 
     at::Tensor input(const at::Tensor& x);
     /// Rows [r0, r1): input, forward, loss, input-gradient chain, bias-gradient partials.
