@@ -235,7 +235,7 @@ void Trainer::describeExecution() {
         text += ", one-pass relu + max pool + dropout";
     }
     if (m_model->fusedNorm && m_dev.is_cpu() && m_ctx.channelsLast) {
-        text += ", one-pass batch norm + add + relu";
+        text += ", one-pass batch norm (+ residual add) + relu";
     }
     if (m_model->tokenLstm && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
