@@ -169,6 +169,34 @@ void moments(const T* x, NormShape s, double* mean, double* var,
     }
 }
 
+// The row-split passes, for either storage type; `leaf` is its per-ISA clone.
+template <class T, class Leaf>
+void normalizeReluRows(const T* x, const T* residual, T* y, NormShape s, const float* mean, const float* a,
+                       const float* b, Leaf leaf) {
+    const std::int64_t c = s.channels;
+    at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
+        leaf(x + r0 * c, residual ? residual + r0 * c : nullptr, y + r0 * c, r1 - r0, c, mean, a, b);
+    });
+}
+
+template <class T, class Leaf>
+void gradSumsRows(const T* dy, const T* y, const T* x, NormShape s, const float* mean, double* sumG, double* sumGx,
+                  Leaf leaf) {
+    const std::int64_t c = s.channels;
+    reduceRows(s, sumG, sumGx, [&](std::int64_t begin, std::int64_t rows, float* sg, float* sgx) {
+        leaf(dy + begin * c, y + begin * c, x + begin * c, rows, c, mean, sg, sgx);
+    });
+}
+
+template <class T, class Leaf>
+void gradRows(const T* dy, const T* y, const T* x, T* dx, T* dres, NormShape s, NormGradCoefficients k, Leaf leaf) {
+    const std::int64_t c = s.channels;
+    at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
+        const std::int64_t o = r0 * c;
+        leaf(dy + o, y + o, x + o, dx + o, dres ? dres + o : nullptr, r1 - r0, c, k.a, k.c0, k.c1, k.mean);
+    });
+}
+
 } // namespace
 
 void channelMoments(const float* x, NormShape s, double* mean, double* var) { moments(x, s, mean, var, momentsF); }
@@ -176,49 +204,29 @@ void channelMoments(const Bf16* x, NormShape s, double* mean, double* var) { mom
 
 void normalizeRelu(const float* x, const float* residual, float* y, NormShape s, const float* mean, const float* a,
                    const float* b) {
-    const std::int64_t c = s.channels;
-    at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
-        applyF(x + r0 * c, residual ? residual + r0 * c : nullptr, y + r0 * c, r1 - r0, c, mean, a, b);
-    });
+    normalizeReluRows(x, residual, y, s, mean, a, b, applyF);
 }
 void normalizeRelu(const Bf16* x, const Bf16* residual, Bf16* y, NormShape s, const float* mean, const float* a,
                    const float* b) {
-    const std::int64_t c = s.channels;
-    at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
-        applyB(x + r0 * c, residual ? residual + r0 * c : nullptr, y + r0 * c, r1 - r0, c, mean, a, b);
-    });
+    normalizeReluRows(x, residual, y, s, mean, a, b, applyB);
 }
 
 void reluNormGradSums(const float* dy, const float* y, const float* x, NormShape s, const float* mean, double* sumG,
                       double* sumGx) {
-    const std::int64_t c = s.channels;
-    reduceRows(s, sumG, sumGx, [&](std::int64_t begin, std::int64_t rows, float* sg, float* sgx) {
-        gradSumsF(dy + begin * c, y + begin * c, x + begin * c, rows, c, mean, sg, sgx);
-    });
+    gradSumsRows(dy, y, x, s, mean, sumG, sumGx, gradSumsF);
 }
 void reluNormGradSums(const Bf16* dy, const Bf16* y, const Bf16* x, NormShape s, const float* mean, double* sumG,
                       double* sumGx) {
-    const std::int64_t c = s.channels;
-    reduceRows(s, sumG, sumGx, [&](std::int64_t begin, std::int64_t rows, float* sg, float* sgx) {
-        gradSumsB(dy + begin * c, y + begin * c, x + begin * c, rows, c, mean, sg, sgx);
-    });
+    gradSumsRows(dy, y, x, s, mean, sumG, sumGx, gradSumsB);
 }
 
 void reluNormGrad(const float* dy, const float* y, const float* x, float* dx, float* dres, NormShape s,
                   NormGradCoefficients k) {
-    const std::int64_t c = s.channels;
-    at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
-        const std::int64_t o = r0 * c;
-        gradF(dy + o, y + o, x + o, dx + o, dres ? dres + o : nullptr, r1 - r0, c, k.a, k.c0, k.c1, k.mean);
-    });
+    gradRows(dy, y, x, dx, dres, s, k, gradF);
 }
 void reluNormGrad(const Bf16* dy, const Bf16* y, const Bf16* x, Bf16* dx, Bf16* dres, NormShape s,
                   NormGradCoefficients k) {
-    const std::int64_t c = s.channels;
-    at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
-        const std::int64_t o = r0 * c;
-        gradB(dy + o, y + o, x + o, dx + o, dres ? dres + o : nullptr, r1 - r0, c, k.a, k.c0, k.c1, k.mean);
-    });
+    gradRows(dy, y, x, dx, dres, s, k, gradB);
 }
 
 } // namespace devicerace::detail::cpu
