@@ -50,10 +50,15 @@ QString scalingText(const LaneSummary& l) {
 void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<LaneInfo>& lanes) {
     setRowCount(static_cast<int>(summary.lanes.size()));
     bool parallel = false;
+    bool priced = false;
     for (const auto& l : summary.lanes) {
         parallel = parallel || l.workers > 0;
+        priced = priced || l.costPerHour.has_value();
     }
     setColumnHidden(kScalingColumn, !parallel);
+    for (const int c : {kCostPerHourColumn, kCostToTargetColumn, kCostRatioColumn}) {
+        setColumnHidden(c, !priced);
+    }
     // Language models: the throughput column in tokens/s, accuracy per next character.
     const bool lm = summary.tokensPerSample > 0;
     horizontalHeaderItem(2)->setText(lm ? tr("tokens/s") : tr("samples/s"));
@@ -94,7 +99,8 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                 setItem(r, c, item);
             }
             item->setText(cells[c]);
-            item->setTextAlignment((c >= 2 && c <= 7) || c == 10 || c == 11 || c == kPeakColumn
+            item->setTextAlignment((c >= 2 && c <= kCostPerHourColumn) || c == kCostToTargetColumn ||
+                                           c == kCostRatioColumn || c == kPeakColumn
                                        ? (Qt::AlignRight | Qt::AlignVCenter)
                                        : (Qt::AlignLeft | Qt::AlignVCenter));
             if (c == kPeakColumn) {

@@ -26,6 +26,11 @@ public:
     int visibleRows() const;
 
     static constexpr int kColumns = 14;
+    // $/h, $→target and cost ×: shown only when some lane has a price (Setup's "$/h"); without
+    // one they read "–" in every row and pushed "of peak" past the edge at 1280 px.
+    static constexpr int kCostPerHourColumn = 7;
+    static constexpr int kCostToTargetColumn = 10;
+    static constexpr int kCostRatioColumn = 11;
     static constexpr int kPeakColumn = 12;    // utilisation: "63%" of the device's peak (tooltip: which peak)
     static constexpr int kScalingColumn = 13; // shown only when a lane is data-parallel
 

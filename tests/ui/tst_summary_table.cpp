@@ -56,6 +56,38 @@ private Q_SLOTS:
         QCOMPARE(table.item(0, SummaryTable::kScalingColumn)->text(), QStringLiteral("–"));
     }
 
+    // The three cost columns read "–" in every row unless a lane has a price: hidden then, shown
+    // (with the price and its ratio) as soon as one lane has one.
+    void costColumnsOnlyWhenALaneHasAPrice() {
+        const int costColumns[] = {SummaryTable::kCostPerHourColumn, SummaryTable::kCostToTargetColumn,
+                                   SummaryTable::kCostRatioColumn};
+        RaceSummary s;
+        LaneSummary a;
+        a.name = "cpu·1";
+        a.samplesPerSec = 500;
+        LaneSummary b = a;
+        b.name = "cpu·2";
+        s.lanes = {a, b};
+        SummaryTable table;
+        table.showSummary(s, {});
+        for (const int c : costColumns) {
+            QVERIFY2(table.isColumnHidden(c), qPrintable(table.horizontalHeaderItem(c)->text()));
+        }
+        QVERIFY(!table.isColumnHidden(SummaryTable::kPeakColumn));
+
+        s.lanes[1].costPerHour = 2.5;
+        s.lanes[1].costToTargetUsd = 0.0125;
+        s.lanes[1].costVsBaseline = 1.5;
+        table.showSummary(s, {});
+        for (const int c : costColumns) {
+            QVERIFY2(!table.isColumnHidden(c), qPrintable(table.horizontalHeaderItem(c)->text()));
+        }
+        QCOMPARE(table.item(1, SummaryTable::kCostPerHourColumn)->text(), QStringLiteral("2.50"));
+        QCOMPARE(table.item(1, SummaryTable::kCostToTargetColumn)->text(), QStringLiteral("$0.0125"));
+        QCOMPARE(table.item(1, SummaryTable::kCostRatioColumn)->text(), QStringLiteral("1.50×"));
+        QCOMPARE(table.item(0, SummaryTable::kCostPerHourColumn)->text(), QStringLiteral("–"));
+    }
+
     // Every lane name reads at 4.5:1 or better on its own row, alternate rows included, in the
     // dark theme (the blue lane read 4.0:1 on the dark alternate rows) and the light one.
     void laneNamesReadOnEveryRowInBothThemes() {
