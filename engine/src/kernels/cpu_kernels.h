@@ -70,7 +70,9 @@ void shareFpControlWithTeam(int threads);
 
 /// What a parallel region of this thread looks like (tests): `threads` one-element tasks after
 /// setting the thread's intra-op count to `threads`; how many distinct threads ran them, and
-/// whether every one of them flushes denormals (MXCSR FTZ and DAZ; false off x86).
+/// whether every one of them flushes denormals (MXCSR FTZ and DAZ; false off x86). It lives
+/// here, not in the test, on purpose: it must open its region from a TU built as the kernels
+/// are (-fopenmp), which is the thing it checks — a test file's own region would prove nothing.
 struct TeamCheck {
     int threads = 0;
     bool allFlushDenormals = false;

@@ -31,6 +31,21 @@ auto* dataOrNull(const at::Tensor& t) {
 
 cpu::NormShape shapeOf(const at::Tensor& x) { return {x.numel() / x.size(1), x.size(1)}; }
 
+template <class T>
+struct Storage {
+    using type = T;
+};
+
+// Calls f(Storage<float>) or f(Storage<cpu::Bf16>) by x's dtype: one body for both types.
+template <class F>
+void byStorage(const at::Tensor& x, F&& f) {
+    if (x.scalar_type() == at::kBFloat16) {
+        f(Storage<cpu::Bf16>{});
+    } else {
+        f(Storage<float>{});
+    }
+}
+
 struct BatchNormAddRelu : torch::autograd::Function<BatchNormAddRelu> {
     // x: NHWC-contiguous float or bf16; residual: x's shape, dtype and layout, read where
     // `withResidual` (else x again: a custom function's inputs cannot be undefined tensors);
@@ -41,12 +56,10 @@ struct BatchNormAddRelu : torch::autograd::Function<BatchNormAddRelu> {
         const auto s = shapeOf(x);
         const auto c = static_cast<std::size_t>(s.channels);
         std::vector<double> mean(c), var(c);
-        const bool bf16 = x.scalar_type() == at::kBFloat16;
-        if (bf16) {
-            cpu::channelMoments(dataOf<cpu::Bf16>(x), s, mean.data(), var.data());
-        } else {
-            cpu::channelMoments(dataOf<float>(x), s, mean.data(), var.data());
-        }
+        byStorage(x, [&](auto storage) {
+            using T = typename decltype(storage)::type;
+            cpu::channelMoments(dataOf<T>(x), s, mean.data(), var.data());
+        });
         const double eps = bn->options.eps();
         auto meanT = at::empty({s.channels}, x.options().dtype(at::kFloat));
         auto invstdT = at::empty_like(meanT);
@@ -61,13 +74,11 @@ struct BatchNormAddRelu : torch::autograd::Function<BatchNormAddRelu> {
         }
         updateRunningStatistics(*bn, mean, var, s.rows);
         auto y = at::empty_like(x);
-        if (bf16) {
-            cpu::normalizeRelu(dataOf<cpu::Bf16>(x), withResidual ? dataOf<cpu::Bf16>(residual) : nullptr,
-                               dataOf<cpu::Bf16>(y), s, meanT.data_ptr<float>(), a.data(), b.data());
-        } else {
-            cpu::normalizeRelu(dataOf<float>(x), withResidual ? dataOf<float>(residual) : nullptr, dataOf<float>(y), s,
+        byStorage(x, [&](auto storage) {
+            using T = typename decltype(storage)::type;
+            cpu::normalizeRelu(dataOf<T>(x), withResidual ? dataOf<T>(residual) : nullptr, dataOf<T>(y), s,
                                meanT.data_ptr<float>(), a.data(), b.data());
-        }
+        });
         ctx->save_for_backward({x, y, g, meanT, invstdT});
         ctx->saved_data["residual"] = withResidual;
         return y;
@@ -81,15 +92,11 @@ struct BatchNormAddRelu : torch::autograd::Function<BatchNormAddRelu> {
         const auto s = shapeOf(x);
         const auto c = static_cast<std::size_t>(s.channels);
         std::vector<double> sumG(c), sumGx(c);
-        const bool bf16 = x.scalar_type() == at::kBFloat16;
         const float* m = mean.data_ptr<float>();
-        if (bf16) {
-            cpu::reluNormGradSums(dataOf<cpu::Bf16>(dy), dataOf<cpu::Bf16>(y), dataOf<cpu::Bf16>(x), s, m, sumG.data(),
-                                  sumGx.data());
-        } else {
-            cpu::reluNormGradSums(dataOf<float>(dy), dataOf<float>(y), dataOf<float>(x), s, m, sumG.data(),
-                                  sumGx.data());
-        }
+        byStorage(x, [&](auto storage) {
+            using T = typename decltype(storage)::type;
+            cpu::reluNormGradSums(dataOf<T>(dy), dataOf<T>(y), dataOf<T>(x), s, m, sumG.data(), sumGx.data());
+        });
         // dx = gamma * invstd / n * (n g - sum g - xhat sum(g xhat)), xhat = (x - mean) invstd.
         const double n = static_cast<double>(std::max<std::int64_t>(1, s.rows));
         std::vector<float> a(c), c0(c), c1(c);
@@ -107,13 +114,10 @@ struct BatchNormAddRelu : torch::autograd::Function<BatchNormAddRelu> {
         auto dx = at::empty_like(x);
         at::Tensor dres = ctx->saved_data["residual"].toBool() ? at::empty_like(x) : at::Tensor();
         const cpu::NormGradCoefficients k{a.data(), c0.data(), c1.data(), m};
-        if (bf16) {
-            cpu::reluNormGrad(dataOf<cpu::Bf16>(dy), dataOf<cpu::Bf16>(y), dataOf<cpu::Bf16>(x), dataOf<cpu::Bf16>(dx),
-                              dataOrNull<cpu::Bf16>(dres), s, k);
-        } else {
-            cpu::reluNormGrad(dataOf<float>(dy), dataOf<float>(y), dataOf<float>(x), dataOf<float>(dx),
-                              dataOrNull<float>(dres), s, k);
-        }
+        byStorage(x, [&](auto storage) {
+            using T = typename decltype(storage)::type;
+            cpu::reluNormGrad(dataOf<T>(dy), dataOf<T>(y), dataOf<T>(x), dataOf<T>(dx), dataOrNull<T>(dres), s, k);
+        });
         return {dx, dres, dgamma, dbeta, at::Tensor(), at::Tensor()};
     }
 
