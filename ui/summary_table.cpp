@@ -1,9 +1,12 @@
 #include "summary_table.h"
 
 #include <QHeaderView>
+#include <QResizeEvent>
 #include <QScrollBar>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "devicerace/format.h"
 #include "palette.h"
@@ -22,12 +25,16 @@ SummaryTable::SummaryTable(QWidget* parent) : QTableWidget(parent) {
     setHorizontalHeaderLabels({tr("lane"), tr("device"), tr("samples/s"), tr("steps/s"), tr("test acc"),
                                tr("time→target"), tr("peak mem"), tr("$/h"), tr("status"), tr("data"), tr("$→target"),
                                tr("cost ×"), tr("of peak"), tr("scaling")});
-    setColumnHidden(kScalingColumn, true);
-    horizontalHeader()->setStretchLastSection(true);
+    // Before the first race, as after one without prices or data-parallel lanes: the header
+    // fits the dashboard (all 14 at Qt's default width needed a scroll bar at 1280 px).
+    for (const int c : {kCostPerHourColumn, kCostToTargetColumn, kCostRatioColumn, kScalingColumn}) {
+        setColumnHidden(c, true);
+    }
     verticalHeader()->setVisible(false);
     setEditTriggers(QAbstractItemView::NoEditTriggers);
     setSelectionMode(QAbstractItemView::NoSelection);
     setAlternatingRowColors(true);
+    resizeColumnsToContents();
 }
 
 QString scalingText(const LaneSummary& l) {
@@ -125,18 +132,67 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                     palette().color(alternatingRowColors() && r % 2 ? QPalette::AlternateBase : QPalette::Base);
                 item->setForeground(readableOn(lanes[static_cast<std::size_t>(r)].color, background));
             }
-            if (c == 9) {
+            if (c == kDataColumn) {
                 item->setForeground(l.synthetic ? QColor(160, 90, 0) : palette().color(QPalette::Text));
             }
-            if (c == 8) {
+            if (c == kStatusColumn) {
                 const bool bad = l.state == LaneState::Failed || l.state == LaneState::Diverged;
                 item->setForeground(bad ? QColor(200, 50, 50) : palette().color(QPalette::Text));
                 item->setToolTip(status);
             }
         }
     }
-    resizeColumnsToContents();
+    fitColumns();
     fitHeight();
+}
+
+void SummaryTable::fitColumns() {
+    resizeColumnsToContents();
+    std::vector<int> width(static_cast<std::size_t>(columnCount()), 0);
+    int total = 0;
+    for (int c = 0; c < columnCount(); ++c) {
+        if (!isColumnHidden(c)) {
+            width[static_cast<std::size_t>(c)] = std::max(sizeHintForColumn(c), horizontalHeader()->sectionSizeHint(c));
+            total += width[static_cast<std::size_t>(c)];
+        }
+    }
+    int excess = total - viewport()->width();
+    bool narrowed = false;
+    while (excess > 0) {
+        // The widest wrappable column gives up width first, to the next one's width at most.
+        int widest = -1, next = 0;
+        for (const int c : {kDeviceColumn, kStatusColumn, kDataColumn, kScalingColumn}) {
+            const int w = width[static_cast<std::size_t>(c)];
+            const int floor = std::max(kMinWrapWidth, horizontalHeader()->sectionSizeHint(c));
+            if (isColumnHidden(c) || w <= floor) {
+                continue;
+            }
+            if (widest < 0 || w > width[static_cast<std::size_t>(widest)]) {
+                next = widest < 0 ? next : std::max(next, width[static_cast<std::size_t>(widest)]);
+                widest = c;
+            } else {
+                next = std::max(next, w);
+            }
+        }
+        if (widest < 0) {
+            break; // nothing left to wrap: the scroll bar shows the rest
+        }
+        auto& w = width[static_cast<std::size_t>(widest)];
+        const int floor = std::max({kMinWrapWidth, horizontalHeader()->sectionSizeHint(widest), next});
+        const int give = std::max(1, std::min(excess, w - floor));
+        w -= give;
+        excess -= give;
+        narrowed = true;
+    }
+    if (narrowed) {
+        for (const int c : {kDeviceColumn, kStatusColumn, kDataColumn, kScalingColumn}) {
+            setColumnWidth(c, width[static_cast<std::size_t>(c)]);
+        }
+    }
+    // Rows as tall as ever, taller where a wrapped cell needs it.
+    for (int r = 0; r < rowCount(); ++r) {
+        setRowHeight(r, std::max(verticalHeader()->defaultSectionSize(), sizeHintForRow(r)));
+    }
 }
 
 void SummaryTable::fitHeight() {
@@ -156,6 +212,9 @@ void SummaryTable::fitHeight() {
 
 void SummaryTable::resizeEvent(QResizeEvent* event) {
     QTableWidget::resizeEvent(event);
+    if (event->oldSize().width() != event->size().width()) {
+        fitColumns();
+    }
     fitHeight();
 }
 

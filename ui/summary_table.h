@@ -28,6 +28,9 @@ public:
     static constexpr int kColumns = 14;
     // $/h, $→target and cost ×: shown only when some lane has a price (Setup's "$/h"); without
     // one they read "–" in every row and pushed "of peak" past the edge at 1280 px.
+    static constexpr int kDeviceColumn = 1;
+    static constexpr int kStatusColumn = 8;
+    static constexpr int kDataColumn = 9;
     static constexpr int kCostPerHourColumn = 7;
     static constexpr int kCostToTargetColumn = 10;
     static constexpr int kCostRatioColumn = 11;
@@ -38,6 +41,13 @@ protected:
     void resizeEvent(QResizeEvent* event) override;
 
 private:
+    // Every column in the table's width: where their contents are wider, the widest of the
+    // columns that may wrap (device, status, data, scaling) narrow, down to their header's
+    // width or kMinWrapWidth, and their rows grow to show the wrapped lines — nothing cut or
+    // elided, no horizontal scroll bar (a replayed GPU lane's device, "cuda:0 NVIDIA H100 80GB
+    // HBM3 (recorded 2026-11-27)", pushed "of peak" out of sight at 1280 px).
+    void fitColumns();
+    static constexpr int kMinWrapWidth = 110;
     // As tall as its rows (plus the horizontal scroll bar when the columns are wider than the
     // table: at 1280 px it took a row's height and left 1.5 rows visible).
     void fitHeight();

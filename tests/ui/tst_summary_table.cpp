@@ -2,6 +2,8 @@
 // speedup and efficiency against the lane with the fewest workers.
 #include <QtTest>
 
+#include <QHeaderView>
+
 #include "palette.h"
 #include "race_controller.h"
 #include "summary_table.h"
@@ -69,6 +71,9 @@ private Q_SLOTS:
         b.name = "cpu·2";
         s.lanes = {a, b};
         SummaryTable table;
+        for (const int c : costColumns) { // before any race too
+            QVERIFY2(table.isColumnHidden(c), qPrintable(table.horizontalHeaderItem(c)->text()));
+        }
         table.showSummary(s, {});
         for (const int c : costColumns) {
             QVERIFY2(table.isColumnHidden(c), qPrintable(table.horizontalHeaderItem(c)->text()));
@@ -86,6 +91,52 @@ private Q_SLOTS:
         QCOMPARE(table.item(1, SummaryTable::kCostToTargetColumn)->text(), QStringLiteral("$0.0125"));
         QCOMPARE(table.item(1, SummaryTable::kCostRatioColumn)->text(), QStringLiteral("1.50×"));
         QCOMPARE(table.item(0, SummaryTable::kCostPerHourColumn)->text(), QStringLiteral("–"));
+    }
+
+    // Long devices and errors wrap inside the table's width (their rows grow) instead of a
+    // horizontal scroll bar that hid the right-hand columns; every cell shows its whole text.
+    void longCellsWrapWithinTheWidth() {
+        RaceSummary s;
+        LaneSummary gpu;
+        gpu.name = "cuda:0 (rec)";
+        gpu.device = "cuda:0 NVIDIA H100 80GB HBM3 (recorded 2026-11-27)";
+        gpu.samplesPerSec = 61204;
+        gpu.state = LaneState::Finished;
+        LaneSummary lost;
+        lost.name = "box/cpu·2";
+        lost.device = "cpu";
+        lost.state = LaneState::Failed;
+        lost.error = "the connection to the lane's host was lost after 41 s (ssh exited with status 255)";
+        lost.utilization = 0.42;
+        s.lanes = {gpu, lost};
+        SummaryTable table;
+        table.resize(800, 200); // about the dashboard's width in a 1280 px window
+        table.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&table));
+        table.showSummary(s, {});
+        QVERIFY2(table.horizontalHeader()->length() <= table.viewport()->width(),
+                 qPrintable(QStringLiteral("%1 px of columns in %2 px")
+                                .arg(table.horizontalHeader()->length())
+                                .arg(table.viewport()->width())));
+        for (int r = 0; r < table.rowCount(); ++r) {
+            for (int c = 0; c < table.columnCount(); ++c) {
+                if (table.isColumnHidden(c)) {
+                    continue;
+                }
+                const auto* item = table.item(r, c);
+                const QFontMetrics fm(table.font());
+                const QRect need = fm.boundingRect(QRect(0, 0, table.columnWidth(c) - 8, 1000),
+                                                   Qt::TextWordWrap | Qt::TextWrapAnywhere, item->text());
+                QVERIFY2(need.height() <= table.rowHeight(r),
+                         qPrintable(QStringLiteral("row %1, \"%2\": %3 px tall in a %4 px row")
+                                        .arg(r)
+                                        .arg(item->text())
+                                        .arg(need.height())
+                                        .arg(table.rowHeight(r))));
+            }
+        }
+        QVERIFY(table.rowHeight(0) > table.verticalHeader()->defaultSectionSize()); // the device wrapped
+        QCOMPARE(table.item(1, SummaryTable::kPeakColumn)->text(), QStringLiteral("42%"));
     }
 
     // Every lane name reads at 4.5:1 or better on its own row, alternate rows included, in the

@@ -118,6 +118,22 @@ QStringList readabilityProblems(MainWindow& w) {
                         .arg(summary->visibleRows())
                         .arg(summary->rowCount());
     }
+    // ...and every column without a horizontal scroll bar (a replay's long device names pushed
+    // "of peak" out of sight at 1280 px while three empty cost columns took the room).
+    if (auto* summary = w.dashboard()->summaryTable();
+        summary->isVisible() && summary->horizontalHeader()->length() > summary->viewport()->width()) {
+        QStringList widths;
+        for (int c = 0; c < summary->columnCount(); ++c) {
+            if (!summary->isColumnHidden(c)) {
+                widths << summary->horizontalHeaderItem(c)->text() + QLatin1Char(' ') +
+                              QString::number(summary->columnWidth(c));
+            }
+        }
+        problems << QStringLiteral("summary table: columns %1 px wide in %2 px (%3)")
+                        .arg(summary->horizontalHeader()->length())
+                        .arg(summary->viewport()->width())
+                        .arg(widths.join(QStringLiteral(", ")));
+    }
     auto* title = w.dashboard()->titleLabel();
     if (QFontMetrics(title->font()).horizontalAdvance(title->text()) > title->contentsRect().width()) {
         problems << QStringLiteral("headline \"") + title->text() + QStringLiteral("\" cut");
