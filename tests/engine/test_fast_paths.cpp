@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 
 #include "devicerace/dataset.h"
 #include "devicerace/device_info.h"
@@ -42,6 +43,14 @@ struct Case {
     std::int64_t steps;
     double lr = 0; // 0: the workload's
 };
+
+// Test names readable in ctest's list ("fashion-mlp, batch 32, 12 steps"), not the struct's bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+    *os << c.workload << ", batch " << c.batch << ", " << c.steps << " steps";
+    if (c.lr > 0) {
+        *os << ", lr " << c.lr;
+    }
+}
 
 class FusedOptimizer : public ::testing::TestWithParam<Case> {};
 
@@ -114,6 +123,8 @@ struct CourseCase {
     const char* lane; // batch and learning rate
     const char* fusedText;
 };
+
+void PrintTo(const CourseCase& c, std::ostream* os) { *os << c.workload << " " << c.precision << ", " << c.lane; }
 
 class FusedCourse : public ::testing::TestWithParam<CourseCase> {};
 
