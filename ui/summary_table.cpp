@@ -147,47 +147,29 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
 }
 
 void SummaryTable::fitColumns() {
-    resizeColumnsToContents();
-    std::vector<int> width(static_cast<std::size_t>(columnCount()), 0);
-    int total = 0;
+    resizeColumnsToContents(); // each column as wide as its contents and header
+    int excess = -viewport()->width();
     for (int c = 0; c < columnCount(); ++c) {
-        if (!isColumnHidden(c)) {
-            width[static_cast<std::size_t>(c)] = std::max(sizeHintForColumn(c), horizontalHeader()->sectionSizeHint(c));
-            total += width[static_cast<std::size_t>(c)];
-        }
+        excess += isColumnHidden(c) ? 0 : columnWidth(c);
     }
-    int excess = total - viewport()->width();
-    bool narrowed = false;
+    const auto floorOf = [this](int c) { return std::max(kMinWrapWidth, horizontalHeader()->sectionSizeHint(c)); };
     while (excess > 0) {
-        // The widest wrappable column gives up width first, to the next one's width at most.
-        int widest = -1, next = 0;
-        for (const int c : {kDeviceColumn, kStatusColumn, kDataColumn, kScalingColumn}) {
-            const int w = width[static_cast<std::size_t>(c)];
-            const int floor = std::max(kMinWrapWidth, horizontalHeader()->sectionSizeHint(c));
-            if (isColumnHidden(c) || w <= floor) {
-                continue;
-            }
-            if (widest < 0 || w > width[static_cast<std::size_t>(widest)]) {
-                next = widest < 0 ? next : std::max(next, width[static_cast<std::size_t>(widest)]);
-                widest = c;
-            } else {
-                next = std::max(next, w);
+        // The widest wrappable column above its floor narrows first, to the next one's width at most.
+        std::vector<int> open;
+        for (const int c : kWrapColumns) {
+            if (!isColumnHidden(c) && columnWidth(c) > floorOf(c)) {
+                open.push_back(c);
             }
         }
-        if (widest < 0) {
+        if (open.empty()) {
             break; // nothing left to wrap: the scroll bar shows the rest
         }
-        auto& w = width[static_cast<std::size_t>(widest)];
-        const int floor = std::max({kMinWrapWidth, horizontalHeader()->sectionSizeHint(widest), next});
-        const int give = std::max(1, std::min(excess, w - floor));
-        w -= give;
+        std::sort(open.begin(), open.end(), [this](int a, int b) { return columnWidth(a) > columnWidth(b); });
+        const int c = open.front();
+        const int next = open.size() > 1 ? columnWidth(open[1]) : 0;
+        const int give = std::max(1, std::min(excess, columnWidth(c) - std::max(floorOf(c), next)));
+        setColumnWidth(c, columnWidth(c) - give);
         excess -= give;
-        narrowed = true;
-    }
-    if (narrowed) {
-        for (const int c : {kDeviceColumn, kStatusColumn, kDataColumn, kScalingColumn}) {
-            setColumnWidth(c, width[static_cast<std::size_t>(c)]);
-        }
     }
     // Rows as tall as ever, taller where a wrapped cell needs it.
     for (int r = 0; r < rowCount(); ++r) {

@@ -26,11 +26,11 @@ public:
     int visibleRows() const;
 
     static constexpr int kColumns = 14;
-    // $/h, $→target and cost ×: shown only when some lane has a price (Setup's "$/h"); without
-    // one they read "–" in every row and pushed "of peak" past the edge at 1280 px.
     static constexpr int kDeviceColumn = 1;
     static constexpr int kStatusColumn = 8;
     static constexpr int kDataColumn = 9;
+    // $/h, $→target and cost ×: shown only when some lane has a price (Setup's "$/h"); without
+    // one they read "–" in every row and pushed "of peak" past the edge at 1280 px.
     static constexpr int kCostPerHourColumn = 7;
     static constexpr int kCostToTargetColumn = 10;
     static constexpr int kCostRatioColumn = 11;
@@ -48,6 +48,7 @@ private:
     // HBM3 (recorded 2026-11-27)", pushed "of peak" out of sight at 1280 px).
     void fitColumns();
     static constexpr int kMinWrapWidth = 110;
+    static constexpr int kWrapColumns[] = {kDeviceColumn, kStatusColumn, kDataColumn, kScalingColumn};
     // As tall as its rows (plus the horizontal scroll bar when the columns are wider than the
     // table: at 1280 px it took a row's height and left 1.5 rows visible).
     void fitHeight();
