@@ -115,7 +115,10 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
             c->setSmoothing(v / 100.0);
         }
     });
-    connect(m_baseline, &QComboBox::currentIndexChanged, this, [this] { refresh(); });
+    connect(m_baseline, &QComboBox::currentIndexChanged, this, [this] {
+        m_baselineName = m_baseline->currentText();
+        refresh();
+    });
     connect(m_scaleBox, &QComboBox::currentIndexChanged, this,
             [this](int i) { setThroughputScale(static_cast<Scale>(i)); });
     for (auto* c : charts()) {
@@ -219,6 +222,28 @@ QString Dashboard::titleText() const { return m_title->text(); }
 
 int Dashboard::baseline() const { return std::max(0, m_baseline->currentIndex()); }
 
+void Dashboard::fillBaseline(const QStringList& names) {
+    // The lane the user chose stays chosen by name (a planned lane keeps its name in the race,
+    // and a list refilled while the setup is half-edited does not forget it); a name that is
+    // gone falls back to the same row, then to the first.
+    const int previous = m_baseline->currentIndex();
+    m_baseline->clear();
+    m_baseline->addItems(names);
+    const int byName = m_baselineName.isEmpty() ? -1 : static_cast<int>(names.indexOf(m_baselineName));
+    m_baseline->setCurrentIndex(byName >= 0 ? byName : (previous >= 0 && previous < names.size() ? previous : 0));
+}
+
+void Dashboard::setPlannedLanes(const QStringList& names) {
+    if (!m_race->histories().empty()) {
+        return; // a race (or a replay) is on screen: its lanes are the list
+    }
+    if (names.isEmpty()) {
+        return; // a half-edited lane: keep the last list until the plan reads again
+    }
+    const QSignalBlocker block(m_baseline);
+    fillBaseline(names);
+}
+
 Metric Dashboard::firstRate() const {
     return m_race->tokensPerSample() > 0 ? Metric::TokensPerSec : Metric::SamplesPerSec;
 }
@@ -239,14 +264,13 @@ void Dashboard::onRaceStarted() {
     m_accuracy->setTitle(tokens > 0 ? tr("Validation loss") : tr("Test accuracy"));
     m_accuracy->setTarget(m_race->tokensPerSample() > 0 ? std::nullopt : m_race->targetAccuracy());
     {
-        const QSignalBlocker block(m_baseline);
-        const int previous = m_baseline->currentIndex();
-        m_baseline->clear();
+        QStringList names;
         for (const auto& l : lanes) {
-            m_baseline->addItem(l.name);
+            names << l.name;
         }
+        const QSignalBlocker block(m_baseline);
+        fillBaseline(names);
         m_autoLog = false;
-        m_baseline->setCurrentIndex(previous >= 0 && previous < m_baseline->count() ? previous : 0);
     }
     m_modeLabel->setText(m_race->fair() ? tr("fair mode: lanes ran one at a time, aligned at their start")
                                         : tr("live mode: lanes race at once"));

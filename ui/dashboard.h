@@ -48,6 +48,9 @@ public:
     Arrangement arrangement() const { return m_arrangement; }
     void setDark(bool dark);
     int baseline() const;
+    /// Before a race, the speedup box lists the lanes Start would race (the setup's plan), so
+    /// the baseline can be chosen first; the race keeps the chosen lane by name.
+    void setPlannedLanes(const QStringList& names);
 
     /// The title above the charts: "fashion-mlp · Fashion-MNIST (real) · live mode"; in
     /// presentation mode the speedup headline replaces it once there is one.
@@ -82,6 +85,7 @@ protected:
     void resizeEvent(QResizeEvent* event) override;
 
 private:
+    void fillBaseline(const QStringList& names);
     void arrange(bool force = false);
     void updateTitle();
     void linkZoom();
@@ -100,6 +104,7 @@ private:
     QComboBox* m_xAxis = nullptr;
     QComboBox* m_rate = nullptr;
     QComboBox* m_baseline = nullptr;
+    QString m_baselineName; // the lane last chosen in m_baseline ("" : none chosen yet)
     QSlider* m_smoothing = nullptr;
     QComboBox* m_scaleBox = nullptr;
     Scale m_scale = Scale::Auto;

@@ -165,6 +165,7 @@ void MainWindow::showReady() {
     }
     // The race Start would run, in the plan's names (not a default the setup may not hold).
     const QStringList names = plannedLaneNames();
+    m_dashboard->setPlannedLanes(names); // the speedup box, before the first race
     statusBar()->showMessage(names.isEmpty()
                                  ? tr("Ready: add a lane, then press Start")
                                  : tr("Ready: press Start or Space to race %1").arg(names.join(tr(" vs "))));

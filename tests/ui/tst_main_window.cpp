@@ -114,8 +114,20 @@ private Q_SLOTS:
         QVERIFY2(
             w.statusBar()->currentMessage().contains(QString::fromStdString(w.setupPanel()->plan().lanes[0].spec.name)),
             qPrintable(w.statusBar()->currentMessage()));
+        // The speedup box lists the same lanes before the first race, and follows the setup.
+        auto* baseline = w.dashboard()->findChild<QComboBox*>(QStringLiteral("baseline"));
+        QVERIFY(baseline);
+        QCOMPARE(baseline->count(), static_cast<int>(first.lanes.size()));
+        QCOMPARE(baseline->itemText(0), QString::fromStdString(w.setupPanel()->plan().lanes[0].spec.name));
         table->setLanes({parseLaneSpec("cpu,threads=1,name=laptop"), parseLaneSpec("cpu,threads=1,name=desktop")});
         QTRY_VERIFY(w.statusBar()->currentMessage().contains(QStringLiteral("laptop vs desktop")));
+        QCOMPARE(baseline->count(), 2);
+        QCOMPARE(baseline->itemText(1), QStringLiteral("desktop"));
+        baseline->setCurrentIndex(1);
+        table->setLanes({parseLaneSpec("cpu,threads=2,name=server"), parseLaneSpec("cpu,threads=1,name=desktop"),
+                         parseLaneSpec("cpu,threads=1,name=laptop")});
+        QTRY_COMPARE(baseline->count(), 3);
+        QCOMPARE(baseline->currentText(), QStringLiteral("desktop")); // kept by name, not by row
         table->setLanes(lanes);
         // Unusable devices are listed, greyed, with the reason.
         auto* device = qobject_cast<QComboBox*>(table->cellWidget(0, LanesTable::ColDevice));
@@ -219,6 +231,26 @@ private Q_SLOTS:
         QVERIFY(table->item(0, 2)->text() != QStringLiteral("–")); // samples/s measured
         // Same lane colour in the strip as in the setup.
         QCOMPARE(rows[1].color, w.setupPanel()->laneColors()[1]);
+    }
+
+    // The baseline chosen before Start is the race's baseline (the box was empty before the
+    // first race until stop 44).
+    void baselineChosenBeforeTheRaceStays() {
+        MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(shortRace(30));
+        auto* baseline = w.dashboard()->findChild<QComboBox*>(QStringLiteral("baseline"));
+        QTRY_COMPARE(baseline->count(), 2);
+        QCOMPARE(baseline->itemText(1), QStringLiteral("twin"));
+        baseline->setCurrentIndex(1);
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QVERIFY(w.startRace());
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+        QCOMPARE(baseline->currentText(), QStringLiteral("twin"));
+        const auto& rows = w.dashboard()->strip()->rows();
+        QCOMPARE(rows.size(), std::size_t(2));
+        QCOMPARE(rows[1].speedup, QStringLiteral("baseline"));
+        QVERIFY2(rows[0].speedup.endsWith(QStringLiteral("twin")), qPrintable(rows[0].speedup));
     }
 
     // Is the gap real? Repeats run the race again with fresh lanes and end with each speedup's
