@@ -37,6 +37,16 @@ inline StepRun runEveryStep(const std::string& workload, LaneSpec spec, std::sha
     return r;
 }
 
+/// The mean of `count` step losses from step `from` (0-based): the fast-path tests compare
+/// two paths' courses by these windows once rounding has parted them step by step.
+inline double windowMean(const std::vector<double>& losses, std::size_t from, std::size_t count = 10) {
+    double sum = 0;
+    for (std::size_t i = from; i < from + count; ++i) {
+        sum += losses.at(i);
+    }
+    return sum / static_cast<double>(count);
+}
+
 /// A lane's evaluation samples, in order.
 inline std::vector<MetricSample> evalsOf(const Lane& lane) {
     std::vector<MetricSample> out;

@@ -78,13 +78,9 @@ void expectSameCourse(const Curve& a, const Curve& b, double tolerance) {
     ASSERT_EQ(b.losses.size(), a.losses.size());
     EXPECT_LT(a.losses.back(), 0.8 * a.losses.front());
     for (std::size_t w = 0; w < a.losses.size(); w += 10) {
-        double sa = 0, sb = 0;
-        for (std::size_t i = w; i < w + 10; ++i) {
-            sa += a.losses[i];
-            sb += b.losses[i];
-        }
-        EXPECT_LE(std::abs(sa - sb) / sa, tolerance)
-            << "steps " << w + 1 << "-" << w + 10 << ": " << sa / 10 << " vs " << sb / 10;
+        const double ma = test::windowMean(a.losses, w), mb = test::windowMean(b.losses, w);
+        EXPECT_LE(std::abs(ma - mb) / ma, tolerance)
+            << "steps " << w + 1 << "-" << w + 10 << ": " << ma << " vs " << mb;
     }
 }
 

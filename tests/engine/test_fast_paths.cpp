@@ -18,6 +18,7 @@
 #include "test_util.h"
 
 using namespace devicerace;
+using test::windowMean;
 
 namespace {
 
@@ -143,13 +144,6 @@ TEST_P(FusedCourse, FollowsTheUnfusedLossCurveFor100Steps) {
     EXPECT_EQ(plainHow.find(c.fusedText), std::string::npos) << plainHow;
     ASSERT_EQ(plain.size(), static_cast<std::size_t>(kSteps));
     ASSERT_EQ(fused.size(), plain.size());
-    auto windowMean = [](const std::vector<double>& l, std::size_t from) {
-        double sum = 0;
-        for (std::size_t i = from; i < from + 10; ++i) {
-            sum += l[i];
-        }
-        return sum / 10;
-    };
     // Training must move the loss, or equal curves would prove nothing.
     std::printf("%s %s: loss %.3f -> %.3f (10-step means)\n", c.workload, c.precision, windowMean(plain, 0),
                 windowMean(plain, 90));
