@@ -30,6 +30,11 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     titleFont.setPointSizeF(titleFont.pointSizeF() * 1.4);
     titleFont.setBold(true);
     m_title->setFont(titleFont);
+    // A long title (a replayed lane's data description) wraps instead of widening the window:
+    // unwrapped, "char-gpt · text: … (Debian fortunes, copied to the GPU machine)" pushed a
+    // 1280 px window to 1,671 px.
+    m_title->setWordWrap(true);
+    m_title->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     layout->addWidget(m_title);
     m_grid = new QGridLayout();
     auto* grid = m_grid;

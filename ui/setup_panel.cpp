@@ -51,6 +51,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     form->addRow(tr("Workload"), m_workload);
     m_workloadInfo = new QLabel(this);
     m_workloadInfo->setWordWrap(true);
+    m_workloadInfo->setTextFormat(Qt::PlainText); // a rich-text label asks for 9 lines where 3 do
     m_workloadInfo->setStyleSheet(QStringLiteral("color:gray"));
     form->addRow(m_workloadInfo);
     m_data = new QComboBox(this);
@@ -181,6 +182,10 @@ bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {
             m_presetRace->setCurrentIndex(race);
             m_presetRace->setVisible(preset.races.size() > 1);
         }
+        if (const int shown = m_preset->findText(name); shown >= 0 && shown != m_preset->currentIndex()) {
+            const QSignalBlocker block(m_preset); // loaded from code: the box names it too
+            m_preset->setCurrentIndex(shown);
+        }
         const auto& chosen = preset.races[static_cast<std::size_t>(race)];
         setRaceSpec(chosen.spec);
         QStringList notes;
@@ -189,6 +194,7 @@ bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {
         }
         m_presetNotes->setText(notes.join(QLatin1Char('\n')));
         m_presetNotes->setVisible(!notes.isEmpty());
+        fitWrappedLabels();
         m_preset->setToolTip(QString::fromStdString(preset.description));
         if (chosen.standIn) {
             Q_EMIT standInOffered(QString::fromStdString(chosen.standIn->string()));
@@ -200,17 +206,34 @@ bool SetupPanel::loadPreset(const QString& name, int race, QString* error) {
         }
         m_presetNotes->setText(QString::fromStdString(e.what()));
         m_presetNotes->setVisible(true);
+        fitWrappedLabels();
         return false;
+    }
+}
+
+void SetupPanel::resizeEvent(QResizeEvent* event) {
+    QWidget::resizeEvent(event);
+    fitWrappedLabels();
+}
+
+void SetupPanel::fitWrappedLabels() {
+    // QFormLayout gives a wrapped label that spans its row fewer lines than the label's width
+    // needs (the preset's notes and the workload's description lost their last line at
+    // 1280x720): each asks for the height of its text at the form's width, which a spanning
+    // row takes whole (a label not laid out yet still has Qt's default width of 100 px).
+    for (auto* label : {m_presetNotes, m_workloadInfo}) {
+        label->setMinimumHeight(0); // QLabel's heightForWidth never answers below the minimum
+        label->setMinimumHeight(label->isHidden() ? 0 : label->heightForWidth(m_form->contentsRect().width()));
     }
 }
 
 void SetupPanel::updateWorkloadInfo() {
     const auto& w = findWorkload(m_workload->currentText().toStdString());
-    m_workloadInfo->setText(
-        tr("%1<br>data: %2 · batch %3 · %4")
-            .arg(QString::fromStdString(w.description).toHtmlEscaped(), QString::fromStdString(w.dataset))
-            .arg(w.defaultBatch)
-            .arg(QString::fromStdString(w.optimizer)));
+    m_workloadInfo->setText(tr("%1\ndata: %2 · batch %3 · %4")
+                                .arg(QString::fromStdString(w.description), QString::fromStdString(w.dataset))
+                                .arg(w.defaultBatch)
+                                .arg(QString::fromStdString(w.optimizer)));
+    fitWrappedLabels();
 }
 
 RaceSpec SetupPanel::raceSpec() const {

@@ -59,8 +59,12 @@ public:
     /// frameworks not yet asked are asked off the GUI thread, then the rows are checked again.
     void validate();
 
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+
 private:
     void updateWorkloadInfo();
+    void fitWrappedLabels();
     void checkFrameworksInBackground(const RacePlan& plan);
     QStringList m_asking; // frameworks being asked about off the GUI thread
     QComboBox* m_preset = nullptr;

@@ -14,10 +14,12 @@
 #include <QSplitter>
 #include <QToolBar>
 #include <QTemporaryDir>
+#include <QTextDocument>
 #include <QtCharts/QAbstractAxis>
 #include <QtCharts/QChart>
 
 #include "charts/metric_chart.h"
+#include "devicerace/device_info.h"
 #include "devicerace/lane_spec.h"
 #include "race_controller.h"
 #include "charts/safe_chart_view.h"
@@ -134,8 +136,15 @@ QStringList readabilityProblems(MainWindow& w) {
                         .arg(summary->viewport()->width())
                         .arg(widths.join(QStringLiteral(", ")));
     }
+    // The title wraps (a long one takes a second line, never the window's width): each line
+    // fits, and all its lines are shown.
     auto* title = w.dashboard()->titleLabel();
-    if (QFontMetrics(title->font()).horizontalAdvance(title->text()) > title->contentsRect().width()) {
+    const QRect titleRect = title->contentsRect();
+    const QRect titleNeeds =
+        QFontMetrics(title->font())
+            .boundingRect(QRect(0, 0, titleRect.width(), 10 * titleRect.height()), Qt::TextWordWrap, title->text());
+    if (titleNeeds.width() > titleRect.width() || titleNeeds.height() > titleRect.height() ||
+        title->mapTo(&w, QPoint(0, 0)).x() + title->width() > w.width()) {
         problems << QStringLiteral("headline \"") + title->text() + QStringLiteral("\" cut");
     }
     return problems;
@@ -548,6 +557,69 @@ private Q_SLOTS:
                                     .arg(right)
                                     .arg(table->viewport()->width())));
         }
+    }
+
+    // A preset whose GPU lane is a stand-in recording, loaded at 1280x720 with the setup shown:
+    // the recording's long data description in the title once widened the dashboard past the
+    // window (the loss chart and the table's right half off screen), and the preset's notes
+    // were cut at their last line.
+    void aPresetWithAStandInFitsTheWindow() {
+        if (deviceReport().cudaAvailable) {
+            QSKIP("a machine with a GPU races the preset's GPU lane itself (no stand-in)");
+        }
+        MainWindow w;
+        QScreen* s = screenOf(1280);
+        w.setScreen(s);
+        w.move(s->availableGeometry().topLeft());
+        w.setReplaySpeed(0);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QSignalSpy finished(&w, &MainWindow::raceFinished);
+        QString error;
+        QVERIFY2(w.setupPanel()->loadPreset(QStringLiteral("gpt-cpu-vs-gpu"), 0, &error), qPrintable(error));
+        QVERIFY(finished.count() == 1 || finished.wait(20000));
+        QTest::qWait(100);
+        w.dashboard()->refreshCharts();
+        QTest::qWait(50);
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w.grab().save(shots + QStringLiteral("/preset-stand-in-1280.png"));
+        }
+        QVERIFY(w.dashboard()->titleLabel()->text().contains(QStringLiteral("copied to the GPU machine")));
+        QCOMPARE(w.setupPanel()->findChild<QComboBox*>(QStringLiteral("preset"))->currentText(),
+                 QStringLiteral("gpt-cpu-vs-gpu"));
+        QVERIFY2(s->availableGeometry().contains(w.frameGeometry()),
+                 qPrintable(QStringLiteral("%1 px wide").arg(w.frameGeometry().width())));
+        const QRect dash(w.dashboard()->mapTo(&w, QPoint(0, 0)), w.dashboard()->size());
+        QVERIFY2(w.rect().contains(dash), qPrintable(QStringLiteral("dashboard %1 px wide from x=%2 in %3 px")
+                                                         .arg(dash.width())
+                                                         .arg(dash.x())
+                                                         .arg(w.width())));
+        const QStringList problems = readabilityProblems(w);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+        // The preset's notes and the workload's description read to their last line (both were
+        // cut: a wrapped label in the setup's form got less height than its text needs).
+        int wrapped = 0;
+        for (auto* l : w.setupPanel()->findChildren<QLabel*>()) {
+            if (!l->isVisible() || !l->wordWrap() || l->text().isEmpty()) {
+                continue;
+            }
+            ++wrapped;
+            QTextDocument doc; // the label's rich text laid out as the label lays it out
+            doc.setDefaultFont(l->font());
+            doc.setDocumentMargin(0);
+            if (Qt::mightBeRichText(l->text())) {
+                doc.setHtml(l->text());
+            } else {
+                doc.setPlainText(l->text());
+            }
+            doc.setTextWidth(l->contentsRect().width());
+            QVERIFY2(std::ceil(doc.size().height()) <= l->contentsRect().height() + 1,
+                     qPrintable(QStringLiteral("\"%1\" needs %2 px, has %3")
+                                    .arg(l->text().left(40))
+                                    .arg(doc.size().height())
+                                    .arg(l->contentsRect().height())));
+        }
+        QVERIFY(wrapped >= 2);
     }
 
     void leavingPresentationRestoresTheLayout() {
