@@ -125,9 +125,12 @@ void closeOnSignals(QWidget* window) {
 int main(int argc, char** argv) {
     // The window races live lanes side by side, where spin-waiting OpenMP threads take the cores
     // from each other (the CLI decides per race: waitPolicyFor). libgomp reads the variable once,
-    // at load: where the user left it unset, start again with passive waits.
+    // at load: where the user left it unset, start again with passive waits, and say that
+    // DeviceRace chose them: a race that should spin then runs its CPU lanes of several threads
+    // in processes of their own, which spin (spinsOnlyInProcesses).
     if (!std::getenv("OMP_WAIT_POLICY")) {
         ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        ::setenv("DEVICERACE_OMP_WAIT", "passive", 1);
         ::execv("/proc/self/exe", argv);
     }
     QElapsedTimer sinceMain;

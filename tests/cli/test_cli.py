@@ -529,6 +529,16 @@ class RealRaces(unittest.TestCase):
         ranks = plan("--fair", "--lane", "cpu,workers=2,threads=1", "--lane", "cpu,threads=1")
         self.assertEqual(ranks["omp_wait"], "passive")
         self.assertIn("2 processes", ranks["omp_wait_reason"])
+        # Where DeviceRace made this process passive (the window): the 2-thread lane of a race
+        # that spins runs in a process of its own; the user's PASSIVE (above) moves nothing.
+        self.assertEqual([l["kind"] for l in plan("--fair", "--lane", "cpu,threads=1", "--lane", "cpu,threads=2")
+                          ["lanes"]], ["thread", "thread"])
+        window = json.loads(subprocess.run(
+            [CLI, "race", "--plan", "--workload", "fashion-mlp", "--fair", "--lane", "cpu,threads=1", "--lane",
+             "cpu,threads=2"], capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE", DEVICERACE_OMP_WAIT="passive")).stdout)
+        self.assertEqual([l["kind"] for l in window["lanes"]], ["thread", "process"])
+        self.assertIn("cpu·2 runs in a process of its own", window["omp_wait_reason"])
 
         def ran(env_policy, *args):
             env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}

@@ -9,11 +9,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "devicerace/dataset.h"
 #include "devicerace/errors.h"
 #include "devicerace/race.h"
+#include "devicerace/race_plan.h"
 #include "devicerace/recording.h"
 #include "test_util.h"
 
@@ -352,4 +355,99 @@ TEST(WorkerRace, AProcessLaneReportsTheTextsAlphabetAndTheRecordingKeepsIt) {
     const auto rec = readRecording(dir / "rec");
     EXPECT_EQ(rec.vocabulary, 38);
     EXPECT_EQ(rec.tokenText, thread->tokenText);
+}
+
+namespace {
+
+// Sets (or removes) an environment variable for one scope.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : m_name(name) {
+        if (const char* old = std::getenv(name)) {
+            m_old = old;
+        }
+        value ? ::setenv(name, value, 1) : ::unsetenv(name);
+    }
+    ~ScopedEnv() { m_old ? ::setenv(m_name, m_old->c_str(), 1) : ::unsetenv(m_name); }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    const char* m_name;
+    std::optional<std::string> m_old;
+};
+
+RaceSpec fairRaceOfOneAndTwoThreads(const Fixture& f) {
+    RaceSpec spec;
+    spec.workload = "fashion-mlp";
+    spec.dataDir = f.dir.path().string();
+    spec.steps = 12;
+    spec.fair = true;
+    spec.lanes = {parseLaneSpec("cpu,threads=1"), parseLaneSpec("cpu,threads=2")};
+    return spec;
+}
+
+} // namespace
+
+// The window waits passively (OMP_WAIT_POLICY=PASSIVE, DEVICERACE_OMP_WAIT=passive, set by its
+// own start). A fair race there runs its 2-thread CPU lane as a process whose threads spin, as a
+// CLI race's would (char-gpt 2 threads: 0.92x one thread in a window thread, 1.25x this way).
+TEST(WorkerRace, TheWindowsFairRaceSpinsItsTeamsInProcessesOfTheirOwn) {
+    Fixture f;
+    const ScopedEnv passive("OMP_WAIT_POLICY", "PASSIVE");
+    const ScopedEnv window("DEVICERACE_OMP_WAIT", "passive");
+    Race race(fairRaceOfOneAndTwoThreads(f));
+    EXPECT_TRUE(race.plan().wait.spin);
+    EXPECT_TRUE(race.plan().wait.spinInLaneProcesses);
+    EXPECT_NE(race.plan().wait.reason.find("cpu·2 runs in a process of its own"), std::string::npos)
+        << race.plan().wait.reason;
+    ASSERT_EQ(race.lanes().size(), 2u);
+    EXPECT_EQ(race.lanes()[0]->kind(), LaneKind::Thread); // one thread: no team to keep awake
+    EXPECT_EQ(race.lanes()[1]->kind(), LaneKind::Process);
+    race.start();
+    race.wait();
+    const auto summary = race.summary();
+    for (const auto& lane : summary.lanes) {
+        ASSERT_EQ(lane.state, LaneState::Finished) << lane.name << ": " << lane.error;
+    }
+    EXPECT_NE(summary.lanes[1].execution.find("in its own process (OpenMP waits: spin, then sleep)"), std::string::npos)
+        << summary.lanes[1].execution;
+    EXPECT_EQ(summary.lanes[0].execution.find("own process"), std::string::npos) << summary.lanes[0].execution;
+}
+
+// The user's own OMP_WAIT_POLICY is never overridden: no lane moves to a process, and one that
+// asked for a process keeps the user's waits there too. A live race in the window waits
+// passively everywhere (its lanes share the cores).
+TEST(WorkerRace, TheUsersWaitPolicyAndLiveRacesKeepPassiveWaits) {
+    Fixture f;
+    const ScopedEnv passive("OMP_WAIT_POLICY", "PASSIVE");
+    {
+        const ScopedEnv user("DEVICERACE_OMP_WAIT", nullptr);
+        auto spec = fairRaceOfOneAndTwoThreads(f);
+        spec.lanes[1] = parseLaneSpec("cpu,threads=2,isolate=process");
+        Race race(spec);
+        EXPECT_FALSE(race.plan().wait.spinInLaneProcesses);
+        EXPECT_EQ(race.plan().wait.reason.find("process"), std::string::npos) << race.plan().wait.reason;
+        race.start();
+        race.wait();
+        const auto summary = race.summary();
+        ASSERT_EQ(summary.lanes[1].state, LaneState::Finished) << summary.lanes[1].error;
+        EXPECT_NE(summary.lanes[1].execution.find("in its own process (OpenMP waits: PASSIVE)"), std::string::npos)
+            << summary.lanes[1].execution;
+    }
+    {
+        const ScopedEnv window("DEVICERACE_OMP_WAIT", "passive");
+        auto spec = fairRaceOfOneAndTwoThreads(f);
+        spec.fair = false;
+        const auto plan = resolveRace(spec);
+        EXPECT_FALSE(plan.wait.spin);
+        EXPECT_FALSE(plan.wait.spinInLaneProcesses);
+        for (const auto& lane : plan.lanes) {
+            EXPECT_EQ(lane.kind, LaneKind::Thread) << lane.spec.name;
+        }
+        // A lane the user placed keeps its place in a fair race too.
+        spec.fair = true;
+        spec.lanes[1] = parseLaneSpec("cpu,threads=2,isolate=thread");
+        EXPECT_EQ(resolveRace(spec).lanes[1].kind, LaneKind::Thread);
+    }
 }

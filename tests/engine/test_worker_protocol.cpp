@@ -2,6 +2,10 @@
 // messages, device reports, ssh targets and the new lane keys.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "devicerace/device_info.h"
@@ -11,6 +15,7 @@
 #include "devices/cpu_info.h"
 #include "lanes/lane_fields.h"
 #include "devicerace/lane_keys.h"
+#include "workers/child_process.h"
 #include "workers/protocol.h"
 
 using namespace devicerace;
@@ -409,4 +414,37 @@ TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
     EXPECT_EQ(laneToFields(parseLaneSpec("cpu,threads=2")).at("threads"), 2);
     EXPECT_EQ(laneToFields(parseLaneSpec("cpu,fault=throw:3@1")).at("fault"),
               nlohmann::json({{"kind", "throw"}, {"step", 3}, {"rank", 1}}));
+}
+
+// A worker of a spinning race starts with OMP_WAIT_POLICY removed and DEVICERACE_OMP_WAIT=spin
+// whatever its parent's environment says (the window's is passive).
+TEST(ChildProcess, StartsWithTheEnvironmentChangesItWasGiven) {
+    ::setenv("DEVICERACE_TEST_DROP", "1", 1);
+    ::setenv("DEVICERACE_TEST_KEEP", "kept", 1);
+    ::setenv("DEVICERACE_TEST_SET", "old", 1);
+    EnvChanges env;
+    env.unset = {"DEVICERACE_TEST_DROP", "DEVICERACE_TEST_ABSENT"};
+    env.set = {{"DEVICERACE_TEST_SET", "new"}, {"DEVICERACE_TEST_ADDED", "a=b"}};
+    const auto all = environmentWith(env);
+    auto has = [&](const std::string& entry) { return std::find(all.begin(), all.end(), entry) != all.end(); };
+    EXPECT_TRUE(has("DEVICERACE_TEST_KEEP=kept"));
+    EXPECT_TRUE(has("DEVICERACE_TEST_SET=new"));
+    EXPECT_TRUE(has("DEVICERACE_TEST_ADDED=a=b"));
+    EXPECT_FALSE(has("DEVICERACE_TEST_SET=old"));
+    EXPECT_EQ(std::count_if(all.begin(), all.end(),
+                            [](const std::string& e) { return e.rfind("DEVICERACE_TEST_DROP", 0) == 0; }),
+              0);
+    ChildProcess child({"/bin/sh", "-c",
+                        "echo \"${DEVICERACE_TEST_DROP-unset} $DEVICERACE_TEST_KEEP $DEVICERACE_TEST_SET "
+                        "$DEVICERACE_TEST_ADDED\""},
+                       env);
+    std::string out;
+    char buf[256];
+    for (ssize_t n; (n = ::read(child.stdoutFd(), buf, sizeof buf)) > 0;) {
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+    EXPECT_EQ(out, "unset kept new a=b\n");
+    for (const char* name : {"DEVICERACE_TEST_DROP", "DEVICERACE_TEST_KEEP", "DEVICERACE_TEST_SET"}) {
+        ::unsetenv(name);
+    }
 }

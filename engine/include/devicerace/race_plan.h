@@ -41,12 +41,24 @@ struct LanePlan {
 struct WaitPolicy {
     bool spin = false;  // libgomp's default (spin a while, then sleep); else OMP_WAIT_POLICY=PASSIVE
     std::string reason; // one line, for --plan and the notes
+    /// The race spins and DeviceRace, not the user, set this process's waits
+    /// (DEVICERACE_OMP_WAIT is "spin" or "passive"): the lanes' local processes (workers,
+    /// framework lanes) start with libgomp's default waits, OMP_WAIT_POLICY removed and
+    /// DEVICERACE_OMP_WAIT=spin. A user's own OMP_WAIT_POLICY is never overridden.
+    bool spinInLaneProcesses = false;
 };
 /// Spin where the race's processes never share the cores with each other: fair mode or a race
 /// of one lane, and no lane of several CPU processes here (data-parallel CPU ranks). Where it
 /// spins, the CLI exports DEVICERACE_OMP_WAIT=spin, and the lanes' own processes (workers,
 /// framework lanes) then leave libgomp's default too instead of setting PASSIVE.
 WaitPolicy waitPolicyFor(const RaceSpec& spec);
+/// The window waits passively (it starts itself with OMP_WAIT_POLICY=PASSIVE and
+/// DEVICERACE_OMP_WAIT=passive where the user set neither: one process races, plots and records
+/// at once, and it cannot change the policy between races). There, a race that spins runs each
+/// local CPU lane of several threads, not given isolate=, as a process of its own that spins:
+/// in a thread of the window's process its team woke through a futex for each of a step's many
+/// parallel regions (char-gpt fair, 2 threads: 0.92x one thread in the window, 1.41x in the CLI).
+bool spinsOnlyInProcesses();
 
 /// A whole race, resolved.
 struct RacePlan {

@@ -49,6 +49,9 @@ struct LaneRunSettings {
     /// A worker process may run fault=abort|segv|exit|hang (it is alone in its process); throw and
     /// slow-data run anywhere.
     bool allowProcessFaults = false;
+    /// The race's plan (WaitPolicy::spinInLaneProcesses): the lane's local processes start with
+    /// libgomp's default, spinning waits. Not sent to workers.
+    bool spinInLaneProcesses = false;
     /// Set in the workers of a data-parallel lane: this process is one rank of it.
     std::optional<DistConfig> dist;
 };

@@ -108,6 +108,7 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
         settings.seed = spec.seed;
         settings.evalEverySteps = spec.evalEverySteps;
         settings.warmupSteps = spec.warmupSteps;
+        settings.spinInLaneProcesses = plan.wait.spinInLaneProcesses;
         m_impl->lanes.push_back(factory ? factory(laneSpec, std::move(settings))
                                         : makeLane(laneSpec, std::move(settings)));
         if (!m_impl->data) {

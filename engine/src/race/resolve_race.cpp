@@ -1,8 +1,11 @@
 #include "devicerace/race_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include <algorithm>
 #include <map>
@@ -256,6 +259,42 @@ WaitPolicy waitPolicyFor(const RaceSpec& spec) {
     return {false, "passive: live lanes share the cores (spinning threads would take them from each other)"};
 }
 
+bool spinsOnlyInProcesses() {
+    const char* managed = std::getenv("DEVICERACE_OMP_WAIT");
+    return managed && std::strcmp(managed, "passive") == 0;
+}
+
+namespace {
+
+// Who set this process's waits: the CLI (spin: it runs a race that spins) or the window
+// (passive); anything else is the user's, and stays as it is in every lane's process.
+bool waitsAreDeviceRaces() {
+    const char* managed = std::getenv("DEVICERACE_OMP_WAIT");
+    return managed && (std::strcmp(managed, "spin") == 0 || std::strcmp(managed, "passive") == 0);
+}
+
+// A spinning race in a process that waits passively (the window): local CPU thread lanes of
+// several threads run as processes of their own, which spin. One-thread lanes have no team to
+// keep awake and stay threads; a lane the user gave isolate= keeps it.
+void spinInOwnProcesses(std::vector<LaneSpec>& lanes, WaitPolicy& wait) {
+    std::vector<std::string> moved;
+    for (auto& lane : lanes) {
+        if (!lane.isolate && laneKind(lane) == LaneKind::Thread && lane.device == "cpu" && lane.host.empty() &&
+            lane.threads.value_or(detail::defaultCpuThreads()) > 1) {
+            lane.isolate = LaneKind::Process;
+            moved.push_back(lane.name);
+        }
+    }
+    if (!moved.empty()) {
+        wait.reason += fmt::format("; this process waits passively (the window), so {} {} in {} of {} own, whose "
+                                   "threads spin",
+                                   fmt::join(moved, ", "), moved.size() > 1 ? "run" : "runs",
+                                   moved.size() > 1 ? "processes" : "a process", moved.size() > 1 ? "their" : "its");
+    }
+}
+
+} // namespace
+
 RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
     RacePlan out;
     out.spec = in;
@@ -278,6 +317,11 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
         nameLanes(spec.lanes);
     } catch (const std::exception& e) {
         out.problems.push_back(describe(e));
+    }
+    out.wait = waitPolicyFor(spec);
+    out.wait.spinInLaneProcesses = out.wait.spin && waitsAreDeviceRaces();
+    if (out.wait.spin && spinsOnlyInProcesses()) {
+        spinInOwnProcesses(spec.lanes, out.wait);
     }
     if (!spec.targetAccuracy && !spec.targetLoss && workload && workload->defaultTargetLoss) {
         spec.targetLoss = workload->defaultTargetLoss; // a language model races to a validation loss
@@ -336,7 +380,6 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
                         "runs them one at a time",
                         out.logicalCpus, out.cpuThreads);
     }
-    out.wait = waitPolicyFor(spec);
     out.evalEverySteps = spec.evalEverySteps;
     if (spec.autoEvaluations) {
         // About kAutoEvaluations evaluations in the lane with the fewest steps, never more often

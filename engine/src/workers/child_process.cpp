@@ -35,7 +35,31 @@ std::string findProgram(const std::string& name) {
     return {};
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+std::vector<std::string> environmentWith(const EnvChanges& changes) {
+    std::vector<std::string> out;
+    auto named = [](std::string_view entry, std::string_view name) {
+        return entry.size() > name.size() && entry.substr(0, name.size()) == name && entry[name.size()] == '=';
+    };
+    for (char** e = environ; e && *e; ++e) {
+        const std::string_view entry(*e);
+        bool drop = false;
+        for (const auto& name : changes.unset) {
+            drop = drop || named(entry, name);
+        }
+        for (const auto& [name, value] : changes.set) {
+            drop = drop || named(entry, name);
+        }
+        if (!drop) {
+            out.emplace_back(entry);
+        }
+    }
+    for (const auto& [name, value] : changes.set) {
+        out.push_back(name + "=" + value);
+    }
+    return out;
+}
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const EnvChanges& env) {
     if (argv.empty()) {
         throw UsageError("no program to start");
     }
@@ -53,6 +77,12 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
         args.push_back(const_cast<char*>(a.c_str()));
     }
     args.push_back(nullptr);
+    const auto environment = env.empty() ? std::vector<std::string>{} : environmentWith(env);
+    std::vector<char*> envp;
+    for (const auto& e : environment) {
+        envp.push_back(const_cast<char*>(e.c_str()));
+    }
+    envp.push_back(nullptr);
     int in[2], out[2], err[2];
     if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
         throw Error(fmt::format("cannot create pipes for {}: {}", argv[0], std::strerror(errno)));
@@ -77,7 +107,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
         ::dup2(err[1], 2);
         ::syscall(SYS_close_range, 3U, ~0U, 0U);
         ::signal(SIGPIPE, SIG_DFL);
-        ::execve(program.c_str(), args.data(), environ);
+        ::execve(program.c_str(), args.data(), env.empty() ? environ : envp.data());
         ::_exit(127);
     }
     ::close(in[0]);

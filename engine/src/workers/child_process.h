@@ -6,16 +6,27 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace devicerace::detail {
 
+/// What a child's environment changes from this process's: variables removed, then set.
+struct EnvChanges {
+    std::vector<std::string> unset;
+    std::vector<std::pair<std::string, std::string>> set;
+    bool empty() const { return unset.empty() && set.empty(); }
+};
+
+/// This process's environment as "NAME=value" strings, with `changes` applied.
+std::vector<std::string> environmentWith(const EnvChanges& changes);
+
 class ChildProcess {
 public:
-    /// Starts argv (argv[0]: a path, or a name looked up in PATH before forking). The child
-    /// gets SIGTERM when the spawning thread ends (PR_SET_PDEATHSIG). Throws UsageError when
-    /// the program is missing or cannot be started.
-    explicit ChildProcess(const std::vector<std::string>& argv);
+    /// Starts argv (argv[0]: a path, or a name looked up in PATH before forking) in this
+    /// process's environment with `env` applied. The child gets SIGTERM when the spawning thread
+    /// ends (PR_SET_PDEATHSIG). Throws UsageError when the program is missing or cannot be started.
+    explicit ChildProcess(const std::vector<std::string>& argv, const EnvChanges& env = {});
     ~ChildProcess(); // kills the group if still running, then reaps
     ChildProcess(const ChildProcess&) = delete;
     ChildProcess& operator=(const ChildProcess&) = delete;

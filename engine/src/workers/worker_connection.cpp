@@ -218,7 +218,14 @@ WorkerConnection::WorkerConnection(WorkerEndpoint endpoint) : m_ep(std::move(end
     }();
     (void)sigpipeIgnored;
     try {
-        m_child = std::make_unique<ChildProcess>(workerArgv(m_ep));
+        EnvChanges env;
+        if (m_ep.spinWaits && !m_ep.remote) {
+            // The race runs each lane alone: the worker keeps libgomp's default, spinning waits
+            // whatever this process's are (the window's are passive), as a CLI race's would.
+            env.unset = {"OMP_WAIT_POLICY"};
+            env.set = {{"DEVICERACE_OMP_WAIT", "spin"}};
+        }
+        m_child = std::make_unique<ChildProcess>(workerArgv(m_ep), env);
     } catch (const UsageError& e) {
         if (m_ep.remote) {
             throw UsageError(

@@ -31,6 +31,7 @@ struct WorkerEndpoint {
     std::string who;                  // the worker, for messages: "the worker on gpubox", "the pytorch lane"
     std::string attach;               // attach:// lanes: the job's HOST:PORT (program is the bridge)
     double helloTimeout = 0;          // seconds to wait for the hello (0: the default for local or remote)
+    bool spinWaits = false;           // local: started with libgomp's default waits (WaitPolicy)
 };
 WorkerEndpoint endpointFor(const LaneSpec& spec);
 /// The argv that starts the worker (no shell locally; ssh in BatchMode remotely).

@@ -116,7 +116,9 @@ struct WorkerLane::Impl {
     // Starts the worker, checks its hello, sends the lane, waits until it was accepted.
     // Throws UsageError saying what went wrong.
     void connect() {
-        conn = std::make_unique<detail::WorkerConnection>(endpoint ? *endpoint : detail::endpointFor(spec));
+        auto ep = endpoint ? *endpoint : detail::endpointFor(spec);
+        ep.spinWaits = settings.spinInLaneProcesses && !endpoint; // not a launcher's (srun's) ranks
+        conn = std::make_unique<detail::WorkerConnection>(std::move(ep));
         const auto& where = conn->endpoint().where;
         const auto& who = conn->endpoint().who;
         // Python lanes import their framework first (torch: 3-7 s on a busy 2-core machine).

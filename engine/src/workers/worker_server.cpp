@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "devices/device_json.h"
 #include "cluster/launched_rank.h"
 #include "train/rendezvous_store.h"
+#include "train/run_plan.h"
 #include "lanes/thread_lane.h"
 #include "util/host_name.h"
 #include "workers/attach.h"
@@ -343,6 +345,18 @@ private:
         }
     }
 
+    // How this process's OpenMP threads wait, for a CPU lane with a team (several threads): a
+    // worker is a process of its own, whose waits may differ from its parent's (the window's
+    // passive ones; a spinning race's workers keep libgomp's default).
+    static std::string ownWaitsNote(const LaneSpec& spec) {
+        if (spec.device != "cpu" || spec.threads.value_or(detail::defaultCpuThreads()) < 2) {
+            return {};
+        }
+        const char* wait = std::getenv("OMP_WAIT_POLICY");
+        return wait && *wait ? fmt::format(", in its own process (OpenMP waits: {})", wait)
+                             : ", in its own process (OpenMP waits: spin, then sleep)";
+    }
+
     void forward() {
         bool stateChanged = false;
         for (auto& s : m_lane->takeSamples()) {
@@ -352,7 +366,10 @@ private:
         if (!stateChanged) {
             return; // the lane describes how it trains just before it starts running
         }
-        const auto exec = m_lane->summary().execution;
+        auto exec = m_lane->summary().execution;
+        if (!exec.empty()) {
+            exec += ownWaitsNote(m_lane->spec());
+        }
         if (!exec.empty() && exec != m_execution) {
             m_execution = exec;
             m_out.send({{"type", "execution"}, {"text", exec}});
