@@ -449,5 +449,12 @@ TEST(WorkerRace, TheUsersWaitPolicyAndLiveRacesKeepPassiveWaits) {
         spec.fair = true;
         spec.lanes[1] = parseLaneSpec("cpu,threads=2,isolate=thread");
         EXPECT_EQ(resolveRace(spec).lanes[1].kind, LaneKind::Thread);
+        // Without a worker program to start, the lanes stay threads (and the plan says why).
+        const ScopedEnv noCli("DEVICERACE_CLI", "/nonexistent/devicerace-cli");
+        spec.lanes[1] = parseLaneSpec("cpu,threads=2");
+        const auto stays = resolveRace(spec);
+        EXPECT_EQ(stays.lanes[1].kind, LaneKind::Thread);
+        EXPECT_NE(stays.wait.reason.find("no worker program (/nonexistent/devicerace-cli)"), std::string::npos)
+            << stays.wait.reason;
     }
 }

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -19,6 +21,8 @@
 #include "cluster/launch_spec.h"
 #include "distributed/parallel_lane.h"
 #include "train/run_plan.h"
+#include "workers/child_process.h"
+#include "workers/worker_connection.h"
 
 namespace devicerace {
 
@@ -281,8 +285,21 @@ void spinInOwnProcesses(std::vector<LaneSpec>& lanes, WaitPolicy& wait) {
     for (auto& lane : lanes) {
         if (!lane.isolate && laneKind(lane) == LaneKind::Thread && lane.device == "cpu" && lane.host.empty() &&
             lane.threads.value_or(detail::defaultCpuThreads()) > 1) {
-            lane.isolate = LaneKind::Process;
             moved.push_back(lane.name);
+        }
+    }
+    const auto worker = detail::localWorkerProgram();
+    const auto path = detail::findProgram(worker);
+    if (!moved.empty() && (path.empty() || ::access(path.c_str(), X_OK) != 0)) {
+        // An install without the CLI beside the window: the lanes stay threads, as before.
+        wait.reason += fmt::format("; this process waits passively (the window) and no worker program ({}) was "
+                                   "found to run {} in a process that spins",
+                                   worker, fmt::join(moved, ", "));
+        return;
+    }
+    for (auto& lane : lanes) {
+        if (std::find(moved.begin(), moved.end(), lane.name) != moved.end()) {
+            lane.isolate = LaneKind::Process;
         }
     }
     if (!moved.empty()) {
