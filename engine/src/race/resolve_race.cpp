@@ -5,7 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -263,51 +263,55 @@ WaitPolicy waitPolicyFor(const RaceSpec& spec) {
     return {false, "passive: live lanes share the cores (spinning threads would take them from each other)"};
 }
 
-bool spinsOnlyInProcesses() {
-    const char* managed = std::getenv("DEVICERACE_OMP_WAIT");
-    return managed && std::strcmp(managed, "passive") == 0;
-}
-
 namespace {
 
-// Who set this process's waits: the CLI (spin: it runs a race that spins) or the window
-// (passive); anything else is the user's, and stays as it is in every lane's process.
-bool waitsAreDeviceRaces() {
+// Who set this process's waits: DEVICERACE_OMP_WAIT is "spin" where the CLI runs a race that
+// spins, "passive" in the window; unset, the waits are the user's (or libgomp's default), and
+// stay as they are in every lane's process.
+std::string_view waitsSetBy() {
     const char* managed = std::getenv("DEVICERACE_OMP_WAIT");
-    return managed && (std::strcmp(managed, "spin") == 0 || std::strcmp(managed, "passive") == 0);
+    return managed ? managed : "";
 }
+
+} // namespace
+
+bool spinsOnlyInProcesses() { return waitsSetBy() == "passive"; }
+
+namespace {
 
 // A spinning race in a process that waits passively (the window): local CPU thread lanes of
 // several threads run as processes of their own, which spin. One-thread lanes have no team to
 // keep awake and stay threads; a lane the user gave isolate= keeps it.
 void spinInOwnProcesses(std::vector<LaneSpec>& lanes, WaitPolicy& wait) {
-    std::vector<std::string> moved;
+    std::vector<LaneSpec*> teams;
+    std::vector<std::string> names;
     for (auto& lane : lanes) {
         if (!lane.isolate && laneKind(lane) == LaneKind::Thread && lane.device == "cpu" && lane.host.empty() &&
             lane.threads.value_or(detail::defaultCpuThreads()) > 1) {
-            moved.push_back(lane.name);
+            teams.push_back(&lane);
+            names.push_back(lane.name);
         }
+    }
+    if (teams.empty()) {
+        return;
     }
     const auto worker = detail::localWorkerProgram();
     const auto path = detail::findProgram(worker);
-    if (!moved.empty() && (path.empty() || ::access(path.c_str(), X_OK) != 0)) {
+    if (path.empty() || ::access(path.c_str(), X_OK) != 0) {
         // An install without the CLI beside the window: the lanes stay threads, as before.
         wait.reason += fmt::format("; this process waits passively (the window) and no worker program ({}) was "
                                    "found to run {} in a process that spins",
-                                   worker, fmt::join(moved, ", "));
+                                   worker, fmt::join(names, ", "));
         return;
     }
-    for (auto& lane : lanes) {
-        if (std::find(moved.begin(), moved.end(), lane.name) != moved.end()) {
-            lane.isolate = LaneKind::Process;
-        }
+    for (auto* lane : teams) {
+        lane->isolate = LaneKind::Process;
     }
-    if (!moved.empty()) {
-        wait.reason += fmt::format("; this process waits passively (the window), so {} {} in {} of {} own, whose "
-                                   "threads spin",
-                                   fmt::join(moved, ", "), moved.size() > 1 ? "run" : "runs",
-                                   moved.size() > 1 ? "processes" : "a process", moved.size() > 1 ? "their" : "its");
-    }
+    const bool many = teams.size() > 1;
+    wait.reason += fmt::format("; this process waits passively (the window), so {} {} in {} of {} own, whose threads "
+                               "spin",
+                               fmt::join(names, ", "), many ? "run" : "runs", many ? "processes" : "a process",
+                               many ? "their" : "its");
 }
 
 } // namespace
@@ -336,7 +340,7 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
         out.problems.push_back(describe(e));
     }
     out.wait = waitPolicyFor(spec);
-    out.wait.spinInLaneProcesses = out.wait.spin && waitsAreDeviceRaces();
+    out.wait.spinInLaneProcesses = out.wait.spin && (waitsSetBy() == "spin" || waitsSetBy() == "passive");
     if (out.wait.spin && spinsOnlyInProcesses()) {
         spinInOwnProcesses(spec.lanes, out.wait);
     }
