@@ -113,7 +113,8 @@ INSTANTIATE_TEST_SUITE_P(EveryOptimizer, FusedOptimizer,
 // The CPU's one-pass kernels over 100 steps, in fp32 and bf16 (issue 28: "the same losses as
 // the unfused path within tolerance over 100 steps"): fused=true against fused=false (ATen's
 // ops, torch::optim) — batch norm + add + relu (cifar-resnet20), relu + max pool + dropout
-// (fashion-cnn), the LSTM over token ids (charlstm, fp32: bf16 lanes keep torch's LSTM). fp32
+// (fashion-cnn), the LSTM over token ids (charlstm, fp32: bf16 lanes keep torch's LSTM), the
+// one-pass LSTMCell (imdb-bilstm's lstm=cells, fp32: bf16 lanes keep torch's cells). fp32
 // step by step for 10 steps, then by 10-step means (bf16 by means from the start: the paths
 // round in different places, so single steps part by a few percent), bf16 against fp32's
 // course too. At tame learning rates: at charlstm's own (0.01), on random tokens, rounding
@@ -181,7 +182,9 @@ INSTANTIATE_TEST_SUITE_P(OneHundredSteps, FusedCourse,
                                                       "one-pass batch norm (+ residual add) + relu"},
                                            CourseCase{"fashion-cnn", "fp32", "batch=16", "one-pass relu + max pool"},
                                            CourseCase{"fashion-cnn", "bf16", "batch=16", "one-pass relu + max pool"},
-                                           CourseCase{"charlstm", "fp32", "batch=16,lr=1e-3", "LSTM over token ids"}),
+                                           CourseCase{"charlstm", "fp32", "batch=16,lr=1e-3", "LSTM over token ids"},
+                                           CourseCase{"imdb-bilstm", "fp32", "batch=8,lstm=cells",
+                                                      "LSTM cells with their gates in one pass"}),
                          [](const auto& info) {
                              std::string n = std::string(info.param.workload) + "_" + info.param.precision;
                              std::erase(n, '-');

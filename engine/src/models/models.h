@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "devicerace/workload.h"
@@ -18,7 +20,8 @@ namespace devicerace::detail {
 struct ModelOptions {
     bool fusedLstm = true; // lstm=fused (torch::nn::LSTM, cuDNN on GPU) or lstm=cells (an LSTMCell loop)
     bool fusedOps = true;  // fused=true: the CPU's one-pass relu + max pool + dropout (reluMaxPoolDropout),
-                           // batch norm + add + relu (batchNormRelu) and charlstm's LSTM over token ids
+                           // batch norm + add + relu (batchNormRelu), charlstm's LSTM over token ids
+                           // and the one-pass LSTMCell (lstmCellOnePass)
     int vocabulary = 0;    // token inputs whose vocabulary comes from the data (charlstm); 0: the default
 };
 
@@ -41,6 +44,8 @@ struct Net : torch::nn::Module {
     bool fusedPool = false;
     /// Whether an fp32 CPU forward runs its LSTM over token ids (tokenLstm), not one-hot vectors.
     bool tokenLstm = false;
+    /// Whether an fp32 CPU forward runs its LSTMCell loop's gates in one pass (lstmCellOnePass).
+    bool onePassCells = false;
     /// Whether a CPU training forward runs batch norm + residual add + relu in one pass where
     /// the activations are channels_last (batchNormRelu).
     bool fusedNorm = false;
@@ -113,6 +118,13 @@ std::vector<WorkloadImpl> gptWorkloads();    // char-gpt, char-gpt-6l
 /// (batch, hidden). Differentiable in the weights. Throws Error on a token outside W_ih's columns.
 torch::Tensor tokenLstm(const torch::Tensor& tokens, const torch::Tensor& wIh, const torch::Tensor& wHh,
                         const torch::Tensor& bIh, const torch::Tensor& bHh);
+
+/// One torch::nn::LSTMCell step on a CPU in fp32 (lstm=cells with fused=true), the gates and
+/// the cell update in one pass each way (models/lstm_cell.cpp): x (batch, input), state (h, c)
+/// or none for zeros -> (h', c'). Differentiable in x, the state and the four parameters.
+std::tuple<torch::Tensor, torch::Tensor>
+lstmCellOnePass(const torch::Tensor& x, const std::optional<std::tuple<torch::Tensor, torch::Tensor>>& state,
+                const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh);
 
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 /// A char-gpt network's trainable parameters, by formula (checked against the built model).

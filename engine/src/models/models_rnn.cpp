@@ -17,8 +17,8 @@ namespace {
 
 // One LSTM direction over (B, T, F) -> final hidden state (B, H), fused or as a cell loop.
 struct LstmRunnerImpl : torch::nn::Module {
-    LstmRunnerImpl(std::int64_t input, std::int64_t hidden, bool bidirectional, bool fused)
-        : m_fused(fused), m_bi(bidirectional) {
+    LstmRunnerImpl(std::int64_t input, std::int64_t hidden, bool bidirectional, bool fused, bool onePassCells = false)
+        : m_fused(fused), m_bi(bidirectional), m_onePassCells(!fused && onePassCells) {
         if (fused) {
             lstm = register_module(
                 "lstm",
@@ -36,12 +36,16 @@ struct LstmRunnerImpl : torch::nn::Module {
             auto hn = std::get<0>(std::get<1>(lstm->forward(x))); // (directions, B, H)
             return m_bi ? torch::cat({hn[0], hn[1]}, 1) : hn[0];
         }
+        const bool onePass = m_onePassCells && x.is_cpu() && x.scalar_type() == at::kFloat &&
+                             !at::autocast::is_autocast_enabled(at::kCPU);
         auto run = [&](torch::nn::LSTMCell& cell, bool reverse) {
             const auto steps = x.size(1);
             std::optional<std::tuple<torch::Tensor, torch::Tensor>> state;
             for (std::int64_t i = 0; i < steps; ++i) {
                 auto xt = x.select(1, reverse ? steps - 1 - i : i);
-                state = cell->forward(xt, state);
+                state = onePass
+                            ? lstmCellOnePass(xt, state, cell->weight_ih, cell->weight_hh, cell->bias_ih, cell->bias_hh)
+                            : cell->forward(xt, state);
             }
             return std::get<0>(*state);
         };
@@ -62,16 +66,20 @@ struct LstmRunnerImpl : torch::nn::Module {
     torch::nn::LSTM lstm{nullptr};
     torch::nn::LSTMCell fwd{nullptr}, bwd{nullptr};
     bool m_fused, m_bi;
+    bool m_onePassCells; // lstm=cells on an fp32 CPU: lstmCellOnePass, not torch::nn::LSTMCell
 };
 TORCH_MODULE(LstmRunner);
 
 // keras-team/keras examples/imdb_bidirectional_lstm.py: Embedding 20000 x 128, Bidirectional
 // LSTM 64, Dropout 0.5, Dense 1 sigmoid; maxlen 100, batch 32, Adam.
 struct ImdbBiLstm : Net {
-    ImdbBiLstm(at::Generator initGen, bool fused) {
+    ImdbBiLstm(at::Generator initGen, bool fused, bool fusedOps) {
         gen = std::move(initGen);
+        // DEVICERACE_FUSED_CELL=0 (benchmarks): the lever alone, torch::nn::LSTMCell's ATen ops.
+        const char* env = std::getenv("DEVICERACE_FUSED_CELL");
+        onePassCells = !fused && fusedOps && !(env && std::string_view(env) == "0");
         embed = register_module("embed", torch::nn::Embedding(20000, 128));
-        rnn = register_module("rnn", LstmRunner(128, 64, true, fused));
+        rnn = register_module("rnn", LstmRunner(128, 64, true, fused, onePassCells));
         fc = register_module("fc", torch::nn::Linear(128, 1));
         torch::NoGradGuard noGrad;
         embed->weight.uniform_(-0.05, 0.05, gen); // Keras' embedding initialiser
@@ -130,7 +138,7 @@ std::vector<WorkloadImpl> rnnWorkloads() {
     bi.info.syntheticByDefault = true;
     bi.info.hasLstm = true;
     bi.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm);
+        return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm, o.fusedOps);
     };
     bi.optimizer = OptimizerRecipe{}; // Adam
     // cuDNN RNNs under graph capture are left to an explicit graph=true.

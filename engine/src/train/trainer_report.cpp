@@ -240,6 +240,9 @@ void Trainer::describeExecution() {
     if (m_model->tokenLstm && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
     }
+    if (m_model->onePassCells && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
+        text += ", LSTM cells with their gates in one pass";
+    }
     if (m_ctx.augment) {
         text += ", crop-flip augmentation (each example, in the data phase)";
     }
