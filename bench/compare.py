@@ -54,7 +54,7 @@ RUNS = {
     "fasttext":               {"cpu": (None, 1500, 50), "cuda": (None, 2000, 50)},  # CPU ~130 steps/s; CUDA PT ~460, DR ~5,000 steps/s
     "charlstm":               {"cpu": (None, 250, 20), "cuda": (None, 1500, 50)},   # CPU ~17 steps/s; CUDA PT ~350, DR ~430 steps/s
     "char-gpt":               {"cpu": (None, 150, 15), "cuda": (None, 2000, 100)},  # CPU ~17 steps/s (batch 12 x 64 tokens)
-    "char-gpt-6l":            {"cpu": (None, 8, 2), "cuda": (None, 300, 30)},       # CPU ~0.6 steps/s (batch 64 x 256 tokens)
+    "char-gpt-6l":            {"cpu": (None, 8, 2), "cuda": (None, 300, 30)},       # CPU ~0.07 steps/s (batch 64 x 256 tokens): ~150 s a run
     "imagenet-resnet50":      {"cpu": (8, 8, 3), "cuda": (256, 60, 15)},            # CPU batch 8 ~0.37 steps/s; CUDA batch 256 bf16+CL ~15.5 steps/s both
     "imagenet-resnet50/fp32": {"cuda": (256, 30, 10)},                              # self section only: CUDA batch 256 fp32 DR ~7.3 steps/s
 }
