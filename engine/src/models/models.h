@@ -72,6 +72,8 @@ struct WorkloadImpl {
 
 /// Throws UsageError for unknown names.
 const WorkloadImpl& workloadImpl(const std::string& name);
+/// The trainable parameters of a workload's network at its defaults (builds it once on the CPU).
+std::int64_t countParameters(const WorkloadImpl& w);
 
 /// The learning-rate multiplier at `step` of `total` for a schedule name
 /// ("constant", "step": x0.1 at 4/9, 6/9, 8/9 of the run — the seed's 40k/60k/80k of 90k —,
