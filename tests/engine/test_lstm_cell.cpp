@@ -5,8 +5,10 @@
 #include <torch/torch.h>
 
 #include "models/models.h"
+#include "tensor_close.h"
 
 using namespace devicerace::detail;
+using devicerace::test::expectClose;
 
 namespace {
 
@@ -44,17 +46,6 @@ CellRun run(torch::nn::LSTMCell& cell, const torch::Tensor& xIn, const torch::Te
             cell->weight_hh.grad(),
             cell->bias_ih.grad(),
             cell->bias_hh.grad()};
-}
-
-void expectClose(const torch::Tensor& got, const torch::Tensor& want, const char* what) {
-    ASSERT_EQ(got.defined(), want.defined()) << what;
-    if (!want.defined()) {
-        return;
-    }
-    ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    const double scale = std::max(1e-3, want.abs().max().item<double>());
-    const double worst = (got - want).abs().max().item<double>() / scale;
-    EXPECT_LT(worst, 2e-5) << what;
 }
 
 } // namespace

@@ -10,9 +10,11 @@
 #include "devicerace/errors.h"
 #include "kernels/lstm_kernels.h"
 #include "models/models.h"
+#include "tensor_close.h"
 
 using namespace devicerace;
 using namespace devicerace::detail;
+using devicerace::test::expectClose;
 
 namespace {
 
@@ -37,13 +39,6 @@ Grads run(torch::nn::LSTM& lstm, const torch::Tensor& tokens, std::int64_t vocab
     (h * torch::linspace(-1.5, 2.0, h.numel()).view(h.sizes())).sum().backward();
     return {h.detach(), params["weight_ih_l0"].grad(), params["weight_hh_l0"].grad(), params["bias_ih_l0"].grad(),
             params["bias_hh_l0"].grad()};
-}
-
-void expectClose(const torch::Tensor& got, const torch::Tensor& want, const char* what) {
-    ASSERT_EQ(got.sizes(), want.sizes()) << what;
-    const double scale = std::max(1e-3, want.abs().max().item<double>());
-    const double worst = (got - want).abs().max().item<double>() / scale;
-    EXPECT_LT(worst, 2e-5) << what;
 }
 
 } // namespace
