@@ -9,6 +9,7 @@
 
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
+#include "devicerace/errors.h"
 #include "lane_runs.h"
 
 using namespace devicerace;
@@ -33,6 +34,18 @@ TEST(Workloads, ParameterCountsMatchThePublishedNetworks) {
     // nanoGPT's shapes at a 65-character alphabet, biases on (test_char_gpt.cpp: the formula).
     EXPECT_EQ(counts["char-gpt"], 809856);
     EXPECT_EQ(counts["char-gpt-6l"], 10770816);
+}
+
+TEST(Workloads, OneWorkloadAskedForCarriesTheSameCountAsTheList) {
+    // findWorkload counts its own network when first asked (not all 13 at start): in a fresh
+    // process, ask for one before the list exists, then compare every entry with the list.
+    const auto mlp = findWorkload("fashion-mlp").parameters;
+    EXPECT_EQ(mlp, 669706);
+    for (const auto& w : workloads()) {
+        EXPECT_EQ(findWorkload(w.name).parameters, w.parameters) << w.name;
+        EXPECT_GT(w.parameters, 0) << w.name;
+    }
+    EXPECT_THROW(findWorkload("no-such-net"), UsageError);
 }
 
 class EveryWorkload : public ::testing::TestWithParam<std::string> {};
