@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "devicerace/dataset.h"
+#include "devicerace/errors.h"
 
 namespace devicerace {
 
@@ -45,14 +46,14 @@ const std::vector<WorkloadInfo>& workloads();
 const WorkloadInfo& findWorkload(const std::string& name);
 /// Tokens scored per example of a language model (WorkloadInfo::tokensPerSample); 0 for other
 /// workloads and for names this build does not know (a recording from another version).
-/// Inline over workloads(): torch-free code (recordings, the fuzz build) uses it.
+/// Inline over findWorkload, which counts only the workload asked for (workloads() builds all 13
+/// networks): torch-free code (recordings, the fuzz build) uses it.
 inline std::int64_t tokensPerSampleOf(const std::string& name) {
-    for (const auto& w : workloads()) {
-        if (w.name == name) {
-            return w.tokensPerSample;
-        }
+    try {
+        return findWorkload(name).tokensPerSample;
+    } catch (const UsageError&) {
+        return 0;
     }
-    return 0;
 }
 
 } // namespace devicerace

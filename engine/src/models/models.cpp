@@ -6,6 +6,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <cstdlib>
@@ -201,6 +202,7 @@ namespace {
 struct CountedInfo {
     WorkloadInfo info;
     std::once_flag counted;
+    std::atomic<bool> done{false};
 };
 
 std::vector<CountedInfo>& countedInfos() {
@@ -218,12 +220,24 @@ std::vector<CountedInfo>& countedInfos() {
 }
 
 const WorkloadInfo& countedInfo(CountedInfo& entry) {
-    std::call_once(entry.counted,
-                   [&] { entry.info.parameters = detail::countParameters(detail::workloadImpl(entry.info.name)); });
+    std::call_once(entry.counted, [&] {
+        entry.info.parameters = detail::countParameters(detail::workloadImpl(entry.info.name));
+        entry.done = true;
+    });
     return entry.info;
 }
 
 } // namespace
+
+std::vector<std::string> detail::countedWorkloadNames() {
+    std::vector<std::string> names;
+    for (const auto& entry : countedInfos()) {
+        if (entry.done) {
+            names.push_back(entry.info.name);
+        }
+    }
+    return names;
+}
 
 const std::vector<WorkloadInfo>& workloads() {
     static const std::vector<WorkloadInfo> infos = [] {

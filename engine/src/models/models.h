@@ -74,6 +74,9 @@ struct WorkloadImpl {
 const WorkloadImpl& workloadImpl(const std::string& name);
 /// The trainable parameters of a workload's network at its defaults (builds it once on the CPU).
 std::int64_t countParameters(const WorkloadImpl& w);
+/// The workloads whose networks have been built to count their parameters so far in this
+/// process, in list order (findWorkload counts one, workloads() all 13).
+std::vector<std::string> countedWorkloadNames();
 
 /// The learning-rate multiplier at `step` of `total` for a schedule name
 /// ("constant", "step": x0.1 at 4/9, 6/9, 8/9 of the run — the seed's 40k/60k/80k of 90k —,
@@ -123,10 +126,12 @@ torch::Tensor tokenLstm(const torch::Tensor& tokens, const torch::Tensor& wIh, c
 
 /// One torch::nn::LSTMCell step on a CPU in fp32 (lstm=cells with fused=true), the gates and
 /// the cell update in one pass each way (models/lstm_cell.cpp): x (batch, input), state (h, c)
-/// or none for zeros -> (h', c'). Differentiable in x, the state and the four parameters.
+/// or none for zeros -> (h', c'). `bias` is the cell's b_ih + b_hh, summed once per sequence by
+/// the caller (autograd hands each bias the sum's gradient). Differentiable in x, the state,
+/// the weights and the bias.
 std::tuple<torch::Tensor, torch::Tensor>
 lstmCellOnePass(const torch::Tensor& x, const std::optional<std::tuple<torch::Tensor, torch::Tensor>>& state,
-                const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bIh, const torch::Tensor& bHh);
+                const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bias);
 
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 /// A char-gpt network's trainable parameters, by formula (checked against the built model).
