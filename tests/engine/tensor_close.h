@@ -21,4 +21,13 @@ inline void expectClose(const torch::Tensor& got, const torch::Tensor& want, con
     EXPECT_LT(worst, tolerance) << what;
 }
 
+/// The four LSTM parameter gradients of two runs (structs with wIh, wHh, bIh, bHh).
+template <class Run>
+void expectLstmParameterGradsClose(const Run& got, const Run& want) {
+    expectClose(got.wIh, want.wIh, "dW_ih");
+    expectClose(got.wHh, want.wHh, "dW_hh");
+    expectClose(got.bIh, want.bIh, "db_ih");
+    expectClose(got.bHh, want.bHh, "db_hh");
+}
+
 } // namespace devicerace::test

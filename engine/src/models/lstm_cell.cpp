@@ -6,28 +6,22 @@
 // at imdb-bilstm's batch 32 × hidden 64 those nodes, not the GEMMs, were most of a cell step.
 // On CUDA ATen has such a kernel (_thnn_fused_lstm_cell); the loop of cells stays a loop.
 #include <ATen/Functions.h>
-#include <torch/autograd.h>
 
 #include "kernels/lstm_kernels.h"
+#include "models/autograd_function.h"
 #include "models/models.h"
 
 namespace devicerace::detail {
 
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
-
 struct LstmCellFunction : torch::autograd::Function<LstmCellFunction> {
     // x (batch, input); h, c (batch, hidden), both empty (no elements) for a zero state; PyTorch's
-    // LSTMCell parameters, gates [i, f, g, o]. -> {h', c'}.
+    // LSTMCell weights, gates [i, f, g, o], and its two biases' sum. -> {h', c'}.
     static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& h, const at::Tensor& c,
-                                 const at::Tensor& wIh, const at::Tensor& wHh, const at::Tensor& bIh,
-                                 const at::Tensor& bHh) {
+                                 const at::Tensor& wIh, const at::Tensor& wHh, const at::Tensor& bias) {
         const auto batch = x.size(0), hidden = wHh.size(1);
-        auto gates = at::addmm(bIh + bHh, x, wIh.t()); // (batch, 4·hidden)
+        auto gates = at::addmm(bias, x, wIh.t()); // (batch, 4·hidden)
         const bool zeroState = h.numel() == 0;
         if (!zeroState) {
             gates.addmm_(h, wHh.t());
@@ -58,8 +52,7 @@ struct LstmCellFunction : torch::autograd::Function<LstmCellFunction> {
         // A zero state still gives W_hh a (zero) gradient, as ATen's cell does: an optimizer
         // skips a parameter without one (a one-step loop would leave Adam's moments untouched).
         const auto dWhh = zeroState ? at::zeros_like(wHh) : at::mm(dGates.t(), h);
-        const auto dBias = dGates.sum(0);
-        return {dx, dhPrev, zeroState ? at::Tensor() : dc, at::mm(dGates.t(), x), dWhh, dBias, dBias.clone()};
+        return {dx, dhPrev, zeroState ? at::Tensor() : dc, at::mm(dGates.t(), x), dWhh, dGates.sum(0)};
     }
 };
 
@@ -67,13 +60,13 @@ struct LstmCellFunction : torch::autograd::Function<LstmCellFunction> {
 
 std::tuple<at::Tensor, at::Tensor> lstmCellOnePass(const at::Tensor& x,
                                                    const std::optional<std::tuple<at::Tensor, at::Tensor>>& state,
-                                                   const at::Tensor& wIh, const at::Tensor& wHh, const at::Tensor& bIh,
-                                                   const at::Tensor& bHh) {
+                                                   const at::Tensor& wIh, const at::Tensor& wHh,
+                                                   const at::Tensor& bias) {
     // Function::apply takes no undefined tensors: an empty one stands for the zero state.
     const auto none = state ? at::Tensor() : at::empty({0}, x.options());
     const auto h = state ? std::get<0>(*state) : none;
     const auto c = state ? std::get<1>(*state) : none;
-    auto out = LstmCellFunction::apply(x, h, c, wIh, wHh, bIh, bHh);
+    auto out = LstmCellFunction::apply(x, h, c, wIh, wHh, bias);
     return {out[0], out[1]};
 }
 

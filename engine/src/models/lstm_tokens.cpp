@@ -6,22 +6,17 @@
 // runs on a CPU, multiplies the one-hot input as a dense matrix both ways (about a third of
 // charlstm's multiply-adds) and computes the input's gradient, which a token never needs.
 #include <ATen/Functions.h>
-#include <torch/autograd.h>
 
 #include <fmt/format.h>
 
 #include "devicerace/errors.h"
 #include "kernels/lstm_kernels.h"
+#include "models/autograd_function.h"
 #include "models/models.h"
 
 namespace devicerace::detail {
 
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
 
 struct TokenLstmFunction : torch::autograd::Function<TokenLstmFunction> {
     // tokens (batch, steps) int64; PyTorch's LSTM parameters, gates [i, f, g, o]. -> h_T (batch, hidden).

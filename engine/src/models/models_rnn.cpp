@@ -41,11 +41,11 @@ struct LstmRunnerImpl : torch::nn::Module {
         auto run = [&](torch::nn::LSTMCell& cell, bool reverse) {
             const auto steps = x.size(1);
             std::optional<std::tuple<torch::Tensor, torch::Tensor>> state;
+            const auto bias = onePass ? cell->bias_ih + cell->bias_hh : torch::Tensor();
             for (std::int64_t i = 0; i < steps; ++i) {
                 auto xt = x.select(1, reverse ? steps - 1 - i : i);
-                state = onePass
-                            ? lstmCellOnePass(xt, state, cell->weight_ih, cell->weight_hh, cell->bias_ih, cell->bias_hh)
-                            : cell->forward(xt, state);
+                state = onePass ? lstmCellOnePass(xt, state, cell->weight_ih, cell->weight_hh, bias)
+                                : cell->forward(xt, state);
             }
             return std::get<0>(*state);
         };
