@@ -62,7 +62,7 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
     if (!r.cpu.bf16Units.empty()) {
         precisions.push_back(Precision::Bf16);
     }
-    std::string cpu, source;
+    std::string cpu, source, busy;
     bool cached = true;
     for (const auto p : precisions) {
         cpu += fmt::format("{}{}:", cpu.empty() ? "" : " · ", p == Precision::Bf16 ? "bf16" : "fp32");
@@ -71,16 +71,23 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
             const auto peak = cpuPeakFlops(p, t, remeasure);
             cached = cached && peak.cached;
             source = peak.source;
+            if (peak.busy) {
+                busy = peak.source;
+            }
             cpu += fmt::format(" {} thread{} {} GFLOP/s", t, t == 1 ? "" : "s", groupThousands(peak.flopsPerSec / 1e9));
         }
     }
     const auto file = peakCacheFile();
     // "measured 2026-11-26: 1024x1024 GEMMs, bf16, 2 threads, median of 5" -> its date and method
     const auto colon = source.find(':');
-    std::string out = fmt::format("peak     cpu {}\n         ({}: square GEMMs, median of 7 batches; {})\n", cpu,
-                                  source.substr(0, colon),
-                                  file.empty() ? "not cached: no cache folder"
-                                               : fmt::format("{} {}", cached ? "read from" : "kept in", file.string()));
+    std::string out = fmt::format(
+        "peak     cpu {}\n         ({}: square GEMMs, median of 7 batches; {})\n", cpu, source.substr(0, colon),
+        file.empty()    ? "not cached: no cache folder"
+        : !busy.empty() ? "not kept: other work shared the cores"
+                        : fmt::format("{} {}", cached ? "read from" : "kept in", file.string()));
+    if (!busy.empty()) {
+        out += fmt::format("         {}; run `devicerace-cli devices --remeasure` when the machine is idle\n", busy);
+    }
     for (const auto& g : r.gpus) {
         const auto bf16 = gpuDatasheetPeak(g.name, Precision::Bf16);
         const auto tf32 = gpuDatasheetPeak(g.name, Precision::Fp32);

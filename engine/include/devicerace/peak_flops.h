@@ -16,6 +16,7 @@ struct PeakFlops {
     std::string source;    // "measured: 1024x1024 GEMMs, fp32, 2 threads, median of 5" or "datasheet: ..."
     bool measured = false; // a calibration on this machine (false: a datasheet figure)
     bool cached = false;   // read from the cache file rather than measured by this call
+    bool busy = false;     // measured while other work shared the cores: below the peak, not cached
 };
 
 /// Where measured CPU peaks are kept: $DEVICERACE_CACHE_DIR, else $XDG_CACHE_HOME/devicerace,
@@ -23,10 +24,13 @@ struct PeakFlops {
 std::filesystem::path peakCacheFile();
 
 /// The CPU's dense matrix-multiply peak for `precision` on `threads` intra-op threads: the
-/// median rate of five timed batches of square GEMMs (at::mm, MKL for fp32, oneDNN for bf16) on a
-/// thread of its own, after a warm-up; cached per CPU model, threads, precision and LibTorch
+/// median rate of seven timed batches of square GEMMs (at::mm, MKL for fp32, oneDNN for bf16) on
+/// a thread of its own, after a warm-up; cached per CPU model, threads, precision and LibTorch
 /// version (a broken or foreign cache file is ignored and rewritten). `remeasure` skips the cache.
-/// Run it while the machine is otherwise idle: it measures what the cores give now.
+/// Run it while the machine is otherwise idle: it measures what the cores give now. When the
+/// process got under 85% of `threads` cores' time while it timed (other work shared them), it
+/// measures once more; if still busy the figure is returned with "on a busy CPU" in its source
+/// and not cached, so a later call measures again.
 PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure = false);
 
 /// A GPU's dense peak for a lane of `precision` by the device name (CUDA's, e.g. "NVIDIA H100
