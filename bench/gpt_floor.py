@@ -12,28 +12,21 @@ Usage: bench/gpt_floor.py [--workload char-gpt|char-gpt-6l] [--threads N] [--ste
 Each figure is the median of --reps timed calls on hot caches, after warm-up calls.
 """
 import argparse
-import platform
+import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+from host import cpu_model  # noqa: E402  (bench/support/host.py)
+
 SHAPES = {  # layers, heads, width, context, batch (engine models_gpt.cpp)
     "char-gpt": (4, 4, 128, 64, 12),
     "char-gpt-6l": (6, 6, 384, 256, 64),
 }
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def median_ms(fn, reps):
