@@ -83,7 +83,7 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
     std::string out = fmt::format(
         "peak     cpu {}\n         ({}: square GEMMs, median of 7 batches; {})\n", cpu, source.substr(0, colon),
         file.empty()    ? "not cached: no cache folder"
-        : !busy.empty() ? "not kept: other work shared the cores"
+        : !busy.empty() ? "a figure from a busy CPU is not kept: other work shared the cores"
                         : fmt::format("{} {}", cached ? "read from" : "kept in", file.string()));
     if (!busy.empty()) {
         out += fmt::format("         {}; run `devicerace-cli devices --remeasure` when the machine is idle\n", busy);

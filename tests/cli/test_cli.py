@@ -213,7 +213,10 @@ class Listings(unittest.TestCase):
                 env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", DEVICERACE_CACHE_DIR=cache)
                 out = subprocess.run([CLI, "devices"], capture_output=True, text=True, timeout=300, env=env)
                 kept = os.path.join(cache, "peaks.json")
-                entries = json.load(open(kept))["peaks"] if os.path.exists(kept) else {}
+                entries = {}
+                if os.path.exists(kept):
+                    with open(kept, encoding="utf-8") as f:
+                        entries = json.load(f)["peaks"]
         finally:
             for p in spinners:
                 p.kill()
