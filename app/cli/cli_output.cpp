@@ -62,7 +62,7 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
     if (!r.cpu.bf16Units.empty()) {
         precisions.push_back(Precision::Bf16);
     }
-    std::string cpu, source, busy;
+    std::string cpu, source, busy, limited;
     bool cached = true;
     for (const auto p : precisions) {
         cpu += fmt::format("{}{}:", cpu.empty() ? "" : " · ", p == Precision::Bf16 ? "bf16" : "fp32");
@@ -73,6 +73,10 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
             source = peak.source;
             if (peak.busy) {
                 busy = peak.source;
+            }
+            if (const auto at = peak.source.find(" on the "); at != std::string::npos && limited.empty()) {
+                limited = fmt::format("{} thread{} measured {}", t, t == 1 ? "" : "s",
+                                      peak.source.substr(at + 1, peak.source.find(')', at) - at));
             }
             cpu += fmt::format(" {} thread{} {} GFLOP/s", t, t == 1 ? "" : "s", groupThousands(peak.flopsPerSec / 1e9));
         }
@@ -85,6 +89,10 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
         file.empty()    ? "not cached: no cache folder"
         : !busy.empty() ? "a figure from a busy CPU is not kept: other work shared the cores"
                         : fmt::format("{} {}", cached ? "read from" : "kept in", file.string()));
+    if (!limited.empty()) {
+        // A container's --cpus or a taskset: what lanes here can reach, not the CPU's own peak.
+        out += fmt::format("         {}: this process's ceiling, not the CPU's\n", limited);
+    }
     if (!busy.empty()) {
         out += fmt::format("         {}; run `devicerace-cli devices --remeasure` when the machine is idle\n", busy);
     }

@@ -21,6 +21,33 @@ FASHION = "/usr/share/datasets/fashion-mnist"
 SMALL = ["--train-limit", "2000", "--test-limit", "500"]
 
 
+def quota_cgroup(cores):
+    """A fresh cgroup (v1 cpu or v2) allowing `cores` CPUs' time, under this process's own; its
+    folder, or None where cgroups cannot be written (not root, read-only, no cpu controller)."""
+    with open("/proc/self/cgroup", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        v2 = controllers == ""
+        if not v2 and "cpu" not in controllers.split(","):
+            continue
+        for mount in [""] if v2 else ["cpu", "cpu,cpuacct", "cpuacct,cpu"]:
+            group = os.path.join("/sys/fs/cgroup", mount, path.lstrip("/"), f"devicerace-test-{os.getpid()}")
+            try:
+                os.mkdir(group)
+            except OSError:
+                continue
+            try:
+                files = ({"cpu.max": f"{int(cores * 100000)} 100000"} if v2 else
+                         {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": str(int(cores * 100000))})
+                for name, text in files.items():
+                    with open(os.path.join(group, name), "w", encoding="utf-8") as f:
+                        f.write(text)
+                return group
+            except OSError:
+                os.rmdir(group)
+    return None
+
 def run(*args, timeout=300):
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
@@ -227,6 +254,38 @@ class Listings(unittest.TestCase):
         self.assertRegex(out.stdout, r"on a busy CPU \(it got \d+% of \d+ cores?\)")
         self.assertIn("devices --remeasure` when the machine is idle", out.stdout)
         self.assertEqual(entries, {})
+
+    def test_devices_measures_against_the_cpu_quota(self):
+        """Under a CPU quota below its threads (a container's --cpus), a calibration gets the
+        quota's time: that is this process's ceiling, not other work, so the figure is kept under
+        its own key and says so (it used to read "busy" and was never kept)."""
+        if len(os.sched_getaffinity(0)) < 2:
+            self.skipTest("needs two CPUs for a 2-thread figure above a 1.5-core quota")
+        group = quota_cgroup(1.5)
+        if group is None:
+            self.skipTest("no writable cpu cgroup here")
+        try:
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", DEVICERACE_CACHE_DIR=cache)
+                procs = os.path.join(group, "cgroup.procs")
+
+                def enter():
+                    with open(procs, "w", encoding="utf-8") as f:
+                        f.write(str(os.getpid()))
+
+                out = subprocess.run([CLI, "devices"], capture_output=True, text=True, timeout=300, env=env,
+                                     preexec_fn=enter)
+                with open(os.path.join(cache, "peaks.json"), encoding="utf-8") as f:
+                    keys = sorted(json.load(f)["peaks"])
+        finally:
+            os.rmdir(group)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        if "busy CPU" in out.stdout:
+            self.skipTest("other work shared the CPUs: " + out.stdout)
+        self.assertIn("2 threads measured on the 1.5 cores this process may use (CPU quota or affinity): "
+                      "this process's ceiling, not the CPU's", out.stdout)
+        self.assertTrue(any("|2 threads on 1.5 cores|" in k for k in keys), keys)
+        self.assertTrue(any("|1 threads|" in k for k in keys), keys)
 
     def test_the_first_race_without_lanes(self):
         """No --lane: the engine's first race (the window opens with it); --live and --workload adjust it."""

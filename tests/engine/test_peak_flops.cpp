@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -61,6 +62,9 @@ TEST(CpuPeak, TheCalibrationIsStableAndCached) {
     const auto d = cpuPeakFlops(Precision::Fp32, 1);
     EXPECT_FALSE(d.cached);
     EXPECT_GT(d.flopsPerSec, 0);
+    if (d.busy) {
+        GTEST_SKIP() << "other work shared the core, so nothing was rewritten: " << d.source;
+    }
     EXPECT_TRUE(cpuPeakFlops(Precision::Fp32, 1).cached); // rewritten
 
     // A format-1 file may hold a figure from a busy machine (no CPU-share check then): measured over.
@@ -73,7 +77,11 @@ TEST(CpuPeak, TheCalibrationIsStableAndCached) {
     ASSERT_NE(at, std::string::npos) << text;
     text.replace(at, 11, "\"format\": 1");
     std::ofstream(cache.dir / "peaks.json") << text;
-    EXPECT_FALSE(cpuPeakFlops(Precision::Fp32, 1).cached);
+    const auto e = cpuPeakFlops(Precision::Fp32, 1);
+    EXPECT_FALSE(e.cached);
+    if (e.busy) {
+        GTEST_SKIP() << "other work shared the core, so nothing was rewritten: " << e.source;
+    }
     EXPECT_TRUE(cpuPeakFlops(Precision::Fp32, 1).cached);
 
     if (!deviceReport().cpu.bf16Units.empty()) {
@@ -110,7 +118,8 @@ TEST(CpuPeak, ACalibrationOnABusyCpuIsNotKept) {
         const pid_t pid = ::fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
-            for (volatile unsigned long n = 0;; n = n + 1) {
+            for (;;) {
+                asm volatile(""); // a side effect each turn: the loop is not optimised away
             }
         }
         spinners.pids.push_back(pid);
@@ -123,7 +132,97 @@ TEST(CpuPeak, ACalibrationOnABusyCpuIsNotKept) {
     EXPECT_FALSE(busy.cached);
     const auto after = cpuPeakFlops(Precision::Fp32, 1); // nothing cached: measured again, idle
     EXPECT_FALSE(after.cached);
-    EXPECT_EQ(after.source.find("busy"), std::string::npos) << after.source;
+    if (!after.busy) { // other work than the spinners may share the cores still
+        EXPECT_TRUE(cpuPeakFlops(Precision::Fp32, 1).cached) << after.source;
+    }
+}
+
+namespace {
+
+// This process moved into a fresh cgroup with a CPU quota (v1's cfs files or v2's cpu.max), and
+// back to where it was at the end. `ok` is false where cgroups cannot be written (not root, a
+// read-only /sys/fs/cgroup, no cpu controller).
+struct QuotaCgroup {
+    std::filesystem::path dir, home;
+    bool ok = false;
+    std::string why = "no writable cpu cgroup here";
+
+    explicit QuotaCgroup(double cores) {
+        namespace fs = std::filesystem;
+        std::ifstream in("/proc/self/cgroup");
+        std::string line;
+        while (std::getline(in, line) && !ok) {
+            const auto a = line.find(':');
+            const auto b = a == std::string::npos ? a : line.find(':', a + 1);
+            if (b == std::string::npos) {
+                continue;
+            }
+            const auto controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+            const auto rel = fs::path(line.substr(b + 1)).relative_path();
+            const bool v2 = controllers == ",,";
+            if (!v2 && controllers.find(",cpu,") == std::string::npos) {
+                continue;
+            }
+            for (const auto* mount :
+                 v2 ? std::vector<const char*>{""} : std::vector<const char*>{"cpu", "cpu,cpuacct", "cpuacct,cpu"}) {
+                const fs::path top = fs::path("/sys/fs/cgroup") / mount;
+                home = rel.empty() ? top : top / rel;
+                dir = home / ("devicerace-test-" + std::to_string(::getpid()));
+                std::error_code ec;
+                if (!fs::is_directory(home, ec) || !fs::create_directory(dir, ec)) {
+                    continue;
+                }
+                const auto period = 100000;
+                const auto quota = static_cast<long>(cores * period);
+                ok = v2 ? put("cpu.max", std::to_string(quota) + " " + std::to_string(period))
+                        : put("cpu.cfs_period_us", std::to_string(period)) &&
+                              put("cpu.cfs_quota_us", std::to_string(quota));
+                ok = ok && put("cgroup.procs", std::to_string(::getpid()));
+                if (ok) {
+                    break;
+                }
+                fs::remove(dir, ec);
+            }
+        }
+    }
+    bool put(const char* file, const std::string& text) const {
+        std::ofstream out(dir / file);
+        out << text << std::flush;
+        return static_cast<bool>(out);
+    }
+    ~QuotaCgroup() {
+        if (ok) {
+            std::ofstream(home / "cgroup.procs") << ::getpid() << std::flush;
+        }
+        std::error_code ec;
+        std::filesystem::remove(dir, ec);
+    }
+};
+
+} // namespace
+
+// A container's CPU quota is its ceiling, not other work: a calibration under a quota of half a
+// core is kept (against the half core), says so, and is cached apart from the whole core's.
+// Before, every calibration under a quota below its threads read "busy" and was never cached.
+TEST(CpuPeak, ACalibrationUnderACpuQuotaIsKeptForThatQuota) {
+    CacheDir cache;
+    {
+        QuotaCgroup quota(0.5);
+        if (!quota.ok) {
+            GTEST_SKIP() << quota.why;
+        }
+        ASSERT_TRUE(deviceReport().cpu.logicalCpus >= 1);
+        const auto half = cpuPeakFlops(Precision::Fp32, 1, true);
+        if (half.busy && half.source.find("0.5 cores") != std::string::npos) {
+            GTEST_SKIP() << "other work shared the core even under the quota: " << half.source;
+        }
+        EXPECT_FALSE(half.busy) << half.source;
+        EXPECT_NE(half.source.find("on the 0.5 cores this process may use"), std::string::npos) << half.source;
+        EXPECT_TRUE(cpuPeakFlops(Precision::Fp32, 1).cached);
+    }
+    const auto whole = cpuPeakFlops(Precision::Fp32, 1); // out of the cgroup: its own key
+    EXPECT_FALSE(whole.cached) << whole.source;
+    EXPECT_EQ(whole.source.find("this process may use"), std::string::npos) << whole.source;
 }
 
 TEST(GpuPeak, DatasheetRowsFollowTheDeviceName) {
@@ -153,6 +252,7 @@ TEST(GpuPeak, DatasheetRowsFollowTheDeviceName) {
 // the peak measured in this test, so both sides see the same quiet machine.
 TEST(CpuPeak, EveryCpuLaneUsesAShareOfThePeak) {
     CacheDir cache;
+    std::string busy;
     for (const auto* workload : {"fashion-mlp", "fashion-cnn", "char-gpt"}) {
         RaceSpec spec;
         spec.workload = workload;
@@ -174,10 +274,17 @@ TEST(CpuPeak, EveryCpuLaneUsesAShareOfThePeak) {
             ASSERT_EQ(l.state, LaneState::Finished) << workload << " " << l.error;
             ASSERT_TRUE(l.utilization && l.peakFlopsPerSec) << workload << " " << l.name;
             EXPECT_GT(*l.utilization, 0) << workload << " " << l.name;
-            EXPECT_LE(*l.utilization, 1.0)
-                << workload << " " << l.name << ": " << *l.achievedFlopsPerSec << " of " << *l.peakFlopsPerSec;
+            if (l.peakSource.find("on a busy CPU") != std::string::npos) {
+                busy = l.peakSource; // a peak measured while other work ran is below the real one
+                continue;
+            }
+            EXPECT_LE(*l.utilization, 1.0) << workload << " " << l.name << ": " << *l.achievedFlopsPerSec << " of "
+                                           << *l.peakFlopsPerSec << " (" << l.peakSource << ")";
             EXPECT_NE(l.peakSource.find(l.name == "two" ? "2 threads" : "1 thread,"), std::string::npos)
                 << l.peakSource;
         }
+    }
+    if (!busy.empty()) {
+        GTEST_SKIP() << "a peak was measured while other work shared the cores, so its share was not checked: " << busy;
     }
 }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "devicerace/device_info.h"
@@ -17,6 +19,7 @@
 #include "devicerace/lane_keys.h"
 #include "workers/child_process.h"
 #include "workers/protocol.h"
+#include "test_util.h"
 
 using namespace devicerace;
 using namespace devicerace::detail;
@@ -268,6 +271,51 @@ TEST(CpuFlags, Bf16UnitsFromTheFlagsLine) {
     EXPECT_EQ(detail::bf16UnitsOf("fpu avx2 fma"), "");
     EXPECT_EQ(detail::bf16UnitsOf("amx_bf16x avx512_bf16y"), ""); // whole words only
     EXPECT_EQ(detail::bf16UnitsOf(""), "");
+}
+
+// A container's CPU quota, from cgroup v2's cpu.max or v1's cfs files: the tightest one on the
+// way from the process's cgroup up to the hierarchy's root.
+TEST(CpuQuota, ReadFromTheCgroupFiles) {
+    EXPECT_DOUBLE_EQ(detail::quotaCoresFromCpuMax("150000 100000").value_or(-1), 1.5);
+    EXPECT_DOUBLE_EQ(detail::quotaCoresFromCpuMax("50000 100000\n").value_or(-1), 0.5);
+    EXPECT_FALSE(detail::quotaCoresFromCpuMax("max 100000"));
+    EXPECT_FALSE(detail::quotaCoresFromCpuMax(""));
+    EXPECT_FALSE(detail::quotaCoresFromCpuMax("0 100000"));
+    EXPECT_FALSE(detail::quotaCoresFromCpuMax("12x 100000"));
+    EXPECT_DOUBLE_EQ(detail::quotaCoresFromCfs("200000", "100000").value_or(-1), 2.0);
+    EXPECT_FALSE(detail::quotaCoresFromCfs("-1", "100000"));
+    EXPECT_FALSE(detail::quotaCoresFromCfs("", ""));
+
+    const auto write = [](const std::filesystem::path& file, const std::string& text) {
+        std::filesystem::create_directories(file.parent_path());
+        std::ofstream(file) << text;
+    };
+    test::TempDir v2;
+    EXPECT_FALSE(detail::cpuQuotaCores(v2.path().string())); // nothing readable: no quota
+    write(v2.path() / "proc/self/cgroup", "0::/box/lane\n");
+    write(v2.path() / "sys/fs/cgroup/box/lane/cpu.max", "max 100000\n");
+    write(v2.path() / "sys/fs/cgroup/box/cpu.max", "150000 100000\n");
+    write(v2.path() / "sys/fs/cgroup/cpu.max", "400000 100000\n");
+    EXPECT_DOUBLE_EQ(detail::cpuQuotaCores(v2.path().string()).value_or(-1), 1.5);
+
+    test::TempDir v1;
+    write(v1.path() / "proc/self/cgroup", "5:memory:/x\n3:cpu,cpuacct:/docker/abc\n0::/\n");
+    write(v1.path() / "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
+    write(v1.path() / "sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    write(v1.path() / "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_quota_us", "75000\n");
+    write(v1.path() / "sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_period_us", "100000\n");
+    EXPECT_DOUBLE_EQ(detail::cpuQuotaCores(v1.path().string()).value_or(-1), 0.75);
+
+    test::TempDir root; // a container's namespace: its cgroup is the mount's root
+    write(root.path() / "proc/self/cgroup", "1:cpu:/\n");
+    write(root.path() / "sys/fs/cgroup/cpu/cpu.cfs_quota_us", "100000\n");
+    write(root.path() / "sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
+    EXPECT_DOUBLE_EQ(detail::cpuQuotaCores(root.path().string()).value_or(-1), 1.0);
+
+    const double here = detail::usableCores(64);
+    EXPECT_GT(here, 0);
+    EXPECT_LE(here, deviceReport().cpu.logicalCpus);
+    EXPECT_LE(detail::usableCores(1), 1.0);
 }
 
 TEST(SshTarget, ParsesUserHostAndPort) {

@@ -28,9 +28,12 @@ std::filesystem::path peakCacheFile();
 /// a thread of its own, after a warm-up; cached per CPU model, threads, precision and LibTorch
 /// version (a broken or foreign cache file is ignored and rewritten). `remeasure` skips the cache.
 /// Run it while the machine is otherwise idle: it measures what the cores give now. When the
-/// process got under 85% of `threads` cores' time while it timed (other work shared them), it
-/// measures once more; if still busy the figure is returned with "on a busy CPU" in its source
-/// and not cached, so a later call measures again.
+/// process got under 85% of the cores `threads` threads may use (at most the CPUs in its
+/// affinity and its cgroup's CPU quota) while it timed, other work shared them: it measures once
+/// more; if still busy the figure is returned with "on a busy CPU" in its source and not cached,
+/// so a later call measures again. Fewer usable cores than threads is this process's ceiling,
+/// not other work: that figure is kept under its own key, its source saying "on the 1.5 cores
+/// this process may use".
 PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure = false);
 
 /// A GPU's dense peak for a lane of `precision` by the device name (CUDA's, e.g. "NVIDIA H100

@@ -1,5 +1,6 @@
 #pragma once
 // Host CPU facts read from /proc and the loader's view of this process. Thread-safe.
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,22 @@ HostCpu readHostCpu();
 /// The bf16 matrix units a /proc/cpuinfo "flags" line names: "AMX" (amx_bf16), "AVX-512 BF16"
 /// (avx512_bf16), else "".
 std::string bf16UnitsOf(std::string_view flags);
+
+/// Cores' worth of CPU time a "cpu.max" line of cgroup v2 allows ("150000 100000" -> 1.5);
+/// nullopt for "max ..." (no limit) or a line that is not one.
+std::optional<double> quotaCoresFromCpuMax(std::string_view line);
+/// The same for cgroup v1's cpu.cfs_quota_us and cpu.cfs_period_us (quota -1: no limit).
+std::optional<double> quotaCoresFromCfs(std::string_view quotaUs, std::string_view periodUs);
+
+/// The CPU time this process's cgroups allow it, in cores (a container started with
+/// `--cpus=1.5` gives 1.5): the tightest quota on the way from its cgroup up to the hierarchy's
+/// root, v2 (cpu.max) or v1 (cpu.cfs_quota_us). nullopt when no quota applies or none is readable.
+/// `root` replaces "/" in the paths read (tests).
+std::optional<double> cpuQuotaCores(const std::string& root = "/");
+
+/// Cores `threads` threads can keep busy here: at most the CPUs this process may run on
+/// (affinity) and the cgroup's CPU quota.
+double usableCores(int threads);
 
 /// The BLAS library actually mapped into this process (from /proc/self/maps), e.g.
 /// "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"; empty when none is mapped.

@@ -51,9 +51,10 @@ const char* precisionName(Precision p) {
     return p == Precision::Bf16 ? "bf16" : p == Precision::Fp16 ? "fp16" : "fp32";
 }
 
-std::string cacheKey(Precision p, int threads) {
-    return fmt::format("{}|{} threads|{}|LibTorch {}", deviceReport().cpu.model, threads, precisionName(p),
-                       TORCH_VERSION);
+// Fewer usable cores than threads (affinity, a container's CPU quota) make a lower peak, kept apart.
+std::string cacheKey(Precision p, int threads, double cores) {
+    return fmt::format("{}|{} threads{}|{}|LibTorch {}", deviceReport().cpu.model, threads,
+                       cores < threads ? fmt::format(" on {:.3g} cores", cores) : "", precisionName(p), TORCH_VERSION);
 }
 
 double processCpuSeconds() {
@@ -64,11 +65,12 @@ double processCpuSeconds() {
 
 struct Calibration {
     double rate = 0;     // FLOP/s, the median batch's
-    double cpuShare = 1; // this process's CPU time over the timed batches ÷ (wall time × threads)
+    double cpuShare = 1; // this process's CPU time over the timed batches ÷ (wall time × cores)
 };
 
-// Times GEMMs on a thread of its own, so the caller's thread count and OpenMP pool stay as they are.
-Calibration measure(Precision p, int threads) {
+// Times GEMMs on a thread of its own, so the caller's thread count and OpenMP pool stay as they
+// are. `cores`: what `threads` threads can use here (detail::usableCores), the share's whole.
+Calibration measure(Precision p, int threads, double cores) {
     Calibration out;
     std::thread worker([&] {
         at::set_num_threads(threads);
@@ -98,7 +100,7 @@ Calibration measure(Precision p, int threads) {
             r = 2.0 * kSide * kSide * kSide * reps / s;
         }
         const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
-        out.cpuShare = (processCpuSeconds() - cpu0) / std::max(wall * threads, 1e-9);
+        out.cpuShare = (processCpuSeconds() - cpu0) / std::max(wall * cores, 1e-9);
         std::sort(rates.begin(), rates.end());
         out.rate = rates[kBatches / 2];
     });
@@ -198,7 +200,10 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
     }
     std::lock_guard lock(g_mutex);
     const auto file = peakCacheFile();
-    const auto key = cacheKey(precision, threads);
+    // A container's quota or a narrow affinity is this machine's ceiling, not other work: the
+    // busy check measures against it (a 1.5-core quota once made every 2-thread figure "busy").
+    const double cores = detail::usableCores(threads);
+    const auto key = cacheKey(precision, threads, cores);
     auto cache = file.empty() ? json{{"format", kCacheFormat}, {"peaks", json::object()}} : readCache(file);
     auto& peaks = cache["peaks"];
     if (!remeasure && peaks.contains(key) && peaks[key].is_object()) {
@@ -208,10 +213,10 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
             return {f, e.value("source", std::string("measured")), true, true};
         }
     }
-    auto m = measure(precision, threads);
+    auto m = measure(precision, threads, cores);
     if (m.cpuShare < kMinCpuShare) {
         // Once more: a passing burst of other work should not cost the cache its figure.
-        if (const auto again = measure(precision, threads); again.cpuShare > m.cpuShare) {
+        if (const auto again = measure(precision, threads, cores); again.cpuShare > m.cpuShare) {
             m = again;
         }
     }
@@ -222,9 +227,13 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
     p.busy = busy;
     p.source = fmt::format("measured {}: {}x{} GEMMs, {}, {} thread{}, median of {}", today(), kSide, kSide,
                            precisionName(precision), threads, threads == 1 ? "" : "s", kBatches);
+    if (cores < threads) {
+        p.source += fmt::format(" on the {:.3g} core{} this process may use (CPU quota or affinity)", cores,
+                                cores == 1 ? "" : "s");
+    }
     if (busy) {
-        p.source += fmt::format(" on a busy CPU (it got {:.0f}% of {} core{}): below the peak, not kept",
-                                100 * m.cpuShare, threads, threads == 1 ? "" : "s");
+        p.source += fmt::format(" on a busy CPU (it got {:.0f}% of {:.3g} core{}): below the peak, not kept",
+                                100 * m.cpuShare, cores, cores == 1 ? "" : "s");
         return p;
     }
     if (!file.empty()) {
