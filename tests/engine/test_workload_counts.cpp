@@ -1,6 +1,6 @@
-// A race's summary counts only its own workload's parameters: counting builds the network, and
-// building all 13 (ResNet-50's initialisation most of it) cost every race ~0.4 s of CPU at its
-// end. ctest runs each test in a fresh process; run by hand after other tests, it compares
+// A race's summary builds no network: counting parameters builds one, and building all 13
+// (ResNet-50's initialisation most of it) cost every race ~0.4 s of CPU at its end; the token
+// count it needs is a fixed field. ctest runs each test in a fresh process; run by hand after other tests, it compares
 // against what was already counted.
 #include <gtest/gtest.h>
 
@@ -32,9 +32,7 @@ TEST(WorkloadCounts, ARaceSummaryCountsOnlyItsOwnWorkload) {
     summary.workload = "char-gpt";
     finishRaceSummary(summary);
     EXPECT_EQ(summary.tokensPerSample, 64);
-    for (const auto& name : countedSince(before)) {
-        EXPECT_EQ(name, "char-gpt") << "a char-gpt race's summary built " << name << "'s network";
-    }
+    EXPECT_EQ(countedSince(before), std::vector<std::string>{}) << "a race's summary built a network";
 }
 
 TEST(WorkloadCounts, AnUnknownWorkloadHasNoTokensAndCountsNothing) {
@@ -42,9 +40,8 @@ TEST(WorkloadCounts, AnUnknownWorkloadHasNoTokensAndCountsNothing) {
     const auto before = devicerace::detail::countedWorkloadNames();
     EXPECT_EQ(tokensPerSampleOf("no-such-net"), 0);
     EXPECT_EQ(tokensPerSampleOf("fashion-mlp"), 0);
-    for (const auto& name : countedSince(before)) {
-        EXPECT_EQ(name, "fashion-mlp");
-    }
+    EXPECT_EQ(tokensPerSampleOf("char-gpt-6l"), 256);
+    EXPECT_EQ(countedSince(before), std::vector<std::string>{}) << "the token count built a network";
 }
 
 TEST(WorkloadCounts, TheListCountsEveryWorkload) {

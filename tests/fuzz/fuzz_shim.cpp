@@ -84,6 +84,10 @@ const WorkloadInfo& findWorkload(const std::string& name) {
     throw UsageError("unknown workload '" + name + "' (fuzz shim)");
 }
 
+// FAKE (real one: src/models/models.cpp reads the registry's fixed fields): no language model
+// in the shim's list, so no tokens.
+std::int64_t tokensPerSampleOf(const std::string&) { return 0; }
+
 // FAKE (real one: src/race/make_lane.cpp builds thread, worker and data-parallel lanes): no
 // target starts a race; race.cpp is linked only for the summary functions a recording's
 // summary uses. Reaching this is a bug in a driver.

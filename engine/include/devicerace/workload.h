@@ -45,15 +45,9 @@ const std::vector<WorkloadInfo>& workloads();
 /// Throws UsageError listing the known names when `name` is unknown.
 const WorkloadInfo& findWorkload(const std::string& name);
 /// Tokens scored per example of a language model (WorkloadInfo::tokensPerSample); 0 for other
-/// workloads and for names this build does not know (a recording from another version).
-/// Inline over findWorkload, which counts only the workload asked for (workloads() builds all 13
-/// networks): torch-free code (recordings, the fuzz build) uses it.
-inline std::int64_t tokensPerSampleOf(const std::string& name) {
-    try {
-        return findWorkload(name).tokensPerSample;
-    } catch (const UsageError&) {
-        return 0;
-    }
-}
+/// workloads and for names this build does not know (a recording from another version). Reads
+/// the workload's fixed fields and builds no network (findWorkload builds one to count its
+/// parameters): race summaries, recordings and the window call it.
+std::int64_t tokensPerSampleOf(const std::string& name);
 
 } // namespace devicerace

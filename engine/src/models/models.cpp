@@ -250,6 +250,15 @@ const std::vector<WorkloadInfo>& workloads() {
     return infos;
 }
 
+std::int64_t tokensPerSampleOf(const std::string& name) {
+    for (const auto& entry : countedInfos()) { // the fixed fields, counted or not
+        if (entry.info.name == name) {
+            return entry.info.tokensPerSample;
+        }
+    }
+    return 0;
+}
+
 const WorkloadInfo& findWorkload(const std::string& name) {
     for (auto& entry : countedInfos()) {
         if (entry.info.name == name) {
