@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ostream>
 
 #include "devicerace/dataset.h"
@@ -124,6 +125,7 @@ struct CourseCase {
     const char* precision;
     const char* lane; // batch and learning rate
     const char* fusedText;
+    const char* convWgrad = nullptr; // DEVICERACE_CONV_WGRAD for the fused lane ("gemm": every shape)
 };
 
 void PrintTo(const CourseCase& c, std::ostream* os) { *os << c.workload << " " << c.precision << ", " << c.lane; }
@@ -140,7 +142,11 @@ TEST_P(FusedCourse, FollowsTheUnfusedLossCurveFor100Steps) {
     std::string plainHow, fusedHow;
     const auto plain =
         stepLosses(w.name, parseLaneSpec(base + ",fused=false,precision=" + c.precision), data, kSteps, &plainHow);
+    if (c.convWgrad) {
+        ::setenv("DEVICERACE_CONV_WGRAD", c.convWgrad, 1);
+    }
     const auto fused = stepLosses(w.name, parseLaneSpec(base + ",precision=" + c.precision), data, kSteps, &fusedHow);
+    ::unsetenv("DEVICERACE_CONV_WGRAD");
     EXPECT_NE(fusedHow.find(c.fusedText), std::string::npos) << fusedHow;
     EXPECT_EQ(plainHow.find(c.fusedText), std::string::npos) << plainHow;
     ASSERT_EQ(plain.size(), static_cast<std::size_t>(kSteps));
@@ -175,21 +181,22 @@ TEST_P(FusedCourse, FollowsTheUnfusedLossCurveFor100Steps) {
                 worstStep, worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(OneHundredSteps, FusedCourse,
-                         ::testing::Values(CourseCase{"cifar-resnet20", "fp32", "batch=8,lr=2e-3",
-                                                      "one-pass batch norm (+ residual add) + relu"},
-                                           CourseCase{"cifar-resnet20", "bf16", "batch=4,lr=2e-3",
-                                                      "one-pass batch norm (+ residual add) + relu"},
-                                           CourseCase{"fashion-cnn", "fp32", "batch=16", "one-pass relu + max pool"},
-                                           CourseCase{"fashion-cnn", "bf16", "batch=16", "one-pass relu + max pool"},
-                                           CourseCase{"charlstm", "fp32", "batch=16,lr=1e-3", "LSTM over token ids"},
-                                           CourseCase{"imdb-bilstm", "fp32", "batch=8,lstm=cells",
-                                                      "LSTM cells with their gates in one pass"}),
-                         [](const auto& info) {
-                             std::string n = std::string(info.param.workload) + "_" + info.param.precision;
-                             std::erase(n, '-');
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    OneHundredSteps, FusedCourse,
+    ::testing::Values(
+        CourseCase{"cifar-resnet20", "fp32", "batch=8,lr=2e-3", "one-pass batch norm (+ residual add) + relu"},
+        CourseCase{"cifar-resnet20", "fp32", "batch=8,lr=2e-3", "conv weight gradients by im2col + GEMM", "gemm"},
+        CourseCase{"cifar-resnet20", "bf16", "batch=4,lr=2e-3", "one-pass batch norm (+ residual add) + relu"},
+        CourseCase{"fashion-cnn", "fp32", "batch=16", "one-pass relu + max pool"},
+        CourseCase{"fashion-cnn", "bf16", "batch=16", "one-pass relu + max pool"},
+        CourseCase{"charlstm", "fp32", "batch=16,lr=1e-3", "LSTM over token ids"},
+        CourseCase{"imdb-bilstm", "fp32", "batch=8,lstm=cells", "LSTM cells with their gates in one pass"}),
+    [](const auto& info) {
+        std::string n = std::string(info.param.workload) + "_" + info.param.precision +
+                        (info.param.convWgrad ? std::string("_wgrad") + info.param.convWgrad : "");
+        std::erase(n, '-');
+        return n;
+    });
 
 // channels_last (the CPU default of the 3-channel networks) computes the same network. At a
 // tame learning rate: at 0.1 on random labels the two layouts' rounding drifted 0.5% by step 7.

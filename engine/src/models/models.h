@@ -4,6 +4,7 @@
 #include <ATen/core/Generator.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
 
 #include <functional>
 #include <memory>
@@ -103,6 +104,16 @@ torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
                             bool fused);
 /// Whether batchNormRelu runs its one-pass kernels for this module and input.
 bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
+/// conv(x). With `fused`, in training on a CPU, fp32, x in channels_last, stride 1, "same"
+/// padding, no bias: one autograd node whose weight gradient is im2col + one MKL GEMM where that
+/// beat oneDNN's backward-weights kernel for the shape and thread count (timed once per process,
+/// conv_wgrad.cpp), oneDNN's otherwise; its forward and input gradient stay oneDNN's. Otherwise
+/// the module's forward. DEVICERACE_CONV_WGRAD=0 (benchmarks) turns it off.
+torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
+/// False when DEVICERACE_CONV_WGRAD=0; "gemm" takes im2col + GEMM for every shape (tests).
+bool tunedWeightGradEnabled();
+/// Whether convolve takes its tuned path for this module and input.
+bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x);
 /// Keras' default initialisation: Glorot-uniform weights, zero biases.
 void glorotInit(torch::nn::Module& module, at::Generator& gen);
 /// He et al.: conv weights N(0, 2/fan_out), batch-norm scale 1 / shift 0, linear U(+-1/sqrt(fan_in)).

@@ -42,13 +42,13 @@ struct BasicBlockImpl : torch::nn::Module {
         b2 = register_module("b2", BatchNorm2d(out));
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = batchNormRelu(*b1, c1->forward(x), {}, m_fused);
+        auto h = batchNormRelu(*b1, convolve(*c1, x, m_fused), {}, m_fused);
         auto shortcut = x;
         if (m_stride != 1 || m_pad != 0) {
             shortcut = x.slice(2, 0, x.size(2), m_stride).slice(3, 0, x.size(3), m_stride);
             shortcut = F::pad(shortcut, F::PadFuncOptions({0, 0, 0, 0, m_pad / 2, m_pad - m_pad / 2}));
         }
-        return batchNormRelu(*b2, c2->forward(h), shortcut, m_fused);
+        return batchNormRelu(*b2, convolve(*c2, h, m_fused), shortcut, m_fused);
     }
     Conv2d c1{nullptr}, c2{nullptr};
     BatchNorm2d b1{nullptr}, b2{nullptr};
@@ -76,7 +76,7 @@ struct CifarResNet : Net {
         heInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = batchNormRelu(*bn, stem->forward(x), {}, fusedNorm);
+        auto h = batchNormRelu(*bn, convolve(*stem, x, fusedNorm), {}, fusedNorm);
         h = blocks->forward(h);
         return fc->forward(h.mean({2, 3}));
     }
@@ -93,7 +93,7 @@ struct ConvBnImpl : torch::nn::Module {
         c = register_module("c", conv(in, out, 3));
         b = register_module("b", BatchNorm2d(out));
     }
-    torch::Tensor forward(const torch::Tensor& x) { return batchNormRelu(*b, c->forward(x), {}, m_fused); }
+    torch::Tensor forward(const torch::Tensor& x) { return batchNormRelu(*b, convolve(*c, x, m_fused), {}, m_fused); }
     Conv2d c{nullptr};
     BatchNorm2d b{nullptr};
     bool m_fused;
@@ -145,9 +145,9 @@ struct BottleneckImpl : torch::nn::Module {
         }
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = batchNormRelu(*b1, c1->forward(x), {}, m_fused);
-        h = batchNormRelu(*b2, c2->forward(h), {}, m_fused);
-        return batchNormRelu(*b3, c3->forward(h), down ? down->forward(x) : x, m_fused);
+        auto h = batchNormRelu(*b1, convolve(*c1, x, m_fused), {}, m_fused);
+        h = batchNormRelu(*b2, convolve(*c2, h, m_fused), {}, m_fused);
+        return batchNormRelu(*b3, convolve(*c3, h, m_fused), down ? down->forward(x) : x, m_fused);
     }
     Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr};
     BatchNorm2d b1{nullptr}, b2{nullptr}, b3{nullptr};

@@ -1,0 +1,202 @@
+// A CPU convolution whose weight gradient may come from im2col + one MKL GEMM instead of
+// oneDNN's backward-weights kernel, chosen per shape by timing both once (see models.h).
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
+#include <torch/nn/modules/conv.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+
+#include "models/autograd_function.h"
+#include "models/models.h"
+
+namespace devicerace::detail {
+
+namespace {
+
+constexpr std::int64_t kMaxColumnBytes = 32 << 20; // one chunk of im2col columns at most
+// im2col must beat oneDNN by this much to be chosen: a near tie is the VM's noise.
+constexpr double kMinGain = 1.05;
+
+// DEVICERACE_CONV_WGRAD: "0" off (oneDNN's weight gradient, as fused=false), "gemm" im2col +
+// GEMM for every shape (tests), else chosen per shape by timing.
+enum class Mode { Off, Tuned, Gemm };
+Mode mode() {
+    const char* env = std::getenv("DEVICERACE_CONV_WGRAD");
+    const std::string_view v = env ? env : "";
+    return v == "0" ? Mode::Off : v == "gemm" ? Mode::Gemm : Mode::Tuned;
+}
+
+struct Geometry {
+    std::int64_t n, c, h, w, oc, kh, kw, ph, pw;
+};
+
+Geometry geometryOf(const at::Tensor& x, const at::Tensor& weight, std::int64_t ph, std::int64_t pw) {
+    return {x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0), weight.size(2), weight.size(3), ph, pw};
+}
+
+// dW (OC x KH*KW*C, the weight in channels_last order) = dY^T (OC x NHW) x columns (NHW x KH*KW*C),
+// the columns built a chunk of images at a time. x and gy: channels_last contiguous, fp32.
+at::Tensor weightGradByGemm(const at::Tensor& x, const at::Tensor& gy, const Geometry& g) {
+    const std::int64_t taps = g.kh * g.kw, width = taps * g.c, pixels = g.h * g.w;
+    const std::int64_t imagesPerChunk =
+        std::clamp<std::int64_t>(kMaxColumnBytes / std::max<std::int64_t>(1, pixels * width * 4), 1, g.n);
+    auto columns = at::empty({imagesPerChunk * pixels, width}, x.options().memory_format(at::MemoryFormat::Contiguous));
+    auto dw = at::empty({g.oc, width}, columns.options());
+    const auto gyRows = gy.permute({0, 2, 3, 1}).view({g.n * pixels, g.oc}); // NHWC: a view
+    const float* src = f32(x);
+    for (std::int64_t n0 = 0; n0 < g.n; n0 += imagesPerChunk) {
+        const std::int64_t images = std::min(imagesPerChunk, g.n - n0);
+        float* cols = f32(columns);
+        // One output row (image, y) per task: its W pixels' KH*KW*C values each.
+        at::parallel_for(0, images * g.h, 1, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t row = begin; row < end; ++row) {
+                const std::int64_t image = n0 + row / g.h, y = row % g.h;
+                float* out = cols + row * g.w * width;
+                for (std::int64_t x0 = 0; x0 < g.w; ++x0) {
+                    for (std::int64_t i = 0; i < g.kh; ++i) {
+                        const std::int64_t iy = y + i - g.ph;
+                        for (std::int64_t j = 0; j < g.kw; ++j, out += g.c) {
+                            const std::int64_t ix = x0 + j - g.pw;
+                            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
+                                std::memset(out, 0, sizeof(float) * g.c);
+                            } else {
+                                std::memcpy(out, src + ((image * g.h + iy) * g.w + ix) * g.c, sizeof(float) * g.c);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        const auto rows = gyRows.narrow(0, n0 * pixels, images * pixels);
+        const auto used = columns.narrow(0, 0, images * pixels);
+        if (n0 == 0) {
+            at::mm_out(dw, rows.t(), used);
+        } else {
+            dw.addmm_(rows.t(), used);
+        }
+    }
+    return dw.view({g.oc, g.kh, g.kw, g.c}).permute({0, 3, 1, 2}); // [OC, C, KH, KW], channels_last strides
+}
+
+at::Tensor weightGradByOneDnn(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g) {
+    return std::get<1>(at::convolution_backward(gy, x, w, std::nullopt, {1, 1}, {g.ph, g.pw}, {1, 1}, false, {0, 0}, 1,
+                                                {false, true, false}));
+}
+
+// Which weight gradient is faster for a shape and thread count: decided once per process, the
+// first lane to meet the shape timing both (twice each: the first oneDNN call builds its kernel)
+// while later ones wait, so every lane of a process takes the same path from its first step and
+// lanes with one seed still train bit-identically.
+using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                            std::int64_t, std::int64_t, std::int64_t, int>;
+std::mutex g_choiceMutex;
+std::map<ShapeKey, bool> g_useGemm;
+
+bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g,
+                  at::Tensor& result) {
+    if (mode() == Mode::Gemm) {
+        return true;
+    }
+    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, at::get_num_threads()};
+    std::lock_guard lock(g_choiceMutex);
+    if (const auto it = g_useGemm.find(key); it != g_useGemm.end()) {
+        return it->second;
+    }
+    using Clock = std::chrono::steady_clock;
+    const auto timed = [](auto&& f) {
+        const auto t0 = Clock::now();
+        auto out = f();
+        return std::pair{std::chrono::duration<double>(Clock::now() - t0).count(), out};
+    };
+    double oneDnn = 1e300, gemm = 1e300;
+    for (int round = 0; round < 2; ++round) {
+        auto [a, byOneDnn] = timed([&] { return weightGradByOneDnn(x, w, gy, g); });
+        auto [b, byGemm] = timed([&] { return weightGradByGemm(x, gy, g); });
+        oneDnn = std::min(oneDnn, a);
+        gemm = std::min(gemm, b);
+        result = byOneDnn;
+    }
+    const bool useGemm = gemm * kMinGain < oneDnn;
+    g_useGemm.emplace(key, useGemm);
+    if (const char* log = std::getenv("DEVICERACE_CONV_WGRAD_LOG"); log && *log && std::string_view(log) != "0") {
+        std::fprintf(stderr,
+                     "conv weight gradient, n%ld c%ld->%ld %ldx%ld k%ldx%ld, %d thread(s): oneDNN %.2f ms, im2col + "
+                     "GEMM %.2f ms: %s\n",
+                     static_cast<long>(g.n), static_cast<long>(g.c), static_cast<long>(g.oc), static_cast<long>(g.h),
+                     static_cast<long>(g.w), static_cast<long>(g.kh), static_cast<long>(g.kw), at::get_num_threads(),
+                     1e3 * oneDnn, 1e3 * gemm, useGemm ? "GEMM" : "oneDNN");
+    }
+    if (useGemm) {
+        result = weightGradByGemm(x, gy, g); // this step already takes the chosen path
+    }
+    return useGemm;
+}
+
+struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
+    static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, std::int64_t ph,
+                              std::int64_t pw) {
+        ctx->save_for_backward({x, weight});
+        ctx->saved_data["ph"] = ph;
+        ctx->saved_data["pw"] = pw;
+        return at::convolution(x, weight, {}, {1, 1}, {ph, pw}, {1, 1}, false, {0, 0}, 1);
+    }
+    static variable_list backward(AutogradContext* ctx, variable_list grads) {
+        const auto saved = ctx->get_saved_variables();
+        const auto& x = saved[0];
+        const auto& w = saved[1];
+        const auto g = geometryOf(x, w, ctx->saved_data["ph"].toInt(), ctx->saved_data["pw"].toInt());
+        const auto gy = grads[0].contiguous(at::MemoryFormat::ChannelsLast);
+        at::Tensor dx, dw;
+        if (ctx->needs_input_grad(0)) {
+            dx = std::get<0>(at::convolution_backward(gy, x, w, std::nullopt, {1, 1}, {g.ph, g.pw}, {1, 1}, false,
+                                                      {0, 0}, 1, {true, false, false}));
+        }
+        if (ctx->needs_input_grad(1)) {
+            at::Tensor tuned;
+            if (gemmIsFaster(x, w, gy, g, tuned)) {
+                dw = tuned.defined() ? tuned : weightGradByGemm(x, gy, g);
+            } else {
+                dw = tuned.defined() ? tuned : weightGradByOneDnn(x, w, gy, g);
+            }
+        }
+        return {dx, dw, {}, {}};
+    }
+};
+
+} // namespace
+
+bool tunedWeightGradEnabled() { return mode() != Mode::Off; }
+
+bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
+    if (!tunedWeightGradEnabled()) {
+        return false;
+    }
+    const auto& o = conv.options;
+    const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
+    return torch::GradMode::is_enabled() && conv.weight.requires_grad() && x.is_cpu() && x.dim() == 4 &&
+           x.scalar_type() == at::kFloat && conv.weight.scalar_type() == at::kFloat &&
+           !at::autocast::is_autocast_enabled(at::kCPU) && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+           !conv.bias.defined() && o.groups() == 1 && pad && (*o.stride())[0] == 1 && (*o.stride())[1] == 1 &&
+           (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && !o.transposed() &&
+           std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
+           // "same" output: the im2col rows are the output's pixels
+           2 * (**pad)[0] == o.kernel_size()->at(0) - 1 && 2 * (**pad)[1] == o.kernel_size()->at(1) - 1;
+}
+
+torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {
+    if (!fused || !tunedWeightGradFits(conv, x)) {
+        return conv.forward(x);
+    }
+    const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
+    return ConvTunedWeightGrad::apply(x, conv.weight, (*pad)[0], (*pad)[1]);
+}
+
+} // namespace devicerace::detail
