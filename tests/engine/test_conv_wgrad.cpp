@@ -1,7 +1,8 @@
 // The CPU convolution whose weight gradient may be im2col + one GEMM (models.h convolve) against
-// the module's own: the same output, input gradient and weight gradient (float rounding), for
-// 1x1, 3x3 and 5x5 kernels on odd, non-square sizes, chunked or not, on 1 and 2 threads; where
-// it does not apply (stride 2, a bias, NCHW, no gradient, fused=false) the module's forward runs.
+// the module's own: the same output, input, weight and bias gradients (float rounding), for 1x1,
+// 3x3 and 5x5 kernels on odd, non-square sizes, with and without padding and a bias, chunked or
+// not, on 1 and 2 threads; where it does not apply (stride 2, dilation, NCHW, float64, no
+// gradient, fused=false) the module's forward runs.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -23,27 +24,35 @@ struct WgradMode {
     ~WgradMode() { ::unsetenv("DEVICERACE_CONV_WGRAD"); }
 };
 
+// pad -1: "same" (k / 2); 0: "valid" (Keras' default), a smaller output.
 torch::nn::Conv2d makeConv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride = 1,
-                           bool bias = false) {
-    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(bias));
+                           bool bias = false, std::int64_t pad = -1) {
+    torch::nn::Conv2d conv(
+        torch::nn::Conv2dOptions(in, out, k).stride(stride).padding(pad < 0 ? k / 2 : pad).bias(bias));
     torch::NoGradGuard noGrad;
     auto gen = at::detail::createCPUGenerator(3);
     conv->weight.normal_(0, 0.5, gen);
+    if (bias) {
+        conv->bias.uniform_(-1, 1, gen);
+    }
     conv->weight.set_data(conv->weight.contiguous(at::MemoryFormat::ChannelsLast));
     return conv;
 }
 
 struct Grads {
-    torch::Tensor out, dx, dw;
+    torch::Tensor out, dx, dw, db;
 };
 
 Grads run(torch::nn::Conv2d& conv, const torch::Tensor& input, bool fused) {
     conv->zero_grad();
-    auto x = input.contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+    // A leaf of its own (with one channel, contiguous() would hand back `input` itself, and the
+    // second run's gradient would add to the first's).
+    auto x = input.clone(at::MemoryFormat::ChannelsLast).requires_grad_(true);
     auto out = convolve(*conv, x, fused);
     auto weight = torch::linspace(-1.0, 2.0, out.numel()).view(out.sizes());
     (out * weight).sum().backward();
-    return {out.detach().clone(), x.grad().clone(), conv->weight.grad().clone()};
+    return {out.detach().clone(), x.grad().clone(), conv->weight.grad().clone(),
+            conv->bias.defined() ? conv->bias.grad().clone() : torch::Tensor()};
 }
 
 void expectClose(const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
@@ -52,34 +61,45 @@ void expectClose(const torch::Tensor& a, const torch::Tensor& b, const std::stri
     EXPECT_LE((a - b).abs().max().item<double>() / scale, 2e-5) << what;
 }
 
+torch::Tensor channelsLast(const torch::Tensor& t) {
+    return t.contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+}
+
+struct Shape {
+    std::int64_t n, c, oc, h, w, k;
+    bool bias = false;
+    std::int64_t pad = -1;
+};
+
 } // namespace
 
 TEST(ConvWeightGrad, TheGemmPathGivesTheModulesGradients) {
     WgradMode gemm("gemm");
-    struct Shape {
-        std::int64_t n, c, oc, h, w, k;
-    };
-    // The last: 1.1 MB of columns an image, so 32 MiB chunks split the batch (and its GEMM's sum).
-    for (const auto& s :
-         {Shape{3, 5, 7, 6, 5, 3}, Shape{2, 8, 4, 7, 9, 1}, Shape{2, 3, 6, 5, 4, 5}, Shape{31, 64, 8, 32, 24, 3}}) {
+    // The 31-image one: 1.1 MB of columns an image, so 32 MiB chunks split the batch (and its
+    // GEMM's sum). The bias-and-no-padding one is fashion-cnn's first layer, in miniature.
+    const Shape shapes[] = {{3, 5, 7, 6, 5, 3},          {2, 8, 4, 7, 9, 1},          {2, 3, 6, 5, 4, 5},
+                            {31, 64, 8, 32, 24, 3},      {3, 1, 6, 9, 8, 3, true, 0}, {2, 5, 3, 6, 7, 3, true},
+                            {2, 4, 5, 7, 6, 5, false, 1}};
+    for (const auto& s : shapes) {
         for (const int threads : {1, 2}) {
             at::set_num_threads(threads);
-            auto conv = makeConv(s.c, s.oc, s.k);
-            ASSERT_TRUE(tunedWeightGradFits(
-                *conv,
-                torch::randn({s.n, s.c, s.h, s.w}).contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true)));
+            auto conv = makeConv(s.c, s.oc, s.k, 1, s.bias, s.pad);
+            ASSERT_TRUE(tunedWeightGradFits(*conv, channelsLast(torch::randn({s.n, s.c, s.h, s.w}))));
             auto gen = at::detail::createCPUGenerator(11);
             const auto input = torch::randn({s.n, s.c, s.h, s.w}, gen);
             const auto plain = run(conv, input, false);
             const auto fused = run(conv, input, true);
             std::ostringstream shape;
-            shape << "n" << s.n << " c" << s.c << "->" << s.oc << " " << s.h << "x" << s.w << " k" << s.k << ", "
-                  << threads << " thread(s)";
+            shape << "n" << s.n << " c" << s.c << "->" << s.oc << " " << s.h << "x" << s.w << " k" << s.k << " pad "
+                  << s.pad << (s.bias ? " bias" : "") << ", " << threads << " thread(s)";
             const auto what = shape.str();
             expectClose(fused.out, plain.out, "output, " + what);
             expectClose(fused.dx, plain.dx, "input gradient, " + what);
             expectClose(fused.dw, plain.dw, "weight gradient, " + what);
             EXPECT_GT(plain.dw.abs().max().item<double>(), 0) << what;
+            if (s.bias) {
+                expectClose(fused.db, plain.db, "bias gradient, " + what);
+            }
         }
     }
     at::set_num_threads(1);
@@ -99,29 +119,32 @@ TEST(ConvWeightGrad, TheTunedChoiceGivesTheModulesGradientsEitherWay) {
 }
 
 TEST(ConvWeightGrad, WhereItDoesNotApplyTheModuleRuns) {
-    const auto cl = [](torch::Tensor t) { return t.contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true); };
     auto plain = makeConv(4, 4, 3);
     auto strided = makeConv(4, 4, 3, 2);
     auto biased = makeConv(4, 4, 3, 1, true);
+    auto wide = makeConv(4, 4, 5, 1, false, 0); // a 5x5 kernel, no padding, on 4x4: no output
+    auto dilated = torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 4, 3).padding(2).dilation(2).bias(false));
     const auto x = torch::randn({2, 4, 6, 6});
-    EXPECT_TRUE(tunedWeightGradFits(*plain, cl(x)));
-    EXPECT_FALSE(tunedWeightGradFits(*strided, cl(x)));
-    EXPECT_FALSE(tunedWeightGradFits(*biased, cl(x)));
-    EXPECT_FALSE(tunedWeightGradFits(*plain, x.requires_grad_(true))); // NCHW
-    EXPECT_FALSE(tunedWeightGradFits(*plain, cl(x.to(torch::kDouble))));
+    EXPECT_TRUE(tunedWeightGradFits(*plain, channelsLast(x)));
+    EXPECT_TRUE(tunedWeightGradFits(*biased, channelsLast(x)));
+    EXPECT_FALSE(tunedWeightGradFits(*strided, channelsLast(x)));
+    EXPECT_FALSE(tunedWeightGradFits(*wide, channelsLast(torch::randn({2, 4, 4, 4}))));
+    EXPECT_FALSE(tunedWeightGradFits(*dilated, channelsLast(x)));
+    EXPECT_FALSE(tunedWeightGradFits(*plain, x.clone().requires_grad_(true))); // NCHW
+    EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x.to(torch::kDouble))));
     {
         torch::NoGradGuard noGrad; // evaluation
-        EXPECT_FALSE(tunedWeightGradFits(*plain, cl(x)));
+        EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x)));
     }
     {
         WgradMode off("0");
-        EXPECT_FALSE(tunedWeightGradFits(*plain, cl(x)));
+        EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x)));
     }
     // Not applied: the module's own autograd node.
-    const auto out = convolve(*strided, cl(x), true);
+    const auto out = convolve(*strided, channelsLast(x), true);
     EXPECT_NE(out.grad_fn()->name().find("Convolution"), std::string::npos) << out.grad_fn()->name();
-    const auto tuned = convolve(*plain, cl(x), true);
+    const auto tuned = convolve(*plain, channelsLast(x), true);
     EXPECT_NE(tuned.grad_fn()->name().find("ConvTunedWeightGrad"), std::string::npos) << tuned.grad_fn()->name();
-    const auto unfused = convolve(*plain, cl(x), false);
+    const auto unfused = convolve(*plain, channelsLast(x), false);
     EXPECT_NE(unfused.grad_fn()->name().find("Convolution"), std::string::npos) << unfused.grad_fn()->name();
 }

@@ -36,31 +36,38 @@ Mode mode() {
 
 struct Geometry {
     std::int64_t n, c, h, w, oc, kh, kw, ph, pw;
+    std::int64_t oh() const { return h + 2 * ph - kh + 1; } // stride 1
+    std::int64_t ow() const { return w + 2 * pw - kw + 1; }
 };
 
 Geometry geometryOf(const at::Tensor& x, const at::Tensor& weight, std::int64_t ph, std::int64_t pw) {
     return {x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0), weight.size(2), weight.size(3), ph, pw};
 }
 
-// dW (OC x KH*KW*C, the weight in channels_last order) = dY^T (OC x NHW) x columns (NHW x KH*KW*C),
-// the columns built a chunk of images at a time. x and gy: channels_last contiguous, fp32.
+// dW (OC x KH*KW*C, the weight in channels_last order) = dY^T (OC x N*OH*OW) x columns (N*OH*OW x
+// KH*KW*C), the columns built a chunk of images at a time. x and gy: channels_last contiguous, fp32.
 at::Tensor weightGradByGemm(const at::Tensor& x, const at::Tensor& gy, const Geometry& g) {
-    const std::int64_t taps = g.kh * g.kw, width = taps * g.c, pixels = g.h * g.w;
+    const std::int64_t taps = g.kh * g.kw, width = taps * g.c, oh = g.oh(), ow = g.ow(), pixels = oh * ow;
     const std::int64_t imagesPerChunk =
         std::clamp<std::int64_t>(kMaxColumnBytes / std::max<std::int64_t>(1, pixels * width * 4), 1, g.n);
     auto columns = at::empty({imagesPerChunk * pixels, width}, x.options().memory_format(at::MemoryFormat::Contiguous));
     auto dw = at::empty({g.oc, width}, columns.options());
     const auto gyRows = gy.permute({0, 2, 3, 1}).view({g.n * pixels, g.oc}); // NHWC: a view
+    if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0) {                  // a 1x1 kernel's columns are x itself
+        return at::mm(gyRows.t(), x.permute({0, 2, 3, 1}).reshape({g.n * pixels, g.c}))
+            .view({g.oc, 1, 1, g.c})
+            .permute({0, 3, 1, 2});
+    }
     const float* src = f32(x);
     for (std::int64_t n0 = 0; n0 < g.n; n0 += imagesPerChunk) {
         const std::int64_t images = std::min(imagesPerChunk, g.n - n0);
         float* cols = f32(columns);
-        // One output row (image, y) per task: its W pixels' KH*KW*C values each.
-        at::parallel_for(0, images * g.h, 1, [&](std::int64_t begin, std::int64_t end) {
+        // One output row (image, y) per task: its OW pixels' KH*KW*C values each.
+        at::parallel_for(0, images * oh, 1, [&](std::int64_t begin, std::int64_t end) {
             for (std::int64_t row = begin; row < end; ++row) {
-                const std::int64_t image = n0 + row / g.h, y = row % g.h;
-                float* out = cols + row * g.w * width;
-                for (std::int64_t x0 = 0; x0 < g.w; ++x0) {
+                const std::int64_t image = n0 + row / oh, y = row % oh;
+                float* out = cols + row * ow * width;
+                for (std::int64_t x0 = 0; x0 < ow; ++x0) {
                     for (std::int64_t i = 0; i < g.kh; ++i) {
                         const std::int64_t iy = y + i - g.ph;
                         for (std::int64_t j = 0; j < g.kw; ++j, out += g.c) {
@@ -141,12 +148,16 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
 }
 
 struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
-    static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, std::int64_t ph,
-                              std::int64_t pw) {
+    // bias: the module's, read where `withBias` (else the weight again: a custom function's
+    // inputs cannot be undefined tensors).
+    static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& bias, bool withBias, std::int64_t ph, std::int64_t pw) {
         ctx->save_for_backward({x, weight});
+        ctx->saved_data["bias"] = withBias;
         ctx->saved_data["ph"] = ph;
         ctx->saved_data["pw"] = pw;
-        return at::convolution(x, weight, {}, {1, 1}, {ph, pw}, {1, 1}, false, {0, 0}, 1);
+        return at::convolution(x, weight, withBias ? std::optional<at::Tensor>(bias) : std::nullopt, {1, 1}, {ph, pw},
+                               {1, 1}, false, {0, 0}, 1);
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const auto saved = ctx->get_saved_variables();
@@ -154,7 +165,7 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         const auto& w = saved[1];
         const auto g = geometryOf(x, w, ctx->saved_data["ph"].toInt(), ctx->saved_data["pw"].toInt());
         const auto gy = grads[0].contiguous(at::MemoryFormat::ChannelsLast);
-        at::Tensor dx, dw;
+        at::Tensor dx, dw, db;
         if (ctx->needs_input_grad(0)) {
             dx = std::get<0>(at::convolution_backward(gy, x, w, std::nullopt, {1, 1}, {g.ph, g.pw}, {1, 1}, false,
                                                       {0, 0}, 1, {true, false, false}));
@@ -167,7 +178,10 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
                 dw = tuned.defined() ? tuned : weightGradByOneDnn(x, w, gy, g);
             }
         }
-        return {dx, dw, {}, {}};
+        if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
+            db = gy.sum({0, 2, 3});
+        }
+        return {dx, dw, db, {}, {}, {}};
     }
 };
 
@@ -183,12 +197,12 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
     const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
     return torch::GradMode::is_enabled() && conv.weight.requires_grad() && x.is_cpu() && x.dim() == 4 &&
            x.scalar_type() == at::kFloat && conv.weight.scalar_type() == at::kFloat &&
+           (!conv.bias.defined() || conv.bias.scalar_type() == at::kFloat) &&
            !at::autocast::is_autocast_enabled(at::kCPU) && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-           !conv.bias.defined() && o.groups() == 1 && pad && (*o.stride())[0] == 1 && (*o.stride())[1] == 1 &&
-           (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && !o.transposed() &&
+           o.groups() == 1 && pad && (*o.stride())[0] == 1 && (*o.stride())[1] == 1 && (*o.dilation())[0] == 1 &&
+           (*o.dilation())[1] == 1 && !o.transposed() &&
            std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
-           // "same" output: the im2col rows are the output's pixels
-           2 * (**pad)[0] == o.kernel_size()->at(0) - 1 && 2 * (**pad)[1] == o.kernel_size()->at(1) - 1;
+           x.size(2) + 2 * (**pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (**pad)[1] >= o.kernel_size()->at(1);
 }
 
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {
@@ -196,7 +210,9 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
         return conv.forward(x);
     }
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
-    return ConvTunedWeightGrad::apply(x, conv.weight, (*pad)[0], (*pad)[1]);
+    const bool withBias = conv.bias.defined();
+    return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias, (*pad)[0],
+                                      (*pad)[1]);
 }
 
 } // namespace devicerace::detail

@@ -46,8 +46,8 @@ struct MnistCnn : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = conv1->forward(x).relu_();
-        h = reluMaxPoolDropout(conv2->forward(h), 0.25, is_training(), gen, fusedPool, true).flatten(1);
+        auto h = convolve(*conv1, x, fusedPool).relu_();
+        h = reluMaxPoolDropout(convolve(*conv2, h, fusedPool), 0.25, is_training(), gen, fusedPool, true).flatten(1);
         h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
         return fc2->forward(h);
     }
@@ -71,8 +71,9 @@ struct CifarVgg : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = reluMaxPoolDropout(c2->forward(c1->forward(x).relu_()), 0.25, is_training(), gen, fusedPool);
-        h = c4->forward(c3->forward(h).relu_());
+        auto h = convolve(*c1, x, fusedPool).relu_();
+        h = reluMaxPoolDropout(convolve(*c2, h, fusedPool), 0.25, is_training(), gen, fusedPool);
+        h = convolve(*c4, convolve(*c3, h, fusedPool).relu_(), fusedPool);
         h = reluMaxPoolDropout(h, 0.25, is_training(), gen, fusedPool, true).flatten(1);
         h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
         return fc2->forward(h);

@@ -236,9 +236,11 @@ void Trainer::describeExecution() {
     }
     if (m_model->fusedNorm && m_dev.is_cpu() && m_ctx.channelsLast) {
         text += ", one-pass batch norm (+ residual add) + relu";
-        if (m_ctx.spec.precision == Precision::Fp32 && tunedWeightGradEnabled()) {
-            text += ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
-        }
+    }
+    // The networks that pass their fused flag to convolve (models_resnet.cpp, models_keras.cpp).
+    if ((m_model->fusedNorm || m_model->fusedPool) && m_dev.is_cpu() && m_ctx.channelsLast &&
+        m_ctx.spec.precision == Precision::Fp32 && tunedWeightGradEnabled()) {
+        text += ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
     }
     if (m_model->tokenLstm && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
