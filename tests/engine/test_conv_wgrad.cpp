@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "models/models.h"
 
@@ -147,4 +149,29 @@ TEST(ConvWeightGrad, WhereItDoesNotApplyTheModuleRuns) {
     EXPECT_NE(tuned.grad_fn()->name().find("ConvTunedWeightGrad"), std::string::npos) << tuned.grad_fn()->name();
     const auto unfused = convolve(*plain, channelsLast(x), false);
     EXPECT_NE(unfused.grad_fn()->name().find("Convolution"), std::string::npos) << unfused.grad_fn()->name();
+}
+
+// Two lanes meeting a new shape at once (thread lanes of one race): the first times both paths
+// while the other waits, so both take the same path from their first step and train
+// bit-identically, as lanes with one seed must.
+TEST(ConvWeightGrad, LanesMeetingANewShapeAtOnceTakeTheSamePath) {
+    const auto lane = [](std::vector<Grads>& out) {
+        at::set_num_threads(1);
+        auto conv = makeConv(24, 40, 3);
+        auto gen = at::detail::createCPUGenerator(21);
+        const auto input = torch::randn({5, 24, 11, 13}, gen); // a shape no other test uses
+        for (int step = 0; step < 3; ++step) {
+            out.push_back(run(conv, input * (1 + step), true));
+        }
+    };
+    std::vector<Grads> a, b;
+    std::thread first(lane, std::ref(a)), second(lane, std::ref(b));
+    first.join();
+    second.join();
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_TRUE(torch::equal(a[i].dw, b[i].dw)) << "step " << i;
+        EXPECT_TRUE(torch::equal(a[i].dx, b[i].dx)) << "step " << i;
+    }
 }
