@@ -1,8 +1,8 @@
 // The CPU convolution whose weight gradient may be im2col + one GEMM (models.h convolve) against
 // the module's own: the same output, input, weight and bias gradients (float rounding), for 1x1,
 // 3x3 and 5x5 kernels on odd, non-square sizes, with and without padding and a bias, chunked or
-// not, on 1 and 2 threads; where it does not apply (stride 2, dilation, NCHW, float64, no
-// gradient, fused=false) the module's forward runs.
+// not, strided or not, on 1 and 2 threads; where it does not apply (groups, dilation, NCHW, one
+// input channel, float64, no gradient, fused=false) the module's forward runs.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -71,6 +71,7 @@ struct Shape {
     std::int64_t n, c, oc, h, w, k;
     bool bias = false;
     std::int64_t pad = -1;
+    std::int64_t stride = 1;
 };
 
 } // namespace
@@ -78,14 +79,22 @@ struct Shape {
 TEST(ConvWeightGrad, TheGemmPathGivesTheModulesGradients) {
     WgradMode gemm("gemm");
     // The 31-image one: 1.1 MB of columns an image, so 32 MiB chunks split the batch (and its
-    // GEMM's sum). The bias-and-no-padding one is fashion-cnn's first layer, in miniature.
-    const Shape shapes[] = {{3, 5, 7, 6, 5, 3},          {2, 8, 4, 7, 9, 1},          {2, 3, 6, 5, 4, 5},
-                            {31, 64, 8, 32, 24, 3},      {3, 1, 6, 9, 8, 3, true, 0}, {2, 5, 3, 6, 7, 3, true},
-                            {2, 4, 5, 7, 6, 5, false, 1}};
+    // GEMM's sum). The bias-and-no-padding one is a Keras "valid" layer, in miniature; the
+    // stride-2 ones ResNet-50's 3x3, its 7x7 stem and its 1x1 projection, on odd sizes.
+    const Shape shapes[] = {{3, 5, 7, 6, 5, 3},
+                            {2, 8, 4, 7, 9, 1},
+                            {2, 3, 6, 5, 4, 5},
+                            {31, 64, 8, 32, 24, 3},
+                            {3, 2, 6, 9, 8, 3, true, 0},
+                            {2, 5, 3, 6, 7, 3, true},
+                            {2, 4, 5, 7, 6, 5, false, 1},
+                            {3, 6, 5, 9, 8, 3, false, 1, 2},
+                            {2, 3, 4, 11, 10, 7, true, 3, 2},
+                            {2, 8, 6, 7, 9, 1, false, 0, 2}};
     for (const auto& s : shapes) {
         for (const int threads : {1, 2}) {
             at::set_num_threads(threads);
-            auto conv = makeConv(s.c, s.oc, s.k, 1, s.bias, s.pad);
+            auto conv = makeConv(s.c, s.oc, s.k, s.stride, s.bias, s.pad);
             ASSERT_TRUE(tunedWeightGradFits(*conv, channelsLast(torch::randn({s.n, s.c, s.h, s.w}))));
             auto gen = at::detail::createCPUGenerator(11);
             const auto input = torch::randn({s.n, s.c, s.h, s.w}, gen);
@@ -93,7 +102,7 @@ TEST(ConvWeightGrad, TheGemmPathGivesTheModulesGradients) {
             const auto fused = run(conv, input, true);
             std::ostringstream shape;
             shape << "n" << s.n << " c" << s.c << "->" << s.oc << " " << s.h << "x" << s.w << " k" << s.k << " pad "
-                  << s.pad << (s.bias ? " bias" : "") << ", " << threads << " thread(s)";
+                  << s.pad << " stride " << s.stride << (s.bias ? " bias" : "") << ", " << threads << " thread(s)";
             const auto what = shape.str();
             expectClose(fused.out, plain.out, "output, " + what);
             expectClose(fused.dx, plain.dx, "input gradient, " + what);
@@ -123,17 +132,21 @@ TEST(ConvWeightGrad, TheTunedChoiceGivesTheModulesGradientsEitherWay) {
 TEST(ConvWeightGrad, WhereItDoesNotApplyTheModuleRuns) {
     auto plain = makeConv(4, 4, 3);
     auto strided = makeConv(4, 4, 3, 2);
+    auto grouped = torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 4, 3).padding(1).groups(2).bias(false));
     auto biased = makeConv(4, 4, 3, 1, true);
     auto wide = makeConv(4, 4, 5, 1, false, 0); // a 5x5 kernel, no padding, on 4x4: no output
     auto dilated = torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 4, 3).padding(2).dilation(2).bias(false));
     const auto x = torch::randn({2, 4, 6, 6});
     EXPECT_TRUE(tunedWeightGradFits(*plain, channelsLast(x)));
     EXPECT_TRUE(tunedWeightGradFits(*biased, channelsLast(x)));
-    EXPECT_FALSE(tunedWeightGradFits(*strided, channelsLast(x)));
+    EXPECT_TRUE(tunedWeightGradFits(*strided, channelsLast(x)));
+    EXPECT_FALSE(tunedWeightGradFits(*grouped, channelsLast(x)));
     EXPECT_FALSE(tunedWeightGradFits(*wide, channelsLast(torch::randn({2, 4, 4, 4}))));
     EXPECT_FALSE(tunedWeightGradFits(*dilated, channelsLast(x)));
     EXPECT_FALSE(tunedWeightGradFits(*plain, x.clone().requires_grad_(true))); // NCHW
     EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x.to(torch::kDouble))));
+    auto gray = makeConv(1, 4, 3); // one channel: NCHW as much as channels_last, and so its output
+    EXPECT_FALSE(tunedWeightGradFits(*gray, channelsLast(torch::randn({2, 1, 6, 6}))));
     {
         torch::NoGradGuard noGrad; // evaluation
         EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x)));
@@ -143,7 +156,7 @@ TEST(ConvWeightGrad, WhereItDoesNotApplyTheModuleRuns) {
         EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x)));
     }
     // Not applied: the module's own autograd node.
-    const auto out = convolve(*strided, channelsLast(x), true);
+    const auto out = convolve(*grouped, channelsLast(x), true);
     EXPECT_NE(out.grad_fn()->name().find("Convolution"), std::string::npos) << out.grad_fn()->name();
     const auto tuned = convolve(*plain, channelsLast(x), true);
     EXPECT_NE(tuned.grad_fn()->name().find("ConvTunedWeightGrad"), std::string::npos) << tuned.grad_fn()->name();

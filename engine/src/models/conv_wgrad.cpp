@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "models/autograd_function.h"
 #include "models/models.h"
@@ -35,13 +36,16 @@ Mode mode() {
 }
 
 struct Geometry {
-    std::int64_t n, c, h, w, oc, kh, kw, ph, pw;
-    std::int64_t oh() const { return h + 2 * ph - kh + 1; } // stride 1
-    std::int64_t ow() const { return w + 2 * pw - kw + 1; }
+    std::int64_t n, c, h, w, oc, kh, kw, ph, pw, sh, sw;
+    std::int64_t oh() const { return (h + 2 * ph - kh) / sh + 1; }
+    std::int64_t ow() const { return (w + 2 * pw - kw) / sw + 1; }
+    std::vector<std::int64_t> stride() const { return {sh, sw}; }
+    std::vector<std::int64_t> padding() const { return {ph, pw}; }
 };
 
-Geometry geometryOf(const at::Tensor& x, const at::Tensor& weight, std::int64_t ph, std::int64_t pw) {
-    return {x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0), weight.size(2), weight.size(3), ph, pw};
+Geometry geometryOf(const at::Tensor& x, const at::Tensor& weight, const std::vector<std::int64_t>& padStride) {
+    return {x.size(0),      x.size(1),       x.size(2),       x.size(3),       weight.size(0), weight.size(2),
+            weight.size(3), padStride.at(0), padStride.at(1), padStride.at(2), padStride.at(3)};
 }
 
 // dW (OC x KH*KW*C, the weight in channels_last order) = dY^T (OC x N*OH*OW) x columns (N*OH*OW x
@@ -52,8 +56,8 @@ at::Tensor weightGradByGemm(const at::Tensor& x, const at::Tensor& gy, const Geo
         std::clamp<std::int64_t>(kMaxColumnBytes / std::max<std::int64_t>(1, pixels * width * 4), 1, g.n);
     auto columns = at::empty({imagesPerChunk * pixels, width}, x.options().memory_format(at::MemoryFormat::Contiguous));
     auto dw = at::empty({g.oc, width}, columns.options());
-    const auto gyRows = gy.permute({0, 2, 3, 1}).view({g.n * pixels, g.oc}); // NHWC: a view
-    if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0) {                  // a 1x1 kernel's columns are x itself
+    const auto gyRows = gy.permute({0, 2, 3, 1}).view({g.n * pixels, g.oc});          // NHWC: a view
+    if (g.kh == 1 && g.kw == 1 && g.ph == 0 && g.pw == 0 && g.sh == 1 && g.sw == 1) { // columns: x itself
         return at::mm(gyRows.t(), x.permute({0, 2, 3, 1}).reshape({g.n * pixels, g.c}))
             .view({g.oc, 1, 1, g.c})
             .permute({0, 3, 1, 2});
@@ -69,9 +73,9 @@ at::Tensor weightGradByGemm(const at::Tensor& x, const at::Tensor& gy, const Geo
                 float* out = cols + row * ow * width;
                 for (std::int64_t x0 = 0; x0 < ow; ++x0) {
                     for (std::int64_t i = 0; i < g.kh; ++i) {
-                        const std::int64_t iy = y + i - g.ph;
+                        const std::int64_t iy = y * g.sh + i - g.ph;
                         for (std::int64_t j = 0; j < g.kw; ++j, out += g.c) {
-                            const std::int64_t ix = x0 + j - g.pw;
+                            const std::int64_t ix = x0 * g.sw + j - g.pw;
                             if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
                                 std::memset(out, 0, sizeof(float) * g.c);
                             } else {
@@ -94,8 +98,8 @@ at::Tensor weightGradByGemm(const at::Tensor& x, const at::Tensor& gy, const Geo
 }
 
 at::Tensor weightGradByOneDnn(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g) {
-    return std::get<1>(at::convolution_backward(gy, x, w, std::nullopt, {1, 1}, {g.ph, g.pw}, {1, 1}, false, {0, 0}, 1,
-                                                {false, true, false}));
+    return std::get<1>(at::convolution_backward(gy, x, w, std::nullopt, g.stride(), g.padding(), {1, 1}, false, {0, 0},
+                                                1, {false, true, false}));
 }
 
 // Which weight gradient is faster for a shape and thread count: decided once per process, the
@@ -103,7 +107,7 @@ at::Tensor weightGradByOneDnn(const at::Tensor& x, const at::Tensor& w, const at
 // while later ones wait, so every lane of a process takes the same path from its first step and
 // lanes with one seed still train bit-identically.
 using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                            std::int64_t, std::int64_t, std::int64_t, int>;
+                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
 std::mutex g_choiceMutex;
 std::map<ShapeKey, bool> g_useGemm;
 
@@ -112,7 +116,7 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
     if (mode() == Mode::Gemm) {
         return true;
     }
-    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, at::get_num_threads()};
+    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, at::get_num_threads()};
     std::lock_guard lock(g_choiceMutex);
     if (const auto it = g_useGemm.find(key); it != g_useGemm.end()) {
         return it->second;
@@ -150,24 +154,25 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
 struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
     // bias: the module's, read where `withBias` (else the weight again: a custom function's
     // inputs cannot be undefined tensors).
+    // padStride: {padding h, w, stride h, w}.
     static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                              const at::Tensor& bias, bool withBias, std::int64_t ph, std::int64_t pw) {
+                              const at::Tensor& bias, bool withBias, std::vector<std::int64_t> padStride) {
         ctx->save_for_backward({x, weight});
         ctx->saved_data["bias"] = withBias;
-        ctx->saved_data["ph"] = ph;
-        ctx->saved_data["pw"] = pw;
-        return at::convolution(x, weight, withBias ? std::optional<at::Tensor>(bias) : std::nullopt, {1, 1}, {ph, pw},
-                               {1, 1}, false, {0, 0}, 1);
+        ctx->saved_data["padStride"] = padStride;
+        const auto g = geometryOf(x, weight, padStride);
+        return at::convolution(x, weight, withBias ? std::optional<at::Tensor>(bias) : std::nullopt, g.stride(),
+                               g.padding(), {1, 1}, false, {0, 0}, 1);
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const auto saved = ctx->get_saved_variables();
         const auto& x = saved[0];
         const auto& w = saved[1];
-        const auto g = geometryOf(x, w, ctx->saved_data["ph"].toInt(), ctx->saved_data["pw"].toInt());
+        const auto g = geometryOf(x, w, ctx->saved_data["padStride"].toIntVector());
         const auto gy = grads[0].contiguous(at::MemoryFormat::ChannelsLast);
         at::Tensor dx, dw, db;
         if (ctx->needs_input_grad(0)) {
-            dx = std::get<0>(at::convolution_backward(gy, x, w, std::nullopt, {1, 1}, {g.ph, g.pw}, {1, 1}, false,
+            dx = std::get<0>(at::convolution_backward(gy, x, w, std::nullopt, g.stride(), g.padding(), {1, 1}, false,
                                                       {0, 0}, 1, {true, false, false}));
         }
         if (ctx->needs_input_grad(1)) {
@@ -181,7 +186,7 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
             db = gy.sum({0, 2, 3});
         }
-        return {dx, dw, db, {}, {}, {}};
+        return {dx, dw, db, {}, {}};
     }
 };
 
@@ -199,8 +204,10 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
            x.scalar_type() == at::kFloat && conv.weight.scalar_type() == at::kFloat &&
            (!conv.bias.defined() || conv.bias.scalar_type() == at::kFloat) &&
            !at::autocast::is_autocast_enabled(at::kCPU) && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-           o.groups() == 1 && pad && (*o.stride())[0] == 1 && (*o.stride())[1] == 1 && (*o.dilation())[0] == 1 &&
-           (*o.dilation())[1] == 1 && !o.transposed() &&
+           // one channel is NCHW too, and oneDNN then writes an NCHW output (fashion-cnn's first
+           // layer): the GEMM's rows would need a transposed copy of its gradient each step
+           x.suggest_memory_format() == at::MemoryFormat::ChannelsLast && o.groups() == 1 && pad &&
+           (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && !o.transposed() &&
            std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
            x.size(2) + 2 * (**pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (**pad)[1] >= o.kernel_size()->at(1);
 }
@@ -210,9 +217,10 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
         return conv.forward(x);
     }
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
+    const auto& stride = conv.options.stride();
     const bool withBias = conv.bias.defined();
-    return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias, (*pad)[0],
-                                      (*pad)[1]);
+    return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias,
+                                      std::vector<std::int64_t>{(*pad)[0], (*pad)[1], (*stride)[0], (*stride)[1]});
 }
 
 } // namespace devicerace::detail

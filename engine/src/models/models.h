@@ -104,8 +104,8 @@ torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
                             bool fused);
 /// Whether batchNormRelu runs its one-pass kernels for this module and input.
 bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
-/// conv(x). With `fused`, in training on a CPU, fp32, x in channels_last, stride 1, zero padding
-/// (any amount), with or without a bias: one autograd node whose weight gradient is im2col + one MKL GEMM where that
+/// conv(x). With `fused`, in training on a CPU, fp32, x in channels_last, any stride and zero
+/// padding, no dilation or groups, with or without a bias: one autograd node whose weight gradient is im2col + one MKL GEMM where that
 /// beat oneDNN's backward-weights kernel for the shape and thread count (timed once per process,
 /// conv_wgrad.cpp), oneDNN's otherwise; its forward and input gradient stay oneDNN's. Otherwise
 /// the module's forward. DEVICERACE_CONV_WGRAD=0 (benchmarks) turns it off.

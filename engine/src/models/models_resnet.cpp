@@ -147,7 +147,11 @@ struct BottleneckImpl : torch::nn::Module {
     torch::Tensor forward(const torch::Tensor& x) {
         auto h = batchNormRelu(*b1, convolve(*c1, x, m_fused), {}, m_fused);
         h = batchNormRelu(*b2, convolve(*c2, h, m_fused), {}, m_fused);
-        return batchNormRelu(*b3, convolve(*c3, h, m_fused), down ? down->forward(x) : x, m_fused);
+        // The projection (1x1 conv, stride 2 in a stage's first block, then batch norm, no relu).
+        const auto shortcut = down ? down[1]->as<torch::nn::BatchNorm2dImpl>()->forward(
+                                         convolve(*down[0]->as<torch::nn::Conv2dImpl>(), x, m_fused))
+                                   : x;
+        return batchNormRelu(*b3, convolve(*c3, h, m_fused), shortcut, m_fused);
     }
     Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr};
     BatchNorm2d b1{nullptr}, b2{nullptr}, b3{nullptr};
@@ -175,7 +179,7 @@ struct ResNet50 : Net {
         heInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = batchNormRelu(*bn, stem->forward(x), {}, fusedNorm);
+        auto h = batchNormRelu(*bn, convolve(*stem, x, fusedNorm), {}, fusedNorm);
         h = F::max_pool2d(h, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
         h = blocks->forward(h);
         return fc->forward(h.mean({2, 3}));
