@@ -105,8 +105,8 @@ torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
 /// Whether batchNormRelu runs its one-pass kernels for this module and input.
 bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
 /// conv(x). With `fused`, in training on a CPU, fp32, x in channels_last, any stride and zero
-/// padding, no dilation or groups, with or without a bias: one autograd node whose weight gradient is im2col + one MKL GEMM where that
-/// beat oneDNN's backward-weights kernel for the shape and thread count (timed once per process,
+/// padding, no dilation or groups, with or without a bias: one autograd node whose weight gradient is im2col + one MKL
+/// GEMM where that beat oneDNN's backward-weights kernel for the shape and thread count (timed once per process,
 /// conv_wgrad.cpp), oneDNN's otherwise; its forward and input gradient stay oneDNN's. Otherwise
 /// the module's forward. DEVICERACE_CONV_WGRAD=0 (benchmarks) turns it off.
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
