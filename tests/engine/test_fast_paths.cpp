@@ -188,7 +188,6 @@ INSTANTIATE_TEST_SUITE_P(
         CourseCase{"cifar-resnet20", "fp32", "batch=8,lr=2e-3", "conv weight gradients by im2col + GEMM", "gemm"},
         CourseCase{"cifar-resnet20", "bf16", "batch=4,lr=2e-3", "one-pass batch norm (+ residual add) + relu"},
         CourseCase{"fashion-cnn", "fp32", "batch=16", "one-pass relu + max pool"},
-        CourseCase{"fashion-cnn", "fp32", "batch=16", "conv weight gradients by im2col + GEMM", "gemm"},
         CourseCase{"fashion-cnn", "bf16", "batch=16", "one-pass relu + max pool"},
         CourseCase{"charlstm", "fp32", "batch=16,lr=1e-3", "LSTM over token ids"},
         CourseCase{"imdb-bilstm", "fp32", "batch=8,lstm=cells", "LSTM cells with their gates in one pass"}),

@@ -50,6 +50,9 @@ struct Net : torch::nn::Module {
     /// Whether a CPU training forward runs batch norm + residual add + relu in one pass where
     /// the activations are channels_last (batchNormRelu).
     bool fusedNorm = false;
+    /// Convolutions that can take convolve's tuned weight gradient (channels_last inputs of more
+    /// than one channel): not fashion-cnn, whose one-channel first layer writes NCHW for both.
+    bool tunedConvs = false;
 };
 
 /// Builds a network with weights drawn from `gen` (the lane's own generator, so two lanes with

@@ -46,8 +46,9 @@ struct MnistCnn : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = convolve(*conv1, x, fusedPool).relu_();
-        h = reluMaxPoolDropout(convolve(*conv2, h, fusedPool), 0.25, is_training(), gen, fusedPool, true).flatten(1);
+        // The modules: a one-channel input makes oneDNN write NCHW, and convolve takes neither layer.
+        auto h = conv1->forward(x).relu_();
+        h = reluMaxPoolDropout(conv2->forward(h), 0.25, is_training(), gen, fusedPool, true).flatten(1);
         h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
         return fc2->forward(h);
     }
@@ -61,6 +62,7 @@ struct CifarVgg : Net {
     CifarVgg(at::Generator initGen, bool fused) {
         gen = std::move(initGen);
         fusedPool = fused;
+        tunedConvs = fused;
         using O = torch::nn::Conv2dOptions;
         c1 = register_module("c1", torch::nn::Conv2d(O(3, 32, 3).padding(1)));
         c2 = register_module("c2", torch::nn::Conv2d(O(32, 32, 3)));

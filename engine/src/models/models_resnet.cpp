@@ -61,6 +61,7 @@ struct CifarResNet : Net {
     CifarResNet(int blocksPerStage, at::Generator initGen, bool fused) {
         gen = std::move(initGen);
         fusedNorm = fused;
+        tunedConvs = fused;
         stem = register_module("stem", conv(3, 16, 3));
         bn = register_module("bn", BatchNorm2d(16));
         std::int64_t in = 16;
@@ -104,6 +105,7 @@ struct DavidNet : Net {
     DavidNet(at::Generator initGen, bool fused) {
         gen = std::move(initGen);
         fusedNorm = fused;
+        tunedConvs = fused;
         prep = register_module("prep", ConvBn(3, 64, fused));
         l1 = register_module("l1", ConvBn(64, 128, fused));
         r1a = register_module("r1a", ConvBn(128, 128, fused));
@@ -164,6 +166,7 @@ struct ResNet50 : Net {
     ResNet50(at::Generator initGen, bool fused) {
         gen = std::move(initGen);
         fusedNorm = fused;
+        tunedConvs = fused;
         stem = register_module("stem", conv(3, 64, 7, 2));
         bn = register_module("bn", BatchNorm2d(64));
         std::int64_t in = 64;

@@ -237,9 +237,8 @@ void Trainer::describeExecution() {
     if (m_model->fusedNorm && m_dev.is_cpu() && m_ctx.channelsLast) {
         text += ", one-pass batch norm (+ residual add) + relu";
     }
-    // The networks that pass their fused flag to convolve (models_resnet.cpp, models_keras.cpp).
-    if ((m_model->fusedNorm || m_model->fusedPool) && m_dev.is_cpu() && m_ctx.channelsLast &&
-        m_ctx.spec.precision == Precision::Fp32 && tunedWeightGradEnabled()) {
+    if (m_model->tunedConvs && m_dev.is_cpu() && m_ctx.channelsLast && m_ctx.spec.precision == Precision::Fp32 &&
+        tunedWeightGradEnabled()) {
         text += ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
     }
     if (m_model->tokenLstm && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
