@@ -2,7 +2,7 @@
 // the module's own: the same output, input, weight and bias gradients (float rounding), for 1x1,
 // 3x3 and 5x5 kernels on odd, non-square sizes, with and without padding and a bias, chunked or
 // not, strided or not, on 1 and 2 threads; where it does not apply (groups, dilation, NCHW, one
-// input channel, float64, no gradient, fused=false) the module's forward runs.
+// input channel with NCHW strides, float64, no gradient, fused=false) the module's forward runs.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/lane_data.h"
 #include "models/models.h"
 
 using namespace devicerace::detail;
@@ -63,9 +64,9 @@ void expectClose(const torch::Tensor& a, const torch::Tensor& b, const std::stri
     EXPECT_LE((a - b).abs().max().item<double>() / scale, 2e-5) << what;
 }
 
-torch::Tensor channelsLast(const torch::Tensor& t) {
-    return t.contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true);
-}
+// As a lane feeds its network (and as clone(ChannelsLast) in run() lays it out): channels_last
+// strides on every dimension, a one-channel input's too.
+torch::Tensor channelsLast(const torch::Tensor& t) { return channelsLastStrided(t).requires_grad_(true); }
 
 struct Shape {
     std::int64_t n, c, oc, h, w, k;
@@ -90,7 +91,8 @@ TEST(ConvWeightGrad, TheGemmPathGivesTheModulesGradients) {
                             {2, 4, 5, 7, 6, 5, false, 1},
                             {3, 6, 5, 9, 8, 3, false, 1, 2},
                             {2, 3, 4, 11, 10, 7, true, 3, 2},
-                            {2, 8, 6, 7, 9, 1, false, 0, 2}};
+                            {2, 8, 6, 7, 9, 1, false, 0, 2},
+                            {3, 1, 8, 9, 9, 3, true, 0}}; // fashion-cnn's first layer: one channel
     for (const auto& s : shapes) {
         for (const int threads : {1, 2}) {
             at::set_num_threads(threads);
@@ -145,8 +147,12 @@ TEST(ConvWeightGrad, WhereItDoesNotApplyTheModuleRuns) {
     EXPECT_FALSE(tunedWeightGradFits(*dilated, channelsLast(x)));
     EXPECT_FALSE(tunedWeightGradFits(*plain, x.clone().requires_grad_(true))); // NCHW
     EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x.to(torch::kDouble))));
-    auto gray = makeConv(1, 4, 3); // one channel: NCHW as much as channels_last, and so its output
-    EXPECT_FALSE(tunedWeightGradFits(*gray, channelsLast(torch::randn({2, 1, 6, 6}))));
+    // One channel: contiguous(ChannelsLast) hands back NCHW strides, which oneDNN reads as NCHW
+    // and so writes an NCHW output; with channels_last strides (as lanes feed it) it fits.
+    auto gray = makeConv(1, 4, 3);
+    const auto grayInput = torch::randn({2, 1, 6, 6});
+    EXPECT_FALSE(tunedWeightGradFits(*gray, grayInput.contiguous(at::MemoryFormat::ChannelsLast).requires_grad_(true)));
+    EXPECT_TRUE(tunedWeightGradFits(*gray, channelsLast(grayInput)));
     {
         torch::NoGradGuard noGrad; // evaluation
         EXPECT_FALSE(tunedWeightGradFits(*plain, channelsLast(x)));

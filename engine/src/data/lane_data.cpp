@@ -89,9 +89,20 @@ at::Tensor prepareInput(at::Tensor x, const DeviceData& d, const std::vector<std
                                           .align_corners(false));
             }
         }
-        x = x.contiguous(channelsLast ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+        x = channelsLast ? channelsLastStrided(x) : x.contiguous();
     }
     return x;
+}
+
+at::Tensor channelsLastStrided(const at::Tensor& t) {
+    if (t.dim() != 4) {
+        return t;
+    }
+    auto x = t.contiguous(at::MemoryFormat::ChannelsLast);
+    const auto strides = c10::get_channels_last_strides_2d(x.sizes());
+    // channels_last-contiguous: every dimension longer than 1 already has these strides, and a
+    // size-1 dimension's stride addresses nothing, so the view reads the same elements.
+    return x.strides() == c10::IntArrayRef(strides) ? x : x.as_strided(x.sizes(), strides);
 }
 
 PinnedBatcher::PinnedBatcher(const DeviceData& data, std::int64_t batch) : m_data(data) {

@@ -37,6 +37,13 @@ DeviceData loadLaneData(const Dataset& ds, const c10::Device& dev, at::Generator
 /// (Fashion-MNIST into a CIFAR or ImageNet network); token ids as they are.
 at::Tensor prepareInput(at::Tensor x, const DeviceData& d, const std::vector<std::int64_t>& want, bool channelsLast);
 
+/// A 4-D tensor in channels_last order with channels_last strides on every dimension, size-1 ones
+/// included. `contiguous(ChannelsLast)` returns a contiguous [N, 1, H, W] tensor as it is (it is
+/// channels_last-contiguous too), and oneDNN, reading its strides as NCHW, then runs that
+/// convolution in NCHW and writes an NCHW output that the next layer turns over every step
+/// (fashion-cnn's first layer). The same elements, so a view where the tensor already is in order.
+at::Tensor channelsLastStrided(const at::Tensor& t);
+
 /// resident=false: gathers each batch on the host into one of two pinned buffers and copies
 /// it to the device without blocking, so the host gathers batch i+1 while the GPU trains on
 /// batch i. A buffer is reused only after its previous copy has finished (CUDA event).

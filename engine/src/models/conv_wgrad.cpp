@@ -204,8 +204,9 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
            x.scalar_type() == at::kFloat && conv.weight.scalar_type() == at::kFloat &&
            (!conv.bias.defined() || conv.bias.scalar_type() == at::kFloat) &&
            !at::autocast::is_autocast_enabled(at::kCPU) && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-           // one channel is NCHW too, and oneDNN then writes an NCHW output (fashion-cnn's first
-           // layer): the GEMM's rows would need a transposed copy of its gradient each step
+           // a one-channel input with NCHW strides is channels_last-contiguous too, but oneDNN
+           // then writes an NCHW output, and the GEMM's rows would need a transposed copy of its
+           // gradient each step (lanes give it channels_last strides: channelsLastStrided)
            x.suggest_memory_format() == at::MemoryFormat::ChannelsLast && o.groups() == 1 && pad &&
            (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && !o.transposed() &&
            std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&

@@ -39,6 +39,7 @@ struct MnistCnn : Net {
     MnistCnn(at::Generator initGen, bool fused) {
         gen = std::move(initGen);
         fusedPool = fused;
+        tunedConvs = fused;
         conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
         conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)));
         fc1 = register_module("fc1", torch::nn::Linear(64 * 12 * 12, 128));
@@ -46,9 +47,8 @@ struct MnistCnn : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        // The modules: a one-channel input makes oneDNN write NCHW, and convolve takes neither layer.
-        auto h = conv1->forward(x).relu_();
-        h = reluMaxPoolDropout(conv2->forward(h), 0.25, is_training(), gen, fusedPool, true).flatten(1);
+        auto h = convolve(*conv1, x, fusedPool).relu_();
+        h = reluMaxPoolDropout(convolve(*conv2, h, fusedPool), 0.25, is_training(), gen, fusedPool, true).flatten(1);
         h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
         return fc2->forward(h);
     }

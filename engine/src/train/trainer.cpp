@@ -87,7 +87,7 @@ LaneOutcome Trainer::run() {
         torch::NoGradGuard noGrad;
         for (auto& p : m_model->parameters()) {
             if (p.dim() == 4) {
-                p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+                p.set_data(channelsLastStrided(p.data()).clone(at::MemoryFormat::Preserve)); // own storage
             }
         }
     }
