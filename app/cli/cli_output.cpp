@@ -74,9 +74,10 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
             if (peak.busy) {
                 busy = peak.source;
             }
-            if (const auto at = peak.source.find(" on the "); at != std::string::npos && limited.empty()) {
-                limited = fmt::format("{} thread{} measured {}", t, t == 1 ? "" : "s",
-                                      peak.source.substr(at + 1, peak.source.find(')', at) - at));
+            if (peak.usableCores > 0 && limited.empty()) {
+                limited = fmt::format("{} thread{} measured on the {:.3g} core{} this process may use (CPU quota or "
+                                      "affinity)",
+                                      t, t == 1 ? "" : "s", peak.usableCores, peak.usableCores == 1 ? "" : "s");
             }
             cpu += fmt::format(" {} thread{} {} GFLOP/s", t, t == 1 ? "" : "s", groupThousands(peak.flopsPerSec / 1e9));
         }

@@ -202,6 +202,29 @@ INSTANTIATE_TEST_SUITE_P(
         return n;
     });
 
+// The benchmarks' A/B knobs each turn off their own lever of fused=true, not the others'
+// (DEVICERACE_FUSED_NORM=0 once turned off the ResNets' tuned weight gradient too).
+TEST(FusedLevers, EachAbKnobTurnsOffItsOwnLeverAlone) {
+    const auto& w = findWorkload("cifar-resnet20");
+    auto data = tinyImages(w, 16);
+    const auto spec = parseLaneSpec("cpu,threads=1,batch=8");
+    const std::string norm = "one-pass batch norm (+ residual add) + relu", conv = "conv weight gradients by im2col";
+    std::string how;
+    stepLosses(w.name, spec, data, 1, &how);
+    EXPECT_NE(how.find(norm), std::string::npos) << how;
+    EXPECT_NE(how.find(conv), std::string::npos) << how;
+    ::setenv("DEVICERACE_FUSED_NORM", "0", 1);
+    stepLosses(w.name, spec, data, 1, &how);
+    ::unsetenv("DEVICERACE_FUSED_NORM");
+    EXPECT_EQ(how.find(norm), std::string::npos) << how;
+    EXPECT_NE(how.find(conv), std::string::npos) << how;
+    ::setenv("DEVICERACE_CONV_WGRAD", "0", 1);
+    stepLosses(w.name, spec, data, 1, &how);
+    ::unsetenv("DEVICERACE_CONV_WGRAD");
+    EXPECT_NE(how.find(norm), std::string::npos) << how;
+    EXPECT_EQ(how.find(conv), std::string::npos) << how;
+}
+
 // channels_last (the CPU default of the 3-channel networks) computes the same network. At a
 // tame learning rate: at 0.1 on random labels the two layouts' rounding drifted 0.5% by step 7.
 TEST(ChannelsLast, FollowsTheContiguousLossCurveOnTheCpu) {

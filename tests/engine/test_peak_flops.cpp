@@ -218,11 +218,15 @@ TEST(CpuPeak, ACalibrationUnderACpuQuotaIsKeptForThatQuota) {
         }
         EXPECT_FALSE(half.busy) << half.source;
         EXPECT_NE(half.source.find("on the 0.5 cores this process may use"), std::string::npos) << half.source;
-        EXPECT_TRUE(cpuPeakFlops(Precision::Fp32, 1).cached);
+        EXPECT_DOUBLE_EQ(half.usableCores, 0.5);
+        const auto again = cpuPeakFlops(Precision::Fp32, 1);
+        EXPECT_TRUE(again.cached);
+        EXPECT_DOUBLE_EQ(again.usableCores, 0.5); // the cached figure keeps its ceiling
     }
     const auto whole = cpuPeakFlops(Precision::Fp32, 1); // out of the cgroup: its own key
     EXPECT_FALSE(whole.cached) << whole.source;
     EXPECT_EQ(whole.source.find("this process may use"), std::string::npos) << whole.source;
+    EXPECT_EQ(whole.usableCores, 0);
 }
 
 TEST(GpuPeak, DatasheetRowsFollowTheDeviceName) {

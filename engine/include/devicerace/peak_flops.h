@@ -17,6 +17,9 @@ struct PeakFlops {
     bool measured = false; // a calibration on this machine (false: a datasheet figure)
     bool cached = false;   // read from the cache file rather than measured by this call
     bool busy = false;     // measured while other work shared the cores: below the peak, not cached
+    /// A CPU figure's ceiling where fewer cores than threads are usable here (a CPU quota or a
+    /// narrow affinity: 1.5 for `--cpus=1.5`); 0 where every thread has a core of its own.
+    double usableCores = 0;
 };
 
 /// Where measured CPU peaks are kept: $DEVICERACE_CACHE_DIR, else $XDG_CACHE_HOME/devicerace,

@@ -210,7 +210,7 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
         const auto& e = peaks[key];
         const auto f = e.value("flops_per_sec", 0.0);
         if (f > 0 && std::isfinite(f)) {
-            return {f, e.value("source", std::string("measured")), true, true};
+            return {f, e.value("source", std::string("measured")), true, true, false, cores < threads ? cores : 0};
         }
     }
     auto m = measure(precision, threads, cores);
@@ -225,9 +225,10 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
     p.flopsPerSec = m.rate;
     p.measured = true;
     p.busy = busy;
+    p.usableCores = cores < threads ? cores : 0;
     p.source = fmt::format("measured {}: {}x{} GEMMs, {}, {} thread{}, median of {}", today(), kSide, kSide,
                            precisionName(precision), threads, threads == 1 ? "" : "s", kBatches);
-    if (cores < threads) {
+    if (p.usableCores > 0) {
         p.source += fmt::format(" on the {:.3g} core{} this process may use (CPU quota or affinity)", cores,
                                 cores == 1 ? "" : "s");
     }

@@ -284,7 +284,8 @@ const std::vector<KeyCodec>& keyCodecs() {
                                    "of the image padded by 4 pixels, flipped left-right half the time)"),
                               &LaneSpec::augment, {"none", "crop-flip"}));
         t.push_back(boolKey(info("fused", "true", "every lane",
-                                 "fused optimizer kernels (and the fused dense step, relu + max pool on CPUs)"),
+                                 "fused optimizer kernels; on CPUs also one-pass layers (dense step, relu + pool, "
+                                 "batch norm + relu, LSTM gates) and timed conv weight gradients"),
                             &LaneSpec::fused));
         t.push_back(boolKey(info("graph", "true where it helps", "CUDA lanes", "the training step in a CUDA graph"),
                             &LaneSpec::graph));

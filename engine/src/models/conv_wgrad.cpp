@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -104,22 +105,35 @@ at::Tensor weightGradByOneDnn(const at::Tensor& x, const at::Tensor& w, const at
 
 // Which weight gradient is faster for a shape and thread count: decided once per process, the
 // first lane to meet the shape timing both (twice each: the first oneDNN call builds its kernel)
-// while later ones wait, so every lane of a process takes the same path from its first step and
-// lanes with one seed still train bit-identically.
+// while lanes meeting an undecided shape wait for it, so every lane of a process takes the same
+// path from its first step and lanes with one seed still train bit-identically. A lane looking up
+// a decided shape takes only the map's lock, never waiting behind a timing.
 using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
-std::mutex g_choiceMutex;
+std::mutex g_choiceMutex; // the map
+std::mutex g_timingMutex; // one timing at a time (two would disturb each other's clocks)
 std::map<ShapeKey, bool> g_useGemm;
 
+std::optional<bool> decided(const ShapeKey& key) {
+    std::lock_guard lock(g_choiceMutex);
+    const auto it = g_useGemm.find(key);
+    return it == g_useGemm.end() ? std::nullopt : std::optional<bool>(it->second);
+}
+
+// Whether this shape takes the GEMM; `result` gets the weight gradient where this call computed
+// it (while timing), else stays undefined.
 bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g,
                   at::Tensor& result) {
     if (mode() == Mode::Gemm) {
         return true;
     }
     const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, at::get_num_threads()};
-    std::lock_guard lock(g_choiceMutex);
-    if (const auto it = g_useGemm.find(key); it != g_useGemm.end()) {
-        return it->second;
+    if (const auto known = decided(key)) {
+        return *known;
+    }
+    std::lock_guard timing(g_timingMutex);
+    if (const auto known = decided(key)) { // decided while this lane waited
+        return *known;
     }
     using Clock = std::chrono::steady_clock;
     const auto timed = [](auto&& f) {
@@ -128,15 +142,21 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
         return std::pair{std::chrono::duration<double>(Clock::now() - t0).count(), out};
     };
     double oneDnn = 1e300, gemm = 1e300;
+    at::Tensor byOneDnn, byGemm;
     for (int round = 0; round < 2; ++round) {
-        auto [a, byOneDnn] = timed([&] { return weightGradByOneDnn(x, w, gy, g); });
-        auto [b, byGemm] = timed([&] { return weightGradByGemm(x, gy, g); });
+        auto [a, fromOneDnn] = timed([&] { return weightGradByOneDnn(x, w, gy, g); });
+        auto [b, fromGemm] = timed([&] { return weightGradByGemm(x, gy, g); });
         oneDnn = std::min(oneDnn, a);
         gemm = std::min(gemm, b);
-        result = byOneDnn;
+        byOneDnn = fromOneDnn;
+        byGemm = fromGemm;
     }
     const bool useGemm = gemm * kMinGain < oneDnn;
-    g_useGemm.emplace(key, useGemm);
+    result = useGemm ? byGemm : byOneDnn; // this step already takes the chosen path
+    {
+        std::lock_guard lock(g_choiceMutex);
+        g_useGemm.emplace(key, useGemm);
+    }
     if (const char* log = std::getenv("DEVICERACE_CONV_WGRAD_LOG"); log && *log && std::string_view(log) != "0") {
         std::fprintf(stderr,
                      "conv weight gradient, n%ld c%ld->%ld %ldx%ld k%ldx%ld, %d thread(s): oneDNN %.2f ms, im2col + "
@@ -144,9 +164,6 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
                      static_cast<long>(g.n), static_cast<long>(g.c), static_cast<long>(g.oc), static_cast<long>(g.h),
                      static_cast<long>(g.w), static_cast<long>(g.kh), static_cast<long>(g.kw), at::get_num_threads(),
                      1e3 * oneDnn, 1e3 * gemm, useGemm ? "GEMM" : "oneDNN");
-    }
-    if (useGemm) {
-        result = weightGradByGemm(x, gy, g); // this step already takes the chosen path
     }
     return useGemm;
 }

@@ -50,8 +50,8 @@ struct Net : torch::nn::Module {
     /// Whether a CPU training forward runs batch norm + residual add + relu in one pass where
     /// the activations are channels_last (batchNormRelu).
     bool fusedNorm = false;
-    /// Convolutions that can take convolve's tuned weight gradient (channels_last inputs of more
-    /// than one channel): not fashion-cnn, whose one-channel first layer writes NCHW for both.
+    /// Whether forward sends its convolutions through convolve, whose weight gradient may be
+    /// im2col + GEMM where timed faster (CPU fp32 training on channels_last-strided inputs).
     bool tunedConvs = false;
 };
 

@@ -20,11 +20,16 @@ using torch::nn::Conv2dOptions;
 
 namespace {
 
-// fused=true: batch norm + add + relu in one pass (batchNormRelu); DEVICERACE_FUSED_NORM=0
-// (benchmarks) turns that lever alone off.
-bool normInOnePass(const ModelOptions& o) {
+// The CPU levers fused=true gives a ResNet's layers: batch norm + add + relu in one pass
+// (batchNormRelu; DEVICERACE_FUSED_NORM=0 turns that one alone off, for A/B) and convolve's tuned
+// weight gradient (DEVICERACE_CONV_WGRAD=0 turns that one off).
+struct Levers {
+    bool norm = false;
+    bool conv = false;
+};
+Levers leversOf(const ModelOptions& o) {
     const char* env = std::getenv("DEVICERACE_FUSED_NORM");
-    return o.fusedOps && !(env && std::string_view(env) == "0");
+    return {o.fusedOps && !(env && std::string_view(env) == "0"), o.fusedOps};
 }
 
 Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride = 1) {
@@ -34,41 +39,41 @@ Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stri
 // He et al. 2015, "Deep Residual Learning", CIFAR-10 section: basic blocks, option-A shortcuts
 // (identity, strided and zero-padded on channels, no parameters).
 struct BasicBlockImpl : torch::nn::Module {
-    BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride, bool fused)
-        : m_pad(out - in), m_stride(stride), m_fused(fused) {
+    BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride, Levers levers)
+        : m_pad(out - in), m_stride(stride), m_levers(levers) {
         c1 = register_module("c1", conv(in, out, 3, stride));
         b1 = register_module("b1", BatchNorm2d(out));
         c2 = register_module("c2", conv(out, out, 3));
         b2 = register_module("b2", BatchNorm2d(out));
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = batchNormRelu(*b1, convolve(*c1, x, m_fused), {}, m_fused);
+        auto h = batchNormRelu(*b1, convolve(*c1, x, m_levers.conv), {}, m_levers.norm);
         auto shortcut = x;
         if (m_stride != 1 || m_pad != 0) {
             shortcut = x.slice(2, 0, x.size(2), m_stride).slice(3, 0, x.size(3), m_stride);
             shortcut = F::pad(shortcut, F::PadFuncOptions({0, 0, 0, 0, m_pad / 2, m_pad - m_pad / 2}));
         }
-        return batchNormRelu(*b2, convolve(*c2, h, m_fused), shortcut, m_fused);
+        return batchNormRelu(*b2, convolve(*c2, h, m_levers.conv), shortcut, m_levers.norm);
     }
     Conv2d c1{nullptr}, c2{nullptr};
     BatchNorm2d b1{nullptr}, b2{nullptr};
     std::int64_t m_pad, m_stride;
-    bool m_fused;
+    Levers m_levers;
 };
 TORCH_MODULE(BasicBlock);
 
 struct CifarResNet : Net {
-    CifarResNet(int blocksPerStage, at::Generator initGen, bool fused) {
+    CifarResNet(int blocksPerStage, at::Generator initGen, Levers levers) {
         gen = std::move(initGen);
-        fusedNorm = fused;
-        tunedConvs = fused;
+        fusedNorm = levers.norm;
+        tunedConvs = levers.conv;
         stem = register_module("stem", conv(3, 16, 3));
         bn = register_module("bn", BatchNorm2d(16));
         std::int64_t in = 16;
         for (std::int64_t width : {16, 32, 64}) {
             for (int b = 0; b < blocksPerStage; ++b) {
                 const std::int64_t stride = (b == 0 && width != 16) ? 2 : 1;
-                blocks->push_back(BasicBlock(in, width, stride, fused));
+                blocks->push_back(BasicBlock(in, width, stride, levers));
                 in = width;
             }
         }
@@ -77,7 +82,7 @@ struct CifarResNet : Net {
         heInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = batchNormRelu(*bn, convolve(*stem, x, fusedNorm), {}, fusedNorm);
+        auto h = batchNormRelu(*bn, convolve(*stem, x, tunedConvs), {}, fusedNorm);
         h = blocks->forward(h);
         return fc->forward(h.mean({2, 3}));
     }
@@ -90,30 +95,32 @@ struct CifarResNet : Net {
 // myrtle.ai "How to train your ResNet" (DAWNBench CIFAR-10): prep, three layers with two
 // residual blocks, max-pool 4, a bias-free linear layer scaled by 1/8.
 struct ConvBnImpl : torch::nn::Module {
-    ConvBnImpl(std::int64_t in, std::int64_t out, bool fused) : m_fused(fused) {
+    ConvBnImpl(std::int64_t in, std::int64_t out, Levers levers) : m_levers(levers) {
         c = register_module("c", conv(in, out, 3));
         b = register_module("b", BatchNorm2d(out));
     }
-    torch::Tensor forward(const torch::Tensor& x) { return batchNormRelu(*b, convolve(*c, x, m_fused), {}, m_fused); }
+    torch::Tensor forward(const torch::Tensor& x) {
+        return batchNormRelu(*b, convolve(*c, x, m_levers.conv), {}, m_levers.norm);
+    }
     Conv2d c{nullptr};
     BatchNorm2d b{nullptr};
-    bool m_fused;
+    Levers m_levers;
 };
 TORCH_MODULE(ConvBn);
 
 struct DavidNet : Net {
-    DavidNet(at::Generator initGen, bool fused) {
+    DavidNet(at::Generator initGen, Levers levers) {
         gen = std::move(initGen);
-        fusedNorm = fused;
-        tunedConvs = fused;
-        prep = register_module("prep", ConvBn(3, 64, fused));
-        l1 = register_module("l1", ConvBn(64, 128, fused));
-        r1a = register_module("r1a", ConvBn(128, 128, fused));
-        r1b = register_module("r1b", ConvBn(128, 128, fused));
-        l2 = register_module("l2", ConvBn(128, 256, fused));
-        l3 = register_module("l3", ConvBn(256, 512, fused));
-        r3a = register_module("r3a", ConvBn(512, 512, fused));
-        r3b = register_module("r3b", ConvBn(512, 512, fused));
+        fusedNorm = levers.norm;
+        tunedConvs = levers.conv;
+        prep = register_module("prep", ConvBn(3, 64, levers));
+        l1 = register_module("l1", ConvBn(64, 128, levers));
+        r1a = register_module("r1a", ConvBn(128, 128, levers));
+        r1b = register_module("r1b", ConvBn(128, 128, levers));
+        l2 = register_module("l2", ConvBn(128, 256, levers));
+        l3 = register_module("l3", ConvBn(256, 512, levers));
+        r3a = register_module("r3a", ConvBn(512, 512, levers));
+        r3b = register_module("r3b", ConvBn(512, 512, levers));
         fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(512, 10).bias(false)));
         heInit(*this, gen);
     }
@@ -134,7 +141,7 @@ struct DavidNet : Net {
 
 // torchvision ResNet-50 v1.5 (NVIDIA DeepLearningExamples): the stride sits on the 3x3 conv.
 struct BottleneckImpl : torch::nn::Module {
-    BottleneckImpl(std::int64_t in, std::int64_t width, std::int64_t stride, bool fused) : m_fused(fused) {
+    BottleneckImpl(std::int64_t in, std::int64_t width, std::int64_t stride, Levers levers) : m_levers(levers) {
         const std::int64_t out = width * 4;
         c1 = register_module("c1", conv(in, width, 1));
         b1 = register_module("b1", BatchNorm2d(width));
@@ -147,33 +154,33 @@ struct BottleneckImpl : torch::nn::Module {
         }
     }
     torch::Tensor forward(const torch::Tensor& x) {
-        auto h = batchNormRelu(*b1, convolve(*c1, x, m_fused), {}, m_fused);
-        h = batchNormRelu(*b2, convolve(*c2, h, m_fused), {}, m_fused);
+        auto h = batchNormRelu(*b1, convolve(*c1, x, m_levers.conv), {}, m_levers.norm);
+        h = batchNormRelu(*b2, convolve(*c2, h, m_levers.conv), {}, m_levers.norm);
         // The projection (1x1 conv, stride 2 in a stage's first block, then batch norm, no relu).
         const auto shortcut = down ? down[1]->as<torch::nn::BatchNorm2dImpl>()->forward(
-                                         convolve(*down[0]->as<torch::nn::Conv2dImpl>(), x, m_fused))
+                                         convolve(*down[0]->as<torch::nn::Conv2dImpl>(), x, m_levers.conv))
                                    : x;
-        return batchNormRelu(*b3, convolve(*c3, h, m_fused), shortcut, m_fused);
+        return batchNormRelu(*b3, convolve(*c3, h, m_levers.conv), shortcut, m_levers.norm);
     }
     Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr};
     BatchNorm2d b1{nullptr}, b2{nullptr}, b3{nullptr};
     torch::nn::Sequential down{nullptr};
-    bool m_fused;
+    Levers m_levers;
 };
 TORCH_MODULE(Bottleneck);
 
 struct ResNet50 : Net {
-    ResNet50(at::Generator initGen, bool fused) {
+    ResNet50(at::Generator initGen, Levers levers) {
         gen = std::move(initGen);
-        fusedNorm = fused;
-        tunedConvs = fused;
+        fusedNorm = levers.norm;
+        tunedConvs = levers.conv;
         stem = register_module("stem", conv(3, 64, 7, 2));
         bn = register_module("bn", BatchNorm2d(64));
         std::int64_t in = 64;
         const std::pair<std::int64_t, int> stages[] = {{64, 3}, {128, 4}, {256, 6}, {512, 3}};
         for (const auto& [width, count] : stages) {
             for (int b = 0; b < count; ++b) {
-                blocks->push_back(Bottleneck(in, width, (b == 0 && width != 64) ? 2 : 1, fused));
+                blocks->push_back(Bottleneck(in, width, (b == 0 && width != 64) ? 2 : 1, levers));
                 in = width * 4;
             }
         }
@@ -182,7 +189,7 @@ struct ResNet50 : Net {
         heInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = batchNormRelu(*bn, convolve(*stem, x, fusedNorm), {}, fusedNorm);
+        auto h = batchNormRelu(*bn, convolve(*stem, x, tunedConvs), {}, fusedNorm);
         h = F::max_pool2d(h, F::MaxPool2dFuncOptions(3).stride(2).padding(1));
         h = blocks->forward(h);
         return fc->forward(h.mean({2, 3}));
@@ -219,7 +226,7 @@ WorkloadImpl cifarResNet(int depth) {
     w.info.inputShape = {3, 32, 32};
     w.info.channelsLastOnCpu = true;
     w.makeModel = [n](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<CifarResNet>(n, std::move(g), normInOnePass(o));
+        return std::make_shared<CifarResNet>(n, std::move(g), leversOf(o));
     };
     w.optimizer = sgd(false);
     return w;
@@ -246,7 +253,7 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     david.info.inputShape = {3, 32, 32};
     david.info.channelsLastOnCpu = true;
     david.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<DavidNet>(std::move(g), normInOnePass(o));
+        return std::make_shared<DavidNet>(std::move(g), leversOf(o));
     };
     david.optimizer = sgd(true);
     list.push_back(std::move(david));
@@ -269,7 +276,7 @@ std::vector<WorkloadImpl> resnetWorkloads() {
     r50.info.syntheticByDefault = true;
     r50.info.channelsLastOnCpu = true;
     r50.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<ResNet50>(std::move(g), normInOnePass(o));
+        return std::make_shared<ResNet50>(std::move(g), leversOf(o));
     };
     r50.optimizer = sgd(false);
     list.push_back(std::move(r50));
