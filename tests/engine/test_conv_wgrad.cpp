@@ -6,15 +6,19 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "data/lane_data.h"
+#include "models/conv_wgrad.h"
 #include "models/models.h"
 
 using namespace devicerace::detail;
@@ -193,4 +197,67 @@ TEST(ConvWeightGrad, LanesMeetingANewShapeAtOnceTakeTheSamePath) {
         EXPECT_TRUE(torch::equal(a[i].dw, b[i].dw)) << "step " << i;
         EXPECT_TRUE(torch::equal(a[i].dx, b[i].dx)) << "step " << i;
     }
+}
+
+// The choice is the machine's: the first process to meet a shape times it and writes it beside the
+// peak cache; another (here: this one, its own choices forgotten) reads it there and takes that
+// path, whatever its own timing would say, so worker processes and data-parallel ranks with one
+// seed train bit-identically (a choice timed in each process let a near-tie part a Slurm lane
+// from the local two-worker lane). A broken file is timed over and rewritten.
+TEST(ConvWeightGrad, AChoiceIsKeptForTheMachineAndFollowed) {
+    // Not test::TempDir: linked to libtorch.so directly, this binary gets libtorch's exported
+    // std::filesystem::remove_all, which crashes (a null call); the files are removed one by one.
+    std::string made = (std::filesystem::temp_directory_path() / "devicerace-conv-choice-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(made.data()), nullptr);
+    const std::filesystem::path dir = made;
+    ::setenv("DEVICERACE_CACHE_DIR", dir.c_str(), 1);
+    at::set_num_threads(1);
+    forgetConvChoices();
+    auto conv = makeConv(16, 24, 3);
+    auto gen = at::detail::createCPUGenerator(13);
+    const auto input = torch::randn({8, 16, 12, 12}, gen);
+    torch::Tensor byGemm;
+    {
+        WgradMode gemm("gemm");
+        byGemm = run(conv, input, true).dw;
+    }
+    const auto byModule = run(conv, input, false).dw;
+    const auto readChoices = [&] {
+        std::ifstream in(convChoiceFile());
+        return nlohmann::json::parse(in);
+    };
+    run(conv, input, true); // times the shape and keeps the choice
+    ASSERT_EQ(convChoiceFile(), dir / "conv-wgrad.json");
+    auto file = readChoices();
+    ASSERT_EQ(file["choices"].size(), 1u) << file.dump();
+    const std::string key = file["choices"].begin().key();
+    EXPECT_NE(key.find("|n8 c16->24 12x12 k3x3 pad 1x1 stride 1x1|1 threads"), std::string::npos) << key;
+    EXPECT_NE(key.find("LibTorch"), std::string::npos) << key;
+    const bool pathsDiffer = !at::equal(byGemm, byModule);
+    for (const char* choice : {"gemm", "onednn", "gemm"}) {
+        file["choices"][key] = choice;
+        std::ofstream(convChoiceFile()) << file.dump();
+        forgetConvChoices();
+        const auto dw = run(conv, input, true).dw;
+        expectClose(dw, byModule, std::string("weight gradient, the file saying ") + choice);
+        if (choice == std::string("gemm")) {
+            EXPECT_TRUE(at::equal(dw, byGemm)) << "the file said gemm";
+        } else if (pathsDiffer) {
+            EXPECT_FALSE(at::equal(dw, byGemm)) << "the file said onednn";
+        }
+        EXPECT_EQ(readChoices()["choices"][key], choice); // followed, not timed over
+    }
+    std::ofstream(convChoiceFile()) << "{ not json";
+    forgetConvChoices();
+    run(conv, input, true);
+    const auto rewritten = readChoices();
+    EXPECT_EQ(rewritten["choices"].size(), 1u) << rewritten.dump();
+    EXPECT_TRUE(rewritten["choices"].contains(key)) << rewritten.dump();
+    forgetConvChoices();
+    ::unsetenv("DEVICERACE_CACHE_DIR");
+    std::error_code ec;
+    for (const char* name : {"conv-wgrad.json", "conv-wgrad.lock"}) {
+        std::filesystem::remove(dir / name, ec);
+    }
+    std::filesystem::remove(dir, ec);
 }

@@ -1,14 +1,24 @@
 // A CPU convolution whose weight gradient may come from im2col + one MKL GEMM instead of
 // oneDNN's backward-weights kernel, chosen per shape by timing both once (see models.h).
+#include "models/conv_wgrad.h"
+
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <sys/file.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/version.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -16,8 +26,11 @@
 #include <tuple>
 #include <vector>
 
+#include "devicerace/peak_flops.h"
+#include "devices/cpu_info.h"
 #include "models/autograd_function.h"
 #include "models/models.h"
+#include "util/file_util.h"
 
 namespace devicerace::detail {
 
@@ -103,21 +116,108 @@ at::Tensor weightGradByOneDnn(const at::Tensor& x, const at::Tensor& w, const at
                                                 1, {false, true, false}));
 }
 
-// Which weight gradient is faster for a shape and thread count: decided once per process, the
-// first lane to meet the shape timing both (twice each: the first oneDNN call builds its kernel)
-// while lanes meeting an undecided shape wait for it, so every lane of a process takes the same
-// path from its first step and lanes with one seed still train bit-identically. A lane looking up
-// a decided shape takes only the map's lock, never waiting behind a timing.
+// Which weight gradient is faster for a shape and thread count: decided once per machine. The
+// first lane to meet the shape times both (twice each: the first oneDNN call builds its kernel)
+// and writes the choice to the machine's file; lanes meeting an undecided shape meanwhile wait for
+// it, in this process (a mutex) and in others (an flock on the file's lock), and then read it. So
+// every lane takes the same path from its first step, and lanes with one seed train bit-identically
+// whether they are threads of one process, worker processes, data-parallel ranks or a Slurm job's
+// ranks on this host: a choice timed in each process had let a near-tie part them. A lane looking
+// up a shape its process has decided takes only the map's lock, never waiting behind a timing.
 using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                             std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
 std::mutex g_choiceMutex; // the map
 std::mutex g_timingMutex; // one timing at a time (two would disturb each other's clocks)
 std::map<ShapeKey, bool> g_useGemm;
 
+constexpr int kChoiceFormat = 1;
+constexpr std::uint64_t kMaxChoiceBytes = 1u << 20;
+
 std::optional<bool> decided(const ShapeKey& key) {
     std::lock_guard lock(g_choiceMutex);
     const auto it = g_useGemm.find(key);
     return it == g_useGemm.end() ? std::nullopt : std::optional<bool>(it->second);
+}
+
+void remember(const ShapeKey& key, bool useGemm) {
+    std::lock_guard lock(g_choiceMutex);
+    g_useGemm.emplace(key, useGemm);
+}
+
+// The machine's choices, held under an exclusive flock for this object's life. Best effort: with no
+// cache folder, or one that cannot be written, each process decides for itself as before.
+class MachineChoices {
+public:
+    explicit MachineChoices(std::filesystem::path file) : m_file(std::move(file)) {
+        if (m_file.empty()) {
+            return;
+        }
+        std::error_code ec;
+        std::filesystem::create_directories(m_file.parent_path(), ec);
+        m_lock = ::open((m_file.parent_path() / "conv-wgrad.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        while (m_lock >= 0 && ::flock(m_lock, LOCK_EX) != 0 && errno == EINTR) {
+        }
+        try {
+            auto j = nlohmann::json::parse(readFileBounded(m_file, kMaxChoiceBytes));
+            if (j.is_object() && j.value("format", 0) == kChoiceFormat && j.contains("choices") &&
+                j["choices"].is_object()) {
+                m_json = std::move(j);
+            }
+        } catch (const std::exception&) {
+            // absent, unreadable or not ours: timed again and rewritten
+        }
+    }
+    ~MachineChoices() {
+        if (m_lock >= 0) {
+            ::close(m_lock); // releases the flock
+        }
+    }
+    MachineChoices(const MachineChoices&) = delete;
+    MachineChoices& operator=(const MachineChoices&) = delete;
+
+    std::optional<bool> find(const std::string& key) const {
+        const auto& c = m_json["choices"];
+        if (const auto it = c.find(key); it != c.end() && it->is_string()) {
+            if (*it == "gemm" || *it == "onednn") {
+                return *it == "gemm";
+            }
+        }
+        return std::nullopt;
+    }
+    void keep(const std::string& key, bool useGemm) {
+        if (m_file.empty()) {
+            return;
+        }
+        m_json["choices"][key] = useGemm ? "gemm" : "onednn";
+        std::error_code ec;
+        const auto tmp = m_file.parent_path() / fmt::format(".conv-wgrad.{}.tmp", ::getpid());
+        {
+            std::ofstream out(tmp, std::ios::trunc);
+            out << m_json.dump(1) << "\n";
+            if (!out) {
+                std::filesystem::remove(tmp, ec);
+                return;
+            }
+        }
+        std::filesystem::rename(tmp, m_file, ec);
+        if (ec) {
+            std::filesystem::remove(tmp, ec);
+        }
+    }
+
+private:
+    std::filesystem::path m_file;
+    int m_lock = -1;
+    nlohmann::json m_json = {{"format", kChoiceFormat}, {"choices", nlohmann::json::object()}};
+};
+
+// The file's key: the CPU, LibTorch (its oneDNN), the shape and the threads (with the cores they
+// may use, where a quota or an affinity allows fewer).
+std::string machineKey(const Geometry& g, int threads) {
+    const double cores = usableCores(threads);
+    return fmt::format("{}|LibTorch {}|n{} c{}->{} {}x{} k{}x{} pad {}x{} stride {}x{}|{} threads{}",
+                       readHostCpu().model, TORCH_VERSION, g.n, g.c, g.oc, g.h, g.w, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw,
+                       threads, cores < threads ? fmt::format(" on {:.3g} cores", cores) : "");
 }
 
 // Whether this shape takes the GEMM; `result` gets the weight gradient where this call computed
@@ -127,12 +227,19 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
     if (mode() == Mode::Gemm) {
         return true;
     }
-    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, at::get_num_threads()};
+    const int threads = at::get_num_threads();
+    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, threads};
     if (const auto known = decided(key)) {
         return *known;
     }
     std::lock_guard timing(g_timingMutex);
     if (const auto known = decided(key)) { // decided while this lane waited
+        return *known;
+    }
+    MachineChoices machine(convChoiceFile()); // waits while another process times
+    const auto fileKey = machineKey(g, threads);
+    if (const auto known = machine.find(fileKey)) {
+        remember(key, *known);
         return *known;
     }
     using Clock = std::chrono::steady_clock;
@@ -153,17 +260,15 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
     }
     const bool useGemm = gemm * kMinGain < oneDnn;
     result = useGemm ? byGemm : byOneDnn; // this step already takes the chosen path
-    {
-        std::lock_guard lock(g_choiceMutex);
-        g_useGemm.emplace(key, useGemm);
-    }
+    machine.keep(fileKey, useGemm);
+    remember(key, useGemm);
     if (const char* log = std::getenv("DEVICERACE_CONV_WGRAD_LOG"); log && *log && std::string_view(log) != "0") {
         std::fprintf(stderr,
                      "conv weight gradient, n%ld c%ld->%ld %ldx%ld k%ldx%ld, %d thread(s): oneDNN %.2f ms, im2col + "
                      "GEMM %.2f ms: %s\n",
                      static_cast<long>(g.n), static_cast<long>(g.c), static_cast<long>(g.oc), static_cast<long>(g.h),
-                     static_cast<long>(g.w), static_cast<long>(g.kh), static_cast<long>(g.kw), at::get_num_threads(),
-                     1e3 * oneDnn, 1e3 * gemm, useGemm ? "GEMM" : "oneDNN");
+                     static_cast<long>(g.w), static_cast<long>(g.kh), static_cast<long>(g.kw), threads, 1e3 * oneDnn,
+                     1e3 * gemm, useGemm ? "GEMM" : "oneDNN");
     }
     return useGemm;
 }
@@ -208,6 +313,16 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
 };
 
 } // namespace
+
+std::filesystem::path convChoiceFile() {
+    const auto peaks = peakCacheFile();
+    return peaks.empty() ? std::filesystem::path() : peaks.parent_path() / "conv-wgrad.json";
+}
+
+void forgetConvChoices() {
+    std::lock_guard lock(g_choiceMutex);
+    g_useGemm.clear();
+}
 
 bool tunedWeightGradEnabled() { return mode() != Mode::Off; }
 
