@@ -15,7 +15,6 @@
 #include <cmath>
 #include <ctime>
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -121,26 +120,7 @@ json readCache(const fs::path& file) {
 }
 
 // Best effort: a cache that cannot be written only means measuring again next time.
-void writeCache(const fs::path& file, const json& j) {
-    std::error_code ec;
-    fs::create_directories(file.parent_path(), ec);
-    const auto tmp = file.parent_path() / fmt::format(".peaks.{}.tmp", ::getpid());
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        if (!out) {
-            return;
-        }
-        out << j.dump(2) << "\n";
-        if (!out) {
-            fs::remove(tmp, ec);
-            return;
-        }
-    }
-    fs::rename(tmp, file, ec);
-    if (ec) {
-        fs::remove(tmp, ec);
-    }
-}
+void writeCache(const fs::path& file, const json& j) { detail::replaceFileBestEffort(file, j.dump(2) + "\n"); }
 
 std::string today() {
     const auto t = std::time(nullptr);

@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -189,20 +188,7 @@ public:
             return;
         }
         m_json["choices"][key] = useGemm ? "gemm" : "onednn";
-        std::error_code ec;
-        const auto tmp = m_file.parent_path() / fmt::format(".conv-wgrad.{}.tmp", ::getpid());
-        {
-            std::ofstream out(tmp, std::ios::trunc);
-            out << m_json.dump(1) << "\n";
-            if (!out) {
-                std::filesystem::remove(tmp, ec);
-                return;
-            }
-        }
-        std::filesystem::rename(tmp, m_file, ec);
-        if (ec) {
-            std::filesystem::remove(tmp, ec);
-        }
+        replaceFileBestEffort(m_file, m_json.dump(1) + "\n");
     }
 
 private:

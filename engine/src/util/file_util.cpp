@@ -52,4 +52,27 @@ std::string readFileBounded(const fs::path& file, std::uint64_t maxBytes) {
     return bytes;
 }
 
+bool replaceFileBestEffort(const fs::path& file, const std::string& text) {
+    std::error_code ec;
+    fs::create_directories(file.parent_path(), ec);
+    const auto tmp = file.parent_path() / fmt::format(".{}.{}.tmp", file.filename().string(), ::getpid());
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        if (!out) {
+            return false;
+        }
+        out << text;
+        if (!out) {
+            fs::remove(tmp, ec);
+            return false;
+        }
+    }
+    fs::rename(tmp, file, ec);
+    if (ec) {
+        fs::remove(tmp, ec);
+        return false;
+    }
+    return true;
+}
+
 } // namespace devicerace::detail

@@ -13,4 +13,8 @@ void checkFolder(const std::filesystem::path& dir, const std::string& what);
 /// Reads a whole regular file of at most `maxBytes`; throws DataError naming it otherwise.
 std::string readFileBounded(const std::filesystem::path& file, std::uint64_t maxBytes);
 
+/// Best effort, for caches: writes `text` to a temporary file beside `file` (its folder created)
+/// and renames it over `file`, so a reader never sees half a file. False where that failed.
+bool replaceFileBestEffort(const std::filesystem::path& file, const std::string& text);
+
 } // namespace devicerace::detail
