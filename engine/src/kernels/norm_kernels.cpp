@@ -54,7 +54,8 @@ DR_INLINE void gradSumsBody(const T* __restrict dy, const T* __restrict y, const
     for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t o = r * channels;
         for (std::int64_t c = 0; c < channels; ++c) {
-            const float g = load(y[o + c]) > 0.0f ? load(dy[o + c]) : 0.0f;
+            const float d = load(dy[o + c]); // read before the test: a conditional bf16 load stays scalar
+            const float g = load(y[o + c]) > 0.0f ? d : 0.0f;
             sg[c] += g;
             sgx[c] += g * (load(x[o + c]) - mean[c]);
         }
@@ -68,7 +69,8 @@ DR_INLINE void gradBody(const T* __restrict dy, const T* __restrict y, const T* 
     for (std::int64_t r = 0; r < rows; ++r) {
         const std::int64_t o = r * channels;
         for (std::int64_t c = 0; c < channels; ++c) {
-            const float g = load(y[o + c]) > 0.0f ? load(dy[o + c]) : 0.0f;
+            const float d = load(dy[o + c]); // read before the test: a conditional bf16 load stays scalar
+            const float g = load(y[o + c]) > 0.0f ? d : 0.0f;
             store(dx[o + c], a[c] * g + c0[c] + c1[c] * (load(x[o + c]) - mean[c]));
             if constexpr (Residual) {
                 store(dres[o + c], g);
