@@ -121,3 +121,29 @@ TEST(CharGpt, Bf16CpuLanesAttendInFp32) {
     // No autocast: the bf16 kernel, in bf16.
     EXPECT_EQ(causalAttention(q.detach(), k.detach(), v.detach()).scalar_type(), torch::kBFloat16);
 }
+
+// Long sequences with heads of 64 (char-gpt-6l's 256 x 64) attend in bf16 under bf16 autocast: there
+// the bf16 kernel is faster than the fp32 one with the casts. Short sequences or heads of 32 do not.
+TEST(CharGpt, Bf16CpuLanesAttendInBf16WhereThatKernelIsFaster) {
+    EXPECT_TRUE(bf16AttentionPays(256, 64));
+    EXPECT_TRUE(bf16AttentionPays(256, 96));
+    EXPECT_FALSE(bf16AttentionPays(64, 64));   // char-gpt's context with wider heads
+    EXPECT_FALSE(bf16AttentionPays(64, 32));   // char-gpt
+    EXPECT_FALSE(bf16AttentionPays(256, 32));  // long, but heads of 32
+    auto gen = at::detail::createCPUGenerator(6);
+    const auto make = [&] { return torch::randn({1, 2, 256, 64}, gen).to(torch::kBFloat16).requires_grad_(true); };
+    auto q = make(), k = make(), v = make();
+    const auto reference = at::scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), {}, 0.0, true);
+    torch::Tensor y;
+    {
+        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+        at::autocast::set_autocast_enabled(at::kCPU, true);
+        y = causalAttention(q, k, v);
+        at::autocast::set_autocast_enabled(at::kCPU, false);
+    }
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(y, reference));
+    y.to(torch::kFloat).sum().backward();
+    ASSERT_TRUE(q.grad().defined());
+    EXPECT_EQ(q.grad().scalar_type(), torch::kBFloat16);
+}

@@ -148,6 +148,9 @@ lstmCellOnePass(const torch::Tensor& x, const std::optional<std::tuple<torch::Te
                 const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bias);
 
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+/// Whether a bf16 CPU lane's attention runs PyTorch's bf16 flash kernel (long sequences, heads of
+/// 64 or more) rather than the fp32 one on upcast inputs (models_gpt.cpp says why).
+bool bf16AttentionPays(std::int64_t sequence, std::int64_t headSize);
 /// A char-gpt network's trainable parameters, by formula (checked against the built model).
 std::int64_t gptParameterCount(std::int64_t layers, std::int64_t width, std::int64_t context, std::int64_t vocabulary);
 

@@ -128,12 +128,17 @@ WorkloadImpl gptWorkload(const std::string& name, const GptShape& s, std::int64_
 } // namespace
 
 // Causal attention in one fused kernel: flash / memory-efficient on CUDA, the fused CPU kernel on
-// CPUs. A bf16 CPU lane attends in fp32: PyTorch 2.11's CPU flash attention is 4.7x slower in
-// bf16 than in fp32 at char-gpt's head size (32: forward + backward 8.0 vs 1.7 ms, 1 thread) and
-// no faster at 64 (docs/BENCHMARKS.md, "bf16 on the CPU"); its GEMMs stay in bf16.
+// CPUs. A bf16 CPU lane attends in fp32 where PyTorch 2.11's CPU flash attention is slower in bf16:
+// at short sequences it is 2.5-5x the fp32 kernel's time whatever the head size (T 64, forward +
+// backward, 1 thread: head 32 8.6 vs 1.6 ms, head 64 8.9 vs 2.7 ms), and at T 256 with head 32 it
+// is 1.25x. With long sequences and heads of 64 (char-gpt-6l: 64 x 6 x 256 x 64) the bf16 kernel
+// is the faster one, 236 against 278 ms with the casts to fp32 and back (docs/BENCHMARKS.md,
+// "bf16 on the CPU"). Its GEMMs stay in bf16 either way.
+bool bf16AttentionPays(std::int64_t sequence, std::int64_t headSize) { return sequence >= 192 && headSize >= 64; }
+
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     if (!q.is_cpu() || !at::autocast::is_autocast_enabled(at::kCPU) ||
-        at::autocast::get_autocast_dtype(at::kCPU) != at::kBFloat16) {
+        at::autocast::get_autocast_dtype(at::kCPU) != at::kBFloat16 || bf16AttentionPays(q.size(-2), q.size(-1))) {
         return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
     }
     c10::impl::ExcludeDispatchKeyGuard noAutocast(c10::DispatchKey::AutocastCPU);
