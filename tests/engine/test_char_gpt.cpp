@@ -127,9 +127,9 @@ TEST(CharGpt, Bf16CpuLanesAttendInFp32) {
 TEST(CharGpt, Bf16CpuLanesAttendInBf16WhereThatKernelIsFaster) {
     EXPECT_TRUE(bf16AttentionPays(256, 64));
     EXPECT_TRUE(bf16AttentionPays(256, 96));
-    EXPECT_FALSE(bf16AttentionPays(64, 64));   // char-gpt's context with wider heads
-    EXPECT_FALSE(bf16AttentionPays(64, 32));   // char-gpt
-    EXPECT_FALSE(bf16AttentionPays(256, 32));  // long, but heads of 32
+    EXPECT_FALSE(bf16AttentionPays(64, 64));  // char-gpt's context with wider heads
+    EXPECT_FALSE(bf16AttentionPays(64, 32));  // char-gpt
+    EXPECT_FALSE(bf16AttentionPays(256, 32)); // long, but heads of 32
     auto gen = at::detail::createCPUGenerator(6);
     const auto make = [&] { return torch::randn({1, 2, 256, 64}, gen).to(torch::kBFloat16).requires_grad_(true); };
     auto q = make(), k = make(), v = make();

@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +81,76 @@ struct Shape {
     std::int64_t pad = -1;
     std::int64_t stride = 1;
 };
+
+// A pick timed while the CPU is busy is provisional: kept with its time and the CPU share its timing
+// got, followed by any process for kProvisionalSeconds (so the ranks of one race agree), then timed
+// again. Here the CPU is made busy for real: twice as many spinning threads as it has cores.
+TEST(ConvWeightGrad, APickTimedOnABusyCpuIsProvisional) {
+    std::string made = (std::filesystem::temp_directory_path() / "devicerace-conv-busy-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(made.data()), nullptr);
+    const std::filesystem::path dir = made;
+    ::setenv("DEVICERACE_CACHE_DIR", dir.c_str(), 1);
+    at::set_num_threads(1);
+    forgetConvChoices();
+    auto conv = makeConv(12, 20, 3);
+    auto gen = at::detail::createCPUGenerator(17);
+    const auto input = torch::randn({6, 12, 10, 10}, gen); // a shape no other test uses
+    torch::Tensor byGemm;
+    {
+        WgradMode gemm("gemm");
+        byGemm = run(conv, input, true).dw;
+    }
+    const auto readChoices = [&] {
+        std::ifstream in(convChoiceFile());
+        return nlohmann::json::parse(in);
+    };
+    {
+        std::atomic<bool> stop{false};
+        std::vector<std::thread> spinners;
+        for (unsigned i = 0; i < 2 * std::max(1u, std::thread::hardware_concurrency()); ++i) {
+            spinners.emplace_back([&stop] {
+                volatile double x = 0;
+                while (!stop.load(std::memory_order_relaxed)) {
+                    x = x + 1;
+                }
+            });
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        run(conv, input, true); // times the shape on a busy CPU
+        stop = true;
+        for (auto& t : spinners) {
+            t.join();
+        }
+    }
+    auto file = readChoices();
+    ASSERT_EQ(file["choices"].size(), 1u) << file.dump();
+    const std::string key = file["choices"].begin().key();
+    const auto entry = file["choices"][key];
+    ASSERT_TRUE(entry.is_object()) << "a pick timed on a busy CPU was kept for good: " << entry.dump();
+    EXPECT_TRUE(entry["cpu_share"].get<double>() < 0.85 || entry["runnable_tasks"].get<int>() > 1) << entry.dump();
+    const double now = entry["timed_at"].get<double>();
+    // Fresh: followed as it is, not timed over.
+    file["choices"][key] = {{"pick", "gemm"}, {"timed_at", now}, {"cpu_share", 0.4}};
+    std::ofstream(convChoiceFile()) << file.dump();
+    forgetConvChoices();
+    EXPECT_TRUE(at::equal(run(conv, input, true).dw, byGemm)) << "a fresh provisional gemm pick was not followed";
+    EXPECT_EQ(readChoices()["choices"][key], file["choices"][key]);
+    // An hour old: timed again (idle now, so kept for good; a busy CI machine may keep it provisional,
+    // but then with a new time).
+    file["choices"][key] = {{"pick", "gemm"}, {"timed_at", now - 3600}, {"cpu_share", 0.4}};
+    std::ofstream(convChoiceFile()) << file.dump();
+    forgetConvChoices();
+    run(conv, input, true);
+    const auto retimed = readChoices()["choices"][key];
+    EXPECT_TRUE(retimed.is_string() || retimed["timed_at"].get<double>() >= now) << retimed.dump();
+    forgetConvChoices();
+    ::unsetenv("DEVICERACE_CACHE_DIR");
+    std::error_code ec;
+    for (const char* name : {"conv-wgrad.json", "conv-wgrad.lock"}) {
+        std::filesystem::remove(dir / name, ec);
+    }
+    std::filesystem::remove(dir, ec);
+}
 
 } // namespace
 

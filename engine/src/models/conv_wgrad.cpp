@@ -13,14 +13,19 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -131,6 +136,41 @@ std::map<ShapeKey, bool> g_useGemm;
 
 constexpr int kChoiceFormat = 1;
 constexpr std::uint64_t kMaxChoiceBytes = 1u << 20;
+// A pick timed while the CPU was busy (the timing thread got less than this share of its wall time:
+// other lanes, a build, a test suite, a hypervisor's steal) is provisional: it is kept for
+// kProvisionalSeconds, so that the other ranks and worker processes of the same race follow it and
+// stay bit-identical, and then timed again by the next process to meet the shape. Only a pick
+// timed on an idle CPU is the machine's for good (a GEMM pick timed during a ctest run was once
+// kept for a shape that is a tie on the idle machine).
+constexpr double kMinCpuShare = 0.85;
+constexpr double kProvisionalSeconds = 600;
+
+double threadCpuSeconds() {
+    timespec t{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Tasks ready to run on the machine at this moment, this thread included (/proc/stat's
+// procs_running); 0 where it cannot be read. A timing of a few milliseconds often runs a whole
+// time slice unpreempted even on a crowded CPU, so its own CPU share cannot show the crowd.
+int runnableTasks() {
+    std::ifstream in("/proc/stat");
+    std::string word;
+    while (in >> word) {
+        if (word == "procs_running") {
+            int n = 0;
+            in >> n;
+            return n;
+        }
+        in.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    return 0;
+}
+
+double unixSeconds() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::optional<bool> decided(const ShapeKey& key) {
     std::lock_guard lock(g_choiceMutex);
@@ -174,20 +214,39 @@ public:
     MachineChoices(const MachineChoices&) = delete;
     MachineChoices& operator=(const MachineChoices&) = delete;
 
+    /// A pick timed on an idle CPU ("gemm" or "onednn"), or a provisional one (an object: the pick,
+    /// when it was timed and the CPU share it got) while it is younger than kProvisionalSeconds.
     std::optional<bool> find(const std::string& key) const {
         const auto& c = m_json["choices"];
-        if (const auto it = c.find(key); it != c.end() && it->is_string()) {
-            if (*it == "gemm" || *it == "onednn") {
-                return *it == "gemm";
+        const auto it = c.find(key);
+        if (it == c.end()) {
+            return std::nullopt;
+        }
+        std::string pick;
+        if (it->is_string()) {
+            pick = it->get<std::string>();
+        } else if (it->is_object() && (*it)["pick"].is_string() && (*it)["timed_at"].is_number()) {
+            const double age = unixSeconds() - (*it)["timed_at"].get<double>();
+            if (age >= 0 && age < kProvisionalSeconds) {
+                pick = (*it)["pick"].get<std::string>();
             }
+        }
+        if (pick == "gemm" || pick == "onednn") {
+            return pick == "gemm";
         }
         return std::nullopt;
     }
-    void keep(const std::string& key, bool useGemm) {
+    void keep(const std::string& key, bool useGemm, bool busy, double cpuShare, int runnable) {
         if (m_file.empty()) {
             return;
         }
-        m_json["choices"][key] = useGemm ? "gemm" : "onednn";
+        const char* pick = useGemm ? "gemm" : "onednn";
+        if (!busy) {
+            m_json["choices"][key] = pick;
+        } else {
+            m_json["choices"][key] = {
+                {"pick", pick}, {"timed_at", unixSeconds()}, {"cpu_share", cpuShare}, {"runnable_tasks", runnable}};
+        }
         replaceFileBestEffort(m_file, m_json.dump(1) + "\n");
     }
 
@@ -236,7 +295,11 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
     };
     double oneDnn = 1e300, gemm = 1e300;
     at::Tensor byOneDnn, byGemm;
+    const auto wall0 = Clock::now();
+    const double cpu0 = threadCpuSeconds();
+    int runnable = runnableTasks();
     for (int round = 0; round < 2; ++round) {
+        runnable = std::max(runnable, runnableTasks());
         auto [a, fromOneDnn] = timed([&] { return weightGradByOneDnn(x, w, gy, g); });
         auto [b, fromGemm] = timed([&] { return weightGradByGemm(x, gy, g); });
         oneDnn = std::min(oneDnn, a);
@@ -244,17 +307,24 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
         byOneDnn = fromOneDnn;
         byGemm = fromGemm;
     }
+    // Busy: more tasks ready to run than the timing's own threads (other lanes of this process,
+    // other processes), or the timing thread got too little of its wall time (it runs its share of
+    // each OpenMP region; the process's CPU time would also count other lanes' threads).
+    const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
+    const double cpuShare = (threadCpuSeconds() - cpu0) / std::max(wall, 1e-9);
+    runnable = std::max(runnable, runnableTasks());
+    const bool busy = cpuShare < kMinCpuShare || runnable > threads;
     const bool useGemm = gemm * kMinGain < oneDnn;
     result = useGemm ? byGemm : byOneDnn; // this step already takes the chosen path
-    machine.keep(fileKey, useGemm);
+    machine.keep(fileKey, useGemm, busy, cpuShare, runnable);
     remember(key, useGemm);
     if (const char* log = std::getenv("DEVICERACE_CONV_WGRAD_LOG"); log && *log && std::string_view(log) != "0") {
         std::fprintf(stderr,
                      "conv weight gradient, n%ld c%ld->%ld %ldx%ld k%ldx%ld, %d thread(s): oneDNN %.2f ms, im2col + "
-                     "GEMM %.2f ms: %s\n",
+                     "GEMM %.2f ms: %s%s\n",
                      static_cast<long>(g.n), static_cast<long>(g.c), static_cast<long>(g.oc), static_cast<long>(g.h),
                      static_cast<long>(g.w), static_cast<long>(g.kh), static_cast<long>(g.kw), threads, 1e3 * oneDnn,
-                     1e3 * gemm, useGemm ? "GEMM" : "oneDNN");
+                     1e3 * gemm, useGemm ? "GEMM" : "oneDNN", busy ? " (timed on a busy CPU: provisional)" : "");
     }
     return useGemm;
 }
