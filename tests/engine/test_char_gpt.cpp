@@ -95,6 +95,15 @@ TEST(CharGpt, CosineScheduleWarmsUpThenDecaysToOneTenth) {
     }
 }
 
+// causalAttention(q, k, v) as a bf16 CPU lane runs it: under bf16 autocast.
+static torch::Tensor attendUnderBf16Autocast(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    auto y = causalAttention(q, k, v);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    return y;
+}
+
 // A bf16 CPU lane attends in fp32 (PyTorch's CPU flash attention is slower in bf16): under bf16
 // autocast the attention of bf16 queries, keys and values is the fp32 kernel's result on the same
 // values, bit for bit, and its gradients reach the bf16 inputs in bf16. Without autocast, and
@@ -105,13 +114,7 @@ TEST(CharGpt, Bf16CpuLanesAttendInFp32) {
     auto q = make(), k = make(), v = make();
     const auto reference = at::scaled_dot_product_attention(q.detach().to(torch::kFloat), k.detach().to(torch::kFloat),
                                                             v.detach().to(torch::kFloat), {}, 0.0, true);
-    torch::Tensor y;
-    {
-        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-        at::autocast::set_autocast_enabled(at::kCPU, true);
-        y = causalAttention(q, k, v);
-        at::autocast::set_autocast_enabled(at::kCPU, false);
-    }
+    const auto y = attendUnderBf16Autocast(q, k, v);
     EXPECT_EQ(y.scalar_type(), torch::kFloat);
     EXPECT_TRUE(torch::equal(y, reference));
     y.sum().backward();
@@ -134,13 +137,7 @@ TEST(CharGpt, Bf16CpuLanesAttendInBf16WhereThatKernelIsFaster) {
     const auto make = [&] { return torch::randn({1, 2, 256, 64}, gen).to(torch::kBFloat16).requires_grad_(true); };
     auto q = make(), k = make(), v = make();
     const auto reference = at::scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), {}, 0.0, true);
-    torch::Tensor y;
-    {
-        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-        at::autocast::set_autocast_enabled(at::kCPU, true);
-        y = causalAttention(q, k, v);
-        at::autocast::set_autocast_enabled(at::kCPU, false);
-    }
+    const auto y = attendUnderBf16Autocast(q, k, v);
     EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
     EXPECT_TRUE(torch::equal(y, reference));
     y.to(torch::kFloat).sum().backward();

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,75 +83,37 @@ struct Shape {
     std::int64_t stride = 1;
 };
 
-// A pick timed while the CPU is busy is provisional: kept with its time and the CPU share its timing
-// got, followed by any process for kProvisionalSeconds (so the ranks of one race agree), then timed
-// again. Here the CPU is made busy for real: twice as many spinning threads as it has cores.
-TEST(ConvWeightGrad, APickTimedOnABusyCpuIsProvisional) {
-    std::string made = (std::filesystem::temp_directory_path() / "devicerace-conv-busy-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(made.data()), nullptr);
-    const std::filesystem::path dir = made;
-    ::setenv("DEVICERACE_CACHE_DIR", dir.c_str(), 1);
-    at::set_num_threads(1);
-    forgetConvChoices();
-    auto conv = makeConv(12, 20, 3);
-    auto gen = at::detail::createCPUGenerator(17);
-    const auto input = torch::randn({6, 12, 10, 10}, gen); // a shape no other test uses
-    torch::Tensor byGemm;
-    {
-        WgradMode gemm("gemm");
-        byGemm = run(conv, input, true).dw;
+// A cache folder of the test's own for the machine's choices (DEVICERACE_CACHE_DIR), removed at the
+// end. Not test::TempDir: linked to libtorch.so directly, this binary gets libtorch's exported
+// std::filesystem::remove_all, which crashes (a null call); the files are removed one by one.
+struct ChoiceDir {
+    ChoiceDir() {
+        std::string made = (std::filesystem::temp_directory_path() / "devicerace-conv-choice-XXXXXX").string();
+        if (!::mkdtemp(made.data())) {
+            throw std::runtime_error("mkdtemp failed");
+        }
+        path = made;
+        ::setenv("DEVICERACE_CACHE_DIR", path.c_str(), 1);
+        forgetConvChoices();
     }
-    const auto readChoices = [&] {
+    ~ChoiceDir() {
+        forgetConvChoices();
+        ::unsetenv("DEVICERACE_CACHE_DIR");
+        std::error_code ec;
+        for (const char* name : {"conv-wgrad.json", "conv-wgrad.lock"}) {
+            std::filesystem::remove(path / name, ec);
+        }
+        std::filesystem::remove(path, ec);
+    }
+    ChoiceDir(const ChoiceDir&) = delete;
+    ChoiceDir& operator=(const ChoiceDir&) = delete;
+    static nlohmann::json read() {
         std::ifstream in(convChoiceFile());
         return nlohmann::json::parse(in);
-    };
-    {
-        std::atomic<bool> stop{false};
-        std::vector<std::thread> spinners;
-        for (unsigned i = 0; i < 2 * std::max(1u, std::thread::hardware_concurrency()); ++i) {
-            spinners.emplace_back([&stop] {
-                volatile double x = 0;
-                while (!stop.load(std::memory_order_relaxed)) {
-                    x = x + 1;
-                }
-            });
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        run(conv, input, true); // times the shape on a busy CPU
-        stop = true;
-        for (auto& t : spinners) {
-            t.join();
-        }
     }
-    auto file = readChoices();
-    ASSERT_EQ(file["choices"].size(), 1u) << file.dump();
-    const std::string key = file["choices"].begin().key();
-    const auto entry = file["choices"][key];
-    ASSERT_TRUE(entry.is_object()) << "a pick timed on a busy CPU was kept for good: " << entry.dump();
-    EXPECT_TRUE(entry["cpu_share"].get<double>() < 0.85 || entry["runnable_tasks"].get<int>() > 1) << entry.dump();
-    const double now = entry["timed_at"].get<double>();
-    // Fresh: followed as it is, not timed over.
-    file["choices"][key] = {{"pick", "gemm"}, {"timed_at", now}, {"cpu_share", 0.4}};
-    std::ofstream(convChoiceFile()) << file.dump();
-    forgetConvChoices();
-    EXPECT_TRUE(at::equal(run(conv, input, true).dw, byGemm)) << "a fresh provisional gemm pick was not followed";
-    EXPECT_EQ(readChoices()["choices"][key], file["choices"][key]);
-    // An hour old: timed again (idle now, so kept for good; a busy CI machine may keep it provisional,
-    // but then with a new time).
-    file["choices"][key] = {{"pick", "gemm"}, {"timed_at", now - 3600}, {"cpu_share", 0.4}};
-    std::ofstream(convChoiceFile()) << file.dump();
-    forgetConvChoices();
-    run(conv, input, true);
-    const auto retimed = readChoices()["choices"][key];
-    EXPECT_TRUE(retimed.is_string() || retimed["timed_at"].get<double>() >= now) << retimed.dump();
-    forgetConvChoices();
-    ::unsetenv("DEVICERACE_CACHE_DIR");
-    std::error_code ec;
-    for (const char* name : {"conv-wgrad.json", "conv-wgrad.lock"}) {
-        std::filesystem::remove(dir / name, ec);
-    }
-    std::filesystem::remove(dir, ec);
-}
+    static void write(const nlohmann::json& j) { std::ofstream(convChoiceFile()) << j.dump(); }
+    std::filesystem::path path;
+};
 
 } // namespace
 
@@ -278,14 +241,8 @@ TEST(ConvWeightGrad, LanesMeetingANewShapeAtOnceTakeTheSamePath) {
 // seed train bit-identically (a choice timed in each process let a near-tie part a Slurm lane
 // from the local two-worker lane). A broken file is timed over and rewritten.
 TEST(ConvWeightGrad, AChoiceIsKeptForTheMachineAndFollowed) {
-    // Not test::TempDir: linked to libtorch.so directly, this binary gets libtorch's exported
-    // std::filesystem::remove_all, which crashes (a null call); the files are removed one by one.
-    std::string made = (std::filesystem::temp_directory_path() / "devicerace-conv-choice-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(made.data()), nullptr);
-    const std::filesystem::path dir = made;
-    ::setenv("DEVICERACE_CACHE_DIR", dir.c_str(), 1);
+    const ChoiceDir dir;
     at::set_num_threads(1);
-    forgetConvChoices();
     auto conv = makeConv(16, 24, 3);
     auto gen = at::detail::createCPUGenerator(13);
     const auto input = torch::randn({8, 16, 12, 12}, gen);
@@ -295,12 +252,9 @@ TEST(ConvWeightGrad, AChoiceIsKeptForTheMachineAndFollowed) {
         byGemm = run(conv, input, true).dw;
     }
     const auto byModule = run(conv, input, false).dw;
-    const auto readChoices = [&] {
-        std::ifstream in(convChoiceFile());
-        return nlohmann::json::parse(in);
-    };
+    const auto readChoices = &ChoiceDir::read;
     run(conv, input, true); // times the shape and keeps the choice
-    ASSERT_EQ(convChoiceFile(), dir / "conv-wgrad.json");
+    ASSERT_EQ(convChoiceFile(), dir.path / "conv-wgrad.json");
     auto file = readChoices();
     ASSERT_EQ(file["choices"].size(), 1u) << file.dump();
     const std::string key = file["choices"].begin().key();
@@ -309,7 +263,7 @@ TEST(ConvWeightGrad, AChoiceIsKeptForTheMachineAndFollowed) {
     const bool pathsDiffer = !at::equal(byGemm, byModule);
     for (const char* choice : {"gemm", "onednn", "gemm"}) {
         file["choices"][key] = choice;
-        std::ofstream(convChoiceFile()) << file.dump();
+        ChoiceDir::write(file);
         forgetConvChoices();
         const auto dw = run(conv, input, true).dw;
         expectClose(dw, byModule, std::string("weight gradient, the file saying ") + choice);
@@ -326,11 +280,60 @@ TEST(ConvWeightGrad, AChoiceIsKeptForTheMachineAndFollowed) {
     const auto rewritten = readChoices();
     EXPECT_EQ(rewritten["choices"].size(), 1u) << rewritten.dump();
     EXPECT_TRUE(rewritten["choices"].contains(key)) << rewritten.dump();
-    forgetConvChoices();
-    ::unsetenv("DEVICERACE_CACHE_DIR");
-    std::error_code ec;
-    for (const char* name : {"conv-wgrad.json", "conv-wgrad.lock"}) {
-        std::filesystem::remove(dir / name, ec);
+}
+
+// A pick timed while the CPU is busy is provisional: kept with its time and the CPU share its timing
+// got, followed by any process for kProvisionalSeconds (so the ranks of one race agree), then timed
+// again. Here the CPU is made busy for real: twice as many spinning threads as it has cores.
+TEST(ConvWeightGrad, APickTimedOnABusyCpuIsProvisional) {
+    const ChoiceDir dir;
+    at::set_num_threads(1);
+    auto conv = makeConv(12, 20, 3);
+    auto gen = at::detail::createCPUGenerator(17);
+    const auto input = torch::randn({6, 12, 10, 10}, gen); // a shape no other test uses
+    torch::Tensor byGemm;
+    {
+        WgradMode gemm("gemm");
+        byGemm = run(conv, input, true).dw;
     }
-    std::filesystem::remove(dir, ec);
+    const auto readChoices = &ChoiceDir::read;
+    {
+        std::atomic<bool> stop{false};
+        std::vector<std::thread> spinners;
+        for (unsigned i = 0; i < 2 * std::max(1u, std::thread::hardware_concurrency()); ++i) {
+            spinners.emplace_back([&stop] {
+                volatile double x = 0;
+                while (!stop.load(std::memory_order_relaxed)) {
+                    x = x + 1;
+                }
+            });
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        run(conv, input, true); // times the shape on a busy CPU
+        stop = true;
+        for (auto& t : spinners) {
+            t.join();
+        }
+    }
+    auto file = readChoices();
+    ASSERT_EQ(file["choices"].size(), 1u) << file.dump();
+    const std::string key = file["choices"].begin().key();
+    const auto entry = file["choices"][key];
+    ASSERT_TRUE(entry.is_object()) << "a pick timed on a busy CPU was kept for good: " << entry.dump();
+    EXPECT_TRUE(entry["cpu_share"].get<double>() < 0.85 || entry["runnable_tasks"].get<int>() > 1) << entry.dump();
+    const double now = entry["timed_at"].get<double>();
+    // Fresh: followed as it is, not timed over.
+    file["choices"][key] = {{"pick", "gemm"}, {"timed_at", now}, {"cpu_share", 0.4}};
+    ChoiceDir::write(file);
+    forgetConvChoices();
+    EXPECT_TRUE(at::equal(run(conv, input, true).dw, byGemm)) << "a fresh provisional gemm pick was not followed";
+    EXPECT_EQ(readChoices()["choices"][key], file["choices"][key]);
+    // An hour old: timed again (idle now, so kept for good; a busy CI machine may keep it provisional,
+    // but then with a new time).
+    file["choices"][key] = {{"pick", "gemm"}, {"timed_at", now - 3600}, {"cpu_share", 0.4}};
+    ChoiceDir::write(file);
+    forgetConvChoices();
+    run(conv, input, true);
+    const auto retimed = readChoices()["choices"][key];
+    EXPECT_TRUE(retimed.is_string() || retimed["timed_at"].get<double>() >= now) << retimed.dump();
 }
