@@ -336,4 +336,11 @@ TEST(ConvWeightGrad, APickTimedOnABusyCpuIsProvisional) {
     run(conv, input, true);
     const auto retimed = readChoices()["choices"][key];
     EXPECT_TRUE(retimed.is_string() || retimed["timed_at"].get<double>() >= now) << retimed.dump();
+    // Not ours (no pick): timed again too.
+    file["choices"][key] = {{"timed_at", now}};
+    ChoiceDir::write(file);
+    forgetConvChoices();
+    run(conv, input, true);
+    const auto rewritten = ChoiceDir::read()["choices"][key];
+    EXPECT_TRUE(rewritten.is_string() || rewritten.contains("pick")) << rewritten.dump();
 }

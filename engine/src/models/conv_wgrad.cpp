@@ -136,8 +136,9 @@ std::map<ShapeKey, bool> g_useGemm;
 
 constexpr int kChoiceFormat = 1;
 constexpr std::uint64_t kMaxChoiceBytes = 1u << 20;
-// A pick timed while the CPU was busy (the timing thread got less than this share of its wall time:
-// other lanes, a build, a test suite, a hypervisor's steal) is provisional: it is kept for
+// A pick timed while the CPU was busy (more tasks ready to run than the timing's threads, or the
+// timing thread got less than this share of its wall time: other lanes, a build, a test suite, a
+// hypervisor's steal) is provisional: it is kept for
 // kProvisionalSeconds, so that the other ranks and worker processes of the same race follow it and
 // stay bit-identical, and then timed again by the next process to meet the shape. Only a pick
 // timed on an idle CPU is the machine's for good (a GEMM pick timed during a ctest run was once
@@ -225,10 +226,14 @@ public:
         std::string pick;
         if (it->is_string()) {
             pick = it->get<std::string>();
-        } else if (it->is_object() && (*it)["pick"].is_string() && (*it)["timed_at"].is_number()) {
-            const double age = unixSeconds() - (*it)["timed_at"].get<double>();
-            if (age >= 0 && age < kProvisionalSeconds) {
-                pick = (*it)["pick"].get<std::string>();
+        } else if (it->is_object()) { // find(), not a const operator[]: a missing key there is undefined
+            const auto p = it->find("pick");
+            const auto t = it->find("timed_at");
+            if (p != it->end() && p->is_string() && t != it->end() && t->is_number()) {
+                const double age = unixSeconds() - t->get<double>();
+                if (age >= 0 && age < kProvisionalSeconds) {
+                    pick = p->get<std::string>();
+                }
             }
         }
         if (pick == "gemm" || pick == "onednn") {
