@@ -132,8 +132,8 @@ WorkloadImpl gptWorkload(const std::string& name, const GptShape& s, std::int64_
 // at short sequences it is 2.5-5x the fp32 kernel's time whatever the head size (T 64, forward +
 // backward, 1 thread: head 32 8.6 vs 1.6 ms, head 64 8.9 vs 2.7 ms), and at T 256 with head 32 it
 // is 1.25x. With long sequences and heads of 64 (char-gpt-6l: 64 x 6 x 256 x 64) the bf16 kernel
-// is the faster one, 236 against 278 ms with the casts to fp32 and back (docs/BENCHMARKS.md,
-// "bf16 on the CPU"). Its GEMMs stay in bf16 either way.
+// is the faster one, 236 against 278 ms with the casts to fp32 and back (docs/BENCHMARKS.md, stops
+// 40 and 49 under "CPU speed"). Its GEMMs stay in bf16 either way.
 bool bf16AttentionPays(std::int64_t sequence, std::int64_t headSize) { return sequence >= 192 && headSize >= 64; }
 
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
