@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/mkl_gemm.h"
 
 using namespace devicerace::detail;
 
@@ -94,6 +95,101 @@ TEST(CpuKernels, BiasReluDropoutMatchesTheFormulaAndItsBackward) {
     }
     for (std::int64_t c = 0; c < cols; ++c) {
         EXPECT_FLOAT_EQ(dbias[c], wantBias[c]) << c;
+    }
+}
+
+// From fp32 GEMM sums (a wider buffer: leading dimension ld) to bf16: the in-place bf16 result
+// of the same values, and its backward from fp32 sums the in-place backward of their bf16.
+TEST(CpuKernels, OutOfPlaceBf16PassesMatchTheInPlaceOnes) {
+    const std::int64_t rows = 4, cols = 37, ld = 53, first = 3;
+    std::vector<float> sums(rows * ld, 99.0f), bias(cols);
+    for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+            sums[r * ld + c] = std::sin(static_cast<float>(r * cols + c)) * 3.0f;
+        }
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+        bias[c] = 0.01f * static_cast<float>(c) - 0.2f;
+    }
+    for (const bool relu : {true, false}) {
+        for (const float p : {0.0f, 0.3f}) {
+            std::vector<cpu::Bf16> out(rows * cols), inPlace(rows * cols);
+            cpu::biasReluDropout(sums.data(), ld, out.data(), bias.data(), rows, cols, relu, p, 5, first);
+            // In place, the bias added in fp32 to the sums before the one rounding.
+            std::vector<float> dense(rows * cols);
+            for (std::int64_t r = 0; r < rows; ++r) {
+                std::copy_n(sums.data() + r * ld, cols, dense.data() + r * cols);
+            }
+            cpu::biasReluDropout(dense.data(), bias.data(), rows, cols, relu, p, 5, first);
+            cpu::toBf16(dense.data(), inPlace.data(), rows * cols);
+            for (std::int64_t i = 0; i < rows * cols; ++i) {
+                ASSERT_EQ(out[i].bits, inPlace[i].bits) << "relu " << relu << " p " << p << " at " << i;
+            }
+        }
+    }
+    std::vector<cpu::Bf16> h(rows * cols), d(rows * cols), want(rows * cols);
+    cpu::biasReluDropout(sums.data(), ld, h.data(), bias.data(), rows, cols, true, 0.0f, 0);
+    std::vector<float> dbias(cols, 5.0f), wantBias(cols);
+    cpu::reluDropoutBackward(sums.data(), ld, d.data(), h.data(), rows, cols, 2.0f, dbias.data());
+    std::vector<float> dense(rows * cols);
+    for (std::int64_t r = 0; r < rows; ++r) {
+        std::copy_n(sums.data() + r * ld, cols, dense.data() + r * cols);
+    }
+    std::vector<float> hf(rows * cols);
+    cpu::toFloat(h.data(), hf.data(), rows * cols);
+    cpu::reluDropoutBackward(dense.data(), hf.data(), rows, cols, 2.0f, wantBias.data());
+    cpu::toBf16(dense.data(), want.data(), rows * cols);
+    for (std::int64_t i = 0; i < rows * cols; ++i) {
+        ASSERT_EQ(d[i].bits, want[i].bits) << i;
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+        EXPECT_FLOAT_EQ(dbias[c], wantBias[c]) << c;
+    }
+}
+
+// MKL's bf16 GEMM, as the fused step calls it (both transposes, leading dimensions wider than
+// the matrices, beta 0 and 1), against float sums of the same bf16 values.
+TEST(CpuKernels, MklsBf16GemmSumsInFp32) {
+    if (!cpu::haveMklBf16Gemm()) {
+        GTEST_SKIP() << "this LibTorch has no MKL bf16 GEMM (cblas_gemm_bf16bf16f32)";
+    }
+    const std::int64_t m = 7, n = 19, k = 33, pad = 5;
+    const auto value = [](std::int64_t i) { return std::cos(static_cast<float>(i) * 0.37f); };
+    for (const bool ta : {false, true}) {
+        for (const bool tb : {false, true}) {
+            for (const float beta : {0.0f, 1.0f}) {
+                // a' is m x k: stored [m][k] or, transposed, [k][m]; b' is k x n likewise.
+                const std::int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+                std::vector<cpu::Bf16> a((ta ? k : m) * lda), b((tb ? n : k) * ldb);
+                std::vector<float> af(a.size()), bf(b.size());
+                for (std::size_t i = 0; i < a.size(); ++i) {
+                    af[i] = value(static_cast<std::int64_t>(i));
+                }
+                for (std::size_t i = 0; i < b.size(); ++i) {
+                    bf[i] = value(static_cast<std::int64_t>(i) + 1000);
+                }
+                cpu::toBf16(af.data(), a.data(), static_cast<std::int64_t>(a.size()));
+                cpu::toBf16(bf.data(), b.data(), static_cast<std::int64_t>(b.size()));
+                cpu::toFloat(a.data(), af.data(), static_cast<std::int64_t>(a.size()));
+                cpu::toFloat(b.data(), bf.data(), static_cast<std::int64_t>(b.size()));
+                std::vector<float> c(m * ldc, 0.5f);
+                cpu::gemmBf16F32(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+                for (std::int64_t i = 0; i < m; ++i) {
+                    for (std::int64_t j = 0; j < n; ++j) {
+                        double want = beta * 0.5;
+                        for (std::int64_t q = 0; q < k; ++q) {
+                            const float x = ta ? af[q * lda + i] : af[i * lda + q];
+                            const float y = tb ? bf[j * ldb + q] : bf[q * ldb + j];
+                            want += static_cast<double>(x) * y;
+                        }
+                        ASSERT_NEAR(c[i * ldc + j], want, 1e-4) << ta << tb << beta << " at " << i << "," << j;
+                    }
+                    for (std::int64_t j = n; j < ldc; ++j) {
+                        ASSERT_EQ(c[i * ldc + j], 0.5f) << "wrote past the row";
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -105,8 +105,8 @@ TEST(DenseStep, Bf16FollowsTheAutocastLossCurve) {
     const auto fused = curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data);
     const auto fp32 = curve("cpu,threads=1,batch=48,lr=2e-4", data);
     EXPECT_NE(autocast.execution.find("bf16 autocast"), std::string::npos) << autocast.execution;
-    EXPECT_NE(fused.execution.find("fused dense step (bf16 GEMMs, fp32 master weights)"), std::string::npos)
-        << fused.execution;
+    EXPECT_NE(fused.execution.find("fused dense step (bf16 GEMMs"), std::string::npos) << fused.execution;
+    EXPECT_NE(fused.execution.find("fp32 master weights)"), std::string::npos) << fused.execution;
     EXPECT_EQ(fused.execution.find("autocast"), std::string::npos) << fused.execution;
     // The two bf16 paths round in different places (autocast rounds before the bias add, the
     // fused step adds the bias in fp32); both follow fp32's course.
@@ -151,4 +151,29 @@ TEST(DenseStep, TwoThreadsFollowOneThreadInBf16) {
     auto data = noisyImages(dir, 600);
     expectSameCourse(curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data),
                      curve("cpu,threads=2,batch=48,lr=2e-4,precision=bf16", data), 0.05);
+}
+
+// The two bf16 GEMM routes, forced either way: MKL's with fp32 sums (an AMX CPU's default) and
+// oneDNN's through at::mm (rounded to bf16). Both follow fp32's course, on one and two threads.
+TEST(DenseStep, BothBf16GemmRoutesFollowFp32) {
+    test::TempDir dir;
+    auto data = noisyImages(dir, 600);
+    ASSERT_EQ(setenv("DEVICERACE_MKL_BF16", "1", 1), 0);
+    const auto mkl = curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data);
+    if (mkl.execution.find("fused dense step (bf16 GEMMs, fp32 master weights)") != std::string::npos) {
+        unsetenv("DEVICERACE_MKL_BF16");
+        GTEST_SKIP() << "this LibTorch has no MKL bf16 GEMM (cblas_gemm_bf16bf16f32)";
+    }
+    const auto fp32 = curve("cpu,threads=1,batch=48,lr=2e-4", data);
+    const auto mkl2 = curve("cpu,threads=2,batch=48,lr=2e-4,precision=bf16", data);
+    ASSERT_EQ(setenv("DEVICERACE_MKL_BF16", "0", 1), 0);
+    const auto onednn = curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data);
+    unsetenv("DEVICERACE_MKL_BF16");
+    EXPECT_NE(mkl.execution.find("bf16 GEMMs by MKL with fp32 sums"), std::string::npos) << mkl.execution;
+    EXPECT_NE(mkl2.execution.find("bf16 GEMMs by MKL with fp32 sums"), std::string::npos) << mkl2.execution;
+    EXPECT_NE(onednn.execution.find("fused dense step (bf16 GEMMs, fp32 master weights)"), std::string::npos)
+        << onednn.execution;
+    expectSameCourse(fp32, mkl, 0.05);
+    expectSameCourse(fp32, onednn, 0.05);
+    expectSameCourse(mkl, mkl2, 0.05);
 }

@@ -22,6 +22,22 @@ namespace devicerace::detail::cpu {
 
 namespace {
 
+// One element of biasReluDropout: relu?(v + bias), dropped or scaled by its mask bit.
+template <bool Relu, bool Drop>
+DR_INLINE float activate(float v, float bias, float scale, std::uint32_t threshold, std::uint64_t seed,
+                         std::uint32_t index) {
+    v += bias;
+    if constexpr (Relu) {
+        v = v > 0.0f ? v : 0.0f;
+    }
+    if constexpr (Drop) {
+        const bool keep = maskBits(seed, index) >= threshold;
+        const float scaled = v * scale;
+        v = keep ? scaled : 0.0f;
+    }
+    return v;
+}
+
 template <class T, bool Relu, bool Drop>
 DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias, std::int64_t rows, std::int64_t cols,
                                    float scale, std::uint32_t threshold, std::uint64_t seed, std::int64_t firstRow) {
@@ -29,48 +45,73 @@ DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias
         T* row = x + r * cols;
         const auto base = static_cast<std::uint32_t>((firstRow + r) * cols);
         for (std::int64_t c = 0; c < cols; ++c) {
-            float v = load(row[c]) + bias[c];
-            if constexpr (Relu) {
-                v = v > 0.0f ? v : 0.0f;
-            }
-            if constexpr (Drop) {
-                const bool keep = maskBits(seed, base + static_cast<std::uint32_t>(c)) >= threshold;
-                const float scaled = v * scale;
-                v = keep ? scaled : 0.0f;
-            }
-            store(row[c], v);
+            store(row[c], activate<Relu, Drop>(load(row[c]), bias[c], scale, threshold, seed,
+                                               base + static_cast<std::uint32_t>(c)));
         }
+    }
+}
+
+// Out of place: fp32 GEMM sums (leading dimension `ld`) to bf16 activations (rows x cols, dense).
+template <bool Relu, bool Drop>
+DR_INLINE void biasReluDropoutRowsTo(const float* __restrict in, std::int64_t ld, Bf16* __restrict out,
+                                     const float* __restrict bias, std::int64_t rows, std::int64_t cols, float scale,
+                                     std::uint32_t threshold, std::uint64_t seed, std::int64_t firstRow) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* src = in + r * ld;
+        Bf16* row = out + r * cols;
+        const auto base = static_cast<std::uint32_t>((firstRow + r) * cols);
+        for (std::int64_t c = 0; c < cols; ++c) {
+            store(row[c],
+                  activate<Relu, Drop>(src[c], bias[c], scale, threshold, seed, base + static_cast<std::uint32_t>(c)));
+        }
+    }
+}
+
+// Calls rows.template operator()<Relu, Drop>(scale, threshold) for the flags' combination.
+template <class Rows>
+DR_INLINE void withActivation(bool relu, float p, const Rows& rows) {
+    const bool drop = p > 0;
+    const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
+    const std::uint32_t threshold = keepThreshold(p);
+    if (relu && drop) {
+        rows.template operator()<true, true>(scale, threshold);
+    } else if (relu) {
+        rows.template operator()<true, false>(scale, threshold);
+    } else if (drop) {
+        rows.template operator()<false, true>(scale, threshold);
+    } else {
+        rows.template operator()<false, false>(scale, threshold);
     }
 }
 
 template <class T>
 DR_INLINE void biasReluDropoutBody(T* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
                                    std::uint64_t seed, std::int64_t firstRow) {
-    const bool drop = p > 0;
-    const float scale = drop ? 1.0f / (1.0f - p) : 1.0f;
-    const std::uint32_t threshold = keepThreshold(p);
-    if (relu && drop) {
-        biasReluDropoutRows<T, true, true>(x, bias, rows, cols, scale, threshold, seed, firstRow);
-    } else if (relu) {
-        biasReluDropoutRows<T, true, false>(x, bias, rows, cols, scale, threshold, seed, firstRow);
-    } else if (drop) {
-        biasReluDropoutRows<T, false, true>(x, bias, rows, cols, scale, threshold, seed, firstRow);
-    } else {
-        biasReluDropoutRows<T, false, false>(x, bias, rows, cols, scale, threshold, seed, firstRow);
-    }
+    withActivation(relu, p, [&]<bool Relu, bool Drop>(float scale, std::uint32_t threshold) {
+        biasReluDropoutRows<T, Relu, Drop>(x, bias, rows, cols, scale, threshold, seed, firstRow);
+    });
+}
+
+DR_INLINE void biasReluDropoutToBody(const float* in, std::int64_t ld, Bf16* out, const float* bias, std::int64_t rows,
+                                     std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow) {
+    withActivation(relu, p, [&]<bool Relu, bool Drop>(float scale, std::uint32_t threshold) {
+        biasReluDropoutRowsTo<Relu, Drop>(in, ld, out, bias, rows, cols, scale, threshold, seed, firstRow);
+    });
 }
 
 // Loads and arithmetic before the select: work inside a branch keeps the loop scalar.
-template <class T>
-DR_INLINE void reluDropoutBackwardBody(T* __restrict d, const T* __restrict h, std::int64_t rows, std::int64_t cols,
-                                       float scale, float* __restrict dbias) {
+// `dIn` (leading dimension `ld`) may be `d` itself (ld = cols), read before it is written.
+template <class S, class T>
+DR_INLINE void reluDropoutBackwardBody(const S* dIn, std::int64_t ld, T* d, const T* __restrict h, std::int64_t rows,
+                                       std::int64_t cols, float scale, float* __restrict dbias) {
     std::fill(dbias, dbias + cols, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
+        const S* src = dIn + r * ld;
         T* drow = d + r * cols;
         const T* hrow = h + r * cols;
         for (std::int64_t c = 0; c < cols; ++c) {
             const float hv = load(hrow[c]);
-            const float dv = load(drow[c]);
+            const float dv = load(src[c]);
             const float scaled = dv * scale;
             const float v = hv > 0.0f ? scaled : 0.0f;
             store(drow[c], v);
@@ -199,11 +240,19 @@ DR_CLONES void biasReluDropoutB(Bf16* x, const float* b, std::int64_t r, std::in
                                 std::uint64_t s, std::int64_t first) {
     biasReluDropoutBody(x, b, r, c, relu, p, s, first);
 }
+DR_CLONES void biasReluDropoutFB(const float* in, std::int64_t ld, Bf16* out, const float* b, std::int64_t r,
+                                 std::int64_t c, bool relu, float p, std::uint64_t s, std::int64_t first) {
+    biasReluDropoutToBody(in, ld, out, b, r, c, relu, p, s, first);
+}
 DR_CLONES void reluBackwardF(float* d, const float* h, std::int64_t r, std::int64_t c, float scale, float* db) {
-    reluDropoutBackwardBody(d, h, r, c, scale, db);
+    reluDropoutBackwardBody(d, c, d, h, r, c, scale, db);
 }
 DR_CLONES void reluBackwardB(Bf16* d, const Bf16* h, std::int64_t r, std::int64_t c, float scale, float* db) {
-    reluDropoutBackwardBody(d, h, r, c, scale, db);
+    reluDropoutBackwardBody(d, c, d, h, r, c, scale, db);
+}
+DR_CLONES void reluBackwardFB(const float* dIn, std::int64_t ld, Bf16* d, const Bf16* h, std::int64_t r, std::int64_t c,
+                              float scale, float* db) {
+    reluDropoutBackwardBody(dIn, ld, d, h, r, c, scale, db);
 }
 DR_CLONES void rmspropRange(float* p, const float* g, float* sq, std::int64_t n, float lr, float alpha, float eps,
                             float wd, Bf16* mirror) {
@@ -250,11 +299,20 @@ void biasReluDropout(Bf16* x, const float* bias, std::int64_t rows, std::int64_t
     biasReluDropoutB(x, bias, rows, cols, relu, p, seed, firstRow);
 }
 
+void biasReluDropout(const float* in, std::int64_t ld, Bf16* out, const float* bias, std::int64_t rows,
+                     std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow) {
+    biasReluDropoutFB(in, ld, out, bias, rows, cols, relu, p, seed, firstRow);
+}
+
 void reluDropoutBackward(float* d, const float* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias) {
     reluBackwardF(d, h, rows, cols, scale, dbias);
 }
 void reluDropoutBackward(Bf16* d, const Bf16* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias) {
     reluBackwardB(d, h, rows, cols, scale, dbias);
+}
+void reluDropoutBackward(const float* dIn, std::int64_t ld, Bf16* d, const Bf16* h, std::int64_t rows,
+                         std::int64_t cols, float scale, float* dbias) {
+    reluBackwardFB(dIn, ld, d, h, rows, cols, scale, dbias);
 }
 
 CrossEntropy softmaxCrossEntropy(const float* logits, const std::int64_t* labels, std::int64_t rows,

@@ -36,12 +36,18 @@ void biasReluDropout(float* x, const float* bias, std::int64_t rows, std::int64_
                      std::uint64_t seed, std::int64_t firstRow = 0);
 void biasReluDropout(Bf16* x, const float* bias, std::int64_t rows, std::int64_t cols, bool relu, float p,
                      std::uint64_t seed, std::int64_t firstRow = 0);
+/// The same from fp32 GEMM sums `in` (rows of leading dimension `ld`) to bf16 `out` (rows×cols).
+void biasReluDropout(const float* in, std::int64_t ld, Bf16* out, const float* bias, std::int64_t rows,
+                     std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow = 0);
 
 /// Backward of biasReluDropout with relu, in place on the gradient `d` (rows×cols):
 /// d = h > 0 ? d * scale : 0 (h: the layer's output, scale = 1/(1-p)); dbias = column sums of
 /// the result (overwritten). One thread.
 void reluDropoutBackward(float* d, const float* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias);
 void reluDropoutBackward(Bf16* d, const Bf16* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias);
+/// The same from fp32 GEMM sums `dIn` (rows of leading dimension `ld`) to the bf16 gradient `d`.
+void reluDropoutBackward(const float* dIn, std::int64_t ld, Bf16* d, const Bf16* h, std::int64_t rows,
+                         std::int64_t cols, float scale, float* dbias);
 
 struct CrossEntropy {
     double lossSum = 0;       // sum over rows of -log softmax(logits)[label]

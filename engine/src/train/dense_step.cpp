@@ -14,7 +14,9 @@
 #include <string_view>
 
 #include "devicerace/errors.h"
+#include "devices/cpu_info.h"
 #include "kernels/cpu_kernels.h"
+#include "kernels/mkl_gemm.h"
 #include "train/lane_optimizer.h"
 
 namespace devicerace::detail {
@@ -22,6 +24,20 @@ namespace devicerace::detail {
 namespace {
 
 cpu::Bf16* bf16Ptr(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.data_ptr<at::BFloat16>()); }
+
+// bf16 GEMMs by MKL (fp32 sums) where that was measured faster, on a CPU with AMX (stop 50:
+// 1.2-4x at the step's shapes, the fixed cost of oneDNN's call gone); else through at::mm
+// (oneDNN). DEVICERACE_MKL_BF16=1 or 0 decides instead (tests, benchmarks).
+bool useMklBf16() {
+    if (!cpu::haveMklBf16Gemm()) {
+        return false;
+    }
+    const char* env = std::getenv("DEVICERACE_MKL_BF16");
+    if (env && *env) {
+        return std::string_view(env) != "0";
+    }
+    return readHostCpu().bf16Units == "AMX";
+}
 
 } // namespace
 
@@ -115,7 +131,15 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
     m_input = at::empty({maxBatch, m_layers.front().in}, actType);
     if (bf16) {
         m_mirror.copy_(m_params);
-        m_weightTmp = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
+        m_mkl = useMklBf16();
+        if (m_mkl) {
+            for (const auto& l : m_layers) {
+                m_sumsLd = std::max({m_sumsLd, l.in, l.out});
+            }
+            m_sums = at::empty({maxBatch, m_sumsLd}, f32);
+        } else {
+            m_weightTmp = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
+        }
     }
     // Bytes straight to the network's input in one pass, when no per-channel step is needed.
     const bool oneChannel = !data.mean.defined() || data.mean.numel() == 1;
@@ -204,10 +228,17 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];
         auto out = l.act.narrow(0, r0, n);
-        at::mm_out(out, prev, (m_bf16 ? l.wb : l.w).t());
-        if (m_bf16) {
+        if (m_mkl) {
+            float* sums = m_sums.data_ptr<float>() + r0 * m_sumsLd;
+            cpu::gemmBf16F32(false, true, n, l.out, l.in, bf16Ptr(prev), l.in, bf16Ptr(l.wb), l.in, 0.0f, sums,
+                             m_sumsLd);
+            cpu::biasReluDropout(sums, m_sumsLd, bf16Ptr(out), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i],
+                                 s.seeds[i], r0);
+        } else if (m_bf16) {
+            at::mm_out(out, prev, l.wb.t());
             cpu::biasReluDropout(bf16Ptr(out), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i], s.seeds[i], r0);
         } else {
+            at::mm_out(out, prev, l.w.t());
             cpu::biasReluDropout(out.data_ptr<float>(), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i], s.seeds[i],
                                  r0);
         }
@@ -232,9 +263,16 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
         const auto d = l.grad.narrow(0, r0, n);
         auto dBelow = lower.grad.narrow(0, r0, n);
         const auto below = lower.act.narrow(0, r0, n);
-        at::mm_out(dBelow, d, m_bf16 ? l.wb : l.w);
         const float scale = s.drop[i - 1] > 0 ? 1.0f / (1.0f - s.drop[i - 1]) : 1.0f;
         float* parts = lower.biasParts.data() + worker * lower.out;
+        if (m_mkl) {
+            float* sums = m_sums.data_ptr<float>() + r0 * m_sumsLd;
+            cpu::gemmBf16F32(false, false, n, l.in, l.out, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in, 0.0f, sums,
+                             m_sumsLd);
+            cpu::reluDropoutBackward(sums, m_sumsLd, bf16Ptr(dBelow), bf16Ptr(below), n, lower.out, scale, parts);
+            continue;
+        }
+        at::mm_out(dBelow, d, m_bf16 ? l.wb : l.w);
         if (m_bf16) {
             cpu::reluDropoutBackward(bf16Ptr(dBelow), bf16Ptr(below), n, lower.out, scale, parts);
         } else {
@@ -255,7 +293,10 @@ void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
         const auto d = l.grad.narrow(0, 0, s.rows).narrow(1, o0, units);
         const auto below = i > 0 ? m_layers[i - 1].act.narrow(0, 0, s.rows) : m_input.narrow(0, 0, s.rows);
         const auto weights = l.offset + o0 * l.in;
-        if (m_bf16) {
+        if (m_mkl) {
+            cpu::gemmBf16F32(true, false, units, l.in, s.rows, bf16Ptr(l.grad) + o0, l.out, bf16Ptr(below), l.in, 0.0f,
+                             l.gw.data_ptr<float>() + o0 * l.in, l.in);
+        } else if (m_bf16) {
             auto tmp = m_weightTmp.narrow(0, weights, units * l.in).view({units, l.in});
             at::mm_out(tmp, d.t(), below);
             cpu::toFloat(bf16Ptr(tmp), l.gw.data_ptr<float>() + o0 * l.in, units * l.in);
@@ -343,6 +384,9 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
 }
 
 std::string DenseStep::describe() const {
+    if (m_mkl) {
+        return "fused dense step (bf16 GEMMs by MKL with fp32 sums, fp32 master weights)";
+    }
     return m_bf16 ? "fused dense step (bf16 GEMMs, fp32 master weights)" : "fused dense step";
 }
 

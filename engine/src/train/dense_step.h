@@ -2,11 +2,13 @@
 // The fused training step of a dense network on a CPU (Net::denseStack, e.g. fashion-mlp):
 // forward, softmax cross-entropy, backward and the optimizer without autograd, in buffers
 // allocated once. The GEMMs go through ATen's mm_out (MKL sgemm for fp32; oneDNN, with AMX
-// where the CPU has it, for bf16); bias + ReLU + dropout and its backward are one pass each
+// where the CPU has it, for bf16), or on an AMX CPU MKL's bf16 GEMM with fp32 sums
+// (kernels/mkl_gemm.h); bias + ReLU + dropout and its backward are one pass each
 // (kernels/cpu_kernels.h); the parameters live in one flat buffer that the model's own tensors
 // view, so evaluation, checkpoints and digests see them, updated by one optimizer pass.
 // bf16: fp32 master weights and a bf16 mirror the optimizer pass rewrites; activations and
-// their gradients in bf16; weight gradients converted to fp32.
+// their gradients in bf16; weight gradients converted to fp32 (MKL: summed in fp32, and the
+// bias, ReLU and dropout applied to fp32 sums before they round to bf16).
 // Several intra-op threads: two parallel regions a step, not one per op. In the first, each
 // thread takes a share of the batch's rows through the whole forward, the loss and the
 // input-gradient chain (all row-independent; bias gradients as per-thread partial sums); in
@@ -96,7 +98,10 @@ private:
     std::vector<std::int64_t> m_inputShape;
     at::Tensor m_params, m_grads, m_mirror;
     at::Tensor m_input;     // [maxBatch, in]: the batch as the first GEMM reads it
-    at::Tensor m_weightTmp; // bf16: the weight gradients (flat-buffer offsets) before they become fp32
+    at::Tensor m_weightTmp; // bf16 by oneDNN: the weight gradients (flat-buffer offsets) before they become fp32
+    bool m_mkl = false;     // bf16 GEMMs by MKL, fp32 sums (kernels/mkl_gemm.h)
+    at::Tensor m_sums;      // MKL: [maxBatch, m_sumsLd] fp32, a GEMM's sums before they become bf16
+    std::int64_t m_sumsLd = 0;
     bool m_byteInput = false;
     float m_scale = 1, m_shift = 0; // bytes -> network input
 };
