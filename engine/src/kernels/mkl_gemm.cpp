@@ -46,8 +46,8 @@ void gemmBf16F32(bool transA, bool transB, std::int64_t m, std::int64_t n, std::
         throw std::logic_error("MKL's bf16 GEMM is not in this process");
     }
     fn(kRowMajor, transA ? kTrans : kNoTrans, transB ? kTrans : kNoTrans, checked(m), checked(n), checked(k), 1.0f,
-       reinterpret_cast<const std::uint16_t*>(a), checked(lda), reinterpret_cast<const std::uint16_t*>(b),
-       checked(ldb), beta, c, checked(ldc));
+       reinterpret_cast<const std::uint16_t*>(a), checked(lda), reinterpret_cast<const std::uint16_t*>(b), checked(ldb),
+       beta, c, checked(ldc));
 }
 
 } // namespace devicerace::detail::cpu
