@@ -290,17 +290,18 @@ void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
             continue;
         }
         // dW = d^T act_{l-1}, these units' rows of it, over the whole batch.
-        const auto d = l.grad.narrow(0, 0, s.rows).narrow(1, o0, units);
         const auto below = i > 0 ? m_layers[i - 1].act.narrow(0, 0, s.rows) : m_input.narrow(0, 0, s.rows);
         const auto weights = l.offset + o0 * l.in;
         if (m_mkl) {
             cpu::gemmBf16F32(true, false, units, l.in, s.rows, bf16Ptr(l.grad) + o0, l.out, bf16Ptr(below), l.in, 0.0f,
                              l.gw.data_ptr<float>() + o0 * l.in, l.in);
         } else if (m_bf16) {
+            const auto d = l.grad.narrow(0, 0, s.rows).narrow(1, o0, units);
             auto tmp = m_weightTmp.narrow(0, weights, units * l.in).view({units, l.in});
             at::mm_out(tmp, d.t(), below);
             cpu::toFloat(bf16Ptr(tmp), l.gw.data_ptr<float>() + o0 * l.in, units * l.in);
         } else {
+            const auto d = l.grad.narrow(0, 0, s.rows).narrow(1, o0, units);
             auto gw = l.gw.narrow(0, o0, units);
             at::mm_out(gw, d.t(), below);
         }
