@@ -21,6 +21,7 @@ import sys
 # Clones that are scalar by design, with why.
 SCALAR_BY_DESIGN = {
     "expOne": "one exp() of one float (the clone only picks the ISA's libm path)",
+    "mergeHeadsF": "float rows copied to float rows: GCC makes each head's copy a memcpy call",
 }
 
 

@@ -60,5 +60,30 @@ DR_INLINE std::uint32_t keepThreshold(float p) {
     return t >= 4294967295.0 ? std::numeric_limits<std::uint32_t>::max() : static_cast<std::uint32_t>(t);
 }
 
+// Cephes' expf: exp(x) = 2^n · exp(r), |r| ≤ ln2/2, exp(r) by a degree-6 polynomial. Written
+// with selects and integer bit work only, so the loops around it vectorise. x is clamped to
+// where 2^n stays a normal float (sigmoid and tanh saturate long before).
+DR_INLINE float expBody(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float t = x * 1.44269504088896341f;
+    // Round to the nearest integer by adding and removing 1.5 · 2^23 (|t| < 2^22); the build has
+    // no -ffast-math, so the compiler keeps both.
+    const float n = (t + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float y = p * r * r + r + 1.0f;
+    const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) * (1 << 23);
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
 } // namespace
 } // namespace devicerace::detail::cpu

@@ -14,6 +14,12 @@ namespace devicerace::detail::cpu {
 /// Whether this process has MKL's bf16 GEMM (found once, then cached).
 bool haveMklBf16Gemm();
 
+/// Whether a fused step should send its bf16 GEMMs here: the symbol is present and the CPU has
+/// AMX, where it was measured faster than oneDNN's route (stop 50: 1.2-4x at fashion-mlp's
+/// shapes). DEVICERACE_MKL_BF16=1 or 0 decides instead (tests, benchmarks). Reads /proc/cpuinfo: call it
+/// once per step's construction.
+bool mklBf16Preferred();
+
 /// Row-major c[m x n] = a' b' + beta * c, a' = a or a^T ([m x k] as stored, or [k x m]), the
 /// same for b' ([k x n] or [n x k]); leading dimensions as stored. Threads: MKL's, set by the
 /// lane's intra-op count; one inside a parallel region. Only when haveMklBf16Gemm().

@@ -33,12 +33,30 @@ struct DenseLayerView {
     double dropout = 0; // only after a relu
 };
 
+/// One pre-LayerNorm decoder block's parameters (models_gpt.cpp): the module's own tensors.
+struct GptBlockView {
+    torch::Tensor ln1Weight, ln1Bias, attnWeight, attnBias, projWeight, projBias;
+    torch::Tensor ln2Weight, ln2Bias, fcWeight, fcBias, mlpWeight, mlpBias;
+};
+
+/// A GPT-2 style decoder over token ids (char-gpt): token and position embeddings, the blocks
+/// (causal attention, GELU MLP), a final LayerNorm and the head tied to the token embedding.
+struct GptView {
+    std::int64_t heads = 0;
+    double dropout = 0;
+    torch::Tensor wte, wpe, lnFWeight, lnFBias;
+    std::vector<GptBlockView> blocks;
+};
+
 /// A network: inputs (images in [0,1]/normalised, or token ids) -> logits.
 struct Net : torch::nn::Module {
     virtual torch::Tensor forward(const torch::Tensor& x) = 0;
     /// The layers, when the network is exactly a stack of dense layers on its flattened input
     /// (a CPU lane may then train it with the fused step, train/dense_step.h); empty otherwise.
     virtual std::vector<DenseLayerView> denseStack() { return {}; }
+    /// The decoder's shape and parameters, when the network is exactly a GPT (a CPU lane may
+    /// then train it with the fused step, train/gpt_step.h); nullopt otherwise.
+    virtual std::optional<GptView> gptView() { return std::nullopt; }
     /// Source of dropout masks and sampling; must live on the model's device (set after moving).
     at::Generator gen;
     /// Whether forward runs the CPU's fused relu + max pool + dropout (reluMaxPoolDropout).

@@ -76,6 +76,21 @@ struct CharGpt : Net {
         }
         lnF = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({s.width})));
     }
+    std::optional<GptView> gptView() override {
+        GptView v;
+        v.heads = m_shape.heads;
+        v.dropout = m_shape.dropout;
+        v.wte = wte->weight;
+        v.wpe = wpe->weight;
+        v.lnFWeight = lnF->weight;
+        v.lnFBias = lnF->bias;
+        for (auto& b : blocks) {
+            v.blocks.push_back({b->ln1->weight, b->ln1->bias, b->attn->weight, b->attn->bias, b->attnProj->weight,
+                                b->attnProj->bias, b->ln2->weight, b->ln2->bias, b->fc->weight, b->fc->bias,
+                                b->mlpProj->weight, b->mlpProj->bias});
+        }
+        return v;
+    }
     /// (B, T) token ids, T <= context -> (B, T, V) logits.
     torch::Tensor forward(const torch::Tensor& x) override {
         const auto t = x.size(1);

@@ -14,7 +14,6 @@
 #include <string_view>
 
 #include "devicerace/errors.h"
-#include "devices/cpu_info.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "train/lane_optimizer.h"
@@ -24,20 +23,6 @@ namespace devicerace::detail {
 namespace {
 
 cpu::Bf16* bf16Ptr(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.data_ptr<at::BFloat16>()); }
-
-// bf16 GEMMs by MKL (fp32 sums) where that was measured faster, on a CPU with AMX (stop 50:
-// 1.2-4x at the step's shapes, the fixed cost of oneDNN's call gone); else through at::mm
-// (oneDNN). DEVICERACE_MKL_BF16=1 or 0 decides instead (tests, benchmarks).
-bool useMklBf16() {
-    if (!cpu::haveMklBf16Gemm()) {
-        return false;
-    }
-    const char* env = std::getenv("DEVICERACE_MKL_BF16");
-    if (env && *env) {
-        return std::string_view(env) != "0";
-    }
-    return readHostCpu().bf16Units == "AMX";
-}
 
 } // namespace
 
@@ -131,7 +116,7 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
     m_input = at::empty({maxBatch, m_layers.front().in}, actType);
     if (bf16) {
         m_mirror.copy_(m_params);
-        m_mkl = useMklBf16();
+        m_mkl = cpu::mklBf16Preferred();
         if (m_mkl) {
             for (const auto& l : m_layers) {
                 m_sumsLd = std::max({m_sumsLd, l.in, l.out});

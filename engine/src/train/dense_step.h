@@ -29,14 +29,11 @@
 #include "data/lane_data.h"
 #include "devicerace/lane_spec.h"
 #include "models/models.h"
+#include "train/fused_step.h"
 
 namespace devicerace::detail {
 
-class StepTimer;
-
-class LaneOptimizer;
-
-class DenseStep {
+class DenseStep final : public FusedStep {
 public:
     /// Why this lane cannot take the fused step (nullopt: it can). `fused`: the lane's fused= key.
     static std::optional<std::string> whyNot(Net& net, Task task, const c10::Device& dev, Precision precision,
@@ -45,26 +42,25 @@ public:
     /// Moves the network's parameters into one flat buffer (the module keeps viewing them).
     DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceData& data,
               const std::vector<std::int64_t>& inputShape);
-    ~DenseStep();
+    ~DenseStep() override;
     DenseStep(const DenseStep&) = delete;
     DenseStep& operator=(const DenseStep&) = delete;
 
-    at::Tensor& params() { return m_params; }
-    at::Tensor& grads() { return m_grads; }
-    /// The bf16 copy of params() the GEMMs read (undefined for fp32); the optimizer rewrites it.
-    at::Tensor& mirror() { return m_mirror; }
+    at::Tensor& params() override { return m_params; }
+    at::Tensor& grads() override { return m_grads; }
+    at::Tensor& mirror() override { return m_mirror; }
 
     /// One step on a batch as stored (uint8 images, or anything prepareInput takes) with int64
     /// labels: fills `loss` (mean) and `correct` (0-dim, float / int64) and steps `optimizer`.
     /// Dropout masks: one draw of `gen` per dropout layer (the masks laneDropout makes).
     /// `timer` (optional) gets the forward, backward and optimizer marks.
     void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer, at::Tensor& loss,
-              at::Tensor& correct, StepTimer* timer = nullptr);
+              at::Tensor& correct, StepTimer* timer = nullptr) override;
 
     /// "fused dense step (bf16 GEMMs, fp32 master weights)" and the like.
-    std::string describe() const;
+    std::string describe() const override;
     /// "each step's batch rows, then its units, split over 2 threads"; empty on one thread.
-    std::string describeThreads() const;
+    std::string describeThreads() const override;
 
 private:
     struct Layer {

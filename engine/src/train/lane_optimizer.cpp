@@ -312,9 +312,13 @@ private:
 class FlatOptimizer final : public LaneOptimizer {
 public:
     FlatOptimizer(const OptimizerRecipe& r, at::Tensor params, at::Tensor grads, const OptimizerSettings& s,
-                  at::Tensor mirror)
+                  at::Tensor mirror, std::int64_t decayedCount)
         : m_recipe(r), m_settings(s), m_params(std::move(params)), m_grads(std::move(grads)),
           m_mirror(std::move(mirror)) {
+        m_decayed = r.decayMatricesOnly ? decayedCount : m_params.numel();
+        if (m_decayed < 0 || m_decayed > m_params.numel()) {
+            throw std::logic_error("a flat optimizer that decays matrices only needs them first in the buffer");
+        }
         if (r.kind != OptimizerRecipe::Kind::Sgd || s.momentum > 0) {
             m_state1 = at::zeros_like(m_params);
         }
@@ -331,7 +335,10 @@ public:
                                                                : fmt::format("fused {}", kindName(m_recipe.kind));
     }
 
-    bool steppedInRanges() const override { return m_recipe.kind == OptimizerRecipe::Kind::RmsProp; }
+    // Not when clipping: that needs every gradient's norm before any update.
+    bool steppedInRanges() const override {
+        return m_recipe.kind == OptimizerRecipe::Kind::RmsProp && m_recipe.clipNorm <= 0;
+    }
     void stepRange(std::int64_t begin, std::int64_t end) override {
         const auto& s = m_settings;
         auto* mirror = m_mirror.defined() ? reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>()) : nullptr;
@@ -344,6 +351,9 @@ public:
     void step() override {
         torch::NoGradGuard noGrad;
         const auto& s = m_settings;
+        if (m_recipe.clipNorm > 0) {
+            clipOnDevice({m_grads}, m_recipe.clipNorm);
+        }
         switch (m_recipe.kind) {
         case OptimizerRecipe::Kind::RmsProp:
             stepRange(0, m_params.numel());
@@ -353,12 +363,23 @@ public:
             at::_fused_adam_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1, m_recipe.beta2,
                              s.weightDecay, m_recipe.eps, false, false);
             break;
-        case OptimizerRecipe::Kind::AdamW: // every tensor decays: Trainer::setUpDenseStep keeps the
-                                           // recipes with per-tensor decay or clipping off it
+        case OptimizerRecipe::Kind::AdamW: {
+            // Two calls, as FastOptimizer's groups: [0, m_decayed) decays, the rest does not.
             m_steps.add_(1);
-            at::_fused_adamw_({m_params}, {m_grads}, {m_state1}, {m_state2}, {}, {m_steps}, s.lr, kBeta1,
-                              m_recipe.beta2, s.weightDecay, m_recipe.eps, false, false);
+            const auto total = m_params.numel();
+            for (const bool decaying : {true, false}) {
+                const auto begin = decaying ? 0 : m_decayed;
+                const auto count = decaying ? m_decayed : total - m_decayed;
+                if (count == 0) {
+                    continue;
+                }
+                auto part = [&](const at::Tensor& t) { return t.narrow(0, begin, count); };
+                at::_fused_adamw_({part(m_params)}, {part(m_grads)}, {part(m_state1)}, {part(m_state2)}, {}, {m_steps},
+                                  s.lr, kBeta1, m_recipe.beta2, decaying ? s.weightDecay : 0.0, m_recipe.eps, false,
+                                  false);
+            }
             break;
+        }
         case OptimizerRecipe::Kind::Sgd: {
             std::vector<at::Tensor> momentum;
             if (m_state1.defined()) {
@@ -381,15 +402,17 @@ private:
     OptimizerSettings m_settings;
     at::Tensor m_params, m_grads, m_mirror;
     at::Tensor m_state1, m_state2, m_steps;
+    std::int64_t m_decayed = 0; // the weight decay applies to params [0, m_decayed)
     bool m_firstStep = true;
 };
 
 } // namespace
 
 std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, at::Tensor params, at::Tensor grads,
-                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror) {
-    return std::make_unique<FlatOptimizer>(recipe, std::move(params), std::move(grads), settings,
-                                           std::move(bf16Mirror));
+                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror,
+                                                 std::int64_t decayedCount) {
+    return std::make_unique<FlatOptimizer>(recipe, std::move(params), std::move(grads), settings, std::move(bf16Mirror),
+                                           decayedCount);
 }
 
 std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,

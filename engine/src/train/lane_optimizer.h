@@ -44,11 +44,14 @@ public:
 std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,
                                                  const OptimizerSettings& settings, bool fast);
 
-/// The optimizer of a fused step (train/dense_step.h): one flat parameter tensor and its
-/// gradient, which the step writes (zeroGrad does nothing). RMSprop in one pass that also
-/// rewrites `bf16Mirror` when defined; Adam and SGD through PyTorch's fused kernels on the
-/// flat tensor, then the mirror. CPU only.
+/// The optimizer of a fused step (train/fused_step.h): one flat parameter tensor and its
+/// gradient, which the step writes (zeroGrad does nothing). The recipe's gradient clipping on
+/// the whole buffer first; RMSprop in one pass that also rewrites `bf16Mirror` when defined;
+/// Adam, AdamW and SGD through PyTorch's fused kernels on the flat tensor, then the mirror. A
+/// recipe that decays matrices only decays params [0, decayedCount) (FusedStep::decayedCount;
+/// -1 throws then). CPU only.
 std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, at::Tensor params, at::Tensor grads,
-                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror);
+                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror,
+                                                 std::int64_t decayedCount = -1);
 
 } // namespace devicerace::detail

@@ -1,5 +1,7 @@
 // The lane thread's training job: set-up (model, data, optimizer, device) and the loop.
 #include "train/trainer.h"
+#include "train/dense_step.h"
+#include "train/gpt_step.h"
 
 #include "kernels/cpu_kernels.h"
 #include "train/host_allocator.h"
@@ -133,7 +135,7 @@ LaneOutcome Trainer::run() {
     opt.lr = m_ctx.lr;
     opt.weightDecay = m_ctx.weightDecay;
     opt.momentum = m_ctx.momentum;
-    setUpDenseStep(opt); // sets m_optimizer when it takes the lane
+    setUpFusedStep(opt); // sets m_optimizer when it takes the lane
     if (!m_optimizer) {
         m_optimizer = makeLaneOptimizer(m_workload->optimizer, m_model->parameters(), opt, m_ctx.fusedOptimizer);
     }
@@ -195,32 +197,42 @@ void Trainer::setUpExplanation(const ModelOptions& options) {
     }
 }
 
-// The fused step for dense networks on a CPU (train/dense_step.h), unless the lane cannot take it
-// or DEVICERACE_DENSE_STEP=0 (benchmarks: the step's lever alone, optimizer kept fused).
-void Trainer::setUpDenseStep(const OptimizerSettings& opt) {
-    if (m_model->denseStack().empty()) {
+// The fused step for dense networks (train/dense_step.h) and GPTs (train/gpt_step.h) on a CPU,
+// unless the lane cannot take it or, for dense networks, DEVICERACE_DENSE_STEP=0 (benchmarks:
+// the step's lever alone, optimizer kept fused).
+void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
+    const bool bf16 = m_ctx.spec.precision == Precision::Bf16;
+    if (!m_model->denseStack().empty()) {
+        const char* env = std::getenv("DEVICERACE_DENSE_STEP");
+        if (env && std::string(env) == "0") {
+            m_fusedStepOff = "DEVICERACE_DENSE_STEP=0";
+            return;
+        }
+        if (m_workload->optimizer.decayMatricesOnly) {
+            m_fusedStepOff = "per-tensor decay"; // its flat buffer interleaves weights and biases
+            return;
+        }
+        if (auto why = DenseStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
+                                         m_ctx.fusedOptimizer)) {
+            m_fusedStepOff = *why;
+            return;
+        }
+        m_fusedStep = std::make_unique<DenseStep>(*m_model, m_ctx.batch, bf16, m_data, m_workload->info.inputShape);
+    } else if (m_model->gptView()) {
+        const auto seq = m_workload->info.inputShape.at(0) - 1; // T + 1 tokens an example
+        if (auto why = GptStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
+                                       m_ctx.fusedOptimizer, m_ctx.batch, seq)) {
+            m_fusedStepOff = *why;
+            return;
+        }
+        m_fusedStep = std::make_unique<GptStep>(*m_model, m_ctx.batch, seq, bf16);
+    } else {
         return;
     }
-    const char* env = std::getenv("DEVICERACE_DENSE_STEP");
-    if (env && std::string(env) == "0") {
-        m_denseStepOff = "DEVICERACE_DENSE_STEP=0";
-        return;
-    }
-    if (m_workload->optimizer.decayMatricesOnly || m_workload->optimizer.clipNorm > 0) {
-        m_denseStepOff = "per-tensor decay or gradient clipping"; // the flat optimizer has neither
-        return;
-    }
-    if (auto why = DenseStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
-                                     m_ctx.fusedOptimizer)) {
-        m_denseStepOff = *why;
-        return;
-    }
-    m_denseStep = std::make_unique<DenseStep>(*m_model, m_ctx.batch, m_ctx.spec.precision == Precision::Bf16, m_data,
-                                              m_workload->info.inputShape);
-    m_optimizer = makeFlatOptimizer(m_workload->optimizer, m_denseStep->params(), m_denseStep->grads(), opt,
-                                    m_denseStep->mirror());
-    m_denseLoss = torch::zeros({}, torch::kFloat32);
-    m_denseCorrect = torch::zeros({}, torch::kLong);
+    m_optimizer = makeFlatOptimizer(m_workload->optimizer, m_fusedStep->params(), m_fusedStep->grads(), opt,
+                                    m_fusedStep->mirror(), m_fusedStep->decayedCount());
+    m_fusedLoss = torch::zeros({}, torch::kFloat32);
+    m_fusedCorrect = torch::zeros({}, torch::kLong);
 }
 
 LaneOutcome Trainer::loop() {

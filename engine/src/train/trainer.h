@@ -23,7 +23,7 @@
 #include <optional>
 
 #include "devicerace/errors.h"
-#include "train/dense_step.h"
+#include "train/fused_step.h"
 #include "train/dist_group.h"
 #include "train/host_allocator.h"
 #include "train/lane_context.h"
@@ -115,7 +115,7 @@ private:
 
     StepOutput computeStep(const torch::Tensor& rawX, const torch::Tensor& y);
 
-    void setUpDenseStep(const OptimizerSettings& opt);
+    void setUpFusedStep(const OptimizerSettings& opt);
 
     // Records forward, backward and the optimizer step of one batch as a CUDA graph: every
     // later step is one launch. The gradients are allocated inside the graph's memory pool and
@@ -160,10 +160,10 @@ private:
     at::Generator m_gen;
     std::shared_ptr<Net> m_model;
     std::unique_ptr<LaneOptimizer> m_optimizer;
-    // CPU lanes of dense networks: the hand-fused step (train/dense_step.h), its outputs.
-    std::unique_ptr<DenseStep> m_denseStep;
-    torch::Tensor m_denseLoss, m_denseCorrect;
-    std::string m_denseStepOff; // why a dense network does not take it (shown in the execution)
+    // CPU lanes of dense networks and GPTs: the hand-fused step (train/fused_step.h), its outputs.
+    std::unique_ptr<FusedStep> m_fusedStep;
+    torch::Tensor m_fusedLoss, m_fusedCorrect;
+    std::string m_fusedStepOff; // why a dense network or GPT does not take it (shown in the execution)
     DeviceData m_data;
     at::Generator m_hostGen;                  // epoch permutations (on the host)
     at::Generator m_augmentGen;               // augment=crop-flip: its crops and flips (on the host)

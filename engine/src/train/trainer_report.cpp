@@ -210,19 +210,19 @@ std::string Trainer::sampleLanguageModel() {
 
 void Trainer::describeExecution() {
     std::string text = m_optimizer->describe();
-    if (m_denseStep) {
-        text = m_denseStep->describe() + ", " + text;
-        if (const auto threads = m_denseStep->describeThreads(); !threads.empty()) {
+    if (m_fusedStep) {
+        text = m_fusedStep->describe() + ", " + text;
+        if (const auto threads = m_fusedStep->describeThreads(); !threads.empty()) {
             text += ", " + threads;
         }
-    } else if (!m_denseStepOff.empty() && m_dev.is_cpu()) {
-        text = "autograd step (" + m_denseStepOff + "), " + text;
+    } else if (!m_fusedStepOff.empty() && m_dev.is_cpu()) {
+        text = "autograd step (" + m_fusedStepOff + "), " + text;
     }
     if (m_dev.is_cuda()) {
         text += m_ctx.cudaGraph ? ", CUDA graph" : ", eager";
         text += m_data.onHost ? ", pinned host data (prefetched)" : ", data on the GPU";
     }
-    if (m_ctx.spec.precision != Precision::Fp32 && !m_denseStep) {
+    if (m_ctx.spec.precision != Precision::Fp32 && !m_fusedStep) {
         text += ", " + toString(m_ctx.spec.precision) + " autocast";
     }
     if (m_ctx.spec.precision == Precision::Bf16 && m_dev.is_cpu() && readHostCpu().bf16Units.empty()) {

@@ -89,9 +89,9 @@ void Trainer::trainStep(const torch::Tensor& idx) {
 }
 
 Trainer::StepOutput Trainer::computeStep(const torch::Tensor& rawX, const torch::Tensor& y) {
-    if (m_denseStep) {
-        m_denseStep->step(rawX, y, m_gen, *m_optimizer, m_denseLoss, m_denseCorrect, m_timer.get());
-        return {m_denseLoss, m_denseCorrect};
+    if (m_fusedStep) {
+        m_fusedStep->step(rawX, y, m_gen, *m_optimizer, m_fusedLoss, m_fusedCorrect, m_timer.get());
+        return {m_fusedLoss, m_fusedCorrect};
     }
     const auto x = prepareInput(rawX, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
     m_timer->mark(Phase::Data); // bytes to normalised floats: input work

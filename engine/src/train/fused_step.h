@@ -1,0 +1,43 @@
+#pragma once
+// What the trainer asks of a hand-fused CPU training step (train/dense_step.h for stacks of
+// dense layers, train/gpt_step.h for the GPT decoder): forward, loss, backward and the optimizer
+// without autograd, the parameters in one flat buffer that the model's own tensors view (so
+// evaluation, sampling, checkpoints and digests see them), stepped by a flat optimizer
+// (train/lane_optimizer.h: makeFlatOptimizer). Lane thread only.
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace devicerace::detail {
+
+class StepTimer;
+class LaneOptimizer;
+
+class FusedStep {
+public:
+    virtual ~FusedStep() = default;
+
+    /// The flat fp32 parameters and their gradients (the step writes every gradient each step).
+    virtual at::Tensor& params() = 0;
+    virtual at::Tensor& grads() = 0;
+    /// The bf16 copy of params() the GEMMs read (undefined for fp32); the optimizer rewrites it.
+    virtual at::Tensor& mirror() = 0;
+    /// Parameters [0, n) take the weight decay of a recipe that decays matrices only; the rest
+    /// (biases, LayerNorm gains) none. -1: the step keeps no such order.
+    virtual std::int64_t decayedCount() const { return -1; }
+
+    /// One step on a batch as the lane stores it (`x` the input, `y` the targets): fills `loss`
+    /// (the mean, 0-dim float) and `correct` (0-dim int64) and steps `optimizer`. `timer`
+    /// (optional) gets the phase marks.
+    virtual void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
+                      at::Tensor& loss, at::Tensor& correct, StepTimer* timer) = 0;
+
+    /// "fused dense step (bf16 GEMMs, fp32 master weights)" and the like (the lane's execution).
+    virtual std::string describe() const = 0;
+    /// How several threads share a step; empty on one thread.
+    virtual std::string describeThreads() const = 0;
+};
+
+} // namespace devicerace::detail

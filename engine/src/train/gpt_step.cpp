@@ -1,0 +1,394 @@
+// The fused transformer step (see gpt_step.h).
+#include "train/gpt_step.h"
+#include "train/step_timer.h"
+
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/module.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "devicerace/errors.h"
+#include "kernels/cpu_kernels.h"
+#include "kernels/gpt_kernels.h"
+#include "kernels/mkl_gemm.h"
+#include "train/lane_optimizer.h"
+
+namespace devicerace::detail {
+
+namespace {
+
+// The attention weights the forward keeps for the backward, every block's together, at most.
+constexpr std::int64_t kMaxAttentionBytes = std::int64_t{1} << 30;
+
+float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
+cpu::Bf16* bf16(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.data_ptr<at::BFloat16>()); }
+
+// The first `rows` rows of a [maxRows, cols] buffer.
+at::Tensor rowsOf(const at::Tensor& t, std::int64_t rows) { return t.narrow(0, 0, rows); }
+// The first n·r·c values of a flat buffer as [n, r, c].
+at::Tensor mats(const at::Tensor& flat, std::int64_t n, std::int64_t r, std::int64_t c) {
+    return flat.narrow(0, 0, n * r * c).view({n, r, c});
+}
+
+// A GEMM operand's transposition and leading dimension, from its 2-D view's strides.
+struct Operand {
+    bool trans;
+    std::int64_t ld;
+};
+Operand operand(const at::Tensor& t) {
+    if (t.stride(1) == 1) {
+        return {false, t.stride(0)};
+    }
+    return {true, t.stride(1)};
+}
+
+} // namespace
+
+std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Device& dev, Precision precision,
+                                           bool distributed, bool fused, std::int64_t batch, std::int64_t seq) {
+    if (!fused) {
+        return "fused=false";
+    }
+    if (!dev.is_cpu()) {
+        return "not a CPU lane";
+    }
+    if (distributed) {
+        return "a data-parallel rank";
+    }
+    if (precision == Precision::Fp16) {
+        return "fp16";
+    }
+    if (task != Task::LanguageModel) {
+        return "not a language model";
+    }
+    const auto view = net.gptView();
+    if (!view) {
+        return "not a GPT";
+    }
+    if (view->dropout > 0 && !dropoutOffForTests()) {
+        return "dropout (the fused transformer step has none)";
+    }
+    if (view->wte.scalar_type() != at::kFloat || view->blocks.empty() || view->heads <= 0 ||
+        view->wte.size(1) % view->heads != 0) {
+        return "a decoder shape it does not handle";
+    }
+    if (precision == Precision::Bf16 && !cpu::mklBf16Preferred()) {
+        return cpu::haveMklBf16Gemm() ? "bf16 without AMX, where MKL's bf16 GEMM was not measured"
+                                      : "bf16 without MKL's bf16 GEMM";
+    }
+    const auto bytes = static_cast<std::int64_t>(view->blocks.size()) * batch * view->heads * seq * seq * 4;
+    if (bytes > kMaxAttentionBytes) {
+        return fmt::format("its attention weights would take {} MB", bytes >> 20);
+    }
+    return std::nullopt;
+}
+
+GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) : m_bf16(bf16) {
+    torch::NoGradGuard noGrad;
+    const auto view = *net.gptView();
+    m_maxBatch = maxBatch;
+    m_seq = seq;
+    m_heads = view.heads;
+    m_width = view.wte.size(1);
+    m_vocabulary = view.wte.size(0);
+    // The flat order: every matrix and embedding (weight decay), then biases and LayerNorm gains.
+    std::vector<at::Tensor> decayed{view.wte, view.wpe}, kept;
+    for (const auto& b : view.blocks) {
+        decayed.insert(decayed.end(), {b.attnWeight, b.projWeight, b.fcWeight, b.mlpWeight});
+        kept.insert(kept.end(),
+                    {b.ln1Weight, b.ln1Bias, b.attnBias, b.projBias, b.ln2Weight, b.ln2Bias, b.fcBias, b.mlpBias});
+    }
+    kept.insert(kept.end(), {view.lnFWeight, view.lnFBias});
+    std::int64_t total = 0;
+    for (const auto* list : {&decayed, &kept}) {
+        for (const auto& t : *list) {
+            total += t.numel();
+            m_decayed += list == &decayed ? t.numel() : 0;
+        }
+    }
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    const auto act = at::TensorOptions().dtype(bf16 ? at::kBFloat16 : at::kFloat);
+    m_params = at::empty({total}, f);
+    m_grads = at::zeros({total}, f);
+    if (bf16) {
+        m_mirror = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
+    }
+    std::int64_t offset = 0;
+    auto take = [&](const at::Tensor& moduleParam, bool matrix) {
+        Param p;
+        const auto n = moduleParam.numel();
+        p.w = m_params.narrow(0, offset, n).view(moduleParam.sizes());
+        p.g = m_grads.narrow(0, offset, n).view(moduleParam.sizes());
+        if (bf16 && matrix) {
+            p.wb = m_mirror.narrow(0, offset, n).view(moduleParam.sizes());
+        }
+        offset += n;
+        p.w.copy_(moduleParam);
+        auto same = moduleParam; // the module's parameter becomes a view of the flat buffer
+        same.set_data(p.w);
+        return p;
+    };
+    m_wte = take(view.wte, true);
+    m_wpe = take(view.wpe, true);
+    m_blocks.resize(view.blocks.size());
+    for (std::size_t i = 0; i < view.blocks.size(); ++i) {
+        auto& k = m_blocks[i];
+        const auto& v = view.blocks[i];
+        k.attnW = take(v.attnWeight, true);
+        k.projW = take(v.projWeight, true);
+        k.fcW = take(v.fcWeight, true);
+        k.mlpW = take(v.mlpWeight, true);
+    }
+    for (std::size_t i = 0; i < view.blocks.size(); ++i) {
+        auto& k = m_blocks[i];
+        const auto& v = view.blocks[i];
+        k.ln1w = take(v.ln1Weight, false);
+        k.ln1b = take(v.ln1Bias, false);
+        k.attnB = take(v.attnBias, false);
+        k.projB = take(v.projBias, false);
+        k.ln2w = take(v.ln2Weight, false);
+        k.ln2b = take(v.ln2Bias, false);
+        k.fcB = take(v.fcBias, false);
+        k.mlpB = take(v.mlpBias, false);
+    }
+    m_lnFw = take(view.lnFWeight, false);
+    m_lnFb = take(view.lnFBias, false);
+    if (bf16) {
+        m_mirror.copy_(m_params);
+    }
+
+    const auto n = maxBatch * seq, c = m_width, bh = maxBatch * m_heads, d = c / m_heads;
+    for (auto& k : m_blocks) {
+        k.a = at::empty({n, c}, act);
+        k.mean1 = at::empty({n}, f);
+        k.rstd1 = at::empty({n}, f);
+        k.qh = at::empty({bh * seq * d}, f);
+        k.kh = at::empty({bh * seq * d}, f);
+        k.vh = at::empty({bh * seq * d}, f);
+        k.p = at::empty({bh * seq * seq}, f);
+        k.y = at::empty({n, c}, act);
+        k.mid = at::empty({n, c}, f);
+        k.m = at::empty({n, c}, act);
+        k.mean2 = at::empty({n}, f);
+        k.rstd2 = at::empty({n}, f);
+        k.f = at::empty({n, 4 * c}, f);
+        k.g = at::empty({n, 4 * c}, act);
+    }
+    for (std::size_t i = 0; i <= m_blocks.size(); ++i) {
+        m_h.push_back(at::empty({n, c}, f));
+    }
+    m_z = at::empty({n, c}, act);
+    m_meanF = at::empty({n}, f);
+    m_rstdF = at::empty({n}, f);
+    m_logits = at::empty({n, m_vocabulary}, f);
+    m_dlogits = at::empty({n, m_vocabulary}, f);
+    const auto i64 = at::TensorOptions().dtype(at::kLong);
+    m_tokens = at::empty({n}, i64);
+    m_targets = at::empty({n}, i64);
+    m_qkv = at::empty({n, 3 * c}, f);
+    m_narrow = at::empty({n, c}, f);
+    m_wide = at::empty({n, 4 * c}, f);
+    m_dh = at::empty({n, c}, f);
+    for (auto* t : {&m_heads1, &m_dq, &m_dk, &m_dv}) {
+        *t = at::empty({bh * seq * d}, f);
+    }
+    m_dp = at::empty({bh * seq * seq}, f);
+    if (bf16) {
+        m_actNarrow = at::empty({n, c}, act);
+        m_actQkv = at::empty({n, 3 * c}, act);
+        m_actWide = at::empty({n, 4 * c}, act);
+        m_actLogits = at::empty({n, m_vocabulary}, act);
+    }
+}
+
+GptStep::~GptStep() = default;
+
+void GptStep::gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const {
+    if (!m_bf16) {
+        at::mm_out(c, a, b);
+        return;
+    }
+    const auto oa = operand(a), ob = operand(b);
+    cpu::gemmBf16F32(oa.trans, ob.trans, a.size(0), b.size(1), a.size(1), bf16(a), oa.ld, bf16(b), ob.ld, 0.0f, f32(c),
+                     c.stride(0));
+}
+
+at::Tensor GptStep::gemmInput(const at::Tensor& f32Values, const at::Tensor& buffer) const {
+    if (!m_bf16) {
+        return f32Values;
+    }
+    auto out = buffer.narrow(0, 0, f32Values.size(0));
+    cpu::toBf16(f32(f32Values), bf16(out), f32Values.numel());
+    return out;
+}
+
+namespace {
+template <class F>
+void withAct(const at::Tensor& t, const F& f) {
+    if (t.scalar_type() == at::kBFloat16) {
+        f(bf16(t));
+    } else {
+        f(f32(t));
+    }
+}
+} // namespace
+
+void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std::int64_t& correct) {
+    const auto n = batch * seq, c = m_width, heads = m_heads, d = c / heads, bh = batch * heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    if (!cpu::embedTokens(f32(m_wte.w), m_vocabulary, f32(m_wpe.w), m_tokens.data_ptr<std::int64_t>(), seq, batch, seq,
+                          c, f32(m_h[0]))) {
+        throw Error(fmt::format("a token outside the network's vocabulary of {}", m_vocabulary));
+    }
+    for (std::size_t l = 0; l < m_blocks.size(); ++l) {
+        auto& k = m_blocks[l];
+        const float* x = f32(m_h[l]);
+        withAct(k.a, [&](auto* out) {
+            cpu::layerNormRows(x, n, c, f32(k.ln1w.w), f32(k.ln1b.w), out, f32(k.mean1), f32(k.rstd1));
+        });
+        auto qkv = rowsOf(m_qkv, n);
+        gemm(rowsOf(k.a, n), weight(k.attnW).t(), qkv);
+        const float* bias = f32(k.attnB.w);
+        cpu::splitHeads(f32(qkv), 3 * c, bias, batch, seq, heads, d, f32(k.qh));
+        cpu::splitHeads(f32(qkv) + c, 3 * c, bias + c, batch, seq, heads, d, f32(k.kh));
+        cpu::splitHeads(f32(qkv) + 2 * c, 3 * c, bias + 2 * c, batch, seq, heads, d, f32(k.vh));
+        auto p = mats(k.p, bh, seq, seq);
+        at::bmm_out(p, mats(k.qh, bh, seq, d), mats(k.kh, bh, seq, d).transpose(1, 2));
+        cpu::causalSoftmax(f32(p), bh, seq, scale);
+        auto yh = mats(m_heads1, bh, seq, d);
+        at::bmm_out(yh, p, mats(k.vh, bh, seq, d));
+        withAct(k.y, [&](auto* out) { cpu::mergeHeads(f32(yh), batch, seq, heads, d, out, c); });
+        auto o = rowsOf(m_narrow, n);
+        gemm(rowsOf(k.y, n), weight(k.projW).t(), o);
+        cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid));
+        withAct(k.m, [&](auto* out) {
+            cpu::layerNormRows(f32(k.mid), n, c, f32(k.ln2w.w), f32(k.ln2b.w), out, f32(k.mean2), f32(k.rstd2));
+        });
+        gemm(rowsOf(k.m, n), weight(k.fcW).t(), rowsOf(k.f, n));
+        withAct(k.g, [&](auto* out) { cpu::biasGelu(f32(k.f), f32(k.fcB.w), n, 4 * c, out); });
+        gemm(rowsOf(k.g, n), weight(k.mlpW).t(), o);
+        cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]));
+    }
+    withAct(m_z, [&](auto* out) {
+        cpu::layerNormRows(f32(m_h.back()), n, c, f32(m_lnFw.w), f32(m_lnFb.w), out, f32(m_meanF), f32(m_rstdF));
+    });
+    gemm(rowsOf(m_z, n), weight(m_wte).t(), rowsOf(m_logits, n));
+    const auto ce =
+        cpu::tokenCrossEntropy(f32(m_logits), m_targets.data_ptr<std::int64_t>(), n, m_vocabulary, f32(m_dlogits), n);
+    if (ce.badLabel) {
+        throw Error(fmt::format("a target token outside the network's vocabulary of {}", m_vocabulary));
+    }
+    lossSum = ce.lossSum;
+    correct = ce.correct;
+}
+
+void GptStep::backward(std::int64_t batch, std::int64_t seq) {
+    const auto n = batch * seq, c = m_width, heads = m_heads, d = c / heads, bh = batch * heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    auto narrow = rowsOf(m_narrow, n);
+    auto dh = rowsOf(m_dh, n);
+    // The head (tied to the token embedding): its gradient is written here, the embedding's added last.
+    const auto dl = gemmInput(rowsOf(m_dlogits, n), m_actLogits);
+    gemm(dl, weight(m_wte), narrow);
+    gemm(dl.t(), rowsOf(m_z, n), m_wte.g);
+    dh.zero_();
+    cpu::layerNormBackwardRows(f32(narrow), f32(m_h.back()), f32(m_meanF), f32(m_rstdF), f32(m_lnFw.w), n, c, f32(dh));
+    cpu::layerNormParamGrads(f32(narrow), f32(m_h.back()), f32(m_meanF), f32(m_rstdF), n, c, f32(m_lnFw.g),
+                             f32(m_lnFb.g));
+    for (auto l = static_cast<std::int64_t>(m_blocks.size()) - 1; l >= 0; --l) {
+        auto& k = m_blocks[static_cast<std::size_t>(l)];
+        // The MLP: dh is the gradient of the block's output.
+        cpu::columnSums(f32(dh), n, c, f32(k.mlpB.g));
+        auto dhIn = gemmInput(dh, m_actNarrow);
+        gemm(dhIn.t(), rowsOf(k.g, n), k.mlpW.g);
+        auto wide = rowsOf(m_wide, n);
+        gemm(dhIn, weight(k.mlpW), wide);
+        cpu::geluBackward(f32(wide), f32(k.f), n * 4 * c);
+        cpu::columnSums(f32(wide), n, 4 * c, f32(k.fcB.g));
+        const auto dfIn = gemmInput(wide, m_actWide);
+        gemm(dfIn.t(), rowsOf(k.m, n), k.fcW.g);
+        gemm(dfIn, weight(k.fcW), narrow);
+        cpu::layerNormBackwardRows(f32(narrow), f32(k.mid), f32(k.mean2), f32(k.rstd2), f32(k.ln2w.w), n, c, f32(dh));
+        cpu::layerNormParamGrads(f32(narrow), f32(k.mid), f32(k.mean2), f32(k.rstd2), n, c, f32(k.ln2w.g),
+                                 f32(k.ln2b.g));
+        // Attention: dh is now the gradient of the stream after it.
+        cpu::columnSums(f32(dh), n, c, f32(k.projB.g));
+        dhIn = gemmInput(dh, m_actNarrow);
+        gemm(dhIn.t(), rowsOf(k.y, n), k.projW.g);
+        gemm(dhIn, weight(k.projW), narrow);
+        auto dyh = mats(m_heads1, bh, seq, d);
+        cpu::splitHeads(f32(narrow), c, nullptr, batch, seq, heads, d, f32(dyh));
+        auto p = mats(k.p, bh, seq, seq);
+        auto dp = mats(m_dp, bh, seq, seq);
+        at::bmm_out(dp, dyh, mats(k.vh, bh, seq, d).transpose(1, 2));
+        auto dv = mats(m_dv, bh, seq, d);
+        at::bmm_out(dv, p.transpose(1, 2), dyh);
+        cpu::causalSoftmaxBackward(f32(p), f32(dp), bh, seq, scale);
+        auto dq = mats(m_dq, bh, seq, d), dk = mats(m_dk, bh, seq, d);
+        at::bmm_out(dq, dp, mats(k.kh, bh, seq, d));
+        at::bmm_out(dk, dp.transpose(1, 2), mats(k.qh, bh, seq, d));
+        auto dqkv = rowsOf(m_qkv, n);
+        cpu::mergeHeads(f32(dq), batch, seq, heads, d, f32(dqkv), 3 * c);
+        cpu::mergeHeads(f32(dk), batch, seq, heads, d, f32(dqkv) + c, 3 * c);
+        cpu::mergeHeads(f32(dv), batch, seq, heads, d, f32(dqkv) + 2 * c, 3 * c);
+        cpu::columnSums(f32(dqkv), n, 3 * c, f32(k.attnB.g));
+        const auto dqkvIn = gemmInput(dqkv, m_actQkv);
+        gemm(dqkvIn.t(), rowsOf(k.a, n), k.attnW.g);
+        gemm(dqkvIn, weight(k.attnW), narrow);
+        cpu::layerNormBackwardRows(f32(narrow), f32(m_h[static_cast<std::size_t>(l)]), f32(k.mean1), f32(k.rstd1),
+                                   f32(k.ln1w.w), n, c, f32(dh));
+        cpu::layerNormParamGrads(f32(narrow), f32(m_h[static_cast<std::size_t>(l)]), f32(k.mean1), f32(k.rstd1), n, c,
+                                 f32(k.ln1w.g), f32(k.ln1b.g));
+    }
+    cpu::embedTokensBackward(f32(dh), m_tokens.data_ptr<std::int64_t>(), seq, batch, seq, c, f32(m_wte.g),
+                             f32(m_wpe.g));
+    if (seq < m_wpe.g.size(0)) {
+        m_wpe.g.narrow(0, seq, m_wpe.g.size(0) - seq).zero_();
+    }
+}
+
+void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& /*gen*/, LaneOptimizer& optimizer,
+                   at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
+    const auto batch = x.size(0), seq = x.size(1);
+    if (x.dim() != 2 || y.sizes() != x.sizes() || batch > m_maxBatch || seq > m_seq || seq > m_wpe.w.size(0)) {
+        throw Error(fmt::format("a batch of {} x {} tokens; the fused transformer step was built for {} x {}", batch,
+                                seq, m_maxBatch, m_seq));
+    }
+    const auto n = batch * seq;
+    m_tokens.narrow(0, 0, n).view({batch, seq}).copy_(x);
+    m_targets.narrow(0, 0, n).view({batch, seq}).copy_(y);
+    if (timer) {
+        timer->mark(Phase::Data);
+    }
+    double lossSum = 0;
+    std::int64_t right = 0;
+    forward(batch, seq, lossSum, right);
+    loss.fill_(lossSum / static_cast<double>(n));
+    correct.fill_(right);
+    if (timer) {
+        timer->mark(Phase::Forward);
+    }
+    backward(batch, seq);
+    if (timer) {
+        timer->mark(Phase::Backward);
+    }
+    optimizer.step();
+    if (timer) {
+        timer->mark(Phase::Optimizer);
+    }
+}
+
+std::string GptStep::describe() const {
+    return m_bf16 ? "fused transformer step (bf16 GEMMs by MKL with fp32 sums, fp32 attention and master weights)"
+                  : "fused transformer step";
+}
+
+std::string GptStep::describeThreads() const {
+    const int threads = at::get_num_threads();
+    return threads > 1 ? fmt::format("each GEMM and loop split over {} threads", threads) : "";
+}
+
+} // namespace devicerace::detail

@@ -1,0 +1,94 @@
+#pragma once
+// The fused training step of a GPT decoder on a CPU (Net::gptView, e.g. char-gpt): embeddings,
+// the pre-LayerNorm blocks (causal attention, GELU MLP), the tied head, the token cross-entropy,
+// their backward and the optimizer, without autograd, in buffers allocated once.
+// GEMMs: fp32 through ATen's mm_out (MKL sgemm); bf16 through MKL's bf16 GEMM with fp32 sums
+// (kernels/mkl_gemm.h), reading bf16 activations and a bf16 mirror of the weights. Everything
+// else stays fp32 in one-pass loops (kernels/gpt_kernels.h), which write a GEMM's bf16 input
+// directly: no casts of weights or activations as autocast makes, no bf16 elementwise kernels.
+// Attention: fp32 in both precisions (as causalAttention does at short sequences), the scores
+// of every head by one batched GEMM (at::bmm), the weights kept for the backward.
+// Parameters: one flat fp32 buffer, the matrices and embeddings first (the decaying ones), that
+// the model's tensors view. Threads: the GEMMs' and the loops' own (no fused regions).
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "devicerace/lane_spec.h"
+#include "models/models.h"
+#include "train/fused_step.h"
+
+namespace devicerace::detail {
+
+class GptStep final : public FusedStep {
+public:
+    /// Why this lane cannot take the fused step (nullopt: it can). `fused`: the lane's fused= key;
+    /// `batch` x `seq`: the largest training batch.
+    static std::optional<std::string> whyNot(Net& net, Task task, const c10::Device& dev, Precision precision,
+                                             bool distributed, bool fused, std::int64_t batch, std::int64_t seq);
+
+    /// Moves the network's parameters into one flat buffer (the module keeps viewing them).
+    GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16);
+    ~GptStep() override;
+    GptStep(const GptStep&) = delete;
+    GptStep& operator=(const GptStep&) = delete;
+
+    at::Tensor& params() override { return m_params; }
+    at::Tensor& grads() override { return m_grads; }
+    at::Tensor& mirror() override { return m_mirror; }
+    std::int64_t decayedCount() const override { return m_decayed; }
+
+    /// `x`: [B, T] token ids (T <= seq), `y`: [B, T] next tokens (views with any row stride).
+    void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer, at::Tensor& loss,
+              at::Tensor& correct, StepTimer* timer = nullptr) override;
+    std::string describe() const override;
+    std::string describeThreads() const override;
+
+private:
+    /// A parameter: its flat fp32 view, its gradient's and (bf16, matrices) its mirror's.
+    struct Param {
+        at::Tensor w, g, wb;
+    };
+    /// One block's parameters and what its forward keeps for the backward.
+    struct Block {
+        Param ln1w, ln1b, attnW, attnB, projW, projB, ln2w, ln2b, fcW, fcB, mlpW, mlpB;
+        at::Tensor a, mean1, rstd1; // ln_1's output (a GEMM input) and its row statistics
+        at::Tensor qh, kh, vh;      // [B·H, T, D] fp32, flat
+        at::Tensor p;               // the attention weights, [B·H, T, T] fp32, flat
+        at::Tensor y;               // the heads merged (a GEMM input)
+        at::Tensor mid;             // the residual stream after attention, fp32
+        at::Tensor m, mean2, rstd2; // ln_2's output and statistics
+        at::Tensor f, g;            // the GELU's slope at the MLP's pre-activation (fp32), its output (a GEMM input)
+    };
+
+    void forward(std::int64_t batch, std::int64_t seq, double& lossSum, std::int64_t& correct);
+    void backward(std::int64_t batch, std::int64_t seq);
+    /// c = a · b (c = a · b + c when `accumulate`): 2-D views, either of a and b may be a
+    /// transposed view; c fp32 with contiguous rows. bf16: a and b bf16, MKL's GEMM.
+    void gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const;
+    /// `f32` as a GEMM reads it: itself (fp32), or its bf16 copy in `buffer` (same shape).
+    at::Tensor gemmInput(const at::Tensor& f32, const at::Tensor& buffer) const;
+    const at::Tensor& weight(const Param& p) const { return m_bf16 ? p.wb : p.w; }
+
+    bool m_bf16 = false;
+    std::int64_t m_maxBatch = 0, m_seq = 0, m_heads = 0, m_width = 0, m_vocabulary = 0;
+    std::int64_t m_decayed = 0;
+    at::Tensor m_params, m_grads, m_mirror;
+    Param m_wte, m_wpe, m_lnFw, m_lnFb;
+    std::vector<Block> m_blocks;
+    std::vector<at::Tensor> m_h;                 // the residual stream into each block and out of the last, fp32
+    at::Tensor m_z, m_meanF, m_rstdF;            // ln_f's output (the head's GEMM input) and statistics
+    at::Tensor m_logits, m_dlogits;              // [N, V] fp32
+    at::Tensor m_tokens, m_targets;              // [N] int64, contiguous
+    at::Tensor m_qkv, m_narrow, m_wide;          // fp32 scratch: [N, 3C], [N, C], [N, 4C]
+    at::Tensor m_dh;                             // the residual stream's gradient, fp32 [N, C]
+    at::Tensor m_heads1, m_dq, m_dk, m_dv, m_dp; // attention scratch: [B·H, T, D] x4, [B·H, T, T]
+    at::Tensor m_actNarrow, m_actQkv, m_actWide, m_actLogits; // bf16 copies of gradients a GEMM reads
+};
+
+} // namespace devicerace::detail

@@ -1,0 +1,199 @@
+// The fused transformer step (engine train/gpt_step.h) computes what autograd computes: on
+// char-gpt, one step's loss, correct count and every parameter's gradient match the module's
+// forward + backward (fp32 tightly, bf16 in direction), for full and shorter sequences; its
+// GELU follows the exact erf form; and it says why it does not take a lane it cannot run.
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "devicerace/errors.h"
+#include "kernels/gpt_kernels.h"
+#include "kernels/mkl_gemm.h"
+#include "models/models.h"
+#include "train/gpt_step.h"
+#include "train/lane_optimizer.h"
+
+using namespace devicerace;
+using namespace devicerace::detail;
+
+namespace {
+
+constexpr std::int64_t kVocabulary = 65;
+constexpr std::int64_t kContext = 64; // char-gpt's
+
+struct CountingOptimizer final : LaneOptimizer {
+    void setLr(double) override {}
+    void zeroGrad() override {}
+    void step() override { ++steps; }
+    bool captureSafe() const override { return false; }
+    std::string describe() const override { return "counting"; }
+    int steps = 0;
+};
+
+std::shared_ptr<Net> charGpt(const std::string& workload = "char-gpt") {
+    ModelOptions o;
+    o.vocabulary = kVocabulary;
+    auto net = workloadImpl(workload).makeModel(at::detail::createCPUGenerator(7), o);
+    net->train();
+    return net;
+}
+
+// [batch, seq + 1] token ids: the inputs and, shifted by one, the targets.
+torch::Tensor tokens(std::int64_t batch, std::int64_t seq) {
+    auto gen = at::detail::createCPUGenerator(11);
+    return torch::randint(0, kVocabulary, {batch, seq + 1}, gen, torch::kLong);
+}
+
+// The parameter's gradient in the fused step's flat buffer (the module's tensor views it).
+torch::Tensor gradOf(const torch::Tensor& param, GptStep& step) {
+    const auto offset = param.data_ptr<float>() - step.params().data_ptr<float>();
+    return step.grads().narrow(0, offset, param.numel()).view(param.sizes());
+}
+
+struct Reference {
+    double loss = 0;
+    std::int64_t correct = 0;
+};
+
+// Autograd: the mean cross-entropy over every position, and its gradients.
+Reference autogradStep(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+    auto logits = net.forward(x);
+    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+    loss.backward();
+    return {loss.item<double>(), logits.argmax(-1).eq(y).sum().item<std::int64_t>()};
+}
+
+struct FusedResult {
+    double loss = 0;
+    std::int64_t correct = 0;
+};
+
+FusedResult fusedStep(GptStep& step, const torch::Tensor& x, const torch::Tensor& y) {
+    CountingOptimizer optimizer;
+    auto gen = at::detail::createCPUGenerator(1);
+    auto loss = torch::zeros({});
+    auto correct = torch::zeros({}, torch::kLong);
+    step.step(x, y, gen, optimizer, loss, correct);
+    EXPECT_EQ(optimizer.steps, 1);
+    return {loss.item<double>(), correct.item<std::int64_t>()};
+}
+
+void compareSteps(std::int64_t seq, bool bf16) {
+    auto fusedNet = charGpt();
+    auto referenceNet = charGpt();
+    GptStep step(*fusedNet, 4, kContext, bf16);
+    const auto data = tokens(3, seq); // a batch smaller than the step was built for
+    const auto x = data.narrow(1, 0, seq), y = data.narrow(1, 1, seq);
+    const auto fused = fusedStep(step, x, y);
+    const auto reference = autogradStep(*referenceNet, x, y);
+    EXPECT_NEAR(fused.loss, reference.loss, (bf16 ? 1e-2 : 1e-5) * reference.loss);
+    if (!bf16) {
+        EXPECT_EQ(fused.correct, reference.correct);
+    }
+    const auto ours = fusedNet->named_parameters();
+    const auto theirs = referenceNet->named_parameters();
+    ASSERT_EQ(ours.size(), theirs.size());
+    for (const auto& item : theirs) {
+        const auto g = gradOf(ours[item.key()], step);
+        const auto r = item.value().grad();
+        ASSERT_TRUE(r.defined()) << item.key();
+        const double scale = r.abs().max().item<double>();
+        ASSERT_GT(scale, 0) << item.key();
+        if (bf16) {
+            const double cosine = (g * r).sum().item<double>() / (g.norm().item<double>() * r.norm().item<double>());
+            EXPECT_GT(cosine, 0.99) << item.key() << " at seq " << seq;
+        } else {
+            const double worst = (g - r).abs().max().item<double>() / scale;
+            EXPECT_LT(worst, 1e-3) << item.key() << " at seq " << seq;
+        }
+    }
+}
+
+} // namespace
+
+TEST(GptStep, Fp32GradientsMatchAutograd) {
+    compareSteps(kContext, false);
+    compareSteps(40, false); // shorter sequences: the position rows past them get no gradient
+}
+
+TEST(GptStep, Bf16GradientsFollowFp32Autograd) {
+    if (!cpu::haveMklBf16Gemm()) {
+        GTEST_SKIP() << "this LibTorch exports no MKL bf16 GEMM";
+    }
+    setenv("DEVICERACE_MKL_BF16", "1", 1); // any CPU: MKL runs it without AMX too
+    compareSteps(kContext, true);
+    unsetenv("DEVICERACE_MKL_BF16");
+}
+
+TEST(GptStep, TheParametersStayTheModulesAndTheMatricesComeFirst) {
+    auto net = charGpt();
+    std::vector<torch::Tensor> before;
+    for (const auto& p : net->parameters()) {
+        before.push_back(p.detach().clone());
+    }
+    GptStep step(*net, 2, kContext, false);
+    std::int64_t matrices = 0;
+    std::size_t i = 0;
+    for (const auto& p : net->parameters()) {
+        EXPECT_TRUE(torch::equal(p, before[i++])); // same values, now in the flat buffer
+        const auto offset = p.data_ptr<float>() - step.params().data_ptr<float>();
+        ASSERT_GE(offset, 0);
+        ASSERT_LE(offset + p.numel(), step.params().numel());
+        if (p.dim() >= 2) {
+            matrices += p.numel();
+            EXPECT_LT(offset, step.decayedCount());
+        } else {
+            EXPECT_GE(offset, step.decayedCount());
+        }
+    }
+    EXPECT_EQ(matrices, step.decayedCount());
+}
+
+TEST(GptStep, ATokenOutsideTheVocabularyIsAClearError) {
+    auto net = charGpt();
+    GptStep step(*net, 2, kContext, false);
+    auto data = tokens(2, kContext);
+    data[1][5] = kVocabulary + 3;
+    try {
+        fusedStep(step, data.narrow(1, 0, kContext), data.narrow(1, 1, kContext));
+        ADD_FAILURE() << "a token outside the vocabulary was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("outside the network's vocabulary of 65"), std::string::npos) << e.what();
+    }
+}
+
+TEST(GptStep, SaysWhyItDoesNotTakeALane) {
+    auto net = charGpt();
+    const c10::Device cpu(c10::kCPU);
+    EXPECT_FALSE(GptStep::whyNot(*net, Task::LanguageModel, cpu, Precision::Fp32, false, true, 12, kContext));
+    EXPECT_EQ(GptStep::whyNot(*net, Task::LanguageModel, cpu, Precision::Fp32, false, false, 12, kContext),
+              "fused=false");
+    EXPECT_EQ(GptStep::whyNot(*net, Task::LanguageModel, cpu, Precision::Fp16, false, true, 12, kContext), "fp16");
+    EXPECT_EQ(GptStep::whyNot(*net, Task::LanguageModel, cpu, Precision::Fp32, true, true, 12, kContext),
+              "a data-parallel rank");
+    EXPECT_EQ(GptStep::whyNot(*net, Task::LanguageModel, c10::Device(c10::kCUDA, 0), Precision::Fp32, false, true, 12,
+                              kContext),
+              "not a CPU lane");
+    auto big = charGpt("char-gpt-6l");
+    EXPECT_EQ(GptStep::whyNot(*big, Task::LanguageModel, cpu, Precision::Fp32, false, true, 64, 256),
+              "dropout (the fused transformer step has none)");
+    auto mlp = workloadImpl("fashion-mlp").makeModel(at::detail::createCPUGenerator(1), {});
+    EXPECT_EQ(GptStep::whyNot(*mlp, Task::LanguageModel, cpu, Precision::Fp32, false, true, 12, kContext), "not a GPT");
+}
+
+TEST(GptKernels, GeluFollowsTheExactErfForm) {
+    double worstValue = 0, worstSlope = 0;
+    for (int i = -4000; i <= 4000; ++i) {
+        const double x = i / 500.0; // [-8, 8]
+        const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+        const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+        const double bound = std::max(1.0, std::abs(x));
+        worstValue = std::max(worstValue, std::abs(cpu::geluValue(static_cast<float>(x)) - x * cdf) / bound);
+        worstSlope = std::max(worstSlope, std::abs(cpu::geluSlope(static_cast<float>(x)) - (cdf + x * pdf)) / bound);
+    }
+    EXPECT_LT(worstValue, 1e-6);
+    EXPECT_LT(worstSlope, 1e-6);
+}

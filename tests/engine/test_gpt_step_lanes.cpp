@@ -1,0 +1,106 @@
+// The fused transformer step (engine train/gpt_step.h) trains what autograd trains: with one
+// seed, char-gpt with fused=true follows the per-step loss curve of fused=false (autograd, the
+// module's forward and fused AdamW with per-tensor decay and clipping) over 100 steps on a text
+// file, in fp32 step by step and in bf16 by its course.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "devicerace/dataset.h"
+#include "devicerace/lane.h"
+#include "lane_runs.h"
+#include "test_util.h"
+
+using namespace devicerace;
+
+namespace {
+
+constexpr std::int64_t kSteps = 100;
+
+// ~60 kB of sentences from a small grammar: learnable (the loss falls fast), never one repeat.
+std::shared_ptr<const Dataset> sentences(const test::TempDir& dir) {
+    const char* subjects[] = {"The cat", "A dog", "My neighbour", "The old king", "Every child", "A small bird"};
+    const char* verbs[] = {"sees", "likes", "follows", "draws", "finds", "hears"};
+    const char* objects[] = {"the moon.", "a red ball.", "the river.", "her shadow.", "some bread.", "the door."};
+    std::mt19937 rng(3);
+    std::ofstream out(dir / "corpus.txt");
+    for (int i = 0; i < 2500; ++i) {
+        out << subjects[rng() % 6] << ' ' << verbs[rng() % 6] << ' ' << objects[rng() % 6] << (i % 4 == 3 ? '\n' : ' ');
+    }
+    out.close();
+    TextWindows windows;
+    windows.length = 65; // char-gpt: a context of 64 and the next character
+    windows.stride = 7;
+    windows.lowercase = false;
+    return loadTextCorpus(dir / "corpus.txt", windows, {}, 240);
+}
+
+struct Curve {
+    std::vector<double> losses;
+    std::string execution;
+};
+
+Curve curve(const std::string& spec, std::shared_ptr<const Dataset> data) {
+    auto run = test::runEveryStep("char-gpt", parseLaneSpec(spec), std::move(data), kSteps, 5);
+    EXPECT_EQ(run.summary.state, LaneState::Finished) << spec << ": " << run.summary.error;
+    return {run.losses, run.summary.execution};
+}
+
+void expectLearning(const Curve& c) {
+    ASSERT_EQ(c.losses.size(), static_cast<std::size_t>(kSteps));
+    EXPECT_LT(test::windowMean(c.losses, kSteps - 10), 0.7 * test::windowMean(c.losses, 0)); // it learns
+}
+
+} // namespace
+
+TEST(GptStepLanes, Fp32FollowsTheAutogradLossCurve) {
+    test::TempDir dir;
+    auto data = sentences(dir);
+    const auto autograd = curve("cpu,threads=1,fused=false", data);
+    const auto fused = curve("cpu,threads=1", data);
+    EXPECT_NE(autograd.execution.find("autograd step (fused=false)"), std::string::npos) << autograd.execution;
+    EXPECT_NE(fused.execution.find("fused transformer step, fused AdamW"), std::string::npos) << fused.execution;
+    expectLearning(autograd);
+    ASSERT_EQ(fused.losses.size(), autograd.losses.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < fused.losses.size(); ++i) {
+        const double diff = std::abs(fused.losses[i] - autograd.losses[i]) / autograd.losses[i];
+        worst = std::max(worst, diff);
+        EXPECT_LE(diff, 2e-3) << "step " << i + 1 << ": " << fused.losses[i] << " vs " << autograd.losses[i];
+    }
+    std::printf("worst relative difference over %lld steps: %.2e\n", static_cast<long long>(kSteps), worst);
+}
+
+// bf16 rounds in other places than autocast (GEMM inputs only; sums, layer norms, softmax and
+// GELU in fp32), so steps differ by a little, but the course is fp32's: 10-step means agree.
+TEST(GptStepLanes, Bf16FollowsTheFp32Course) {
+    test::TempDir dir;
+    auto data = sentences(dir);
+    const auto fp32 = curve("cpu,threads=1", data);
+    const auto bf16 = curve("cpu,threads=1,precision=bf16", data);
+    expectLearning(bf16);
+    if (bf16.execution.find("fused transformer step (bf16 GEMMs by MKL") == std::string::npos) {
+        // No AMX here (or no MKL): the lane keeps autocast and says why.
+        EXPECT_NE(bf16.execution.find("autograd step (bf16 without"), std::string::npos) << bf16.execution;
+    }
+    ASSERT_EQ(bf16.losses.size(), fp32.losses.size());
+    for (std::size_t w = 0; w < fp32.losses.size(); w += 10) {
+        const double a = test::windowMean(fp32.losses, w), b = test::windowMean(bf16.losses, w);
+        EXPECT_NEAR(b, a, 0.03 * a) << "steps " << w + 1 << "-" << w + 10;
+    }
+}
+
+// Two threads split each GEMM and loop: the same course as one.
+TEST(GptStepLanes, TwoThreadsFollowOneThread) {
+    test::TempDir dir;
+    auto data = sentences(dir);
+    const auto one = curve("cpu,threads=1", data);
+    const auto two = curve("cpu,threads=2", data);
+    EXPECT_NE(two.execution.find("each GEMM and loop split over 2 threads"), std::string::npos) << two.execution;
+    for (std::size_t i = 0; i < one.losses.size(); ++i) {
+        EXPECT_NEAR(two.losses[i], one.losses[i], 2e-3 * one.losses[i]) << "step " << i + 1;
+    }
+}
