@@ -252,6 +252,50 @@ TEST(CpuKernels, RmspropMatchesTorchOptimsUpdateAndWritesTheMirror) {
     }
 }
 
+// torch.optim.AdamW (torch/optim/adamw.py, not amsgrad), three steps, the gradient scaled first
+// as clip_grad_norm_ scales it; computed here in double.
+TEST(CpuKernels, AdamwFollowsTorchsUpdateWithClippingAndWritesTheMirror) {
+    const std::int64_t n = 100003;
+    std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
+    for (std::int64_t i = 0; i < n; ++i) {
+        p[i] = std::cos(static_cast<float>(i));
+        g[i] = std::sin(static_cast<float>(i) * 0.5f);
+    }
+    std::vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
+    std::vector<cpu::Bf16> mirror(n);
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1, scale = 0.5;
+    for (int step = 1; step <= 3; ++step) {
+        cpu::AdamW a;
+        a.lr = static_cast<float>(lr);
+        a.beta1 = static_cast<float>(b1);
+        a.beta2 = static_cast<float>(b2);
+        a.eps = static_cast<float>(eps);
+        a.weightDecay = static_cast<float>(wd);
+        a.biasCorrection1 = static_cast<float>(1 - std::pow(b1, step));
+        a.biasCorrection2 = static_cast<float>(1 - std::pow(b2, step));
+        a.gradScale = static_cast<float>(scale);
+        cpu::adamwStep(p.data(), g.data(), m.data(), v.data(), n, a, mirror.data());
+        for (std::int64_t i = 0; i < n; ++i) {
+            const double grad = g[i] * scale;
+            rp[i] *= 1 - lr * wd;
+            rm[i] = b1 * rm[i] + (1 - b1) * grad;
+            rv[i] = b2 * rv[i] + (1 - b2) * grad * grad;
+            const double mHat = rm[i] / (1 - std::pow(b1, step)), vHat = rv[i] / (1 - std::pow(b2, step));
+            rp[i] -= lr * mHat / (std::sqrt(vHat) + eps);
+        }
+    }
+    double worst = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        worst = std::max(worst, std::abs(p[i] - rp[i]));
+    }
+    EXPECT_LT(worst, 1e-5);
+    for (std::int64_t i = 0; i < n; i += 997) {
+        float back = 0;
+        cpu::toFloat(&mirror[i], &back, 1);
+        EXPECT_NEAR(back, p[i], std::abs(p[i]) / 256.0f);
+    }
+}
+
 TEST(CpuKernels, Bf16RoundsToNearestEvenAndKeepsNaN) {
     const float in[] = {1.0f, 1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.5f, std::numeric_limits<float>::quiet_NaN()};
     cpu::Bf16 out[5];

@@ -254,6 +254,30 @@ DR_CLONES void reluBackwardFB(const float* dIn, std::int64_t ld, Bf16* d, const 
                               float scale, float* db) {
     reluDropoutBackwardBody(dIn, ld, d, h, r, c, scale, db);
 }
+// torch's fused AdamW kernel's arithmetic (ATen FusedAdamKernel.cpp, not amsgrad), float.
+DR_INLINE void adamwBody(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                         std::int64_t n, const AdamW& a, Bf16* __restrict mirror) {
+    const float decay = 1.0f - a.lr * a.weightDecay;
+    const float stepSize = a.lr / a.biasCorrection1;
+    const float bc2Sqrt = std::sqrt(a.biasCorrection2);
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float grad = g[i] * a.gradScale;
+        const float mi = m[i] + (1.0f - a.beta1) * (grad - m[i]);
+        const float vi = v[i] * a.beta2 + (1.0f - a.beta2) * grad * grad;
+        m[i] = mi;
+        v[i] = vi;
+        const float value = p[i] * decay - stepSize * mi / (std::sqrt(vi) / bc2Sqrt + a.eps);
+        p[i] = value;
+        if (mirror) {
+            store(mirror[i], value);
+        }
+    }
+}
+DR_CLONES void adamwRange(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamW& a,
+                          Bf16* mirror) {
+    adamwBody(p, g, m, v, n, a, mirror);
+}
+
 DR_CLONES void rmspropRange(float* p, const float* g, float* sq, std::int64_t n, float lr, float alpha, float eps,
                             float wd, Bf16* mirror) {
     rmspropBody(p, g, sq, n, lr, alpha, eps, wd, mirror);
@@ -329,6 +353,12 @@ void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, 
     at::parallel_for(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
         rmspropRange(p + begin, g + begin, sq + begin, end - begin, lr, alpha, eps, wd,
                      mirror ? mirror + begin : nullptr);
+    });
+}
+
+void adamwStep(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamW& a, Bf16* mirror) {
+    at::parallel_for(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
+        adamwRange(p + begin, g + begin, m + begin, v + begin, end - begin, a, mirror ? mirror + begin : nullptr);
     });
 }
 

@@ -69,6 +69,17 @@ CrossEntropy softmaxCrossEntropy(const Bf16* logits, const std::int64_t* labels,
 void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, float alpha, float eps, float wd,
                  Bf16* mirror);
 
+/// One AdamW step's settings: bias corrections 1 - beta^step; `gradScale` multiplies every
+/// gradient first (the clipping coefficient; 1 when not clipping).
+struct AdamW {
+    float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0;
+    float biasCorrection1 = 1, biasCorrection2 = 1, gradScale = 1;
+};
+/// torch.optim.AdamW's update (as its fused CPU kernel computes it, without amsgrad) over n
+/// floats: p *= 1 - lr·wd; m += (1-β1)(g - m); v = β2 v + (1-β2) g²; p -= lr / bc1 · m /
+/// (sqrt(v) / sqrt(bc2) + eps). When `mirror` is set, also writes bf16(p) there. Parallel.
+void adamwStep(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamW& settings, Bf16* mirror);
+
 /// Gives the calling thread's floating-point control word (MXCSR on x86: the lane's denormal
 /// flushing) to every thread of its OpenMP team of `threads` (ATen's, MKL's and oneDNN's
 /// parallel regions on this thread run there): the word is per thread.

@@ -141,13 +141,28 @@ DR_CLONES void addRowsBiasRange(const float* __restrict x, const float* __restri
     }
 }
 
-DR_CLONES void columnSumsBody(const float* __restrict x, std::int64_t rows, std::int64_t cols, float* __restrict out) {
-    std::fill(out, out + cols, 0.0f);
+// Columns [c0, c1) of x: their sums over every row, and (copy set) every value to bf16.
+template <bool Copy>
+DR_INLINE void columnSumsBody(const float* __restrict x, std::int64_t rows, std::int64_t cols, std::int64_t c0,
+                              std::int64_t c1, float* __restrict out, Bf16* __restrict copy) {
+    std::fill(out + c0, out + c1, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
-        for (std::int64_t c = 0; c < cols; ++c) {
-            out[c] += x[r * cols + c];
+        const float* __restrict xr = x + r * cols;
+        for (std::int64_t c = c0; c < c1; ++c) {
+            out[c] += xr[c];
+            if constexpr (Copy) {
+                store(copy[r * cols + c], xr[c]);
+            }
         }
     }
+}
+DR_CLONES void columnSumsF(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t c0, std::int64_t c1,
+                           float* out) {
+    columnSumsBody<false>(x, rows, cols, c0, c1, out, nullptr);
+}
+DR_CLONES void columnSumsB(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t c0, std::int64_t c1,
+                           float* out, Bf16* copy) {
+    columnSumsBody<true>(x, rows, cols, c0, c1, out, copy);
 }
 
 // Φ(x) = (1 + erf(x / √2)) / 2 and φ(x) = exp(-x² / 2) / √(2π) from one exp: erf by
@@ -261,15 +276,19 @@ DR_CLONES void causalSoftmaxRange(float* __restrict s, std::int64_t r0, std::int
                                   float scale) {
     for (std::int64_t r = r0; r < r1; ++r) {
         float* row = s + r * seq;
-        const std::int64_t i = r % seq; // keys 0..i; the loops run the whole row, with selects
+        // Keys 0..i. The loops run to i rounded up to 16 (whole vectors, selects past i), then zeros.
+        const std::int64_t i = r % seq, n = std::min(seq, (i + 16) / 16 * 16);
         const float best = laneMax(i + 1, [&](std::int64_t j) { return row[j]; }) * scale;
-        for (std::int64_t j = 0; j < seq; ++j) {
+        for (std::int64_t j = 0; j < n; ++j) {
             const float e = expBody(row[j] * scale - best);
             row[j] = j <= i ? e : 0.0f;
         }
-        const float inv = 1.0f / laneSum(seq, [&](std::int64_t j) { return row[j]; });
-        for (std::int64_t j = 0; j < seq; ++j) {
+        const float inv = 1.0f / laneSum(n, [&](std::int64_t j) { return row[j]; });
+        for (std::int64_t j = 0; j < n; ++j) {
             row[j] *= inv;
+        }
+        for (std::int64_t j = n; j < seq; ++j) {
+            row[j] = 0.0f;
         }
     }
 }
@@ -279,10 +298,14 @@ DR_CLONES void causalSoftmaxBackwardRange(const float* __restrict p, float* __re
     for (std::int64_t r = r0; r < r1; ++r) {
         const float* pr = p + r * seq;
         float* d = dp + r * seq;
-        // p is 0 above the diagonal, so the whole row gives 0 there.
-        const float dot = laneSum(seq, [&](std::int64_t j) { return pr[j] * d[j]; });
-        for (std::int64_t j = 0; j < seq; ++j) {
+        // p is 0 above the diagonal, so the row up to i rounded up to 16 gives 0 there; then zeros.
+        const std::int64_t n = std::min(seq, (r % seq + 16) / 16 * 16);
+        const float dot = laneSum(n, [&](std::int64_t j) { return pr[j] * d[j]; });
+        for (std::int64_t j = 0; j < n; ++j) {
             d[j] = scale * pr[j] * (d[j] - dot);
+        }
+        for (std::int64_t j = n; j < seq; ++j) {
+            d[j] = 0.0f;
         }
     }
 }
@@ -380,8 +403,19 @@ void layerNormParamGrads(const float* dy, const float* x, const float* mean, con
 void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t rows, std::int64_t cols, float* out) {
     rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) { addRowsBiasRange(x, y, bias, b, e, cols, out); });
 }
-void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out) {
-    columnSumsBody(x, rows, cols, out);
+void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy) {
+    // Tasks of 64 columns (4 cache lines a row), about kGrain values each.
+    constexpr std::int64_t kBlock = 64;
+    const std::int64_t blocks = (cols + kBlock - 1) / kBlock;
+    const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, rows * kBlock));
+    at::parallel_for(0, blocks, grain, [&](std::int64_t b, std::int64_t e) {
+        const auto c0 = b * kBlock, c1 = std::min(cols, e * kBlock);
+        if (copy) {
+            columnSumsB(x, rows, cols, c0, c1, out, copy);
+        } else {
+            columnSumsF(x, rows, cols, c0, c1, out);
+        }
+    });
 }
 
 void biasGelu(float* x, const float* bias, std::int64_t rows, std::int64_t cols, float* out) {

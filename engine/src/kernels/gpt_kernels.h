@@ -25,8 +25,9 @@ void layerNormParamGrads(const float* dy, const float* x, const float* mean, con
 
 /// out = x + y + bias (rows×cols, one bias per column). Parallel.
 void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t rows, std::int64_t cols, float* out);
-/// out = column sums of x (rows×cols, overwritten). One thread.
-void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out);
+/// out = column sums of x (rows×cols, overwritten); with `copy`, also copy = bf16(x) in the same
+/// pass (a gradient that is both a bias's and a bf16 GEMM's input). Parallel over columns.
+void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy = nullptr);
 
 /// v = x + bias: out = gelu(v), the exact erf form (torch's default GELU), and x = gelu'(v), what
 /// the backward needs (so it costs no exp). Parallel.

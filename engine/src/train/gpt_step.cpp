@@ -225,6 +225,16 @@ at::Tensor GptStep::gemmInput(const at::Tensor& f32Values, const at::Tensor& buf
     return out;
 }
 
+at::Tensor GptStep::biasGradAndInput(const at::Tensor& grad, float* biasGrad, const at::Tensor& buffer) const {
+    if (!m_bf16) {
+        cpu::columnSums(f32(grad), grad.size(0), grad.size(1), biasGrad);
+        return grad;
+    }
+    auto out = buffer.narrow(0, 0, grad.size(0));
+    cpu::columnSums(f32(grad), grad.size(0), grad.size(1), biasGrad, bf16(out));
+    return out;
+}
+
 namespace {
 template <class F>
 void withAct(const at::Tensor& t, const F& f) {
@@ -301,22 +311,19 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
     for (auto l = static_cast<std::int64_t>(m_blocks.size()) - 1; l >= 0; --l) {
         auto& k = m_blocks[static_cast<std::size_t>(l)];
         // The MLP: dh is the gradient of the block's output.
-        cpu::columnSums(f32(dh), n, c, f32(k.mlpB.g));
-        auto dhIn = gemmInput(dh, m_actNarrow);
+        auto dhIn = biasGradAndInput(dh, f32(k.mlpB.g), m_actNarrow);
         gemm(dhIn.t(), rowsOf(k.g, n), k.mlpW.g);
         auto wide = rowsOf(m_wide, n);
         gemm(dhIn, weight(k.mlpW), wide);
         cpu::geluBackward(f32(wide), f32(k.f), n * 4 * c);
-        cpu::columnSums(f32(wide), n, 4 * c, f32(k.fcB.g));
-        const auto dfIn = gemmInput(wide, m_actWide);
+        const auto dfIn = biasGradAndInput(wide, f32(k.fcB.g), m_actWide);
         gemm(dfIn.t(), rowsOf(k.m, n), k.fcW.g);
         gemm(dfIn, weight(k.fcW), narrow);
         cpu::layerNormBackwardRows(f32(narrow), f32(k.mid), f32(k.mean2), f32(k.rstd2), f32(k.ln2w.w), n, c, f32(dh));
         cpu::layerNormParamGrads(f32(narrow), f32(k.mid), f32(k.mean2), f32(k.rstd2), n, c, f32(k.ln2w.g),
                                  f32(k.ln2b.g));
         // Attention: dh is now the gradient of the stream after it.
-        cpu::columnSums(f32(dh), n, c, f32(k.projB.g));
-        dhIn = gemmInput(dh, m_actNarrow);
+        dhIn = biasGradAndInput(dh, f32(k.projB.g), m_actNarrow);
         gemm(dhIn.t(), rowsOf(k.y, n), k.projW.g);
         gemm(dhIn, weight(k.projW), narrow);
         auto dyh = mats(m_heads1, bh, seq, d);
@@ -334,8 +341,7 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
         cpu::mergeHeads(f32(dq), batch, seq, heads, d, f32(dqkv), 3 * c);
         cpu::mergeHeads(f32(dk), batch, seq, heads, d, f32(dqkv) + c, 3 * c);
         cpu::mergeHeads(f32(dv), batch, seq, heads, d, f32(dqkv) + 2 * c, 3 * c);
-        cpu::columnSums(f32(dqkv), n, 3 * c, f32(k.attnB.g));
-        const auto dqkvIn = gemmInput(dqkv, m_actQkv);
+        const auto dqkvIn = biasGradAndInput(dqkv, f32(k.attnB.g), m_actQkv);
         gemm(dqkvIn.t(), rowsOf(k.a, n), k.attnW.g);
         gemm(dqkvIn, weight(k.attnW), narrow);
         cpu::layerNormBackwardRows(f32(narrow), f32(m_h[static_cast<std::size_t>(l)]), f32(k.mean1), f32(k.rstd1),

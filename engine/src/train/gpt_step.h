@@ -73,6 +73,9 @@ private:
     void gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const;
     /// `f32` as a GEMM reads it: itself (fp32), or its bf16 copy in `buffer` (same shape).
     at::Tensor gemmInput(const at::Tensor& f32, const at::Tensor& buffer) const;
+    /// A layer's output gradient `grad` ([N, out] fp32): its column sums into `biasGrad`, and it as
+    /// a GEMM reads it (its bf16 copy, made in the same pass, in `buffer`).
+    at::Tensor biasGradAndInput(const at::Tensor& grad, float* biasGrad, const at::Tensor& buffer) const;
     const at::Tensor& weight(const Param& p) const { return m_bf16 ? p.wb : p.w; }
 
     bool m_bf16 = false;

@@ -351,7 +351,12 @@ public:
     void step() override {
         torch::NoGradGuard noGrad;
         const auto& s = m_settings;
-        if (m_recipe.clipNorm > 0) {
+        const bool adamw = m_recipe.kind == OptimizerRecipe::Kind::AdamW;
+        float gradScale = 1; // AdamW: the clipping coefficient, applied inside its one pass
+        if (m_recipe.clipNorm > 0 && adamw) {
+            const double norm = at::linalg_vector_norm(m_grads, 2).item<double>();
+            gradScale = static_cast<float>(std::min(1.0, m_recipe.clipNorm / (norm + kClipEps)));
+        } else if (m_recipe.clipNorm > 0) {
             clipOnDevice({m_grads}, m_recipe.clipNorm);
         }
         switch (m_recipe.kind) {
@@ -364,21 +369,28 @@ public:
                              s.weightDecay, m_recipe.eps, false, false);
             break;
         case OptimizerRecipe::Kind::AdamW: {
-            // Two calls, as FastOptimizer's groups: [0, m_decayed) decays, the rest does not.
-            m_steps.add_(1);
+            // One pass (cpu::adamwStep: torch's fused AdamW arithmetic, the clipping and the bf16
+            // mirror in it) per group, as FastOptimizer's: [0, m_decayed) decays, the rest not.
+            ++m_stepCount;
+            cpu::AdamW a;
+            a.lr = static_cast<float>(s.lr);
+            a.beta1 = static_cast<float>(kBeta1);
+            a.beta2 = static_cast<float>(m_recipe.beta2);
+            a.eps = static_cast<float>(m_recipe.eps);
+            a.biasCorrection1 = static_cast<float>(1.0 - std::pow(kBeta1, static_cast<double>(m_stepCount)));
+            a.biasCorrection2 = static_cast<float>(1.0 - std::pow(m_recipe.beta2, static_cast<double>(m_stepCount)));
+            a.gradScale = gradScale;
+            auto* mirror = m_mirror.defined() ? reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>()) : nullptr;
             const auto total = m_params.numel();
             for (const bool decaying : {true, false}) {
                 const auto begin = decaying ? 0 : m_decayed;
                 const auto count = decaying ? m_decayed : total - m_decayed;
-                if (count == 0) {
-                    continue;
-                }
-                auto part = [&](const at::Tensor& t) { return t.narrow(0, begin, count); };
-                at::_fused_adamw_({part(m_params)}, {part(m_grads)}, {part(m_state1)}, {part(m_state2)}, {}, {m_steps},
-                                  s.lr, kBeta1, m_recipe.beta2, decaying ? s.weightDecay : 0.0, m_recipe.eps, false,
-                                  false);
+                a.weightDecay = decaying ? static_cast<float>(s.weightDecay) : 0.0f;
+                cpu::adamwStep(m_params.data_ptr<float>() + begin, m_grads.data_ptr<float>() + begin,
+                               m_state1.data_ptr<float>() + begin, m_state2.data_ptr<float>() + begin, count, a,
+                               mirror ? mirror + begin : nullptr);
             }
-            break;
+            return; // the mirror is written in the same pass
         }
         case OptimizerRecipe::Kind::Sgd: {
             std::vector<at::Tensor> momentum;
@@ -402,7 +414,8 @@ private:
     OptimizerSettings m_settings;
     at::Tensor m_params, m_grads, m_mirror;
     at::Tensor m_state1, m_state2, m_steps;
-    std::int64_t m_decayed = 0; // the weight decay applies to params [0, m_decayed)
+    std::int64_t m_decayed = 0;   // the weight decay applies to params [0, m_decayed)
+    std::int64_t m_stepCount = 0; // AdamW's steps taken
     bool m_firstStep = true;
 };
 

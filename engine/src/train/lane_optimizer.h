@@ -46,8 +46,9 @@ std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, 
 
 /// The optimizer of a fused step (train/fused_step.h): one flat parameter tensor and its
 /// gradient, which the step writes (zeroGrad does nothing). The recipe's gradient clipping on
-/// the whole buffer first; RMSprop in one pass that also rewrites `bf16Mirror` when defined;
-/// Adam, AdamW and SGD through PyTorch's fused kernels on the flat tensor, then the mirror. A
+/// the whole buffer first; RMSprop and AdamW in one pass that also rewrites `bf16Mirror` when
+/// defined (AdamW: torch's fused arithmetic, the clipping inside); Adam and SGD through
+/// PyTorch's fused kernels on the flat tensor, then the mirror. A
 /// recipe that decays matrices only decays params [0, decayedCount) (FusedStep::decayedCount;
 /// -1 throws then). CPU only.
 std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, at::Tensor params, at::Tensor grads,
