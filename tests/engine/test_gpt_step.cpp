@@ -1,6 +1,7 @@
 // The fused transformer step (engine train/gpt_step.h) computes what autograd computes: on
 // char-gpt, one step's loss, correct count and every parameter's gradient match the module's
-// forward + backward (fp32 tightly, bf16 in direction), for full and shorter sequences; its
+// forward + backward (fp32 tightly, bf16 in direction), for full and shorter sequences, and with
+// dropout (char-gpt-6l); its
 // GELU follows the exact erf form; and it says why it does not take a lane it cannot run.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -71,9 +72,9 @@ struct FusedResult {
     std::int64_t correct = 0;
 };
 
-FusedResult fusedStep(GptStep& step, const torch::Tensor& x, const torch::Tensor& y) {
+// `gen`: dropout's source (the module's own generator, so both sides draw the same masks).
+FusedResult fusedStep(GptStep& step, const torch::Tensor& x, const torch::Tensor& y, at::Generator gen) {
     CountingOptimizer optimizer;
-    auto gen = at::detail::createCPUGenerator(1);
     auto loss = torch::zeros({});
     auto correct = torch::zeros({}, torch::kLong);
     step.step(x, y, gen, optimizer, loss, correct);
@@ -81,13 +82,14 @@ FusedResult fusedStep(GptStep& step, const torch::Tensor& x, const torch::Tensor
     return {loss.item<double>(), correct.item<std::int64_t>()};
 }
 
-void compareSteps(std::int64_t seq, bool bf16) {
-    auto fusedNet = charGpt();
-    auto referenceNet = charGpt();
-    GptStep step(*fusedNet, 4, kContext, bf16);
-    const auto data = tokens(3, seq); // a batch smaller than the step was built for
+void compareSteps(std::int64_t seq, bool bf16, const std::string& workload = "char-gpt", std::int64_t batch = 3,
+                  std::int64_t context = kContext) {
+    auto fusedNet = charGpt(workload);
+    auto referenceNet = charGpt(workload);
+    GptStep step(*fusedNet, batch + 1, context, bf16); // a batch smaller than the step was built for
+    const auto data = tokens(batch, seq);
     const auto x = data.narrow(1, 0, seq), y = data.narrow(1, 1, seq);
-    const auto fused = fusedStep(step, x, y);
+    const auto fused = fusedStep(step, x, y, fusedNet->gen);
     const auto reference = autogradStep(*referenceNet, x, y);
     EXPECT_NEAR(fused.loss, reference.loss, (bf16 ? 1e-2 : 1e-5) * reference.loss);
     if (!bf16) {
@@ -118,6 +120,10 @@ TEST(GptStep, Fp32GradientsMatchAutograd) {
     compareSteps(kContext, false);
     compareSteps(40, false); // shorter sequences: the position rows past them get no gradient
 }
+
+// char-gpt-6l: dropout 0.2 after the embeddings and each branch (the same hashed masks as
+// laneDropout), heads of 64, a context of 256.
+TEST(GptStep, Fp32GradientsMatchAutogradWithDropout) { compareSteps(256, false, "char-gpt-6l", 1, 256); }
 
 TEST(GptStep, Bf16GradientsFollowFp32Autograd) {
     if (!cpu::haveMklBf16Gemm()) {
@@ -158,7 +164,7 @@ TEST(GptStep, ATokenOutsideTheVocabularyIsAClearError) {
     auto data = tokens(2, kContext);
     data[1][5] = kVocabulary + 3;
     try {
-        fusedStep(step, data.narrow(1, 0, kContext), data.narrow(1, 1, kContext));
+        fusedStep(step, data.narrow(1, 0, kContext), data.narrow(1, 1, kContext), net->gen);
         ADD_FAILURE() << "a token outside the vocabulary was accepted";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("outside the network's vocabulary of 65"), std::string::npos) << e.what();
@@ -178,8 +184,9 @@ TEST(GptStep, SaysWhyItDoesNotTakeALane) {
                               kContext),
               "not a CPU lane");
     auto big = charGpt("char-gpt-6l");
-    EXPECT_EQ(GptStep::whyNot(*big, Task::LanguageModel, cpu, Precision::Fp32, false, true, 64, 256),
-              "dropout (the fused transformer step has none)");
+    EXPECT_FALSE(GptStep::whyNot(*big, Task::LanguageModel, cpu, Precision::Fp32, false, true, 64, 256));
+    EXPECT_EQ(GptStep::whyNot(*big, Task::LanguageModel, cpu, Precision::Fp32, false, true, 512, 256),
+              "its attention weights would take 4608 MB");
     auto mlp = workloadImpl("fashion-mlp").makeModel(at::detail::createCPUGenerator(1), {});
     EXPECT_EQ(GptStep::whyNot(*mlp, Task::LanguageModel, cpu, Precision::Fp32, false, true, 12, kContext), "not a GPT");
 }

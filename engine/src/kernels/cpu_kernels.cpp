@@ -273,8 +273,7 @@ DR_INLINE void adamwBody(float* __restrict p, const float* __restrict g, float* 
         }
     }
 }
-DR_CLONES void adamwRange(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamW& a,
-                          Bf16* mirror) {
+DR_CLONES void adamwRange(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamW& a, Bf16* mirror) {
     adamwBody(p, g, m, v, n, a, mirror);
 }
 

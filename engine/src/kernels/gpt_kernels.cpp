@@ -140,6 +140,28 @@ DR_CLONES void addRowsBiasRange(const float* __restrict x, const float* __restri
         }
     }
 }
+// The same with y + bias through dropout (the hashed mask of element r·cols + c).
+DR_CLONES void addRowsBiasDropoutRange(const float* __restrict x, const float* __restrict y,
+                                       const float* __restrict bias, std::int64_t r0, std::int64_t r1,
+                                       std::int64_t cols, float p, std::uint64_t seed, float* __restrict out) {
+    const std::uint32_t threshold = keepThreshold(p);
+    const float scale = 1.0f / (1.0f - p);
+    for (std::int64_t r = r0; r < r1; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const auto index = static_cast<std::uint32_t>(r * cols + c);
+            const float keep = maskBits(seed, index) >= threshold ? scale : 0.0f;
+            out[r * cols + c] = x[r * cols + c] + (y[r * cols + c] + bias[c]) * keep;
+        }
+    }
+}
+DR_CLONES void dropoutRange(const float* __restrict in, std::int64_t begin, std::int64_t n, float p, std::uint64_t seed,
+                            float* __restrict out) {
+    const std::uint32_t threshold = keepThreshold(p);
+    const float scale = 1.0f / (1.0f - p);
+    for (std::int64_t i = 0; i < n; ++i) {
+        out[i] = maskBits(seed, static_cast<std::uint32_t>(begin + i)) >= threshold ? in[i] * scale : 0.0f;
+    }
+}
 
 // Columns [c0, c1) of x: their sums over every row, and (copy set) every value to bf16.
 template <bool Copy>
@@ -400,8 +422,19 @@ void layerNormParamGrads(const float* dy, const float* x, const float* mean, con
     layerNormParamGradsBody(dy, x, mean, rstd, rows, cols, dgamma, dbeta);
 }
 
-void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t rows, std::int64_t cols, float* out) {
-    rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) { addRowsBiasRange(x, y, bias, b, e, cols, out); });
+void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t rows, std::int64_t cols, float* out,
+                 float p, std::uint64_t seed) {
+    rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) {
+        if (p > 0) {
+            addRowsBiasDropoutRange(x, y, bias, b, e, cols, p, seed, out);
+        } else {
+            addRowsBiasRange(x, y, bias, b, e, cols, out);
+        }
+    });
+}
+void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out) {
+    at::parallel_for(0, n, kGrain,
+                     [&](std::int64_t b, std::int64_t e) { dropoutRange(in + b, b, e - b, p, seed, out + b); });
 }
 void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy) {
     // Tasks of 64 columns (4 cache lines a row), about kGrain values each.

@@ -68,9 +68,6 @@ std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Devic
     if (!view) {
         return "not a GPT";
     }
-    if (view->dropout > 0 && !dropoutOffForTests()) {
-        return "dropout (the fused transformer step has none)";
-    }
     if (view->wte.scalar_type() != at::kFloat || view->blocks.empty() || view->heads <= 0 ||
         view->wte.size(1) % view->heads != 0) {
         return "a decoder shape it does not handle";
@@ -89,6 +86,7 @@ std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Devic
 GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) : m_bf16(bf16) {
     torch::NoGradGuard noGrad;
     const auto view = *net.gptView();
+    m_dropout = dropoutOffForTests() ? 0.0f : static_cast<float>(view.dropout);
     m_maxBatch = maxBatch;
     m_seq = seq;
     m_heads = view.heads;
@@ -192,6 +190,9 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     m_narrow = at::empty({n, c}, f);
     m_wide = at::empty({n, 4 * c}, f);
     m_dh = at::empty({n, c}, f);
+    if (m_dropout > 0) {
+        m_masked = at::empty({n, c}, f);
+    }
     for (auto* t : {&m_heads1, &m_dq, &m_dk, &m_dv}) {
         *t = at::empty({bh * seq * d}, f);
     }
@@ -253,6 +254,9 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
                           c, f32(m_h[0]))) {
         throw Error(fmt::format("a token outside the network's vocabulary of {}", m_vocabulary));
     }
+    if (m_dropout > 0) {
+        cpu::dropoutValues(f32(m_h[0]), n * c, m_dropout, m_seeds[0], f32(m_h[0]));
+    }
     for (std::size_t l = 0; l < m_blocks.size(); ++l) {
         auto& k = m_blocks[l];
         const float* x = f32(m_h[l]);
@@ -273,14 +277,14 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
         withAct(k.y, [&](auto* out) { cpu::mergeHeads(f32(yh), batch, seq, heads, d, out, c); });
         auto o = rowsOf(m_narrow, n);
         gemm(rowsOf(k.y, n), weight(k.projW).t(), o);
-        cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid));
+        cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid), m_dropout, seedOf(l, 0));
         withAct(k.m, [&](auto* out) {
             cpu::layerNormRows(f32(k.mid), n, c, f32(k.ln2w.w), f32(k.ln2b.w), out, f32(k.mean2), f32(k.rstd2));
         });
         gemm(rowsOf(k.m, n), weight(k.fcW).t(), rowsOf(k.f, n));
         withAct(k.g, [&](auto* out) { cpu::biasGelu(f32(k.f), f32(k.fcB.w), n, 4 * c, out); });
         gemm(rowsOf(k.g, n), weight(k.mlpW).t(), o);
-        cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]));
+        cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]), m_dropout, seedOf(l, 1));
     }
     withAct(m_z, [&](auto* out) {
         cpu::layerNormRows(f32(m_h.back()), n, c, f32(m_lnFw.w), f32(m_lnFb.w), out, f32(m_meanF), f32(m_rstdF));
@@ -311,7 +315,8 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
     for (auto l = static_cast<std::int64_t>(m_blocks.size()) - 1; l >= 0; --l) {
         auto& k = m_blocks[static_cast<std::size_t>(l)];
         // The MLP: dh is the gradient of the block's output.
-        auto dhIn = biasGradAndInput(dh, f32(k.mlpB.g), m_actNarrow);
+        auto dhIn =
+            biasGradAndInput(throughDropout(dh, seedOf(static_cast<std::size_t>(l), 1)), f32(k.mlpB.g), m_actNarrow);
         gemm(dhIn.t(), rowsOf(k.g, n), k.mlpW.g);
         auto wide = rowsOf(m_wide, n);
         gemm(dhIn, weight(k.mlpW), wide);
@@ -323,7 +328,8 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
         cpu::layerNormParamGrads(f32(narrow), f32(k.mid), f32(k.mean2), f32(k.rstd2), n, c, f32(k.ln2w.g),
                                  f32(k.ln2b.g));
         // Attention: dh is now the gradient of the stream after it.
-        dhIn = biasGradAndInput(dh, f32(k.projB.g), m_actNarrow);
+        dhIn =
+            biasGradAndInput(throughDropout(dh, seedOf(static_cast<std::size_t>(l), 0)), f32(k.projB.g), m_actNarrow);
         gemm(dhIn.t(), rowsOf(k.y, n), k.projW.g);
         gemm(dhIn, weight(k.projW), narrow);
         auto dyh = mats(m_heads1, bh, seq, d);
@@ -349,6 +355,9 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
         cpu::layerNormParamGrads(f32(narrow), f32(m_h[static_cast<std::size_t>(l)]), f32(k.mean1), f32(k.rstd1), n, c,
                                  f32(k.ln1w.g), f32(k.ln1b.g));
     }
+    if (m_dropout > 0) {
+        cpu::dropoutValues(f32(dh), n * c, m_dropout, m_seeds[0], f32(dh));
+    }
     cpu::embedTokensBackward(f32(dh), m_tokens.data_ptr<std::int64_t>(), seq, batch, seq, c, f32(m_wte.g),
                              f32(m_wpe.g));
     if (seq < m_wpe.g.size(0)) {
@@ -356,7 +365,16 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
     }
 }
 
-void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& /*gen*/, LaneOptimizer& optimizer,
+at::Tensor GptStep::throughDropout(const at::Tensor& grad, std::uint64_t seed) const {
+    if (m_dropout <= 0) {
+        return grad;
+    }
+    auto out = m_masked.narrow(0, 0, grad.size(0));
+    cpu::dropoutValues(f32(grad), grad.numel(), m_dropout, seed, f32(out));
+    return out;
+}
+
+void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
                    at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
     const auto batch = x.size(0), seq = x.size(1);
     if (x.dim() != 2 || y.sizes() != x.sizes() || batch > m_maxBatch || seq > m_seq || seq > m_wpe.w.size(0)) {
@@ -364,6 +382,14 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& /*ge
                                 seq, m_maxBatch, m_seq));
     }
     const auto n = batch * seq;
+    // One seed per dropout in the module's forward order (the embeddings', then each block's
+    // attention and MLP outputs'), as laneDropout draws them.
+    m_seeds.clear();
+    if (m_dropout > 0) {
+        for (std::size_t i = 0; i < 1 + 2 * m_blocks.size(); ++i) {
+            m_seeds.push_back(dropoutSeed(gen));
+        }
+    }
     m_tokens.narrow(0, 0, n).view({batch, seq}).copy_(x);
     m_targets.narrow(0, 0, n).view({batch, seq}).copy_(y);
     if (timer) {

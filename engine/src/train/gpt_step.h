@@ -1,7 +1,8 @@
 #pragma once
-// The fused training step of a GPT decoder on a CPU (Net::gptView, e.g. char-gpt): embeddings,
+// The fused training step of a GPT decoder on a CPU (Net::gptView: char-gpt, char-gpt-6l): embeddings,
 // the pre-LayerNorm blocks (causal attention, GELU MLP), the tied head, the token cross-entropy,
-// their backward and the optimizer, without autograd, in buffers allocated once.
+// their backward, dropout (the masks laneDropout draws) and the optimizer, without autograd, in
+// buffers allocated once.
 // GEMMs: fp32 through ATen's mm_out (MKL sgemm); bf16 through MKL's bf16 GEMM with fp32 sums
 // (kernels/mkl_gemm.h), reading bf16 activations and a bf16 mirror of the weights. Everything
 // else stays fp32 in one-pass loops (kernels/gpt_kernels.h), which write a GEMM's bf16 input
@@ -77,8 +78,17 @@ private:
     /// a GEMM reads it (its bf16 copy, made in the same pass, in `buffer`).
     at::Tensor biasGradAndInput(const at::Tensor& grad, float* biasGrad, const at::Tensor& buffer) const;
     const at::Tensor& weight(const Param& p) const { return m_bf16 ? p.wb : p.w; }
+    /// The gradient of a dropout's output as its input's: `grad` itself without dropout, else
+    /// grad × the mask of `seed`, in m_masked.
+    at::Tensor throughDropout(const at::Tensor& grad, std::uint64_t seed) const;
+    /// Block `block`'s dropout seed this step: 0 its attention's output, 1 its MLP's (0 without dropout).
+    std::uint64_t seedOf(std::size_t block, int which) const {
+        return m_seeds.empty() ? 0 : m_seeds[1 + 2 * block + static_cast<std::size_t>(which)];
+    }
 
     bool m_bf16 = false;
+    float m_dropout = 0;                // after the embeddings and each block's two branches
+    std::vector<std::uint64_t> m_seeds; // this step's dropout seeds (see seedOf)
     std::int64_t m_maxBatch = 0, m_seq = 0, m_heads = 0, m_width = 0, m_vocabulary = 0;
     std::int64_t m_decayed = 0;
     at::Tensor m_params, m_grads, m_mirror;
@@ -90,6 +100,7 @@ private:
     at::Tensor m_tokens, m_targets;              // [N] int64, contiguous
     at::Tensor m_qkv, m_narrow, m_wide;          // fp32 scratch: [N, 3C], [N, C], [N, 4C]
     at::Tensor m_dh;                             // the residual stream's gradient, fp32 [N, C]
+    at::Tensor m_masked;                         // dropout: a branch's output gradient through its mask, fp32 [N, C]
     at::Tensor m_heads1, m_dq, m_dk, m_dv, m_dp; // attention scratch: [B·H, T, D] x4, [B·H, T, T]
     at::Tensor m_actNarrow, m_actQkv, m_actWide, m_actLogits; // bf16 copies of gradients a GEMM reads
 };

@@ -380,7 +380,8 @@ public:
             a.biasCorrection1 = static_cast<float>(1.0 - std::pow(kBeta1, static_cast<double>(m_stepCount)));
             a.biasCorrection2 = static_cast<float>(1.0 - std::pow(m_recipe.beta2, static_cast<double>(m_stepCount)));
             a.gradScale = gradScale;
-            auto* mirror = m_mirror.defined() ? reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>()) : nullptr;
+            auto* mirror =
+                m_mirror.defined() ? reinterpret_cast<cpu::Bf16*>(m_mirror.data_ptr<at::BFloat16>()) : nullptr;
             const auto total = m_params.numel();
             for (const bool decaying : {true, false}) {
                 const auto begin = decaying ? 0 : m_decayed;
