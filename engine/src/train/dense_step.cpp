@@ -28,17 +28,8 @@ cpu::Bf16* bf16Ptr(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.
 
 std::optional<std::string> DenseStep::whyNot(Net& net, Task task, const c10::Device& dev, Precision precision,
                                              bool distributed, bool fused) {
-    if (!fused) {
-        return "fused=false";
-    }
-    if (!dev.is_cpu()) {
-        return "not a CPU lane";
-    }
-    if (distributed) {
-        return "a data-parallel rank";
-    }
-    if (precision == Precision::Fp16) {
-        return "fp16";
+    if (auto why = FusedStep::whyNotAny(dev, precision, distributed, fused)) {
+        return why;
     }
     if (task != Task::Classify) {
         return "not a softmax classifier";

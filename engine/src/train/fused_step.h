@@ -6,9 +6,13 @@
 // (train/lane_optimizer.h: makeFlatOptimizer). Lane thread only.
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "devicerace/lane_spec.h"
 
 namespace devicerace::detail {
 
@@ -18,6 +22,25 @@ class LaneOptimizer;
 class FusedStep {
 public:
     virtual ~FusedStep() = default;
+
+    /// What keeps any fused step off a lane, whatever its network (nullopt: nothing): the lane's
+    /// fused=false, a device that is not the CPU, a data-parallel rank, fp16.
+    static std::optional<std::string> whyNotAny(const c10::Device& dev, Precision precision, bool distributed,
+                                                bool fused) {
+        if (!fused) {
+            return "fused=false";
+        }
+        if (!dev.is_cpu()) {
+            return "not a CPU lane";
+        }
+        if (distributed) {
+            return "a data-parallel rank";
+        }
+        if (precision == Precision::Fp16) {
+            return "fp16";
+        }
+        return std::nullopt;
+    }
 
     /// The flat fp32 parameters and their gradients (the step writes every gradient each step).
     virtual at::Tensor& params() = 0;

@@ -49,17 +49,8 @@ Operand operand(const at::Tensor& t) {
 
 std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Device& dev, Precision precision,
                                            bool distributed, bool fused, std::int64_t batch, std::int64_t seq) {
-    if (!fused) {
-        return "fused=false";
-    }
-    if (!dev.is_cpu()) {
-        return "not a CPU lane";
-    }
-    if (distributed) {
-        return "a data-parallel rank";
-    }
-    if (precision == Precision::Fp16) {
-        return "fp16";
+    if (auto why = FusedStep::whyNotAny(dev, precision, distributed, fused)) {
+        return why;
     }
     if (task != Task::LanguageModel) {
         return "not a language model";
