@@ -5,7 +5,7 @@ this CPU's measured GEMM peak, in one run.
 
 Usage (from the repository root, after scripts/setup --frameworks and scripts/build):
     .venv/bin/python bench/cpu_speed.py [--runs 3] [--steps 600] [--json OUT.json]
-        [--workloads fashion-mlp,fashion-cnn]
+        [--workloads fashion-mlp,fashion-cnn,char-gpt]
 
 What it does:
 1. The peaks: torch (the LibTorch the app links, MKL for fp32, oneDNN for bf16) multiplies
@@ -57,12 +57,22 @@ def conv_flops(layers):
     return 2 * sum(macs) * 2 + 2 * sum(macs[1:])
 
 
+def gpt_flops(layers, width, context, vocabulary):
+    # Per token, forward multiply-adds: 12·C² a block (qkv, projection, MLP up and down), the
+    # scores and the weighted values over the whole context (2·T·C a block), the tied head (C·V);
+    # backward twice that (the embeddings are gathers). As the engine counts (models/flop_count.h).
+    macs = layers * (12 * width * width + 2 * context * width) + width * vocabulary
+    return 2 * macs * 3 * context
+
+
 FLOPS = {
     # 784-512-512-10
     "fashion-mlp": dense_flops([(784, 512), (512, 512), (512, 10)]),
     # conv 1->32 3x3 (26x26), conv 32->64 3x3 (24x24), pool, dense 9216->128, dense 128->10
     "fashion-cnn": conv_flops([("conv", 1, 32, 3, 26, 26), ("conv", 32, 64, 3, 24, 24), ("dense", 9216, 128),
                                ("dense", 128, 10)]),
+    # 4 blocks, 128 wide, context 64; V = 113, the fortunes text's alphabet (the default corpus)
+    "char-gpt": gpt_flops(4, 128, 64, 113),
 }
 
 # The lanes of each race: (label, lane spec without name, precision, threads or None for all).
@@ -155,8 +165,8 @@ def onednn_isas(workload):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=600, help="steps per lane for fashion-mlp (fashion-cnn: a tenth, at least 60)")
-    ap.add_argument("--workloads", default="fashion-mlp,fashion-cnn")
+    ap.add_argument("--steps", type=int, default=600, help="steps per lane for fashion-mlp (fashion-cnn: a tenth, at least 60; char-gpt: a quarter, at least 100)")
+    ap.add_argument("--workloads", default="fashion-mlp,fashion-cnn,char-gpt")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     cores = os.cpu_count() or 1
@@ -180,7 +190,8 @@ def main(argv=None):
     result = {"cpu": cpu_model(), "cores": cores, "bf16_units": units, "date": started.isoformat(), "peaks": peaks,
               "workloads": {}}
     for workload in args.workloads.split(","):
-        steps = args.steps if workload == "fashion-mlp" else max(60, args.steps // 10)
+        steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4)}.get(workload,
+                                                                                    max(60, args.steps // 10))
         specs = lanes(cores, workload, native)
         runs = []
         for r in range(args.runs):
