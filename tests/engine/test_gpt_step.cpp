@@ -1,16 +1,20 @@
 // The fused transformer step (engine train/gpt_step.h) computes what autograd computes: on
 // char-gpt, one step's loss, correct count and every parameter's gradient match the module's
-// forward + backward (fp32 tightly, bf16 in direction), for full and shorter sequences, and with
-// dropout (char-gpt-6l); its
-// GELU follows the exact erf form; and it says why it does not take a lane it cannot run.
+// forward + backward (fp32 tightly, bf16 in direction), for full and shorter sequences, with
+// dropout (char-gpt-6l), and with either attention (the causal tiles or bmm); the tiles follow
+// torch's attention in double on their own; its GELU follows the exact erf form; and it says why
+// it does not take a lane it cannot run.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <stdexcept>
+#include <tuple>
 
 #include "devicerace/errors.h"
+#include "kernels/attention_kernels.h"
 #include "kernels/gpt_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "models/models.h"
@@ -116,14 +120,67 @@ void compareSteps(std::int64_t seq, bool bf16, const std::string& workload = "ch
 
 } // namespace
 
+// The step's attention: the causal tiles (AVX-512 CPUs) or bmm (the others), forced either way.
+class AttentionRoute {
+public:
+    explicit AttentionRoute(const char* route) { setenv("DEVICERACE_CPU_ATTENTION", route, 1); }
+    ~AttentionRoute() { unsetenv("DEVICERACE_CPU_ATTENTION"); }
+    AttentionRoute(const AttentionRoute&) = delete;
+    AttentionRoute& operator=(const AttentionRoute&) = delete;
+};
+
 TEST(GptStep, Fp32GradientsMatchAutograd) {
-    compareSteps(kContext, false);
-    compareSteps(40, false); // shorter sequences: the position rows past them get no gradient
+    for (const char* route : {"tiles", "bmm"}) {
+        SCOPED_TRACE(route);
+        AttentionRoute forced(route);
+        compareSteps(kContext, false);
+        compareSteps(40, false); // shorter sequences: the position rows past them get no gradient
+    }
 }
 
 // char-gpt-6l: dropout 0.2 after the embeddings and each branch (the same hashed masks as
 // laneDropout), heads of 64, a context of 256.
 TEST(GptStep, Fp32GradientsMatchAutogradWithDropout) { compareSteps(256, false, "char-gpt-6l", 1, 256); }
+
+// The tiles against torch's causal attention in double: sequences that end mid-tile (8 rows) and
+// mid-vector (16 columns), heads of 16, 32 and 64, one and several heads.
+TEST(GptKernels, CausalAttentionTilesFollowTorchsAttention) {
+    struct Shape {
+        std::int64_t mats, seq, head;
+    };
+    for (const auto s : {Shape{3, 256, 64}, Shape{5, 40, 32}, Shape{2, 15, 16}, Shape{2, 1, 16}, Shape{1, 23, 48}}) {
+        SCOPED_TRACE(::testing::Message() << s.mats << " x " << s.seq << " x " << s.head);
+        auto gen = at::detail::createCPUGenerator(5);
+        auto make = [&] { return torch::randn({s.mats, s.seq, s.head}, gen, torch::kFloat); };
+        const auto q = make(), k = make(), v = make(), dy = make();
+        const float scale = 1.0f / std::sqrt(static_cast<float>(s.head));
+        auto p = torch::full({s.mats * s.seq * cpu::attentionRowStride(s.seq)}, NAN);
+        auto y = torch::full_like(q, NAN), dq = torch::full_like(q, NAN), dk = torch::full_like(q, NAN),
+             dv = torch::full_like(q, NAN);
+        cpu::causalAttentionForward(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), s.mats, s.seq,
+                                    s.head, scale, p.data_ptr<float>(), y.data_ptr<float>());
+        cpu::causalAttentionBackward(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), p.data_ptr<float>(),
+                                     dy.data_ptr<float>(), s.mats, s.seq, s.head, scale, dq.data_ptr<float>(),
+                                     dk.data_ptr<float>(), dv.data_ptr<float>());
+        auto qd = q.to(torch::kDouble).requires_grad_(), kd = k.to(torch::kDouble).requires_grad_(),
+             vd = v.to(torch::kDouble).requires_grad_();
+        const auto ref = at::scaled_dot_product_attention(qd, kd, vd, {}, 0.0, /*is_causal=*/true);
+        ref.backward(dy.to(torch::kDouble));
+        for (const auto& [name, ours, theirs] : {std::tuple{"y", y, ref.detach()}, std::tuple{"dq", dq, qd.grad()},
+                                                 std::tuple{"dk", dk, kd.grad()}, std::tuple{"dv", dv, vd.grad()}}) {
+            const double worst = (ours.to(torch::kDouble) - theirs).abs().max().item<double>();
+            EXPECT_LT(worst, 1e-5 * std::max(1.0, theirs.abs().max().item<double>())) << name;
+        }
+        // Each row's probabilities on and below the diagonal: the causal softmax.
+        const auto rows = p.view({s.mats, s.seq, cpu::attentionRowStride(s.seq)});
+        const auto logits = torch::matmul(q, k.transpose(1, 2)) * scale;
+        const auto mask = torch::ones({s.seq, s.seq}, torch::kBool).tril();
+        const auto expected = torch::softmax(logits.masked_fill(~mask, -INFINITY), -1);
+        EXPECT_TRUE(torch::allclose(torch::where(mask, rows.narrow(2, 0, s.seq), 0.0f), expected, 1e-5, 1e-6));
+    }
+    EXPECT_THROW(cpu::causalAttentionForward(nullptr, nullptr, nullptr, 1, 8, 24, 1.0f, nullptr, nullptr),
+                 std::invalid_argument);
+}
 
 TEST(GptStep, Bf16GradientsFollowFp32Autograd) {
     if (!cpu::haveMklBf16Gemm()) {

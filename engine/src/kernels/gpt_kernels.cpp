@@ -23,48 +23,6 @@ void rowsParallel(std::int64_t rows, std::int64_t cols, const F& f) {
     at::parallel_for(0, rows, rowGrain(cols), f);
 }
 
-// Σ term(i) for i < n in 16 running partial sums: GCC keeps a float sum's order (no
-// -ffast-math), so one accumulator is a serial chain of adds; 16 of them form one vector.
-constexpr int kLanes = 16;
-template <class F>
-DR_INLINE float laneSum(std::int64_t n, const F& term) {
-    float acc[kLanes] = {};
-    std::int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-        for (int j = 0; j < kLanes; ++j) {
-            acc[j] += term(i + j);
-        }
-    }
-    float sum = 0;
-    for (; i < n; ++i) {
-        sum += term(i);
-    }
-    for (int j = 0; j < kLanes; ++j) {
-        sum += acc[j];
-    }
-    return sum;
-}
-template <class F>
-DR_INLINE float laneMax(std::int64_t n, const F& term) {
-    float acc[kLanes];
-    std::fill(acc, acc + kLanes, term(0));
-    std::int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-        for (int j = 0; j < kLanes; ++j) {
-            const float v = term(i + j);
-            acc[j] = v > acc[j] ? v : acc[j];
-        }
-    }
-    float best = acc[0];
-    for (; i < n; ++i) {
-        best = std::max(best, term(i));
-    }
-    for (int j = 0; j < kLanes; ++j) {
-        best = std::max(best, acc[j]);
-    }
-    return best;
-}
-
 // ---- layer norm ----
 
 template <class T>

@@ -60,6 +60,48 @@ DR_INLINE std::uint32_t keepThreshold(float p) {
     return t >= 4294967295.0 ? std::numeric_limits<std::uint32_t>::max() : static_cast<std::uint32_t>(t);
 }
 
+// Σ term(i) for i < n in 16 running partial sums: GCC keeps a float sum's order (no
+// -ffast-math), so one accumulator is a serial chain of adds; 16 of them form one vector.
+constexpr int kLanes = 16;
+template <class F>
+DR_INLINE float laneSum(std::int64_t n, const F& term) {
+    float acc[kLanes] = {};
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int j = 0; j < kLanes; ++j) {
+            acc[j] += term(i + j);
+        }
+    }
+    float sum = 0;
+    for (; i < n; ++i) {
+        sum += term(i);
+    }
+    for (int j = 0; j < kLanes; ++j) {
+        sum += acc[j];
+    }
+    return sum;
+}
+template <class F>
+DR_INLINE float laneMax(std::int64_t n, const F& term) {
+    float acc[kLanes];
+    std::fill(acc, acc + kLanes, term(0));
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+        for (int j = 0; j < kLanes; ++j) {
+            const float v = term(i + j);
+            acc[j] = v > acc[j] ? v : acc[j];
+        }
+    }
+    float best = acc[0];
+    for (; i < n; ++i) {
+        best = std::max(best, term(i));
+    }
+    for (int j = 0; j < kLanes; ++j) {
+        best = std::max(best, acc[j]);
+    }
+    return best;
+}
+
 // Cephes' expf: exp(x) = 2^n · exp(r), |r| ≤ ln2/2, exp(r) by a degree-6 polynomial. Written
 // with selects and integer bit work only, so the loops around it vectorise. x is clamped to
 // where 2^n stays a normal float (sigmoid and tanh saturate long before).

@@ -12,6 +12,7 @@
 
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
+#include "kernels/attention_kernels.h"
 #include "kernels/gpt_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "train/lane_optimizer.h"
@@ -150,6 +151,8 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     }
 
     const auto n = maxBatch * seq, c = m_width, bh = maxBatch * m_heads, d = c / m_heads;
+    m_tiles = cpu::tiledAttentionPays(d);
+    const auto pRow = m_tiles ? cpu::attentionRowStride(seq) : seq;
     for (auto& k : m_blocks) {
         k.a = at::empty({n, c}, act);
         k.mean1 = at::empty({n}, f);
@@ -157,7 +160,7 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
         k.qh = at::empty({bh * seq * d}, f);
         k.kh = at::empty({bh * seq * d}, f);
         k.vh = at::empty({bh * seq * d}, f);
-        k.p = at::empty({bh * seq * seq}, f);
+        k.p = at::empty({bh * seq * pRow}, f);
         k.y = at::empty({n, c}, act);
         k.mid = at::empty({n, c}, f);
         k.m = at::empty({n, c}, act);
@@ -187,7 +190,9 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     for (auto* t : {&m_heads1, &m_dq, &m_dk, &m_dv}) {
         *t = at::empty({bh * seq * d}, f);
     }
-    m_dp = at::empty({bh * seq * seq}, f);
+    if (!m_tiles) {
+        m_dp = at::empty({bh * seq * seq}, f);
+    }
     if (bf16) {
         m_actNarrow = at::empty({n, c}, act);
         m_actQkv = at::empty({n, 3 * c}, act);
@@ -260,11 +265,15 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
         cpu::splitHeads(f32(qkv), 3 * c, bias, batch, seq, heads, d, f32(k.qh));
         cpu::splitHeads(f32(qkv) + c, 3 * c, bias + c, batch, seq, heads, d, f32(k.kh));
         cpu::splitHeads(f32(qkv) + 2 * c, 3 * c, bias + 2 * c, batch, seq, heads, d, f32(k.vh));
-        auto p = mats(k.p, bh, seq, seq);
-        at::bmm_out(p, mats(k.qh, bh, seq, d), mats(k.kh, bh, seq, d).transpose(1, 2));
-        cpu::causalSoftmax(f32(p), bh, seq, scale);
         auto yh = mats(m_heads1, bh, seq, d);
-        at::bmm_out(yh, p, mats(k.vh, bh, seq, d));
+        if (m_tiles) {
+            cpu::causalAttentionForward(f32(k.qh), f32(k.kh), f32(k.vh), bh, seq, d, scale, f32(k.p), f32(yh));
+        } else {
+            auto p = mats(k.p, bh, seq, seq);
+            at::bmm_out(p, mats(k.qh, bh, seq, d), mats(k.kh, bh, seq, d).transpose(1, 2));
+            cpu::causalSoftmax(f32(p), bh, seq, scale);
+            at::bmm_out(yh, p, mats(k.vh, bh, seq, d));
+        }
         withAct(k.y, [&](auto* out) { cpu::mergeHeads(f32(yh), batch, seq, heads, d, out, c); });
         auto o = rowsOf(m_narrow, n);
         gemm(rowsOf(k.y, n), weight(k.projW).t(), o);
@@ -325,15 +334,19 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
         gemm(dhIn, weight(k.projW), narrow);
         auto dyh = mats(m_heads1, bh, seq, d);
         cpu::splitHeads(f32(narrow), c, nullptr, batch, seq, heads, d, f32(dyh));
-        auto p = mats(k.p, bh, seq, seq);
-        auto dp = mats(m_dp, bh, seq, seq);
-        at::bmm_out(dp, dyh, mats(k.vh, bh, seq, d).transpose(1, 2));
-        auto dv = mats(m_dv, bh, seq, d);
-        at::bmm_out(dv, p.transpose(1, 2), dyh);
-        cpu::causalSoftmaxBackward(f32(p), f32(dp), bh, seq, scale);
-        auto dq = mats(m_dq, bh, seq, d), dk = mats(m_dk, bh, seq, d);
-        at::bmm_out(dq, dp, mats(k.kh, bh, seq, d));
-        at::bmm_out(dk, dp.transpose(1, 2), mats(k.qh, bh, seq, d));
+        auto dq = mats(m_dq, bh, seq, d), dk = mats(m_dk, bh, seq, d), dv = mats(m_dv, bh, seq, d);
+        if (m_tiles) {
+            cpu::causalAttentionBackward(f32(k.qh), f32(k.kh), f32(k.vh), f32(k.p), f32(dyh), bh, seq, d, scale,
+                                         f32(dq), f32(dk), f32(dv));
+        } else {
+            auto p = mats(k.p, bh, seq, seq);
+            auto dp = mats(m_dp, bh, seq, seq);
+            at::bmm_out(dp, dyh, mats(k.vh, bh, seq, d).transpose(1, 2));
+            at::bmm_out(dv, p.transpose(1, 2), dyh);
+            cpu::causalSoftmaxBackward(f32(p), f32(dp), bh, seq, scale);
+            at::bmm_out(dq, dp, mats(k.kh, bh, seq, d));
+            at::bmm_out(dk, dp.transpose(1, 2), mats(k.qh, bh, seq, d));
+        }
         auto dqkv = rowsOf(m_qkv, n);
         cpu::mergeHeads(f32(dq), batch, seq, heads, d, f32(dqkv), 3 * c);
         cpu::mergeHeads(f32(dk), batch, seq, heads, d, f32(dqkv) + c, 3 * c);
@@ -405,8 +418,10 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
 }
 
 std::string GptStep::describe() const {
-    return m_bf16 ? "fused transformer step (bf16 GEMMs by MKL with fp32 sums, fp32 attention and master weights)"
-                  : "fused transformer step";
+    const char* attention = m_tiles ? "causal attention tiles" : "attention by bmm";
+    return m_bf16 ? fmt::format("fused transformer step (bf16 GEMMs by MKL with fp32 sums, fp32 {} and master weights)",
+                                attention)
+                  : fmt::format("fused transformer step ({})", attention);
 }
 
 std::string GptStep::describeThreads() const {

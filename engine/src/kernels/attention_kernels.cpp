@@ -1,0 +1,252 @@
+// Causal attention in register tiles (see attention_kernels.h). Each product is a row tile of
+// up to 8 rows × 48 columns held in 24 vector accumulators (GCC's vector extensions: zmm in the
+// avx512f clone), fed by one row of B and 8 broadcasts of A per step of the inner dimension.
+// Which rows and columns a tile covers follows the causal mask: the scores and their gradient stop
+// at the tile's last row rounded up to 16 columns, p v and dS k run over the keys up to the tile's
+// last row, and pᵀ dy and dSᵀ q over the queries from the tile's first key on.
+#include "kernels/attention_kernels.h"
+#include "kernels/kernel_inline.h"
+
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+namespace devicerace::detail::cpu {
+
+namespace {
+
+constexpr std::int64_t kRows = 8;   // rows of a tile, and of the causal blocks
+constexpr std::int64_t kWidth = 16; // floats in a vector
+constexpr int kMaxVectors = 3;      // vectors across a tile: 8 × 3 accumulators
+
+using V16 = float __attribute__((vector_size(64)));
+using V16u = float __attribute__((vector_size(64), aligned(4), may_alias));
+
+DR_INLINE V16 loadV(const float* p) { return *reinterpret_cast<const V16u*>(p); }
+DR_INLINE void storeV(float* p, V16 v) { *reinterpret_cast<V16u*>(p) = v; }
+
+// C (MR × 16·NV, row stride ldc) = A B over kn steps: A(m, k) = a[m·sam + k·sak], B's row k
+// at b + k·ldb.
+template <int MR, int NV>
+DR_INLINE void tile(std::int64_t kn, const float* __restrict a, std::int64_t sam, std::int64_t sak,
+                    const float* __restrict b, std::int64_t ldb, float* __restrict c, std::int64_t ldc) {
+    V16 acc[MR][NV];
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) {
+            acc[m][j] = V16{};
+        }
+    }
+    for (std::int64_t k = 0; k < kn; ++k) {
+        V16 row[NV];
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) {
+            row[j] = loadV(b + k * ldb + j * kWidth);
+        }
+#pragma GCC unroll 8
+        for (int m = 0; m < MR; ++m) {
+            const float x = a[m * sam + k * sak];
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; ++j) {
+                acc[m][j] += x * row[j];
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) {
+            storeV(c + m * ldc + j * kWidth, acc[m][j]);
+        }
+    }
+}
+
+template <int MR>
+DR_INLINE void tileColumns(std::int64_t cols, std::int64_t kn, const float* a, std::int64_t sam, std::int64_t sak,
+                           const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+    std::int64_t n = 0;
+    if (cols == 4 * kWidth) { // heads of 64: 4 × 4 tiles (an 8 × 1 one after 8 × 3 waits on its loads)
+        constexpr int half = MR > 4 ? MR / 2 : MR;
+        for (int m = 0; m < MR; m += half) {
+            tile<half, 4>(kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+        }
+        return;
+    }
+    for (; n + kMaxVectors * kWidth <= cols; n += kMaxVectors * kWidth) {
+        tile<MR, kMaxVectors>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
+    }
+    if (cols - n == 2 * kWidth) {
+        tile<MR, 2>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
+    } else if (cols - n == kWidth) {
+        tile<MR, 1>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
+    }
+}
+
+// C (rows × cols, cols a multiple of 16) = A B over kn steps, in tiles of 8, 4, 2 and 1 rows.
+DR_INLINE void product(std::int64_t rows, std::int64_t cols, std::int64_t kn, const float* a, std::int64_t sam,
+                       std::int64_t sak, const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+    std::int64_t m = 0;
+    for (; m + 8 <= rows; m += 8) {
+        tileColumns<8>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+    }
+    if (rows - m >= 4) {
+        tileColumns<4>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+        m += 4;
+    }
+    if (rows - m >= 2) {
+        tileColumns<2>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+        m += 2;
+    }
+    if (rows - m == 1) {
+        tileColumns<1>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+    }
+}
+
+// out (cols × stride) = xᵀ for x (rows × cols), zero past `rows` in each row; in 16 × 16 blocks,
+// so reads and writes each stay within 16 cache lines (column-first reads missed L1 on every load,
+// 13% of the forward; row-first writes, 1 kB apart, thrashed L1's sets).
+DR_INLINE void transposeInto(const float* __restrict x, std::int64_t rows, std::int64_t cols, std::int64_t stride,
+                             float* __restrict out) {
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kWidth) {
+        const std::int64_t r1 = std::min(rows, r0 + kWidth);
+        for (std::int64_t c0 = 0; c0 < cols; c0 += kWidth) {
+            const std::int64_t c1 = std::min(cols, c0 + kWidth);
+            for (std::int64_t c = c0; c < c1; ++c) {
+                for (std::int64_t r = r0; r < r1; ++r) {
+                    out[c * stride + r] = x[r * cols + c];
+                }
+            }
+        }
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+        std::fill(out + c * stride + rows, out + (c + 1) * stride, 0.0f);
+    }
+}
+
+std::int64_t roundUp16(std::int64_t n) { return (n + kWidth - 1) / kWidth * kWidth; }
+
+// The columns a row tile ending at row r1 (exclusive) computes and writes: its last key rounded
+// up to a whole vector.
+DR_INLINE std::int64_t tileColumnsEnd(std::int64_t r1, std::int64_t stride) { return std::min(stride, roundUp16(r1)); }
+
+std::vector<float>& scratch() {
+    thread_local std::vector<float> buffer;
+    return buffer;
+}
+
+DR_CLONES void forwardHeads(const float* __restrict q, const float* __restrict k, const float* __restrict v,
+                            std::int64_t h0, std::int64_t h1, std::int64_t seq, std::int64_t d, float scale,
+                            float* __restrict p, float* __restrict y) {
+    const std::int64_t stride = roundUp16(seq), size = seq * d;
+    auto& kt = scratch();
+    kt.resize(static_cast<std::size_t>(d * stride));
+    for (std::int64_t h = h0; h < h1; ++h) {
+        const float* qh = q + h * size;
+        const float* vh = v + h * size;
+        float* ph = p + h * seq * stride;
+        float* yh = y + h * size;
+        transposeInto(k + h * size, seq, d, stride, kt.data());
+        for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
+            const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
+            product(r1 - r0, n, d, qh + r0 * d, d, 1, kt.data(), stride, ph + r0 * stride, stride);
+            for (std::int64_t i = r0; i < r1; ++i) {
+                float* row = ph + i * stride;
+                const float best = laneMax(i + 1, [&](std::int64_t j) { return row[j]; }) * scale;
+                for (std::int64_t j = 0; j < n; ++j) {
+                    const float e = expBody(row[j] * scale - best);
+                    row[j] = j <= i ? e : 0.0f;
+                }
+                const float inv = 1.0f / laneSum(n, [&](std::int64_t j) { return row[j]; });
+                for (std::int64_t j = 0; j < n; ++j) {
+                    row[j] *= inv;
+                }
+            }
+            product(r1 - r0, d, r1, ph + r0 * stride, stride, 1, vh, d, yh + r0 * d, d);
+        }
+    }
+}
+
+DR_CLONES void backwardHeads(const float* __restrict q, const float* __restrict k, const float* __restrict v,
+                             const float* __restrict p, const float* __restrict dy, std::int64_t h0, std::int64_t h1,
+                             std::int64_t seq, std::int64_t d, float scale, float* __restrict dq, float* __restrict dk,
+                             float* __restrict dv) {
+    const std::int64_t stride = roundUp16(seq), size = seq * d;
+    auto& buffer = scratch();
+    buffer.resize(static_cast<std::size_t>(d * stride + seq * stride));
+    float* vt = buffer.data();
+    float* ds = vt + d * stride;
+    for (std::int64_t h = h0; h < h1; ++h) {
+        const float* qh = q + h * size;
+        const float* kh = k + h * size;
+        const float* ph = p + h * seq * stride;
+        const float* dyh = dy + h * size;
+        transposeInto(v + h * size, seq, d, stride, vt);
+        for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
+            const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
+            product(r1 - r0, n, d, dyh + r0 * d, d, 1, vt, stride, ds + r0 * stride, stride);
+            for (std::int64_t i = r0; i < r1; ++i) {
+                const float* pr = ph + i * stride;
+                float* g = ds + i * stride;
+                const float dot = laneSum(n, [&](std::int64_t j) { return pr[j] * g[j]; });
+                for (std::int64_t j = 0; j < n; ++j) {
+                    g[j] = scale * pr[j] * (g[j] - dot);
+                }
+            }
+            product(r1 - r0, d, r1, ds + r0 * stride, stride, 1, kh, d, dq + h * size + r0 * d, d);
+        }
+        // Key rows j0..: the queries from j0 on see them (p and dS are zero above the diagonal
+        // within the tile, as far as the tile's rows were written).
+        for (std::int64_t j0 = 0; j0 < seq; j0 += kRows) {
+            const std::int64_t j1 = std::min(seq, j0 + kRows);
+            product(j1 - j0, d, seq - j0, ph + j0 * stride + j0, 1, stride, dyh + j0 * d, d, dv + h * size + j0 * d, d);
+            product(j1 - j0, d, seq - j0, ds + j0 * stride + j0, 1, stride, qh + j0 * d, d, dk + h * size + j0 * d, d);
+        }
+    }
+}
+
+void checkHeadSize(std::int64_t d) {
+    if (d <= 0 || d % kWidth != 0) {
+        throw std::invalid_argument("causal attention tiles need heads of a multiple of 16 floats");
+    }
+}
+
+} // namespace
+
+bool tiledAttentionPays(std::int64_t headSize) {
+    if (headSize <= 0 || headSize % kWidth != 0) {
+        return false;
+    }
+    const char* env = std::getenv("DEVICERACE_CPU_ATTENTION");
+    if (env && *env) {
+        return std::string_view(env) != "bmm";
+    }
+#if defined(__x86_64__)
+    return __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+std::int64_t attentionRowStride(std::int64_t seq) { return roundUp16(seq); }
+
+void causalAttentionForward(const float* q, const float* k, const float* v, std::int64_t mats, std::int64_t seq,
+                            std::int64_t headSize, float scale, float* p, float* y) {
+    checkHeadSize(headSize);
+    at::parallel_for(0, mats, 1,
+                     [&](std::int64_t b, std::int64_t e) { forwardHeads(q, k, v, b, e, seq, headSize, scale, p, y); });
+}
+
+void causalAttentionBackward(const float* q, const float* k, const float* v, const float* p, const float* dy,
+                             std::int64_t mats, std::int64_t seq, std::int64_t headSize, float scale, float* dq,
+                             float* dk, float* dv) {
+    checkHeadSize(headSize);
+    at::parallel_for(0, mats, 1, [&](std::int64_t b, std::int64_t e) {
+        backwardHeads(q, k, v, p, dy, b, e, seq, headSize, scale, dq, dk, dv);
+    });
+}
+
+} // namespace devicerace::detail::cpu
