@@ -129,18 +129,18 @@ DR_INLINE void transposeStage(V16* v) {
     }
 }
 
-// out (cols × stride) = xᵀ for x (rows × cols, cols a multiple of 16), zero past `rows` in each
+// out (cols × stride) = xᵀ for x (rows × cols, row stride ldx, cols a multiple of 16), zero past `rows` in each
 // row: 16 × 16 blocks transposed in registers, the rows past the last whole block one by one
 // (element by element, strided reads or writes missed L1 on nearly every access: 13% of the
 // forward).
-DR_INLINE void transposeInto(const float* __restrict x, std::int64_t rows, std::int64_t cols, std::int64_t stride,
-                             float* __restrict out) {
+DR_INLINE void transposeInto(const float* __restrict x, std::int64_t ldx, std::int64_t rows, std::int64_t cols,
+                             std::int64_t stride, float* __restrict out) {
     std::int64_t r0 = 0;
     for (; r0 + kWidth <= rows; r0 += kWidth) {
         for (std::int64_t c0 = 0; c0 < cols; c0 += kWidth) {
             V16 v[16];
             for (int i = 0; i < 16; ++i) {
-                v[i] = loadV(x + (r0 + i) * cols + c0);
+                v[i] = loadV(x + (r0 + i) * ldx + c0);
             }
             transposeStage<8>(v);
             transposeStage<4>(v);
@@ -153,7 +153,7 @@ DR_INLINE void transposeInto(const float* __restrict x, std::int64_t rows, std::
     }
     for (std::int64_t c = 0; c < cols; ++c) {
         for (std::int64_t r = r0; r < rows; ++r) {
-            out[c * stride + r] = x[r * cols + c];
+            out[c * stride + r] = x[r * ldx + c];
         }
         std::fill(out + c * stride + rows, out + (c + 1) * stride, 0.0f);
     }
@@ -170,21 +170,27 @@ std::vector<float>& scratch() {
     return buffer;
 }
 
-DR_CLONES void forwardHeads(const float* __restrict q, const float* __restrict k, const float* __restrict v,
-                            std::int64_t h0, std::int64_t h1, std::int64_t seq, std::int64_t d, float scale,
+// Where head m (= b · heads + h) starts in rows `ld` floats apart.
+DR_INLINE std::int64_t headOffset(const AttentionShape& s, std::int64_t m, std::int64_t ld) {
+    return (m / s.heads) * s.seq * ld + (m % s.heads) * s.headSize;
+}
+
+DR_CLONES void forwardHeads(const AttentionShape& s, const float* __restrict q, const float* __restrict k,
+                            const float* __restrict v, std::int64_t h0, std::int64_t h1, float scale,
                             float* __restrict p, float* __restrict y) {
-    const std::int64_t stride = roundUp16(seq), size = seq * d;
+    const std::int64_t seq = s.seq, d = s.headSize, ld = s.qkvStride, ldy = s.yStride, stride = roundUp16(seq);
     auto& kt = scratch();
     kt.resize(static_cast<std::size_t>(d * stride));
     for (std::int64_t h = h0; h < h1; ++h) {
-        const float* qh = q + h * size;
-        const float* vh = v + h * size;
+        const std::int64_t in = headOffset(s, h, ld);
+        const float* qh = q + in;
+        const float* vh = v + in;
         float* ph = p + h * seq * stride;
-        float* yh = y + h * size;
-        transposeInto(k + h * size, seq, d, stride, kt.data());
+        float* yh = y + headOffset(s, h, ldy);
+        transposeInto(k + in, ld, seq, d, stride, kt.data());
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
-            product(r1 - r0, n, d, qh + r0 * d, d, 1, kt.data(), stride, ph + r0 * stride, stride);
+            product(r1 - r0, n, d, qh + r0 * ld, ld, 1, kt.data(), stride, ph + r0 * stride, stride);
             for (std::int64_t i = r0; i < r1; ++i) {
                 float* row = ph + i * stride;
                 const float best = laneMax(i + 1, [&](std::int64_t j) { return row[j]; }) * scale;
@@ -197,29 +203,30 @@ DR_CLONES void forwardHeads(const float* __restrict q, const float* __restrict k
                     row[j] *= inv;
                 }
             }
-            product(r1 - r0, d, r1, ph + r0 * stride, stride, 1, vh, d, yh + r0 * d, d);
+            product(r1 - r0, d, r1, ph + r0 * stride, stride, 1, vh, ld, yh + r0 * ldy, ldy);
         }
     }
 }
 
-DR_CLONES void backwardHeads(const float* __restrict q, const float* __restrict k, const float* __restrict v,
-                             const float* __restrict p, const float* __restrict dy, std::int64_t h0, std::int64_t h1,
-                             std::int64_t seq, std::int64_t d, float scale, float* __restrict dq, float* __restrict dk,
+DR_CLONES void backwardHeads(const AttentionShape& s, const float* __restrict q, const float* __restrict k,
+                             const float* __restrict v, const float* __restrict p, const float* __restrict dy,
+                             std::int64_t h0, std::int64_t h1, float scale, float* __restrict dq, float* __restrict dk,
                              float* __restrict dv) {
-    const std::int64_t stride = roundUp16(seq), size = seq * d;
+    const std::int64_t seq = s.seq, d = s.headSize, ld = s.qkvStride, ldy = s.yStride, stride = roundUp16(seq);
     auto& buffer = scratch();
     buffer.resize(static_cast<std::size_t>(d * stride + seq * stride));
     float* vt = buffer.data();
     float* ds = vt + d * stride;
     for (std::int64_t h = h0; h < h1; ++h) {
-        const float* qh = q + h * size;
-        const float* kh = k + h * size;
+        const std::int64_t in = headOffset(s, h, ld);
+        const float* qh = q + in;
+        const float* kh = k + in;
         const float* ph = p + h * seq * stride;
-        const float* dyh = dy + h * size;
-        transposeInto(v + h * size, seq, d, stride, vt);
+        const float* dyh = dy + headOffset(s, h, ldy);
+        transposeInto(v + in, ld, seq, d, stride, vt);
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
-            product(r1 - r0, n, d, dyh + r0 * d, d, 1, vt, stride, ds + r0 * stride, stride);
+            product(r1 - r0, n, d, dyh + r0 * ldy, ldy, 1, vt, stride, ds + r0 * stride, stride);
             for (std::int64_t i = r0; i < r1; ++i) {
                 const float* pr = ph + i * stride;
                 float* g = ds + i * stride;
@@ -228,21 +235,25 @@ DR_CLONES void backwardHeads(const float* __restrict q, const float* __restrict 
                     g[j] = scale * pr[j] * (g[j] - dot);
                 }
             }
-            product(r1 - r0, d, r1, ds + r0 * stride, stride, 1, kh, d, dq + h * size + r0 * d, d);
+            product(r1 - r0, d, r1, ds + r0 * stride, stride, 1, kh, ld, dq + in + r0 * ld, ld);
         }
         // Key rows j0..: the queries from j0 on see them (p and dS are zero above the diagonal
         // within the tile, as far as the tile's rows were written).
         for (std::int64_t j0 = 0; j0 < seq; j0 += kRows) {
             const std::int64_t j1 = std::min(seq, j0 + kRows);
-            product(j1 - j0, d, seq - j0, ph + j0 * stride + j0, 1, stride, dyh + j0 * d, d, dv + h * size + j0 * d, d);
-            product(j1 - j0, d, seq - j0, ds + j0 * stride + j0, 1, stride, qh + j0 * d, d, dk + h * size + j0 * d, d);
+            product(j1 - j0, d, seq - j0, ph + j0 * stride + j0, 1, stride, dyh + j0 * ldy, ldy, dv + in + j0 * ld, ld);
+            product(j1 - j0, d, seq - j0, ds + j0 * stride + j0, 1, stride, qh + j0 * ld, ld, dk + in + j0 * ld, ld);
         }
     }
 }
 
-void checkHeadSize(std::int64_t d) {
-    if (d <= 0 || d % kWidth != 0) {
+void checkShape(const AttentionShape& s) {
+    if (s.headSize <= 0 || s.headSize % kWidth != 0) {
         throw std::invalid_argument("causal attention tiles need heads of a multiple of 16 floats");
+    }
+    if (s.batch < 0 || s.heads <= 0 || s.seq < 0 || s.qkvStride < s.heads * s.headSize ||
+        s.yStride < s.heads * s.headSize) {
+        throw std::invalid_argument("causal attention tiles: rows narrower than their heads");
     }
 }
 
@@ -265,19 +276,18 @@ bool tiledAttentionPays(std::int64_t headSize) {
 
 std::int64_t attentionRowStride(std::int64_t seq) { return roundUp16(seq); }
 
-void causalAttentionForward(const float* q, const float* k, const float* v, std::int64_t mats, std::int64_t seq,
-                            std::int64_t headSize, float scale, float* p, float* y) {
-    checkHeadSize(headSize);
-    at::parallel_for(0, mats, 1,
-                     [&](std::int64_t b, std::int64_t e) { forwardHeads(q, k, v, b, e, seq, headSize, scale, p, y); });
+void causalAttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v, float scale,
+                            float* p, float* y) {
+    checkShape(shape);
+    at::parallel_for(0, shape.batch * shape.heads, 1,
+                     [&](std::int64_t b, std::int64_t e) { forwardHeads(shape, q, k, v, b, e, scale, p, y); });
 }
 
-void causalAttentionBackward(const float* q, const float* k, const float* v, const float* p, const float* dy,
-                             std::int64_t mats, std::int64_t seq, std::int64_t headSize, float scale, float* dq,
-                             float* dk, float* dv) {
-    checkHeadSize(headSize);
-    at::parallel_for(0, mats, 1, [&](std::int64_t b, std::int64_t e) {
-        backwardHeads(q, k, v, p, dy, b, e, seq, headSize, scale, dq, dk, dv);
+void causalAttentionBackward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                             const float* p, const float* dy, float scale, float* dq, float* dk, float* dv) {
+    checkShape(shape);
+    at::parallel_for(0, shape.batch * shape.heads, 1, [&](std::int64_t b, std::int64_t e) {
+        backwardHeads(shape, q, k, v, p, dy, b, e, scale, dq, dk, dv);
     });
 }
 

@@ -5,10 +5,13 @@
 // and each head's scores stay in cache between the GEMM and the softmax. Parallel over heads on
 // the lane's intra-op threads. Torch-free header.
 //
-// Layouts: q, k, v, y and their gradients are `mats` matrices of seq × headSize floats (the
-// step's heads-split layout); p holds each head's probabilities, seq rows of
-// attentionRowStride(seq) floats. Row i of p is written (and zero past column i) up to i rounded
-// up to the tile of 8 rows and then to 16 columns; the rest of the row is never read.
+// Layouts: q, k, v, y and their gradients are rows of tokens, batch · seq of them, each holding
+// every head's headSize columns side by side (head h at columns h · headSize): the fused step
+// reads q, k and v straight out of the qkv GEMM's output (row stride 3C) and writes y where the
+// projection reads it (row stride C), dq, dk, dv where the qkv backward reads them, so the heads
+// are never copied apart and back. p holds each head's probabilities (head b · heads + h), seq
+// rows of attentionRowStride(seq) floats. Row i of p is written (and zero past column i) up to i
+// rounded up to the tile of 8 rows and then to 16 columns; the rest of the row is never read.
 #include <cstdint>
 
 namespace devicerace::detail::cpu {
@@ -20,13 +23,19 @@ bool tiledAttentionPays(std::int64_t headSize);
 /// Floats between two rows of a head's probabilities: seq rounded up to 16.
 std::int64_t attentionRowStride(std::int64_t seq);
 
-/// p = softmax(scale · q kᵀ) under the causal mask, y = p v. headSize a multiple of 16.
-void causalAttentionForward(const float* q, const float* k, const float* v, std::int64_t mats, std::int64_t seq,
-                            std::int64_t headSize, float scale, float* p, float* y);
+/// The shape of one attention: rows of q, k, v (and dq, dk, dv) `qkvStride` floats apart, rows
+/// of y (and dy) `yStride` floats apart.
+struct AttentionShape {
+    std::int64_t batch = 0, heads = 0, seq = 0, headSize = 0;
+    std::int64_t qkvStride = 0, yStride = 0;
+};
+
+/// p = softmax(scale · q kᵀ) under the causal mask, y = p v, every head. headSize a multiple of 16.
+void causalAttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v, float scale,
+                            float* p, float* y);
 /// dq, dk, dv (overwritten) of causalAttentionForward for the output gradient dy, from its q,
 /// k, v and p.
-void causalAttentionBackward(const float* q, const float* k, const float* v, const float* p, const float* dy,
-                             std::int64_t mats, std::int64_t seq, std::int64_t headSize, float scale, float* dq,
-                             float* dk, float* dv);
+void causalAttentionBackward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                             const float* p, const float* dy, float scale, float* dq, float* dk, float* dv);
 
 } // namespace devicerace::detail::cpu

@@ -99,6 +99,16 @@ DR_CLONES void addRowsBiasRange(const float* __restrict x, const float* __restri
     }
 }
 // The same with y + bias through dropout (the hashed mask of element r·cols + c).
+DR_CLONES void addBiasRange(float* __restrict x, const float* __restrict bias, std::int64_t r0, std::int64_t r1,
+                            std::int64_t cols) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+        float* row = x + r * cols;
+        for (std::int64_t c = 0; c < cols; ++c) {
+            row[c] += bias[c];
+        }
+    }
+}
+
 DR_CLONES void addRowsBiasDropoutRange(const float* __restrict x, const float* __restrict y,
                                        const float* __restrict bias, std::int64_t r0, std::int64_t r1,
                                        std::int64_t cols, float p, std::uint64_t seed, float* __restrict out) {
@@ -389,6 +399,9 @@ void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t
             addRowsBiasRange(x, y, bias, b, e, cols, out);
         }
     });
+}
+void addBias(float* x, const float* bias, std::int64_t rows, std::int64_t cols) {
+    rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) { addBiasRange(x, bias, b, e, cols); });
 }
 void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out) {
     at::parallel_for(0, n, kGrain,

@@ -28,6 +28,8 @@ void layerNormParamGrads(const float* dy, const float* x, const float* mean, con
 /// Parallel.
 void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t rows, std::int64_t cols, float* out,
                  float p = 0, std::uint64_t seed = 0);
+/// x += bias in place (rows×cols, one bias per column). Parallel.
+void addBias(float* x, const float* bias, std::int64_t rows, std::int64_t cols);
 /// out = dropout(in) over n values with the same masks (out may be in). Parallel.
 void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out);
 /// out = column sums of x (rows×cols, overwritten); with `copy`, also copy = bf16(x) in the same

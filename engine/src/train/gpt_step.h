@@ -59,7 +59,8 @@ private:
     struct Block {
         Param ln1w, ln1b, attnW, attnB, projW, projB, ln2w, ln2b, fcW, fcB, mlpW, mlpB;
         at::Tensor a, mean1, rstd1; // ln_1's output (a GEMM input) and its row statistics
-        at::Tensor qh, kh, vh;      // [B·H, T, D] fp32, flat
+        at::Tensor qh, kh, vh;      // bmm: [B·H, T, D] fp32, flat
+        at::Tensor qkv;             // tiles: the qkv GEMM's output with its bias, [N, 3C] fp32
         at::Tensor p;               // the attention weights, [B·H, T, T] fp32, flat (rows of
                                     // attentionRowStride(T) with the tiles)
         at::Tensor y;               // the heads merged (a GEMM input)
@@ -102,7 +103,8 @@ private:
     at::Tensor m_qkv, m_narrow, m_wide;          // fp32 scratch: [N, 3C], [N, C], [N, 4C]
     at::Tensor m_dh;                             // the residual stream's gradient, fp32 [N, C]
     at::Tensor m_masked;                         // dropout: a branch's output gradient through its mask, fp32 [N, C]
-    at::Tensor m_heads1, m_dq, m_dk, m_dv, m_dp; // attention scratch: [B·H, T, D] x4, [B·H, T, T] (bmm only)
+    at::Tensor m_heads1, m_dq, m_dk, m_dv, m_dp; // attention scratch: [B·H, T, D] x4, [B·H, T, T] (bmm only;
+                                                 // tiles: m_heads1 holds bf16's fp32 y)
     bool m_tiles = false; // attention by cpu::causalAttention* (kernels/attention_kernels.h), else bmm
     at::Tensor m_actNarrow, m_actQkv, m_actWide, m_actLogits; // bf16 copies of gradients a GEMM reads
 };
