@@ -200,7 +200,11 @@ TEST(GptStep, Bf16GradientsFollowFp32Autograd) {
         GTEST_SKIP() << "this LibTorch exports no MKL bf16 GEMM";
     }
     setenv("DEVICERACE_MKL_BF16", "1", 1); // any CPU: MKL runs it without AMX too
-    compareSteps(kContext, true);
+    for (const char* route : {"tiles", "bmm"}) {
+        SCOPED_TRACE(route);
+        AttentionRoute forced(route);
+        compareSteps(kContext, true);
+    }
     unsetenv("DEVICERACE_MKL_BF16");
 }
 

@@ -198,8 +198,6 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
         for (auto* t : {&m_dq, &m_dk, &m_dv}) {
             *t = at::empty({bh * seq * d}, f);
         }
-    }
-    if (!m_tiles) {
         m_dp = at::empty({bh * seq * seq}, f);
     }
     if (bf16) {
@@ -252,9 +250,67 @@ void withAct(const at::Tensor& t, const F& f) {
 }
 } // namespace
 
-void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std::int64_t& correct) {
+// One block's attention, from the layer norm's output k.a to the projection's input k.y.
+void GptStep::attentionForward(Block& k, std::int64_t batch, std::int64_t seq) {
     const auto n = batch * seq, c = m_width, heads = m_heads, d = c / heads, bh = batch * heads;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const float* bias = f32(k.attnB.w);
+    if (m_tiles) {
+        // q, k, v straight out of the GEMM's rows; y straight into the projection's input.
+        auto qkv = rowsOf(k.qkv, n);
+        gemm(rowsOf(k.a, n), weight(k.attnW).t(), qkv);
+        cpu::addBias(f32(qkv), bias, n, 3 * c);
+        const cpu::AttentionShape shape{batch, heads, seq, d, 3 * c, c};
+        float* y = m_bf16 ? f32(m_heads1) : f32(k.y);
+        cpu::causalAttentionForward(shape, f32(qkv), f32(qkv) + c, f32(qkv) + 2 * c, scale, f32(k.p), y);
+        if (m_bf16) {
+            cpu::toBf16(y, bf16(k.y), n * c);
+        }
+    } else {
+        auto qkv = rowsOf(m_qkv, n);
+        gemm(rowsOf(k.a, n), weight(k.attnW).t(), qkv);
+        cpu::splitHeads(f32(qkv), 3 * c, bias, batch, seq, heads, d, f32(k.qh));
+        cpu::splitHeads(f32(qkv) + c, 3 * c, bias + c, batch, seq, heads, d, f32(k.kh));
+        cpu::splitHeads(f32(qkv) + 2 * c, 3 * c, bias + 2 * c, batch, seq, heads, d, f32(k.vh));
+        auto yh = mats(m_heads1, bh, seq, d);
+        auto p = mats(k.p, bh, seq, seq);
+        at::bmm_out(p, mats(k.qh, bh, seq, d), mats(k.kh, bh, seq, d).transpose(1, 2));
+        cpu::causalSoftmax(f32(p), bh, seq, scale);
+        at::bmm_out(yh, p, mats(k.vh, bh, seq, d));
+        withAct(k.y, [&](auto* out) { cpu::mergeHeads(f32(yh), batch, seq, heads, d, out, c); });
+    }
+}
+
+// Its backward: from the projection input's gradient (m_narrow) to qkv's (m_qkv).
+void GptStep::attentionBackward(Block& k, std::int64_t batch, std::int64_t seq) {
+    const auto n = batch * seq, c = m_width, heads = m_heads, d = c / heads, bh = batch * heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    auto dqkv = rowsOf(m_qkv, n);
+    auto narrow = rowsOf(m_narrow, n);
+    if (m_tiles) {
+        const cpu::AttentionShape shape{batch, heads, seq, d, 3 * c, c};
+        const float* qkv = f32(k.qkv);
+        cpu::causalAttentionBackward(shape, qkv, qkv + c, qkv + 2 * c, f32(k.p), f32(narrow), scale, f32(dqkv),
+                                     f32(dqkv) + c, f32(dqkv) + 2 * c);
+    } else {
+        auto dyh = mats(m_heads1, bh, seq, d);
+        cpu::splitHeads(f32(narrow), c, nullptr, batch, seq, heads, d, f32(dyh));
+        auto dq = mats(m_dq, bh, seq, d), dk = mats(m_dk, bh, seq, d), dv = mats(m_dv, bh, seq, d);
+        auto p = mats(k.p, bh, seq, seq);
+        auto dp = mats(m_dp, bh, seq, seq);
+        at::bmm_out(dp, dyh, mats(k.vh, bh, seq, d).transpose(1, 2));
+        at::bmm_out(dv, p.transpose(1, 2), dyh);
+        cpu::causalSoftmaxBackward(f32(p), f32(dp), bh, seq, scale);
+        at::bmm_out(dq, dp, mats(k.kh, bh, seq, d));
+        at::bmm_out(dk, dp.transpose(1, 2), mats(k.qh, bh, seq, d));
+        cpu::mergeHeads(f32(dq), batch, seq, heads, d, f32(dqkv), 3 * c);
+        cpu::mergeHeads(f32(dk), batch, seq, heads, d, f32(dqkv) + c, 3 * c);
+        cpu::mergeHeads(f32(dv), batch, seq, heads, d, f32(dqkv) + 2 * c, 3 * c);
+    }
+}
+
+void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std::int64_t& correct) {
+    const auto n = batch * seq, c = m_width;
     if (!cpu::embedTokens(f32(m_wte.w), m_vocabulary, f32(m_wpe.w), m_tokens.data_ptr<std::int64_t>(), seq, batch, seq,
                           c, f32(m_h[0]))) {
         throw Error(fmt::format("a token outside the network's vocabulary of {}", m_vocabulary));
@@ -268,31 +324,7 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
         withAct(k.a, [&](auto* out) {
             cpu::layerNormRows(x, n, c, f32(k.ln1w.w), f32(k.ln1b.w), out, f32(k.mean1), f32(k.rstd1));
         });
-        const float* bias = f32(k.attnB.w);
-        if (m_tiles) {
-            // q, k, v straight out of the GEMM's rows; y straight into the projection's input.
-            auto qkv = rowsOf(k.qkv, n);
-            gemm(rowsOf(k.a, n), weight(k.attnW).t(), qkv);
-            cpu::addBias(f32(qkv), bias, n, 3 * c);
-            const cpu::AttentionShape shape{batch, heads, seq, d, 3 * c, c};
-            float* y = m_bf16 ? f32(m_heads1) : f32(k.y);
-            cpu::causalAttentionForward(shape, f32(qkv), f32(qkv) + c, f32(qkv) + 2 * c, scale, f32(k.p), y);
-            if (m_bf16) {
-                cpu::toBf16(y, bf16(k.y), n * c);
-            }
-        } else {
-            auto qkv = rowsOf(m_qkv, n);
-            gemm(rowsOf(k.a, n), weight(k.attnW).t(), qkv);
-            cpu::splitHeads(f32(qkv), 3 * c, bias, batch, seq, heads, d, f32(k.qh));
-            cpu::splitHeads(f32(qkv) + c, 3 * c, bias + c, batch, seq, heads, d, f32(k.kh));
-            cpu::splitHeads(f32(qkv) + 2 * c, 3 * c, bias + 2 * c, batch, seq, heads, d, f32(k.vh));
-            auto yh = mats(m_heads1, bh, seq, d);
-            auto p = mats(k.p, bh, seq, seq);
-            at::bmm_out(p, mats(k.qh, bh, seq, d), mats(k.kh, bh, seq, d).transpose(1, 2));
-            cpu::causalSoftmax(f32(p), bh, seq, scale);
-            at::bmm_out(yh, p, mats(k.vh, bh, seq, d));
-            withAct(k.y, [&](auto* out) { cpu::mergeHeads(f32(yh), batch, seq, heads, d, out, c); });
-        }
+        attentionForward(k, batch, seq);
         auto o = rowsOf(m_narrow, n);
         gemm(rowsOf(k.y, n), weight(k.projW).t(), o);
         cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid), m_dropout, seedOf(l, 0));
@@ -318,8 +350,7 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
 }
 
 void GptStep::backward(std::int64_t batch, std::int64_t seq) {
-    const auto n = batch * seq, c = m_width, heads = m_heads, d = c / heads, bh = batch * heads;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const auto n = batch * seq, c = m_width;
     auto narrow = rowsOf(m_narrow, n);
     auto dh = rowsOf(m_dh, n);
     // The head (tied to the token embedding): its gradient is written here, the embedding's added last.
@@ -350,27 +381,8 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
             biasGradAndInput(throughDropout(dh, seedOf(static_cast<std::size_t>(l), 0)), f32(k.projB.g), m_actNarrow);
         gemm(dhIn.t(), rowsOf(k.y, n), k.projW.g);
         gemm(dhIn, weight(k.projW), narrow);
-        auto dqkv = rowsOf(m_qkv, n);
-        if (m_tiles) {
-            const cpu::AttentionShape shape{batch, heads, seq, d, 3 * c, c};
-            const float* qkv = f32(k.qkv);
-            cpu::causalAttentionBackward(shape, qkv, qkv + c, qkv + 2 * c, f32(k.p), f32(narrow), scale, f32(dqkv),
-                                         f32(dqkv) + c, f32(dqkv) + 2 * c);
-        } else {
-            auto dyh = mats(m_heads1, bh, seq, d);
-            cpu::splitHeads(f32(narrow), c, nullptr, batch, seq, heads, d, f32(dyh));
-            auto dq = mats(m_dq, bh, seq, d), dk = mats(m_dk, bh, seq, d), dv = mats(m_dv, bh, seq, d);
-            auto p = mats(k.p, bh, seq, seq);
-            auto dp = mats(m_dp, bh, seq, seq);
-            at::bmm_out(dp, dyh, mats(k.vh, bh, seq, d).transpose(1, 2));
-            at::bmm_out(dv, p.transpose(1, 2), dyh);
-            cpu::causalSoftmaxBackward(f32(p), f32(dp), bh, seq, scale);
-            at::bmm_out(dq, dp, mats(k.kh, bh, seq, d));
-            at::bmm_out(dk, dp.transpose(1, 2), mats(k.qh, bh, seq, d));
-            cpu::mergeHeads(f32(dq), batch, seq, heads, d, f32(dqkv), 3 * c);
-            cpu::mergeHeads(f32(dk), batch, seq, heads, d, f32(dqkv) + c, 3 * c);
-            cpu::mergeHeads(f32(dv), batch, seq, heads, d, f32(dqkv) + 2 * c, 3 * c);
-        }
+        attentionBackward(k, batch, seq);
+        const auto dqkv = rowsOf(m_qkv, n);
         const auto dqkvIn = biasGradAndInput(dqkv, f32(k.attnB.g), m_actQkv);
         gemm(dqkvIn.t(), rowsOf(k.a, n), k.attnW.g);
         gemm(dqkvIn, weight(k.attnW), narrow);

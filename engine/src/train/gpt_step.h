@@ -71,6 +71,8 @@ private:
 
     void forward(std::int64_t batch, std::int64_t seq, double& lossSum, std::int64_t& correct);
     void backward(std::int64_t batch, std::int64_t seq);
+    void attentionForward(Block& k, std::int64_t batch, std::int64_t seq);
+    void attentionBackward(Block& k, std::int64_t batch, std::int64_t seq);
     /// c = a · b (c = a · b + c when `accumulate`): 2-D views, either of a and b may be a
     /// transposed view; c fp32 with contiguous rows. bf16: a and b bf16, MKL's GEMM.
     void gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const;
