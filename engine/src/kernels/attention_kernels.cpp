@@ -192,16 +192,7 @@ DR_CLONES void forwardHeads(const AttentionShape& s, const float* __restrict q, 
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
             product(r1 - r0, n, d, qh + r0 * ld, ld, 1, kt.data(), stride, ph + r0 * stride, stride);
             for (std::int64_t i = r0; i < r1; ++i) {
-                float* row = ph + i * stride;
-                const float best = laneMax(i + 1, [&](std::int64_t j) { return row[j]; }) * scale;
-                for (std::int64_t j = 0; j < n; ++j) {
-                    const float e = expBody(row[j] * scale - best);
-                    row[j] = j <= i ? e : 0.0f;
-                }
-                const float inv = 1.0f / laneSum(n, [&](std::int64_t j) { return row[j]; });
-                for (std::int64_t j = 0; j < n; ++j) {
-                    row[j] *= inv;
-                }
+                causalSoftmaxRow(ph + i * stride, i, n, scale);
             }
             product(r1 - r0, d, r1, ph + r0 * stride, stride, 1, vh, ld, yh + r0 * ldy, ldy);
         }
@@ -228,12 +219,7 @@ DR_CLONES void backwardHeads(const AttentionShape& s, const float* __restrict q,
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
             product(r1 - r0, n, d, dyh + r0 * ldy, ldy, 1, vt, stride, ds + r0 * stride, stride);
             for (std::int64_t i = r0; i < r1; ++i) {
-                const float* pr = ph + i * stride;
-                float* g = ds + i * stride;
-                const float dot = laneSum(n, [&](std::int64_t j) { return pr[j] * g[j]; });
-                for (std::int64_t j = 0; j < n; ++j) {
-                    g[j] = scale * pr[j] * (g[j] - dot);
-                }
+                causalSoftmaxGradRow(ph + i * stride, ds + i * stride, n, scale);
             }
             product(r1 - r0, d, r1, ds + r0 * stride, stride, 1, kh, ld, dq + in + r0 * ld, ld);
         }

@@ -268,15 +268,7 @@ DR_CLONES void causalSoftmaxRange(float* __restrict s, std::int64_t r0, std::int
         float* row = s + r * seq;
         // Keys 0..i. The loops run to i rounded up to 16 (whole vectors, selects past i), then zeros.
         const std::int64_t i = r % seq, n = std::min(seq, (i + 16) / 16 * 16);
-        const float best = laneMax(i + 1, [&](std::int64_t j) { return row[j]; }) * scale;
-        for (std::int64_t j = 0; j < n; ++j) {
-            const float e = expBody(row[j] * scale - best);
-            row[j] = j <= i ? e : 0.0f;
-        }
-        const float inv = 1.0f / laneSum(n, [&](std::int64_t j) { return row[j]; });
-        for (std::int64_t j = 0; j < n; ++j) {
-            row[j] *= inv;
-        }
+        causalSoftmaxRow(row, i, n, scale);
         for (std::int64_t j = n; j < seq; ++j) {
             row[j] = 0.0f;
         }
@@ -290,10 +282,7 @@ DR_CLONES void causalSoftmaxBackwardRange(const float* __restrict p, float* __re
         float* d = dp + r * seq;
         // p is 0 above the diagonal, so the row up to i rounded up to 16 gives 0 there; then zeros.
         const std::int64_t n = std::min(seq, (r % seq + 16) / 16 * 16);
-        const float dot = laneSum(n, [&](std::int64_t j) { return pr[j] * d[j]; });
-        for (std::int64_t j = 0; j < n; ++j) {
-            d[j] = scale * pr[j] * (d[j] - dot);
-        }
+        causalSoftmaxGradRow(pr, d, n, scale);
         for (std::int64_t j = n; j < seq; ++j) {
             d[j] = 0.0f;
         }

@@ -150,5 +150,27 @@ DR_INLINE float expBody(float x) {
     return y * scale;
 }
 
+// Row i of causal attention's scores (keys 0..n-1, n ≥ i + 1 and a multiple of 16 where the row
+// allows) in place: softmax(scale · row[0..i]) on columns 0..i, 0 on i+1..n-1 (whole vectors,
+// selects past i).
+DR_INLINE void causalSoftmaxRow(float* row, std::int64_t i, std::int64_t n, float scale) {
+    const float best = laneMax(i + 1, [&](std::int64_t j) { return row[j]; }) * scale;
+    for (std::int64_t j = 0; j < n; ++j) {
+        const float e = expBody(row[j] * scale - best);
+        row[j] = j <= i ? e : 0.0f;
+    }
+    const float inv = 1.0f / laneSum(n, [&](std::int64_t j) { return row[j]; });
+    for (std::int64_t j = 0; j < n; ++j) {
+        row[j] *= inv;
+    }
+}
+// Its backward over the same n columns: d = scale · p · (d - Σ p·d) in place (p is 0 past i).
+DR_INLINE void causalSoftmaxGradRow(const float* p, float* d, std::int64_t n, float scale) {
+    const float dot = laneSum(n, [&](std::int64_t j) { return p[j] * d[j]; });
+    for (std::int64_t j = 0; j < n; ++j) {
+        d[j] = scale * p[j] * (d[j] - dot);
+    }
+}
+
 } // namespace
 } // namespace devicerace::detail::cpu
