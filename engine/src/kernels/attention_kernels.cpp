@@ -1,6 +1,7 @@
 // Causal attention in register tiles (see attention_kernels.h). Each product is a row tile of
 // up to 8 rows × 48 columns held in 24 vector accumulators (GCC's vector extensions: zmm in the
-// avx512f clone), fed by one row of B and 8 broadcasts of A per step of the inner dimension.
+// avx512f clone), fed by one row of B and 8 broadcasts of A per step of the inner dimension;
+// products 64 columns wide (heads of 64) take two tiles of 4 rows × 64 instead.
 // Which rows and columns a tile covers follows the causal mask: the scores and their gradient stop
 // at the tile's last row rounded up to 16 columns, p v and dS k run over the keys up to the tile's
 // last row, and pᵀ dy and dSᵀ q over the queries from the tile's first key on.
