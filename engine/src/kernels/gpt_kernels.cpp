@@ -99,16 +99,6 @@ DR_CLONES void addRowsBiasRange(const float* __restrict x, const float* __restri
     }
 }
 // The same with y + bias through dropout (the hashed mask of element r·cols + c).
-DR_CLONES void addBiasRange(float* __restrict x, const float* __restrict bias, std::int64_t r0, std::int64_t r1,
-                            std::int64_t cols) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-        float* row = x + r * cols;
-        for (std::int64_t c = 0; c < cols; ++c) {
-            row[c] += bias[c];
-        }
-    }
-}
-
 DR_CLONES void addRowsBiasDropoutRange(const float* __restrict x, const float* __restrict y,
                                        const float* __restrict bias, std::int64_t r0, std::int64_t r1,
                                        std::int64_t cols, float p, std::uint64_t seed, float* __restrict out) {
@@ -390,7 +380,10 @@ void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t
     });
 }
 void addBias(float* x, const float* bias, std::int64_t rows, std::int64_t cols) {
-    rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) { addBiasRange(x, bias, b, e, cols); });
+    // The dense step's one-pass bias loop (no relu, no dropout), over rows in parallel.
+    rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) {
+        biasReluDropout(x + b * cols, bias, e - b, cols, /*relu=*/false, 0.0f, 0);
+    });
 }
 void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out) {
     at::parallel_for(0, n, kGrain,
