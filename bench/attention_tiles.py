@@ -4,7 +4,8 @@ the kernels they replace, one layer's attention forward + backward at a GPT work
 the built engine library (ctypes) and this Python's torch:
 
 - tiles:  cpu::causalAttentionForward + Backward (scores, causal softmax, the four products of
-          the backward; q, k, v read from one qkv buffer as the step reads them);
+          the backward; q, k, v read from one qkv buffer as the step reads them), once for each
+          ISA's tiles this CPU runs (AVX-512, AVX2 + FMA; "generic" with --generic);
 - bmm:    the six full T x T batched GEMMs of the bmm route (GEMMs only: its softmax and head
           copies come on top);
 - flash:  PyTorch's CPU flash attention and its backward (what autograd runs).
@@ -44,9 +45,28 @@ def engine_functions(lib_path):
         return getattr(lib, found[0])
     forward, backward = find("causalAttentionForward"), find("causalAttentionBackward")
     p, f = ctypes.c_void_p, ctypes.c_float
-    forward.argtypes = [ctypes.POINTER(Shape), p, p, p, f, p, p]
-    backward.argtypes = [ctypes.POINTER(Shape), p, p, p, p, p, f, p, p, p]
+    isa = ctypes.c_int  # enum class TileIsa { best, avx512, avx2, generic }
+    forward.argtypes = [ctypes.POINTER(Shape), p, p, p, f, p, p, isa]
+    backward.argtypes = [ctypes.POINTER(Shape), p, p, p, p, p, f, p, p, p, isa]
     return forward, backward
+
+
+def tile_isas(generic):
+    """The TileIsa values this CPU runs, as the engine picks them (the widest first)."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    isas = []
+    if "avx512f" in flags:
+        isas.append(("tiles AVX-512", 1))
+    if {"avx2", "fma"} <= flags:
+        isas.append(("tiles AVX2", 2))
+    if generic or not isas:
+        isas.append(("tiles generic", 3))
+    return isas
 
 
 def median_ms(fn, reps):
@@ -64,6 +84,7 @@ def main():
     parser.add_argument("--workload", default="char-gpt-6l", choices=sorted(SHAPES))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--generic", action="store_true", help="also the plain tiles for any CPU")
     parser.add_argument("--lib", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build",
                                                        "release", "engine", "libdevicerace_engine.so"))
     args = parser.parse_args()
@@ -84,10 +105,14 @@ def main():
     dq_ptr = dqkv.data_ptr()
     step = 4 * width  # bytes between q, k and v in a row
 
-    def tiles():
-        forward(ctypes.byref(shape), q_ptr, q_ptr + step, q_ptr + 2 * step, scale, probs.data_ptr(), y.data_ptr())
-        backward(ctypes.byref(shape), q_ptr, q_ptr + step, q_ptr + 2 * step, probs.data_ptr(), dy.data_ptr(), scale,
-                 dq_ptr, dq_ptr + step, dq_ptr + 2 * step)
+    def tiles_of(isa):
+        def tiles():
+            forward(ctypes.byref(shape), q_ptr, q_ptr + step, q_ptr + 2 * step, scale, probs.data_ptr(),
+                    y.data_ptr(), isa)
+            backward(ctypes.byref(shape), q_ptr, q_ptr + step, q_ptr + 2 * step, probs.data_ptr(), dy.data_ptr(),
+                     scale, dq_ptr, dq_ptr + step, dq_ptr + 2 * step, isa)
+        return tiles
+    isas = tile_isas(args.generic)
 
     heads_of = lambda t: t.permute(0, 2, 1, 3)  # noqa: E731  [B, T, H, D] -> [B, H, T, D]
     q, k, v = (heads_of(qkv.select(2, i)) for i in range(3))
@@ -111,19 +136,22 @@ def main():
         out, lse = ops._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
         ops._scaled_dot_product_flash_attention_for_cpu_backward(g, q, k, v, out, lse, 0.0, True)
 
-    tiles()
     qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
     ref = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
     ref.backward(g.double())
-    worst = max((heads_of(y).double() - ref).abs().max().item(),
-                *((heads_of(dqkv.select(2, i)).double() - t.grad).abs().max().item() for i, t in
-                  enumerate((qd, kd, vd))))
     print(f"{args.workload}: one layer's attention, forward + backward, {batch} x {heads} heads x {seq} x {d}, "
           f"{args.threads} thread(s), {cpu_model()}, torch {torch.__version__}")
-    print(f"  tiles' largest difference from torch's attention in double: {worst:.1e}")
-    figures = {name: median_ms(fn, args.reps) for name, fn in (("tiles", tiles), ("bmm", bmm), ("flash", flash))}
+    for name, isa in isas:
+        tiles_of(isa)()
+        worst = max((heads_of(y).double() - ref).abs().max().item(),
+                    *((heads_of(dqkv.select(2, i)).double() - t.grad).abs().max().item() for i, t in
+                      enumerate((qd, kd, vd))))
+        print(f"  {name}: largest difference from torch's attention in double: {worst:.1e}")
+    runs = [(name, tiles_of(isa)) for name, isa in isas] + [("bmm", bmm), ("flash", flash)]
+    figures = {name: median_ms(fn, args.reps) for name, fn in runs}
+    first = isas[0][0]
     for name, ms in figures.items():
-        print(f"  {name:6s} {ms:8.2f} ms   {figures[name] / figures['tiles']:.2f}x the tiles' time")
+        print(f"  {name:14s} {ms:8.2f} ms   {ms / figures[first]:.2f}x {first}")
 
 
 if __name__ == "__main__":

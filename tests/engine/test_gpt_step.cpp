@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 #include <tuple>
+#include <vector>
 
 #include "devicerace/errors.h"
 #include "kernels/attention_kernels.h"
@@ -142,57 +144,75 @@ TEST(GptStep, Fp32GradientsMatchAutograd) {
 // laneDropout), heads of 64, a context of 256.
 TEST(GptStep, Fp32GradientsMatchAutogradWithDropout) { compareSteps(256, false, "char-gpt-6l", 1, 256); }
 
-// The tiles against torch's causal attention in double: sequences that end mid-tile (8 rows) and
-// mid-vector (16 columns), heads of 16, 32, 48 and 64, one and several heads; q, k, v read from
+// The tiles against torch's causal attention in double, each ISA's tiles this CPU runs: sequences
+// that end mid-tile (8 or 4 rows) and mid-vector (16 or 8 columns), heads of 16, 32, 48, 64 and 128
+// (tiles of 1, 2 and 3 vectors and the heads-of-64 tiles), one and several heads; q, k, v read from
 // the rows of one qkv buffer [B, T, 3, H, D] and y written into [B, T, H, D] rows, as the step does.
 TEST(GptKernels, CausalAttentionTilesFollowTorchsAttention) {
     struct Shape {
         std::int64_t batch, heads, seq, head;
     };
-    for (const auto s : {Shape{2, 3, 256, 64}, Shape{5, 1, 40, 32}, Shape{1, 4, 40, 32}, Shape{2, 2, 15, 16},
-                         Shape{2, 1, 1, 16}, Shape{1, 2, 23, 48}}) {
-        SCOPED_TRACE(::testing::Message() << s.batch << " x " << s.heads << " x " << s.seq << " x " << s.head);
-        auto gen = at::detail::createCPUGenerator(5);
-        const auto width = s.heads * s.head;
-        const auto qkv = torch::randn({s.batch, s.seq, 3, s.heads, s.head}, gen, torch::kFloat);
-        const auto dy = torch::randn({s.batch, s.seq, s.heads, s.head}, gen, torch::kFloat);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(s.head));
-        auto p = torch::full({s.batch * s.heads * s.seq * cpu::attentionRowStride(s.seq)}, NAN);
-        auto y = torch::full_like(dy, NAN);
-        auto dqkv = torch::full_like(qkv, NAN);
-        const cpu::AttentionShape shape{s.batch, s.heads, s.seq, s.head, 3 * width, width};
-        const float* in = qkv.data_ptr<float>();
-        float* din = dqkv.data_ptr<float>();
-        cpu::causalAttentionForward(shape, in, in + width, in + 2 * width, scale, p.data_ptr<float>(),
-                                    y.data_ptr<float>());
-        cpu::causalAttentionBackward(shape, in, in + width, in + 2 * width, p.data_ptr<float>(), dy.data_ptr<float>(),
-                                     scale, din, din + width, din + 2 * width);
-        // Torch's layout: [B, H, T, D].
-        auto heads = [](const torch::Tensor& t) { return t.permute({0, 2, 1, 3}); };
-        auto part = [&](const torch::Tensor& t, int i) { return heads(t.select(2, i)).to(torch::kDouble); };
-        auto qd = part(qkv, 0).requires_grad_(), kd = part(qkv, 1).requires_grad_(), vd = part(qkv, 2).requires_grad_();
-        const auto ref = at::scaled_dot_product_attention(qd, kd, vd, {}, 0.0, /*is_causal=*/true);
-        ref.backward(heads(dy).to(torch::kDouble));
-        for (const auto& [name, ours, theirs] :
-             {std::tuple{"y", heads(y), ref.detach()}, std::tuple{"dq", part(dqkv, 0), qd.grad()},
-              std::tuple{"dk", part(dqkv, 1), kd.grad()}, std::tuple{"dv", part(dqkv, 2), vd.grad()}}) {
-            const double worst = (ours.to(torch::kDouble) - theirs).abs().max().item<double>();
-            EXPECT_LT(worst, 1e-5 * std::max(1.0, theirs.abs().max().item<double>())) << name;
+    // Every ISA's tiles this CPU runs (AVX-512, AVX2 + FMA, generic): each has its own tile shapes.
+    const auto isas = cpu::tileIsas();
+    ASSERT_FALSE(isas.empty());
+    EXPECT_EQ(isas.back(), cpu::TileIsa::generic);
+    for (const auto isa : isas)
+        for (const auto s : {Shape{2, 3, 256, 64}, Shape{5, 1, 40, 32}, Shape{1, 4, 40, 32}, Shape{2, 2, 15, 16},
+                             Shape{2, 1, 1, 16}, Shape{1, 2, 23, 48}, Shape{1, 1, 33, 128}}) {
+            SCOPED_TRACE(::testing::Message() << cpu::tileIsaName(isa) << ": " << s.batch << " x " << s.heads << " x "
+                                              << s.seq << " x " << s.head);
+            auto gen = at::detail::createCPUGenerator(5);
+            const auto width = s.heads * s.head;
+            const auto qkv = torch::randn({s.batch, s.seq, 3, s.heads, s.head}, gen, torch::kFloat);
+            const auto dy = torch::randn({s.batch, s.seq, s.heads, s.head}, gen, torch::kFloat);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(s.head));
+            auto p = torch::full({s.batch * s.heads * s.seq * cpu::attentionRowStride(s.seq)}, NAN);
+            auto y = torch::full_like(dy, NAN);
+            auto dqkv = torch::full_like(qkv, NAN);
+            const cpu::AttentionShape shape{s.batch, s.heads, s.seq, s.head, 3 * width, width};
+            const float* in = qkv.data_ptr<float>();
+            float* din = dqkv.data_ptr<float>();
+            cpu::causalAttentionForward(shape, in, in + width, in + 2 * width, scale, p.data_ptr<float>(),
+                                        y.data_ptr<float>(), isa);
+            cpu::causalAttentionBackward(shape, in, in + width, in + 2 * width, p.data_ptr<float>(),
+                                         dy.data_ptr<float>(), scale, din, din + width, din + 2 * width, isa);
+            // Torch's layout: [B, H, T, D].
+            auto heads = [](const torch::Tensor& t) { return t.permute({0, 2, 1, 3}); };
+            auto part = [&](const torch::Tensor& t, int i) { return heads(t.select(2, i)).to(torch::kDouble); };
+            auto qd = part(qkv, 0).requires_grad_(), kd = part(qkv, 1).requires_grad_(),
+                 vd = part(qkv, 2).requires_grad_();
+            const auto ref = at::scaled_dot_product_attention(qd, kd, vd, {}, 0.0, /*is_causal=*/true);
+            ref.backward(heads(dy).to(torch::kDouble));
+            for (const auto& [name, ours, theirs] :
+                 {std::tuple{"y", heads(y), ref.detach()}, std::tuple{"dq", part(dqkv, 0), qd.grad()},
+                  std::tuple{"dk", part(dqkv, 1), kd.grad()}, std::tuple{"dv", part(dqkv, 2), vd.grad()}}) {
+                const double worst = (ours.to(torch::kDouble) - theirs).abs().max().item<double>();
+                EXPECT_LT(worst, 1e-5 * std::max(1.0, theirs.abs().max().item<double>())) << name;
+            }
+            // Each row's probabilities on and below the diagonal: the causal softmax.
+            const auto rows = p.view({s.batch * s.heads, s.seq, cpu::attentionRowStride(s.seq)});
+            const auto q = part(qkv, 0).to(torch::kFloat).reshape({-1, s.seq, s.head});
+            const auto k = part(qkv, 1).to(torch::kFloat).reshape({-1, s.seq, s.head});
+            const auto logits = torch::matmul(q, k.transpose(1, 2)) * scale;
+            const auto mask = torch::ones({s.seq, s.seq}, torch::kBool).tril();
+            const auto expected = torch::softmax(logits.masked_fill(~mask, -INFINITY), -1);
+            EXPECT_TRUE(torch::allclose(torch::where(mask, rows.narrow(2, 0, s.seq), 0.0f), expected, 1e-5, 1e-6));
         }
-        // Each row's probabilities on and below the diagonal: the causal softmax.
-        const auto rows = p.view({s.batch * s.heads, s.seq, cpu::attentionRowStride(s.seq)});
-        const auto q = part(qkv, 0).to(torch::kFloat).reshape({-1, s.seq, s.head});
-        const auto k = part(qkv, 1).to(torch::kFloat).reshape({-1, s.seq, s.head});
-        const auto logits = torch::matmul(q, k.transpose(1, 2)) * scale;
-        const auto mask = torch::ones({s.seq, s.seq}, torch::kBool).tril();
-        const auto expected = torch::softmax(logits.masked_fill(~mask, -INFINITY), -1);
-        EXPECT_TRUE(torch::allclose(torch::where(mask, rows.narrow(2, 0, s.seq), 0.0f), expected, 1e-5, 1e-6));
-    }
     const cpu::AttentionShape oddHeads{1, 1, 8, 24, 24, 24}, narrowRows{1, 2, 8, 16, 16, 32};
     EXPECT_THROW(cpu::causalAttentionForward(oddHeads, nullptr, nullptr, nullptr, 1.0f, nullptr, nullptr),
                  std::invalid_argument);
     EXPECT_THROW(cpu::causalAttentionForward(narrowRows, nullptr, nullptr, nullptr, 1.0f, nullptr, nullptr),
                  std::invalid_argument);
+    // An ISA this CPU lacks is a clear error, not an illegal instruction.
+    for (const auto isa : {cpu::TileIsa::avx512, cpu::TileIsa::avx2}) {
+        if (std::find(isas.begin(), isas.end(), isa) == isas.end()) {
+            const cpu::AttentionShape one{1, 1, 16, 16, 16, 16};
+            std::vector<float> buf(16 * 16, 0.0f), probs(16 * 16);
+            EXPECT_THROW(cpu::causalAttentionForward(one, buf.data(), buf.data(), buf.data(), 1.0f, probs.data(),
+                                                     buf.data(), isa),
+                         std::invalid_argument);
+        }
+    }
 }
 
 TEST(GptStep, Bf16GradientsFollowFp32Autograd) {

@@ -1,7 +1,9 @@
-// Causal attention in register tiles (see attention_kernels.h). Each product is a row tile of
-// up to 8 rows × 48 columns held in 24 vector accumulators (GCC's vector extensions: zmm in the
-// avx512f clone), fed by one row of B and 8 broadcasts of A per step of the inner dimension;
-// products 64 columns wide (heads of 64) take two tiles of 4 rows × 64 instead.
+// Causal attention in register tiles (see attention_kernels.h). Each product is a row tile held
+// in vector accumulators (GCC's vector extensions), fed by one row of B and a broadcast of A per
+// row and step of the inner dimension. With AVX-512 a tile is up to 8 rows × 48 columns in 24 of
+// the 32 zmm registers (products 64 columns wide, heads of 64, take two tiles of 4 rows × 64); with
+// AVX2 and FMA up to 4 rows × 24 columns in 12 of the 16 ymm registers, the rest holding B's row
+// and the broadcast. Each ISA's code is its own function (a target attribute), picked at run time.
 // Which rows and columns a tile covers follows the causal mask: the scores and their gradient stop
 // at the tile's last row rounded up to 16 columns, p v and dS k run over the keys up to the tile's
 // last row, and pᵀ dy and dSᵀ q over the queries from the tile's first key on.
@@ -20,34 +22,58 @@ namespace devicerace::detail::cpu {
 
 namespace {
 
-constexpr std::int64_t kRows = 8;   // rows of a tile, and of the causal blocks
-constexpr std::int64_t kWidth = 16; // floats in a vector
-constexpr int kMaxVectors = 3;      // vectors across a tile: 8 × 3 accumulators
+constexpr std::int64_t kRows = 8;   // rows of the causal blocks
+constexpr std::int64_t kAlign = 16; // rows of p, and the columns a tile writes, round up to this
+constexpr int kMaxVectors = 3;      // vectors across a tile
 
+// W floats in a vector: 16 (zmm) or 8 (ymm). Spelled out for each W: GCC drops vector_size on
+// a type that depends on a template parameter.
 using V16 = float __attribute__((vector_size(64)));
 using V16u = float __attribute__((vector_size(64), aligned(4), may_alias));
+using V8 = float __attribute__((vector_size(32)));
+using V8u = float __attribute__((vector_size(32), aligned(4), may_alias));
+template <int W>
+struct Vec;
+template <>
+struct Vec<16> {
+    using T = V16;
+    using U = V16u;
+};
+template <>
+struct Vec<8> {
+    using T = V8;
+    using U = V8u;
+};
+template <int W>
+using VecT = typename Vec<W>::T;
 
-DR_INLINE V16 loadV(const float* p) { return *reinterpret_cast<const V16u*>(p); }
-DR_INLINE void storeV(float* p, V16 v) { *reinterpret_cast<V16u*>(p) = v; }
+template <int W>
+DR_INLINE VecT<W> loadV(const float* p) {
+    return *reinterpret_cast<const typename Vec<W>::U*>(p);
+}
+template <int W>
+DR_INLINE void storeV(float* p, VecT<W> v) {
+    *reinterpret_cast<typename Vec<W>::U*>(p) = v;
+}
 
-// C (MR × 16·NV, row stride ldc) = A B over kn steps: A(m, k) = a[m·sam + k·sak], B's row k
+// C (MR × W·NV, row stride ldc) = A B over kn steps: A(m, k) = a[m·sam + k·sak], B's row k
 // at b + k·ldb.
-template <int MR, int NV>
+template <int W, int MR, int NV>
 DR_INLINE void tile(std::int64_t kn, const float* __restrict a, std::int64_t sam, std::int64_t sak,
                     const float* __restrict b, std::int64_t ldb, float* __restrict c, std::int64_t ldc) {
-    V16 acc[MR][NV];
+    VecT<W> acc[MR][NV];
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) {
-            acc[m][j] = V16{};
+            acc[m][j] = VecT<W>{};
         }
     }
     for (std::int64_t k = 0; k < kn; ++k) {
-        V16 row[NV];
+        VecT<W> row[NV];
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) {
-            row[j] = loadV(b + k * ldb + j * kWidth);
+            row[j] = loadV<W>(b + k * ldb + j * W);
         }
 #pragma GCC unroll 8
         for (int m = 0; m < MR; ++m) {
@@ -62,93 +88,97 @@ DR_INLINE void tile(std::int64_t kn, const float* __restrict a, std::int64_t sam
     for (int m = 0; m < MR; ++m) {
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) {
-            storeV(c + m * ldc + j * kWidth, acc[m][j]);
+            storeV<W>(c + m * ldc + j * W, acc[m][j]);
         }
     }
 }
 
-template <int MR>
+template <int W, int MR>
 DR_INLINE void tileColumns(std::int64_t cols, std::int64_t kn, const float* a, std::int64_t sam, std::int64_t sak,
                            const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
     std::int64_t n = 0;
-    if (cols == 4 * kWidth) { // heads of 64: 4 × 4 tiles (an 8 × 1 one after 8 × 3 waits on its loads)
+    if (W == 16 && cols == 4 * W) { // heads of 64: 4 × 4 tiles (an 8 × 1 one after 8 × 3 waits on its loads)
         constexpr int half = MR > 4 ? MR / 2 : MR;
         for (int m = 0; m < MR; m += half) {
-            tile<half, 4>(kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+            tile<W, half, 4>(kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
         }
         return;
     }
-    for (; n + kMaxVectors * kWidth <= cols; n += kMaxVectors * kWidth) {
-        tile<MR, kMaxVectors>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
+    for (; n + kMaxVectors * W <= cols; n += kMaxVectors * W) {
+        tile<W, MR, kMaxVectors>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
     }
-    if (cols - n == 2 * kWidth) {
-        tile<MR, 2>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
-    } else if (cols - n == kWidth) {
-        tile<MR, 1>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
+    if (cols - n == 2 * W) {
+        tile<W, MR, 2>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
+    } else if (cols - n == W) {
+        tile<W, MR, 1>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
     }
 }
 
-// C (rows × cols, cols a multiple of 16) = A B over kn steps, in tiles of 8, 4, 2 and 1 rows.
+// C (rows × cols, cols a multiple of W) = A B over kn steps, in tiles of TR rows, then halves.
+template <int W, int TR>
 DR_INLINE void product(std::int64_t rows, std::int64_t cols, std::int64_t kn, const float* a, std::int64_t sam,
                        std::int64_t sak, const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
     std::int64_t m = 0;
-    for (; m + 8 <= rows; m += 8) {
-        tileColumns<8>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+    for (; m + TR <= rows; m += TR) {
+        tileColumns<W, TR>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
     }
-    if (rows - m >= 4) {
-        tileColumns<4>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
-        m += 4;
+    if constexpr (TR > 4) {
+        if (rows - m >= 4) {
+            tileColumns<W, 4>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+            m += 4;
+        }
     }
     if (rows - m >= 2) {
-        tileColumns<2>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+        tileColumns<W, 2>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
         m += 2;
     }
     if (rows - m == 1) {
-        tileColumns<1>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
+        tileColumns<W, 1>(cols, kn, a + m * sam, sam, sak, b, ldb, c + m * ldc, ldc);
     }
 }
 
-// One stage of a 16 × 16 transpose in registers: rows r and r + B (r in an even block of B)
-// swap their off-diagonal B × B blocks. Stages B = 8, 4, 2, 1 transpose the whole.
-template <int B, std::size_t... J>
-DR_INLINE V16 swapLow(V16 a, V16 b, std::index_sequence<J...>) {
-    return __builtin_shufflevector(a, b, ((J / B) % 2 == 0 ? int(J) : 16 + int(J) - B)...);
+// One stage of a W × W transpose in registers: rows r and r + B (r in an even block of B)
+// swap their off-diagonal B × B blocks. Stages B = W/2, …, 2, 1 transpose the whole.
+template <int W, int B, std::size_t... J>
+DR_INLINE VecT<W> swapLow(VecT<W> a, VecT<W> b, std::index_sequence<J...>) {
+    return __builtin_shufflevector(a, b, ((J / B) % 2 == 0 ? int(J) : W + int(J) - B)...);
 }
-template <int B, std::size_t... J>
-DR_INLINE V16 swapHigh(V16 a, V16 b, std::index_sequence<J...>) {
-    return __builtin_shufflevector(a, b, ((J / B) % 2 == 0 ? int(J) + B : 16 + int(J))...);
+template <int W, int B, std::size_t... J>
+DR_INLINE VecT<W> swapHigh(VecT<W> a, VecT<W> b, std::index_sequence<J...>) {
+    return __builtin_shufflevector(a, b, ((J / B) % 2 == 0 ? int(J) + B : W + int(J))...);
 }
-template <int B>
-DR_INLINE void transposeStage(V16* v) {
-    constexpr auto lanes = std::make_index_sequence<16>{};
-    for (int r = 0; r < 16; ++r) {
+template <int W, int B>
+DR_INLINE void transposeStages(VecT<W>* v) {
+    constexpr auto lanes = std::make_index_sequence<W>{};
+    for (int r = 0; r < W; ++r) {
         if ((r / B) % 2 == 0) {
-            const V16 a = v[r], b = v[r + B];
-            v[r] = swapLow<B>(a, b, lanes);
-            v[r + B] = swapHigh<B>(a, b, lanes);
+            const VecT<W> a = v[r], b = v[r + B];
+            v[r] = swapLow<W, B>(a, b, lanes);
+            v[r + B] = swapHigh<W, B>(a, b, lanes);
         }
     }
+    if constexpr (B > 1) {
+        transposeStages<W, B / 2>(v);
+    }
 }
 
-// out (cols × stride) = xᵀ for x (rows × cols, row stride ldx, cols a multiple of 16), zero past `rows` in each
-// row: 16 × 16 blocks transposed in registers, the rows past the last whole block one by one
+// out (cols × stride) = xᵀ for x (rows × cols, row stride ldx, cols a multiple of W), zero past `rows` in each
+// row: W × W blocks transposed in registers, the rows past the last whole block one by one
 // (element by element, strided reads or writes missed L1 on nearly every access: 13% of the
 // forward).
+template <int W>
 DR_INLINE void transposeInto(const float* __restrict x, std::int64_t ldx, std::int64_t rows, std::int64_t cols,
                              std::int64_t stride, float* __restrict out) {
     std::int64_t r0 = 0;
-    for (; r0 + kWidth <= rows; r0 += kWidth) {
-        for (std::int64_t c0 = 0; c0 < cols; c0 += kWidth) {
-            V16 v[16];
-            for (int i = 0; i < 16; ++i) {
-                v[i] = loadV(x + (r0 + i) * ldx + c0);
+    for (; r0 + W <= rows; r0 += W) {
+        for (std::int64_t c0 = 0; c0 < cols; c0 += W) {
+            VecT<W> v[W];
+            for (int i = 0; i < W; ++i) {
+                v[i] = loadV<W>(x + (r0 + i) * ldx + c0);
             }
-            transposeStage<8>(v);
-            transposeStage<4>(v);
-            transposeStage<2>(v);
-            transposeStage<1>(v);
-            for (int i = 0; i < 16; ++i) {
-                storeV(out + (c0 + i) * stride + r0, v[i]);
+            transposeStages<W, W / 2>(v);
+            for (int i = 0; i < W; ++i) {
+                storeV<W>(out + (c0 + i) * stride + r0, v[i]);
             }
         }
     }
@@ -160,10 +190,10 @@ DR_INLINE void transposeInto(const float* __restrict x, std::int64_t ldx, std::i
     }
 }
 
-std::int64_t roundUp16(std::int64_t n) { return (n + kWidth - 1) / kWidth * kWidth; }
+std::int64_t roundUp16(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // The columns a row tile ending at row r1 (exclusive) computes and writes: its last key rounded
-// up to a whole vector.
+// up to 16.
 DR_INLINE std::int64_t tileColumnsEnd(std::int64_t r1, std::int64_t stride) { return std::min(stride, roundUp16(r1)); }
 
 std::vector<float>& scratch() {
@@ -176,34 +206,48 @@ DR_INLINE std::int64_t headOffset(const AttentionShape& s, std::int64_t m, std::
     return (m / s.heads) * s.seq * ld + (m % s.heads) * s.headSize;
 }
 
-DR_CLONES void forwardHeads(const AttentionShape& s, const float* __restrict q, const float* __restrict k,
-                            const float* __restrict v, std::int64_t h0, std::int64_t h1, float scale,
-                            float* __restrict p, float* __restrict y) {
+// The arguments of one ISA's forward or backward over heads h0..h1.
+struct ForwardArgs {
+    const AttentionShape& s;
+    const float *q, *k, *v;
+    float scale;
+    float *p, *y;
+};
+struct BackwardArgs {
+    const AttentionShape& s;
+    const float *q, *k, *v, *p, *dy;
+    float scale;
+    float *dq, *dk, *dv;
+};
+
+// W floats a vector, tiles of TR rows.
+template <int W, int TR>
+DR_INLINE void forwardHeads(const ForwardArgs& f, std::int64_t h0, std::int64_t h1) {
+    const AttentionShape& s = f.s;
     const std::int64_t seq = s.seq, d = s.headSize, ld = s.qkvStride, ldy = s.yStride, stride = roundUp16(seq);
     auto& kt = scratch();
     kt.resize(static_cast<std::size_t>(d * stride));
     for (std::int64_t h = h0; h < h1; ++h) {
         const std::int64_t in = headOffset(s, h, ld);
-        const float* qh = q + in;
-        const float* vh = v + in;
-        float* ph = p + h * seq * stride;
-        float* yh = y + headOffset(s, h, ldy);
-        transposeInto(k + in, ld, seq, d, stride, kt.data());
+        const float* qh = f.q + in;
+        const float* vh = f.v + in;
+        float* ph = f.p + h * seq * stride;
+        float* yh = f.y + headOffset(s, h, ldy);
+        transposeInto<W>(f.k + in, ld, seq, d, stride, kt.data());
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
-            product(r1 - r0, n, d, qh + r0 * ld, ld, 1, kt.data(), stride, ph + r0 * stride, stride);
+            product<W, TR>(r1 - r0, n, d, qh + r0 * ld, ld, 1, kt.data(), stride, ph + r0 * stride, stride);
             for (std::int64_t i = r0; i < r1; ++i) {
-                causalSoftmaxRow(ph + i * stride, i, n, scale);
+                causalSoftmaxRow(ph + i * stride, i, n, f.scale);
             }
-            product(r1 - r0, d, r1, ph + r0 * stride, stride, 1, vh, ld, yh + r0 * ldy, ldy);
+            product<W, TR>(r1 - r0, d, r1, ph + r0 * stride, stride, 1, vh, ld, yh + r0 * ldy, ldy);
         }
     }
 }
 
-DR_CLONES void backwardHeads(const AttentionShape& s, const float* __restrict q, const float* __restrict k,
-                             const float* __restrict v, const float* __restrict p, const float* __restrict dy,
-                             std::int64_t h0, std::int64_t h1, float scale, float* __restrict dq, float* __restrict dk,
-                             float* __restrict dv) {
+template <int W, int TR>
+DR_INLINE void backwardHeads(const BackwardArgs& g, std::int64_t h0, std::int64_t h1) {
+    const AttentionShape& s = g.s;
     const std::int64_t seq = s.seq, d = s.headSize, ld = s.qkvStride, ldy = s.yStride, stride = roundUp16(seq);
     auto& buffer = scratch();
     buffer.resize(static_cast<std::size_t>(d * stride + seq * stride));
@@ -211,31 +255,76 @@ DR_CLONES void backwardHeads(const AttentionShape& s, const float* __restrict q,
     float* ds = vt + d * stride;
     for (std::int64_t h = h0; h < h1; ++h) {
         const std::int64_t in = headOffset(s, h, ld);
-        const float* qh = q + in;
-        const float* kh = k + in;
-        const float* ph = p + h * seq * stride;
-        const float* dyh = dy + headOffset(s, h, ldy);
-        transposeInto(v + in, ld, seq, d, stride, vt);
+        const float* qh = g.q + in;
+        const float* kh = g.k + in;
+        const float* ph = g.p + h * seq * stride;
+        const float* dyh = g.dy + headOffset(s, h, ldy);
+        transposeInto<W>(g.v + in, ld, seq, d, stride, vt);
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
-            product(r1 - r0, n, d, dyh + r0 * ldy, ldy, 1, vt, stride, ds + r0 * stride, stride);
+            product<W, TR>(r1 - r0, n, d, dyh + r0 * ldy, ldy, 1, vt, stride, ds + r0 * stride, stride);
             for (std::int64_t i = r0; i < r1; ++i) {
-                causalSoftmaxGradRow(ph + i * stride, ds + i * stride, n, scale);
+                causalSoftmaxGradRow(ph + i * stride, ds + i * stride, n, g.scale);
             }
-            product(r1 - r0, d, r1, ds + r0 * stride, stride, 1, kh, ld, dq + in + r0 * ld, ld);
+            product<W, TR>(r1 - r0, d, r1, ds + r0 * stride, stride, 1, kh, ld, g.dq + in + r0 * ld, ld);
         }
         // Key rows j0..: the queries from j0 on see them (p and dS are zero above the diagonal
         // within the tile, as far as the tile's rows were written).
         for (std::int64_t j0 = 0; j0 < seq; j0 += kRows) {
             const std::int64_t j1 = std::min(seq, j0 + kRows);
-            product(j1 - j0, d, seq - j0, ph + j0 * stride + j0, 1, stride, dyh + j0 * ldy, ldy, dv + in + j0 * ld, ld);
-            product(j1 - j0, d, seq - j0, ds + j0 * stride + j0, 1, stride, qh + j0 * ld, ld, dk + in + j0 * ld, ld);
+            product<W, TR>(j1 - j0, d, seq - j0, ph + j0 * stride + j0, 1, stride, dyh + j0 * ldy, ldy,
+                           g.dv + in + j0 * ld, ld);
+            product<W, TR>(j1 - j0, d, seq - j0, ds + j0 * stride + j0, 1, stride, qh + j0 * ld, ld,
+                           g.dk + in + j0 * ld, ld);
         }
     }
 }
 
+// Each ISA's code: AVX-512 tiles of 8 rows of zmm, AVX2 + FMA tiles of 4 rows of ymm (8 × 3 ymm
+// accumulators would not fit its 16 registers), and the same code for any other CPU.
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target)
+#define DR_TILE_ISAS 1
+__attribute__((target("avx512f"))) void forwardAvx512(const ForwardArgs& f, std::int64_t h0, std::int64_t h1) {
+    forwardHeads<16, 8>(f, h0, h1);
+}
+__attribute__((target("avx512f"))) void backwardAvx512(const BackwardArgs& g, std::int64_t h0, std::int64_t h1) {
+    backwardHeads<16, 8>(g, h0, h1);
+}
+__attribute__((target("arch=x86-64-v3"))) void forwardAvx2(const ForwardArgs& f, std::int64_t h0, std::int64_t h1) {
+    forwardHeads<8, 4>(f, h0, h1);
+}
+__attribute__((target("arch=x86-64-v3"))) void backwardAvx2(const BackwardArgs& g, std::int64_t h0, std::int64_t h1) {
+    backwardHeads<8, 4>(g, h0, h1);
+}
+#endif
+#endif
+void forwardGeneric(const ForwardArgs& f, std::int64_t h0, std::int64_t h1) { forwardHeads<8, 4>(f, h0, h1); }
+void backwardGeneric(const BackwardArgs& g, std::int64_t h0, std::int64_t h1) { backwardHeads<8, 4>(g, h0, h1); }
+
+bool supports(TileIsa isa) {
+    switch (isa) {
+    case TileIsa::generic: return true;
+#ifdef DR_TILE_ISAS
+    case TileIsa::avx512: return __builtin_cpu_supports("avx512f");
+    case TileIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    default: return false;
+    }
+}
+
+TileIsa resolve(TileIsa isa) {
+    if (isa == TileIsa::best) {
+        return tileIsas().front();
+    }
+    if (!supports(isa)) {
+        throw std::invalid_argument("causal attention tiles: this CPU cannot run the " + tileIsaName(isa) + " tiles");
+    }
+    return isa;
+}
+
 void checkShape(const AttentionShape& s) {
-    if (s.headSize <= 0 || s.headSize % kWidth != 0) {
+    if (s.headSize <= 0 || s.headSize % kAlign != 0) {
         throw std::invalid_argument("causal attention tiles need heads of a multiple of 16 floats");
     }
     if (s.batch < 0 || s.heads <= 0 || s.seq < 0 || s.qkvStride < s.heads * s.headSize ||
@@ -246,36 +335,72 @@ void checkShape(const AttentionShape& s) {
 
 } // namespace
 
+std::vector<TileIsa> tileIsas() {
+    std::vector<TileIsa> out;
+    for (TileIsa isa : {TileIsa::avx512, TileIsa::avx2, TileIsa::generic}) {
+        if (supports(isa)) {
+            out.push_back(isa);
+        }
+    }
+    return out;
+}
+
+std::string tileIsaName(TileIsa isa) {
+    switch (isa) {
+    case TileIsa::avx512: return "AVX-512";
+    case TileIsa::avx2: return "AVX2 + FMA";
+    case TileIsa::generic: return "generic";
+    default: return "best";
+    }
+}
+
 bool tiledAttentionPays(std::int64_t headSize) {
-    if (headSize <= 0 || headSize % kWidth != 0) {
+    if (headSize <= 0 || headSize % kAlign != 0) {
         return false;
     }
     const char* env = std::getenv("DEVICERACE_CPU_ATTENTION");
     if (env && *env) {
         return std::string_view(env) != "bmm";
     }
-#if defined(__x86_64__)
-    return __builtin_cpu_supports("avx512f");
-#else
-    return false;
-#endif
+    const TileIsa isa = tileIsas().front();
+    return isa == TileIsa::avx512 || isa == TileIsa::avx2;
 }
 
 std::int64_t attentionRowStride(std::int64_t seq) { return roundUp16(seq); }
 
 void causalAttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v, float scale,
-                            float* p, float* y) {
+                            float* p, float* y, TileIsa isa) {
     checkShape(shape);
-    at::parallel_for(0, shape.batch * shape.heads, 1,
-                     [&](std::int64_t b, std::int64_t e) { forwardHeads(shape, q, k, v, b, e, scale, p, y); });
+    const ForwardArgs f{shape, q, k, v, scale, p, y};
+    void (*run)(const ForwardArgs&, std::int64_t, std::int64_t) = forwardGeneric;
+#ifdef DR_TILE_ISAS
+    switch (resolve(isa)) {
+    case TileIsa::avx512: run = forwardAvx512; break;
+    case TileIsa::avx2: run = forwardAvx2; break;
+    default: break;
+    }
+#else
+    resolve(isa);
+#endif
+    at::parallel_for(0, shape.batch * shape.heads, 1, [&](std::int64_t b, std::int64_t e) { run(f, b, e); });
 }
 
 void causalAttentionBackward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                             const float* p, const float* dy, float scale, float* dq, float* dk, float* dv) {
+                             const float* p, const float* dy, float scale, float* dq, float* dk, float* dv,
+                             TileIsa isa) {
     checkShape(shape);
-    at::parallel_for(0, shape.batch * shape.heads, 1, [&](std::int64_t b, std::int64_t e) {
-        backwardHeads(shape, q, k, v, p, dy, b, e, scale, dq, dk, dv);
-    });
+    const BackwardArgs g{shape, q, k, v, p, dy, scale, dq, dk, dv};
+    void (*run)(const BackwardArgs&, std::int64_t, std::int64_t) = backwardGeneric;
+#ifdef DR_TILE_ISAS
+    switch (resolve(isa)) {
+    case TileIsa::avx512: run = backwardAvx512; break;
+    case TileIsa::avx2: run = backwardAvx2; break;
+    default: break;
+    }
+#else
+    resolve(isa);
+#endif
+    at::parallel_for(0, shape.batch * shape.heads, 1, [&](std::int64_t b, std::int64_t e) { run(g, b, e); });
 }
 
 } // namespace devicerace::detail::cpu

@@ -13,12 +13,21 @@
 // rows of attentionRowStride(seq) floats. Row i of p is written (and zero past column i) up to i
 // rounded up to the tile of 8 rows and then to 16 columns; the rest of the row is never read.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace devicerace::detail::cpu {
 
-/// Whether the tiles pay on this CPU for heads of `headSize` floats: AVX-512 (the tiles hold 24
-/// of its 32 vector registers; on narrower vectors they spill) and heads of whole 16-float
-/// vectors. DEVICERACE_CPU_ATTENTION=tiles or =bmm overrides the CPU check (tests cover both).
+/// The tiles' code for one ISA: AVX-512 (8-row tiles of zmm), AVX2 + FMA (4-row tiles of ymm),
+/// or plain code for any CPU; `best` is the widest this CPU runs.
+enum class TileIsa { best, avx512, avx2, generic };
+/// The ISAs this CPU runs the tiles in, the widest first (`generic` always last).
+std::vector<TileIsa> tileIsas();
+std::string tileIsaName(TileIsa isa);
+
+/// Whether the tiles pay on this CPU for heads of `headSize` floats: AVX-512 or AVX2 + FMA, and
+/// heads of a multiple of 16 floats. DEVICERACE_CPU_ATTENTION=tiles or =bmm overrides the CPU
+/// check (tests cover both).
 bool tiledAttentionPays(std::int64_t headSize);
 /// Floats between two rows of a head's probabilities: seq rounded up to 16.
 std::int64_t attentionRowStride(std::int64_t seq);
@@ -31,11 +40,13 @@ struct AttentionShape {
 };
 
 /// p = softmax(scale · q kᵀ) under the causal mask, y = p v, every head. headSize a multiple of 16.
+/// An `isa` this CPU cannot run throws std::invalid_argument.
 void causalAttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v, float scale,
-                            float* p, float* y);
+                            float* p, float* y, TileIsa isa = TileIsa::best);
 /// dq, dk, dv (overwritten) of causalAttentionForward for the output gradient dy, from its q,
 /// k, v and p.
 void causalAttentionBackward(const AttentionShape& shape, const float* q, const float* k, const float* v,
-                             const float* p, const float* dy, float scale, float* dq, float* dk, float* dv);
+                             const float* p, const float* dy, float scale, float* dq, float* dk, float* dv,
+                             TileIsa isa = TileIsa::best);
 
 } // namespace devicerace::detail::cpu
