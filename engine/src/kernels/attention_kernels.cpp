@@ -370,39 +370,35 @@ bool tiledAttentionPays(std::int64_t headSize) {
 
 std::int64_t attentionRowStride(std::int64_t seq) { return roundUp16(seq); }
 
+namespace {
+// Runs one ISA's code (the one `isa` resolves to) over every head, in parallel.
+template <class Args>
+void overHeads(const AttentionShape& shape, TileIsa isa, const Args& args,
+               void (*avx512)(const Args&, std::int64_t, std::int64_t),
+               void (*avx2)(const Args&, std::int64_t, std::int64_t),
+               void (*generic)(const Args&, std::int64_t, std::int64_t)) {
+    checkShape(shape);
+    const TileIsa use = resolve(isa);
+    auto* run = use == TileIsa::avx512 ? avx512 : use == TileIsa::avx2 ? avx2 : generic;
+    at::parallel_for(0, shape.batch * shape.heads, 1, [&](std::int64_t b, std::int64_t e) { run(args, b, e); });
+}
+#ifndef DR_TILE_ISAS
+// Never picked: supports() says no to both without the target attribute.
+constexpr auto forwardAvx512 = forwardGeneric, forwardAvx2 = forwardGeneric;
+constexpr auto backwardAvx512 = backwardGeneric, backwardAvx2 = backwardGeneric;
+#endif
+} // namespace
+
 void causalAttentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v, float scale,
                             float* p, float* y, TileIsa isa) {
-    checkShape(shape);
-    const ForwardArgs f{shape, q, k, v, scale, p, y};
-    void (*run)(const ForwardArgs&, std::int64_t, std::int64_t) = forwardGeneric;
-#ifdef DR_TILE_ISAS
-    switch (resolve(isa)) {
-    case TileIsa::avx512: run = forwardAvx512; break;
-    case TileIsa::avx2: run = forwardAvx2; break;
-    default: break;
-    }
-#else
-    resolve(isa);
-#endif
-    at::parallel_for(0, shape.batch * shape.heads, 1, [&](std::int64_t b, std::int64_t e) { run(f, b, e); });
+    overHeads(shape, isa, ForwardArgs{shape, q, k, v, scale, p, y}, forwardAvx512, forwardAvx2, forwardGeneric);
 }
 
 void causalAttentionBackward(const AttentionShape& shape, const float* q, const float* k, const float* v,
                              const float* p, const float* dy, float scale, float* dq, float* dk, float* dv,
                              TileIsa isa) {
-    checkShape(shape);
-    const BackwardArgs g{shape, q, k, v, p, dy, scale, dq, dk, dv};
-    void (*run)(const BackwardArgs&, std::int64_t, std::int64_t) = backwardGeneric;
-#ifdef DR_TILE_ISAS
-    switch (resolve(isa)) {
-    case TileIsa::avx512: run = backwardAvx512; break;
-    case TileIsa::avx2: run = backwardAvx2; break;
-    default: break;
-    }
-#else
-    resolve(isa);
-#endif
-    at::parallel_for(0, shape.batch * shape.heads, 1, [&](std::int64_t b, std::int64_t e) { run(g, b, e); });
+    overHeads(shape, isa, BackwardArgs{shape, q, k, v, p, dy, scale, dq, dk, dv}, backwardAvx512, backwardAvx2,
+              backwardGeneric);
 }
 
 } // namespace devicerace::detail::cpu
