@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -38,6 +39,7 @@ TEST(Presets, EveryPresetLoadsAndRunsShortened) {
             }
             spec.fair = false; // two steps a lane: the framework lanes' start-ups overlap instead
             std::optional<Race> r;
+            const auto c0 = std::chrono::steady_clock::now();
             try {
                 r.emplace(spec);
             } catch (const UsageError& e) {
@@ -49,8 +51,14 @@ TEST(Presets, EveryPresetLoadsAndRunsShortened) {
                 std::cout << "[ SKIPPED  ] " << name << " / " << race.title << ": " << why << "\n";
                 continue;
             }
+            const auto t0 = std::chrono::steady_clock::now();
             r->start();
             r->wait();
+            // What each race costs the suite (the test is its longest on slow machines): setting up
+            // framework lanes (their workers' imports) is most of it.
+            const auto seconds = [](auto from, auto to) { return std::chrono::duration<double>(to - from).count(); };
+            std::cout << "[   RACE   ] " << name << " / " << race.title << ": set up in " << seconds(c0, t0)
+                      << " s, ran in " << seconds(t0, std::chrono::steady_clock::now()) << " s" << std::endl;
             for (const auto& lane : r->summary().lanes) {
                 EXPECT_EQ(lane.state, LaneState::Finished)
                     << name << " / " << race.title << " / " << lane.name << ": " << lane.error;

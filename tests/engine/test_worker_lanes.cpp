@@ -458,3 +458,57 @@ TEST(WorkerRace, TheUsersWaitPolicyAndLiveRacesKeepPassiveWaits) {
             << stays.wait.reason;
     }
 }
+
+// Worker lanes are made side by side (race.cpp, makeLanes): each fake worker here says ready only
+// once the other has started preparing too, and gives up after 10 s. Made one after another, the
+// first would wait for a second that is never started, and fail.
+TEST(WorkerRace, WorkerLanesPrepareSideBySide) {
+    Fixture f;
+    auto fake = [&](const std::string& me, const std::string& other) {
+        const auto mine = (f.dir / ("preparing-" + me)).string(), theirs = (f.dir / ("preparing-" + other)).string();
+        return f.script(
+            me,
+            std::string(kHello) + "\nread config; touch '" + mine + "'\n" + "i=0; while [ ! -e '" + theirs +
+                "' ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n" + "[ -e '" + theirs +
+                "' ] || { echo '{\"type\":\"error\",\"message\":\"" + me + " prepared alone\"}'; exit 1; }\n" +
+                R"(echo '{"type":"ready","batch":128,"total_steps":50,"dataset":{"name":"fake","train":600,"test":100}}')"
+                "\nwhile read line; do :; done");
+    };
+    RaceSpec spec;
+    spec.workload = "fashion-mlp";
+    spec.dataDir = f.dir.path().string();
+    spec.steps = 5;
+    spec.lanes = {processLane("a", ",cli=" + fake("a", "b")), processLane("b", ",cli=" + fake("b", "a"))};
+    Race race(spec);
+    ASSERT_EQ(race.lanes().size(), 2u);
+    EXPECT_EQ(race.lanes()[0]->spec().name, "a");
+    EXPECT_EQ(race.lanes()[1]->spec().name, "b");
+    EXPECT_EQ(race.lanes()[0]->totalSteps(), 50);
+}
+
+// When lanes made side by side fail, the race names the first failure in lane order, and a lane
+// that was made meanwhile has its worker ended.
+TEST(WorkerRace, LanesMadeSideBySideFailInLaneOrderAndEndTheOthers) {
+    Fixture f;
+    const auto pidFile = f.dir / "ok.pid";
+    const auto ok = f.script("ok", std::string(kHello) + "\necho $$ > '" + pidFile.string() + "'\n" + kReady +
+                                       "\nwhile read line; do :; done");
+    // The first failing lane is slower to fail than the second.
+    const auto first = f.script("first", "sleep 1; echo 'first lane broke' >&2; exit 3");
+    const auto second = f.script("second", "echo 'second lane broke' >&2; exit 4");
+    RaceSpec spec;
+    spec.workload = "fashion-mlp";
+    spec.dataDir = f.dir.path().string();
+    spec.steps = 5;
+    spec.lanes = {processLane("ok", ",cli=" + ok), processLane("first", ",cli=" + first),
+                  processLane("second", ",cli=" + second)};
+    const auto why = failureOf([&] { Race race(spec); });
+    EXPECT_NE(why.find("first lane broke"), std::string::npos) << why;
+    EXPECT_EQ(why.find("second lane broke"), std::string::npos) << why;
+    // The lane that was ready has been ended with the race: its worker exits once stdin closes.
+    std::string pid;
+    std::ifstream(pidFile) >> pid;
+    ASSERT_FALSE(pid.empty());
+    waitFor([&] { return ::kill(std::stoi(pid), 0) != 0; }, 30);
+    EXPECT_NE(::kill(std::stoi(pid), 0), 0) << "the ready lane's worker " << pid << " still runs";
+}

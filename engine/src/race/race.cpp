@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
+#include <exception>
 #include <cstdlib>
 #include <set>
 #include <thread>
@@ -57,6 +59,75 @@ struct Race::Impl {
     bool started = false;
 };
 
+namespace {
+
+// Whether a lane is made by waiting for a worker out of this process to be ready: a framework's
+// import, its data and its model take a Keras lane 5-40 s, and a process or ssh lane seconds.
+bool preparesAside(const LaneSpec& spec) {
+    const auto kind = laneKind(spec);
+    return kind == LaneKind::Process || kind == LaneKind::Remote || kind == LaneKind::External;
+}
+
+// The race's lanes, in its order. Lanes that prepare aside are made side by side, as many at once
+// as the machine has cores (at least 2), while this thread makes the others in turn: a race of four
+// framework lanes used to wait for each worker in turn (Presets.EveryPresetLoadsAndRunsShortened:
+// 33-70 s a race of Keras lanes on a 2-core machine, most of the test). A factory (tests, the
+// window's fakes) is called in turn, as before. The first failure in lane order is thrown, after
+// every lane made meanwhile is ended.
+std::vector<std::unique_ptr<Lane>> makeLanes(std::vector<std::pair<LaneSpec, LaneRunSettings>> todo,
+                                             const LaneFactory& factory) {
+    const std::size_t n = todo.size();
+    std::vector<std::unique_ptr<Lane>> made(n);
+    std::vector<std::exception_ptr> failed(n);
+    std::atomic<bool> anyFailed{false};
+    auto makeOne = [&](std::size_t i) {
+        if (anyFailed) {
+            return;
+        }
+        try {
+            made[i] = factory ? factory(todo[i].first, std::move(todo[i].second))
+                              : makeLane(todo[i].first, std::move(todo[i].second));
+        } catch (...) {
+            failed[i] = std::current_exception();
+            anyFailed = true;
+        }
+    };
+    std::vector<std::size_t> aside, here;
+    for (std::size_t i = 0; i < n; ++i) {
+        (!factory && preparesAside(todo[i].first) ? aside : here).push_back(i);
+    }
+    if (aside.size() < 2) {
+        here.insert(here.end(), aside.begin(), aside.end());
+        std::sort(here.begin(), here.end());
+        aside.clear();
+    }
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> helpers;
+    const auto width = std::min<std::size_t>(aside.size(), std::max(2u, std::thread::hardware_concurrency()));
+    for (std::size_t h = 0; h < width; ++h) {
+        helpers.emplace_back([&] {
+            for (std::size_t k; (k = next++) < aside.size();) {
+                makeOne(aside[k]);
+            }
+        });
+    }
+    for (const auto i : here) {
+        makeOne(i);
+    }
+    for (auto& t : helpers) {
+        t.join();
+    }
+    for (const auto& e : failed) {
+        if (e) {
+            made.clear(); // every lane made meanwhile stops its worker
+            std::rethrow_exception(e);
+        }
+    }
+    return made;
+}
+
+} // namespace
+
 Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Impl>()) {
     // Every decision (names, threads, isolation, steps, evaluations, refusals) is resolveRace's.
     auto plan = resolveRace(requested);
@@ -84,6 +155,7 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
     }
     auto& spec = plan.spec;
     const auto& workload = findWorkload(spec.workload);
+    std::vector<std::pair<LaneSpec, LaneRunSettings>> todo;
     for (const auto& laneSpec : spec.lanes) {
         // A lane's data=... overrides the race's mode. Thread lanes get their data here; worker
         // lanes resolve theirs where they run (the remote machine may hold data this one lacks).
@@ -109,10 +181,12 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
         settings.evalEverySteps = spec.evalEverySteps;
         settings.warmupSteps = spec.warmupSteps;
         settings.spinInLaneProcesses = plan.wait.spinInLaneProcesses;
-        m_impl->lanes.push_back(factory ? factory(laneSpec, std::move(settings))
-                                        : makeLane(laneSpec, std::move(settings)));
+        todo.emplace_back(laneSpec, std::move(settings));
+    }
+    m_impl->lanes = makeLanes(std::move(todo), factory);
+    for (const auto& lane : m_impl->lanes) {
         if (!m_impl->data) {
-            m_impl->data = m_impl->lanes.back()->dataset();
+            m_impl->data = lane->dataset();
         }
     }
     m_impl->spec = std::move(spec);
