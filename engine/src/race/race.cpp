@@ -71,8 +71,8 @@ bool preparesAside(const LaneSpec& spec) {
 // The race's lanes, in its order. Lanes that prepare aside are made side by side, as many at once
 // as the machine has cores (at least 2), while this thread makes the others in turn: a race of four
 // framework lanes used to wait for each worker in turn (Presets.EveryPresetLoadsAndRunsShortened:
-// 33-70 s a race of Keras lanes on a 2-core machine, most of the test). A factory (tests, the
-// window's fakes) is called in turn, as before. The first failure in lane order is thrown, after
+// 33-40 s a race of Keras lanes on a 2-core machine, most of the test). A factory (the tests'
+// fakes) is called in turn, as before. The first failure in lane order is thrown, after
 // every lane made meanwhile is ended.
 std::vector<std::unique_ptr<Lane>> makeLanes(std::vector<std::pair<LaneSpec, LaneRunSettings>> todo,
                                              const LaneFactory& factory) {
@@ -92,14 +92,13 @@ std::vector<std::unique_ptr<Lane>> makeLanes(std::vector<std::pair<LaneSpec, Lan
             anyFailed = true;
         }
     };
+    // Side by side only when at least two lanes would be: one alone is made in turn, in order.
+    const auto asideCount =
+        std::count_if(todo.begin(), todo.end(), [](const auto& t) { return preparesAside(t.first); });
+    const bool sideBySide = !factory && asideCount >= 2;
     std::vector<std::size_t> aside, here;
     for (std::size_t i = 0; i < n; ++i) {
-        (!factory && preparesAside(todo[i].first) ? aside : here).push_back(i);
-    }
-    if (aside.size() < 2) {
-        here.insert(here.end(), aside.begin(), aside.end());
-        std::sort(here.begin(), here.end());
-        aside.clear();
+        (sideBySide && preparesAside(todo[i].first) ? aside : here).push_back(i);
     }
     std::atomic<std::size_t> next{0};
     std::vector<std::thread> helpers;
