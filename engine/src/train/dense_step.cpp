@@ -60,6 +60,16 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
     // DEVICERACE_DENSE_SPLIT=0 (benchmarks): the whole batch in each op, its GEMMs on MKL's threads.
     const char* split = std::getenv("DEVICERACE_DENSE_SPLIT");
     m_split = !(split && std::string_view(split) == "0");
+    // DEVICERACE_DENSE_BALANCE=0 (benchmarks): even shares; a fraction in (0, 1) (tests): worker
+    // 0's fixed share of the rows and of the units, the rest even.
+    if (const char* balance = std::getenv("DEVICERACE_DENSE_BALANCE")) {
+        char* end = nullptr;
+        const double v = std::strtod(balance, &end);
+        if (end != balance && *end == '\0' && v >= 0 && v < 1) {
+            m_balance = false;
+            m_fixedShare = v;
+        }
+    }
     torch::NoGradGuard noGrad;
     const auto views = net.denseStack();
     std::int64_t total = 0;
@@ -148,9 +158,26 @@ using Clock = std::chrono::steady_clock;
 // Rows per worker below which splitting a batch costs more than it saves (a GEMM of fewer
 // rows runs far below the core's peak).
 constexpr std::int64_t kMinRowsPerWorker = 16;
+// Rows are shared in blocks of this many, and each block's bias-gradient and loss partial sums
+// are kept apart and added in block order: the sums do not depend on how the blocks were
+// shared (1 or 2 threads, even or balanced shares).
+constexpr std::int64_t kBlockRows = 4;
+// Units are shared in multiples of this many (the M of a weight-gradient GEMM), at least this
+// many a worker; a layer with fewer than twice as many goes whole to the last worker. MKL gives
+// the same bits for a row of a product whatever the rows around it at these sizes, but not to a
+// product of 2 rows (a 10-unit layer split 8 + 2 changed fashion-mlp's course): so the bits
+// of a step do not depend on the shares, and 1 and 2 threads agree where MKL does.
+constexpr std::int64_t kUnitGranule = 16;
 
-// Share `k` of `parts` of n: [share(n, k, parts), share(n, k + 1, parts)).
-std::int64_t share(std::int64_t n, std::int64_t k, std::int64_t parts) { return n * k / parts; }
+double secondsSince(Clock::time_point t0, Clock::time_point t) { return std::chrono::duration<double>(t - t0).count(); }
+
+// Calls f(block, first row, rows) for each block of rows [r0, r1) (r0 a multiple of kBlockRows).
+template <class F>
+void eachBlock(std::int64_t r0, std::int64_t r1, const F& f) {
+    for (auto r = r0; r < r1; r += kBlockRows) {
+        f(r / kBlockRows, r, std::min(kBlockRows, r1 - r));
+    }
+}
 
 // work(w) for every worker w < workers, one per thread of one parallel region (a thread runs
 // several where the region got fewer threads). One worker runs on the calling thread outside
@@ -171,13 +198,18 @@ void eachWorker(std::int64_t workers, const F& work) {
 } // namespace
 
 struct DenseStep::StepState {
-    std::int64_t rows = 0, workers = 1;
+    std::int64_t rows = 0, workers = 1, blocks = 0;
+    std::vector<std::int64_t> rowBounds;               // worker w's rows: [rowBounds[w], rowBounds[w + 1])
+    std::vector<std::vector<std::int64_t>> unitBounds; // per layer, the same over its output units
+    Clock::time_point regionStart;
+    std::vector<double> finished;        // per worker: seconds from the region's start to its share's end
+    std::vector<double> shares;          // per worker: its fraction of the region's work
     const std::uint8_t* bytes = nullptr; // the batch as stored, when the step converts it
     const std::int64_t* labels = nullptr;
-    std::vector<std::uint64_t> seeds; // per layer
-    std::vector<float> drop;          // per layer: its dropout probability this step (0: none)
-    std::vector<cpu::CrossEntropy> losses;
-    LaneOptimizer* optimizer = nullptr; // set when each worker steps its own slices
+    std::vector<std::uint64_t> seeds;      // per layer
+    std::vector<float> drop;               // per layer: its dropout probability this step (0: none)
+    std::vector<cpu::CrossEntropy> losses; // per block of rows
+    LaneOptimizer* optimizer = nullptr;    // set when each worker steps its own slices
     // Worker 0's (the lane thread's) phase ends, for the step breakdown.
     Clock::time_point dataEnd, forwardEnd;
     double optimizerSeconds = 0;
@@ -185,9 +217,35 @@ struct DenseStep::StepState {
 
 DenseStep::~DenseStep() = default;
 
+void DenseStep::fixShares(ShareBalancer& shares, std::int64_t workers) const {
+    const auto n = static_cast<std::size_t>(workers);
+    if (m_balance || workers < 2 || shares.fractions().size() == n) {
+        return; // (fixed shares are set once for a count of workers)
+    }
+    std::vector<double> fractions(n, 1.0 / static_cast<double>(n));
+    if (m_fixedShare > 0) {
+        fractions.assign(n, (1.0 - m_fixedShare) / static_cast<double>(n - 1));
+        fractions[0] = m_fixedShare;
+    }
+    shares.set(fractions);
+}
+
+template <class ShareOf>
+void DenseStep::learnShares(ShareBalancer& shares, StepState& s, const ShareOf& shareOf) const {
+    if (!m_balance || s.workers < 2) {
+        return;
+    }
+    s.shares.resize(static_cast<std::size_t>(s.workers));
+    for (std::int64_t w = 0; w < s.workers; ++w) {
+        s.shares[static_cast<std::size_t>(w)] = shareOf(w);
+    }
+    shares.learn(s.shares, s.finished);
+}
+
 void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
-    const auto r0 = share(s.rows, worker, s.workers);
-    const auto n = share(s.rows, worker + 1, s.workers) - r0;
+    const auto r0 = s.rowBounds[static_cast<std::size_t>(worker)];
+    const auto r1 = s.rowBounds[static_cast<std::size_t>(worker) + 1];
+    const auto n = r1 - r0;
     auto prev = m_input.narrow(0, r0, n);
     if (s.bytes) {
         const auto in = m_layers.front().in;
@@ -222,13 +280,15 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
     }
     // Loss and its gradient (of the whole batch's mean).
     auto& last = m_layers.back();
-    auto dlogits = last.grad.narrow(0, r0, n);
-    float* lastParts = last.biasParts.data() + worker * last.out;
-    s.losses[static_cast<std::size_t>(worker)] =
-        m_bf16
-            ? cpu::softmaxCrossEntropy(bf16Ptr(prev), s.labels + r0, n, last.out, bf16Ptr(dlogits), lastParts, s.rows)
-            : cpu::softmaxCrossEntropy(prev.data_ptr<float>(), s.labels + r0, n, last.out, dlogits.data_ptr<float>(),
-                                       lastParts, s.rows);
+    eachBlock(r0, r1, [&](std::int64_t block, std::int64_t r, std::int64_t rows) {
+        float* parts = last.biasParts.data() + block * last.out;
+        auto& part = s.losses[static_cast<std::size_t>(block)];
+        const auto offset = r * last.out;
+        part = m_bf16 ? cpu::softmaxCrossEntropy(bf16Ptr(last.act) + offset, s.labels + r, rows, last.out,
+                                                 bf16Ptr(last.grad) + offset, parts, s.rows)
+                      : cpu::softmaxCrossEntropy(last.act.data_ptr<float>() + offset, s.labels + r, rows, last.out,
+                                                 last.grad.data_ptr<float>() + offset, parts, s.rows);
+    });
     if (worker == 0) {
         s.forwardEnd = Clock::now();
     }
@@ -238,30 +298,40 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
         auto& lower = m_layers[i - 1];
         const auto d = l.grad.narrow(0, r0, n);
         auto dBelow = lower.grad.narrow(0, r0, n);
-        const auto below = lower.act.narrow(0, r0, n);
         const float scale = s.drop[i - 1] > 0 ? 1.0f / (1.0f - s.drop[i - 1]) : 1.0f;
-        float* parts = lower.biasParts.data() + worker * lower.out;
+        const auto o = lower.out;
         if (m_mkl) {
-            float* sums = m_sums.data_ptr<float>() + r0 * m_sumsLd;
-            cpu::gemmBf16F32(false, false, n, l.in, l.out, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in, 0.0f, sums,
-                             m_sumsLd);
-            cpu::reluDropoutBackward(sums, m_sumsLd, bf16Ptr(dBelow), bf16Ptr(below), n, lower.out, scale, parts);
+            float* sums = m_sums.data_ptr<float>();
+            cpu::gemmBf16F32(false, false, n, l.in, l.out, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in, 0.0f,
+                             sums + r0 * m_sumsLd, m_sumsLd);
+            eachBlock(r0, r1, [&](std::int64_t block, std::int64_t r, std::int64_t rows) {
+                cpu::reluDropoutBackward(sums + r * m_sumsLd, m_sumsLd, bf16Ptr(lower.grad) + r * o,
+                                         bf16Ptr(lower.act) + r * o, rows, o, scale,
+                                         lower.biasParts.data() + block * o);
+            });
             continue;
         }
         at::mm_out(dBelow, d, m_bf16 ? l.wb : l.w);
-        if (m_bf16) {
-            cpu::reluDropoutBackward(bf16Ptr(dBelow), bf16Ptr(below), n, lower.out, scale, parts);
-        } else {
-            cpu::reluDropoutBackward(dBelow.data_ptr<float>(), below.data_ptr<float>(), n, lower.out, scale, parts);
-        }
+        eachBlock(r0, r1, [&](std::int64_t block, std::int64_t r, std::int64_t rows) {
+            float* parts = lower.biasParts.data() + block * o;
+            if (m_bf16) {
+                cpu::reluDropoutBackward(bf16Ptr(lower.grad) + r * o, bf16Ptr(lower.act) + r * o, rows, o, scale,
+                                         parts);
+            } else {
+                cpu::reluDropoutBackward(lower.grad.data_ptr<float>() + r * o, lower.act.data_ptr<float>() + r * o,
+                                         rows, o, scale, parts);
+            }
+        });
     }
+    s.finished[static_cast<std::size_t>(worker)] = secondsSince(s.regionStart, Clock::now());
 }
 
 void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];
-        const auto o0 = share(l.out, worker, s.workers);
-        const auto units = share(l.out, worker + 1, s.workers) - o0;
+        const auto& bounds = s.unitBounds[i];
+        const auto o0 = bounds[static_cast<std::size_t>(worker)];
+        const auto units = bounds[static_cast<std::size_t>(worker) + 1] - o0;
         if (units == 0) {
             continue;
         }
@@ -281,9 +351,10 @@ void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
             auto gw = l.gw.narrow(0, o0, units);
             at::mm_out(gw, d.t(), below);
         }
+        // The bias gradient: the blocks' partial sums, added in block order.
         float* gb = l.gb.data_ptr<float>() + o0;
         std::copy_n(l.biasParts.data() + o0, units, gb);
-        for (std::int64_t k = 1; k < s.workers; ++k) {
+        for (std::int64_t k = 1; k < s.blocks; ++k) {
             const float* part = l.biasParts.data() + k * l.out + o0;
             for (std::int64_t c = 0; c < units; ++c) {
                 gb[c] += part[c];
@@ -299,6 +370,7 @@ void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
             }
         }
     }
+    s.finished[static_cast<std::size_t>(worker)] = secondsSince(s.regionStart, Clock::now());
 }
 
 void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
@@ -323,13 +395,22 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
     const auto labels = y.contiguous();
     s.labels = labels.data_ptr<std::int64_t>();
     // One seed per dropout layer in forward order, as laneDropout draws them.
+    s.blocks = (s.rows + kBlockRows - 1) / kBlockRows;
     for (auto& l : m_layers) {
         s.drop.push_back(m_dropoutOff ? 0.0f : l.dropout);
         s.seeds.push_back(s.drop.back() > 0 ? dropoutSeed(gen) : 0);
-        l.biasParts.resize(static_cast<std::size_t>(s.workers * l.out));
+        l.biasParts.resize(static_cast<std::size_t>(s.blocks * l.out));
     }
-    s.losses.assign(static_cast<std::size_t>(s.workers), cpu::CrossEntropy{});
+    s.losses.assign(static_cast<std::size_t>(s.blocks), cpu::CrossEntropy{});
+    s.finished.assign(static_cast<std::size_t>(s.workers), 0.0);
+    fixShares(m_rowShares, s.workers);
+    m_rowShares.split(s.rows, s.workers, kBlockRows, kMinRowsPerWorker, s.rowBounds);
+    s.regionStart = Clock::now();
     eachWorker(s.workers, [&](std::int64_t w) { rowsPass(s, w); });
+    learnShares(m_rowShares, s, [&](std::int64_t w) {
+        const auto i = static_cast<std::size_t>(w);
+        return static_cast<double>(s.rowBounds[i + 1] - s.rowBounds[i]) / static_cast<double>(s.rows);
+    });
     cpu::CrossEntropy ce;
     for (const auto& part : s.losses) {
         ce.lossSum += part.lossSum;
@@ -346,7 +427,30 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
         timer->markAt(Phase::Forward, s.forwardEnd);
     }
     s.optimizer = s.workers > 1 && optimizer.steppedInRanges() ? &optimizer : nullptr;
+    fixShares(m_unitShares, s.workers);
+    s.unitBounds.resize(m_layers.size());
+    double work = 0; // every layer's weight-gradient GEMM, in multiply-adds per row
+    for (std::size_t i = 0; i < m_layers.size(); ++i) {
+        auto& bounds = s.unitBounds[i];
+        if (m_layers[i].out < 2 * kUnitGranule) {
+            bounds.assign(static_cast<std::size_t>(s.workers), 0);
+            bounds.push_back(m_layers[i].out);
+        } else {
+            m_unitShares.split(m_layers[i].out, s.workers, kUnitGranule, kUnitGranule, bounds);
+        }
+        work += static_cast<double>(m_layers[i].out * m_layers[i].in);
+    }
+    s.finished.assign(static_cast<std::size_t>(s.workers), 0.0);
+    s.regionStart = Clock::now();
     eachWorker(s.workers, [&](std::int64_t w) { unitsPass(s, w); });
+    learnShares(m_unitShares, s, [&](std::int64_t w) {
+        const auto i = static_cast<std::size_t>(w);
+        double done = 0;
+        for (std::size_t k = 0; k < m_layers.size(); ++k) {
+            done += static_cast<double>((s.unitBounds[k][i + 1] - s.unitBounds[k][i]) * m_layers[k].in);
+        }
+        return done / work;
+    });
     if (timer) {
         // The lane thread's optimizer slices, timed inside the region, are the optimizer phase.
         timer->markAt(Phase::Backward, Clock::now() - std::chrono::duration_cast<Clock::duration>(
@@ -370,7 +474,8 @@ std::string DenseStep::describe() const {
 std::string DenseStep::describeThreads() const {
     const int threads = at::get_num_threads();
     return threads > 1 && m_split
-               ? fmt::format("each step's batch rows, then its units, split over {} threads", threads)
+               ? fmt::format("each step's batch rows, then its units, split over {} threads{}", threads,
+                             m_balance ? " in shares that follow each thread's measured speed" : "")
                : "";
 }
 

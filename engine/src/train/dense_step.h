@@ -11,11 +11,12 @@
 // bias, ReLU and dropout applied to fp32 sums before they round to bf16).
 // Several intra-op threads: two parallel regions a step, not one per op. In the first, each
 // thread takes a share of the batch's rows through the whole forward, the loss and the
-// input-gradient chain (all row-independent; bias gradients as per-thread partial sums); in
-// the second, each takes a share of every layer's output units: their weight gradients (every
-// row), bias gradients (the partials summed) and, for an elementwise optimizer (RMSprop), their
-// update. The GEMMs inside run on their caller's thread. Lane thread only (the regions are the
-// lane's own).
+// input-gradient chain (all row-independent; bias gradients and the loss as partial sums of
+// fixed blocks of 4 rows); in the second, each takes a share of every layer's output units:
+// their weight gradients (every row), bias gradients (the blocks' partials added in block
+// order) and, for an elementwise optimizer (RMSprop), their update. The GEMMs inside run on
+// their caller's thread. The shares follow each thread's measured speed (ShareBalancer), and
+// no sum depends on them. Lane thread only (the regions are the lane's own).
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -30,6 +31,7 @@
 #include "devicerace/lane_spec.h"
 #include "models/models.h"
 #include "train/fused_step.h"
+#include "train/share_balancer.h"
 
 namespace devicerace::detail {
 
@@ -71,7 +73,7 @@ private:
         at::Tensor w, b, gw, gb;      // views of the flat params / grads
         at::Tensor wb;                // bf16: view of the mirror
         at::Tensor act, grad;         // [maxBatch, out]: the layer's output and its gradient
-        std::vector<float> biasParts; // [workers, out]: each worker's rows' bias gradient
+        std::vector<float> biasParts; // [blocks, out]: each block of rows' bias gradient
     };
 
     /// What one step shares between its workers (a worker: a share of the rows, then of the units).
@@ -85,11 +87,19 @@ private:
     void rowsPass(StepState& s, std::int64_t worker);
     /// Every layer's output units of `worker`: weight and bias gradients, optimizer slices.
     void unitsPass(StepState& s, std::int64_t worker);
+    /// Before a region: a fixed split (DEVICERACE_DENSE_BALANCE) sets the shares.
+    void fixShares(ShareBalancer& shares, std::int64_t workers) const;
+    /// After a region: the balancer learns from when each worker finished its share.
+    template <class ShareOf>
+    void learnShares(ShareBalancer& shares, StepState& s, const ShareOf& shareOf) const;
 
     std::vector<Layer> m_layers;
     bool m_bf16 = false;
     bool m_dropoutOff = false;
-    bool m_split = true; // several threads split each step's rows, then its units
+    bool m_split = true;     // several threads split each step's rows, then its units
+    bool m_balance = true;   // the shares follow each thread's measured speed (else fixed)
+    double m_fixedShare = 0; // not balancing: worker 0's share (0: even shares)
+    ShareBalancer m_rowShares, m_unitShares;
     const DeviceData& m_data;
     std::vector<std::int64_t> m_inputShape;
     at::Tensor m_params, m_grads, m_mirror;
