@@ -643,6 +643,26 @@ class RealRaces(unittest.TestCase):
         self.assertEqual(ran(None, "--fair", *two), "default")
         self.assertEqual(ran("ACTIVE", "--live", *two), "ACTIVE")
 
+    def test_two_thread_dense_lanes_report_their_threads_speeds(self):
+        # fashion-mlp's fused step shares each step between the lane's threads by their measured
+        # speed; each lane reports those speeds (the fastest 1), a worker process's too.
+        with tempfile.TemporaryDirectory() as d:
+            out, events = os.path.join(d, "r.json"), os.path.join(d, "r.jsonl")
+            r = run("race", "--workload", "fashion-mlp", "--fair", "--steps", "60", "--warmup-steps", "10",
+                    "--eval-every", "0", "--lane", "cpu,threads=2", "--lane", "cpu,threads=2,isolate=process,name=proc",
+                    "--lane", "cpu,threads=1", *SMALL, "--json", out, "--jsonl", events, "--quiet")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            lanes = {l["name"]: l for l in json.loads(read(out))["lanes"]}
+            for name in ("cpu·2", "proc"):
+                speeds = lanes[name]["thread_speeds"]
+                self.assertEqual(len(speeds), 2, lanes[name])
+                self.assertAlmostEqual(max(speeds), 1.0, places=6)
+                self.assertGreater(min(speeds), 0.0)
+                self.assertIn("in shares that follow each thread's measured speed", lanes[name]["execution"])
+            self.assertIsNone(lanes["cpu·1"]["thread_speeds"])
+            train = [json.loads(l) for l in read(events).splitlines() if '"kind": "train"' in l or '"kind":"train"' in l]
+            self.assertTrue(any(len(e.get("thread_speeds", [])) == 2 for e in train if e["lane"] == "proc"))
+
     def test_fair_mode_and_synthetic(self):
         r = run("race", "--workload", "fashion-cnn", "--data", "synthetic", "--fair", "--steps", "4",
                 "--lane", "cpu,threads=1,batch=16", "--lane", "cpu,threads=2,batch=16", *SMALL)

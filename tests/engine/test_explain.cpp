@@ -47,8 +47,10 @@ MetricSample running(double flops, double peak) {
 TEST(ExplainSample, TheFieldsRoundTripAndBadOnesAreRefused) {
     auto s = train(10, 1000, false, {{"data", 0.001}, {"forward", 0.004}, {"other", 0.0005}}, 2.5);
     s.lr = 0.002;
+    s.threadSpeeds = {1.0, 0.8125};
     auto back = sampleFromJsonLine(toJsonLine(s));
     EXPECT_EQ(back.stepBreakdown, s.stepBreakdown);
+    EXPECT_EQ(back.threadSpeeds, s.threadSpeeds);
     EXPECT_DOUBLE_EQ(*back.energyJoules, 2.5);
     EXPECT_DOUBLE_EQ(*back.lr, 0.002);
     const auto st = sampleFromJsonLine(toJsonLine(running(3.2e6, 1.7e11)));
@@ -59,6 +61,10 @@ TEST(ExplainSample, TheFieldsRoundTripAndBadOnesAreRefused) {
     // A plain sample carries none of them.
     const auto plain = sampleFromJsonLine(toJsonLine(train(3, 10, false, {})));
     EXPECT_TRUE(plain.stepBreakdown.empty());
+    EXPECT_TRUE(plain.threadSpeeds.empty());
+    EXPECT_EQ(toJsonLine(train(3, 10, false, {})).find("thread_speeds"), std::string::npos);
+    EXPECT_THROW(sampleFromJsonLine(R"({"kind":"train","lane":"a","step":1,"samples":1,"t":0,"thread_speeds":1})"),
+                 DataError);
     EXPECT_FALSE(plain.energyJoules || plain.flopsPerSample || plain.peakFlopsPerSec);
     EXPECT_THROW(sampleFromJsonLine(R"({"kind":"train","lane":"a","step":1,"samples":1,"t":0,"step_breakdown":[1]})"),
                  DataError);
@@ -78,7 +84,12 @@ TEST(ExplainSummary, BreakdownMediansInputBoundUtilisationAndEnergy) {
         train(15, 1000, false, {{"data", 0.02}, {"forward", 0.05}, {"backward", 0.03}}, 3.0),
         train(20, 1000, false, {{"data", 0.025}, {"forward", 0.045}, {"backward", 0.03}}, 2.5),
     };
+    samples[1].threadSpeeds = {1.0, 0.1}; // warm-up: ignored
+    samples[2].threadSpeeds = {1.0, 0.8};
+    samples[3].threadSpeeds = {0.9, 1.0};
+    samples[4].threadSpeeds = {1.0, 0.7};
     const auto sum = summarize(spec, 100, samples, {});
+    EXPECT_EQ(sum.threadSpeeds, (std::vector<double>{1.0, 0.8})); // each thread's median
     EXPECT_DOUBLE_EQ(sum.stepBreakdown.at("data"), 0.025);
     EXPECT_DOUBLE_EQ(sum.stepBreakdown.at("forward"), 0.045);
     EXPECT_NEAR(*sum.dataShare, 0.25, 1e-12);
@@ -130,9 +141,10 @@ TEST(ExplainSummary, TheRaceJsonCarriesTheFields) {
     l.energySource = "not measurable here: test";
     race.lanes = {l};
     const auto json = summaryToJson(race);
-    for (const char* key : {"\"step_breakdown\"", "\"input_bound\"", "\"flops_per_sample\"",
-                            "\"achieved_flops_per_sec\"", "\"peak_flops_per_sec\"", "\"utilization\"",
-                            "\"energy_joules\": null", "\"samples_per_joule\": null", "\"energy_source\""}) {
+    for (const char* key :
+         {"\"step_breakdown\"", "\"input_bound\"", "\"flops_per_sample\"", "\"achieved_flops_per_sec\"",
+          "\"peak_flops_per_sec\"", "\"utilization\"", "\"energy_joules\": null", "\"samples_per_joule\": null",
+          "\"energy_source\"", "\"thread_speeds\": null"}) {
         EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
     }
 }

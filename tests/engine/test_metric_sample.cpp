@@ -336,6 +336,17 @@ TEST(Explain, SlowerLanesWithMoreResourcesSayWhy) {
     ASSERT_EQ(why.size(), 1u);
     EXPECT_NE(why[0].find("1.4 s on 1 thread, work enough to split two ways"), std::string::npos) << why[0];
     EXPECT_EQ(why[0].find("too little work"), std::string::npos) << why[0];
+    // Measured: the step's shares found its second thread at 55% of the first's speed.
+    auto uneven = two;
+    uneven.threadSpeeds = {1.0, 0.55};
+    why = explainSlowerLanes({one, uneven}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("the slowest ran at 55% of the fastest"), std::string::npos) << why[0];
+    EXPECT_EQ(why[0].find("too little work"), std::string::npos) << why[0];
+    uneven.threadSpeeds = {0.97, 1.0}; // even enough: the step-size reading stands
+    why = explainSlowerLanes({one, uneven}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("split two ways"), std::string::npos) << why[0];
     // Live mode: the lanes shared the cores.
     why = explainSlowerLanes({one, two}, false, "fashion-mlp");
     ASSERT_EQ(why.size(), 1u);

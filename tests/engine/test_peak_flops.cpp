@@ -252,9 +252,10 @@ TEST(GpuPeak, DatasheetRowsFollowTheDeviceName) {
 }
 
 // Issue 29: a CPU lane's utilisation (FLOPs counted from the network x samples/s over the
-// measured GEMM peak for its threads) is a share: above 0, at most 1. Alone (RUN_SERIAL), with
+// measured GEMM peak for its threads) is a share: above 0, at most 1 (within the VM's noise). Alone (RUN_SERIAL), with
 // the peak measured in this test, so both sides see the same quiet machine.
 TEST(CpuPeak, EveryCpuLaneUsesAShareOfThePeak) {
+    constexpr double kVmNoise = 1.2;
     CacheDir cache;
     std::string busy;
     for (const auto* workload : {"fashion-mlp", "fashion-cnn", "char-gpt"}) {
@@ -282,8 +283,12 @@ TEST(CpuPeak, EveryCpuLaneUsesAShareOfThePeak) {
                 busy = l.peakSource; // a peak measured while other work ran is below the real one
                 continue;
             }
-            EXPECT_LE(*l.utilization, 1.0) << workload << " " << l.name << ": " << *l.achievedFlopsPerSec << " of "
-                                           << *l.peakFlopsPerSec << " (" << l.peakSource << ")";
+            // At most the peak, within this VM's noise: fashion-mlp's fused 1-thread step runs at
+            // 74-85% of the calibration's GEMMs on the EPYC VM, whose speed drifts by 10-20% from
+            // one minute to the next, and read 58.9 against a 57.1 GFLOP/s peak once (stop 55).
+            // A lane divided by the wrong peak (one thread's for two) reads 1.5 or more.
+            EXPECT_LE(*l.utilization, kVmNoise) << workload << " " << l.name << ": " << *l.achievedFlopsPerSec << " of "
+                                                << *l.peakFlopsPerSec << " (" << l.peakSource << ")";
             EXPECT_NE(l.peakSource.find(l.name == "two" ? "2 threads" : "1 thread,"), std::string::npos)
                 << l.peakSource;
         }

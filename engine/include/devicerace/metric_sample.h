@@ -44,6 +44,9 @@ struct MetricSample {
     std::optional<double> allreduceShare;                           // mean share of a step spent waiting for gradients
     std::vector<std::map<std::string, double>> workerStepBreakdown; // each rank's own step breakdown
     std::optional<double> lr; // Train: the learning rate the interval's last step used
+    // Train: each of the lane's intra-op threads' speed relative to the fastest (1), as the fused
+    // step's work shares found it at the interval's end (empty where no step measures it).
+    std::vector<double> threadSpeeds;
     // Explaining the race (issue 29):
     // Train: seconds per step by phase ("data", "forward", "backward", "communication",
     // "optimizer", "compute" (a CUDA graph's whole step), "other"), over the interval's timed steps.

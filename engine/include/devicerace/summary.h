@@ -75,6 +75,9 @@ struct LaneSummary {
     // ("rank 3 is 18% slower: ...", "" when no rank stands out by 5% or more).
     std::vector<std::map<std::string, double>> workerStepBreakdown;
     std::string slowestRank;
+    // A lane whose fused step shares each step between its threads: each thread's speed
+    // relative to the fastest (1), the median over the intervals after warm-up.
+    std::vector<double> threadSpeeds;
 };
 
 /// A lane whose data phase takes more than this share of its step is input-bound.
@@ -115,6 +118,7 @@ private:
     LaneSummary m_base; // the fields that do not depend on spec, batch or target
     RunningMedian m_sampleRates, m_stepRates, m_shares;
     std::vector<RunningMedian> m_workerRates;
+    std::vector<RunningMedian> m_threadSpeeds;
     std::map<std::string, RunningMedian> m_phases;
     std::vector<std::map<std::string, RunningMedian>> m_workerPhases;
     double m_energy = 0;              // joules over the measured intervals that carried energy

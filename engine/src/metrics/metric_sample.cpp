@@ -112,6 +112,13 @@ std::string toJsonLine(const MetricSample& s) {
     if (s.allreduceShare) {
         j["allreduce_share"] = number(s.allreduceShare);
     }
+    if (!s.threadSpeeds.empty()) {
+        json speeds = json::array();
+        for (double v : s.threadSpeeds) {
+            speeds.push_back(number(v));
+        }
+        j["thread_speeds"] = std::move(speeds);
+    }
     if (!s.workerStepBreakdown.empty()) {
         json ranks = json::array();
         for (const auto& phases : s.workerStepBreakdown) {
@@ -189,6 +196,14 @@ MetricSample sampleFromJsonLine(const std::string& line) {
             }
         }
         s.allreduceShare = detail::optionalOf<double>(j, "allreduce_share");
+        if (auto it = j.find("thread_speeds"); it != j.end()) {
+            if (!it->is_array() || it->size() > 4096) {
+                throw DataError("thread_speeds must be an array of at most 4,096 numbers");
+            }
+            for (const auto& v : *it) {
+                s.threadSpeeds.push_back(v.is_number() ? v.get<double>() : 0.0);
+            }
+        }
         if (auto it = j.find("worker_step_breakdown"); it != j.end()) {
             if (!it->is_array() || it->size() > 4096) {
                 throw DataError("worker_step_breakdown must be an array of at most 4,096 objects");

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 namespace devicerace {
@@ -165,6 +166,18 @@ std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, doubl
             return fmt::format("{}: the lanes race at the same time and share this machine's cores, so the extra "
                                "threads compete with the other lane (fair mode runs each lane alone)",
                                head);
+        }
+        // Measured evidence first: the step's work shares found its threads at unequal speeds.
+        constexpr double kUneven = 0.85;
+        if (more.threadSpeeds.size() > 1) {
+            const double slowest = *std::min_element(more.threadSpeeds.begin(), more.threadSpeeds.end());
+            if (slowest > 0 && slowest < kUneven) {
+                return fmt::format("{}: its threads did not run at one speed — the slowest ran at {:.0f}% of the "
+                                   "fastest (measured by how its steps shared the work), so a core it ran on was "
+                                   "busy with something else — another process, or a vCPU that shares a physical "
+                                   "core on this virtual machine",
+                                   head, slowest * 100);
+            }
         }
         const std::optional<double> stepSeconds =
             fewer.samplesPerSec && *fewer.samplesPerSec > 0 && fewer.batch > 0

@@ -118,6 +118,12 @@ void RunningSummary::add(const MetricSample& s) {
             for (std::size_t r = 0; r < s.workerSamplesPerSec.size(); ++r) {
                 m_workerRates[r].add(s.workerSamplesPerSec[r]);
             }
+            if (m_threadSpeeds.size() < s.threadSpeeds.size()) {
+                m_threadSpeeds.resize(s.threadSpeeds.size());
+            }
+            for (std::size_t t = 0; t < s.threadSpeeds.size(); ++t) {
+                m_threadSpeeds[t].add(s.threadSpeeds[t]);
+            }
             for (const auto& [phase, secs] : s.stepBreakdown) {
                 m_phases[phase].add(secs);
             }
@@ -198,6 +204,9 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     }
     for (const auto& rates : m_workerRates) {
         out.workerSamplesPerSec.push_back(rates.empty() ? 0.0 : rates.median());
+    }
+    for (const auto& speeds : m_threadSpeeds) {
+        out.threadSpeeds.push_back(speeds.empty() ? 0.0 : speeds.median());
     }
     double phaseSum = 0;
     for (const auto& [phase, secs] : m_phases) {

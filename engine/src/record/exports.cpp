@@ -150,6 +150,7 @@ std::string summaryToJson(const RaceSummary& summary) {
         lane["samples_per_joule"] = orNull(l.samplesPerJoule);
         lane["energy_source"] = l.energySource.empty() ? json(nullptr) : json(l.energySource);
         lane["lr"] = orNull(l.lr);
+        lane["thread_speeds"] = l.threadSpeeds.empty() ? json(nullptr) : json(l.threadSpeeds);
         if (l.workers > 0) {
             lane["workers"] = l.workers;
             if (!l.job.empty() || !l.nodes.empty()) {

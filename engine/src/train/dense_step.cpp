@@ -471,6 +471,24 @@ std::string DenseStep::describe() const {
     return m_bf16 ? "fused dense step (bf16 GEMMs, fp32 master weights)" : "fused dense step";
 }
 
+std::vector<double> DenseStep::threadSpeeds() const {
+    const auto& rows = m_rowShares.fractions();
+    const auto& units = m_unitShares.fractions();
+    if (!m_balance || rows.size() < 2 || units.size() != rows.size()) {
+        return {};
+    }
+    // At the balancers' fixed point each thread's share is in proportion to its speed.
+    std::vector<double> speeds(rows.size());
+    for (std::size_t w = 0; w < rows.size(); ++w) {
+        speeds[w] = (rows[w] + units[w]) / 2;
+    }
+    const double fastest = *std::max_element(speeds.begin(), speeds.end());
+    for (auto& v : speeds) {
+        v /= fastest;
+    }
+    return speeds;
+}
+
 std::string DenseStep::describeThreads() const {
     const int threads = at::get_num_threads();
     return threads > 1 && m_split

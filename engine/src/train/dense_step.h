@@ -63,6 +63,8 @@ public:
     std::string describe() const override;
     /// "each step's batch rows, then its units, split over 2 threads"; empty on one thread.
     std::string describeThreads() const override;
+    /// The speeds the row and unit shares settled on (their mean), the fastest thread's 1.
+    std::vector<double> threadSpeeds() const override;
 
 private:
     struct Layer {

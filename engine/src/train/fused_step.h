@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "devicerace/lane_spec.h"
 
@@ -61,6 +62,9 @@ public:
     virtual std::string describe() const = 0;
     /// How several threads share a step; empty on one thread.
     virtual std::string describeThreads() const = 0;
+    /// Each intra-op thread's speed relative to the fastest (1), as the step's work shares have
+    /// found it; empty where the step does not measure it (one thread, fixed shares).
+    virtual std::vector<double> threadSpeeds() const { return {}; }
 };
 
 } // namespace devicerace::detail

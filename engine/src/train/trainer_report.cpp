@@ -99,6 +99,9 @@ std::optional<LaneOutcome> Trainer::report() {
     // The rate the last step trained with (the window marks a schedule's boundaries).
     s.lr = m_ctx.lr * scheduleFactor(m_ctx.schedule, std::max<std::int64_t>(0, m_step - 1), m_ctx.totalSteps);
     s.stepBreakdown = std::move(breakdown);
+    if (m_fusedStep) {
+        s.threadSpeeds = m_fusedStep->threadSpeeds();
+    }
     if (m_energy) {
         s.energyJoules = m_energy->read();
     }
