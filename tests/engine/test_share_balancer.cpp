@@ -121,6 +121,18 @@ TEST(ShareBalancer, CutsOnGranulesAndKeepsEveryMinimum) {
     EXPECT_EQ(bounds, (std::vector<std::int64_t>{0, 80, 112, 128}));
 }
 
+// An epoch's short last batch runs on one worker: what was learnt for two stays.
+TEST(ShareBalancer, AOneWorkerSplitKeepsWhatWasLearnt) {
+    ShareBalancer b;
+    b.set(std::vector<double>{0.6, 0.4});
+    std::vector<std::int64_t> bounds;
+    b.split(24, 1, 4, 16, bounds);
+    EXPECT_EQ(bounds, (std::vector<std::int64_t>{0, 24}));
+    EXPECT_EQ(b.fractions(), (std::vector<double>{0.6, 0.4}));
+    b.split(128, 2, 4, 16, bounds);
+    EXPECT_EQ(bounds[1], 76); // 0.6 of 128 on granules of 4
+}
+
 TEST(ShareBalancer, IgnoresStepsThatSayNothingAboutSpeed) {
     ShareBalancer b;
     std::vector<std::int64_t> bounds;

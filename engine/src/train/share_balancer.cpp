@@ -17,7 +17,12 @@ void ShareBalancer::set(std::span<const double> fractions) { m_fractions.assign(
 
 void ShareBalancer::split(std::int64_t items, std::int64_t workers, std::int64_t granule, std::int64_t minShare,
                           std::vector<std::int64_t>& bounds) {
-    workers = std::max<std::int64_t>(1, workers);
+    if (workers <= 1) {
+        // One worker (an epoch's short last batch): the whole, and what was learnt for several
+        // workers stays for the next full batch.
+        bounds.assign({0, items});
+        return;
+    }
     granule = std::max<std::int64_t>(1, granule);
     resize(static_cast<std::size_t>(workers));
     bounds.assign(static_cast<std::size_t>(workers + 1), 0);

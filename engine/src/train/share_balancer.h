@@ -21,7 +21,8 @@ public:
     /// Cuts `items` into `workers` consecutive shares: bounds[0] = 0, bounds[workers] = items,
     /// worker w takes [bounds[w], bounds[w + 1]). Each cut is a multiple of `granule`; each
     /// share holds at least `minShare` items where there are enough. The shares follow the
-    /// fractions learnt so far (even before the first `learn`, or when `workers` changes).
+    /// fractions learnt so far (even before the first `learn`, or when `workers` changes to
+    /// another count of several; one worker takes everything and leaves the fractions be).
     void split(std::int64_t items, std::int64_t workers, std::int64_t granule, std::int64_t minShare,
                std::vector<std::int64_t>& bounds);
 
