@@ -90,6 +90,15 @@ TEST(ExplainSummary, BreakdownMediansInputBoundUtilisationAndEnergy) {
     samples[4].threadSpeeds = {1.0, 0.7};
     const auto sum = summarize(spec, 100, samples, {});
     EXPECT_EQ(sum.threadSpeeds, (std::vector<double>{1.0, 0.8})); // each thread's median
+    // The fastest thread changed every step: the medians (0.9, 0.9, 0.8) are rescaled so the fastest reads 1.
+    samples[2].threadSpeeds = {1.0, 0.9, 0.8};
+    samples[3].threadSpeeds = {0.9, 1.0, 0.8};
+    samples[4].threadSpeeds = {0.8, 0.9, 1.0};
+    const auto swapped = summarize(spec, 100, samples, {});
+    ASSERT_EQ(swapped.threadSpeeds.size(), 3u);
+    EXPECT_DOUBLE_EQ(swapped.threadSpeeds[0], 1.0);
+    EXPECT_DOUBLE_EQ(swapped.threadSpeeds[1], 1.0);
+    EXPECT_DOUBLE_EQ(swapped.threadSpeeds[2], 0.8 / 0.9);
     EXPECT_DOUBLE_EQ(sum.stepBreakdown.at("data"), 0.025);
     EXPECT_DOUBLE_EQ(sum.stepBreakdown.at("forward"), 0.045);
     EXPECT_NEAR(*sum.dataShare, 0.25, 1e-12);

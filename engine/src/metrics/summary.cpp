@@ -208,6 +208,15 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     for (const auto& speeds : m_threadSpeeds) {
         out.threadSpeeds.push_back(speeds.empty() ? 0.0 : speeds.median());
     }
+    // Each thread's median is taken on its own, so when the fastest thread changed during the race
+    // no median need be 1; rescale so the fastest reads 1, as in every sample.
+    if (const auto fastest = std::max_element(out.threadSpeeds.begin(), out.threadSpeeds.end());
+        fastest != out.threadSpeeds.end() && *fastest > 0) {
+        const double scale = *fastest;
+        for (double& v : out.threadSpeeds) {
+            v /= scale;
+        }
+    }
     double phaseSum = 0;
     for (const auto& [phase, secs] : m_phases) {
         out.stepBreakdown[phase] = secs.median();
