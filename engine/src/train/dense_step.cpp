@@ -212,6 +212,8 @@ struct DenseStep::StepState {
     LaneOptimizer* optimizer = nullptr;    // set when each worker steps its own slices
     // Worker 0's (the lane thread's) phase ends, for the step breakdown.
     Clock::time_point dataEnd, forwardEnd;
+    bool timed = false;       // this step's phases are timed
+    ThreadTime dataEndThread; // the lane thread's CPU time and switches at dataEnd
     double optimizerSeconds = 0;
 };
 
@@ -257,6 +259,9 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
     }
     if (worker == 0) {
         s.dataEnd = Clock::now();
+        if (s.timed) {
+            s.dataEndThread = ThreadTime::now();
+        }
     }
     // Forward: act_l = dropout(relu(act_{l-1} W_l^T + b_l)).
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
@@ -382,6 +387,8 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
     s.drop.clear();
     s.seeds.clear();
     s.optimizerSeconds = 0;
+    s.timed = timer && timer->active();
+    s.dataEndThread = {};
     s.rows = x.size(0);
     s.workers =
         m_split ? std::clamp<std::int64_t>(s.rows / kMinRowsPerWorker, 1, std::max(1, at::get_num_threads())) : 1;
@@ -423,7 +430,7 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
     loss.fill_(ce.lossSum / static_cast<double>(s.rows));
     correct.fill_(ce.correct);
     if (timer) {
-        timer->markAt(Phase::Data, s.dataEnd); // bytes to normalised floats: input work
+        timer->markAt(Phase::Data, s.dataEnd, &s.dataEndThread); // bytes to normalised floats: input work
         timer->markAt(Phase::Forward, s.forwardEnd);
     }
     s.optimizer = s.workers > 1 && optimizer.steppedInRanges() ? &optimizer : nullptr;

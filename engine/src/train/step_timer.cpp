@@ -68,6 +68,7 @@ void StepTimer::begin(std::int64_t step) {
         m_cuda->starts.push_back(m_cuda->record());
         m_cuda->steps.emplace_back();
     } else {
+        m_dataFrom = ThreadTime::now();
         m_last = std::chrono::steady_clock::now();
     }
 }
@@ -80,16 +81,28 @@ void StepTimer::mark(Phase finished) {
         m_cuda->steps.back().push_back({finished, m_cuda->record()});
         return;
     }
+    if (finished == Phase::Data && m_dataFrom.valid) {
+        const auto thread = ThreadTime::now();
+        markAt(finished, std::chrono::steady_clock::now(), &thread);
+        return;
+    }
     markAt(finished, std::chrono::steady_clock::now());
 }
 
-void StepTimer::markAt(Phase finished, std::chrono::steady_clock::time_point at) {
+void StepTimer::markAt(Phase finished, std::chrono::steady_clock::time_point at, const ThreadTime* threadAt) {
     if (!m_active || m_cuda) {
         mark(finished);
         return;
     }
     at = std::max(at, m_last);
-    m_sum[static_cast<std::size_t>(finished)] += std::chrono::duration<double>(at - m_last).count();
+    double seconds = std::chrono::duration<double>(at - m_last).count();
+    if (finished == Phase::Data && threadAt) {
+        seconds -= preemptedSeconds(seconds, m_dataFrom, *threadAt); // left to "other"
+    }
+    // A data mark's reading starts the next stretch of data (the fused steps convert the batch
+    // after the trainer's mark); after any other phase there is none.
+    m_dataFrom = finished == Phase::Data && threadAt ? *threadAt : ThreadTime{};
+    m_sum[static_cast<std::size_t>(finished)] += seconds;
     m_last = at;
 }
 
