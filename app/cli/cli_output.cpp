@@ -244,6 +244,22 @@ std::string explainText(const RaceSummary& s) {
             }
         }
     }
+    // The rest of the machine, when it was busy enough to matter for some lane.
+    constexpr double kBusyElsewhere = 0.25, kStolen = 0.05;
+    bool busy = false;
+    for (const auto& l : s.lanes) {
+        busy = busy || l.otherCpus.value_or(0) >= kBusyElsewhere || l.stealShare.value_or(0) >= kStolen;
+    }
+    if (busy) {
+        std::string each;
+        for (const auto& l : s.lanes) {
+            if (l.otherCpus && l.stealShare) {
+                each += fmt::format("{}{} {:.1f} CPUs busy elsewhere, {:.0f}% stolen", each.empty() ? "" : " · ",
+                                    l.name, *l.otherCpus, *l.stealShare * 100);
+            }
+        }
+        out += fmt::format("  the rest of the machine while each lane trained (/proc/stat): {}\n", each);
+    }
     return out;
 }
 

@@ -663,6 +663,32 @@ class RealRaces(unittest.TestCase):
             train = [json.loads(l) for l in read(events).splitlines() if '"kind": "train"' in l or '"kind":"train"' in l]
             self.assertTrue(any(len(e.get("thread_speeds", [])) == 2 for e in train if e["lane"] == "proc"))
 
+    def test_a_busy_process_beside_the_race_is_measured_and_reported(self):
+        # While another process keeps a CPU busy, each lane reads it from /proc/stat (less its own
+        # process's CPU time): a thread lane and a worker-process lane alike, in the samples, the
+        # JSON summary and the printed explanation.
+        with tempfile.TemporaryDirectory() as d:
+            out, events = os.path.join(d, "r.json"), os.path.join(d, "r.jsonl")
+            busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                r = run("race", "--workload", "fashion-mlp", "--fair", "--steps", "300", "--warmup-steps", "10",
+                        "--eval-every", "0", "--lane", "cpu,threads=1",
+                        "--lane", "cpu,threads=1,isolate=process,name=proc", *SMALL, "--json", out, "--jsonl", events)
+            finally:
+                busy.kill()
+                busy.wait()
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("the rest of the machine while each lane trained (/proc/stat): cpu·1 ", r.stdout)
+            lanes = {l["name"]: l for l in json.loads(read(out))["lanes"]}
+            for name in ("cpu·1", "proc"):
+                # About one CPU; the ticks' coarseness and the machine's own background blur it.
+                self.assertGreaterEqual(lanes[name]["other_cpus"], 0.6, lanes[name])
+                self.assertTrue(0.0 <= lanes[name]["steal"] <= 1.0, lanes[name])
+            train = [json.loads(l) for l in read(events).splitlines() if '"train"' in l]
+            # An interval too short for /proc/stat to tick (an epoch's one-step end) carries none.
+            measured = [e for e in train if "other_cpus" in e and "steal" in e]
+            self.assertGreater(len(measured), len(train) // 2, train)
+
     def test_fair_mode_and_synthetic(self):
         r = run("race", "--workload", "fashion-cnn", "--data", "synthetic", "--fair", "--steps", "4",
                 "--lane", "cpu,threads=1,batch=16", "--lane", "cpu,threads=2,batch=16", *SMALL)

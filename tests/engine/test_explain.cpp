@@ -48,12 +48,19 @@ TEST(ExplainSample, TheFieldsRoundTripAndBadOnesAreRefused) {
     auto s = train(10, 1000, false, {{"data", 0.001}, {"forward", 0.004}, {"other", 0.0005}}, 2.5);
     s.lr = 0.002;
     s.threadSpeeds = {1.0, 0.8125};
+    s.otherCpus = 0.875;
+    s.stealShare = 0.0625;
     auto back = sampleFromJsonLine(toJsonLine(s));
     EXPECT_EQ(back.stepBreakdown, s.stepBreakdown);
     EXPECT_EQ(back.threadSpeeds, s.threadSpeeds);
+    EXPECT_DOUBLE_EQ(*back.otherCpus, 0.875);
+    EXPECT_DOUBLE_EQ(*back.stealShare, 0.0625);
     EXPECT_DOUBLE_EQ(*back.energyJoules, 2.5);
     EXPECT_DOUBLE_EQ(*back.lr, 0.002);
-    const auto st = sampleFromJsonLine(toJsonLine(running(3.2e6, 1.7e11)));
+    auto withCpus = running(3.2e6, 1.7e11);
+    withCpus.machineCpus = 2;
+    const auto st = sampleFromJsonLine(toJsonLine(withCpus));
+    EXPECT_EQ(st.machineCpus, 2);
     EXPECT_DOUBLE_EQ(*st.flopsPerSample, 3.2e6);
     EXPECT_DOUBLE_EQ(*st.peakFlopsPerSec, 1.7e11);
     EXPECT_EQ(st.peakSource, "measured: test");
@@ -62,6 +69,7 @@ TEST(ExplainSample, TheFieldsRoundTripAndBadOnesAreRefused) {
     const auto plain = sampleFromJsonLine(toJsonLine(train(3, 10, false, {})));
     EXPECT_TRUE(plain.stepBreakdown.empty());
     EXPECT_TRUE(plain.threadSpeeds.empty());
+    EXPECT_FALSE(plain.otherCpus || plain.stealShare);
     EXPECT_EQ(toJsonLine(train(3, 10, false, {})).find("thread_speeds"), std::string::npos);
     EXPECT_THROW(sampleFromJsonLine(R"({"kind":"train","lane":"a","step":1,"samples":1,"t":0,"thread_speeds":1})"),
                  DataError);
@@ -99,6 +107,19 @@ TEST(ExplainSummary, BreakdownMediansInputBoundUtilisationAndEnergy) {
     EXPECT_DOUBLE_EQ(swapped.threadSpeeds[0], 1.0);
     EXPECT_DOUBLE_EQ(swapped.threadSpeeds[1], 1.0);
     EXPECT_DOUBLE_EQ(swapped.threadSpeeds[2], 0.8 / 0.9);
+    EXPECT_FALSE(sum.otherCpus || sum.stealShare); // not measured
+
+    // The rest of the machine: each interval after warm-up weighted by its length.
+    samples[1].otherCpus = 5.0; // warm-up: ignored
+    samples[1].stealShare = 0.5;
+    for (std::size_t i = 2; i < 5; ++i) {
+        samples[i].otherCpus = i == 2 ? 1.0 : 0.0;
+        samples[i].stealShare = i == 2 ? 0.2 : 0.05;
+    }
+    samples[2].intervalSeconds = 1.0; // twice as long as the others (0.5 s)
+    const auto loaded = summarize(spec, 100, samples, {});
+    EXPECT_DOUBLE_EQ(*loaded.otherCpus, 0.5);    // (1.0 x 1 + 0 + 0) / 2 s
+    EXPECT_DOUBLE_EQ(*loaded.stealShare, 0.125); // (0.2 x 1 + 0.05 x 0.5 x 2) / 2 s
     EXPECT_DOUBLE_EQ(sum.stepBreakdown.at("data"), 0.025);
     EXPECT_DOUBLE_EQ(sum.stepBreakdown.at("forward"), 0.045);
     EXPECT_NEAR(*sum.dataShare, 0.25, 1e-12);

@@ -347,6 +347,46 @@ TEST(Explain, SlowerLanesWithMoreResourcesSayWhy) {
     why = explainSlowerLanes({one, uneven}, true, "fashion-mlp");
     ASSERT_EQ(why.size(), 1u);
     EXPECT_NE(why[0].find("split two ways"), std::string::npos) << why[0];
+    // Measured first of all: the rest of the machine was busier while the slower lane ran.
+    auto quiet = one, busy = uneven;
+    quiet.otherCpus = 0.02;
+    quiet.stealShare = 0.01;
+    busy.otherCpus = 0.96;
+    busy.stealShare = 0.01;
+    why = explainSlowerLanes({quiet, busy}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("other processes kept 1.0 CPUs busy on average (measured from /proc/stat; 0.0 while "
+                          "cpu·1 ran), so its 2 threads"),
+              std::string::npos)
+        << why[0];
+    // One busy process beside both lanes: the one-thread lane still had a core of its own, the
+    // two threads and that process wanted more than the machine's 2 CPUs.
+    quiet.otherCpus = 1.0;
+    busy.otherCpus = 0.6;
+    busy.machineCpus = 2;
+    why = explainSlowerLanes({quiet, busy}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("other processes kept 0.6 CPUs of this machine's 2 busy"), std::string::npos) << why[0];
+    busy.machineCpus = 4; // room for both: the load explains nothing, the step size does
+    why = explainSlowerLanes({quiet, busy}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("split two ways"), std::string::npos) << why[0];
+    quiet.otherCpus = 0.02;
+    busy.otherCpus = 0.96;
+    busy.machineCpus.reset();
+    // ... or the hypervisor took more of the vCPUs' time.
+    busy.otherCpus = 0.1;
+    busy.stealShare = 0.12;
+    why = explainSlowerLanes({quiet, busy}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("the hypervisor gave 12% of this virtual machine's CPU time"), std::string::npos) << why[0];
+    // The same load during both lanes, with room for it, explains nothing between them.
+    busy.machineCpus = 4;
+    quiet.otherCpus = busy.otherCpus = 0.9;
+    quiet.stealShare = busy.stealShare = 0.12;
+    why = explainSlowerLanes({quiet, busy}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("split two ways"), std::string::npos) << why[0];
     // Live mode: the lanes shared the cores.
     why = explainSlowerLanes({one, two}, false, "fashion-mlp");
     ASSERT_EQ(why.size(), 1u);

@@ -94,7 +94,7 @@ lines = [
      "loss": 2.3, "accuracy": 0.1, "samples_per_sec": 1280.0, "steps_per_sec": 20.0, "interval_s": 1.0,
      "memory_bytes": 1048576, "warmup": True},
     {"kind": "train", "lane": "cpu", "step": 40, "samples": 2560, "t": 2.0, "loss": 1.9, "samples_per_sec": 1300.0,
-     "worker_samples_per_sec": [650.0, None, 650.0], "allreduce_share": 0.2, "thread_speeds": [1.0, 0.8]},
+     "worker_samples_per_sec": [650.0, None, 650.0], "allreduce_share": 0.2, "thread_speeds": [1.0, 0.8], "other_cpus": 0.9, "steal": 0.03},
     {"kind": "eval", "lane": "cpu", "step": 40, "samples": 2560, "t": 2.5, "loss": 0.7, "accuracy": 0.82,
      "text": "sample text"},
     {"kind": "state", "lane": "cpu", "step": 40, "samples": 2560, "t": 2.6, "state": "finished", "message": "done"},

@@ -47,6 +47,11 @@ struct MetricSample {
     // Train: each of the lane's intra-op threads' speed relative to the fastest (1), as the fused
     // step's work shares found it at the interval's end (empty where no step measures it).
     std::vector<double> threadSpeeds;
+    // Train: how busy the rest of the machine kept its CPUs over the interval (/proc/stat less
+    // this process's own CPU time): CPUs busy with other processes, on average, and the share of
+    // the machine's CPU time the hypervisor gave to other machines (steal). Not for data-parallel lanes.
+    std::optional<double> otherCpus;
+    std::optional<double> stealShare;
     // Explaining the race (issue 29):
     // Train: seconds per step by phase ("data", "forward", "backward", "communication",
     // "optimizer", "compute" (a CUDA graph's whole step), "other"), over the interval's timed steps.
@@ -57,6 +62,7 @@ struct MetricSample {
     std::optional<double> peakFlopsPerSec; // the device's peak for the lane's precision and threads
     std::string peakSource;                // "measured: ..." or "datasheet: ..."
     std::string energySource;              // "RAPL package-0" / "NVML" / "not measurable here: <why>"
+    std::optional<int> machineCpus;        // the CPUs of the machine whose load otherCpus reads
 };
 
 /// One JSON object on one line (no trailing newline).

@@ -78,6 +78,12 @@ struct LaneSummary {
     // A lane whose fused step shares each step between its threads: each thread's speed
     // relative to the fastest (1), the median over the intervals after warm-up.
     std::vector<double> threadSpeeds;
+    // The rest of the machine while the lane trained, over the intervals after warm-up (each
+    // interval weighted by its length): CPUs busy with other processes, and the hypervisor's steal
+    // share of the machine's CPU time. nullopt where not measured.
+    std::optional<double> otherCpus;
+    std::optional<double> stealShare;
+    std::optional<int> machineCpus; // the CPUs of the machine those were read on
 };
 
 /// A lane whose data phase takes more than this share of its step is input-bound.
@@ -121,6 +127,7 @@ private:
     std::vector<RunningMedian> m_threadSpeeds;
     std::map<std::string, RunningMedian> m_phases;
     std::vector<std::map<std::string, RunningMedian>> m_workerPhases;
+    double m_otherCpuSeconds = 0, m_stealSeconds = 0, m_loadSeconds = 0; // the machine's load, interval-weighted
     double m_energy = 0;              // joules over the measured intervals that carried energy
     std::int64_t m_energySamples = 0; // samples in those intervals
     bool m_energyMissing = false;     // a measured interval without an energy reading

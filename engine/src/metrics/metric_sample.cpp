@@ -119,6 +119,12 @@ std::string toJsonLine(const MetricSample& s) {
         }
         j["thread_speeds"] = std::move(speeds);
     }
+    if (s.otherCpus) {
+        j["other_cpus"] = number(s.otherCpus);
+    }
+    if (s.stealShare) {
+        j["steal"] = number(s.stealShare);
+    }
     if (!s.workerStepBreakdown.empty()) {
         json ranks = json::array();
         for (const auto& phases : s.workerStepBreakdown) {
@@ -152,6 +158,9 @@ std::string toJsonLine(const MetricSample& s) {
     }
     if (!s.energySource.empty()) {
         j["energy_source"] = s.energySource;
+    }
+    if (s.machineCpus) {
+        j["machine_cpus"] = *s.machineCpus;
     }
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -204,6 +213,8 @@ MetricSample sampleFromJsonLine(const std::string& line) {
                 s.threadSpeeds.push_back(v.is_number() ? v.get<double>() : 0.0);
             }
         }
+        s.otherCpus = detail::optionalOf<double>(j, "other_cpus");
+        s.stealShare = detail::optionalOf<double>(j, "steal");
         if (auto it = j.find("worker_step_breakdown"); it != j.end()) {
             if (!it->is_array() || it->size() > 4096) {
                 throw DataError("worker_step_breakdown must be an array of at most 4,096 objects");
@@ -221,6 +232,7 @@ MetricSample sampleFromJsonLine(const std::string& line) {
         s.peakFlopsPerSec = detail::optionalOf<double>(j, "peak_flops_per_sec");
         s.peakSource = j.value("peak_source", std::string()).substr(0, 200);
         s.energySource = j.value("energy_source", std::string()).substr(0, 200);
+        s.machineCpus = detail::optionalOf<int>(j, "machine_cpus");
         if (s.kind == SampleKind::State) {
             s.state = stateFromString(j.at("state").get<std::string>());
             s.message = j.value("message", std::string());

@@ -167,7 +167,33 @@ std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, doubl
                                "threads compete with the other lane (fair mode runs each lane alone)",
                                head);
         }
-        // Measured evidence first: the step's work shares found its threads at unequal speeds.
+        // Measured evidence first: the rest of the machine left its threads too few cores — its
+        // threads and the other processes' load wanted more CPUs than the machine has (a
+        // one-thread lane beside the same load can still have a core to itself), or the machine
+        // was busier while this lane ran than while the faster one did.
+        constexpr double kBusyElsewhere = 0.25; // CPUs kept busy by other processes
+        constexpr double kBusier = 0.2;         // ... more than while the faster lane ran
+        const double other = more.otherCpus.value_or(0);
+        const bool crowded = more.machineCpus && other + *more.threads > *more.machineCpus + 0.1;
+        if (other >= kBusyElsewhere && (crowded || other >= fewer.otherCpus.value_or(0) + kBusier)) {
+            const auto cpus =
+                more.machineCpus ? fmt::format(" of this machine's {}", *more.machineCpus) : std::string();
+            const auto during =
+                fewer.otherCpus ? fmt::format("; {:.1f} while {} ran", *fewer.otherCpus, fewer.name) : std::string();
+            return fmt::format("{}: while it ran, other processes kept {:.1f} CPUs{} busy on average (measured from "
+                               "/proc/stat{}), so its {} threads did not have the cores to themselves",
+                               head, other, cpus, during, *more.threads);
+        }
+        constexpr double kStolen = 0.05; // of the machine's CPU time
+        constexpr double kMoreStolen = 0.03;
+        if (more.stealShare && *more.stealShare >= kStolen &&
+            *more.stealShare >= fewer.stealShare.value_or(0) + kMoreStolen) {
+            return fmt::format("{}: while it ran, the hypervisor gave {:.0f}% of this virtual machine's CPU time to "
+                               "other machines ({:.0f}% while {} ran; steal time in /proc/stat), so its threads "
+                               "waited on vCPUs that were not running",
+                               head, *more.stealShare * 100, fewer.stealShare.value_or(0) * 100, fewer.name);
+        }
+        // Then the step's work shares: they found its threads at unequal speeds.
         constexpr double kUneven = 0.85;
         if (more.threadSpeeds.size() > 1) {
             const double slowest = *std::min_element(more.threadSpeeds.begin(), more.threadSpeeds.end());

@@ -124,6 +124,13 @@ void RunningSummary::add(const MetricSample& s) {
             for (std::size_t t = 0; t < s.threadSpeeds.size(); ++t) {
                 m_threadSpeeds[t].add(s.threadSpeeds[t]);
             }
+            // /proc/stat ticks 100 times a second: a 0.1 s interval's reading is coarse, their
+            // time-weighted mean is not.
+            if (s.otherCpus && s.stealShare) {
+                m_otherCpuSeconds += *s.otherCpus * *s.intervalSeconds;
+                m_stealSeconds += *s.stealShare * *s.intervalSeconds;
+                m_loadSeconds += *s.intervalSeconds;
+            }
             for (const auto& [phase, secs] : s.stepBreakdown) {
                 m_phases[phase].add(secs);
             }
@@ -167,6 +174,9 @@ void RunningSummary::add(const MetricSample& s) {
         }
         if (!s.energySource.empty()) {
             out.energySource = s.energySource;
+        }
+        if (s.machineCpus) {
+            out.machineCpus = s.machineCpus;
         }
         break;
     }
@@ -216,6 +226,10 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
         for (double& v : out.threadSpeeds) {
             v /= scale;
         }
+    }
+    if (m_loadSeconds > 0) {
+        out.otherCpus = m_otherCpuSeconds / m_loadSeconds;
+        out.stealShare = m_stealSeconds / m_loadSeconds;
     }
     double phaseSum = 0;
     for (const auto& [phase, secs] : m_phases) {

@@ -151,6 +151,9 @@ std::string summaryToJson(const RaceSummary& summary) {
         lane["energy_source"] = l.energySource.empty() ? json(nullptr) : json(l.energySource);
         lane["lr"] = orNull(l.lr);
         lane["thread_speeds"] = l.threadSpeeds.empty() ? json(nullptr) : json(l.threadSpeeds);
+        lane["other_cpus"] = orNull(l.otherCpus);
+        lane["steal"] = orNull(l.stealShare);
+        lane["machine_cpus"] = l.machineCpus ? json(*l.machineCpus) : json(nullptr);
         if (l.workers > 0) {
             lane["workers"] = l.workers;
             if (!l.job.empty() || !l.nodes.empty()) {

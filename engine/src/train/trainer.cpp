@@ -173,6 +173,10 @@ void Trainer::setUpExplanation(const ModelOptions& options) {
     } else {
         m_energy = cuda ? EnergyMeter::gpu(m_dev.index()) : EnergyMeter::cpu();
         m_explain.energySource = m_energy->source();
+        m_load.emplace();
+        if (m_load->cpus() > 0) {
+            m_explain.machineCpus = m_load->cpus();
+        }
     }
     try {
         m_explain.flopsPerSample = trainingFlopsPerExample(m_ctx.settings.workload, options);
@@ -270,7 +274,7 @@ LaneOutcome Trainer::loop() {
             }
             emitState(LaneState::Paused, {});
             m_paused += m_ctx.waitWhilePaused();
-            m_intervalStart = Clock::now();
+            restartInterval();
             emitState(LaneState::Running, {});
             continue;
         }

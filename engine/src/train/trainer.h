@@ -32,6 +32,7 @@
 #include "train/memory_tracker.h"
 #include "train/step_timer.h"
 #include "devices/energy.h"
+#include "devices/machine_load.h"
 #include "devicerace/workload.h"
 #include "models/models.h"
 
@@ -131,6 +132,8 @@ private:
     std::optional<LaneOutcome> report();
 
     void evaluate();
+    // A new throughput interval: after an evaluation or a pause (neither counts in one).
+    void restartInterval();
 
     // Generates text from a test window, one character at a time (the Keras example's loop),
     // sampling with the lane's generator. Called inside evaluate() (no gradients, eval mode).
@@ -181,7 +184,8 @@ private:
     Clock::time_point m_start, m_intervalStart;
     std::unique_ptr<StepTimer> m_timer; // the step-time breakdown's marks
     std::optional<EnergyMeter> m_energy;
-    MetricSample m_explain; // flops, peak and energy source, sent with the first "running"
+    std::optional<MachineLoad> m_load; // the rest of the machine (none for data-parallel lanes)
+    MetricSample m_explain;            // flops, peak and energy source, sent with the first "running"
     bool m_explainSent = false;
     bool m_slowData = false;             // fault=slow-data: extra input work in each step from fault.step
     double m_paused = 0;                 // seconds spent paused, excluded from the lane clock

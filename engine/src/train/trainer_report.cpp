@@ -105,6 +105,12 @@ std::optional<LaneOutcome> Trainer::report() {
     if (m_energy) {
         s.energyJoules = m_energy->read();
     }
+    if (m_load) {
+        if (const auto load = m_load->read()) {
+            s.otherCpus = load->otherCpus;
+            s.stealShare = load->stealShare;
+        }
+    }
     if (isReporter()) {
         m_ctx.emit(std::move(s));
     }
@@ -155,7 +161,18 @@ void Trainer::evaluate() {
     m_ctx.emit(std::move(s));
     emitState(LaneState::Running, {});
     // Evaluation is on the lane clock (time to accuracy) but not in throughput intervals.
+    restartInterval();
+}
+
+void Trainer::restartInterval() {
     m_intervalStart = Clock::now();
+    // The counters read per interval start again too: their next reading is the interval's.
+    if (m_energy) {
+        (void)m_energy->read();
+    }
+    if (m_load) {
+        (void)m_load->read();
+    }
 }
 
 // Generates text from a test window, one character at a time (the Keras example's loop),
@@ -298,9 +315,13 @@ void Trainer::emitState(LaneState state, std::string message) {
         s.peakFlopsPerSec = m_explain.peakFlopsPerSec;
         s.peakSource = m_explain.peakSource;
         s.energySource = m_explain.energySource;
+        s.machineCpus = m_explain.machineCpus;
         m_explainSent = true;
         if (m_energy) {
             (void)m_energy->read(); // the count starts here
+        }
+        if (m_load) {
+            (void)m_load->read();
         }
     }
     s.state = state;
