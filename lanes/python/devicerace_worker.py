@@ -343,6 +343,59 @@ def host_name():
 # Samples and the lane clock.
 # ---------------------------------------------------------------------------------------------
 
+class MachineLoad:
+    """How busy the rest of the machine kept its CPUs, as the engine's devices/machine_load.h
+    reads it: /proc/stat's busy ticks less this process's own CPU time (`other_cpus`, CPUs), and
+    the hypervisor's steal share of the machine's CPU time (`steal`). `read` gives the figures
+    since the previous read (the first starts the count and gives None), None where /proc/stat
+    cannot be read."""
+
+    def __init__(self, path="/proc/stat"):
+        self.path = path
+        try:
+            self.hz = float(os.sysconf("SC_CLK_TCK"))
+        except (ValueError, OSError, AttributeError):
+            self.hz = 100.0
+        first = self._ticks()
+        self.cpus = first[3] if first else 0
+        self._last = None
+
+    @staticmethod
+    def parse(text):
+        """(busy, steal, total, cpus) ticks from /proc/stat's text, or None."""
+        ticks, cpus = None, 0
+        for line in text.splitlines():
+            if line.startswith("cpu") and len(line) > 3 and line[3].isdigit():
+                cpus += 1
+            elif line.startswith("cpu "):
+                v = [int(x) for x in line.split()[1:11]]
+                if len(v) < 8:
+                    return None
+                busy = v[0] + v[1] + v[2] + v[5] + v[6]  # user nice system irq softirq
+                ticks = (busy, v[7], busy + v[3] + v[4] + v[7])
+        return ticks + (cpus,) if ticks else None
+
+    def _ticks(self):
+        try:
+            with open(self.path) as f:
+                return self.parse(f.read())
+        except (OSError, ValueError):
+            return None
+
+    def read(self):
+        now = (self._ticks(), time.process_time(), time.perf_counter())
+        last, self._last = self._last, now
+        if not last or not last[0] or not now[0]:
+            return None
+        (b0, s0, t0, _), own0, w0 = last
+        (b1, s1, t1, _), own1, w1 = now
+        wall = w1 - w0
+        if wall <= 0 or t1 <= t0 or b1 < b0 or s1 < s0:
+            return None
+        other = max(0.0, ((b1 - b0) / self.hz - (own1 - own0)) / wall)
+        return other, (s1 - s0) / (t1 - t0)
+
+
 class Meter:
     """A lane's metric samples (docs/EVENTS.md), its clock (seconds since training started,
     paused time excluded) and the engine's divergence rule. One per lane, used by its
@@ -361,10 +414,18 @@ class Meter:
         self.interval_start = time.perf_counter()
         self.first_loss = None
         self.last_t = 0.0
+        self.load = MachineLoad()
+        self.cpus_sent = False
 
     def begin(self):
         """Training starts now: the lane clock and the first interval."""
         self.start = self.interval_start = time.perf_counter()
+        self.load.read()
+
+    def restart_interval(self):
+        """A new throughput interval (after an evaluation or a pause): the clock and the load."""
+        self.interval_start = time.perf_counter()
+        self.load.read()
 
     def t(self, now=None):
         if self.start is None:
@@ -386,6 +447,9 @@ class Meter:
         s = self.base("state")
         s["state"] = state
         s["message"] = message
+        if state == "running" and not self.cpus_sent and self.load.cpus > 0:
+            s["machine_cpus"] = self.load.cpus
+            self.cpus_sent = True
         self.emit(s)
 
     def advance(self, samples):
@@ -436,6 +500,9 @@ class Meter:
                 phases[overlapped] = max(0.0, phases[overlapped] - excess)
             phases["other"] = max(0.0, dt / steps - sum(phases.values()))
             s["step_breakdown"] = phases
+        load = self.load.read()
+        if load:
+            s["other_cpus"], s["steal"] = load
         self.emit(s)
         self.reported_step, self.reported_samples = self.step, self.samples
         self.interval_start = time.perf_counter()
@@ -450,11 +517,11 @@ class Meter:
             s["text"] = text
         self.emit(s)
         # Evaluation is on the lane clock (time to accuracy) but outside throughput intervals.
-        self.interval_start = time.perf_counter()
+        self.restart_interval()
 
     def paused_for(self, seconds):
         self.paused += seconds
-        self.interval_start = time.perf_counter()
+        self.restart_interval()
 
 
 # ---------------------------------------------------------------------------------------------

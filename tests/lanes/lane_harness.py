@@ -219,4 +219,12 @@ def assert_step_breakdown(test, samples, phases, tolerance=0.05):
         mean_step = s["interval_s"] / steps
         test.assertLessEqual(abs(sum(b.values()) / mean_step - 1), tolerance,
                              f"phases sum to {sum(b.values()) * 1e3:.3f} ms, the step is {mean_step * 1e3:.3f} ms: {b}")
+    # The rest of the machine, as the engine's lanes read it (other_cpus, steal): in the intervals
+    # long enough for /proc/stat to tick.
+    if os.path.exists("/proc/stat"):
+        loaded = [s for s in train if "other_cpus" in s]
+        test.assertTrue(loaded, "no train sample read the machine's load")
+        for s in loaded:
+            test.assertGreaterEqual(s["other_cpus"], 0.0, s)
+            test.assertTrue(0.0 <= s["steal"] <= 1.0, s)
     return [s["step_breakdown"] for s in with_breakdown]

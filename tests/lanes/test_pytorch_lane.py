@@ -6,6 +6,7 @@ Run as: .venv/bin/python tests/lanes/test_pytorch_lane.py   (about a minute on 2
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -260,6 +261,40 @@ class PyTorchLaneTest(unittest.TestCase):
         self.assertEqual(m["proto"], "1.1")
         self.assertEqual(lane.wait(), 3)
         self.assertIn("protocol 2", lane.stderr())
+
+
+class MachineLoadTest(unittest.TestCase):
+    """The framework lanes' reading of the rest of the machine (devicerace_worker.MachineLoad),
+    the same as the engine's (tests/engine/test_machine_load.cpp)."""
+
+    def test_proc_stat_columns(self):
+        text = ("cpu  4719271 14855 478527 3895093 31142 0 6435 28917 0 0\n"
+                "cpu0 2251143 8202 203746 2099003 7883 0 2202 14635 0 0\n"
+                "cpu1 2468128 6653 274781 1796090 23259 0 4233 14281 0 0\nctxt 99\n")
+        busy = 4719271 + 14855 + 478527 + 0 + 6435
+        self.assertEqual(dw.MachineLoad.parse(text), (busy, 28917, busy + 3895093 + 31142 + 28917, 2))
+        self.assertIsNone(dw.MachineLoad.parse("cpu  1 2 3 4 5 6 7\n"))
+        self.assertIsNone(dw.MachineLoad.parse(""))
+        missing = dw.MachineLoad("/nonexistent/proc/stat")
+        self.assertEqual(missing.cpus, 0)
+        self.assertIsNone(missing.read())
+        self.assertIsNone(missing.read())
+
+    @unittest.skipUnless(os.path.exists("/proc/stat"), "no /proc/stat here")
+    def test_a_busy_process_is_other_load(self):
+        load = dw.MachineLoad()
+        self.assertGreater(load.cpus, 0)
+        self.assertIsNone(load.read())  # the count starts
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            time.sleep(1.0)
+            other, steal = load.read()
+        finally:
+            busy.kill()
+            busy.wait()
+        # About one CPU; the ticks' coarseness and the machine's background blur it.
+        self.assertGreaterEqual(other, 0.6)
+        self.assertTrue(0.0 <= steal <= 1.0)
 
 
 class LaneSpecTest(unittest.TestCase):
