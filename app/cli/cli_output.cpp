@@ -245,10 +245,9 @@ std::string explainText(const RaceSummary& s) {
         }
     }
     // The rest of the machine, when it was busy enough to matter for some lane.
-    constexpr double kBusyElsewhere = 0.25, kStolen = 0.05;
     bool busy = false;
     for (const auto& l : s.lanes) {
-        busy = busy || l.otherCpus.value_or(0) >= kBusyElsewhere || l.stealShare.value_or(0) >= kStolen;
+        busy = busy || l.otherCpus.value_or(0) >= kBusyElsewhereCpus || l.stealShare.value_or(0) >= kStolenShare;
     }
     if (busy) {
         std::string each;

@@ -282,6 +282,8 @@ class MachineLoadTest(unittest.TestCase):
 
     @unittest.skipUnless(os.path.exists("/proc/stat"), "no /proc/stat here")
     def test_a_busy_process_is_other_load(self):
+        if len(os.sched_getaffinity(0)) < 2:
+            self.skipTest("one CPU: the busy process would share it with this one")
         load = dw.MachineLoad()
         self.assertGreater(load.cpus, 0)
         self.assertIsNone(load.read())  # the count starts

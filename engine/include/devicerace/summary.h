@@ -88,6 +88,10 @@ struct LaneSummary {
 
 /// A lane whose data phase takes more than this share of its step is input-bound.
 inline constexpr double kInputBoundShare = 0.20;
+/// The rest of the machine matters to a lane (the CLI says so; a slower lane's why may name it)
+/// from this many CPUs kept busy by other processes, or this share of the CPU time stolen.
+inline constexpr double kBusyElsewhereCpus = 0.25;
+inline constexpr double kStolenShare = 0.05;
 
 /// The median of a growing list: exact (two heaps, O(log n) per value, O(1) per query) for the
 /// first kExactLimit values, equal to median() of them; beyond that the values move into

@@ -171,11 +171,10 @@ std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, doubl
         // threads and the other processes' load wanted more CPUs than the machine has (a
         // one-thread lane beside the same load can still have a core to itself), or the machine
         // was busier while this lane ran than while the faster one did.
-        constexpr double kBusyElsewhere = 0.25; // CPUs kept busy by other processes
-        constexpr double kBusier = 0.2;         // ... more than while the faster lane ran
+        constexpr double kBusier = 0.2; // ... more than while the faster lane ran
         const double other = more.otherCpus.value_or(0);
         const bool crowded = more.machineCpus && other + *more.threads > *more.machineCpus + 0.1;
-        if (other >= kBusyElsewhere && (crowded || other >= fewer.otherCpus.value_or(0) + kBusier)) {
+        if (other >= kBusyElsewhereCpus && (crowded || other >= fewer.otherCpus.value_or(0) + kBusier)) {
             const auto cpus =
                 more.machineCpus ? fmt::format(" of this machine's {}", *more.machineCpus) : std::string();
             const auto during =
@@ -184,9 +183,8 @@ std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, doubl
                                "/proc/stat{}), so its {} threads did not have the cores to themselves",
                                head, other, cpus, during, *more.threads);
         }
-        constexpr double kStolen = 0.05; // of the machine's CPU time
         constexpr double kMoreStolen = 0.03;
-        if (more.stealShare && *more.stealShare >= kStolen &&
+        if (more.stealShare && *more.stealShare >= kStolenShare &&
             *more.stealShare >= fewer.stealShare.value_or(0) + kMoreStolen) {
             return fmt::format("{}: while it ran, the hypervisor gave {:.0f}% of this virtual machine's CPU time to "
                                "other machines ({:.0f}% while {} ran; steal time in /proc/stat), so its threads "

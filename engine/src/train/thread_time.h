@@ -1,6 +1,5 @@
 #pragma once
-// The calling thread's CPU time and context switches (Linux: CLOCK_THREAD_CPUTIME_ID and
-// getrusage(RUSAGE_THREAD)). They tell the time a phase spent waiting for a CPU — the kernel ran
+// The calling thread's CPU time and context switches (Linux: getrusage(RUSAGE_THREAD)). They tell the time a phase spent waiting for a CPU — the kernel ran
 // another thread in this one's place — from the time it spent working or waiting for something
 // (a sleep, a lock, a read from disk). The step breakdown leaves the first out of the data
 // phase, so that a lane sharing its cores is not called input-bound for it (train/step_timer.h).
@@ -13,7 +12,7 @@ struct ThreadTime {
     long involuntarySwitches = 0; // the kernel took the CPU away: preempted
     bool valid = false;           // false where the platform cannot say
 
-    /// The calling thread's figures now (two system calls).
+    /// The calling thread's figures now (one system call).
     static ThreadTime now();
 };
 
