@@ -1,8 +1,8 @@
 #pragma once
-// The calling thread's CPU time and context switches (Linux: getrusage(RUSAGE_THREAD)). They tell the time a phase spent waiting for a CPU — the kernel ran
-// another thread in this one's place — from the time it spent working or waiting for something
-// (a sleep, a lock, a read from disk). The step breakdown leaves the first out of the data
-// phase, so that a lane sharing its cores is not called input-bound for it (train/step_timer.h).
+// The calling thread's CPU time and context switches (Linux: getrusage(RUSAGE_THREAD)). They tell the time a phase
+// spent waiting for a CPU — the kernel ran another thread in this one's place — from the time it spent working or
+// waiting for something (a sleep, a lock, a read from disk). The step breakdown leaves the first out of the data phase,
+// so that a lane sharing its cores is not called input-bound for it (train/step_timer.h).
 
 namespace devicerace::detail {
 
