@@ -8,7 +8,7 @@ leave a clone scalar without any test noticing: the results stay right, only slo
 (`y > 0 ? dy : 0`); GCC does not speculate a 16-bit load, so both clones were scalar loops with a
 branch, 47% of a bf16 cifar-resnet20 step on an AMX Xeon.
 
-This reads the built library with `nm` and `objdump` (binutils): each `.avx512f` and `.avx2`
+This reads the built library with `nm` and `objdump` (binutils): each `.avx512f`, `.avx2` and `.arch_x86_64_v3`
 clone must name an ymm or zmm register at least once. Usage:
     check_kernels_vectorise.py path/to/libdevicerace_engine.so
 """
@@ -32,13 +32,13 @@ def clones(lib):
         if len(parts) != 4:
             continue
         addr, size, _, name = parts
-        m = re.search(r"\.(avx512f|avx2)$", name)
+        m = re.search(r"\.(avx512f|avx2|arch_x86_64_v3)$", name)
         if m and int(size, 16) > 0:
             yield int(addr, 16), int(size, 16), name, m.group(1)
 
 
 def demangled(name):
-    base = re.sub(r"\.(avx512f|avx2)$", "", name)
+    base = re.sub(r"\.(avx512f|avx2|arch_x86_64_v3)$", "", name)
     return subprocess.run(["c++filt", base], check=True, capture_output=True, text=True).stdout.strip()
 
 

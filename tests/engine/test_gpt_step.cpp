@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -297,4 +299,44 @@ TEST(GptKernels, GeluFollowsTheExactErfForm) {
     }
     EXPECT_LT(worstValue, 1e-6);
     EXPECT_LT(worstSlope, 1e-6);
+}
+
+// The loop the step runs (per-ISA clones, vector bodies and tails), not just the scalar helpers:
+// GELU out, its slope left in x, for float and bf16 outputs, 203 columns (tails of 8, 16 and 64).
+TEST(GptKernels, BiasGeluLoopWritesGeluAndKeepsItsSlope) {
+    constexpr std::int64_t rows = 5, cols = 203;
+    std::vector<float> bias(cols), in(rows * cols);
+    for (std::int64_t c = 0; c < cols; ++c) {
+        bias[c] = 0.01f * static_cast<float>(c % 7 - 3);
+    }
+    for (std::int64_t i = 0; i < rows * cols; ++i) {
+        in[i] = -8.0f + 16.0f * static_cast<float>(i) / static_cast<float>(rows * cols - 1);
+    }
+    for (bool bf16 : {false, true}) {
+        SCOPED_TRACE(bf16 ? "bf16 out" : "float out");
+        auto x = in;
+        std::vector<float> out(rows * cols);
+        std::vector<cpu::Bf16> outB(rows * cols);
+        if (bf16) {
+            cpu::biasGelu(x.data(), bias.data(), rows, cols, outB.data());
+        } else {
+            cpu::biasGelu(x.data(), bias.data(), rows, cols, out.data());
+        }
+        double worstValue = 0, worstSlope = 0;
+        for (std::int64_t i = 0; i < rows * cols; ++i) {
+            const double v = static_cast<double>(in[i]) + bias[i % cols];
+            const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+            const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+            float got = out[i];
+            if (bf16) {
+                const std::uint32_t bits = static_cast<std::uint32_t>(outB[i].bits) << 16;
+                std::memcpy(&got, &bits, sizeof got);
+            }
+            const double bound = std::max(1.0, std::abs(v));
+            worstValue = std::max(worstValue, std::abs(got - v * cdf) / bound);
+            worstSlope = std::max(worstSlope, std::abs(x[i] - (cdf + v * pdf)) / bound);
+        }
+        EXPECT_LT(worstValue, bf16 ? 1.0 / 128 : 1e-6); // bf16: 8 bits of mantissa
+        EXPECT_LT(worstSlope, 1e-6);
+    }
 }

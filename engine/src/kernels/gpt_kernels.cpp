@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace devicerace::detail::cpu {
@@ -172,12 +173,22 @@ DR_INLINE float geluSlopeBody(float x) { return normalCdf(x) + x * normalPdf(x);
 template <class T>
 DR_INLINE void biasGeluBody(float* __restrict x, const float* __restrict bias, std::int64_t r0, std::int64_t r1,
                             std::int64_t cols, T* __restrict out) {
-    // In chunks through a float buffer: a loop that also stores bf16 gets half-width vectors.
+    // bf16 in chunks through a float buffer: a loop that also stores bf16 gets half-width vectors.
+    // float straight out (through the buffer, GCC copied each chunk with `rep movsq`: 10% of the loop).
     constexpr std::int64_t kChunk = 64;
     float gelu[kChunk];
     for (std::int64_t r = r0; r < r1; ++r) {
         float* __restrict xr = x + r * cols;
         T* __restrict o = out + r * cols;
+        if constexpr (std::is_same_v<T, float>) {
+            for (std::int64_t c = 0; c < cols; ++c) {
+                const float v = xr[c] + bias[c];
+                const Normal nv = normalAt(v);
+                o[c] = v * nv.cdf;
+                xr[c] = nv.cdf + v * nv.pdf;
+            }
+            continue;
+        }
         for (std::int64_t c0 = 0; c0 < cols; c0 += kChunk) {
             const std::int64_t n = std::min(kChunk, cols - c0);
             for (std::int64_t c = 0; c < n; ++c) {
@@ -192,10 +203,12 @@ DR_INLINE void biasGeluBody(float* __restrict x, const float* __restrict bias, s
         }
     }
 }
-DR_CLONES void biasGeluF(float* x, const float* bias, std::int64_t r0, std::int64_t r1, std::int64_t cols, float* out) {
+DR_CLONES_FMA void biasGeluF(float* x, const float* bias, std::int64_t r0, std::int64_t r1, std::int64_t cols,
+                             float* out) {
     biasGeluBody(x, bias, r0, r1, cols, out);
 }
-DR_CLONES void biasGeluB(float* x, const float* bias, std::int64_t r0, std::int64_t r1, std::int64_t cols, Bf16* out) {
+DR_CLONES_FMA void biasGeluB(float* x, const float* bias, std::int64_t r0, std::int64_t r1, std::int64_t cols,
+                             Bf16* out) {
     biasGeluBody(x, bias, r0, r1, cols, out);
 }
 DR_CLONES void geluBackwardRange(float* __restrict d, const float* __restrict slope, std::int64_t n) {

@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Where a fused transformer step's time goes, loop by loop: every loop and GEMM the engine's fused
+GPT step (engine/src/train/gpt_step.cpp) runs, timed alone at a workload's shape on the built
+engine library (ctypes), times the calls a step makes, in fp32 and in bf16 (the step's bf16 GEMMs
+are MKL's cblas_gemm_bf16bf16f32 with fp32 sums; its loops write bf16 where a GEMM reads).
+
+The budget says which part a precision change can speed up: bf16 makes the GEMMs faster on a CPU
+with AMX, not the loops around them, so the loops' share bounds bf16 / fp32 for the whole step
+(issue 28 asks ≥ 2×). Figures are medians of --reps timings of --calls calls each, denormals
+flushed as in a lane; loops run in a warm cache, so the sum undercounts a real step (compare with
+a race's ms/step). The optimizer and the embedding are left out (a race's step breakdown has the
+optimizer). bf16 on a CPU without AMX is MKL's emulation, said in the header.
+
+With --ab OLD_LIB, the loops (not the GEMMs, which are LibTorch's either way) are timed in both
+libraries loaded side by side, old and new alternating rep by rep, so the VM's drift hits both
+alike: the table gives each loop's old/new ratio (the median of the reps' ratios).
+
+Usage: bench/gpt_step_budget.py [--workload char-gpt|char-gpt-6l] [--precision fp32,bf16]
+                                [--threads N] [--reps R] [--markdown FILE] [--ab OLD_LIB]
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+from host import cpu_model  # noqa: E402  (bench/support/host.py)
+
+SHAPES = {"char-gpt": (4, 4, 128, 64, 12, 113), "char-gpt-6l": (6, 6, 384, 256, 64, 113)}
+# layers, heads, width, context, batch, vocabulary (the fortunes text's)
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "release", "engine",
+                   "libdevicerace_engine.so")
+
+
+class Shape(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int64) for n in ("batch", "heads", "seq", "head", "qkv_stride", "y_stride")]
+
+
+class CrossEntropy(ctypes.Structure):
+    _fields_ = [("loss_sum", ctypes.c_double), ("correct", ctypes.c_int64), ("bad_label", ctypes.c_bool)]
+
+
+def engine(lib_path):
+    """The engine's loops by their mangled names (cpu:: in kernels/gpt_kernels.h and attention_kernels.h)."""
+    lib = ctypes.CDLL(lib_path)
+    names = subprocess.run(["nm", "-D", "--defined-only", lib_path], check=True, capture_output=True,
+                           text=True).stdout.split()
+    p, f, i, u = ctypes.c_void_p, ctypes.c_float, ctypes.c_int64, ctypes.c_uint64
+
+    def find(*parts, args, restype=None):
+        found = [n for n in names if n.startswith("_ZN10devicerace6detail3cpu") and all(x in n for x in parts)]
+        if len(found) != 1:
+            sys.exit(f"{lib_path}: no single symbol with {parts} (found {found}; rebuild the engine?)")
+        fn = getattr(lib, found[0])
+        fn.argtypes, fn.restype = args, restype
+        return fn
+
+    bf16 = "4Bf16E"
+    return {
+        "ln_f": find("13layerNormRows", "PfS4_S4_", args=[p, i, i, p, p, p, p, p]),
+        "ln_b": find("13layerNormRows", bf16, args=[p, i, i, p, p, p, p, p]),
+        "ln_back": find("21layerNormBackwardRows", args=[p, p, p, p, p, i, i, p]),
+        "ln_param": find("19layerNormParamGrads", args=[p, p, p, p, i, i, p, p]),
+        "add_rows_bias": find("11addRowsBias", args=[p, p, p, i, i, p, f, u]),
+        "add_bias": find("7addBias", args=[p, p, i, i]),
+        "column_sums": find("10columnSums", args=[p, i, i, p, p]),
+        "gelu_f": find("8biasGelu", "llS2_", args=[p, p, i, i, p]),
+        "gelu_b": find("8biasGelu", bf16, args=[p, p, i, i, p]),
+        "gelu_back": find("12geluBackward", args=[p, p, i]),
+        "to_bf16": find("6toBf16", args=[p, p, i]),
+        "cross_entropy": find("17tokenCrossEntropy", args=[p, p, i, i, p, i], restype=CrossEntropy),
+        "attn_fwd": find("22causalAttentionForward", args=[ctypes.POINTER(Shape), p, p, p, f, p, p, ctypes.c_int]),
+        "attn_back": find("23causalAttentionBackward",
+                          args=[ctypes.POINTER(Shape), p, p, p, p, p, f, p, p, p, ctypes.c_int]),
+    }
+
+
+def mkl_bf16_gemm():
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+    try:
+        fn = lib.cblas_gemm_bf16bf16f32
+    except AttributeError:
+        return None
+    fn.restype = None
+    fn.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                        ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    return fn
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def timed_us(fn, reps, calls):
+    for _ in range(3):
+        fn()
+    runs = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        runs.append((time.perf_counter() - start) / calls)
+    return 1e6 * statistics.median(runs)
+
+
+def ab_us(fns, reps, calls):
+    """Medians of [old, new] µs a call, and of the reps' old/new ratios, timed alternately."""
+    for fn in fns:
+        fn()
+    runs, ratios = ([], []), []
+    for _ in range(reps):
+        pair = []
+        for which, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            pair.append(1e6 * (time.perf_counter() - start) / calls)
+            runs[which].append(pair[-1])
+        ratios.append(pair[0] / pair[1])
+    return statistics.median(runs[0]), statistics.median(runs[1]), statistics.median(ratios)
+
+
+def budget(k, gemm16, workload, bf16, reps, old=None):
+    """[(part, group, µs a call, calls a step)] for one precision; with `old` (another library's
+    functions), [(part, group, old µs, new µs, old/new, calls a step)] for the loops only."""
+    layers, heads, c, seq, batch, vocab = SHAPES[workload]
+    n, d = batch * seq, c // heads
+    gen = torch.Generator().manual_seed(0)
+    act = torch.bfloat16 if bf16 else torch.float32
+
+    def rand(*size, dtype=torch.float32):
+        return torch.randn(*size, generator=gen).to(dtype)
+
+    ptr = lambda t: t.data_ptr()  # noqa: E731
+    x, y, out = rand(n, c), rand(n, c), torch.empty(n, c)
+    gamma, beta, mean, rstd = rand(c), rand(c), torch.empty(n), torch.empty(n)
+    act_out = torch.empty(n, c, dtype=act)
+    # Loops that write their input get their own: repeated calls must not drift the values they time
+    # (a GELU backward squaring its own buffer, a bias added ten thousand times).
+    wide, wide_act, gelu_in = rand(n, 4 * c), torch.empty(n, 4 * c, dtype=act), rand(n, 4 * c)
+    grad_wide, slope = rand(n, 4 * c), 1 + 1e-6 * rand(n, 4 * c)
+    qkv, qkv_in = rand(n, 3 * c), rand(n, 3 * c)
+    bias4, bias3, sums = rand(4 * c), 1e-9 * rand(3 * c), torch.empty(4 * c)
+    logits, dlogits = rand(n, vocab), torch.empty(n, vocab)
+    labels = torch.randint(0, vocab, (n,), generator=gen)
+    dgamma, dbeta = torch.empty(c), torch.empty(c)
+    copy_c, copy_3c, copy_4c = (torch.empty(n, w, dtype=torch.bfloat16) for w in (c, 3 * c, 4 * c))
+    stride = (seq + 15) // 16 * 16
+    probs, y_heads, dqkv = torch.empty(batch * heads * seq * stride), torch.empty(n, c), torch.empty(n, 3 * c)
+    shape = Shape(batch, heads, seq, d, 3 * c, c)
+    q, step, scale = ptr(qkv), 4 * c, d ** -0.5
+    copy = lambda buf: ptr(buf) if bf16 else None  # noqa: E731  (columnSums' bf16 copy of its input)
+    plus_copy = " (+ bf16 copy)" if bf16 else ""
+    k["ln_f"](ptr(x), n, c, ptr(gamma), ptr(beta), ptr(out), ptr(mean), ptr(rstd))  # a real mean and rstd
+    k["attn_fwd"](ctypes.byref(shape), q, q + step, q + 2 * step, scale, ptr(probs), ptr(y_heads), 0)  # real p
+
+    def loops_of(k):
+        ln = k["ln_b"] if bf16 else k["ln_f"]
+        gelu = k["gelu_b"] if bf16 else k["gelu_f"]
+        parts = [
+            ("layer norm", "norms",
+             lambda: ln(ptr(x), n, c, ptr(gamma), ptr(beta), ptr(act_out), ptr(mean), ptr(rstd)), 2 * layers + 1),
+            ("layer norm backward", "norms",
+             lambda: k["ln_back"](ptr(y), ptr(x), ptr(mean), ptr(rstd), ptr(gamma), n, c, ptr(out)), 2 * layers + 1),
+            ("layer norm gain and bias gradients", "norms",
+             lambda: k["ln_param"](ptr(y), ptr(x), ptr(mean), ptr(rstd), n, c, ptr(dgamma), ptr(dbeta)),
+             2 * layers + 1),
+            ("qkv bias", "elementwise", lambda: k["add_bias"](ptr(qkv_in), ptr(bias3), n, 3 * c), layers),
+            ("residual + bias", "elementwise",
+             lambda: k["add_rows_bias"](ptr(x), ptr(y), ptr(gamma), n, c, ptr(out), 0.0, 0), 2 * layers),
+            ("bias + GELU", "elementwise", lambda: gelu(ptr(gelu_in), ptr(bias4), n, 4 * c, ptr(wide_act)), layers),
+            ("GELU backward", "elementwise", lambda: k["gelu_back"](ptr(grad_wide), ptr(slope), n * 4 * c), layers),
+            ("bias gradients, C wide" + plus_copy, "elementwise",
+             lambda: k["column_sums"](ptr(y), n, c, ptr(sums), copy(copy_c)), 2 * layers),
+            ("bias gradients, 3C wide" + plus_copy, "elementwise",
+             lambda: k["column_sums"](ptr(qkv), n, 3 * c, ptr(sums), copy(copy_3c)), layers),
+            ("bias gradients, 4C wide" + plus_copy, "elementwise",
+             lambda: k["column_sums"](ptr(wide), n, 4 * c, ptr(sums), copy(copy_4c)), layers),
+            ("attention forward (tiles)", "attention",
+             lambda: k["attn_fwd"](ctypes.byref(shape), q, q + step, q + 2 * step, scale, ptr(probs),
+                                   ptr(y_heads), 0), layers),
+            ("attention backward (tiles)", "attention",
+             lambda: k["attn_back"](ctypes.byref(shape), q, q + step, q + 2 * step, ptr(probs), ptr(y), scale,
+                                    ptr(dqkv), ptr(dqkv) + step, ptr(dqkv) + 2 * step, 0), layers),
+            ("cross-entropy and its gradient", "loss",
+             lambda: k["cross_entropy"](ptr(logits), ptr(labels), n, vocab, ptr(dlogits), n), 1),
+        ]
+        if bf16:
+            parts += [("attention output to bf16", "casts",
+                       lambda: k["to_bf16"](ptr(y_heads), ptr(copy_c), n * c), layers),
+                      ("logits' gradient to bf16", "casts",
+                       lambda: k["to_bf16"](ptr(dlogits), ptr(copy_c), n * vocab), 1)]
+        return parts
+
+    def calls_for(fn):
+        return max(3, int(20000 / max(1.0, timed_us(fn, 1, 3))))  # ~20 ms of calls a rep
+
+    if old is not None:
+        rows = []
+        for (name, group, before, _), (_, _, after, calls) in zip(loops_of(old), loops_of(k)):
+            rows.append((name, group, *ab_us([before, after], reps, calls_for(after)), calls))
+        return rows
+    parts = loops_of(k)
+    # The GEMMs: (name, m, n, k, transA, transB), C = A · B row-major; every layer's, then the head's.
+    shapes = [("qkv", n, 3 * c, c, False, True), ("projection", n, c, c, False, True),
+              ("MLP up", n, 4 * c, c, False, True), ("MLP down", n, c, 4 * c, False, True),
+              ("qkv input grad", n, c, 3 * c, False, False), ("projection input grad", n, c, c, False, False),
+              ("MLP up input grad", n, c, 4 * c, False, False), ("MLP down input grad", n, 4 * c, c, False, False),
+              ("qkv weight grad", 3 * c, c, n, True, False), ("projection weight grad", c, c, n, True, False),
+              ("MLP up weight grad", 4 * c, c, n, True, False), ("MLP down weight grad", c, 4 * c, n, True, False),
+              ("head (logits)", n, vocab, c, False, True), ("head input grad", n, c, vocab, False, False),
+              ("head weight grad", vocab, c, n, True, False)]
+    for index, (name, m, nn, kk, ta, tb) in enumerate(shapes):
+        a = rand(kk, m, dtype=act) if ta else rand(m, kk, dtype=act)
+        b = rand(nn, kk, dtype=act) if tb else rand(kk, nn, dtype=act)
+        cmat = torch.empty(m, nn)
+        if bf16:
+            fn = (lambda a=a, b=b, cmat=cmat, m=m, nn=nn, kk=kk, ta=ta, tb=tb: gemm16(
+                ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, nn, kk, 1.0, ptr(a),
+                m if ta else kk, ptr(b), kk if tb else nn, 0.0, ptr(cmat), nn))
+        else:
+            fn = (lambda a=a, b=b, cmat=cmat, ta=ta, tb=tb: torch.mm(a.t() if ta else a, b.t() if tb else b,
+                                                                    out=cmat))
+        parts.append((f"GEMM {name} {m}×{kk}·{kk}×{nn}", "GEMMs", fn, layers if index < 12 else 1))
+    return [(name, group, timed_us(fn, reps, calls_for(fn)), calls) for name, group, fn, calls in parts]
+
+
+def table(rows, title):
+    total = sum(us * calls for _, _, us, calls in rows)
+    lines = [f"### {title}", "", "| part | group | µs a call | calls a step | ms a step | share |",
+             "|---|---|---:|---:|---:|---:|"]
+    for name, group, us, calls in sorted(rows, key=lambda r: -r[2] * r[3]):
+        lines.append(f"| {name} | {group} | {us:.1f} | {calls} | {us * calls / 1e3:.3f} | "
+                     f"{100 * us * calls / total:.1f}% |")
+    groups = {}
+    for _, group, us, calls in rows:
+        groups[group] = groups.get(group, 0.0) + us * calls
+    lines += ["", "| group | ms a step | share |", "|---|---:|---:|"]
+    for group, us in sorted(groups.items(), key=lambda g: -g[1]):
+        lines.append(f"| {group} | {us / 1e3:.3f} | {100 * us / total:.1f}% |")
+    lines.append(f"| **all** | **{total / 1e3:.3f}** | |")
+    return lines, groups, total
+
+
+def ab_table(rows, title, old_lib):
+    before = sum(b * calls for _, _, b, _, _, calls in rows)
+    after = sum(a * calls for _, _, _, a, _, calls in rows)
+    lines = [f"### {title}: the loops, old ({old_lib}) against new, alternating", "",
+             "| part | old µs | new µs | old / new (median of the reps) | ms a step saved |",
+             "|---|---:|---:|---:|---:|"]
+    for name, _, b, a, ratio, calls in sorted(rows, key=lambda r: -(r[2] - r[3]) * r[5]):
+        lines.append(f"| {name} | {b:.1f} | {a:.1f} | {ratio:.3f} | {(b - a) * calls / 1e3:.3f} |")
+    lines.append(f"| **the loops of a step** | **{before / 1e3:.3f} ms** | **{after / 1e3:.3f} ms** | "
+                 f"**{before / after:.3f}** | **{(before - after) / 1e3:.3f}** |")
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", default="char-gpt", choices=sorted(SHAPES))
+    parser.add_argument("--precision", default="fp32,bf16")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--lib", default=LIB)
+    parser.add_argument("--markdown", help="also write the tables here")
+    parser.add_argument("--ab", metavar="OLD_LIB", help="time the loops against another build's engine library")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    k = engine(args.lib)
+    gemm16 = mkl_bf16_gemm()
+    flags = cpu_flags()
+    amx = "amx_bf16" in flags
+    out = [f"# A fused {args.workload} step, loop by loop · {cpu_model()} · {args.threads} thread(s) · "
+           f"torch {torch.__version__}", ""]
+    totals = {}
+    for precision in args.precision.split(","):
+        bf16 = precision == "bf16"
+        if bf16 and gemm16 is None:
+            out += ["bf16: this LibTorch exports no cblas_gemm_bf16bf16f32 (not an MKL build)", ""]
+            continue
+        note = ""
+        if bf16 and not amx:
+            note = " (no AMX here: MKL emulates the bf16 GEMMs, so they say nothing of an AMX CPU)"
+        if args.ab:
+            rows = budget(k, gemm16, args.workload, bf16, args.reps, old=engine(args.ab))
+            out += ab_table(rows, precision, args.ab) + [""]
+            continue
+        lines, groups, total = table(budget(k, gemm16, args.workload, bf16, args.reps), precision + note)
+        totals[precision] = (groups, total)
+        out += lines + [""]
+    if "fp32" in totals and "bf16" in totals:
+        g32, t32 = totals["fp32"]
+        g16, t16 = totals["bf16"]
+        rest32, rest16 = t32 - g32.get("GEMMs", 0.0), t16 - g16.get("GEMMs", 0.0)
+        out += [f"fp32 / bf16, summed here: **{t32 / t16:.2f}×**; outside the GEMMs fp32 {rest32 / 1e3:.2f} ms, "
+                f"bf16 {rest16 / 1e3:.2f} ms a step. Were bf16's GEMMs free, the step could run at most "
+                f"{t32 / rest16:.2f}× fp32.", ""]
+    text = "\n".join(out)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
