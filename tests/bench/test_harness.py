@@ -1,6 +1,7 @@
 """The side-by-side harness (bench/compare.py, bench/peers/peer.py) runs and answers as it says.
 
-Run by ctest as: python3 test_harness.py PATH/TO/devicerace-cli  (the .venv python: needs torch)
+Run by ctest as: python3 test_harness.py PATH/TO/devicerace-cli PATH/TO/libdevicerace_engine.so
+(the .venv python: needs torch)
 """
 import json
 import os
@@ -11,7 +12,8 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PEER = os.path.join(ROOT, "bench", "peers", "peer.py")
 COMPARE = os.path.join(ROOT, "bench", "compare.py")
-CLI = None
+BUDGET = os.path.join(ROOT, "bench", "gpt_step_budget.py")
+CLI = ENGINE = None
 ENV = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="1")
 
 
@@ -74,6 +76,34 @@ class Compare(unittest.TestCase):
         self.assertIn("no-such-net", out.stderr)
 
 
+class GptStepBudget(unittest.TestCase):
+    """bench/gpt_step_budget.py finds every loop it times in the built library (by mangled name) and
+    adds them up; --ab puts two libraries side by side."""
+
+    def run_budget(self, *extra):
+        out = subprocess.run([sys.executable, BUDGET, "--lib", ENGINE, "--precision", "fp32", "--reps", "1", *extra],
+                             capture_output=True, text=True, timeout=600, env=ENV)
+        self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+        return out.stdout
+
+    def test_the_budget_names_every_group_and_sums_them(self):
+        text = self.run_budget()
+        for group in ("GEMMs", "attention", "elementwise", "norms", "loss"):
+            self.assertRegex(text, rf"\n\| {group} \| [0-9.]+ \| [0-9.]+% \|")
+        total = float(text.split("| **all** | **")[1].split("**")[0])
+        groups = sum(float(line.split("|")[2]) for line in text.splitlines()
+                     if line.startswith("| ") and line.split("|")[1].strip() in
+                     ("GEMMs", "attention", "elementwise", "norms", "loss"))
+        self.assertAlmostEqual(total, groups, delta=0.01 * total)
+
+    def test_a_library_against_itself_reads_near_one(self):
+        text = self.run_budget("--ab", ENGINE)
+        ratio = float(text.split("| **the loops of a step** |")[1].split("|")[2].strip(" *"))
+        self.assertGreater(ratio, 0.5)  # the same code both ways: only timing noise between them
+        self.assertLess(ratio, 2.0)
+
+
 if __name__ == "__main__":
     CLI = sys.argv.pop(1)
+    ENGINE = sys.argv.pop(1)
     unittest.main()
