@@ -34,7 +34,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
-from host import cpu_model  # noqa: E402  (bench/support/host.py)
+from host import cpu_flags, cpu_model  # noqa: E402  (bench/support/host.py)
 CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 
 # FLOPs per training sample, counted from the layer shapes (see the module docstring).
@@ -123,14 +123,6 @@ def venv_python():
     p = os.path.join(ROOT, ".venv", "bin", "python")
     return p if os.path.exists(p) else sys.executable
 
-
-
-def cpu_flags():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
 
 
 OMP_SEEN = set()  # the races' OMP_WAIT_POLICY as their summaries report it

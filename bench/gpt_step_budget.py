@@ -29,7 +29,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
-from host import cpu_model  # noqa: E402  (bench/support/host.py)
+from host import cpu_flags, cpu_model  # noqa: E402  (bench/support/host.py)
 
 SHAPES = {"char-gpt": (4, 4, 128, 64, 12, 113), "char-gpt-6l": (6, 6, 384, 256, 64, 113)}
 # layers, heads, width, context, batch, vocabulary (the fortunes text's)
@@ -91,14 +91,6 @@ def mkl_bf16_gemm():
     fn.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                         ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     return fn
-
-
-def cpu_flags():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
 
 
 def timed_us(fn, reps, calls):
