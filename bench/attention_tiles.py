@@ -25,7 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
-from host import cpu_model  # noqa: E402  (bench/support/host.py)
+from host import cpu_flags, cpu_model  # noqa: E402  (bench/support/host.py)
 
 SHAPES = {"char-gpt": (4, 128, 64, 12), "char-gpt-6l": (6, 384, 256, 64)}  # heads, width, context, batch
 
@@ -53,12 +53,7 @@ def engine_functions(lib_path):
 
 def tile_isas(generic):
     """The TileIsa values this CPU runs, as the engine picks them (the widest first)."""
-    flags = set()
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
+    flags = cpu_flags()
     isas = []
     if "avx512f" in flags:
         isas.append(("tiles AVX-512", 1))
