@@ -2,7 +2,10 @@
 // built by tests/sanitizers/sanitize_kernels.sh (seconds, where the full ASan build of the engine
 // takes 13–45 minutes and CI skips it on slow machines). Odd shapes on purpose: 1–512 columns and
 // 1–64 keys reach every vector body's tail, every row tile's remainder and the attention tiles of
-// every ISA this CPU runs. Exits non-zero on a non-finite result; the sanitizers abort on the rest.
+// every ISA this CPU runs, and the ISAs' results are compared (the generic tiles are built in
+// AVX-512's shape here, so that shape's logic is checked on any CPU). Exits non-zero on a
+// non-finite or disagreeing result; the sanitizers abort on the rest.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -24,6 +27,19 @@ void expectFinite(const std::vector<float>& v, const char* what, long a, long b)
             ++failures;
             return;
         }
+    }
+}
+
+// Within 1e-4 of the largest |expected| (the ISAs' tiles sum in different orders).
+void expectClose(const std::vector<float>& got, const std::vector<float>& expected, const char* what, long a, long b) {
+    float largest = 0, worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        largest = std::max(largest, std::abs(expected[i]));
+        worst = std::max(worst, std::abs(got[i] - expected[i]));
+    }
+    if (!(worst <= 1e-4f * std::max(largest, 1.0f))) {
+        std::fprintf(stderr, "%s (%ld, %ld): off by %g (largest %g)\n", what, a, b, worst, largest);
+        ++failures;
     }
 }
 
@@ -69,7 +85,7 @@ int main() {
             }
         }
     }
-    for (long seq : {1L, 15L, 23L, 40L, 64L}) {
+    for (long seq : {1L, 15L, 23L, 40L, 64L, 100L}) {
         const long mats = 3;
         std::vector<float> scores(mats * seq * seq), grad(mats * seq * seq);
         fill(scores);
@@ -77,13 +93,14 @@ int main() {
         causalSoftmax(scores.data(), mats, seq, 0.3f);
         causalSoftmaxBackward(scores.data(), grad.data(), mats, seq, 0.3f);
         expectFinite(grad, "causal softmax backward", mats, seq);
-        for (long head : {16L, 32L, 64L}) {
+        for (long head : {16L, 32L, 48L, 64L}) {
             const long batch = 2, heads = 2, width = heads * head;
             const AttentionShape shape{batch, heads, seq, head, 3 * width, width};
             std::vector<float> qkv(batch * seq * 3 * width), y(batch * seq * width), dy(batch * seq * width);
             std::vector<float> p(batch * heads * seq * attentionRowStride(seq)), dqkv(qkv.size());
             fill(qkv);
             fill(dy);
+            std::vector<float> firstY, firstDqkv;
             for (TileIsa isa : tileIsas()) {
                 causalAttentionForward(shape, qkv.data(), qkv.data() + width, qkv.data() + 2 * width, 0.25f, p.data(),
                                        y.data(), isa);
@@ -92,6 +109,13 @@ int main() {
                                         isa);
                 expectFinite(y, "attention tiles forward", seq, head);
                 expectFinite(dqkv, "attention tiles backward", seq, head);
+                if (firstY.empty()) {
+                    firstY = y;
+                    firstDqkv = dqkv;
+                } else { // the generic tiles here have AVX-512's shape (sanitize_kernels.sh)
+                    expectClose(y, firstY, "attention tiles forward, ISA against ISA", seq, head);
+                    expectClose(dqkv, firstDqkv, "attention tiles backward, ISA against ISA", seq, head);
+                }
             }
         }
     }

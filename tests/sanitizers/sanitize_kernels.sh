@@ -12,7 +12,8 @@ mkdir -p "$OUT"
 FLAGS=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
        -fno-math-errno -fno-trapping-math -mprefer-vector-width=512 -Wno-psabi
        -I"$ROOT/engine/include" -I"$ROOT/engine/src" -isystem "$TORCH/include"
-       -isystem "$TORCH/include/torch/csrc/api/include" -DFMT_HEADER_ONLY=1)
+       -isystem "$TORCH/include/torch/csrc/api/include" -DFMT_HEADER_ONLY=1
+       -DDEVICERACE_GENERIC_TILES_AS_AVX512=1) # the generic attention tiles in AVX-512's shape, checked against AVX2's
 objects=()
 for src in engine/src/kernels/gpt_kernels.cpp engine/src/kernels/attention_kernels.cpp \
            engine/src/kernels/cpu_kernels.cpp tests/sanitizers/kernels_driver.cpp; do

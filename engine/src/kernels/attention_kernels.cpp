@@ -104,10 +104,16 @@ DR_INLINE void tileColumns(std::int64_t cols, std::int64_t kn, const float* a, s
         }
         return;
     }
-    for (; n + kMaxVectors * W <= cols; n += kMaxVectors * W) {
+    // 3 vectors at a time; a last 3 + 1 goes as 2 + 2 (a one-vector tile's MR accumulators are too
+    // few chains to keep both FMA units busy: heads of 32 on AVX2).
+    const std::int64_t whole = cols % (kMaxVectors * W) == W && cols > W ? cols - (kMaxVectors + 1) * W : cols;
+    for (; n + kMaxVectors * W <= whole; n += kMaxVectors * W) {
         tile<W, MR, kMaxVectors>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
     }
-    if (cols - n == 2 * W) {
+    if (cols - n == 4 * W) {
+        tile<W, MR, 2>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
+        tile<W, MR, 2>(kn, a, sam, sak, b + n + 2 * W, ldb, c + n + 2 * W, ldc);
+    } else if (cols - n == 2 * W) {
         tile<W, MR, 2>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
     } else if (cols - n == W) {
         tile<W, MR, 1>(kn, a, sam, sak, b + n, ldb, c + n, ldc);
@@ -192,6 +198,162 @@ DR_INLINE void transposeInto(const float* __restrict x, std::int64_t ldx, std::i
 
 std::int64_t roundUp16(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// The causal softmax and its backward, a row at a time, in W-wide vectors of the tiles' ISA.
+// The rows are short (char-gpt's 64 keys), so the shared loops (kernel_inline.h's laneMax /
+// laneSum: 64 partial sums on the stack, folded, then scalar tails) cost more than their exps:
+// 58% of char-gpt's attention forward on an AMD EPYC (stop 58). Here a row's max and sum each
+// stay in one register, lanes past the diagonal masked, and reduce across lanes by rotations.
+using V16i = std::int32_t __attribute__((vector_size(64)));
+using V8i = std::int32_t __attribute__((vector_size(32)));
+template <int W>
+struct IntVec;
+template <>
+struct IntVec<16> {
+    using T = V16i;
+};
+template <>
+struct IntVec<8> {
+    using T = V8i;
+};
+
+template <int W>
+DR_INLINE VecT<W> splat(float x) {
+    return VecT<W>{} + x;
+}
+template <int W, std::size_t... J>
+DR_INLINE VecT<W> iotaOf(std::index_sequence<J...>) {
+    return VecT<W>{static_cast<float>(J)...};
+}
+template <int W, int S, std::size_t... J>
+DR_INLINE VecT<W> rotate(VecT<W> v, std::index_sequence<J...>) {
+    return __builtin_shufflevector(v, v, static_cast<int>((J + S) % W)...);
+}
+// Every lane: the max (or sum) of all of v's lanes.
+template <int W, int S = W / 2>
+DR_INLINE VecT<W> allMax(VecT<W> v) {
+    const VecT<W> r = rotate<W, S>(v, std::make_index_sequence<W>{});
+    v = r > v ? r : v;
+    if constexpr (S > 1) {
+        return allMax<W, S / 2>(v);
+    } else {
+        return v;
+    }
+}
+template <int W, int S = W / 2>
+DR_INLINE VecT<W> allSum(VecT<W> v) {
+    v += rotate<W, S>(v, std::make_index_sequence<W>{});
+    if constexpr (S > 1) {
+        return allSum<W, S / 2>(v);
+    } else {
+        return v;
+    }
+}
+
+// kernel_inline.h's expBody (Cephes' expf), lane by lane.
+template <int W>
+DR_INLINE VecT<W> expV(VecT<W> x) {
+    x = x < -87.0f ? splat<W>(-87.0f) : x;
+    x = x > 88.0f ? splat<W>(88.0f) : x;
+    const VecT<W> t = x * 1.44269504088896341f;
+    const VecT<W> n = (t + 12582912.0f) - 12582912.0f;
+    VecT<W> r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    VecT<W> p = splat<W>(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const VecT<W> y = p * r * r + r + 1.0f;
+    const auto bits = (__builtin_convertvector(n, typename IntVec<W>::T) + 127) << 23;
+    return y * __builtin_bit_cast(VecT<W>, bits);
+}
+
+// kernel_inline.h's causalSoftmaxRow for R rows at once (row r is query i + r, `stride` floats
+// after row r - 1; keys 0..n-1, n > i + R - 1 and a multiple of W), in place: softmax(scale ·
+// row[0..i + r]) on columns 0..i + r, 0 on the rest. The rows go in step so that their chains
+// of dependent operations (the max and the sum across lanes, the division) overlap.
+template <int W, int R>
+DR_INLINE void softmaxRows(float* row, std::int64_t stride, std::int64_t i, std::int64_t n, float scale) {
+    const VecT<W> lanes = iotaOf<W>(std::make_index_sequence<W>{});
+    const std::int64_t end = (i + R - 1 + W) / W * W; // the vectors that hold the last row's columns
+    VecT<W> best[R];
+    float last[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+        best[r] = splat<W>(-std::numeric_limits<float>::infinity());
+        last[r] = static_cast<float>(i + r);
+    }
+    for (std::int64_t j = 0; j < end; j += W) {
+        const VecT<W> key = lanes + static_cast<float>(j);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const VecT<W> x = loadV<W>(row + r * stride + j);
+            best[r] = (key <= last[r]) & (x > best[r]) ? x : best[r];
+        }
+    }
+    VecT<W> shift[R], sum[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+        shift[r] = allMax<W>(best[r]) * scale;
+        sum[r] = VecT<W>{};
+    }
+    // On to n, not end: the few exps past the diagonal cost less than the memset call GCC makes
+    // of a loop that stores zeros.
+    for (std::int64_t j = 0; j < n; j += W) {
+        const VecT<W> key = lanes + static_cast<float>(j);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            VecT<W> e = expV<W>(loadV<W>(row + r * stride + j) * scale - shift[r]);
+            e = key <= last[r] ? e : VecT<W>{};
+            storeV<W>(row + r * stride + j, e);
+            sum[r] += e;
+        }
+    }
+    VecT<W> inv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+        inv[r] = 1.0f / allSum<W>(sum[r]);
+    }
+    for (std::int64_t j = 0; j < end; j += W) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            storeV<W>(row + r * stride + j, loadV<W>(row + r * stride + j) * inv[r]);
+        }
+    }
+}
+
+// kernel_inline.h's causalSoftmaxGradRow for R rows at once (queries i..i + R - 1, rows `stride`
+// floats apart): d = scale · p · (d - Σ p·d) in place over n columns (p is 0 past the diagonal,
+// so the sums stop at the last row's vector).
+template <int W, int R>
+DR_INLINE void softmaxGradRows(const float* p, float* d, std::int64_t stride, std::int64_t i, std::int64_t n,
+                               float scale) {
+    const std::int64_t end = (i + R - 1 + W) / W * W;
+    VecT<W> dot[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+        dot[r] = VecT<W>{};
+    }
+    for (std::int64_t j = 0; j < end; j += W) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            dot[r] += loadV<W>(p + r * stride + j) * loadV<W>(d + r * stride + j);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+        dot[r] = allSum<W>(dot[r]);
+    }
+    for (std::int64_t j = 0; j < n; j += W) { // p is 0 past the diagonal: zeros there (no memset call)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const VecT<W> x = loadV<W>(d + r * stride + j);
+            storeV<W>(d + r * stride + j, scale * loadV<W>(p + r * stride + j) * (x - dot[r]));
+        }
+    }
+}
+
 // The columns a row tile ending at row r1 (exclusive) computes and writes: its last key rounded
 // up to 16.
 DR_INLINE std::int64_t tileColumnsEnd(std::int64_t r1, std::int64_t stride) { return std::min(stride, roundUp16(r1)); }
@@ -237,8 +399,15 @@ DR_INLINE void forwardHeads(const ForwardArgs& f, std::int64_t h0, std::int64_t 
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
             product<W, TR>(r1 - r0, n, d, qh + r0 * ld, ld, 1, kt.data(), stride, ph + r0 * stride, stride);
-            for (std::int64_t i = r0; i < r1; ++i) {
-                causalSoftmaxRow(ph + i * stride, i, n, f.scale);
+            std::int64_t i = r0;
+            for (; i + 4 <= r1; i += 4) {
+                softmaxRows<W, 4>(ph + i * stride, stride, i, n, f.scale);
+            }
+            for (; i + 2 <= r1; i += 2) {
+                softmaxRows<W, 2>(ph + i * stride, stride, i, n, f.scale);
+            }
+            if (i < r1) {
+                softmaxRows<W, 1>(ph + i * stride, stride, i, n, f.scale);
             }
             product<W, TR>(r1 - r0, d, r1, ph + r0 * stride, stride, 1, vh, ld, yh + r0 * ldy, ldy);
         }
@@ -263,8 +432,12 @@ DR_INLINE void backwardHeads(const BackwardArgs& g, std::int64_t h0, std::int64_
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
             const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
             product<W, TR>(r1 - r0, n, d, dyh + r0 * ldy, ldy, 1, vt, stride, ds + r0 * stride, stride);
-            for (std::int64_t i = r0; i < r1; ++i) {
-                causalSoftmaxGradRow(ph + i * stride, ds + i * stride, n, g.scale);
+            std::int64_t i = r0;
+            for (; i + 4 <= r1; i += 4) {
+                softmaxGradRows<W, 4>(ph + i * stride, ds + i * stride, stride, i, n, g.scale);
+            }
+            for (; i < r1; ++i) {
+                softmaxGradRows<W, 1>(ph + i * stride, ds + i * stride, stride, i, n, g.scale);
             }
             product<W, TR>(r1 - r0, d, r1, ds + r0 * stride, stride, 1, kh, ld, g.dq + in + r0 * ld, ld);
         }
@@ -299,8 +472,20 @@ __attribute__((target("arch=x86-64-v3"))) void backwardAvx2(const BackwardArgs& 
 }
 #endif
 #endif
-void forwardGeneric(const ForwardArgs& f, std::int64_t h0, std::int64_t h1) { forwardHeads<8, 4>(f, h0, h1); }
-void backwardGeneric(const BackwardArgs& g, std::int64_t h0, std::int64_t h1) { backwardHeads<8, 4>(g, h0, h1); }
+// The generic tiles take AVX2's shape (8-float vectors fit NEON's 32 registers too), or
+// AVX-512's when built with DEVICERACE_GENERIC_TILES_AS_AVX512: tests/sanitizers/sanitize_kernels.sh
+// does, so that code's logic (not its instructions) runs on CPUs without AVX-512, against AVX2's.
+#ifdef DEVICERACE_GENERIC_TILES_AS_AVX512
+constexpr int kGenericWidth = 16, kGenericRows = 8;
+#else
+constexpr int kGenericWidth = 8, kGenericRows = 4;
+#endif
+void forwardGeneric(const ForwardArgs& f, std::int64_t h0, std::int64_t h1) {
+    forwardHeads<kGenericWidth, kGenericRows>(f, h0, h1);
+}
+void backwardGeneric(const BackwardArgs& g, std::int64_t h0, std::int64_t h1) {
+    backwardHeads<kGenericWidth, kGenericRows>(g, h0, h1);
+}
 
 bool supports(TileIsa isa) {
     switch (isa) {
