@@ -8,8 +8,15 @@ The budget says which part a precision change can speed up: bf16 makes the GEMMs
 with AMX, not the loops around them, so the loops' share bounds bf16 / fp32 for the whole step
 (issue 28 asks ≥ 2×). Figures are medians of --reps timings of --calls calls each, denormals
 flushed as in a lane; loops run in a warm cache, so the sum undercounts a real step (compare with
-a race's ms/step). The optimizer and the embedding are left out (a race's step breakdown has the
-optimizer). bf16 on a CPU without AMX is MKL's emulation, said in the header.
+a race's ms/step). The optimizer is in (the gradient's norm for clipping, LibTorch's, and the AdamW
+pass over the flat parameter buffer, which writes the bf16 mirror in bf16); the embedding is left
+out. bf16 on a CPU without AMX is MKL's emulation, said in the header.
+
+With --race, one fair race of the workload (a lane a precision, --threads threads, --race-steps
+steps) runs through the CLI too (its bf16 GEMMs by MKL, DEVICERACE_MKL_BF16=1, as here), and each
+precision's budget is set against the race's ms a step and its forward / backward / optimizer
+split: a sum far under the race's step means a part the budget does not list (or a call count
+here gone stale against gpt_step.cpp).
 
 With --ab OLD_LIB, the loops (not the GEMMs, which are LibTorch's either way) are timed in both
 libraries loaded side by side, old and new alternating rep by rep, so the VM's drift hits both
@@ -17,13 +24,16 @@ alike: the table gives each loop's old/new ratio (the median of the reps' ratios
 
 Usage: bench/gpt_step_budget.py [--workload char-gpt|char-gpt-6l] [--precision fp32,bf16]
                                 [--threads N] [--reps R] [--markdown FILE] [--ab OLD_LIB]
+                                [--race [--race-steps N] [--cli PATH]]
 """
 import argparse
 import ctypes
+import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -36,10 +46,25 @@ SHAPES = {"char-gpt": (4, 4, 128, 64, 12, 113), "char-gpt-6l": (6, 6, 384, 256, 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "release", "engine",
                    "libdevicerace_engine.so")
+CLI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "release", "app", "cli",
+                   "devicerace-cli")
 
 
 class Shape(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int64) for n in ("batch", "heads", "seq", "head", "qkv_stride", "y_stride")]
+
+
+class AdamW(ctypes.Structure):  # cpu::AdamW (kernels/cpu_kernels.h)
+    _fields_ = [(n, ctypes.c_float) for n in ("lr", "beta1", "beta2", "eps", "weight_decay", "bias_correction1",
+                                              "bias_correction2", "grad_scale")]
+
+
+def parameters(workload):
+    """The fused GPT's parameter count (GptStep's flat buffer): token and position embeddings (the
+    head is tied), per layer the four weight matrices (12 C²) with their biases (9 C) and two layer
+    norms (4 C), the final layer norm."""
+    layers, _, c, seq, _, vocab = SHAPES[workload]
+    return vocab * c + seq * c + layers * (12 * c * c + 13 * c) + 2 * c
 
 
 class CrossEntropy(ctypes.Structure):
@@ -76,6 +101,7 @@ def engine(lib_path):
         "to_bf16": find("6toBf16", args=[p, p, i]),
         "cross_entropy": find("17tokenCrossEntropy", args=[p, p, i, i, p, i], restype=CrossEntropy),
         "attn_fwd": find("22causalAttentionForward", args=[ctypes.POINTER(Shape), p, p, p, f, p, p, ctypes.c_int]),
+        "adamw": find("9adamwStep", args=[p, p, p, p, i, ctypes.POINTER(AdamW), p]),
         "attn_back": find("23causalAttentionBackward",
                           args=[ctypes.POINTER(Shape), p, p, p, p, p, f, p, p, p, ctypes.c_int]),
     }
@@ -153,6 +179,11 @@ def budget(k, gemm16, workload, bf16, reps, old=None):
     q, step, scale = ptr(qkv), 4 * c, d ** -0.5
     copy = lambda buf: ptr(buf) if bf16 else None  # noqa: E731  (columnSums' bf16 copy of its input)
     plus_copy = " (+ bf16 copy)" if bf16 else ""
+    count = parameters(workload)
+    weights, grads, moment1, moment2 = rand(count), 1e-3 * rand(count), torch.zeros(count), torch.zeros(count)
+    mirror = torch.empty(count, dtype=torch.bfloat16)
+    # Settings of a late step (bias corrections near 1); lr tiny so the weights stay where they are.
+    adamw = AdamW(1e-12, 0.9, 0.99, 1e-8, 0.1, 0.99, 0.9, 0.5)
     k["ln_f"](ptr(x), n, c, ptr(gamma), ptr(beta), ptr(out), ptr(mean), ptr(rstd))  # a real mean and rstd
     k["attn_fwd"](ctypes.byref(shape), q, q + step, q + 2 * step, scale, ptr(probs), ptr(y_heads), 0)  # real p
 
@@ -187,6 +218,9 @@ def budget(k, gemm16, workload, bf16, reps, old=None):
             ("cross-entropy and its gradient", "loss",
              lambda: k["cross_entropy"](ptr(logits), ptr(labels), n, vocab, ptr(dlogits), n), 1),
         ]
+        parts += [("AdamW (+ bf16 mirror)" if bf16 else "AdamW", "optimizer",
+                   lambda: k["adamw"](ptr(weights), ptr(grads), ptr(moment1), ptr(moment2), count,
+                                      ctypes.byref(adamw), ptr(mirror) if bf16 else None), 1)]
         if bf16:
             parts += [("attention output to bf16", "casts",
                        lambda: k["to_bf16"](ptr(y_heads), ptr(copy_c), n * c), layers),
@@ -202,7 +236,7 @@ def budget(k, gemm16, workload, bf16, reps, old=None):
         for (name, group, before, _), (_, _, after, calls) in zip(loops_of(old), loops_of(k)):
             rows.append((name, group, *ab_us([before, after], reps, calls_for(after)), calls))
         return rows
-    parts = loops_of(k)
+    parts = loops_of(k) + [("gradient norm (clipping)", "optimizer", lambda: torch.linalg.vector_norm(grads), 1)]
     # The GEMMs: (name, m, n, k, transA, transB), C = A · B row-major; every layer's, then the head's.
     shapes = [("qkv", n, 3 * c, c, False, True), ("projection", n, c, c, False, True),
               ("MLP up", n, 4 * c, c, False, True), ("MLP down", n, c, 4 * c, False, True),
@@ -225,6 +259,41 @@ def budget(k, gemm16, workload, bf16, reps, old=None):
                                                                     out=cmat))
         parts.append((f"GEMM {name} {m}×{kk}·{kk}×{nn}", "GEMMs", fn, layers if index < 12 else 1))
     return [(name, group, timed_us(fn, reps, calls_for(fn)), calls) for name, group, fn, calls in parts]
+
+
+def race_steps(cli, workload, precisions, threads, steps):
+    """{precision: (ms a step, {phase: ms})} from one fair race of a lane a precision."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "race.json")
+        command = [cli, "race", "--workload", workload, "--fair", "--steps", str(steps), "--warmup-steps",
+                   str(max(1, steps // 4)), "--eval-every", "0", "--test-limit", "50", "--quiet", "--json", path]
+        for precision in precisions:
+            command += ["--lane", f"cpu,threads={threads},precision={precision},name={precision}"]
+        # The step's bf16 GEMMs by MKL, as timed here: the step's default on AMX CPUs; elsewhere it would
+        # take oneDNN's route (emulated bf16 on a CPU without bf16 units: ~15x slower on an AMD EPYC).
+        env = dict(os.environ, DEVICERACE_MKL_BF16="1")
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        if done.returncode != 0 or not os.path.exists(path):
+            sys.exit(f"the race failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        with open(path, encoding="utf-8") as f:
+            lanes = json.load(f)["lanes"]
+    out = {}
+    for lane in lanes:
+        if lane.get("status") == "finished" and lane.get("steps_per_sec"):
+            phases = {k: 1e3 * v for k, v in (lane.get("step_breakdown") or {}).items()}
+            out[lane["name"]] = (1e3 / lane["steps_per_sec"], phases)
+    return out
+
+
+def race_line(precision, groups, total, raced):
+    if precision not in raced:
+        return [f"{precision}: the race's lane did not finish", ""]
+    step, phases = raced[precision]
+    split = " · ".join(f"{name} {ms:.2f}" for name, ms in phases.items() if ms >= 0.005)
+    optimizer = groups.get("optimizer", 0.0) / 1e3
+    return [f"A race's {precision} step: **{step:.2f} ms** ({split} ms); the budget sums to {total / 1e3:.2f} ms, "
+            f"**{100 * total / 1e3 / step:.0f}%** of it (its optimizer {optimizer:.2f} ms, warm, against the race's "
+            f"{phases.get('optimizer', 0.0):.2f}).", ""]
 
 
 def table(rows, title):
@@ -266,6 +335,9 @@ def main():
     parser.add_argument("--lib", default=LIB)
     parser.add_argument("--markdown", help="also write the tables here")
     parser.add_argument("--ab", metavar="OLD_LIB", help="time the loops against another build's engine library")
+    parser.add_argument("--race", action="store_true", help="also race the workload and set the budget against it")
+    parser.add_argument("--race-steps", type=int, default=40)
+    parser.add_argument("--cli", default=CLI)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -276,6 +348,9 @@ def main():
     out = [f"# A fused {args.workload} step, loop by loop · {cpu_model()} · {args.threads} thread(s) · "
            f"torch {torch.__version__}", ""]
     totals = {}
+    raced = {}
+    if args.race and not args.ab:
+        raced = race_steps(args.cli, args.workload, args.precision.split(","), args.threads, args.race_steps)
     for precision in args.precision.split(","):
         bf16 = precision == "bf16"
         if bf16 and gemm16 is None:
@@ -291,6 +366,8 @@ def main():
         lines, groups, total = table(budget(k, gemm16, args.workload, bf16, args.reps), precision + note)
         totals[precision] = (groups, total)
         out += lines + [""]
+        if args.race:
+            out += race_line(precision, groups, total, raced)
     if "fp32" in totals and "bf16" in totals:
         g32, t32 = totals["fp32"]
         g16, t16 = totals["bf16"]

@@ -78,7 +78,7 @@ class Compare(unittest.TestCase):
 
 class GptStepBudget(unittest.TestCase):
     """bench/gpt_step_budget.py finds every loop it times in the built library (by mangled name) and
-    adds them up; --ab puts two libraries side by side."""
+    adds them up; --ab puts two libraries side by side; --race sets the sum against a race's step."""
 
     def run_budget(self, *extra):
         out = subprocess.run([sys.executable, BUDGET, "--lib", ENGINE, "--precision", "fp32", "--reps", "1", *extra],
@@ -88,13 +88,22 @@ class GptStepBudget(unittest.TestCase):
 
     def test_the_budget_names_every_group_and_sums_them(self):
         text = self.run_budget()
-        for group in ("GEMMs", "attention", "elementwise", "norms", "loss"):
+        names = ("GEMMs", "attention", "elementwise", "norms", "loss", "optimizer")
+        for group in names:
             self.assertRegex(text, rf"\n\| {group} \| [0-9.]+ \| [0-9.]+% \|")
         total = float(text.split("| **all** | **")[1].split("**")[0])
         groups = sum(float(line.split("|")[2]) for line in text.splitlines()
-                     if line.startswith("| ") and line.split("|")[1].strip() in
-                     ("GEMMs", "attention", "elementwise", "norms", "loss"))
+                     if line.startswith("| ") and line.split("|")[1].strip() in names)
         self.assertAlmostEqual(total, groups, delta=0.01 * total)
+
+    def test_the_budget_is_set_against_a_race(self):
+        text = self.run_budget("--race", "--race-steps", "6", "--cli", CLI)
+        line = next(line for line in text.splitlines() if line.startswith("A race's fp32 step: **"))
+        step = float(line.split("**")[1].split()[0])
+        share = float(line.split("**")[3].rstrip("%"))
+        self.assertGreater(step, 0)
+        self.assertGreater(share, 0)  # the same step's work, timed two ways: no bound on noise asserted
+        self.assertIn("optimizer", line)
 
     def test_a_library_against_itself_reads_near_one(self):
         text = self.run_budget("--ab", ENGINE)
