@@ -2,8 +2,8 @@
 // char-gpt, one step's loss, correct count and every parameter's gradient match the module's
 // forward + backward (fp32 tightly, bf16 in direction), for full and shorter sequences, with
 // dropout (char-gpt-6l), and with either attention (the causal tiles or bmm); the tiles follow
-// torch's attention in double on their own; its GELU follows the exact erf form; and it says why
-// it does not take a lane it cannot run.
+// torch's attention in double on their own; its GELU follows the exact erf form and its layer
+// norm loops torch's layer norm; and it says why it does not take a lane it cannot run.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -299,6 +300,40 @@ TEST(GptKernels, GeluFollowsTheExactErfForm) {
     }
     EXPECT_LT(worstValue, 1e-6);
     EXPECT_LT(worstSlope, 1e-6);
+}
+
+// The layer norm loops (per-ISA clones of explicit 8-float vectors, then a tail one by one) against
+// torch's layer_norm and its gradient in double: widths with every tail (1, 7, 13, 203) and
+// char-gpt's 128; float and bf16 outputs; the backward adds to dx.
+TEST(GptKernels, LayerNormLoopsFollowTorchsLayerNorm) {
+    for (std::int64_t cols : {1, 7, 8, 13, 16, 128, 203}) {
+        SCOPED_TRACE("cols " + std::to_string(cols));
+        constexpr std::int64_t rows = 6;
+        torch::manual_seed(cols);
+        const auto x = torch::randn({rows, cols}) * 3 + 0.5;
+        const auto gamma = torch::randn({cols}), beta = torch::randn({cols}), dy = torch::randn({rows, cols});
+        const auto start = torch::randn({rows, cols}); // dx is added to
+        auto xd = x.to(torch::kDouble).requires_grad_(), gd = gamma.to(torch::kDouble).requires_grad_();
+        const auto ref = torch::layer_norm(xd, {cols}, gd, beta.to(torch::kDouble), 1e-5);
+        ref.backward(dy.to(torch::kDouble));
+        auto out = torch::empty({rows, cols}), mean = torch::empty({rows}), rstd = torch::empty({rows});
+        auto outB = torch::empty({rows, cols}, torch::kBFloat16);
+        cpu::layerNormRows(x.data_ptr<float>(), rows, cols, gamma.data_ptr<float>(), beta.data_ptr<float>(),
+                           out.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>());
+        cpu::layerNormRows(x.data_ptr<float>(), rows, cols, gamma.data_ptr<float>(), beta.data_ptr<float>(),
+                           reinterpret_cast<cpu::Bf16*>(outB.data_ptr<at::BFloat16>()), mean.data_ptr<float>(),
+                           rstd.data_ptr<float>());
+        auto dx = start.clone();
+        cpu::layerNormBackwardRows(dy.data_ptr<float>(), x.data_ptr<float>(), mean.data_ptr<float>(),
+                                   rstd.data_ptr<float>(), gamma.data_ptr<float>(), rows, cols, dx.data_ptr<float>());
+        const double scale = ref.abs().max().item<double>() + 1;
+        EXPECT_LT((out.to(torch::kDouble) - ref).abs().max().item<double>(), 1e-5 * scale);
+        EXPECT_LT((outB.to(torch::kDouble) - ref).abs().max().item<double>(), scale / 128); // 8 bits of mantissa
+        EXPECT_LT((mean.to(torch::kDouble) - x.to(torch::kDouble).mean(1)).abs().max().item<double>(), 1e-5);
+        const auto dxRef = start.to(torch::kDouble) + xd.grad();
+        EXPECT_LT((dx.to(torch::kDouble) - dxRef).abs().max().item<double>(),
+                  1e-4 * (dxRef.abs().max().item<double>() + 1));
+    }
 }
 
 // The loop the step runs (per-ISA clones, vector bodies and tails), not just the scalar helpers:

@@ -9,6 +9,7 @@
 // last row, and pᵀ dy and dSᵀ q over the queries from the tile's first key on.
 #include "kernels/attention_kernels.h"
 #include "kernels/kernel_inline.h"
+#include "kernels/vec_inline.h"
 
 #include <ATen/Parallel.h>
 
@@ -25,36 +26,6 @@ namespace {
 constexpr std::int64_t kRows = 8;   // rows of the causal blocks
 constexpr std::int64_t kAlign = 16; // rows of p, and the columns a tile writes, round up to this
 constexpr int kMaxVectors = 3;      // vectors across a tile
-
-// W floats in a vector: 16 (zmm) or 8 (ymm). Spelled out for each W: GCC drops vector_size on
-// a type that depends on a template parameter.
-using V16 = float __attribute__((vector_size(64)));
-using V16u = float __attribute__((vector_size(64), aligned(4), may_alias));
-using V8 = float __attribute__((vector_size(32)));
-using V8u = float __attribute__((vector_size(32), aligned(4), may_alias));
-template <int W>
-struct Vec;
-template <>
-struct Vec<16> {
-    using T = V16;
-    using U = V16u;
-};
-template <>
-struct Vec<8> {
-    using T = V8;
-    using U = V8u;
-};
-template <int W>
-using VecT = typename Vec<W>::T;
-
-template <int W>
-DR_INLINE VecT<W> loadV(const float* p) {
-    return *reinterpret_cast<const typename Vec<W>::U*>(p);
-}
-template <int W>
-DR_INLINE void storeV(float* p, VecT<W> v) {
-    *reinterpret_cast<typename Vec<W>::U*>(p) = v;
-}
 
 // C (MR × W·NV, row stride ldc) = A B over kn steps: A(m, k) = a[m·sam + k·sak], B's row k
 // at b + k·ldb.
@@ -198,77 +169,12 @@ DR_INLINE void transposeInto(const float* __restrict x, std::int64_t ldx, std::i
 
 std::int64_t roundUp16(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// The causal softmax and its backward, a row at a time, in W-wide vectors of the tiles' ISA.
+// The causal softmax and its backward in W-wide vectors of the tiles' ISA (vec_inline.h).
 // The rows are short (char-gpt's 64 keys), so the shared loops (kernel_inline.h's laneMax /
 // laneSum: 64 partial sums on the stack, folded, then scalar tails) cost more than their exps:
 // 58% of char-gpt's attention forward on an AMD EPYC (stop 58). Here a row's max and sum each
 // stay in one register, lanes past the diagonal masked, and reduce across lanes by rotations.
-using V16i = std::int32_t __attribute__((vector_size(64)));
-using V8i = std::int32_t __attribute__((vector_size(32)));
-template <int W>
-struct IntVec;
-template <>
-struct IntVec<16> {
-    using T = V16i;
-};
-template <>
-struct IntVec<8> {
-    using T = V8i;
-};
-
-template <int W>
-DR_INLINE VecT<W> splat(float x) {
-    return VecT<W>{} + x;
-}
-template <int W, std::size_t... J>
-DR_INLINE VecT<W> iotaOf(std::index_sequence<J...>) {
-    return VecT<W>{static_cast<float>(J)...};
-}
-template <int W, int S, std::size_t... J>
-DR_INLINE VecT<W> rotate(VecT<W> v, std::index_sequence<J...>) {
-    return __builtin_shufflevector(v, v, static_cast<int>((J + S) % W)...);
-}
-// Every lane: the max (or sum) of all of v's lanes.
-template <int W, int S = W / 2>
-DR_INLINE VecT<W> allMax(VecT<W> v) {
-    const VecT<W> r = rotate<W, S>(v, std::make_index_sequence<W>{});
-    v = r > v ? r : v;
-    if constexpr (S > 1) {
-        return allMax<W, S / 2>(v);
-    } else {
-        return v;
-    }
-}
-template <int W, int S = W / 2>
-DR_INLINE VecT<W> allSum(VecT<W> v) {
-    v += rotate<W, S>(v, std::make_index_sequence<W>{});
-    if constexpr (S > 1) {
-        return allSum<W, S / 2>(v);
-    } else {
-        return v;
-    }
-}
-
-// kernel_inline.h's expBody (Cephes' expf), lane by lane.
-template <int W>
-DR_INLINE VecT<W> expV(VecT<W> x) {
-    x = x < -87.0f ? splat<W>(-87.0f) : x;
-    x = x > 88.0f ? splat<W>(88.0f) : x;
-    const VecT<W> t = x * 1.44269504088896341f;
-    const VecT<W> n = (t + 12582912.0f) - 12582912.0f;
-    VecT<W> r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    VecT<W> p = splat<W>(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const VecT<W> y = p * r * r + r + 1.0f;
-    const auto bits = (__builtin_convertvector(n, typename IntVec<W>::T) + 127) << 23;
-    return y * __builtin_bit_cast(VecT<W>, bits);
-}
-
+//
 // kernel_inline.h's causalSoftmaxRow for R rows at once (row r is query i + r, `stride` floats
 // after row r - 1; keys 0..n-1, n > i + R - 1 and a multiple of W), in place: softmax(scale ·
 // row[0..i + r]) on columns 0..i + r, 0 on the rest. The rows go in step so that their chains

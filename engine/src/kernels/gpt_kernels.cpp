@@ -3,6 +3,7 @@
 // cpu_kernels.cpp, so the bodies vectorise for the CPU at hand.
 #include "kernels/gpt_kernels.h"
 #include "kernels/kernel_inline.h"
+#include "kernels/vec_inline.h"
 
 #include <ATen/Parallel.h>
 
@@ -26,20 +27,57 @@ void rowsParallel(std::int64_t rows, std::int64_t cols, const F& f) {
 
 // ---- layer norm ----
 
+// The rows' loops in explicit vectors of 8 floats (vec_inline.h): ymm in the avx512f and avx2
+// clones, xmm pairs in the default one. Not 16: GCC keeps a V16 on the stack in an avx2 clone.
+constexpr int kRowW = 8;
+using VR = VecT<kRowW>;
+
+// A row's sum over its whole vectors (the caller adds the tail): add(acc, c) adds the terms of
+// columns c..c + kRowW - 1 to acc; two accumulators. (By reference: a lambda returning a vector
+// is a function of the default target, which GCC warns of, -Wpsabi.) In place of laneSum's 64
+// partial sums, folded: the layer norm's backward 1.13x (stop 58).
+template <class F>
+DR_INLINE float rowSum(std::int64_t cols, const F& add) {
+    VR a{}, b{};
+    std::int64_t c = 0;
+    for (; c + 2 * kRowW <= cols; c += 2 * kRowW) {
+        add(a, c);
+        add(b, c + kRowW);
+    }
+    if (c + kRowW <= cols) {
+        add(a, c);
+    }
+    return allSum<kRowW>(a + b)[0];
+}
+
 template <class T>
 DR_INLINE void layerNormBody(const float* __restrict x, std::int64_t r0, std::int64_t r1, std::int64_t cols,
                              const float* __restrict gamma, const float* __restrict beta, T* __restrict out,
                              float* __restrict mean, float* __restrict rstd) {
     const float inv = 1.0f / static_cast<float>(cols);
+    const std::int64_t whole = cols / kRowW * kRowW;
     for (std::int64_t r = r0; r < r1; ++r) {
         const float* xr = x + r * cols;
-        const float m = laneSum(cols, [&](std::int64_t c) { return xr[c]; }) * inv;
-        const float var = laneSum(cols, [&](std::int64_t c) { return (xr[c] - m) * (xr[c] - m); });
+        float sum = rowSum(cols, [&](VR& acc, std::int64_t c) { acc += loadV<kRowW>(xr + c); });
+        for (std::int64_t c = whole; c < cols; ++c) {
+            sum += xr[c];
+        }
+        const float m = sum * inv;
+        float var = rowSum(cols, [&](VR& acc, std::int64_t c) {
+            const VR d = loadV<kRowW>(xr + c) - m;
+            acc += d * d;
+        });
+        for (std::int64_t c = whole; c < cols; ++c) {
+            var += (xr[c] - m) * (xr[c] - m);
+        }
         const float s = 1.0f / std::sqrt(var * inv + kLayerNormEps);
         mean[r] = m;
         rstd[r] = s;
         T* o = out + r * cols;
-        for (std::int64_t c = 0; c < cols; ++c) {
+        for (std::int64_t c = 0; c < whole; c += kRowW) {
+            storeV<kRowW>(o + c, (loadV<kRowW>(xr + c) - m) * s * loadV<kRowW>(gamma + c) + loadV<kRowW>(beta + c));
+        }
+        for (std::int64_t c = whole; c < cols; ++c) {
             store(o[c], (xr[c] - m) * s * gamma[c] + beta[c]);
         }
     }
@@ -58,15 +96,29 @@ DR_CLONES void layerNormBackwardRange(const float* __restrict dy, const float* _
                                       const float* __restrict gamma, std::int64_t r0, std::int64_t r1,
                                       std::int64_t cols, float* __restrict dx) {
     const float inv = 1.0f / static_cast<float>(cols);
+    const std::int64_t whole = cols / kRowW * kRowW;
     for (std::int64_t r = r0; r < r1; ++r) {
         const float* d = dy + r * cols;
         const float* xr = x + r * cols;
         const float m = mean[r], s = rstd[r];
         // The means of g and of g · xhat, g = dy · gamma.
-        const float a = laneSum(cols, [&](std::int64_t c) { return d[c] * gamma[c]; }) * inv;
-        const float b = laneSum(cols, [&](std::int64_t c) { return d[c] * gamma[c] * (xr[c] - m) * s; }) * inv;
+        float sumG =
+            rowSum(cols, [&](VR& acc, std::int64_t c) { acc += loadV<kRowW>(d + c) * loadV<kRowW>(gamma + c); });
+        float sumGx = rowSum(cols, [&](VR& acc, std::int64_t c) {
+            acc += loadV<kRowW>(d + c) * loadV<kRowW>(gamma + c) * (loadV<kRowW>(xr + c) - m) * s;
+        });
+        for (std::int64_t c = whole; c < cols; ++c) {
+            sumG += d[c] * gamma[c];
+            sumGx += d[c] * gamma[c] * (xr[c] - m) * s;
+        }
+        const float a = sumG * inv, b = sumGx * inv;
         float* o = dx + r * cols;
-        for (std::int64_t c = 0; c < cols; ++c) {
+        for (std::int64_t c = 0; c < whole; c += kRowW) {
+            const VR xhat = (loadV<kRowW>(xr + c) - m) * s;
+            storeV<kRowW>(o + c,
+                          loadV<kRowW>(o + c) + s * (loadV<kRowW>(d + c) * loadV<kRowW>(gamma + c) - a - xhat * b));
+        }
+        for (std::int64_t c = whole; c < cols; ++c) {
             const float xhat = (xr[c] - m) * s;
             o[c] += s * (d[c] * gamma[c] - a - xhat * b);
         }
