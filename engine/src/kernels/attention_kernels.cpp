@@ -5,8 +5,8 @@
 // AVX2 and FMA up to 4 rows × 24 columns in 12 of the 16 ymm registers, the rest holding B's row
 // and the broadcast. Each ISA's code is its own function (a target attribute), picked at run time.
 // Which rows and columns a tile covers follows the causal mask: the scores and their gradient stop
-// at the tile's last row rounded up to 16 columns, p v and dS k run over the keys up to the tile's
-// last row, and pᵀ dy and dSᵀ q over the queries from the tile's first key on.
+// at the tile's last row rounded up to a whole vector, p v and dS k run over the keys up to the
+// tile's last row, and pᵀ dy and dSᵀ q over the queries from the tile's first key on.
 #include "kernels/attention_kernels.h"
 #include "kernels/kernel_inline.h"
 #include "kernels/vec_inline.h"
@@ -24,7 +24,7 @@ namespace devicerace::detail::cpu {
 namespace {
 
 constexpr std::int64_t kRows = 8;   // rows of the causal blocks
-constexpr std::int64_t kAlign = 16; // rows of p, and the columns a tile writes, round up to this
+constexpr std::int64_t kAlign = 16; // rows of p round up to this (and heads are a multiple of it)
 constexpr int kMaxVectors = 3;      // vectors across a tile
 
 // C (MR × W·NV, row stride ldc) = A B over kn steps: A(m, k) = a[m·sam + k·sak], B's row k
@@ -261,8 +261,13 @@ DR_INLINE void softmaxGradRows(const float* p, float* d, std::int64_t stride, st
 }
 
 // The columns a row tile ending at row r1 (exclusive) computes and writes: its last key rounded
-// up to 16.
-DR_INLINE std::int64_t tileColumnsEnd(std::int64_t r1, std::int64_t stride) { return std::min(stride, roundUp16(r1)); }
+// up to a whole vector (W floats). p's rows stay 16 apart (attentionRowStride); a tile's columns past
+// its n are never read: the products read p and dS up to the tile's last row, and pᵀ and dSᵀ
+// only the columns of key rows at or above each query row's tile.
+template <int W>
+DR_INLINE std::int64_t tileColumnsEnd(std::int64_t r1, std::int64_t stride) {
+    return std::min(stride, (r1 + W - 1) / W * W);
+}
 
 std::vector<float>& scratch() {
     thread_local std::vector<float> buffer;
@@ -303,7 +308,7 @@ DR_INLINE void forwardHeads(const ForwardArgs& f, std::int64_t h0, std::int64_t 
         float* yh = f.y + headOffset(s, h, ldy);
         transposeInto<W>(f.k + in, ld, seq, d, stride, kt.data());
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
-            const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
+            const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd<W>(r1, stride);
             product<W, TR>(r1 - r0, n, d, qh + r0 * ld, ld, 1, kt.data(), stride, ph + r0 * stride, stride);
             std::int64_t i = r0;
             for (; i + 4 <= r1; i += 4) {
@@ -336,7 +341,7 @@ DR_INLINE void backwardHeads(const BackwardArgs& g, std::int64_t h0, std::int64_
         const float* dyh = g.dy + headOffset(s, h, ldy);
         transposeInto<W>(g.v + in, ld, seq, d, stride, vt);
         for (std::int64_t r0 = 0; r0 < seq; r0 += kRows) {
-            const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd(r1, stride);
+            const std::int64_t r1 = std::min(seq, r0 + kRows), n = tileColumnsEnd<W>(r1, stride);
             product<W, TR>(r1 - r0, n, d, dyh + r0 * ldy, ldy, 1, vt, stride, ds + r0 * stride, stride);
             std::int64_t i = r0;
             for (; i + 4 <= r1; i += 4) {
