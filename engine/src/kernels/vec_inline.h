@@ -17,23 +17,27 @@
 namespace devicerace::detail::cpu {
 namespace {
 
-// W floats in a vector: 16 (zmm) or 8 (ymm). Spelled out for each W: GCC drops vector_size on
-// a type that depends on a template parameter.
+// W floats in a vector: 16 (zmm) or 8 (ymm), with the same lanes as int32, uint32 and uint16.
+// Spelled out for each W: GCC drops vector_size on a type that depends on a template parameter.
 using V16 = float __attribute__((vector_size(64)));
-using V16u = float __attribute__((vector_size(64), aligned(4), may_alias));
 using V8 = float __attribute__((vector_size(32)));
-using V8u = float __attribute__((vector_size(32), aligned(4), may_alias));
 template <int W>
 struct Vec;
 template <>
 struct Vec<16> {
     using T = V16;
-    using U = V16u;
+    using U = float __attribute__((vector_size(64), aligned(4), may_alias)); // any alignment
+    using I32 = std::int32_t __attribute__((vector_size(64)));
+    using U32 = std::uint32_t __attribute__((vector_size(64)));
+    using U16 = std::uint16_t __attribute__((vector_size(32)));
 };
 template <>
 struct Vec<8> {
     using T = V8;
-    using U = V8u;
+    using U = float __attribute__((vector_size(32), aligned(4), may_alias));
+    using I32 = std::int32_t __attribute__((vector_size(32)));
+    using U32 = std::uint32_t __attribute__((vector_size(32)));
+    using U16 = std::uint16_t __attribute__((vector_size(16)));
 };
 template <int W>
 using VecT = typename Vec<W>::T;
@@ -46,19 +50,6 @@ template <int W>
 DR_INLINE void storeV(float* p, VecT<W> v) {
     *reinterpret_cast<typename Vec<W>::U*>(p) = v;
 }
-
-using V16i = std::int32_t __attribute__((vector_size(64)));
-using V8i = std::int32_t __attribute__((vector_size(32)));
-template <int W>
-struct IntVec;
-template <>
-struct IntVec<16> {
-    using T = V16i;
-};
-template <>
-struct IntVec<8> {
-    using T = V8i;
-};
 
 template <int W>
 DR_INLINE VecT<W> splat(float x) {
@@ -109,35 +100,19 @@ DR_INLINE VecT<W> expV(VecT<W> x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const VecT<W> y = p * r * r + r + 1.0f;
-    const auto bits = (__builtin_convertvector(n, typename IntVec<W>::T) + 127) << 23;
+    const auto bits = (__builtin_convertvector(n, typename Vec<W>::I32) + 127) << 23;
     return y * __builtin_bit_cast(VecT<W>, bits);
 }
 
 // bf16 of each lane (round to nearest even, NaN kept a NaN: kernel_inline.h's store) into W
 // consecutive Bf16 values.
-using V16u32 = std::uint32_t __attribute__((vector_size(64)));
-using V8u32 = std::uint32_t __attribute__((vector_size(32)));
-using V16u16 = std::uint16_t __attribute__((vector_size(32)));
-using V8u16 = std::uint16_t __attribute__((vector_size(16)));
-template <int W>
-struct HalfVec;
-template <>
-struct HalfVec<16> {
-    using U32 = V16u32;
-    using U16 = V16u16;
-};
-template <>
-struct HalfVec<8> {
-    using U32 = V8u32;
-    using U16 = V8u16;
-};
 template <int W>
 DR_INLINE void storeV(Bf16* p, VecT<W> v) {
-    using U32 = typename HalfVec<W>::U32;
+    using U32 = typename Vec<W>::U32;
     const U32 u = __builtin_bit_cast(U32, v);
     U32 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
     rounded = v != v ? U32{} + 0x7FC0u : rounded;
-    const auto half = __builtin_convertvector(rounded, typename HalfVec<W>::U16);
+    const auto half = __builtin_convertvector(rounded, typename Vec<W>::U16);
     std::memcpy(p, &half, sizeof half);
 }
 
