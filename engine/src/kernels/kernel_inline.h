@@ -141,6 +141,19 @@ DR_INLINE float laneMax(std::int64_t n, const F& term) {
 // Cephes' expf: exp(x) = 2^n · exp(r), |r| ≤ ln2/2, exp(r) by a degree-6 polynomial. Written
 // with selects and integer bit work only, so the loops around it vectorise. x is clamped to
 // where 2^n stays a normal float (sigmoid and tanh saturate long before).
+// exp(x) / 2^n for n = round(x / ln2), by Cephes' degree-6 polynomial in r = x - n ln2 (ln2 in
+// two parts). T: float, or a GCC vector of floats (vec_inline.h's expV), the same operations.
+template <class T>
+DR_INLINE T expOfReduced(T x, T n) {
+    T r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    T p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    return p * r * r + r + 1.0f;
+}
 DR_INLINE float expBody(float x) {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
@@ -148,15 +161,7 @@ DR_INLINE float expBody(float x) {
     // Round to the nearest integer by adding and removing 1.5 · 2^23 (|t| < 2^22); the build has
     // no -ffast-math, so the compiler keeps both.
     const float n = (t + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float y = p * r * r + r + 1.0f;
+    const float y = expOfReduced(x, n);
     const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) * (1 << 23);
     float scale;
     std::memcpy(&scale, &bits, sizeof scale);

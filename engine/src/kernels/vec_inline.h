@@ -91,15 +91,7 @@ DR_INLINE VecT<W> expV(VecT<W> x) {
     x = x > 88.0f ? splat<W>(88.0f) : x;
     const VecT<W> t = x * 1.44269504088896341f;
     const VecT<W> n = (t + 12582912.0f) - 12582912.0f;
-    VecT<W> r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    VecT<W> p = splat<W>(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const VecT<W> y = p * r * r + r + 1.0f;
+    const VecT<W> y = expOfReduced(x, n);
     const auto bits = (__builtin_convertvector(n, typename Vec<W>::I32) + 127) << 23;
     return y * __builtin_bit_cast(VecT<W>, bits);
 }
