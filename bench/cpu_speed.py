@@ -10,7 +10,10 @@ Usage (from the repository root, after scripts/setup --frameworks and scripts/bu
 What it does:
 1. The peaks: torch (the LibTorch the app links, MKL for fp32, oneDNN for bf16) multiplies
    2048x2048 matrices on 1 thread and on every core, fp32 and bf16; the median of 5 timings.
-   Also the fashion-mlp forward GEMM's own shape (128x784x512).
+   Also the fashion-mlp forward GEMM's own shape (128x784x512). Probed once at the start and
+   again before every race, and each peak is the median of all its probes: a VM's speed drifts
+   by 10-30% within an hour, so one probe at the start could set every lane's "of peak" against
+   a moment of the machine's that no race saw. The table gives the probes' min-max.
 2. Per workload, one `devicerace-cli race --fair` per run with every lane (fair: each lane
    alone on the machine, one after another), runs interleaved; each lane's figure is the
    median over the runs of its median interval samples/s.
@@ -20,6 +23,9 @@ What it does:
    FLOPs per sample / the peak of the lane's precision and thread count.
 4. Whether oneDNN used AMX for a bf16 lane: one short run with ONEDNN_VERBOSE=1, the ISA
    names its primitives report.
+5. The issue's goals as ratios within each race (every lane of a race ran on the same machine
+   minutes apart): DeviceRace over Keras/JAX at 1 and at every core, 1 -> every core, bf16 over
+   fp32; each the median of the runs' ratios, with the runs' figures beside it.
 """
 import argparse
 import datetime
@@ -154,6 +160,57 @@ def onednn_isas(workload):
     return sorted(set(re.findall(r"((?:brg|jit|gemm|ref)[a-z0-9_:]*)", err)) - {""})
 
 
+def probe_peaks(cores, native):
+    """One probe of every GEMM peak (PEAK_PROBE, in a fresh python): {key: FLOP/s}."""
+    return json.loads(subprocess.run([venv_python(), "-c", PEAK_PROBE, str(cores), "1" if native else "0"],
+                                     capture_output=True, text=True, check=True).stdout)
+
+
+def median_peaks(probes):
+    """Each peak's median over the probes."""
+    return {key: statistics.median(p[key] for p in probes if key in p) for key in probes[0]}
+
+
+def print_peaks(probes, peaks, cores, native):
+    print(f"\nPeaks: the median of {len(probes)} probes (one at the start, one before every race), min-max beside it.")
+    print("\n| GEMM | threads | fp32 GFLOP/s (min-max) | bf16 GFLOP/s | bf16 / fp32 |\n|---|---:|---:|---:|---:|")
+    for shape in ("2048x2048x2048", "128x784x512"):
+        for t in sorted({1, cores}):
+            key = f"fp32/{t}/{shape}"
+            f, b = peaks[key], peaks.get(f"bf16/{t}/{shape}")
+            spread = [p[key] / 1e9 for p in probes]
+            fp32 = f"{f / 1e9:,.0f} ({min(spread):,.0f}-{max(spread):,.0f})"
+            print(f"| {shape} | {t} | {fp32} | {b / 1e9:,.0f} | {b / f:.2f} |" if b else
+                  f"| {shape} | {t} | {fp32} | not measured (emulated) | |")
+    if not native:
+        print("\nNo bf16 units: a bf16 lane's \"of peak\" is of the fp32 peak (the emulation runs on the "
+              "fp32 units); bf16 lanes race on fashion-mlp only.")
+
+
+def goal_ratios(specs, runs, cores):
+    """The issue's ratios, one per run (lanes of one race): {name: [ratio per run]}."""
+    pairs = [("DeviceRace / Keras-JAX, 1 thread", "DeviceRace, 1 thread", "Keras 3 on JAX, 1 thread"),
+             (f"DeviceRace / Keras-JAX, {cores} threads", f"DeviceRace, {cores} threads",
+              f"Keras 3 on JAX, {cores} threads"),
+             (f"DeviceRace 1 -> {cores} threads", f"DeviceRace, {cores} threads", "DeviceRace, 1 thread"),
+             (f"DeviceRace / PyTorch lane, {cores} threads", f"DeviceRace, {cores} threads",
+              f"PyTorch lane, {cores} threads"),
+             ("bf16 / fp32, 1 thread", "DeviceRace, 1 thread, bf16", "DeviceRace, 1 thread"),
+             (f"bf16 / fp32, {cores} threads", f"DeviceRace, {cores} threads, bf16", f"DeviceRace, {cores} threads")]
+    if cores < 2:  # the every-core lanes are 1-thread lanes again: no scaling to give
+        pairs = [p for p in pairs if f"{cores} threads" not in p[0]]
+    labels = {label for label, _, _, _ in specs}
+    out = {}
+    for name, top, bottom in pairs:
+        if top not in labels or bottom not in labels:
+            continue
+        values = [run[top]["samples_per_sec"] / run[bottom]["samples_per_sec"] for run in runs
+                  if run[top].get("samples_per_sec") and run[bottom].get("samples_per_sec")]
+        if values:
+            out[name] = values
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -168,30 +225,27 @@ def main(argv=None):
     print(f"# CPU speed · {cpu_model()} · {cores} CPUs · bf16 units: {units} · "
           f"{started:%Y-%m-%d %H:%M} UTC", flush=True)
     native = units != "none"
-    peaks = json.loads(subprocess.run([venv_python(), "-c", PEAK_PROBE, str(cores), "1" if native else "0"],
-                                      capture_output=True, text=True, check=True).stdout)
-    print("\n| GEMM | threads | fp32 GFLOP/s | bf16 GFLOP/s | bf16 / fp32 |\n|---|---:|---:|---:|---:|")
-    for shape in ("2048x2048x2048", "128x784x512"):
-        for t in sorted({1, cores}):
-            f, b = peaks[f"fp32/{t}/{shape}"], peaks.get(f"bf16/{t}/{shape}")
-            print(f"| {shape} | {t} | {f / 1e9:,.0f} | {b / 1e9:,.0f} | {b / f:.2f} |" if b else
-                  f"| {shape} | {t} | {f / 1e9:,.0f} | not measured (emulated) | |")
-    if not native:
-        print("\nNo bf16 units: a bf16 lane's \"of peak\" is of the fp32 peak (the emulation runs on the "
-              "fp32 units); bf16 lanes race on fashion-mlp only.")
-    result = {"cpu": cpu_model(), "cores": cores, "bf16_units": units, "date": started.isoformat(), "peaks": peaks,
-              "workloads": {}}
+    probes = [probe_peaks(cores, native)]
+    result = {"cpu": cpu_model(), "cores": cores, "bf16_units": units, "date": started.isoformat(),
+              "peak_probes": probes, "workloads": {}}
+    tables = []
     for workload in args.workloads.split(","):
         steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4)}.get(workload,
                                                                                     max(60, args.steps // 10))
         specs = lanes(cores, workload, native)
         runs = []
         for r in range(args.runs):
+            probes.append(probe_peaks(cores, native))
             lanes_out, _ = race(workload, specs, steps)
             runs.append(lanes_out)
             print(f"{workload} run {r + 1}: " + ", ".join(
                 f"{label} {l.get('samples_per_sec') or 0:,.0f}"
                 for label, l in lanes_out.items()), file=sys.stderr, flush=True)
+        tables.append((workload, steps, specs, runs))
+    peaks = median_peaks(probes)
+    result["peaks"] = peaks
+    print_peaks(probes, peaks, cores, native)
+    for workload, steps, specs, runs in tables:
         flops = FLOPS.get(workload)
         omp = "OMP_WAIT_POLICY " + "/".join(sorted(OMP_SEEN))
         print(f"\n## {workload} · fair mode · {steps} steps · median of {args.runs} runs · {omp} · "
@@ -217,7 +271,14 @@ def main(argv=None):
             print(f"| {label} | {med:,.0f} ({min(rates):,.0f}-{max(rates):,.0f}) | {med / base:.2f} | "
                   f"{achieved / 1e9:,.0f} | {achieved / peak:.0%} | {execution} |" if achieved else
                   f"| {label} | {med:,.0f} | {med / base:.2f} | | | {execution} |")
-        result["workloads"][workload] = {"steps": steps, "flops_per_sample": flops, "lanes": rows}
+        ratios = goal_ratios(specs, runs, cores)
+        if ratios:
+            print("\nRatios within each race (the issue's goals), the median of the runs':\n")
+        for name, values in ratios.items():
+            print(f"- {name}: **{statistics.median(values):.2f}** (runs: {', '.join(f'{v:.2f}' for v in values)})")
+        result["workloads"][workload] = {"steps": steps, "flops_per_sample": flops, "lanes": rows,
+                                         "ratios": {k: {"median": statistics.median(v), "runs": v}
+                                                    for k, v in ratios.items()}}
     isas = onednn_isas("fashion-mlp") if native else []
     result["onednn_bf16_isas"] = isas
     if native:

@@ -76,6 +76,40 @@ class Compare(unittest.TestCase):
         self.assertIn("no-such-net", out.stderr)
 
 
+class CpuSpeed(unittest.TestCase):
+    """bench/cpu_speed.py's arithmetic: the peaks' medians over its probes, the goals' ratios per race."""
+
+    @classmethod
+    def setUpClass(cls):
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("cpu_speed", os.path.join(ROOT, "bench", "cpu_speed.py"))
+        cls.mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cls.mod)
+
+    def test_each_peak_is_the_median_of_its_probes(self):
+        probes = [{"fp32/1/a": 60e9, "fp32/2/a": 150e9}, {"fp32/1/a": 80e9, "fp32/2/a": 120e9},
+                  {"fp32/1/a": 70e9, "fp32/2/a": 130e9}]
+        self.assertEqual(self.mod.median_peaks(probes), {"fp32/1/a": 70e9, "fp32/2/a": 130e9})
+
+    def test_the_goals_are_ratios_within_each_race(self):
+        specs = self.mod.lanes(2, "fashion-mlp", False)
+        rates = [{"DeviceRace, 1 thread": 100, "DeviceRace, 2 threads": 160, "Keras 3 on JAX, 1 thread": 80,
+                  "Keras 3 on JAX, 2 threads": 100, "PyTorch lane, 2 threads": 50},
+                 {"DeviceRace, 1 thread": 200, "DeviceRace, 2 threads": 300, "Keras 3 on JAX, 1 thread": 100,
+                  "Keras 3 on JAX, 2 threads": 250, "PyTorch lane, 2 threads": 0}]  # 0: a lane without a figure
+        runs = [{label: ({"samples_per_sec": r[label]} if label in r else {}) for label, _, _, _ in specs}
+                for r in rates]
+        ratios = self.mod.goal_ratios(specs, runs, 2)
+        self.assertEqual(ratios["DeviceRace / Keras-JAX, 1 thread"], [1.25, 2.0])
+        self.assertEqual(ratios["DeviceRace / Keras-JAX, 2 threads"], [1.6, 1.2])
+        self.assertEqual(ratios["DeviceRace 1 -> 2 threads"], [1.6, 1.5])
+        self.assertEqual(ratios["DeviceRace / PyTorch lane, 2 threads"], [3.2])
+        self.assertNotIn("bf16 / fp32, 1 thread", ratios)  # no native bf16 lane in an emulated race
+        specs = self.mod.lanes(1, "fashion-mlp", False)  # one core: its "every core" lanes are 1-thread lanes
+        runs = [{label: {"samples_per_sec": 10.0} for label, _, _, _ in specs}]
+        self.assertEqual(list(self.mod.goal_ratios(specs, runs, 1)), ["DeviceRace / Keras-JAX, 1 thread"])
+
+
 class GptStepBudget(unittest.TestCase):
     """bench/gpt_step_budget.py finds every loop it times in the built library (by mangled name) and
     adds them up; --ab puts two libraries side by side; --race sets the sum against a race's step."""

@@ -32,10 +32,31 @@ void rowsParallel(std::int64_t rows, std::int64_t cols, const F& f) {
 constexpr int kRowW = 8;
 using VR = VecT<kRowW>;
 
-// A row's sum over its whole vectors (the caller adds the tail): add(acc, c) adds the terms of
-// columns c..c + kRowW - 1 to acc; two accumulators. (By reference: a lambda returning a vector
-// is a function of the default target, which GCC warns of, -Wpsabi.) In place of laneSum's 64
-// partial sums, folded: the layer norm's backward 1.13x (stop 58).
+// A row's loops written once for its whole vectors and its tail: a body templated on T is called
+// with T = VR for columns c..c + kRowW - 1 and with T = float for each column past the last whole
+// vector. lanes<T>(p, c) reads p at c as a T, put(o, c, v) writes v (a VR or a float, to float or
+// bf16) at c.
+template <class T>
+DR_INLINE T lanes(const float* p, std::int64_t c) {
+    if constexpr (std::is_same_v<T, float>) {
+        return p[c];
+    } else {
+        return loadV<kRowW>(p + c);
+    }
+}
+template <class O>
+DR_INLINE void put(O* o, std::int64_t c, VR v) {
+    storeV<kRowW>(o + c, v);
+}
+template <class O>
+DR_INLINE void put(O* o, std::int64_t c, float v) {
+    store(o[c], v);
+}
+
+// A row's sum: add(acc, c) adds the terms of columns c.. to acc (a VR, or a float for one tail
+// column); two vector accumulators, then the tail added one by one to their sum. (By reference: a
+// lambda returning a vector is a function of the default target, which GCC warns of, -Wpsabi.) In
+// place of laneSum's 64 partial sums, folded: the layer norm's backward 1.13x (stop 58).
 template <class F>
 DR_INLINE float rowSum(std::int64_t cols, const F& add) {
     VR a{}, b{};
@@ -46,8 +67,24 @@ DR_INLINE float rowSum(std::int64_t cols, const F& add) {
     }
     if (c + kRowW <= cols) {
         add(a, c);
+        c += kRowW;
     }
-    return allSum<kRowW>(a + b)[0];
+    float sum = allSum<kRowW>(a + b)[0];
+    for (; c < cols; ++c) {
+        add(sum, c);
+    }
+    return sum;
+}
+// f(std::type_identity<T>{}, c) over a row: T = VR for each whole vector, float for each tail column.
+template <class F>
+DR_INLINE void rowEach(std::int64_t cols, const F& f) {
+    std::int64_t c = 0;
+    for (; c + kRowW <= cols; c += kRowW) {
+        f(std::type_identity<VR>{}, c);
+    }
+    for (; c < cols; ++c) {
+        f(std::type_identity<float>{}, c);
+    }
 }
 
 template <class T>
@@ -55,31 +92,20 @@ DR_INLINE void layerNormBody(const float* __restrict x, std::int64_t r0, std::in
                              const float* __restrict gamma, const float* __restrict beta, T* __restrict out,
                              float* __restrict mean, float* __restrict rstd) {
     const float inv = 1.0f / static_cast<float>(cols);
-    const std::int64_t whole = cols / kRowW * kRowW;
     for (std::int64_t r = r0; r < r1; ++r) {
         const float* xr = x + r * cols;
-        float sum = rowSum(cols, [&](VR& acc, std::int64_t c) { acc += loadV<kRowW>(xr + c); });
-        for (std::int64_t c = whole; c < cols; ++c) {
-            sum += xr[c];
-        }
-        const float m = sum * inv;
-        float var = rowSum(cols, [&](VR& acc, std::int64_t c) {
-            const VR d = loadV<kRowW>(xr + c) - m;
+        const float m = rowSum(cols, [&]<class A>(A& acc, std::int64_t c) { acc += lanes<A>(xr, c); }) * inv;
+        const float var = rowSum(cols, [&]<class A>(A& acc, std::int64_t c) {
+            const A d = lanes<A>(xr, c) - m;
             acc += d * d;
         });
-        for (std::int64_t c = whole; c < cols; ++c) {
-            var += (xr[c] - m) * (xr[c] - m);
-        }
         const float s = 1.0f / std::sqrt(var * inv + kLayerNormEps);
         mean[r] = m;
         rstd[r] = s;
         T* o = out + r * cols;
-        for (std::int64_t c = 0; c < whole; c += kRowW) {
-            storeV<kRowW>(o + c, (loadV<kRowW>(xr + c) - m) * s * loadV<kRowW>(gamma + c) + loadV<kRowW>(beta + c));
-        }
-        for (std::int64_t c = whole; c < cols; ++c) {
-            store(o[c], (xr[c] - m) * s * gamma[c] + beta[c]);
-        }
+        rowEach(cols, [&]<class A>(std::type_identity<A>, std::int64_t c) {
+            put(o, c, (lanes<A>(xr, c) - m) * s * lanes<A>(gamma, c) + lanes<A>(beta, c));
+        });
     }
 }
 DR_CLONES void layerNormF(const float* x, std::int64_t r0, std::int64_t r1, std::int64_t cols, const float* gamma,
@@ -96,32 +122,23 @@ DR_CLONES void layerNormBackwardRange(const float* __restrict dy, const float* _
                                       const float* __restrict gamma, std::int64_t r0, std::int64_t r1,
                                       std::int64_t cols, float* __restrict dx) {
     const float inv = 1.0f / static_cast<float>(cols);
-    const std::int64_t whole = cols / kRowW * kRowW;
     for (std::int64_t r = r0; r < r1; ++r) {
         const float* d = dy + r * cols;
         const float* xr = x + r * cols;
         const float m = mean[r], s = rstd[r];
         // The means of g and of g · xhat, g = dy · gamma.
-        float sumG =
-            rowSum(cols, [&](VR& acc, std::int64_t c) { acc += loadV<kRowW>(d + c) * loadV<kRowW>(gamma + c); });
-        float sumGx = rowSum(cols, [&](VR& acc, std::int64_t c) {
-            acc += loadV<kRowW>(d + c) * loadV<kRowW>(gamma + c) * (loadV<kRowW>(xr + c) - m) * s;
-        });
-        for (std::int64_t c = whole; c < cols; ++c) {
-            sumG += d[c] * gamma[c];
-            sumGx += d[c] * gamma[c] * (xr[c] - m) * s;
-        }
-        const float a = sumG * inv, b = sumGx * inv;
+        const float a =
+            rowSum(cols, [&]<class A>(A& acc, std::int64_t c) { acc += lanes<A>(d, c) * lanes<A>(gamma, c); }) * inv;
+        const float b = rowSum(cols,
+                               [&]<class A>(A& acc, std::int64_t c) {
+                                   acc += lanes<A>(d, c) * lanes<A>(gamma, c) * (lanes<A>(xr, c) - m) * s;
+                               }) *
+                        inv;
         float* o = dx + r * cols;
-        for (std::int64_t c = 0; c < whole; c += kRowW) {
-            const VR xhat = (loadV<kRowW>(xr + c) - m) * s;
-            storeV<kRowW>(o + c,
-                          loadV<kRowW>(o + c) + s * (loadV<kRowW>(d + c) * loadV<kRowW>(gamma + c) - a - xhat * b));
-        }
-        for (std::int64_t c = whole; c < cols; ++c) {
-            const float xhat = (xr[c] - m) * s;
-            o[c] += s * (d[c] * gamma[c] - a - xhat * b);
-        }
+        rowEach(cols, [&]<class A>(std::type_identity<A>, std::int64_t c) {
+            const A xhat = (lanes<A>(xr, c) - m) * s;
+            put(o, c, lanes<A>(o, c) + s * (lanes<A>(d, c) * lanes<A>(gamma, c) - a - xhat * b));
+        });
     }
 }
 
