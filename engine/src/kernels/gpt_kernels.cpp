@@ -221,15 +221,18 @@ DR_CLONES void columnSumsB(const float* x, std::int64_t rows, std::int64_t cols,
 struct Normal {
     float cdf, pdf;
 };
+// z is bounded where exp(-z²) would leave the normal floats (z² ≤ 87, |x| ≤ 13.19): one min in place
+// of exp's two clamps (their compares and blends were a tenth of the vectorised GELU). Past it,
+// Φ is 1 or under 1e-38 either way.
 DR_INLINE Normal normalAt(float x) {
-    const float z = (x < 0 ? -x : x) * 0.70710678118654752f;
+    const float z = std::min((x < 0 ? -x : x) * 0.70710678118654752f, 9.32737905f);
     const float t = 1.0f / (1.0f + 0.3275911f * z);
     float p = 1.061405429f;
     p = p * t - 1.453152027f;
     p = p * t + 1.421413741f;
     p = p * t - 0.284496736f;
     p = p * t + 0.254829592f;
-    const float e = expBody(-z * z);
+    const float e = expInRange(-z * z);
     const float half = 0.5f * p * t * e; // erfc(z) / 2
     return {x < 0 ? half : 1.0f - half, 0.39894228040143268f * e};
 }

@@ -154,9 +154,8 @@ DR_INLINE T expOfReduced(T x, T n) {
     p = p * r + 5.0000001201e-1f;
     return p * r * r + r + 1.0f;
 }
-DR_INLINE float expBody(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
+// exp(x) for x in [-87, 88] (2^n a normal float), unclamped: for a caller that bounds x itself.
+DR_INLINE float expInRange(float x) {
     const float t = x * 1.44269504088896341f;
     // Round to the nearest integer by adding and removing 1.5 · 2^23 (|t| < 2^22); the build has
     // no -ffast-math, so the compiler keeps both.
@@ -166,6 +165,11 @@ DR_INLINE float expBody(float x) {
     float scale;
     std::memcpy(&scale, &bits, sizeof scale);
     return y * scale;
+}
+DR_INLINE float expBody(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    return expInRange(x);
 }
 
 // Row i of causal attention's scores (keys 0..n-1, n ≥ i + 1 and a multiple of 16 where the row
