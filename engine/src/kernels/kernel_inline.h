@@ -138,9 +138,6 @@ DR_INLINE float laneMax(std::int64_t n, const F& term) {
     return best;
 }
 
-// Cephes' expf: exp(x) = 2^n · exp(r), |r| ≤ ln2/2, exp(r) by a degree-6 polynomial. Written
-// with selects and integer bit work only, so the loops around it vectorise. x is clamped to
-// where 2^n stays a normal float (sigmoid and tanh saturate long before).
 // exp(x) / 2^n for n = round(x / ln2), by Cephes' degree-6 polynomial in r = x - n ln2 (ln2 in
 // two parts). T: float, or a GCC vector of floats (vec_inline.h's expV), the same operations.
 template <class T>
@@ -154,7 +151,9 @@ DR_INLINE T expOfReduced(T x, T n) {
     p = p * r + 5.0000001201e-1f;
     return p * r * r + r + 1.0f;
 }
-// exp(x) for x in [-87, 88] (2^n a normal float), unclamped: for a caller that bounds x itself.
+// Cephes' expf: exp(x) = 2^n · exp(r), |r| ≤ ln2/2, exp(r) by a degree-6 polynomial. Written
+// with selects and integer bit work only, so the loops around it vectorise. For x in [-87, 88],
+// where 2^n stays a normal float, unclamped: for a caller that bounds x itself (GELU's normal).
 DR_INLINE float expInRange(float x) {
     const float t = x * 1.44269504088896341f;
     // Round to the nearest integer by adding and removing 1.5 · 2^23 (|t| < 2^22); the build has
@@ -166,6 +165,7 @@ DR_INLINE float expInRange(float x) {
     std::memcpy(&scale, &bits, sizeof scale);
     return y * scale;
 }
+// exp(x) for any x, clamped to [-87, 88] first (sigmoid and tanh saturate long before).
 DR_INLINE float expBody(float x) {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
