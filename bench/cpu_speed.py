@@ -190,15 +190,13 @@ def print_peaks(probes, peaks, cores, native):
 def goal_ratios(specs, runs, cores):
     """The issue's ratios, one per run (lanes of one race): {name: [ratio per run]}."""
     pairs = [("DeviceRace / Keras-JAX, 1 thread", "DeviceRace, 1 thread", "Keras 3 on JAX, 1 thread"),
-             (f"DeviceRace / Keras-JAX, {cores} threads", f"DeviceRace, {cores} threads",
-              f"Keras 3 on JAX, {cores} threads"),
-             (f"DeviceRace 1 -> {cores} threads", f"DeviceRace, {cores} threads", "DeviceRace, 1 thread"),
-             (f"DeviceRace / PyTorch lane, {cores} threads", f"DeviceRace, {cores} threads",
-              f"PyTorch lane, {cores} threads"),
-             ("bf16 / fp32, 1 thread", "DeviceRace, 1 thread, bf16", "DeviceRace, 1 thread"),
-             (f"bf16 / fp32, {cores} threads", f"DeviceRace, {cores} threads, bf16", f"DeviceRace, {cores} threads")]
-    if cores < 2:  # the every-core lanes are 1-thread lanes again: no scaling to give
-        pairs = [p for p in pairs if f"{cores} threads" not in p[0]]
+             ("bf16 / fp32, 1 thread", "DeviceRace, 1 thread, bf16", "DeviceRace, 1 thread")]
+    if cores > 1:  # on one core the every-core lanes are 1-thread lanes again: nothing more to give
+        many = f"{cores} threads"
+        pairs += [(f"DeviceRace / Keras-JAX, {many}", f"DeviceRace, {many}", f"Keras 3 on JAX, {many}"),
+                  (f"DeviceRace 1 -> {many}", f"DeviceRace, {many}", "DeviceRace, 1 thread"),
+                  (f"DeviceRace / PyTorch lane, {many}", f"DeviceRace, {many}", f"PyTorch lane, {many}"),
+                  (f"bf16 / fp32, {many}", f"DeviceRace, {many}, bf16", f"DeviceRace, {many}")]
     labels = {label for label, _, _, _ in specs}
     out = {}
     for name, top, bottom in pairs:
