@@ -5,7 +5,8 @@ this CPU's measured GEMM peak, in one run.
 
 Usage (from the repository root, after scripts/setup --frameworks and scripts/build):
     .venv/bin/python bench/cpu_speed.py [--runs 3] [--steps 600] [--json OUT.json]
-        [--workloads fashion-mlp,fashion-cnn,char-gpt]
+        [--workloads fashion-mlp,fashion-cnn,char-gpt]   (with bf16 units the default adds
+                                                          cifar-resnet20: the issue's four bf16 rows)
 
 What it does:
 1. The peaks: torch (the LibTorch the app links, MKL for fp32, oneDNN for bf16) multiplies
@@ -17,10 +18,11 @@ What it does:
 2. Per workload, one `devicerace-cli race --fair` per run with every lane (fair: each lane
    alone on the machine, one after another), runs interleaved; each lane's figure is the
    median over the runs of its median interval samples/s.
-3. FLOPs per training sample are counted from the network's layer shapes: the forward
-   multiply-adds x 2, the weight gradients the same again, and the input gradients of every
-   layer but the first (nothing computes the image's gradient). "of peak" is samples/s x
-   FLOPs per sample / the peak of the lane's precision and thread count.
+3. FLOPs per training sample as the engine counts them from the network's layer shapes (the
+   race summary's flops_per_sample): the forward multiply-adds x 2, the weight gradients the
+   same again, and the input gradients of every layer but the first (nothing computes the
+   image's gradient). "of peak" is samples/s x FLOPs per sample / the peak of the lane's
+   precision and thread count. Any workload the CLI races can be listed.
 4. Whether oneDNN used AMX for a bf16 lane: one short run with ONEDNN_VERBOSE=1, the ISA
    names its primitives report.
 5. The issue's goals as ratios within each race (every lane of a race ran on the same machine
@@ -43,43 +45,17 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
 from host import cpu_flags, cpu_model  # noqa: E402  (bench/support/host.py)
 CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 
-# FLOPs per training sample, counted from the layer shapes (see the module docstring).
-def dense_flops(shapes):
-    """shapes: (in, out) per dense layer, first layer first."""
-    fwd = sum(2 * i * o for i, o in shapes)
-    input_grads = sum(2 * i * o for i, o in shapes[1:])
-    return fwd * 2 + input_grads
+def flops_per_sample(specs, runs):
+    """FLOPs per training sample as the engine counts them from the network (each lane summary's
+    flops_per_sample, models/flop_count.h: the forward multiply-adds x 2, the weight gradients the
+    same again, the input gradients of every layer but the first), from the first lane in the
+    race's order that has one; None if none does."""
+    for label, _, _, _ in specs:
+        for run in runs:
+            if run.get(label, {}).get("flops_per_sample"):
+                return run[label]["flops_per_sample"]
+    return None
 
-
-def conv_flops(layers):
-    """layers: ('conv', cin, cout, k, out_h, out_w) or ('dense', in, out), first layer first."""
-    macs = []
-    for l in layers:
-        if l[0] == "conv":
-            _, cin, cout, k, oh, ow = l
-            macs.append(cin * cout * k * k * oh * ow)
-        else:
-            macs.append(l[1] * l[2])
-    return 2 * sum(macs) * 2 + 2 * sum(macs[1:])
-
-
-def gpt_flops(layers, width, context, vocabulary):
-    # Per token, forward multiply-adds: 12·C² a block (qkv, projection, MLP up and down), the
-    # scores and the weighted values over the whole context (2·T·C a block), the tied head (C·V);
-    # backward twice that (the embeddings are gathers). As the engine counts (models/flop_count.h).
-    macs = layers * (12 * width * width + 2 * context * width) + width * vocabulary
-    return 2 * macs * 3 * context
-
-
-FLOPS = {
-    # 784-512-512-10
-    "fashion-mlp": dense_flops([(784, 512), (512, 512), (512, 10)]),
-    # conv 1->32 3x3 (26x26), conv 32->64 3x3 (24x24), pool, dense 9216->128, dense 128->10
-    "fashion-cnn": conv_flops([("conv", 1, 32, 3, 26, 26), ("conv", 32, 64, 3, 24, 24), ("dense", 9216, 128),
-                               ("dense", 128, 10)]),
-    # 4 blocks, 128 wide, context 64; V = 113, the fortunes text's alphabet (the default corpus)
-    "char-gpt": gpt_flops(4, 128, 64, 113),
-}
 
 # The lanes of each race: (label, lane spec without name, precision, threads or None for all).
 # Without bf16 units (bf16 emulated: fashion-cnn ran ~60 samples/s on an AMD EPYC), one bf16
@@ -99,6 +75,12 @@ def lanes(cores, workload, bf16_native):
     elif workload == "fashion-mlp":
         out += [("DeviceRace, 1 thread, bf16 (emulated)", "cpu,threads=1,precision=bf16", "bf16", 1)]
     return out
+
+
+def default_workloads(bf16_native):
+    """The issue's rows: its bf16 goal names cifar-resnet20 too (on this machine's Fashion-MNIST,
+    adapted to 3x32x32, where CIFAR-10 is absent), raced only where bf16 has units to run on."""
+    return "fashion-mlp,fashion-cnn,char-gpt" + (",cifar-resnet20" if bf16_native else "")
 
 
 PEAK_PROBE = r"""
@@ -212,8 +194,10 @@ def goal_ratios(specs, runs, cores):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=600, help="steps per lane for fashion-mlp (fashion-cnn: a tenth, at least 60; char-gpt: a quarter, at least 100)")
-    ap.add_argument("--workloads", default="fashion-mlp,fashion-cnn,char-gpt")
+    ap.add_argument("--steps", type=int, default=600, help="steps per lane for fashion-mlp (char-gpt: a quarter, "
+                    "at least 100; any other: a tenth, at least 60)")
+    ap.add_argument("--workloads", help="comma-separated (default: fashion-mlp,fashion-cnn,char-gpt, and "
+                    "cifar-resnet20 where the CPU has bf16 units)")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     cores = os.cpu_count() or 1
@@ -223,11 +207,12 @@ def main(argv=None):
     print(f"# CPU speed · {cpu_model()} · {cores} CPUs · bf16 units: {units} · "
           f"{started:%Y-%m-%d %H:%M} UTC", flush=True)
     native = units != "none"
+    workloads = args.workloads or default_workloads(native)
     probes = [probe_peaks(cores, native)]
     result = {"cpu": cpu_model(), "cores": cores, "bf16_units": units, "date": started.isoformat(),
               "peak_probes": probes, "workloads": {}}
     tables = []
-    for workload in args.workloads.split(","):
+    for workload in workloads.split(","):
         steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4)}.get(workload,
                                                                                     max(60, args.steps // 10))
         specs = lanes(cores, workload, native)
@@ -244,7 +229,7 @@ def main(argv=None):
     result["peaks"] = peaks
     print_peaks(probes, peaks, cores, native)
     for workload, steps, specs, runs in tables:
-        flops = FLOPS.get(workload)
+        flops = flops_per_sample(specs, runs)
         omp = "OMP_WAIT_POLICY " + "/".join(sorted(OMP_SEEN))
         print(f"\n## {workload} · fair mode · {steps} steps · median of {args.runs} runs · {omp} · "
               f"{flops / 1e6:.2f} MFLOP per training sample\n" if flops else f"\n## {workload} · {omp}\n")

@@ -77,7 +77,8 @@ class Compare(unittest.TestCase):
 
 
 class CpuSpeed(unittest.TestCase):
-    """bench/cpu_speed.py's arithmetic: the peaks' medians over its probes, the goals' ratios per race."""
+    """bench/cpu_speed.py's arithmetic: the peaks' medians over its probes, the goals' ratios per race,
+    the FLOPs from the races' own count, its default rows."""
 
     @classmethod
     def setUpClass(cls):
@@ -108,6 +109,19 @@ class CpuSpeed(unittest.TestCase):
         specs = self.mod.lanes(1, "fashion-mlp", False)  # one core: its "every core" lanes are 1-thread lanes
         runs = [{label: {"samples_per_sec": 10.0} for label, _, _, _ in specs}]
         self.assertEqual(list(self.mod.goal_ratios(specs, runs, 1)), ["DeviceRace / Keras-JAX, 1 thread"])
+
+
+    def test_flops_come_from_the_races_own_count(self):
+        specs = self.mod.lanes(2, "fashion-mlp", False)
+        runs = [{"DeviceRace, 1 thread": {"samples_per_sec": 10.0}, "DeviceRace, 2 threads": {"error": "x"}},
+                {"DeviceRace, 1 thread": {"flops_per_sample": 3209216.0}}]
+        self.assertEqual(self.mod.flops_per_sample(specs, runs), 3209216.0)
+        self.assertIsNone(self.mod.flops_per_sample(specs, [{"DeviceRace, 1 thread": {}}]))
+
+    def test_cifar_resnet20_races_where_bf16_has_units(self):
+        self.assertEqual(self.mod.default_workloads(False), "fashion-mlp,fashion-cnn,char-gpt")
+        self.assertEqual(self.mod.default_workloads(True).split(","),
+                         ["fashion-mlp", "fashion-cnn", "char-gpt", "cifar-resnet20"])
 
 
 class GptStepBudget(unittest.TestCase):
