@@ -195,7 +195,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=600, help="steps per lane for fashion-mlp (char-gpt: a quarter, "
-                    "at least 100; any other: a tenth, at least 60)")
+                    "at least 100; cifar-resnet20: a sixth, at least 100; any other: a tenth, at least 60)")
     ap.add_argument("--workloads", help="comma-separated (default: fashion-mlp,fashion-cnn,char-gpt, and "
                     "cifar-resnet20 where the CPU has bf16 units)")
     ap.add_argument("--json", metavar="FILE")
@@ -213,8 +213,8 @@ def main(argv=None):
               "peak_probes": probes, "workloads": {}}
     tables = []
     for workload in workloads.split(","):
-        steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4)}.get(workload,
-                                                                                    max(60, args.steps // 10))
+        steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4),
+                 "cifar-resnet20": max(100, args.steps // 6)}.get(workload, max(60, args.steps // 10))
         specs = lanes(cores, workload, native)
         runs = []
         for r in range(args.runs):
