@@ -46,10 +46,8 @@ from host import cpu_flags, cpu_model  # noqa: E402  (bench/support/host.py)
 CLI = os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 
 def flops_per_sample(specs, runs):
-    """FLOPs per training sample as the engine counts them from the network (each lane summary's
-    flops_per_sample, models/flop_count.h: the forward multiply-adds x 2, the weight gradients the
-    same again, the input gradients of every layer but the first), from the first lane in the
-    race's order that has one; None if none does."""
+    """FLOPs per training sample as the engine counts them (a lane summary's flops_per_sample; see
+    point 3 above), from the first lane in the race's order that has one; None if none does."""
     for label, _, _, _ in specs:
         for run in runs:
             if run.get(label, {}).get("flops_per_sample"):

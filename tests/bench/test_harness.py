@@ -110,7 +110,6 @@ class CpuSpeed(unittest.TestCase):
         runs = [{label: {"samples_per_sec": 10.0} for label, _, _, _ in specs}]
         self.assertEqual(list(self.mod.goal_ratios(specs, runs, 1)), ["DeviceRace / Keras-JAX, 1 thread"])
 
-
     def test_flops_come_from_the_races_own_count(self):
         specs = self.mod.lanes(2, "fashion-mlp", False)
         runs = [{"DeviceRace, 1 thread": {"samples_per_sec": 10.0}, "DeviceRace, 2 threads": {"error": "x"}},

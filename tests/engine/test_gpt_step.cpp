@@ -148,9 +148,10 @@ TEST(GptStep, Fp32GradientsMatchAutograd) {
 TEST(GptStep, Fp32GradientsMatchAutogradWithDropout) { compareSteps(256, false, "char-gpt-6l", 1, 256); }
 
 // The tiles against torch's causal attention in double, each ISA's tiles this CPU runs: sequences
-// that end mid-tile (8 or 4 rows; 70 rows: tails of 4 and 2) and mid-vector (16 or 8 columns), heads of 16, 32, 48, 64
-// and 128 (tiles of 1, 2 and 3 vectors and the heads-of-64 tiles), one and several heads; q, k, v read from the rows of
-// one qkv buffer [B, T, 3, H, D] and y written into [B, T, H, D] rows, as the step does.
+// that end mid-tile (8 or 4 rows; 70 rows end in tiles of 4 and 2) and mid-vector (16 or 8
+// columns), heads of 16, 32, 48, 64 and 128 (tiles of 1, 2 and 3 vectors and the heads-of-64
+// tiles), one and several heads; q, k, v read from the rows of one qkv buffer [B, T, 3, H, D] and
+// y written into [B, T, H, D] rows, as the step does.
 TEST(GptKernels, CausalAttentionTilesFollowTorchsAttention) {
     struct Shape {
         std::int64_t batch, heads, seq, head;
