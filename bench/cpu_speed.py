@@ -7,6 +7,13 @@ Usage (from the repository root, after scripts/setup --frameworks and scripts/bu
     .venv/bin/python bench/cpu_speed.py [--runs 3] [--steps 600] [--json OUT.json]
         [--workloads fashion-mlp,fashion-cnn,char-gpt]   (with bf16 units the default adds
                                                           cifar-resnet20: the issue's four bf16 rows)
+        [--threads N]          the "every core" lanes' threads (default: every core)
+        [--lanes devicerace]   DeviceRace's fp32 and bf16 lanes only: no framework lanes, no
+                               autograd lane (a machine without Keras, or a short lease: bench/gpu/amx.sh)
+        [--cli PATH]           the devicerace-cli to race (default: build/release's)
+        [--budget SECONDS]     start no race that the last one's duration says would end past
+                               this; the tables then give the runs made (a device lease's
+                               time limit). SIGTERM (`timeout`) also ends in the tables so far.
 
 What it does:
 1. The peaks: torch (the LibTorch the app links, MKL for fp32, oneDNN for bf16) multiplies
@@ -37,6 +44,7 @@ import re
 import statistics
 import subprocess
 import sys
+import signal
 import tempfile
 import time
 
@@ -58,15 +66,19 @@ def flops_per_sample(specs, runs):
 # The lanes of each race: (label, lane spec without name, precision, threads or None for all).
 # Without bf16 units (bf16 emulated: fashion-cnn ran ~60 samples/s on an AMD EPYC), one bf16
 # lane shows the lane marked emulated, on fashion-mlp only.
-def lanes(cores, workload, bf16_native):
+# devicerace_only: DeviceRace's own fp32 and bf16 lanes (no autograd, Keras/JAX or PyTorch lane).
+def lanes(cores, workload, bf16_native, devicerace_only=False):
     out = [
         ("DeviceRace, 1 thread", "cpu,threads=1", "fp32", 1),
         (f"DeviceRace, {cores} threads", f"cpu,threads={cores}", "fp32", cores),
-        ("DeviceRace autograd (fused=false), 1 thread", "cpu,threads=1,fused=false", "fp32", 1),
-        ("Keras 3 on JAX, 1 thread", "cpu,threads=1,framework=keras-jax", "fp32", 1),
-        (f"Keras 3 on JAX, {cores} threads", f"cpu,threads={cores},framework=keras-jax", "fp32", cores),
-        (f"PyTorch lane, {cores} threads", f"cpu,threads={cores},framework=pytorch", "fp32", cores),
     ]
+    if not devicerace_only:
+        out += [
+            ("DeviceRace autograd (fused=false), 1 thread", "cpu,threads=1,fused=false", "fp32", 1),
+            ("Keras 3 on JAX, 1 thread", "cpu,threads=1,framework=keras-jax", "fp32", 1),
+            (f"Keras 3 on JAX, {cores} threads", f"cpu,threads={cores},framework=keras-jax", "fp32", cores),
+            (f"PyTorch lane, {cores} threads", f"cpu,threads={cores},framework=pytorch", "fp32", cores),
+        ]
     if bf16_native:
         out += [("DeviceRace, 1 thread, bf16", "cpu,threads=1,precision=bf16", "bf16", 1),
                 (f"DeviceRace, {cores} threads, bf16", f"cpu,threads={cores},precision=bf16", "bf16", cores)]
@@ -134,10 +146,36 @@ def race(workload, specs, steps, env=None):
     return {label: by_name.get(f"lane{i}", {}) for i, (label, _, _, _) in enumerate(specs)}, r.stdout + r.stderr
 
 
-def onednn_isas(workload):
-    """The ISAs oneDNN's primitives name in a short bf16 run (ONEDNN_VERBOSE=1)."""
-    _, err = race(workload, [("bf16", "cpu,threads=1,precision=bf16", "bf16", 1)], 30, {"ONEDNN_VERBOSE": "1"})
-    return sorted(set(re.findall(r"((?:brg|jit|gemm|ref)[a-z0-9_:]*)", err)) - {""})
+def isa_evidence(log):
+    """What a bf16 run's ONEDNN_VERBOSE=1 and MKL_VERBOSE=1 lines say ran: oneDNN's ISA, its executed
+    primitives as "kind implementation source-type" with counts, MKL's own banner (its ISA on an AMX
+    CPU) and its calls by function name with counts."""
+    isa = re.search(r"onednn_verbose,[^,\n]*,info,cpu,isa:([^\n]*)", log)
+    banner = re.search(r"MKL_VERBOSE (?:oneMKL|Intel\(R\) (?:oneAPI )?Math Kernel Library|Intel\(R\) MKL)[^\n]*", log)
+    primitives, calls = {}, {}
+    for kind, impl, src in re.findall(r"onednn_verbose,(?:v1,)?primitive,exec,cpu,([a-z_]+),([^,]+),[^,]*,src:([a-z0-9]+)", log):
+        key = f"{kind} {impl} {src}"
+        primitives[key] = primitives.get(key, 0) + 1
+    for name in re.findall(r"MKL_VERBOSE ([A-Z][A-Z0-9_]*)\(", log):
+        calls[name] = calls.get(name, 0) + 1
+    return {"onednn_isa": isa.group(1).strip() if isa else None, "onednn_primitives": primitives,
+            "mkl": banner.group(0)[len("MKL_VERBOSE "):].strip() if banner else None, "mkl_calls": calls}
+
+
+def bf16_evidence(workload):
+    """isa_evidence of a short 1-thread bf16 lane of the workload."""
+    _, log = race(workload, [("bf16", "cpu,threads=1,precision=bf16", "bf16", 1)], 20,
+                  {"ONEDNN_VERBOSE": "1", "MKL_VERBOSE": "1"})
+    return isa_evidence(log)
+
+
+def print_evidence(workload, ev):
+    print(f"\n{workload}, a 1-thread bf16 lane under ONEDNN_VERBOSE=1 and MKL_VERBOSE=1: "
+          f"oneDNN's ISA: {ev['onednn_isa'] or 'not reported'}; MKL: {ev['mkl'] or 'no call'}")
+    for key, n in sorted(ev["onednn_primitives"].items(), key=lambda kv: -kv[1]):
+        print(f"- oneDNN {key}: {n} calls")
+    for name, n in sorted(ev["mkl_calls"].items(), key=lambda kv: -kv[1]):
+        print(f"- MKL {name}: {n} calls")
 
 
 def probe_peaks(cores, native):
@@ -189,7 +227,16 @@ def goal_ratios(specs, runs, cores):
     return out
 
 
+class Stopped(Exception):
+    """SIGTERM (a `timeout` around the script): stop racing and print what was measured."""
+
+
+def stop_on_sigterm(*_):
+    raise Stopped()
+
+
 def main(argv=None):
+    global CLI
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=600, help="steps per lane for fashion-mlp (char-gpt: a quarter, "
@@ -197,39 +244,71 @@ def main(argv=None):
     ap.add_argument("--workloads", help="comma-separated (default: fashion-mlp,fashion-cnn,char-gpt, and "
                     "cifar-resnet20 where the CPU has bf16 units)")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--threads", type=int, help="the every-core lanes' threads (default: every core)")
+    ap.add_argument("--lanes", choices=("all", "devicerace"), default="all",
+                    help="devicerace: DeviceRace's fp32 and bf16 lanes only")
+    ap.add_argument("--cli", default=CLI, help="the devicerace-cli to race")
+    ap.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="start no race that would end past this many seconds from the start")
     args = ap.parse_args(argv)
-    cores = os.cpu_count() or 1
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads: at least 1")
+    CLI = args.cli
+    cores = args.threads or os.cpu_count() or 1
     started = datetime.datetime.now(datetime.timezone.utc)
     flags = cpu_flags()
     units = "AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else "none"
-    print(f"# CPU speed · {cpu_model()} · {cores} CPUs · bf16 units: {units} · "
+    print(f"# CPU speed · {cpu_model()} · {os.cpu_count()} CPUs, lanes of 1 and {cores} threads · bf16 units: {units} · "
           f"{started:%Y-%m-%d %H:%M} UTC", flush=True)
     native = units != "none"
     workloads = args.workloads or default_workloads(native)
     probes = [probe_peaks(cores, native)]
-    result = {"cpu": cpu_model(), "cores": cores, "bf16_units": units, "date": started.isoformat(),
+    result = {"cpu": cpu_model(), "cpus": os.cpu_count(), "cores": cores, "bf16_units": units, "date": started.isoformat(),
               "peak_probes": probes, "workloads": {}}
-    tables = []
-    for workload in workloads.split(","):
-        steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4),
-                 "cifar-resnet20": max(100, args.steps // 6)}.get(workload, max(60, args.steps // 10))
-        specs = lanes(cores, workload, native)
-        runs = []
-        for r in range(args.runs):
-            probes.append(probe_peaks(cores, native))
-            lanes_out, _ = race(workload, specs, steps)
-            runs.append(lanes_out)
-            print(f"{workload} run {r + 1}: " + ", ".join(
-                f"{label} {l.get('samples_per_sec') or 0:,.0f}"
-                for label, l in lanes_out.items()), file=sys.stderr, flush=True)
-        tables.append((workload, steps, specs, runs))
+    tables, cut = [], []
+    start = time.monotonic()
+
+    def time_left(took):
+        return args.budget is None or time.monotonic() - start + took <= args.budget
+
+    previous = signal.signal(signal.SIGTERM, stop_on_sigterm)
+    try:
+        for workload in workloads.split(","):
+            if tables and not time_left(0):  # the first race always runs
+                break
+            steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4),
+                     "cifar-resnet20": max(100, args.steps // 6)}.get(workload, max(60, args.steps // 10))
+            specs = lanes(cores, workload, native, args.lanes == "devicerace")
+            runs = []
+            tables.append((workload, steps, specs, runs))
+            for r in range(args.runs):
+                began = time.monotonic()
+                probes.append(probe_peaks(cores, native))
+                lanes_out, _ = race(workload, specs, steps)
+                runs.append(lanes_out)
+                print(f"{workload} run {r + 1}: " + ", ".join(
+                    f"{label} {l.get('samples_per_sec') or 0:,.0f}"
+                    for label, l in lanes_out.items()), file=sys.stderr, flush=True)
+                if r + 1 < args.runs and not time_left(time.monotonic() - began):
+                    cut.append(f"{workload}: {r + 1} of {args.runs} runs (--budget {args.budget:g} s)")
+                    break
+    except Stopped:
+        cut.append("stopped by SIGTERM during a race; that race is not counted")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    tables = [t for t in tables if t[3]]
+    raced = {t[0] for t in tables}
+    cut += [f"{w}: not raced" for w in workloads.split(",") if w not in raced]
+    result["cut"] = cut
+    if cut:
+        print("\nCut short: " + "; ".join(cut) + ".")
     peaks = median_peaks(probes)
     result["peaks"] = peaks
     print_peaks(probes, peaks, cores, native)
     for workload, steps, specs, runs in tables:
         flops = flops_per_sample(specs, runs)
         omp = "OMP_WAIT_POLICY " + "/".join(sorted(OMP_SEEN))
-        print(f"\n## {workload} · fair mode · {steps} steps · median of {args.runs} runs · {omp} · "
+        print(f"\n## {workload} · fair mode · {steps} steps · median of {len(runs)} runs · {omp} · "
               f"{flops / 1e6:.2f} MFLOP per training sample\n" if flops else f"\n## {workload} · {omp}\n")
         print("| lane | samples/s (min-max) | × DeviceRace 1 thread | GFLOP/s | of peak | execution |\n"
               "|---|---:|---:|---:|---:|---|")
@@ -260,12 +339,26 @@ def main(argv=None):
         result["workloads"][workload] = {"steps": steps, "flops_per_sample": flops, "lanes": rows,
                                          "ratios": {k: {"median": statistics.median(v), "runs": v}
                                                     for k, v in ratios.items()}}
-    isas = onednn_isas("fashion-mlp") if native else []
-    result["onednn_bf16_isas"] = isas
-    if native:
-        print(f"\noneDNN primitives in a fashion-mlp bf16 lane (ONEDNN_VERBOSE=1): {', '.join(isas) or 'none reported'}")
-    if args.json:
-        with open(args.json, "w") as f:
+    write_json(args.json, result)
+    # Which library ran a bf16 lane's products, on which ISA (the issue asks for the evidence); an
+    # emulated bf16 lane takes minutes for it, so only where bf16 has units, and only in the budget.
+    result["bf16_evidence"] = {}
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    try:
+        for workload in sorted(raced, key=workloads.split(",").index) if native else []:
+            if not time_left(0) or any("SIGTERM" in c for c in cut):
+                print(f"\n{workload}: no bf16 evidence run (out of time)")
+                continue
+            result["bf16_evidence"][workload] = bf16_evidence(workload)
+            print_evidence(workload, result["bf16_evidence"][workload])
+    except Stopped:
+        print("\nbf16 evidence: stopped by SIGTERM")
+    write_json(args.json, result)
+
+
+def write_json(path, result):
+    if path:
+        with open(path, "w") as f:
             json.dump(result, f, indent=1)
 
 

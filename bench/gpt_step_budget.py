@@ -24,7 +24,11 @@ alike: the table gives each loop's old/new ratio (the median of the reps' ratios
 
 Usage: bench/gpt_step_budget.py [--workload char-gpt|char-gpt-6l] [--precision fp32,bf16]
                                 [--threads N] [--reps R] [--markdown FILE] [--ab OLD_LIB]
-                                [--race [--race-steps N] [--cli PATH]]
+                                [--race [--race-steps N] [--cli PATH]] [--gemm-routes]
+
+With --gemm-routes (the default on a CPU with AMX, for bf16), every GEMM of the step is timed in bf16
+by MKL (the step's route) and by oneDNN (torch.mm), beside fp32's sgemm: which library runs the
+step's small-K products faster on that CPU.
 """
 import argparse
 import ctypes
@@ -148,6 +152,52 @@ def ab_us(fns, reps, calls):
     return statistics.median(runs[0]), statistics.median(runs[1]), statistics.median(ratios)
 
 
+def gemm_shapes(workload):
+    """The step's GEMMs: (name, m, n, k, transA, transB), C = A · B row-major; every layer's (the
+    first 12), then the head's."""
+    _, _, c, seq, batch, vocab = SHAPES[workload]
+    n = batch * seq
+    return [("qkv", n, 3 * c, c, False, True), ("projection", n, c, c, False, True),
+            ("MLP up", n, 4 * c, c, False, True), ("MLP down", n, c, 4 * c, False, True),
+            ("qkv input grad", n, c, 3 * c, False, False), ("projection input grad", n, c, c, False, False),
+            ("MLP up input grad", n, c, 4 * c, False, False), ("MLP down input grad", n, 4 * c, c, False, False),
+            ("qkv weight grad", 3 * c, c, n, True, False), ("projection weight grad", c, c, n, True, False),
+            ("MLP up weight grad", 4 * c, c, n, True, False), ("MLP down weight grad", c, 4 * c, n, True, False),
+            ("head (logits)", n, vocab, c, False, True), ("head input grad", n, c, vocab, False, False),
+            ("head weight grad", vocab, c, n, True, False)]
+
+
+def gemm_routes(gemm16, workload, reps):
+    """Each of the step's GEMMs in bf16 two ways, a table: MKL's cblas_gemm_bf16bf16f32 (fp32 out: the
+    step's route) against torch.mm on bf16 tensors (oneDNN's matmul, bf16 out: the route the step
+    would take instead), beside fp32's sgemm. Which library runs char-gpt's K = 128 products faster
+    on AMX decides whether the step should leave MKL for them."""
+    layers = SHAPES[workload][0]
+    gen = torch.Generator().manual_seed(1)
+    rows, totals = [], [0.0, 0.0, 0.0]
+    for index, (name, m, nn, kk, ta, tb) in enumerate(gemm_shapes(workload)):
+        a32 = torch.randn(*((kk, m) if ta else (m, kk)), generator=gen)
+        b32 = torch.randn(*((nn, kk) if tb else (kk, nn)), generator=gen)
+        a16, b16 = a32.to(torch.bfloat16), b32.to(torch.bfloat16)
+        c32, c16 = torch.empty(m, nn), torch.empty(m, nn, dtype=torch.bfloat16)
+        mkl = (lambda: gemm16(ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, nn, kk, 1.0,
+                              a16.data_ptr(), m if ta else kk, b16.data_ptr(), kk if tb else nn, 0.0,
+                              c32.data_ptr(), nn))
+        onednn = lambda: torch.mm(a16.t() if ta else a16, b16.t() if tb else b16, out=c16)  # noqa: E731
+        sgemm = lambda: torch.mm(a32.t() if ta else a32, b32.t() if tb else b32, out=c32)  # noqa: E731
+        calls = layers if index < 12 else 1
+        us = [timed_us(fn, reps, max(3, int(20000 / max(1.0, timed_us(fn, 1, 3))))) for fn in (mkl, onednn, sgemm)]
+        totals = [t + u * calls for t, u in zip(totals, us)]
+        rows.append(f"| {name} {m}×{kk}·{kk}×{nn} | {calls} | {us[0]:.1f} | {us[1]:.1f} | {us[0] / us[1]:.2f} | "
+                    f"{us[2]:.1f} | {us[2] / min(us[0], us[1]):.2f} |")
+    return ["### bf16 GEMMs: MKL's (fp32 out, the step's) against oneDNN's (torch.mm, bf16 out)", "",
+            "| GEMM | calls a step | MKL µs | oneDNN µs | MKL / oneDNN | fp32 sgemm µs | fp32 / the faster bf16 |",
+            "|---|---:|---:|---:|---:|---:|---:|", *rows,
+            f"| **a step** | | **{totals[0] / 1e3:.2f} ms** | **{totals[1] / 1e3:.2f} ms** | "
+            f"**{totals[0] / totals[1]:.2f}** | **{totals[2] / 1e3:.2f} ms** | "
+            f"**{totals[2] / min(totals[0], totals[1]):.2f}** |", ""]
+
+
 def budget(k, gemm16, workload, bf16, reps, old=None):
     """[(part, group, µs a call, calls a step)] for one precision; with `old` (another library's
     functions), [(part, group, old µs, new µs, old/new, calls a step)] for the loops only."""
@@ -237,15 +287,7 @@ def budget(k, gemm16, workload, bf16, reps, old=None):
             rows.append((name, group, *ab_us([before, after], reps, calls_for(after)), calls))
         return rows
     parts = loops_of(k) + [("gradient norm (clipping)", "optimizer", lambda: torch.linalg.vector_norm(grads), 1)]
-    # The GEMMs: (name, m, n, k, transA, transB), C = A · B row-major; every layer's, then the head's.
-    shapes = [("qkv", n, 3 * c, c, False, True), ("projection", n, c, c, False, True),
-              ("MLP up", n, 4 * c, c, False, True), ("MLP down", n, c, 4 * c, False, True),
-              ("qkv input grad", n, c, 3 * c, False, False), ("projection input grad", n, c, c, False, False),
-              ("MLP up input grad", n, c, 4 * c, False, False), ("MLP down input grad", n, 4 * c, c, False, False),
-              ("qkv weight grad", 3 * c, c, n, True, False), ("projection weight grad", c, c, n, True, False),
-              ("MLP up weight grad", 4 * c, c, n, True, False), ("MLP down weight grad", c, 4 * c, n, True, False),
-              ("head (logits)", n, vocab, c, False, True), ("head input grad", n, c, vocab, False, False),
-              ("head weight grad", vocab, c, n, True, False)]
+    shapes = gemm_shapes(workload)
     for index, (name, m, nn, kk, ta, tb) in enumerate(shapes):
         a = rand(kk, m, dtype=act) if ta else rand(m, kk, dtype=act)
         b = rand(nn, kk, dtype=act) if tb else rand(kk, nn, dtype=act)
@@ -338,6 +380,8 @@ def main():
     parser.add_argument("--race", action="store_true", help="also race the workload and set the budget against it")
     parser.add_argument("--race-steps", type=int, default=40)
     parser.add_argument("--cli", default=CLI)
+    parser.add_argument("--gemm-routes", action="store_true",
+                        help="also time every bf16 GEMM by MKL and by oneDNN (default where the CPU has AMX)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -368,6 +412,8 @@ def main():
         out += lines + [""]
         if args.race:
             out += race_line(precision, groups, total, raced)
+    if gemm16 is not None and not args.ab and (args.gemm_routes or (amx and "bf16" in args.precision)):
+        out += gemm_routes(gemm16, args.workload, args.reps)
     if "fp32" in totals and "bf16" in totals:
         g32, t32 = totals["fp32"]
         g16, t16 = totals["bf16"]

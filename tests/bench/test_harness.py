@@ -122,6 +122,105 @@ class CpuSpeed(unittest.TestCase):
         self.assertEqual(self.mod.default_workloads(True).split(","),
                          ["fashion-mlp", "fashion-cnn", "char-gpt", "cifar-resnet20"])
 
+    def test_a_lease_races_devicerace_lanes_only_at_the_threads_asked(self):
+        labels = [label for label, _, _, _ in self.mod.lanes(16, "char-gpt", True, devicerace_only=True)]
+        self.assertEqual(labels, ["DeviceRace, 1 thread", "DeviceRace, 16 threads", "DeviceRace, 1 thread, bf16",
+                                  "DeviceRace, 16 threads, bf16"])
+        specs = {label: spec for label, spec, _, _ in self.mod.lanes(2, "fashion-mlp", False, devicerace_only=True)}
+        self.assertEqual(specs, {"DeviceRace, 1 thread": "cpu,threads=1", "DeviceRace, 2 threads": "cpu,threads=2",
+                                 "DeviceRace, 1 thread, bf16 (emulated)": "cpu,threads=1,precision=bf16"})
+        import contextlib
+        import io
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):  # argparse: no race starts
+            self.mod.main(["--threads", "0"])
+
+    def test_the_bf16_evidence_names_the_isa_each_library_ran(self):
+        log = "\n".join([
+            "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with float16, Intel DL Boost and bfloat16 support "
+            "and Intel AMX with bfloat16 and 8-bit integer support",
+            "onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx512_core_amx,forward_training,"
+            "src:bf16::blocked:acdb::f0 wei:bf16:a:blocked:AcdB16b16a2b::f0,attr-scratchpad:user,,mb128,0.05",
+            "onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx512_core_amx,forward_training,"
+            "src:bf16::blocked:acdb::f0 wei:bf16:a:blocked:AcdB16b16a2b::f0,attr-scratchpad:user,,mb128,0.04",
+            "onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:f32::blocked:abcd::f0 "
+            "dst:bf16::blocked:acdb::f0,attr-scratchpad:user,,32x1x3x3,0.01",
+            "MKL_VERBOSE oneMKL 2024.0 Update 2 Product build 20240605 for Intel(R) 64 architecture Intel(R) "
+            "Advanced Matrix Extensions (Intel(R) AMX) enabled processors, Lnx 2.00GHz lp64 gnu_thread",
+            "MKL_VERBOSE GEMM_BF16BF16F32(N,N,128,512,784,...) 20.1us CNR:OFF Dyn:0 FastMM:1 TID:0  NThr:1",
+            "MKL_VERBOSE GEMM_BF16BF16F32(N,T,128,784,512,...) 19.0us CNR:OFF Dyn:0 FastMM:1 TID:0  NThr:1",
+            "MKL_VERBOSE SGEMM(N,N,10,2,128,...) 3.1us CNR:OFF Dyn:0 FastMM:1 TID:0  NThr:1",
+            "cpu·1·bf16 finished"])
+        ev = self.mod.isa_evidence(log)
+        self.assertIn("Intel AMX with bfloat16", ev["onednn_isa"])
+        self.assertEqual(ev["onednn_primitives"], {"convolution brg_conv_fwd:avx512_core_amx bf16": 2,
+                                                   "reorder jit:uni f32": 1})
+        self.assertIn("Intel(R) AMX", ev["mkl"])
+        self.assertEqual(ev["mkl_calls"], {"GEMM_BF16BF16F32": 2, "SGEMM": 1})
+        none = self.mod.isa_evidence("cpu·1·bf16 finished")
+        self.assertEqual(none, {"onednn_isa": None, "onednn_primitives": {}, "mkl": None, "mkl_calls": {}})
+
+    FAKE_CLI = """import json, os, signal, sys, time
+count = os.path.join(os.path.dirname(sys.argv[0]), "races")
+n = int(open(count).read()) + 1 if os.path.exists(count) else 1
+open(count, "w").write(str(n))
+if str(n) == os.environ.get("FAKE_TERM_ON"):  # a `timeout` firing while this race runs
+    os.kill(os.getppid(), signal.SIGTERM)
+    time.sleep(30)
+names = [a.split("name=")[1] for a in sys.argv if "name=" in a]
+lanes = [{"name": name, "samples_per_sec": 100.0 * n + i, "flops_per_sample": 1e6} for i, name in enumerate(names)]
+json.dump({"lanes": lanes, "omp_wait_policy": "unset"}, open(sys.argv[sys.argv.index("--json") + 1], "w"))
+"""
+
+    def run_main(self, *argv, term_on=None):
+        """cpu_speed.main on a fake CLI (each race's figures: 100 x its number), peaks not probed, a CPU
+        without bf16 units:
+        (what it printed, its JSON, how many races the fake CLI ran)."""
+        import contextlib
+        import io
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            cli = os.path.join(d, "cli")
+            with open(cli, "w") as f:
+                f.write(f"#!{sys.executable}\n" + self.FAKE_CLI)
+            os.chmod(cli, 0o755)
+            probe, self.mod.probe_peaks = self.mod.probe_peaks, lambda cores, native: {
+                f"fp32/{t}/{s}": 1e11 for t in (1, cores) for s in ("2048x2048x2048", "128x784x512")}
+            flags, self.mod.cpu_flags = self.mod.cpu_flags, set  # no bf16 units, whatever this CPU has
+            os.environ["FAKE_TERM_ON"] = str(term_on or 0)
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                    self.mod.main(["--cli", cli, "--json", os.path.join(d, "r.json"), "--lanes", "devicerace",
+                                   "--threads", "2", *argv])
+            finally:
+                self.mod.probe_peaks, self.mod.cpu_flags = probe, flags
+                del os.environ["FAKE_TERM_ON"]
+            with open(os.path.join(d, "r.json")) as f:
+                result = json.load(f)
+            with open(os.path.join(d, "races")) as f:
+                return out.getvalue(), result, int(f.read())
+
+    def test_a_budget_stops_starting_races_and_keeps_the_runs_made(self):
+        text, result, races = self.run_main("--workloads", "fashion-mlp,fashion-cnn", "--runs", "3", "--budget", "0")
+        self.assertEqual(races, 1)
+        self.assertEqual(result["cut"], ["fashion-mlp: 1 of 3 runs (--budget 0 s)", "fashion-cnn: not raced"])
+        self.assertIn("median of 1 runs", text)
+        self.assertEqual(result["workloads"]["fashion-mlp"]["lanes"][0]["samples_per_sec"], 100.0)
+        text, result, races = self.run_main("--workloads", "fashion-mlp,fashion-cnn", "--runs", "2")
+        self.assertEqual((races, result["cut"]), (4, []))
+        self.assertEqual(result["workloads"]["fashion-cnn"]["ratios"]["DeviceRace 1 -> 2 threads"]["runs"],
+                         [301 / 300, 401 / 400])
+
+    def test_sigterm_ends_in_the_tables_of_the_races_that_finished(self):
+        text, result, races = self.run_main("--workloads", "fashion-mlp,fashion-cnn", "--runs", "2", term_on=3)
+        self.assertEqual(races, 3)
+        self.assertEqual(result["cut"], ["stopped by SIGTERM during a race; that race is not counted",
+                                         "fashion-cnn: not raced"])
+        self.assertEqual([l["runs"] for l in result["workloads"]["fashion-mlp"]["lanes"]],
+                         [[100.0, 200.0], [101.0, 201.0], [102.0, 202.0]])  # fp32 1 and 2 threads, bf16 emulated
+        self.assertIn("## fashion-mlp", text)
+        self.assertNotIn("## fashion-cnn", text)
+
 
 class GptStepBudget(unittest.TestCase):
     """bench/gpt_step_budget.py finds every loop it times in the built library (by mangled name) and
