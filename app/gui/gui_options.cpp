@@ -24,9 +24,12 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     const QCommandLineOption evalEvery(QStringLiteral("eval-every"),
                                        QStringLiteral("Evaluate every N steps (default: about ten times per race)"),
                                        QStringLiteral("N"));
-    const QCommandLineOption fair(QStringLiteral("fair"), QStringLiteral("Run lanes one after another"));
-    const QCommandLineOption live(QStringLiteral("live"),
-                                  QStringLiteral("Race the lanes at once (the first race is fair without a GPU)"));
+    const QCommandLineOption fair(QStringLiteral("fair"),
+                                  QStringLiteral("Run lanes one after another, each alone on the machine"));
+    const QCommandLineOption live(
+        QStringLiteral("live"),
+        QStringLiteral(
+            "Race the lanes at once (the default race, without --lane, is fair where lanes would share cores)"));
     const QCommandLineOption start(QStringLiteral("start"), QStringLiteral("Start the race at once"));
     const QCommandLineOption present(QStringLiteral("presentation"), QStringLiteral("Open in presentation mode"));
     const QCommandLineOption shot(QStringLiteral("screenshot"),
