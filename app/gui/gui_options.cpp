@@ -56,7 +56,8 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                                       QStringLiteral("N"));
     const QCommandLineOption windowSize(
         QStringLiteral("window-size"),
-        QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen)"), QStringLiteral("SIZE"));
+        QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen; a --screenshot has it whole)"),
+        QStringLiteral("SIZE"));
     p.addOptions({workload, lane,   epochs, steps,  evalEvery, data,  fair,       live,      start,    present,
                   shot,     replay, speed,  record, noRecord,  video, videoSpeed, videoSize, videoFps, windowSize});
     if (!p.parse(arguments)) {

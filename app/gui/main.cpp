@@ -169,7 +169,11 @@ int main(int argc, char** argv) {
         window.restoreSettings();
     }
     window.setRecording(options.record, options.recordDir);
-    if (options.windowSize.isValid()) {
+    if (options.windowSize.isValid() && screenshot) {
+        // The size asked, not the offscreen platform's 800x600 "screen": --window-size 1280x720
+        // --screenshot is how a 1280x720 window looks.
+        window.resize(options.windowSize);
+    } else if (options.windowSize.isValid()) {
         window.setInitialSize(options.windowSize);
     } else if (screenshot) {
         window.resize(1500, 950); // offscreen has no real screen to fit: the preferred size

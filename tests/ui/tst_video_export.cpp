@@ -1,9 +1,11 @@
 // Video export: a recording rendered offscreen and encoded by ffmpeg; ffprobe checks the
 // frame count, duration and size against the requested speed. Also the headless command
-// line (devicerace --replay DIR --video out.mp4 ...) and a clear error without ffmpeg.
+// line (devicerace --replay DIR --video out.mp4 ..., and --screenshot at a --window-size) and a
+// clear error without ffmpeg.
 #include <QtTest>
 
 #include <QFile>
+#include <QImage>
 #include <QProcess>
 #include <QTemporaryDir>
 
@@ -180,6 +182,32 @@ private Q_SLOTS:
         QVERIFY(p.waitForFinished(60000));
         QCOMPARE(p.exitCode(), 2);
         QVERIFY(p.readAllStandardError().contains("even numbers"));
+    }
+
+    // --window-size with --screenshot is the window at that size, whatever the offscreen platform's
+    // "screen" (800x600, which the window used to be squeezed into: a 691-pixel dashboard with cut
+    // axis titles at "1280x720"). The dashboard is the window less its toolbar, status bar and
+    // setup panel.
+    void screenshotHasTheWindowSizeAsked() {
+        for (const QSize size : {QSize(1280, 720), QSize(1920, 1080)}) {
+            const QString out = m_dir.filePath(QStringLiteral("shot-%1.png").arg(size.width()));
+            QProcess p;
+            QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+            env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+            p.setProcessEnvironment(env);
+            p.start(QStringLiteral(DEVICERACE_GUI_BIN),
+                    {QStringLiteral("--replay"), m_recording, QStringLiteral("--replay-speed"), QStringLiteral("0"),
+                     QStringLiteral("--window-size"), QStringLiteral("%1x%2").arg(size.width()).arg(size.height()),
+                     QStringLiteral("--screenshot"), out});
+            QVERIFY(p.waitForFinished(120000));
+            QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+            const QImage shot(out);
+            QVERIFY(!shot.isNull());
+            QVERIFY2(shot.width() > size.width() * 6 / 10 && shot.width() <= size.width(),
+                     qPrintable(QStringLiteral("%1 wide in a %2-wide window").arg(shot.width()).arg(size.width())));
+            QVERIFY2(shot.height() > size.height() * 8 / 10 && shot.height() <= size.height(),
+                     qPrintable(QStringLiteral("%1 high in a %2-high window").arg(shot.height()).arg(size.height())));
+        }
     }
 
     void missingEncoderIsAClearError() {
