@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace devicerace::ui {
 
@@ -439,7 +442,10 @@ std::optional<RaceSummary> RaceController::summary() const {
     if (m_race) {
         out = m_race->summary();
     }
-    // Recorded lanes: the summary of what has been played back so far.
+    // Recorded lanes: the summary of what has been played back so far. Their devices stay the
+    // engine's ("cpu", "cuda:0") until every figure is made: the explanations tell a CPU from a
+    // GPU by them. Then they read as the window shows them ("cpu (recorded 2026-11-29)").
+    std::vector<std::pair<std::size_t, std::string>> shownDevices;
     for (const auto& r : m_replays) {
         for (const auto& lane : r.recording->lanes) {
             if (lane.name == r.lane) {
@@ -453,7 +459,7 @@ std::optional<RaceSummary> RaceController::summary() const {
                 }
                 auto l = summarizeRecordedLane(*r.recording, lane, r.running, r.summarized);
                 l.name = m_lanes[r.index].name.toStdString();
-                l.device = m_lanes[r.index].device.toStdString();
+                shownDevices.emplace_back(out.lanes.size(), m_lanes[r.index].device.toStdString());
                 out.lanes.push_back(std::move(l));
             }
         }
@@ -462,6 +468,9 @@ std::optional<RaceSummary> RaceController::summary() const {
         out.fair = m_race ? out.fair : fair();
         out.workload = workload().toStdString();
         finishRaceSummary(out); // speedups, costs, scaling, tokens/s, explanations over every lane
+    }
+    for (auto& [index, device] : shownDevices) {
+        out.lanes[index].device = std::move(device);
     }
     return out;
 }

@@ -447,7 +447,11 @@ int runReplay(const std::string& dir) {
         for (const auto& w : rec.warnings) {
             fmt::print("note: {}\n", w);
         }
-        fmt::print("{}", summaryText(summarizeRecording(rec), {rec.targetAccuracy, rec.targetLoss}));
+        const auto summary = summarizeRecording(rec);
+        fmt::print("{}", summaryText(summary, {rec.targetAccuracy, rec.targetLoss}));
+        for (const auto& why : summary.explanations) {
+            fmt::print("why: {}\n", why); // as the race printed it: a lane with more resources was slower
+        }
     } catch (const Error& e) {
         return usageError(e.what());
     }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <string>
 
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +102,44 @@ void onSignal(int) {
     [[maybe_unused]] const auto n = ::write(g_signalPipe[1], &c, 1);
 }
 
+// A screenshot at --window-size WxH on Qt's offscreen platform: a screen of that size (the
+// platform's own is 800x600), so the window fits it as it would a real one, and presentation
+// mode fills it. Returns the config file to delete once the platform has read it ("" if none).
+std::string offscreenScreenFor(const QStringList& args) {
+    const QByteArray platform = qgetenv("QT_QPA_PLATFORM");
+    if (platform != "offscreen") {
+        return {}; // a real display, or an offscreen platform someone configured
+    }
+    QSize size;
+    for (qsizetype i = 0; i < args.size(); ++i) {
+        if (args[i] == QStringLiteral("--window-size") && i + 1 < args.size()) {
+            size = devicerace::ui::parseVideoSize(args[i + 1]);
+        } else if (args[i].startsWith(QStringLiteral("--window-size="))) {
+            size = devicerace::ui::parseVideoSize(args[i].section(QLatin1Char('='), 1));
+        }
+    }
+    if (!size.isValid()) {
+        return {}; // a bad size is refused later, with the usage error
+    }
+    std::string path = QString(QDir::tempPath() + QStringLiteral("/devicerace-screen-XXXXXX")).toStdString();
+    const int fd = ::mkstemp(path.data());
+    if (fd < 0) {
+        return {};
+    }
+    const std::string json = "{\"windowFrameMargins\": false, \"screens\": [{\"name\": \"screen\", \"x\": 0, "
+                             "\"y\": 0, \"width\": " +
+                             std::to_string(size.width()) + ", \"height\": " + std::to_string(size.height()) +
+                             ", \"logicalDpi\": 96}]}";
+    const bool written = ::write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size());
+    ::close(fd);
+    if (!written) {
+        ::unlink(path.c_str());
+        return {};
+    }
+    qputenv("QT_QPA_PLATFORM", QByteArray("offscreen:configfile=") + QByteArray::fromStdString(path));
+    return path;
+}
+
 void closeOnSignals(QWidget* window) {
     if (::pipe2(g_signalPipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         return;
@@ -149,7 +188,11 @@ int main(int argc, char** argv) {
                              "devicerace-cli, or use --screenshot FILE (renders offscreen).\n");
         return 2;
     }
+    const std::string screenConfig = screenshot ? offscreenScreenFor(args) : std::string();
     QApplication app(argc, argv);
+    if (!screenConfig.empty()) {
+        ::unlink(screenConfig.c_str());
+    }
     QApplication::setApplicationName(QStringLiteral("DeviceRace"));
     QApplication::setOrganizationName(QStringLiteral("DeviceRace"));
     QApplication::setApplicationVersion(QStringLiteral("0.1.0"));

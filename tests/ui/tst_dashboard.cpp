@@ -102,6 +102,28 @@ private Q_SLOTS:
         QVERIFY(chart->logScale());
     }
 
+    // A replay explains its slower lanes as the race did: the figures read the lanes' engine
+    // devices, not the "(recorded …)" names the window shows (which hid every why-line before).
+    void aReplayExplainsItsSlowerLanes() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("cpu"), QStringLiteral("cpu"), 2000, 30},
+                                                {QStringLiteral("gpu"), QStringLiteral("cuda:0"), 1000, 60}}));
+        MainWindow w;
+        w.resize(1280, 720);
+        w.show();
+        QVERIFY(replay(w, dir.path()));
+        const auto summary = w.race()->summary();
+        QVERIFY(summary.has_value());
+        QCOMPARE(summary->explanations.size(), std::size_t{1});
+        const QString why = QString::fromStdString(summary->explanations.front());
+        QVERIFY2(why.startsWith(QStringLiteral("gpu (rec) runs at 0.")) && why.contains(QStringLiteral("GPU busy")),
+                 qPrintable(why));
+        QTRY_COMPARE(w.dashboard()->strip()->badge(), QStringLiteral("Why? ") + why);
+        for (const auto& lane : summary->lanes) { // the table still says where they come from
+            QVERIFY2(QString::fromStdString(lane.device).contains(QStringLiteral("(recorded ")), lane.device.c_str());
+        }
+    }
+
     // Is the gap real? A repeat set (repeat-1 … repeat-3, as --repeat writes) opens as its last
     // repeat, each lane drawn with the band between its repeats' lowest and highest curves.
     void aRepeatSetIsDrawnWithEachLanesBand() {

@@ -186,8 +186,8 @@ private Q_SLOTS:
 
     // --window-size with --screenshot is the window at that size, whatever the offscreen platform's
     // "screen" (800x600, which the window used to be squeezed into: a 691-pixel dashboard with cut
-    // axis titles at "1280x720"). The dashboard is the window less its toolbar, status bar and
-    // setup panel.
+    // axis titles at "1280x720", and an 800x800 presentation). The dashboard is the window less
+    // its toolbar, status bar and setup panel; in presentation mode, all of it.
     void screenshotHasTheWindowSizeAsked() {
         for (const QSize size : {QSize(1280, 720), QSize(1920, 1080)}) {
             const QString out = m_dir.filePath(QStringLiteral("shot-%1.png").arg(size.width()));
@@ -207,6 +207,15 @@ private Q_SLOTS:
                      qPrintable(QStringLiteral("%1 wide in a %2-wide window").arg(shot.width()).arg(size.width())));
             QVERIFY2(shot.height() > size.height() * 8 / 10 && shot.height() <= size.height(),
                      qPrintable(QStringLiteral("%1 high in a %2-high window").arg(shot.height()).arg(size.height())));
+            // Presentation mode fills a screen of that size: the dashboard is the whole of it.
+            p.start(QStringLiteral(DEVICERACE_GUI_BIN),
+                    {QStringLiteral("--replay"), m_recording, QStringLiteral("--replay-speed"), QStringLiteral("0"),
+                     QStringLiteral("--presentation"), QStringLiteral("--window-size"),
+                     QStringLiteral("%1x%2").arg(size.width()).arg(size.height()), QStringLiteral("--screenshot"),
+                     out});
+            QVERIFY(p.waitForFinished(120000));
+            QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+            QCOMPARE(QImage(out).size(), size);
         }
     }
 
