@@ -1,6 +1,8 @@
 #include "exporter.h"
 
 #include <QBuffer>
+#include <QCoreApplication>
+#include <QEvent>
 #include <QDir>
 #include <QFileInfo>
 #include <QSettings>
@@ -16,6 +18,16 @@ namespace devicerace::ui {
 namespace {
 [[noreturn]] void fail(const QString& path, const QString& why) {
     throw ExportError(QObject::tr("%1: %2").arg(path, why).toStdString());
+}
+
+// Lays out what changed since the last pass of the event loop before a widget is rendered: a
+// screenshot taken as a race ends (the same turn that sets the strip's why-line) drew the
+// strip at its old height, its wrapped note under the table. A strip that grows can narrow
+// the note's lines and ask again, so a few passes.
+void settleLayouts() {
+    for (int pass = 0; pass < 3; ++pass) {
+        QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
+    }
 }
 } // namespace
 
@@ -34,6 +46,7 @@ void saveBytes(const QString& path, const QByteArray& data) {
 }
 
 void savePng(QWidget* widget, const QString& path, QSize size) {
+    settleLayouts();
     if (size.isEmpty()) {
         size = widget->size();
     }
@@ -56,6 +69,7 @@ void savePng(QWidget* widget, const QString& path, QSize size) {
 }
 
 void saveSvg(QWidget* widget, const QString& path) {
+    settleLayouts();
     QByteArray bytes;
     QBuffer buffer(&bytes);
     buffer.open(QIODevice::WriteOnly);

@@ -18,6 +18,7 @@
 #include "palette.h"
 #include "race_controller.h"
 #include "recording_menu.h"
+#include "summary_table.h"
 #include "race_strip.h"
 
 using namespace devicerace;
@@ -122,6 +123,28 @@ private Q_SLOTS:
         for (const auto& lane : summary->lanes) { // the table still says where they come from
             QVERIFY2(QString::fromStdString(lane.device).contains(QStringLiteral("(recorded ")), lane.device.c_str());
         }
+    }
+
+    // A PNG taken in the same turn of the event loop that set a long why-line (a --screenshot as
+    // a race ends) shows the strip at its new height, not its note under the table.
+    void aPngLaysOutTheNoteSetJustBefore() {
+        QTemporaryDir dir;
+        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 2000, 30},
+                                                {QStringLiteral("b"), QStringLiteral("cpu"), 1900, 30}}));
+        MainWindow w;
+        w.resize(1280, 720);
+        w.show();
+        QVERIFY(replay(w, dir.path()));
+        QTest::qWait(50);
+        auto* strip = w.dashboard()->strip();
+        auto* table = w.dashboard()->summaryTable();
+        strip->setBadge(QStringLiteral("Why? ") +
+                        QString(QStringLiteral("a long explanation that wraps ")).repeated(12));
+        // The strip grows at once; the table below it moves on the next layout pass.
+        const auto overlap = [&] { return strip->geometry().bottom() - table->geometry().top(); };
+        QVERIFY(overlap() > 0);
+        QCOMPARE(w.exportDashboardPng(dir.filePath(QStringLiteral("now.png"))), QString());
+        QVERIFY2(overlap() < 0, qPrintable(QStringLiteral("the strip ends %1 px into the table").arg(overlap())));
     }
 
     // Is the gap real? A repeat set (repeat-1 … repeat-3, as --repeat writes) opens as its last
