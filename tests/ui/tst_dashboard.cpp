@@ -123,6 +123,15 @@ private Q_SLOTS:
         for (const auto& lane : summary->lanes) { // the table still says where they come from
             QVERIFY2(QString::fromStdString(lane.device).contains(QStringLiteral("(recorded ")), lane.device.c_str());
         }
+        // A lane of another recording (another machine, another day) is not explained against
+        // these: a slower GPU there says nothing about this CPU.
+        QTemporaryDir other;
+        QVERIFY(writeFakeRecording(other.path(), {{QStringLiteral("far"), QStringLiteral("cuda:0"), 500, 60}}));
+        QVERIFY(replay(w, other.path()));
+        const auto both = w.race()->summary();
+        QCOMPARE(both->lanes.size(), std::size_t{3});
+        QCOMPARE(both->explanations.size(), std::size_t{1});
+        QCOMPARE(QString::fromStdString(both->explanations.front()), why);
     }
 
     // A PNG taken in the same turn of the event loop that set a long why-line (a --screenshot as
