@@ -43,8 +43,8 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import signal
+import sys
 import tempfile
 import time
 
@@ -258,14 +258,15 @@ def main(argv=None):
     started = datetime.datetime.now(datetime.timezone.utc)
     flags = cpu_flags()
     units = "AMX" if "amx_bf16" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else "none"
-    print(f"# CPU speed · {cpu_model()} · {os.cpu_count()} CPUs, lanes of 1 and {cores} threads · bf16 units: {units} · "
-          f"{started:%Y-%m-%d %H:%M} UTC", flush=True)
+    print(f"# CPU speed · {cpu_model()} · {os.cpu_count()} CPUs, lanes of 1 and {cores} threads · "
+          f"bf16 units: {units} · {started:%Y-%m-%d %H:%M} UTC", flush=True)
     native = units != "none"
     workloads = args.workloads or default_workloads(native)
     probes = [probe_peaks(cores, native)]
-    result = {"cpu": cpu_model(), "cpus": os.cpu_count(), "cores": cores, "bf16_units": units, "date": started.isoformat(),
-              "peak_probes": probes, "workloads": {}}
+    result = {"cpu": cpu_model(), "cpus": os.cpu_count(), "cores": cores, "bf16_units": units,
+              "date": started.isoformat(), "peak_probes": probes, "workloads": {}}
     tables, cut = [], []
+    stopped = False  # SIGTERM came: no more races, the tables of those made
     start = time.monotonic()
 
     def time_left(took):
@@ -293,9 +294,8 @@ def main(argv=None):
                     cut.append(f"{workload}: {r + 1} of {args.runs} runs (--budget {args.budget:g} s)")
                     break
     except Stopped:
+        stopped = True
         cut.append("stopped by SIGTERM during a race; that race is not counted")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     tables = [t for t in tables if t[3]]
     raced = {t[0] for t in tables}
     cut += [f"{w}: not raced" for w in workloads.split(",") if w not in raced]
@@ -343,16 +343,17 @@ def main(argv=None):
     # Which library ran a bf16 lane's products, on which ISA (the issue asks for the evidence); an
     # emulated bf16 lane takes minutes for it, so only where bf16 has units, and only in the budget.
     result["bf16_evidence"] = {}
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
     try:
         for workload in sorted(raced, key=workloads.split(",").index) if native else []:
-            if not time_left(0) or any("SIGTERM" in c for c in cut):
+            if stopped or not time_left(0):
                 print(f"\n{workload}: no bf16 evidence run (out of time)")
                 continue
             result["bf16_evidence"][workload] = bf16_evidence(workload)
             print_evidence(workload, result["bf16_evidence"][workload])
     except Stopped:
         print("\nbf16 evidence: stopped by SIGTERM")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     write_json(args.json, result)
 
 

@@ -152,6 +152,11 @@ def ab_us(fns, reps, calls):
     return statistics.median(runs[0]), statistics.median(runs[1]), statistics.median(ratios)
 
 
+def calls_for(fn):
+    """Calls a rep of fn: ~20 ms of them, at least 3."""
+    return max(3, int(20000 / max(1.0, timed_us(fn, 1, 3))))
+
+
 def gemm_shapes(workload):
     """The step's GEMMs: (name, m, n, k, transA, transB), C = A · B row-major; every layer's (the
     first 12), then the head's."""
@@ -186,7 +191,7 @@ def gemm_routes(gemm16, workload, reps):
         onednn = lambda: torch.mm(a16.t() if ta else a16, b16.t() if tb else b16, out=c16)  # noqa: E731
         sgemm = lambda: torch.mm(a32.t() if ta else a32, b32.t() if tb else b32, out=c32)  # noqa: E731
         calls = layers if index < 12 else 1
-        us = [timed_us(fn, reps, max(3, int(20000 / max(1.0, timed_us(fn, 1, 3))))) for fn in (mkl, onednn, sgemm)]
+        us = [timed_us(fn, reps, calls_for(fn)) for fn in (mkl, onednn, sgemm)]
         totals = [t + u * calls for t, u in zip(totals, us)]
         rows.append(f"| {name} {m}×{kk}·{kk}×{nn} | {calls} | {us[0]:.1f} | {us[1]:.1f} | {us[0] / us[1]:.2f} | "
                     f"{us[2]:.1f} | {us[2] / min(us[0], us[1]):.2f} |")
@@ -278,17 +283,13 @@ def budget(k, gemm16, workload, bf16, reps, old=None):
                        lambda: k["to_bf16"](ptr(dlogits), ptr(copy_c), n * vocab), 1)]
         return parts
 
-    def calls_for(fn):
-        return max(3, int(20000 / max(1.0, timed_us(fn, 1, 3))))  # ~20 ms of calls a rep
-
     if old is not None:
         rows = []
         for (name, group, before, _), (_, _, after, calls) in zip(loops_of(old), loops_of(k)):
             rows.append((name, group, *ab_us([before, after], reps, calls_for(after)), calls))
         return rows
     parts = loops_of(k) + [("gradient norm (clipping)", "optimizer", lambda: torch.linalg.vector_norm(grads), 1)]
-    shapes = gemm_shapes(workload)
-    for index, (name, m, nn, kk, ta, tb) in enumerate(shapes):
+    for index, (name, m, nn, kk, ta, tb) in enumerate(gemm_shapes(workload)):
         a = rand(kk, m, dtype=act) if ta else rand(m, kk, dtype=act)
         b = rand(nn, kk, dtype=act) if tb else rand(kk, nn, dtype=act)
         cmat = torch.empty(m, nn)

@@ -446,14 +446,9 @@ std::optional<RaceSummary> RaceController::summary() const {
     // engine's ("cpu", "cuda:0") until every figure is made: the explanations tell a CPU from a
     // GPU by them. Then they read as the window shows them ("cpu (recorded 2026-11-29)").
     std::vector<std::pair<std::size_t, std::string>> shownDevices;
-    // Which run each lane is from (0: the live race; 1, 2, ...: each recording), and its mode.
-    std::vector<std::size_t> runOf(out.lanes.size(), 0);
-    std::vector<std::pair<const Recording*, bool>> runs{{nullptr, out.fair}};
-    for (const auto& r : m_replays) {
-        if (std::none_of(runs.begin(), runs.end(), [&](const auto& run) { return run.first == r.recording.get(); })) {
-            runs.emplace_back(r.recording.get(), r.recording->fair);
-        }
-    }
+    // The run each lane is from: its recording, or none for the live race's lanes.
+    std::vector<const Recording*> runOf(out.lanes.size(), nullptr);
+    const bool liveFair = out.fair;
     for (const auto& r : m_replays) {
         for (const auto& lane : r.recording->lanes) {
             if (lane.name == r.lane) {
@@ -469,10 +464,7 @@ std::optional<RaceSummary> RaceController::summary() const {
                 l.name = m_lanes[r.index].name.toStdString();
                 shownDevices.emplace_back(out.lanes.size(), m_lanes[r.index].device.toStdString());
                 out.lanes.push_back(std::move(l));
-                runOf.push_back(static_cast<std::size_t>(
-                    std::find_if(runs.begin(), runs.end(),
-                                 [&](const auto& run) { return run.first == r.recording.get(); }) -
-                    runs.begin()));
+                runOf.push_back(r.recording.get());
             }
         }
     }
@@ -483,14 +475,19 @@ std::optional<RaceSummary> RaceController::summary() const {
         // Why a lane is slower, only between lanes of one run: lanes recorded on another machine
         // (or at another time) differ for reasons no figure here measures.
         out.explanations.clear();
-        for (std::size_t run = 0; run < runs.size(); ++run) {
+        std::vector<const Recording*> explained;
+        for (const Recording* run : runOf) {
+            if (std::find(explained.begin(), explained.end(), run) != explained.end()) {
+                continue;
+            }
+            explained.push_back(run);
             std::vector<LaneSummary> lanes;
             for (std::size_t i = 0; i < out.lanes.size(); ++i) {
                 if (runOf[i] == run) {
                     lanes.push_back(out.lanes[i]);
                 }
             }
-            for (auto& why : explainSlowerLanes(lanes, runs[run].second, out.workload)) {
+            for (auto& why : explainSlowerLanes(lanes, run ? run->fair : liveFair, out.workload)) {
                 out.explanations.push_back(std::move(why));
             }
         }

@@ -38,6 +38,17 @@ bool replay(MainWindow& w, const QString& dir) {
     return finished.wait(20000) || finished.count() == 1;
 }
 
+// A fake recording of `lanes` in `dir`, replayed to its end in `w` shown at `size`.
+bool replayFake(MainWindow& w, const QTemporaryDir& dir, const std::vector<devicerace::test::FakeLane>& lanes,
+                QSize size = QSize(1280, 720)) {
+    if (!writeFakeRecording(dir.path(), lanes)) {
+        return false;
+    }
+    w.resize(size);
+    w.show();
+    return replay(w, dir.path());
+}
+
 void sendMouse(QWidget* target, QEvent::Type type, QPoint pos, Qt::MouseButtons buttons) {
     QMouseEvent e(type, pos, target->mapToGlobal(pos), Qt::LeftButton, buttons, Qt::NoModifier);
     QApplication::sendEvent(target, &e);
@@ -68,12 +79,11 @@ private Q_SLOTS:
 
     void hundredfoldRaceGetsALogAxis() {
         QTemporaryDir dir;
-        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 600},
-                                                {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 60}}));
         MainWindow w;
-        w.resize(1600, 1000);
-        w.show();
-        QVERIFY(replay(w, dir.path()));
+        QVERIFY(replayFake(w, dir,
+                           {{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 17, 600},
+                            {QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 1700, 60}},
+                           QSize(1600, 1000)));
         auto* chart = w.dashboard()->throughputChart();
         QVERIFY(chart->logScale());
         // Decades on the axis, with separators: the slow lane is no longer on the floor.
@@ -107,12 +117,10 @@ private Q_SLOTS:
     // devices, not the "(recorded …)" names the window shows (which hid every why-line before).
     void aReplayExplainsItsSlowerLanes() {
         QTemporaryDir dir;
-        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("cpu"), QStringLiteral("cpu"), 2000, 30},
-                                                {QStringLiteral("gpu"), QStringLiteral("cuda:0"), 1000, 60}}));
         MainWindow w;
-        w.resize(1280, 720);
-        w.show();
-        QVERIFY(replay(w, dir.path()));
+        QVERIFY(replayFake(w, dir,
+                           {{QStringLiteral("cpu"), QStringLiteral("cpu"), 2000, 30},
+                            {QStringLiteral("gpu"), QStringLiteral("cuda:0"), 1000, 60}}));
         const auto summary = w.race()->summary();
         QVERIFY(summary.has_value());
         QCOMPARE(summary->explanations.size(), std::size_t{1});
@@ -138,12 +146,10 @@ private Q_SLOTS:
     // a race ends) shows the strip at its new height, not its note under the table.
     void aPngLaysOutTheNoteSetJustBefore() {
         QTemporaryDir dir;
-        QVERIFY(writeFakeRecording(dir.path(), {{QStringLiteral("a"), QStringLiteral("cpu"), 2000, 30},
-                                                {QStringLiteral("b"), QStringLiteral("cpu"), 1900, 30}}));
         MainWindow w;
-        w.resize(1280, 720);
-        w.show();
-        QVERIFY(replay(w, dir.path()));
+        QVERIFY(replayFake(w, dir,
+                           {{QStringLiteral("a"), QStringLiteral("cpu"), 2000, 30},
+                            {QStringLiteral("b"), QStringLiteral("cpu"), 1900, 30}}));
         QTest::qWait(50);
         auto* strip = w.dashboard()->strip();
         auto* table = w.dashboard()->summaryTable();
