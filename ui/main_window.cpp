@@ -284,6 +284,7 @@ bool MainWindow::startRace() {
     if (!confirmCommands(spec)) {
         return false;
     }
+    m_setup->rememberScript(); // a script that raced joins the recent ones
     m_pause->setChecked(false);
     m_repeatRecordBase.clear();
     if (m_record) {

@@ -17,6 +17,7 @@
 #include "background_task.h"
 #include "devicerace/frameworks.h"
 #include "lanes_table.h"
+#include "script_picker.h"
 
 namespace devicerace::ui {
 
@@ -44,11 +45,21 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     m_presetNotes->setVisible(false);
     form->addRow(m_presetNotes);
     m_workload = new QComboBox(this);
+    m_workload->setObjectName(QStringLiteral("workload"));
     for (const auto& w : workloads()) {
-        m_workload->addItem(QString::fromStdString(w.name));
+        m_workload->addItem(QString::fromStdString(w.name), QString::fromStdString(w.name));
         m_workload->setItemData(m_workload->count() - 1, QString::fromStdString(w.description), Qt::ToolTipRole);
     }
+    // A user's own training command, run once per lane (README, "Race your own training").
+    m_workload->addItem(tr("Your script…"), QString::fromLatin1(kScriptWorkload));
+    m_workload->setItemData(m_workload->count() - 1,
+                            tr("Your own training script, run once per lane with the lane's device and threads"),
+                            Qt::ToolTipRole);
     form->addRow(tr("Workload"), m_workload);
+    m_script = new ScriptPicker(this);
+    m_script->setObjectName(QStringLiteral("scriptPicker"));
+    m_script->setVisible(false);
+    form->addRow(m_script);
     m_workloadInfo = new QLabel(this);
     m_workloadInfo->setWordWrap(true);
     m_workloadInfo->setTextFormat(Qt::PlainText); // a rich-text label asks for 9 lines where 3 do
@@ -132,7 +143,9 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
         m_lanes->removeLane(m_lanes->currentRow() >= 0 ? m_lanes->currentRow() : m_lanes->rowCount() - 1);
     });
     connect(m_workload, &QComboBox::currentTextChanged, this, [this] {
-        const auto& w = findWorkload(m_workload->currentText().toStdString());
+        const auto& w = findWorkload(currentWorkload());
+        m_script->setVisible(w.name == kScriptWorkload);
+        m_data->setEnabled(w.name != kScriptWorkload);
         showTargetKind(w, std::nullopt);
         if (m_lengthUnit->currentIndex() == 0) {
             m_length->setValue(w.defaultEpochs);
@@ -164,6 +177,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     connect(m_lengthUnit, &QComboBox::currentIndexChanged, this, &SetupPanel::validate);
     connect(m_length, &QSpinBox::valueChanged, this, &SetupPanel::validate);
     connect(m_fair, &QCheckBox::toggled, this, &SetupPanel::validate);
+    connect(m_script, &ScriptPicker::changed, this, &SetupPanel::validate);
     validate();
 }
 
@@ -227,8 +241,23 @@ void SetupPanel::fitWrappedLabels() {
     }
 }
 
+std::string SetupPanel::currentWorkload() const { return m_workload->currentData().toString().toStdString(); }
+
+void SetupPanel::rememberScript() {
+    if (currentWorkload() == kScriptWorkload) {
+        m_script->remember();
+    }
+}
+
 void SetupPanel::updateWorkloadInfo() {
-    const auto& w = findWorkload(m_workload->currentText().toStdString());
+    const auto& w = findWorkload(currentWorkload());
+    if (w.name == kScriptWorkload) {
+        m_workloadInfo->setText(tr("Runs your command once per lane, with the lane's device (CUDA_VISIBLE_DEVICES) "
+                                   "and threads; it reports through PyTorch's optimizer steps, import devicerace, "
+                                   "or a TensorBoard logdir= (README, \"Race your own training\")"));
+        fitWrappedLabels();
+        return;
+    }
     m_workloadInfo->setText(tr("%1\ndata: %2 · batch %3 · %4")
                                 .arg(QString::fromStdString(w.description), QString::fromStdString(w.dataset))
                                 .arg(w.defaultBatch)
@@ -238,12 +267,18 @@ void SetupPanel::updateWorkloadInfo() {
 
 RaceSpec SetupPanel::raceSpec() const {
     RaceSpec spec;
-    spec.workload = m_workload->currentText().toStdString();
+    spec.workload = currentWorkload();
+    const bool script = spec.workload == kScriptWorkload;
     const QString data = m_data->currentData().toString();
-    if (!data.isEmpty()) {
+    if (!data.isEmpty() && !script) {
         spec.data = data == QStringLiteral("synthetic") ? DataMode::Synthetic : DataMode::Real;
     }
-    if (m_lengthUnit->currentIndex() == 0) {
+    if (script) {
+        spec.command = m_script->command();
+        if (m_lengthUnit->currentIndex() == 1) {
+            spec.steps = m_length->value(); // the script's own length, unless stopped at N steps
+        }
+    } else if (m_lengthUnit->currentIndex() == 0) {
         spec.epochs = m_length->value();
     } else {
         spec.steps = m_length->value();
@@ -318,8 +353,13 @@ void SetupPanel::checkFrameworksInBackground(const RacePlan& plan) {
 
 void SetupPanel::setRaceSpec(const RaceSpec& spec) {
     const QSignalBlocker block(m_workload);
-    m_workload->setCurrentText(QString::fromStdString(spec.workload));
-    const auto& w = findWorkload(m_workload->currentText().toStdString());
+    m_workload->setCurrentIndex(std::max(0, m_workload->findData(QString::fromStdString(spec.workload))));
+    const auto& w = findWorkload(currentWorkload());
+    m_script->setVisible(w.name == kScriptWorkload);
+    m_data->setEnabled(w.name != kScriptWorkload);
+    if (w.name == kScriptWorkload) {
+        m_script->setCommand(spec.command);
+    }
     m_data->setCurrentIndex(!spec.data ? 0 : *spec.data == DataMode::Real ? 1 : 2);
     if (spec.steps) {
         m_lengthUnit->setCurrentIndex(1);

@@ -18,6 +18,7 @@ class QSpinBox;
 namespace devicerace::ui {
 
 class LanesTable;
+class ScriptPicker;
 
 class SetupPanel : public QWidget {
     Q_OBJECT
@@ -44,6 +45,10 @@ public:
     void setRepeats(int repeats);
     /// Setup is disabled while a race runs (never a half-applied change).
     void setEditable(bool editable);
+    /// The chosen workload's name ("script": the user's own command).
+    std::string currentWorkload() const;
+    /// A race of the user's script starts: the script joins the recent ones.
+    void rememberScript();
     /// Loads race `race` of the named preset into the setup; false (and `error`) when it cannot.
     bool loadPreset(const QString& name, int race, QString* error = nullptr);
 
@@ -71,6 +76,7 @@ private:
     QComboBox* m_presetRace = nullptr;
     QLabel* m_presetNotes = nullptr;
     QComboBox* m_workload = nullptr;
+    ScriptPicker* m_script = nullptr;
     QLabel* m_workloadInfo = nullptr;
     QComboBox* m_data = nullptr;
     QComboBox* m_lengthUnit = nullptr;

@@ -130,8 +130,8 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
     if (!framework.empty()) {
         const auto program = frameworkProgram(framework);
         if (!program) {
-            return usageError(fmt::format("worker: --framework {}: expected pytorch, keras-jax, keras-tensorflow or "
-                                          "keras-torch",
+            return usageError(fmt::format("worker: --framework {}: expected pytorch, keras-jax, keras-tensorflow, "
+                                          "keras-torch or script",
                                           framework));
         }
         auto argv = localFrameworkArgv(*program);
@@ -376,7 +376,14 @@ int runRace(RaceOptions options) {
         if (!options.laneTexts.empty()) {
             return usageError("--preset names its own lanes; leave out --lane");
         }
+        if (!options.spec.command.empty()) {
+            return usageError("--preset races its own workloads and never a command; leave out the command after --");
+        }
         return runPreset(options);
+    }
+    const bool scriptRace = !options.spec.command.empty() && !options.workloadGiven;
+    if (scriptRace) {
+        options.spec.workload = kScriptWorkload; // every lane runs the command
     }
     if (options.live && options.spec.fair) {
         return usageError("--live and --fair exclude each other");
@@ -395,7 +402,7 @@ int runRace(RaceOptions options) {
         const auto first = defaultRace();
         options.spec.lanes = first.lanes;
         options.spec.fair = (first.fair && !options.live) || options.spec.fair;
-        if (!options.workloadGiven) {
+        if (!options.workloadGiven && !scriptRace) {
             options.spec.workload = first.workload;
             if (!options.spec.epochs && !options.spec.steps) {
                 options.spec.steps = first.steps;
@@ -403,7 +410,9 @@ int runRace(RaceOptions options) {
         }
         if (!options.planOnly) {
             startAgainWaitingAsTheRaceNeeds(options);
-            fmt::print("note: {}\n", first.note);
+            if (!scriptRace) {
+                fmt::print("note: {}\n", first.note);
+            }
         }
     }
     if (options.planOnly) {

@@ -1,5 +1,7 @@
 // devicerace-cli: race the same training job on several devices, headless.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <string_view>
 #include <fmt/format.h>
 
 #include "cli_commands.h"
@@ -133,6 +135,11 @@ int main(int argc, char** argv) {
                      "'1.93× ± 0.04 (N = 5)' (with --record: one recording per repeat, DIR/repeat-K)")
         ->check(CLI::Range(1, 100));
 
+    race->add_option("command", spec.command,
+                     "After --: your own training command, run once per lane, never through a shell (README, "
+                     "\"Race your own training\"): devicerace-cli race --lane cpu,threads=1 --lane cpu,threads=2 -- "
+                     "python3 train.py");
+
     std::string replayDir;
     auto* replay =
         app.add_subcommand("replay", "Print the summary table of a recording, or a repeat set's spread (DIR/repeat-K)");
@@ -180,6 +187,13 @@ int main(int argc, char** argv) {
         return cli::runExport(exportOpt);
     }
     opt.workloadGiven = workloadOpt->count() > 0;
+    if (!spec.command.empty() && std::find(argv, argv + argc, std::string_view("--")) == argv + argc) {
+        // Without "--", the command's own options would be read as the race's.
+        fmt::print(stderr, "devicerace-cli: error: unexpected '{}': give your training command after -- "
+                           "(devicerace-cli race --lane cpu -- python3 train.py)\n",
+                   spec.command.front());
+        return 2;
+    }
     if (*epochsOpt) {
         spec.epochs = epochs;
     }

@@ -122,13 +122,27 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
     if (!out.screenshot.isEmpty() && (out.replays.isEmpty() || p.isSet(workload) || p.isSet(lane))) {
         out.start = true;
     }
+    // After --: the user's own training command, as devicerace-cli race takes it.
+    const QStringList command = p.positionalArguments();
+    if (!command.isEmpty() && !arguments.contains(QStringLiteral("--"))) {
+        out.error = QStringLiteral("unexpected '%1': give your training command after -- (devicerace --lane cpu -- "
+                                   "python3 train.py)")
+                        .arg(command.front());
+        return out;
+    }
     try {
         if (p.isSet(workload) || p.isSet(lane) || p.isSet(epochs) || p.isSet(steps) || p.isSet(data) || p.isSet(fair) ||
-            p.isSet(live) || p.isSet(evalEvery)) {
+            p.isSet(live) || p.isSet(evalEvery) || !command.isEmpty()) {
             RaceSpec spec;
             if (p.isSet(workload)) {
                 spec.workload = p.value(workload).toStdString();
                 findWorkload(spec.workload);
+            }
+            for (const auto& word : command) {
+                spec.command.push_back(word.toStdString());
+            }
+            if (!command.isEmpty() && !p.isSet(workload)) {
+                spec.workload = kScriptWorkload; // every lane runs the command
             }
             for (const auto& text : p.values(lane)) {
                 spec.lanes.push_back(parseLaneSpec(text.toStdString()));
@@ -174,7 +188,7 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                 throw UsageError("--fair and --live exclude each other");
             }
             spec.fair = p.isSet(fair) || (!p.isSet(live) && spec.lanes.empty() && defaultRace().fair);
-            if (spec.lanes.empty() && !p.isSet(workload)) { // the first race's workload and length
+            if (spec.lanes.empty() && !p.isSet(workload) && command.isEmpty()) { // the first race's workload and length
                 const auto first = defaultRace();
                 spec.workload = first.workload;
                 if (!spec.epochs && !spec.steps) {

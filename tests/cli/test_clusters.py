@@ -118,6 +118,24 @@ class SlurmLanes(unittest.TestCase):
                   "the race began", file=sys.stderr)
             wait_for(lambda: not self.cluster.jobs(), 30, "the job to leave the queue once the lane finished")
 
+    def test_a_script_lane_under_srun(self):
+        # The user's own command on the node Slurm gives (README, "Race your own training").
+        scripts = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = os.path.join(tmp, "s.json")
+            r = subprocess.run([CLI, "race", "--quiet", "--json", summary, "--lane",
+                                f"slurm:///cpu,threads=1,queue=120,name=slurm,workdir={scripts}", "--",
+                                sys.executable, "train_fashion.py", "--steps", "60", "--out", f"{tmp}/own.json"],
+                               capture_output=True, text=True, timeout=600, env=self.env())
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            lane = lanes_of(summary)["slurm"]
+            self.assertEqual((lane["status"], lane["kind"], lane["steps"], lane["samples"]),
+                             ("finished", "slurm", 60, 3840))
+            self.assertTrue(lane["job"].isdigit(), lane)
+            with open(f"{tmp}/own.json") as f:
+                self.assertEqual(json.load(f)["threads"], 1)
+            wait_for(lambda: not self.cluster.jobs(), 30, "the job to leave the queue once the lane finished")
+
     def test_scancel_fails_only_the_slurm_lane_with_slurms_word(self):
         with tempfile.TemporaryDirectory() as tmp:
             rec, summary = os.path.join(tmp, "rec"), os.path.join(tmp, "s.json")

@@ -110,6 +110,55 @@ private Q_SLOTS:
         QVERIFY(!w.race()->hasRace());
     }
 
+    void aCommandAfterTheDoubleDashIsAScriptRace() {
+        const auto o = parse({QStringLiteral("--lane"), QStringLiteral("cpu,threads=1"), QStringLiteral("--lane"),
+                              QStringLiteral("cpu,threads=2"), QStringLiteral("--"), QStringLiteral("python3"),
+                              QStringLiteral("train.py"), QStringLiteral("--epochs"), QStringLiteral("1")});
+        QVERIFY2(o.error.isEmpty(), qPrintable(o.error));
+        QVERIFY(o.race);
+        QCOMPARE(o.race->workload, std::string(kScriptWorkload));
+        QCOMPARE(o.race->command, (std::vector<std::string>{"python3", "train.py", "--epochs", "1"}));
+        QVERIFY(!o.race->epochs); // --epochs after -- is the script's own
+        // The setup shows it as "Your script…" with the command split into its fields, and gives
+        // back the same command for the race.
+        ui::MainWindow w;
+        w.setupPanel()->setRaceSpec(*o.race);
+        const auto spec = w.setupPanel()->raceSpec();
+        QCOMPARE(spec.workload, std::string(kScriptWorkload));
+        QCOMPARE(spec.command, o.race->command);
+        auto* picker = w.setupPanel()->findChild<QWidget*>(QStringLiteral("scriptPicker"));
+        QVERIFY(picker && !picker->isHidden());
+        const auto plan = w.setupPanel()->plan();
+        QCOMPARE(plan.lanes.size(), std::size_t(2));
+        QCOMPARE(plan.lanes[0].spec.framework, std::optional<std::string>("script"));
+    }
+
+    void argumentsWithSpacesAndQuotesSurviveTheSetup() {
+        RaceSpec spec;
+        spec.workload = kScriptWorkload;
+        spec.command = {"/usr/bin/python3", "my train.py", "--name", "a \"quoted\" run", "--lr", "3e-4"};
+        ui::MainWindow w;
+        w.setupPanel()->setRaceSpec(spec);
+        QCOMPARE(w.setupPanel()->raceSpec().command, spec.command);
+    }
+
+    void aCommandNeedsTheDoubleDash() {
+        const auto o = parse({QStringLiteral("--lane"), QStringLiteral("cpu"), QStringLiteral("train.py")});
+        QVERIFY2(o.error.contains(QStringLiteral("after --")), qPrintable(o.error));
+    }
+
+    void aScriptRaceWithoutAScriptIsRefusedByStart() {
+        ui::MainWindow w;
+        RaceSpec spec;
+        spec.workload = kScriptWorkload;
+        LaneSpec cpu;
+        cpu.threads = 1;
+        spec.lanes = {cpu};
+        w.setupPanel()->setRaceSpec(spec);
+        QVERIFY(!w.startRace());
+        QVERIFY2(w.lastError().contains(QStringLiteral("needs its command")), qPrintable(w.lastError()));
+    }
+
     void cudaIndexBeyondTheMachineIsRefused() {
         const auto o = parse({QStringLiteral("--lane"), QStringLiteral("cuda:7")});
         QVERIFY(!o.error.isEmpty());

@@ -23,6 +23,8 @@ struct RaceSummary {
     /// default, which spins a while): a live race's figures depend on it. Unknown in replays.
     std::optional<std::string> ompWaitPolicy;
     std::int64_t tokensPerSample = 0; // language models: tokens scored per example (throughput in tokens/s)
+    /// Script lanes: the command they ran (shown, never run again from a summary or recording).
+    std::vector<std::string> command;
     std::vector<LaneSummary> lanes;
     std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
     /// Why a lane with more resources is slower than one with fewer (explainSlowerLanes).

@@ -47,6 +47,8 @@ struct Recording {
     std::optional<double> targetAccuracy;
     std::optional<double> targetLoss;
     std::string startedAt; // ISO 8601, UTC
+    /// Script lanes: the command the race ran, for display only (a recording never starts it).
+    std::vector<std::string> command;
     /// The machine the race ran on (format 1 recordings: its CPU, BLAS, versions and host only).
     DeviceReport machine;
     std::string gpuNames; // "NVIDIA H100 80GB HBM3, ..." (format 1: as written)

@@ -52,6 +52,10 @@ struct LaneRunSettings {
     /// The race's plan (WaitPolicy::spinInLaneProcesses): the lane's local processes start with
     /// libgomp's default, spinning waits. Not sent to workers.
     bool spinInLaneProcesses = false;
+    /// Script lanes: the user's command, and the CPUs its processes may use on this machine
+    /// (empty: the first `threads` CPUs wherever it runs).
+    std::vector<std::string> command;
+    std::vector<int> cpus;
     /// Set in the workers of a data-parallel lane: this process is one rank of it.
     std::optional<DistConfig> dist;
 };

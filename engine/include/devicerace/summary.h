@@ -31,6 +31,9 @@ struct LaneSummary {
     std::string error;
     std::int64_t steps = 0;
     std::int64_t samples = 0;
+    /// Seconds from the lane's start (preparing: imports, data, compilation) to its first
+    /// training step, where the lane said both (script lanes always do).
+    std::optional<double> preparingSeconds;
     double wallSeconds = 0;              // lane clock at its last sample
     std::optional<double> samplesPerSec; // median over the intervals after warm-up
     std::optional<double> stepsPerSec;   // median over the intervals after warm-up
@@ -139,6 +142,7 @@ private:
         double time, accuracy, loss;
     };
     std::vector<Eval> m_evals; // few per race
+    std::optional<double> m_preparingSince; // wall time of the first Preparing state sample
 };
 
 /// A data-parallel lane's rank that the others wait for, from each rank's breakdown: its busy time

@@ -42,6 +42,9 @@ struct WorkloadInfo {
 };
 
 const std::vector<WorkloadInfo>& workloads();
+/// The workload name of a race of a user's own training command (script lanes): no network,
+/// no data set of DeviceRace's. findWorkload knows it; workloads() does not list it.
+inline constexpr const char* kScriptWorkload = "script";
 /// Throws UsageError listing the known names when `name` is unknown.
 const WorkloadInfo& findWorkload(const std::string& name);
 /// Tokens scored per example of a language model (WorkloadInfo::tokensPerSample); 0 for other

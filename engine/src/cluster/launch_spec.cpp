@@ -27,6 +27,12 @@ DistConfig launchedDist(const LaneSpec& spec, int world) {
 
 SlurmShape slurmShape(const LaneSpec& spec) {
     SlurmShape s;
+    if (spec.framework == "script") {
+        // One task, the script lane, which starts the command's workers=N processes on its node.
+        s.gpusPerNode = spec.device.starts_with("cuda") ? 1 : 0;
+        s.cpusPerTask = spec.device == "cpu" ? spec.threads.value_or(0) * spec.workers.value_or(1) : 0;
+        return s;
+    }
     s.nodes = spec.nodes.value_or(1);
     int devices = 1;
     if (spec.device.starts_with("cuda")) {
@@ -64,7 +70,11 @@ std::vector<std::string> srunArgv(const LaneSpec& spec, const std::string& jobNa
     if (spec.storePort) {
         argv.push_back(fmt::format("--export=ALL,DEVICERACE_STORE_PORT={}", *spec.storePort));
     }
-    argv.insert(argv.end(), {cli, "worker", "--ranks-from", "slurm"});
+    if (spec.framework == "script") {
+        argv.insert(argv.end(), {cli, "worker", "--framework", "script"}); // the protocol through srun
+    } else {
+        argv.insert(argv.end(), {cli, "worker", "--ranks-from", "slurm"});
+    }
     return argv;
 }
 

@@ -332,12 +332,46 @@ const std::vector<KeyCodec>& keyCodecs() {
                             &LaneSpec::framework, [](std::string_view v, const std::string& text) {
                                 if (v != "devicerace" && !frameworkProgram(v)) {
                                     throw UsageError(fmt::format("lane '{}': framework={} (expected devicerace, "
-                                                                 "pytorch, keras-jax, keras-tensorflow or keras-torch)",
+                                                                 "pytorch, keras-jax, keras-tensorflow, keras-torch "
+                                                                 "or script)",
                                                                  text, v));
                                 }
                             }));
         t.back().info.type = LaneKeyType::Choice;
-        t.back().info.choices = {"devicerace", "pytorch", "keras-jax", "keras-tensorflow", "keras-torch"};
+        t.back().info.choices = {"devicerace", "pytorch", "keras-jax", "keras-tensorflow", "keras-torch", "script"};
+        // Script lanes: a user's own training command (README, "Race your own training").
+        t.push_back(boolKey(info("instrument", "true", "script lanes",
+                                 "count PyTorch's optimizer steps and backward() losses in the script's Python"),
+                            &LaneSpec::instrument));
+        t.push_back(textKey(info("logdir", "none", "script lanes",
+                                 "read the TensorBoard scalars the script writes in this folder (relative: to "
+                                 "workdir); the script finds it in $DEVICERACE_LOGDIR"),
+                            &LaneSpec::logdir, [](std::string_view v, const std::string& text) {
+                                refuseControlCharacters("logdir", v, text);
+                            }));
+        t.push_back(textKey(info("loss_tag", "loss", "script lanes with logdir",
+                                 "the training loss's scalar tag (a regular expression)"),
+                            &LaneSpec::lossTag, [](std::string_view v, const std::string& text) {
+                                refuseControlCharacters("loss_tag", v, text);
+                            }));
+        t.push_back(textKey(info("acc_tag", "acc", "script lanes with logdir",
+                                 "the evaluation accuracy's scalar tag (a regular expression)"),
+                            &LaneSpec::accTag, [](std::string_view v, const std::string& text) {
+                                refuseControlCharacters("acc_tag", v, text);
+                            }));
+        t.push_back(numberKey(
+            info("quiet", "120", "script lanes", "seconds without a training step before the lane fails"),
+            &LaneSpec::quiet, [](double v) { return v >= 1 && v <= 86400; }, "from 1 to 86,400 seconds"));
+        t.push_back(textKey(info("workdir", "the current folder (ssh://: the login folder)", "script lanes",
+                                 "the folder the command runs in"),
+                            &LaneSpec::workdir, [](std::string_view v, const std::string& text) {
+                                refuseControlCharacters("workdir", v, text);
+                            }));
+        t.push_back(textKey(info("copy", "none", "ssh:// script lanes",
+                                 "a local folder copied (rsync over the lane's ssh) to workdir before the race"),
+                            &LaneSpec::copy, [](std::string_view v, const std::string& text) {
+                                refuseControlCharacters("copy", v, text);
+                            }));
         t.push_back(textKey(
             info("cmd", "none", "local lanes", "a program speaking the worker protocol (runs only with your consent)"),
             &LaneSpec::cmd,

@@ -147,11 +147,12 @@ LaneKind laneKind(const LaneSpec& spec) {
     if (spec.launcher == "attach") {
         return LaneKind::Attached;
     }
-    if (!spec.members.empty() || spec.workers) {
+    const bool script = spec.framework == "script";
+    if (!script && (!spec.members.empty() || spec.workers)) {
         return LaneKind::Parallel;
     }
     if (!spec.host.empty()) {
-        return LaneKind::Remote;
+        return LaneKind::Remote; // a script lane there too: its supervisor runs on that host
     }
     if (spec.cmd || spec.framework.value_or("devicerace") != "devicerace") {
         return LaneKind::External;
@@ -370,6 +371,11 @@ std::vector<LaneMember> laneRanks(const LaneSpec& spec) {
 std::optional<FrameworkProgram> frameworkProgram(std::string_view framework) {
     if (framework == "pytorch") {
         return FrameworkProgram{"pytorch_lane.py", {}, {"torch"}};
+    }
+    if (framework == "script") {
+        // A user's own training command, supervised by the script lane (the command brings its
+        // own framework; logdir= lanes check for tensorboard themselves).
+        return FrameworkProgram{"script_lane.py", {}, {}};
     }
     for (const char* backend : {"jax", "tensorflow", "torch"}) {
         if (framework == std::string("keras-") + backend) {

@@ -104,10 +104,14 @@ void RunningSummary::add(const MetricSample& s) {
     switch (s.kind) {
     case SampleKind::Train:
         // Only whole intervals after warm-up count toward throughput.
-        if (!s.warmup && s.samplesPerSec && s.stepsPerSec && s.intervalSeconds) {
-            m_sampleRates.add(*s.samplesPerSec);
+        // A script lane that cannot see its batch reports steps/s alone: its intervals count for
+        // steps/s and every figure but those in samples.
+        if (!s.warmup && s.stepsPerSec && s.intervalSeconds) {
+            if (s.samplesPerSec) {
+                m_sampleRates.add(*s.samplesPerSec);
+                out.measuredSamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
+            }
             m_stepRates.add(*s.stepsPerSec);
-            out.measuredSamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
             out.measuredSeconds += *s.intervalSeconds;
             if (s.allreduceShare) {
                 m_shares.add(*s.allreduceShare);
@@ -142,7 +146,7 @@ void RunningSummary::add(const MetricSample& s) {
                     m_workerPhases[r][phase].add(secs);
                 }
             }
-            if (s.energyJoules) {
+            if (s.energyJoules && s.samplesPerSec) {
                 m_energy += *s.energyJoules;
                 m_energySamples += static_cast<std::int64_t>(*s.samplesPerSec * *s.intervalSeconds + 0.5);
             } else {
@@ -154,14 +158,26 @@ void RunningSummary::add(const MetricSample& s) {
         }
         break;
     case SampleKind::Eval:
-        if (s.accuracy) {
-            out.finalTestAccuracy = s.accuracy;
+        if (s.accuracy || s.loss) {
+            // A script's evaluation may say only its loss (a language model's, a TensorBoard
+            // val_loss); the accuracy target then never matches it (NaN compares false).
+            if (s.accuracy) {
+                out.finalTestAccuracy = s.accuracy;
+            }
             out.finalTestLoss = s.loss;
-            m_evals.push_back({s.time, *s.accuracy, s.loss.value_or(std::numeric_limits<double>::infinity())});
+            m_evals.push_back({s.time, s.accuracy.value_or(std::numeric_limits<double>::quiet_NaN()),
+                               s.loss.value_or(std::numeric_limits<double>::infinity())});
         }
         break;
     case SampleKind::State:
         out.state = s.state;
+        // Preparing -> the first Running: the time to the first step (imports, data, compilation).
+        if (s.state == LaneState::Preparing && !m_preparingSince) {
+            m_preparingSince = s.wallTime;
+        } else if (s.state == LaneState::Running && m_preparingSince && !out.preparingSeconds &&
+                   s.wallTime >= *m_preparingSince) {
+            out.preparingSeconds = s.wallTime - *m_preparingSince;
+        }
         if (!s.message.empty()) {
             out.error = s.message;
         }
@@ -207,6 +223,8 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     }
     if (!m_sampleRates.empty()) {
         out.samplesPerSec = m_sampleRates.median();
+    }
+    if (!m_stepRates.empty()) {
         out.stepsPerSec = m_stepRates.median();
     }
     if (!m_shares.empty()) {

@@ -260,6 +260,23 @@ std::int64_t tokensPerSampleOf(const std::string& name) {
 }
 
 const WorkloadInfo& findWorkload(const std::string& name) {
+    if (name == kScriptWorkload) {
+        // A user's own training command: DeviceRace knows nothing of its network or data.
+        static const WorkloadInfo script = [] {
+            WorkloadInfo w;
+            w.name = kScriptWorkload;
+            w.description = "your own training command, run once per lane (README, \"Race your own training\")";
+            w.dataset = "the script's own";
+            w.origin = "yours";
+            w.optimizer = "the script's own";
+            w.defaultBatch = 0;
+            w.defaultLr = 0;
+            w.defaultTarget = 0;
+            w.cudaGraphByDefault = false;
+            return w;
+        }();
+        return script;
+    }
     for (auto& entry : countedInfos()) {
         if (entry.info.name == name) {
             return countedInfo(entry);

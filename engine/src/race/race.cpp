@@ -16,6 +16,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/workload.h"
 #include "data/data_choice.h"
+#include "race/script_cpus.h"
 
 namespace devicerace {
 
@@ -154,6 +155,7 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
     }
     auto& spec = plan.spec;
     const auto& workload = findWorkload(spec.workload);
+    const auto scriptCpus = detail::scriptLaneCpus(plan);
     std::vector<std::pair<LaneSpec, LaneRunSettings>> todo;
     for (const auto& laneSpec : spec.lanes) {
         // A lane's data=... overrides the race's mode. Thread lanes get their data here; worker
@@ -180,6 +182,10 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
         settings.evalEverySteps = spec.evalEverySteps;
         settings.warmupSteps = spec.warmupSteps;
         settings.spinInLaneProcesses = plan.wait.spinInLaneProcesses;
+        if (laneSpec.framework == "script") {
+            settings.command = spec.command;
+            settings.cpus = scriptCpus[todo.size()];
+        }
         todo.emplace_back(laneSpec, std::move(settings));
     }
     m_impl->lanes = makeLanes(std::move(todo), factory);
@@ -284,6 +290,7 @@ void Race::wait() {
 RaceSummary Race::summary() const {
     RaceSummary out;
     out.workload = m_impl->spec.workload;
+    out.command = m_impl->spec.command;
     out.datasetName = dataset().name;
     out.dataNote = m_impl->dataNote;
     out.synthetic = dataset().synthetic;

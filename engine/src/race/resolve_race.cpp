@@ -22,6 +22,7 @@
 #include "distributed/parallel_lane.h"
 #include "train/run_plan.h"
 #include "workers/child_process.h"
+#include "workers/script_copy.h"
 #include "workers/worker_connection.h"
 
 namespace devicerace {
@@ -99,7 +100,9 @@ int localCpuProcesses(const LaneSpec& lane) {
         return 0; // the launcher places the ranks (and the CPUs they get)
     }
     if (laneKind(lane) != LaneKind::Parallel) {
-        return lane.device == "cpu" && lane.host.empty() ? 1 : 0;
+        // A script lane's workers=N are N processes of the command.
+        const int processes = lane.framework == "script" ? lane.workers.value_or(1) : 1;
+        return lane.device == "cpu" && lane.host.empty() ? processes : 0;
     }
     int n = 0;
     for (const auto& r : laneRanks(lane)) {
@@ -147,6 +150,71 @@ void defaultIsolation(std::vector<LaneSpec>& lanes) {
 }
 
 std::string describe(const std::exception& e) { return e.what(); }
+
+// A race of the user's own command (`-- python3 train.py`): without a workload of DeviceRace's
+// every lane runs the command; beside one, the lanes that say framework=script do. The command
+// itself is checked here for local lanes (a remote host checks it there).
+void planScriptLanes(RaceSpec& spec, std::vector<std::string>& problems) {
+    const bool scriptRace = spec.workload == kScriptWorkload;
+    if (scriptRace && spec.command.empty()) {
+        problems.push_back("a race of your own training needs its command: the words after -- (devicerace-cli race "
+                           "--lane cpu -- python3 train.py)");
+    }
+    bool anyScript = false;
+    for (auto& lane : spec.lanes) {
+        if (scriptRace && !lane.framework && !lane.cmd && lane.launcher != "attach") {
+            lane.framework = "script";
+        }
+        const bool script = lane.framework == "script";
+        anyScript |= script;
+        const std::string label = lane.name.empty() ? formatLaneSpec(lane) : lane.name;
+        if (scriptRace && !script) {
+            problems.push_back(fmt::format("lane {}: a race of your command runs script lanes only; to race a "
+                                           "built-in workload beside it, name it with --workload and give the "
+                                           "script lanes framework=script",
+                                           label));
+        } else if (script && spec.command.empty()) {
+            problems.push_back(fmt::format("lane {}: framework=script runs the race's command, and there is none: "
+                                           "give it after -- (devicerace-cli race --lane cpu -- python3 train.py)",
+                                           label));
+        } else if (script && (!lane.members.empty() || lane.launcher == "attach" ||
+                              (lane.launcher == "slurm" && lane.nodes.value_or(1) > 1))) {
+            problems.push_back(fmt::format("lane {}: a script lane runs on one device of one machine (workers=N: N "
+                                           "processes of the command on it; slurm://: one node)",
+                                           label));
+        } else if (lane.copy && lane.host.empty()) {
+            problems.push_back(fmt::format("lane {}: copy= copies a folder to an ssh:// host; this lane runs here",
+                                           label));
+        }
+        if (script && lane.copy && !lane.host.empty() && !lane.workdir) {
+            lane.workdir = detail::scriptCopyDestination(lane); // the command runs in the copy
+        }
+    }
+    if (!spec.command.empty() && !anyScript && !scriptRace) {
+        problems.push_back(fmt::format("the command after -- runs in framework=script lanes, and no lane of this "
+                                       "{} race is one (leave out --workload to race the command alone)",
+                                       spec.workload));
+    }
+    if (spec.command.empty() || !anyScript) {
+        return;
+    }
+    bool local = false;
+    for (const auto& lane : spec.lanes) {
+        local |= lane.framework == "script" && lane.host.empty() && lane.launcher.empty();
+    }
+    const auto& program = spec.command.front();
+    if (local && program.find('/') == std::string::npos && detail::findProgram(program).empty()) {
+        problems.push_back(fmt::format("{}: command not found (not on PATH)", program));
+    } else if (local && program.find('/') != std::string::npos) {
+        if (::access(program.c_str(), F_OK) != 0) {
+            problems.push_back(fmt::format("{}: no such file", program));
+        } else if (::access(program.c_str(), X_OK) != 0) {
+            problems.push_back(fmt::format("{}: not executable (chmod +x it, or name its interpreter first: -- "
+                                           "python3 {})",
+                                           program, program));
+        }
+    }
+}
 
 // The race-level checks of what the user wrote.
 void checkRace(const RaceSpec& spec, std::vector<std::string>& problems) {
@@ -330,6 +398,7 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
     if (spec.lanes.empty()) {
         spec.lanes = defaultLanes();
     }
+    planScriptLanes(spec, out.problems);
     if (!spec.fair) {
         shareCores(spec.lanes);
     }
@@ -347,8 +416,8 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
     if (!spec.targetAccuracy && !spec.targetLoss && workload && workload->defaultTargetLoss) {
         spec.targetLoss = workload->defaultTargetLoss; // a language model races to a validation loss
     }
-    if (!spec.targetAccuracy && workload) {
-        spec.targetAccuracy = workload->defaultTarget;
+    if (!spec.targetAccuracy && workload && spec.workload != kScriptWorkload) {
+        spec.targetAccuracy = workload->defaultTarget; // a script has no target but the user's own
     }
     out.logicalCpus = std::max(1, deviceReport().cpu.logicalCpus);
 
@@ -371,7 +440,11 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
         lane.localCpuProcesses = localCpuProcesses(laneSpec);
         lane.localThreads = lane.localCpuProcesses > 0 ? laneSpec.threads.value_or(detail::defaultCpuThreads()) : 0;
         try {
-            if (planner) {
+            if (laneSpec.framework == "script") {
+                // The command decides its own batch and length; --steps stops it there.
+                lane.batch = laneSpec.batch;
+                lane.totalSteps = spec.steps;
+            } else if (planner) {
                 planner->plan(lane);
             }
             if (lane.kind == LaneKind::External && !laneSpec.cmd) {

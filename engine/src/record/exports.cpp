@@ -100,6 +100,7 @@ std::string summaryToJson(const RaceSummary& summary) {
                                                             : json(*summary.ompWaitPolicy);
     j["tokens_per_sample"] = summary.tokensPerSample > 0 ? json(summary.tokensPerSample) : json(nullptr);
     j["data_note"] = summary.dataNote.empty() ? json(nullptr) : json(summary.dataNote);
+    j["command"] = summary.command.empty() ? json(nullptr) : json(summary.command);
     j["lanes"] = json::array();
     for (const auto& l : summary.lanes) {
         j["lanes"].push_back({
@@ -114,6 +115,7 @@ std::string summaryToJson(const RaceSummary& summary) {
             {"steps", l.steps},
             {"samples", l.samples},
             {"wall_seconds", l.wallSeconds},
+            {"preparing_seconds", orNull(l.preparingSeconds)},
             {"samples_per_sec", orNull(l.samplesPerSec)},
             {"steps_per_sec", orNull(l.stepsPerSec)},
             {"measured_samples", l.measuredSamples},

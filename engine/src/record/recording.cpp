@@ -73,6 +73,9 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
     m["target_accuracy"] = orNull(race.spec().targetAccuracy);
     m["target_loss"] = orNull(race.spec().targetLoss);
     m["started_at"] = isoNow();
+    if (!race.spec().command.empty()) {
+        m["command"] = race.spec().command; // shown by replays; never run from here
+    }
     // The machine the race ran on, in the device report's one JSON shape (the hello's, the CLI's).
     m["machine"] = detail::deviceReportJson(deviceReport());
     m["lanes"] = json::array();
@@ -152,6 +155,13 @@ Recording readRecording(const fs::path& dir) {
             r.targetLoss = m["target_loss"].get<double>();
         }
         r.startedAt = m.value("started_at", std::string());
+        if (const auto it = m.find("command"); it != m.end() && it->is_array() && it->size() <= 4096) {
+            for (const auto& word : *it) {
+                if (word.is_string() && word.get_ref<const std::string&>().size() <= 65536) {
+                    r.command.push_back(word.get<std::string>());
+                }
+            }
+        }
         if (format >= 2) {
             r.machine = detail::deviceReportFromJsonValue(m.at("machine"));
         } else { // format 1: the machine as a few strings
@@ -286,6 +296,7 @@ LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, 
 RaceSummary summarizeRecording(const Recording& r) {
     RaceSummary out;
     out.workload = r.workload;
+    out.command = r.command;
     out.datasetName = r.dataset;
     out.synthetic = r.synthetic;
     out.fair = r.fair;

@@ -136,6 +136,10 @@ json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
             {"fail_at_step", s.failAtStep},
             // Other trainers check their network against the engine's (the same model?).
             {"expected_parameters", expectedParameters(s.workload)},
+            // Script lanes: the user's command (the script lane runs it; any other worker ignores
+            // it) and the CPUs of this machine its processes may use.
+            {"command", s.command},
+            {"cpus", s.cpus},
             {"dist", s.dist ? json{{"rank", s.dist->rank},
                                    {"world", s.dist->world},
                                    {"backend", s.dist->backend},
@@ -253,8 +257,9 @@ ReadyInfo readyFromMessage(const json& m) {
         if ((r.ranks && (*r.ranks < 1 || *r.ranks > 65536)) || r.job.size() > 256 || r.nodes.size() > 4096) {
             throw DataError("ready: ranks, job or nodes out of range");
         }
-        if (r.batch < 1 || r.totalSteps < 1) {
-            throw DataError("ready: batch and total_steps must be 1 or more");
+        // 0: not known before the lane runs (a script lane's batch and length are its command's).
+        if (r.batch < 0 || r.totalSteps < 0) {
+            throw DataError("ready: batch and total_steps must be 0 (not known) or more");
         }
         return r;
     } catch (const json::exception& e) {

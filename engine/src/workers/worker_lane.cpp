@@ -15,6 +15,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
 #include "cluster/launch_spec.h"
+#include "workers/script_copy.h"
 #include "workers/worker_connection.h"
 
 namespace devicerace {
@@ -116,6 +117,9 @@ struct WorkerLane::Impl {
     // Starts the worker, checks its hello, sends the lane, waits until it was accepted.
     // Throws UsageError saying what went wrong.
     void connect() {
+        if (spec.framework == "script" && spec.copy && !spec.host.empty()) {
+            detail::copyScriptFolder(spec); // the user's folder, before the script lane starts there
+        }
         auto ep = endpoint ? *endpoint : detail::endpointFor(spec);
         ep.spinWaits = settings.spinInLaneProcesses && !endpoint; // not a launcher's (srun's) ranks
         conn = std::make_unique<detail::WorkerConnection>(std::move(ep));
@@ -128,10 +132,21 @@ struct WorkerLane::Impl {
         // A launched lane's rank 0 gets the training keys and the ranks' c10d settings; it hands
         // them on to the other ranks (cluster/launched_rank.h).
         auto sent = settings;
-        if (!spec.launcher.empty()) {
+        auto lane = spec;
+        if (spec.framework == "script") {
+            // A slurm:// script lane: its one task runs the script lane, which starts the ranks.
+            lane.launcher.clear();
+            lane.launcherTarget.clear();
+            lane.nodes.reset();
+            lane.partition.reset();
+            lane.timeLimit.reset();
+            lane.queueLimit.reset();
+            lane.storePort.reset();
+        } else if (!spec.launcher.empty()) {
             sent.dist = detail::launchedDist(spec, spec.launcher == "slurm" ? detail::slurmShape(spec).ranks() : 0);
+            lane = detail::launchedMemberSpec(spec);
         }
-        if (!conn->send(detail::configMessage(spec.launcher.empty() ? spec : detail::launchedMemberSpec(spec), sent))) {
+        if (!conn->send(detail::configMessage(lane, sent))) {
             // It left right after its hello (e.g. it refused our protocol version): say why.
             throw UsageError(fmt::format("{} ended after its hello: {}", who, conn->describeEnd(conn->reap(2), 0)));
         }

@@ -1,0 +1,183 @@
+"""Report a training script's progress to its DeviceRace lane (README, "Race your own training").
+
+    import devicerace
+    lane = devicerace.lane()                  # this process's lane
+    device = lane.device                      # "cpu" or "cuda:0": where the lane trains
+    ...
+    lane.step(samples=len(x), loss=loss)      # after each optimizer step
+    lane.evaluate(accuracy=acc, loss=val_loss)  # after an evaluation
+
+Values may be Python numbers, PyTorch tensors, NumPy or JAX arrays: they are kept as they are
+and read (synchronising the device) only at report points, about ten times a second. Outside a
+race, and in every rank but rank 0 of a data-parallel lane, each call is a cheap no-op, so the
+same script runs anywhere. Ready-made callbacks: devicerace.keras.Callback (Keras 3, any
+backend), devicerace.transformers.Callback (Hugging Face Trainer), devicerace.lightning.Callback
+(Lightning Trainer). Standard library only; no framework is imported here.
+"""
+import atexit
+import os
+import sys
+
+from devicerace._channel import Channel, now, to_float
+
+__all__ = ["lane", "Lane"]
+__version__ = "0.1.0"
+
+
+class Lane:
+    """This process's lane. Get it with devicerace.lane(); one per process, training thread only."""
+
+    def __init__(self, channel=None):
+        self._channel = channel or Channel()
+        env = os.environ
+        self.name = env.get("DEVICERACE_LANE", "")
+        self.in_race = self._channel.active
+        self.rank = _env_int("RANK", 0)
+        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.threads = _env_int("DEVICERACE_THREADS", 0) or None
+        self.logdir = env.get("DEVICERACE_LOGDIR") or None
+        self._device = env.get("DEVICERACE_DEVICE") or None
+        self._source = None  # "api" once the script or a callback reports; "torch": the hooks
+        self._step = 0
+        self._samples = 0
+        self._samples_known = True
+        self._loss_sum = None
+        self._loss_n = 0
+        self._last_step_time = None
+        self._next_report = 0.0
+        self._phases = {}
+        self._hello_sent = False
+        # The instrumentation's losses (devicerace._torch): a callable giving the backward()
+        # losses since its last call as (sum, count), for a script or callback that reports its
+        # steps without a loss (the Hugging Face callback).
+        self._hook_losses = None
+        self._reported_step = 0
+        if self.in_race:
+            atexit.register(self._flush)  # the steps since the last report point, at a normal exit
+
+    @property
+    def device(self):
+        """Where this lane trains: DEVICERACE_DEVICE in a race ("cpu", "cuda:0"); outside one,
+        "cuda:0" when PyTorch is loaded and sees a GPU, else "cpu"."""
+        if self._device:
+            return self._device
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_available():
+                return "cuda:0"
+        except Exception:
+            pass
+        return "cpu"
+
+    # What scripts call ------------------------------------------------------------------------
+
+    def step(self, samples=None, loss=None, steps=1):
+        """`steps` optimizer steps (default 1) of `samples` examples finished, with their training
+        loss (a number or a tensor; read at report points only)."""
+        self._take_over("api")
+        self._count(samples, loss, steps)
+
+    def evaluate(self, accuracy=None, loss=None, seconds=None, text=None):
+        """An evaluation just ended: its accuracy (a fraction), loss and, where known, how long it
+        took (seconds). Evaluations are on the lane's clock but outside its throughput."""
+        self._take_over("api")
+        self._evaluation(accuracy, loss, seconds, text)
+
+    # The accounting shared with the automatic instrumentation (devicerace._torch) -------------
+
+    def _take_over(self, source):
+        if self._source == source or not self.in_race:
+            return
+        if self._source is not None and source == "api":
+            # The script reports itself: what the hooks counted is dropped, its own count rules.
+            self._step = self._samples = self._loss_n = 0
+            self._loss_sum = None
+            self._samples_known = True
+            self._phases = {}
+            self._next_report = 0.0
+        self._source = source
+
+    def _count(self, samples, loss, steps):
+        if not self.in_race:
+            return
+        t = now()
+        self._step += steps
+        if samples is None:
+            self._samples_known = False
+        else:
+            try:
+                self._samples += int(samples)
+            except (TypeError, ValueError):
+                self._samples_known = False
+        if loss is not None:
+            if hasattr(loss, "detach"):
+                loss = loss.detach()
+            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+            self._loss_n += 1
+        self._last_step_time = t
+        if t >= self._next_report:
+            self._report(t)
+
+    def _add_phase(self, phase, seconds):
+        self._phases[phase] = self._phases.get(phase, 0.0) + seconds
+
+    def _report(self, t=None):
+        if self._last_step_time is None:
+            return
+        t = t if t is not None else now()
+        if not self._hello_sent:
+            self._hello_sent = True
+            self._channel.send({"t": "hello", "pid": os.getpid(), "source": self._source})
+        hooked = self._hook_losses() if self._hook_losses is not None else None
+        if self._loss_n == 0 and hooked and hooked[1]:
+            self._loss_sum, self._loss_n = hooked
+        loss = to_float(self._loss_sum) if self._loss_sum is not None else None
+        if loss is not None and self._loss_n:
+            loss /= self._loss_n
+        message = {"t": "step", "source": self._source, "step": self._step,
+                   "samples": self._samples if self._samples_known else None,
+                   "loss": loss, "loss_reported": self._loss_n > 0, "time": self._last_step_time}
+        if self._phases:
+            message["phases"] = self._phases
+            self._phases = {}
+        self._loss_sum, self._loss_n = None, 0
+        self._reported_step = self._step
+        self._channel.send(message)
+        self._next_report = t + self._channel.interval
+
+    def _flush(self):
+        if self._step > self._reported_step:
+            self._report()
+
+    def _evaluation(self, accuracy, loss, seconds, text=None, started=None):
+        if not self.in_race:
+            return
+        t = now()
+        self._report(t)  # closes the throughput interval at the last step, before the evaluation
+        message = {"t": "eval", "source": self._source, "step": self._step, "time": t,
+                   "accuracy": to_float(accuracy), "loss": to_float(loss)}
+        if seconds is None and started is not None:
+            seconds = t - started
+        if seconds is not None:
+            message["seconds"] = to_float(seconds)
+        if text:
+            message["text"] = str(text)[:2000]
+        self._channel.send(message)
+
+
+def _env_int(name, default):
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+
+
+_lane = None
+
+
+def lane():
+    """This process's lane (made on first use)."""
+    global _lane
+    if _lane is None:
+        _lane = Lane()
+    return _lane

@@ -1,0 +1,73 @@
+"""The report channel from a user's training process to its DeviceRace lane (script_lane.py).
+
+The lane starts the user's command with DEVICERACE_REPORT_FD naming the write end of a pipe it
+reads; each report is one JSON object per line (at most a few hundred bytes, so one write is
+atomic), sent only at report points. The user's stdout and stderr stay the user's own: nothing
+here writes to them. Outside a race (no DEVICERACE_REPORT_FD) every call is a cheap no-op.
+Standard library only.
+"""
+import json
+import math
+import os
+import time
+
+# Seconds between step reports (the lane's report interval; DEVICERACE_REPORT_INTERVAL).
+_DEFAULT_INTERVAL = 0.1
+
+
+def _env_float(name, default, low, high):
+    try:
+        v = float(os.environ.get(name, ""))
+        return v if low <= v <= high else default
+    except ValueError:
+        return default
+
+
+class Channel:
+    """The write end of the report pipe, or nothing (outside a race, or another rank's process)."""
+
+    def __init__(self):
+        self.fd = None
+        self.broken = False
+        fd = os.environ.get("DEVICERACE_REPORT_FD", "")
+        if fd.isdigit():
+            try:
+                os.fstat(int(fd))
+                self.fd = int(fd)
+            except OSError:
+                self.fd = None
+        self.interval = _env_float("DEVICERACE_REPORT_INTERVAL", _DEFAULT_INTERVAL, 0.01, 60.0)
+
+    @property
+    def active(self):
+        return self.fd is not None and not self.broken
+
+    def send(self, message):
+        if not self.active:
+            return False
+        data = (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        try:
+            os.write(self.fd, data)
+            return True
+        except OSError:  # the lane is gone (EPIPE): stop reporting, keep training
+            self.broken = True
+            return False
+
+
+def to_float(value):
+    """A loss or accuracy as a finite float (a tensor or array is read here: a report point), or
+    None when there is none or it is not finite."""
+    if value is None:
+        return None
+    try:
+        if hasattr(value, "item") and not isinstance(value, (int, float)):
+            value = value.item()
+        v = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def now():
+    """The lane's clock: CLOCK_MONOTONIC, the same in every process of the machine."""
+    return time.monotonic()

@@ -1,0 +1,65 @@
+"""DeviceRace's start-up hook for a script lane's Python (on PYTHONPATH only inside a race,
+and only with instrument=on, the default): instruments PyTorch when the script imports it
+(devicerace/_torch.py), then runs the sitecustomize this one shadows, if any. Imports nothing
+heavy: a script that never imports torch pays a few microseconds.
+"""
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+
+def _chain():
+    """Runs the next sitecustomize on sys.path (Debian's, a virtualenv's), as Python would have."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None or not spec.origin or os.path.dirname(spec.origin) == here:
+        return
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as e:  # as site.py treats a failing sitecustomize: a warning, not an end
+        sys.stderr.write(f"devicerace: the shadowed sitecustomize failed: {type(e).__name__}: {e}\n")
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when `torch` is imported, it lets the other finders find it and
+    instruments the module once its own import has finished."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_instrument(module):
+            exec_module(module)
+            try:
+                from devicerace import _torch
+                _torch.install(module)
+            except Exception as e:
+                sys.stderr.write(f"devicerace: PyTorch could not be instrumented: {type(e).__name__}: {e}\n")
+
+        spec.loader.exec_module = exec_and_instrument
+        return spec
+
+
+def _install():
+    if os.environ.get("DEVICERACE_REPORT_FD") and os.environ.get("DEVICERACE_INSTRUMENT", "on") != "off":
+        if "torch" in sys.modules:
+            from devicerace import _torch
+            _torch.install(sys.modules["torch"])
+        else:
+            sys.meta_path.insert(0, _TorchWatcher())
+
+
+_chain()
+_install()

@@ -1,0 +1,775 @@
+#!/usr/bin/env python3
+"""DeviceRace's script lane: a user's own training command raced as a lane (README, "Race your
+own training"). DeviceRace starts it for each lane of a race run with `-- COMMAND...` as
+    python lanes/python/script_lane.py --proto 1
+(on an ssh:// host: `devicerace-cli worker --framework script` there) and speaks the worker
+protocol with it on stdin/stdout (devicerace_worker.py). The lane's config carries the command.
+
+On `start` it runs the command (an argv, never through a shell) in a session of its own, with
+  - the lane's device: DEVICERACE_DEVICE ("cpu", or "cuda:0": the lane's GPU, the only one
+    CUDA_VISIBLE_DEVICES leaves visible; empty on a CPU lane, so torch.cuda.is_available() is
+    False there);
+  - its threads: OMP/MKL/OpenBLAS/NumExpr thread counts, TensorFlow's and XLA's flags, and a CPU
+    affinity of that many CPUs (the race picks CPUs no other live lane uses where there are enough);
+  - workers=N: N processes with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 0 reports for the lane;
+  - DEVICERACE_REPORT_FD, the write end of a pipe its reports come back on (devicerace/_channel.py),
+    and on PYTHONPATH the devicerace package and, unless instrument=off, the sitecustomize that
+    instruments PyTorch (devicerace/_torch.py);
+  - logdir=DIR: DEVICERACE_LOGDIR, and DIR's TensorBoard event files read live (tb_watch.py).
+The command's stdout and stderr are its own (they never reach the protocol): kept as the lane's
+log tail, the stderr's last lines naming a failure.
+
+The timing rules are the engine's: the lane clock starts at the first training step (what comes
+before it - imports, data, compilation - is "preparing", its length said as the time to the
+first step), the warm-up steps' intervals are greyed, throughput is taken over report intervals
+between steps as the script's own clock saw them, evaluations are outside those intervals, and
+paused time (SIGSTOP/SIGCONT of the command's process groups) is left out.
+"""
+import math
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+
+import devicerace_worker as dw
+
+NAME = "the script lane"
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Seconds without a step before the lane fails (quiet=).
+DEFAULT_QUIET_S = 120.0
+# Seconds between SIGTERM and SIGKILL when the lane stops its command.
+TERM_GRACE_S = 5.0
+# Lines of each process's output kept for the log and the failure message.
+TAIL_LINES = 40
+# Output lines per second passed on to the lane's log (the rest are counted, not shown).
+LOG_LINES_PER_S = 20
+# Longest report line read from the channel.
+MAX_REPORT_LINE = 64 * 1024
+# Seconds between reads of a logdir.
+LOGDIR_POLL_S = 0.5
+ACCEPTED = ("name", "threads", "batch", "workers", "precision", "instrument", "logdir", "loss_tag", "acc_tag",
+            "quiet", "workdir", "fault")
+IGNORED = ("framework", "cost", "isolate", "cli", "copy")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
+def script_name(command):
+    """The word a message names the command by: the script of `python3 train.py`, else the program."""
+    words = [w for w in command[1:] if not w.startswith("-")]
+    if words and re.search(r"python[0-9.]*$", os.path.basename(command[0])) and words[0] != "-m":
+        return os.path.basename(words[0])
+    if len(command) > 2 and command[1] == "-m":
+        return command[2]
+    return os.path.basename(command[0]) if command else "the command"
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine (hello): no framework is imported; GPUs as nvidia-smi lists them.
+# ---------------------------------------------------------------------------------------------
+
+def gpu_report():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return [], "no NVIDIA driver here (nvidia-smi not found)"
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return [], f"nvidia-smi failed: {e}"
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            try:
+                memory = int(float(parts[2]) * 1024 * 1024)
+            except ValueError:
+                memory = 0
+            gpus.append({"index": int(parts[0]), "name": parts[1], "total_memory_bytes": memory, "compute": "",
+                         "multiprocessors": 0, "utilization_percent": None, "used_memory_bytes": None})
+    return gpus, "" if gpus else (out.stderr.strip() or "nvidia-smi lists no GPU")
+
+
+def device_report():
+    cpu = dw.cpu_report()
+    cpu.update({"torch_threads": cpu["logical_cpus"], "parallel_backend": "", "blas": "", "blas_is_reference": False})
+    gpus, reason = gpu_report()
+    return {"cpu": cpu, "gpus": gpus, "cuda_available": bool(gpus), "cuda_unavailable_reason": reason, "torch": "",
+            "torch_cuda": "", "cudnn": "", "nvml_driver": "", "host": dw.host_name()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The command's processes.
+# ---------------------------------------------------------------------------------------------
+
+class Output:
+    """One stream of one process: read on a thread of its own (the command never blocks on a
+    full pipe), the last lines kept, a few lines a second passed on to the lane's log."""
+
+    def __init__(self, stream, label):
+        self.stream = stream
+        self.label = label
+        self.tail = deque(maxlen=TAIL_LINES)
+        self.lines = 0
+        self.thread = threading.Thread(target=self._read, daemon=True, name=f"devicerace-{label}")
+        self.thread.start()
+
+    def _read(self):
+        second, shown, hidden = int(time.monotonic()), 0, 0
+        for raw in iter(lambda: self.stream.readline(65536), b""):
+            text = raw.decode("utf-8", "replace").rstrip("\r\n").split("\r")[-1]
+            self.tail.append(text)
+            self.lines += 1
+            now = int(time.monotonic())
+            if now != second:
+                if hidden:
+                    dw.log(f"[{self.label}] ... {hidden} lines not shown")
+                second, shown, hidden = now, 0, 0
+            if shown < LOG_LINES_PER_S:
+                shown += 1
+                dw.log(f"[{self.label}] {text}")
+            else:
+                hidden += 1
+        self.stream.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def failure_lines(lines):
+    """What a failed script's stderr says, in a line: from the last traceback, its exception line
+    and the frame that raised it; else the last non-empty lines."""
+    lines = [l for l in lines if l.strip()]
+    if not lines:
+        return ""
+    last_tb = max((i for i, l in enumerate(lines) if l.startswith("Traceback (most recent call last)")), default=-1)
+    if last_tb >= 0:
+        block = lines[last_tb + 1:]
+        exception = [l for l in block if not l.startswith(" ")]
+        frames = [l.strip() for l in block if l.startswith("  File ")]
+        where = ""
+        if frames:
+            m = re.match(r'File "([^"]+)", line (\d+)', frames[-1])
+            if m:
+                where = f" ({os.path.basename(m.group(1))}, line {m.group(2)})"
+        if exception:
+            return " ".join(exception[-1].split()) + where
+    return " | ".join(" ".join(l.split()) for l in lines[-3:])
+
+
+class Command:
+    """The command's processes (one per rank), each in a session of its own."""
+
+    def __init__(self, argv, cwd, base_env, ranks, rank_env, cpus_of, report_fd):
+        self.procs, self.outputs = [], []
+        self.started = time.monotonic()
+        for rank in range(ranks):
+            env = dict(base_env)
+            env.update(rank_env(rank))
+            if rank == 0:
+                env["DEVICERACE_REPORT_FD"] = str(report_fd)
+            else:
+                env.pop("DEVICERACE_REPORT_FD", None)
+            try:
+                p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True,
+                                     pass_fds=(report_fd,) if rank == 0 else ())
+            except OSError as e:
+                self.kill()
+                raise dw.LaneError(f"cannot start {argv[0]}: {e.strerror or e}")
+            cpus = cpus_of(rank)
+            if cpus:
+                try:
+                    os.sched_setaffinity(p.pid, cpus)
+                except OSError:
+                    pass
+            label = "rank %d" % rank if ranks > 1 else "script"
+            self.procs.append(p)
+            self.outputs.append((Output(p.stdout, label + " stdout"), Output(p.stderr, label + " stderr")))
+
+    def signal(self, sig):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    pass
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+
+    def stop(self):
+        """SIGTERM every process group, SIGKILL what is left after TERM_GRACE_S; reaps them."""
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        for p in self.procs:
+            p.wait()
+
+    def ended(self):
+        """(rank, returncode) of the first process that failed, or of rank 0 once every
+        process has ended; None while they run."""
+        codes = [p.poll() for p in self.procs]
+        for rank, code in enumerate(codes):
+            if code is not None and code != 0:
+                return rank, code
+        if all(c is not None for c in codes):
+            return 0, 0
+        return None
+
+    def stderr_tail(self, rank):
+        out, err = self.outputs[rank]
+        err.thread.join(1.0)
+        return list(err.tail)
+
+    def output_tail(self, rank):
+        out, err = self.outputs[rank]
+        out.thread.join(1.0)
+        return list(out.tail)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lane.
+# ---------------------------------------------------------------------------------------------
+
+class ScriptLane:
+    def __init__(self, config, session):
+        c = dw.parse_config(config)
+        spec = dw.lane_fields(c, ACCEPTED, IGNORED, "a script lane")
+        command = config.get("command")
+        if (not isinstance(command, list) or not command or len(command) > 4096
+                or not all(isinstance(w, str) and "\0" not in w for w in command)):
+            raise dw.LaneRefused("a script lane needs its command: the words after -- (devicerace-cli race "
+                                 "--lane cpu -- python3 train.py)")
+        self.config, self.spec, self.command = c, spec, list(command)
+        self.session = session
+        self.name = script_name(self.command)
+        self.label = c["lane"]
+        self.device = spec["device"]
+        self.threads = spec.get("threads")
+        self.ranks = spec.get("workers", 1)
+        self.batch = spec.get("batch")
+        self.quiet = spec.get("quiet", DEFAULT_QUIET_S)
+        self.instrument = spec.get("instrument", True)
+        self.fault = spec.get("fault")
+        self.workdir = os.path.expanduser(spec["workdir"]) if spec.get("workdir") else os.getcwd()
+        self.logdir = spec.get("logdir")
+        if self.logdir:
+            self.logdir = os.path.join(self.workdir, os.path.expanduser(self.logdir))
+        cpus = config.get("cpus")
+        self.cpus = [c for c in cpus if isinstance(c, int) and c >= 0] if isinstance(cpus, list) else []
+        if self.threads is not None:
+            dw_threads_ok = 1 <= self.threads <= dw.MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
+            if not dw_threads_ok:
+                raise dw.LaneRefused(f"lane '{self.label}': threads={self.threads} is out of range for this machine")
+        if not 1 <= self.ranks <= 64:
+            raise dw.LaneRefused(f"lane '{self.label}': workers={self.ranks}: a script lane runs 1 to 64 processes")
+        if self.batch is not None and self.batch < 1:
+            raise dw.LaneRefused(f"lane '{self.label}': batch={self.batch} must be 1 or more")
+        if not 1 <= self.quiet <= 86400:
+            raise dw.LaneRefused(f"lane '{self.label}': quiet={self.quiet:g} must be 1 to 86400 seconds")
+        self.check_command()
+        self.check_device()
+        self.watcher = None
+        if self.logdir:
+            self.open_logdir()
+        self.steps_limit = c["steps"]
+        self.meter = dw.Meter(session.emit, self.label, 0, c["warmup"])
+        self.ready = {"batch": (self.batch or 0) * self.ranks, "total_steps": self.steps_limit or 0,
+                      "threads": self.threads or 0,
+                      "dataset": {"name": "the script's own", "source": " ".join(self.command)[:400],
+                                  "synthetic": False, "train": 0, "test": 0}}
+        if not self.threads:
+            self.ready.pop("threads")
+        if os.environ.get("SLURM_JOB_ID"):  # a slurm:// script lane: srun's one task
+            self.ready.update({"job": os.environ["SLURM_JOB_ID"], "nodes": os.environ.get("SLURMD_NODENAME", "")})
+
+    # Checks before the race ------------------------------------------------------------------
+
+    def where(self):
+        return f"on {dw.host_name()}" if os.environ.get("SSH_CONNECTION") else "here"
+
+    def check_command(self):
+        if not os.path.isdir(self.workdir):
+            raise dw.LaneRefused(f"workdir {self.workdir}: no such folder {self.where()}")
+        program = self.command[0]
+        if "/" in program:
+            path = program if os.path.isabs(program) else os.path.join(self.workdir, program)
+            if not os.path.exists(path):
+                raise dw.LaneRefused(f"{program}: no such file {self.where()}")
+            if os.path.isdir(path) or not os.access(path, os.X_OK):
+                raise dw.LaneRefused(f"{program}: not executable {self.where()} (chmod +x it, or name its "
+                                     "interpreter first: -- python3 train.py)")
+        elif shutil.which(program) is None:
+            raise dw.LaneRefused(f"{program}: command not found {self.where()} (not on PATH)")
+        # python3 SCRIPT: the script must be there (a remote host without it fails here, not at start).
+        if re.search(r"python[0-9.]*$", os.path.basename(program)):
+            args = self.command[1:]
+            while args and args[0].startswith("-") and args[0] not in ("-m", "-c", "-"):
+                args = args[1:]
+            if args and args[0] not in ("-m", "-c", "-"):
+                path = os.path.join(self.workdir, os.path.expanduser(args[0]))
+                if not os.path.isfile(path):
+                    hint = (" (copy it there: copy=DIR, or rsync; README, \"Race your own training\")"
+                            if os.environ.get("SSH_CONNECTION") else "")
+                    raise dw.LaneRefused(f"{args[0]}: no such file in {self.workdir} {self.where()}{hint}")
+
+    def check_device(self):
+        if self.device.startswith("cuda"):
+            index = int(self.device[5:]) if self.device.startswith("cuda:") else 0
+            gpus, reason = gpu_report()
+            if index >= len(gpus):
+                raise dw.LaneRefused(f"lane '{self.label}': {self.device}: " + (
+                    reason if not gpus else f"this machine has {len(gpus)} GPU(s)"))
+            if self.ranks > 1:
+                raise dw.LaneRefused(f"lane '{self.label}': workers={self.ranks} on one GPU: NCCL refuses two ranks "
+                                     "on one device; race cuda:0+cuda:1 as a data-parallel lane of the built-in "
+                                     "workloads, or run your own torchrun on one lane")
+
+    def open_logdir(self):
+        try:
+            import tb_watch
+            self.watcher = tb_watch.LogdirWatcher(self.logdir, self.spec.get("loss_tag"), self.spec.get("acc_tag"))
+        except ImportError as e:
+            raise dw.LaneRefused(f"logdir= needs the tensorboard package for {sys.executable} ({e}); "
+                                 "run scripts/setup or pip install tensorboard")
+        except re.error as e:
+            raise dw.LaneRefused(f"lane '{self.label}': loss_tag/acc_tag is not a regular expression: {e}")
+
+    # The environment -------------------------------------------------------------------------
+
+    def base_env(self):
+        env = dict(os.environ)
+        for key in list(env):
+            if key.startswith("DEVICERACE_") and key not in ("DEVICERACE_OMP_WAIT",):
+                env.pop(key)
+        env["DEVICERACE_LANE"] = self.label
+        env["DEVICERACE_LANE_DEVICE"] = self.device
+        env["DEVICERACE_REPORT_INTERVAL"] = str(self.config["report_interval"])
+        env["DEVICERACE_PRECISION"] = self.spec.get("precision", "fp32")
+        env["PYTHONUNBUFFERED"] = "1"  # the log tail keeps up with the script
+        if self.device == "cpu":
+            env["DEVICERACE_DEVICE"] = "cpu"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        else:
+            index = int(self.device[5:]) if self.device.startswith("cuda:") else 0
+            visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+            env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
+            env["DEVICERACE_DEVICE"] = "cuda:0"
+        if self.threads:
+            n = str(self.threads)
+            for key in THREAD_VARIABLES:
+                env[key] = n
+            env["DEVICERACE_THREADS"] = n
+            env["TF_NUM_INTEROP_THREADS"] = "1"
+            flags = env.get("XLA_FLAGS", "")
+            env["XLA_FLAGS"] = (flags + f" --xla_cpu_multi_thread_eigen={'true' if self.threads > 1 else 'false'}"
+                                f" intra_op_parallelism_threads={n}").strip()
+        if os.environ.get("DEVICERACE_OMP_WAIT") != "spin":
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the engine's and the shipped lanes' processes
+        if self.logdir:
+            env["DEVICERACE_LOGDIR"] = self.logdir
+        paths = [HERE]
+        if self.instrument:
+            paths.insert(0, os.path.join(HERE, "devicerace_site"))
+        else:
+            env["DEVICERACE_INSTRUMENT"] = "off"
+        if env.get("PYTHONPATH"):
+            paths.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        return env
+
+    def rank_env(self, port):
+        def env(rank):
+            if self.ranks == 1:
+                return {}
+            return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(self.ranks),
+                    "LOCAL_WORLD_SIZE": str(self.ranks), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                    "ROLE_WORLD_SIZE": str(self.ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    "TORCHELASTIC_RUN_ID": "devicerace"}
+        return env
+
+    def cpu_sets(self):
+        """The CPUs of each rank: the race's choice (cpus), else the first ones this process may use;
+        None where the lane names no thread count (the script's processes get every CPU)."""
+        if not self.threads or self.device != "cpu":
+            return lambda rank: None
+        try:
+            allowed = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return lambda rank: None
+        pool = [c for c in self.cpus if c in allowed] or allowed
+        need = self.threads * self.ranks
+        if len(pool) < need:
+            pool = (pool + [c for c in allowed if c not in pool])
+        def cpus(rank):
+            if len(pool) >= need:
+                return set(pool[rank * self.threads:(rank + 1) * self.threads])
+            # Fewer CPUs than threads: they share, rank by rank round the pool.
+            return {pool[(rank * self.threads + i) % len(pool)] for i in range(min(self.threads, len(pool)))}
+        return cpus
+
+    # The race --------------------------------------------------------------------------------
+
+    def describe(self):
+        parts = [f"your command: {' '.join(self.command)}"]
+        if self.threads:
+            parts.append(f"{self.threads} thread{'s' if self.threads > 1 else ''} (OMP/MKL/OpenBLAS/TF/XLA, "
+                         "CPU affinity)")
+        if self.ranks > 1:
+            parts.append(f"{self.ranks} ranks with torchrun's environment (rank 0 reports)")
+        ways = []
+        if self.logdir:
+            ways.append(f"TensorBoard scalars from {self.logdir}")
+        ways.append("devicerace.lane() / callbacks")
+        if self.instrument:
+            ways.append("PyTorch's optimizer steps and backward() losses (instrument=on)")
+        parts.append("reports: " + ", or ".join(ways))
+        if self.batch:
+            parts.append(f"samples = steps × batch {self.batch}")
+        return "; ".join(parts)
+
+    def run(self, session):
+        self.session.execution(self.describe())
+        self.meter.state("preparing")
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        try:
+            self.proc = Command(self.command, self.workdir, self.base_env(), self.ranks,
+                                self.rank_env(free_port() if self.ranks > 1 else 0), self.cpu_sets(), write_fd)
+        finally:
+            os.close(write_fd)
+        try:
+            return self.supervise(session, read_fd)
+        finally:
+            if self.proc.ended() is None:
+                self.proc.stop()
+            os.close(read_fd)
+            # The final state sample stands at the last thing the script reported (its exit, or
+            # the stop, is not training time).
+            end = self.lane_time(self.last[2]) if self.last else 0.0
+            self.meter.t = lambda now=None: end
+
+    def supervise(self, session, read_fd):
+        self.splitter = dw.LineSplitter(MAX_REPORT_LINE)
+        self.first_time = None       # the first step's time (the lane clock's zero)
+        self.last = None             # (step, samples, time) at the end of the last interval
+        self.step = 0
+        self.samples = 0
+        self.refused = 0
+        self.source = None
+        self.paused_total = 0.0      # seconds paused, on the monotonic clock
+        self.pauses = []             # (start, end) of each pause
+        self.last_progress = time.monotonic()
+        self.tb_offset = time.time() - time.monotonic()
+        next_logdir = 0.0
+        channel_open = True
+        paused_at = None
+        while True:
+            if session.stop_requested:
+                self.proc.stop()
+                self.drain(read_fd)
+                return "stopped", ""
+            if session.pause_requested and paused_at is None:
+                self.proc.signal(signal.SIGSTOP)
+                paused_at = time.monotonic()
+            elif not session.pause_requested and paused_at is not None:
+                self.proc.signal(signal.SIGCONT)
+                now = time.monotonic()
+                self.pauses.append((paused_at, now))
+                self.paused_total += now - paused_at
+                self.meter.paused = self.paused_total
+                self.last_progress += now - paused_at
+                paused_at = None
+            if paused_at is not None:
+                time.sleep(0.05)
+                continue
+            if channel_open:
+                ready, _, _ = select.select([read_fd], [], [], 0.05)
+                if ready:
+                    channel_open = self.read_channel(read_fd)
+            else:
+                time.sleep(0.05)
+            if self.watcher and time.monotonic() >= next_logdir:
+                next_logdir = time.monotonic() + LOGDIR_POLL_S
+                self.read_logdir()
+            if self.steps_limit and self.step >= self.steps_limit:
+                self.proc.stop()
+                return "finished", f"finished at step {self.step:,} (--steps {self.steps_limit:,}; the command was stopped)"
+            ended = self.proc.ended()
+            if ended is not None:
+                self.drain(read_fd)
+                if self.watcher:
+                    self.read_logdir()
+                return self.end(*ended)
+            if time.monotonic() - self.last_progress > self.quiet:
+                self.proc.stop()
+                return "failed", self.quiet_message()
+            self.fire_fault()
+
+    def fire_fault(self):
+        # fault=exit|abort|hang (tests): the command's process, as a user's script could end.
+        if not self.fault or self.step < max(1, self.fault.get("step", 1)):
+            return
+        kind = self.fault["kind"]
+        if kind == "abort":
+            self.proc.signal(signal.SIGABRT)
+        elif kind == "segv":
+            self.proc.signal(signal.SIGSEGV)
+        elif kind == "hang":
+            self.proc.signal(signal.SIGSTOP)
+        self.fault = None
+
+    def quiet_message(self):
+        how = "is it instrumented? (README, \"Race your own training\")"
+        if self.step == 0:
+            return f"{self.name} reported no step in {self.quiet:.0f} s; {how}"
+        return f"{self.name} reported no step for {self.quiet:.0f} s after step {self.step:,}"
+
+    def end(self, rank, code):
+        who = self.name if self.ranks == 1 else f"{self.name} (rank {rank})"
+        if code == 0:
+            if self.step == 0:
+                hint = (f"; its logdir {self.logdir} " + ("got no event file" if not os.path.isdir(self.logdir) or
+                                                          not self.watcher.files_seen else
+                                                          "had no scalar matching the loss tag")
+                        if self.watcher else "")
+                return "failed", (f"{who} exited (status 0) without reporting a training step{hint}; is it "
+                                  "instrumented? (README, \"Race your own training\")")
+            self.flush()
+            return "finished", ""
+        tail = self.proc.stderr_tail(rank) or self.proc.output_tail(rank)
+        why = failure_lines(tail)
+        at = f" at step {self.step:,}" if self.step else " before its first step"
+        if code < 0:
+            sig = -code
+            try:
+                signame = signal.Signals(sig).name
+            except ValueError:
+                signame = f"signal {sig}"
+            oom = " (out of memory? the kernel's OOM killer sends SIGKILL)" if sig == signal.SIGKILL else ""
+            message = f"{who} was killed by signal {sig} ({signame}){oom}{at}"
+        else:
+            message = f"{who} failed{at} (exit status {code})"
+        return "failed", message + (f": {why}" if why else "")
+
+    # Reports -------------------------------------------------------------------------------------
+
+    def drain(self, read_fd):
+        while self.read_channel(read_fd):
+            ready, _, _ = select.select([read_fd], [], [], 0)
+            if not ready:
+                break
+
+    def read_channel(self, read_fd):
+        try:
+            data = os.read(read_fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        for line in self.splitter.feed(data):
+            m = dw.parse_message(line.replace(b'"t":', b'"type":', 1)) if line[:1] == b"{" else None
+            if m is None:
+                self.refuse(f"not a report: {line[:80]!r}")
+                continue
+            self.on_report(m)
+        return True
+
+    def refuse(self, why):
+        self.refused += 1
+        if self.refused <= 20:
+            dw.log(f"{NAME}: refused a report ({why})")
+
+    @staticmethod
+    def number(m, key, integer=False):
+        v = m.get(key)
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            return None
+        if integer and not float(v).is_integer():
+            return None
+        return int(v) if integer else float(v) if math.isfinite(v) else None
+
+    def on_report(self, m):
+        kind = m["type"]
+        if kind == "hello" or self.watcher:
+            return  # with logdir= the TensorBoard scalars are the lane's one source
+        source = m.get("source")
+        if kind == "step":
+            step, t = self.number(m, "step", True), self.number(m, "time")
+            samples = self.number(m, "samples", True)
+            if step is None or t is None or step < 1:
+                return self.refuse(f"step report without a finite step and time: {m!r:.120}")
+            if source != self.source and self.source is not None and source == "api":
+                self.restart_count(step)  # the script's own reports take over from the hooks
+            self.source = source
+            if step < self.step or (samples is not None and samples < self.samples):
+                return self.refuse(f"counters went back: step {step} after {self.step}")
+            loss = m.get("loss")
+            if m.get("loss_reported") and self.number(m, "loss") is None:
+                self.refuse(f"a non-finite loss at step {step} (not plotted)")
+            self.progress(step, samples, t, self.number(m, "loss"), m.get("phases"))
+        elif kind == "eval":
+            t = self.number(m, "time")
+            if t is None:
+                return self.refuse("an evaluation without a time")
+            self.evaluation(t, self.number(m, "accuracy"), self.number(m, "loss"), self.number(m, "seconds"),
+                            m.get("text") if isinstance(m.get("text"), str) else "")
+        else:
+            self.refuse(f"unknown report type {kind!r}")
+
+    def restart_count(self, step):
+        self.step = self.samples = 0
+        if self.last is not None:
+            self.last = (0, 0, self.last[2])
+
+    def lane_time(self, t):
+        """Seconds on the lane clock at the script's time `t` (paused time excluded)."""
+        if self.first_time is None:
+            return 0.0
+        paused = sum(max(0.0, min(e, t) - s) for s, e in self.pauses if s < t)
+        return max(0.0, t - self.first_time - paused)
+
+    def progress(self, step, samples, t, loss, phases):
+        if self.batch:
+            samples = step * self.batch
+        if samples is not None and self.ranks > 1:
+            samples *= self.ranks  # rank 0's examples × the ranks (DistributedSampler gives each its share)
+        self.last_progress = time.monotonic()
+        m = self.meter
+        if self.first_time is None:
+            self.first_time = t
+            m.start = t  # the Meter's clock is this machine's monotonic one, as the script's
+            m.paused = 0.0
+            m.load.read()
+            self.meter.step, self.meter.samples = step, samples or 0
+            m.state("running")
+            self.last = (step, samples, t)
+            self.step, self.samples = step, samples or 0
+            if loss is not None:
+                self.emit_train(step, samples, t, loss, None, warmup=True)
+            return
+        self.step, self.samples = step, samples if samples is not None else self.samples
+        last_step, last_samples, last_t = self.last
+        dt = self.lane_time(t) - self.lane_time(last_t)
+        steps = step - last_step
+        if steps <= 0 or dt <= 0:
+            return
+        rates = {"steps": steps / dt}
+        if samples is not None and last_samples is not None:
+            rates["samples"] = (samples - last_samples) / dt
+        breakdown = None
+        if isinstance(phases, dict):
+            breakdown = {k: float(v) / steps for k, v in phases.items()
+                         if isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0}
+            mean = dt / steps
+            total = sum(breakdown.values())
+            if total > mean:  # the timed phases overlap (asynchronous work): scale them into the step
+                breakdown = {k: v * mean / total for k, v in breakdown.items()}
+            breakdown["other"] = max(0.0, mean - sum(breakdown.values()))
+        self.emit_train(step, samples, t, loss, rates, warmup=last_step < self.meter.warmup, dt=dt,
+                        breakdown=breakdown)
+        self.last = (step, samples, t)
+
+    def emit_train(self, step, samples, t, loss, rates, warmup, dt=None, breakdown=None):
+        m = self.meter
+        m.step, m.samples = step, samples or 0
+        s = m.base("train")
+        s["t"] = self.lane_time(t)
+        s["loss"] = loss
+        s["warmup"] = warmup
+        if rates:
+            s["steps_per_sec"] = rates["steps"]
+            s["samples_per_sec"] = rates.get("samples")
+            s["interval_s"] = dt
+            if breakdown:
+                s["step_breakdown"] = breakdown
+            load = m.load.read()
+            if load:
+                s["other_cpus"], s["steal"] = load
+        m.emit(s)
+
+    def evaluation(self, t, accuracy, loss, seconds, text):
+        self.last_progress = time.monotonic()
+        if self.first_time is None:
+            return  # an evaluation before any training step: nothing to place it after
+        if accuracy is not None and not 0 <= accuracy <= 1:
+            if 1 < accuracy <= 100:
+                accuracy /= 100  # a percentage
+            else:
+                self.refuse(f"an accuracy of {accuracy:g} (expected a fraction)")
+                accuracy = None
+        # The next throughput interval starts after the evaluation.
+        self.last = (self.step, self.samples if self.last and self.last[1] is not None else None, t)
+        if accuracy is None and loss is None:
+            return  # an evaluation the hooks saw (a module's eval() to train()): only its time is left out
+        m = self.meter
+        s = m.base("eval")
+        s["t"] = self.lane_time(t)
+        s["loss"], s["accuracy"], s["interval_s"] = loss, accuracy, seconds
+        if text:
+            s["text"] = text
+        m.emit(s)
+
+    def flush(self):
+        pass  # every report became a sample as it came
+
+    # TensorBoard scalars -------------------------------------------------------------------------
+
+    def read_logdir(self):
+        for kind, step, wall, value, tag in self.watcher.poll():
+            t = wall - self.tb_offset  # the event's wall time on the monotonic clock
+            if not math.isfinite(value):
+                self.refuse(f"a non-finite {tag} at step {step}")
+                continue
+            if kind == "loss":
+                if step < 1:
+                    step = self.step + 1 if self.step else 1
+                if step <= self.step and self.first_time is not None:
+                    if step < self.step:
+                        self.refuse(f"{tag}: step {step} after step {self.step}")
+                    continue
+                self.source = "tensorboard"
+                self.progress(step, None, t, value, None)
+            elif kind in ("eval_acc", "eval_loss"):
+                self.evaluation(t, value if kind == "eval_acc" else None, value if kind == "eval_loss" else None,
+                                None, "")
+
+
+class ScriptProgram:
+    def hello(self):
+        return {"version": f"script lane (Python {sys.version.split()[0]})", "devices": device_report()}
+
+    def configure(self, config, session):
+        return ScriptLane(config, session)
+
+
+def main(argv):
+    dw.guard_stdout()
+    proto = dw.parse_proto(argv)
+    if proto != dw.PROTO_MAJOR:
+        return dw.refuse_protocol(proto if proto is not None else "(not a number)", "script lane", NAME)
+    return dw.Worker(ScriptProgram(), NAME).run()
+
+
+if __name__ == "__main__":
+    dw.run_main(main, NAME)

@@ -1,0 +1,333 @@
+"""Script lanes: a user's own training command raced through the CLI, as a user would run it
+(devicerace-cli race --lane ... -- python3 train.py). Real scripts (tests/scripts/): a plain
+PyTorch loop unchanged, the same loop reporting through `import devicerace`, one that writes
+TensorBoard scalars, Keras 3 fit() on JAX and on TensorFlow, a Hugging Face Trainer, a Lightning
+Trainer, an unmodified DDP script as workers=2, a lane over a loopback sshd, and every fault a
+user's script can bring. The figures are held against the scripts' own counts and clocks.
+
+Run by ctest as: python3 test_script_lanes.py PATH/TO/devicerace-cli
+"""
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sshd_fixture  # noqa: E402
+
+CLI = None
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(ROOT, "tests", "scripts")
+PYTHON = os.environ.get("DEVICERACE_PYTHON") or sys.executable
+# The lane's samples/s against the script's own timing of the same steps.
+RATE_TOLERANCE = 0.05
+
+
+def has(module):
+    return importlib.util.find_spec(module) is not None
+
+
+def env(**extra):
+    return dict(os.environ, OMP_WAIT_POLICY="PASSIVE", **extra)
+
+
+class Race:
+    """One CLI race of a command; its exit status, output, summary and samples."""
+
+    def __init__(self, lanes, command, *options, timeout=300, environment=None, cwd=SCRIPTS):
+        self.dir = tempfile.mkdtemp(prefix="devicerace-script-")
+        args = [CLI, "race", "--quiet", "--json", f"{self.dir}/s.json", "--jsonl", f"{self.dir}/s.jsonl"]
+        for lane in lanes:
+            args += ["--lane", lane]
+        args += list(options) + ["--"] + [c.replace("{dir}", self.dir) for c in command]
+        self.r = subprocess.run(args, capture_output=True, text=True, env=environment or env(), timeout=timeout,
+                                cwd=cwd)
+        self.summary = self.samples = None
+        if os.path.exists(f"{self.dir}/s.json"):
+            with open(f"{self.dir}/s.json") as f:
+                self.summary = json.load(f)
+            with open(f"{self.dir}/s.jsonl") as f:
+                self.samples = [json.loads(line) for line in f if line.strip()]
+
+    def lane(self, name):
+        return next(l for l in self.summary["lanes"] if l["name"] == name)
+
+    def own(self, name):
+        """What the script wrote about itself in lane `name` (--out {dir}/{lane}.json)."""
+        with open(f"{self.dir}/{name}.json") as f:
+            return json.load(f)
+
+    def of(self, name, kind):
+        return [s for s in self.samples if s["lane"] == name and s["kind"] == kind]
+
+    def __repr__(self):
+        return f"status {self.r.returncode}\nstdout: {self.r.stdout[-3000:]}\nstderr: {self.r.stderr[-3000:]}"
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def train(*extra, steps=300):
+    return [PYTHON, "train_fashion.py", "--steps", str(steps), "--out", "{dir}/{lane}.json", *extra]
+
+
+class RaceTest(unittest.TestCase):
+    def race(self, lanes, command, *options, **kw):
+        race = Race(lanes, command, *options, **kw)
+        self.addCleanup(race.cleanup)
+        return race
+
+    def assertFinished(self, race, *names):
+        self.assertEqual(race.r.returncode, 0, race)
+        for name in names:
+            self.assertEqual(race.lane(name)["status"], "finished", race)
+
+    def assertRateMatchesScript(self, race, name, batch):
+        """The lane's measured samples/s against the script's own clock over the same steps."""
+        own = race.own(name)
+        train = [s for s in race.of(name, "train") if s.get("samples_per_sec") is not None]
+        measured = [s for s in train if not s["warmup"]]
+        self.assertGreaterEqual(len(measured), 3, race)
+        first = train[train.index(measured[0]) - 1]["step"]
+        last = measured[-1]["step"]
+        ends = own["ends"]
+        script_rate = (last - first) * batch / (ends[last - 1] - ends[first - 1])
+        lane = race.lane(name)
+        lane_rate = lane["measured_samples"] / lane["measured_seconds"]
+        self.assertLess(abs(lane_rate / script_rate - 1), RATE_TOLERANCE, (lane_rate, script_rate, race))
+        # The median interval (what the summary shows) is of the same order.
+        self.assertLess(abs(lane["samples_per_sec"] / script_rate - 1), 0.3, (lane["samples_per_sec"], script_rate))
+
+
+class UnchangedPyTorch(RaceTest):
+    def test_one_and_two_threads_count_steps_samples_and_time_as_the_script_does(self):
+        race = self.race(["cpu,threads=1", "cpu,threads=2"], train(), "--fair")
+        self.assertFinished(race, "cpu·1", "cpu·2")
+        self.assertEqual(race.summary["workload"], "script")
+        self.assertIn("train_fashion.py", " ".join(race.summary["command"]))
+        for name, threads in (("cpu·1", 1), ("cpu·2", 2)):
+            lane, own = race.lane(name), race.own(name)
+            self.assertEqual(lane["steps"], own["steps"])
+            self.assertEqual(lane["samples"], own["samples"])
+            self.assertEqual(lane["kind"], "external")
+            self.assertIsNotNone(lane["preparing_seconds"])
+            self.assertGreater(lane["preparing_seconds"], 0)
+            self.assertEqual(own["threads"], threads)
+            self.assertEqual(own["cpus"], min(threads, os.cpu_count()))
+            self.assertFalse(own["cuda"])
+            self.assertEqual(own["env"]["DEVICERACE_DEVICE"], "cpu")
+            self.assertEqual(own["env"]["CUDA_VISIBLE_DEVICES"], "")
+            self.assertRateMatchesScript(race, name, 64)
+            losses = [s["loss"] for s in race.of(name, "train") if s["loss"] is not None]
+            self.assertGreater(losses[0], 2.0)  # ln 10 at the start
+            self.assertLess(losses[-1], 1.0)  # and learning
+            phases = lane["step_breakdown"]
+            self.assertIn("optimizer", phases)
+            self.assertIn("other", phases)
+        self.assertIn("cpu·2", race.summary["speedup"])
+
+    def test_instrument_off_leaves_the_script_unreported(self):
+        race = self.race(["cpu,threads=1,instrument=off,quiet=20"], train(steps=50))
+        self.assertEqual(race.r.returncode, 1, race)
+        self.assertIn("exited (status 0) without reporting a training step", race.lane("cpu·1")["error"])
+
+
+class ReportingScripts(RaceTest):
+    def test_lane_step_and_evaluate_give_the_scripts_own_figures(self):
+        race = self.race(["cpu,threads=1"], train("--report", "api", "--eval-every", "100", steps=200))
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        self.assertEqual((lane["steps"], lane["samples"]), (200, 12800))
+        evals = race.of("cpu·1", "eval")
+        self.assertEqual([e["step"] for e in evals], [100, 200, 200])
+        self.assertAlmostEqual(lane["final_test_accuracy"], own["accuracy"], places=6)
+        self.assertRateMatchesScript(race, "cpu·1", 64)
+        # The evaluations are outside every throughput interval: no interval spans step 100.
+        train = race.of("cpu·1", "train")
+        for before, after in zip(train, train[1:]):
+            self.assertFalse(before["step"] < 100 < after["step"] and after["samples_per_sec"] is not None
+                             and before["step"] >= 1, (before, after))
+
+    def test_tensorboard_scalars_of_a_logdir(self):
+        race = self.race(["cpu,threads=1,logdir={dir}/tb,batch=64,instrument=off"],
+                         train("--report", "tensorboard", "--logdir", "{dir}/tb", "--eval-every", "100", steps=200))
+        self.assertFinished(race, "cpu·1")
+        lane = race.lane("cpu·1")
+        self.assertEqual((lane["steps"], lane["samples"]), (200, 12800))
+        self.assertIsNotNone(lane["final_test_accuracy"])
+        self.assertGreater(len(race.of("cpu·1", "eval")), 0)
+        self.assertIsNotNone(lane["samples_per_sec"])
+
+    def test_a_logdir_that_never_gets_an_event_file(self):
+        race = self.race(["cpu,threads=1,logdir={dir}/nowhere,instrument=off"], train(steps=30))
+        self.assertEqual(race.r.returncode, 1, race)
+        error = race.lane("cpu·1")["error"]
+        self.assertIn("without reporting a training step", error)
+        self.assertIn("got no event file", error)
+
+
+@unittest.skipUnless(has("keras") and (has("jax") or has("tensorflow")), "Keras 3 with JAX or TensorFlow is not "
+                     "installed (scripts/setup --frameworks)")
+class FrameworkCallbacks(RaceTest):
+    def keras(self, backend):
+        if not has(backend):
+            self.skipTest(f"{backend} is not installed (scripts/setup --frameworks)")
+        race = self.race(["cpu,threads=1"], [PYTHON, "keras_fit.py", "--out", "{dir}/{lane}.json".replace(
+            "{lane}", "cpu·1")], environment=env(KERAS_BACKEND=backend), timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        self.assertEqual(own["backend"], backend)
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertAlmostEqual(lane["final_test_accuracy"], own["val_accuracy"], places=5)
+
+    def test_keras_fit_on_jax(self):
+        self.keras("jax")
+
+    def test_keras_fit_on_tensorflow(self):
+        self.keras("tensorflow")
+
+    @unittest.skipUnless(has("transformers"), "transformers is not installed (scripts/setup --frameworks)")
+    def test_hugging_face_trainer(self):
+        race = self.race(["cpu,threads=1"], [PYTHON, "hf_trainer.py", "--out", "{dir}/cpu·1.json", "--dir", "{dir}"],
+                         timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertAlmostEqual(lane["final_test_loss"], own["eval_loss"], places=4)
+        self.assertTrue(any(s["loss"] for s in race.of("cpu·1", "train")))
+
+    @unittest.skipUnless(has("lightning"), "lightning is not installed (scripts/setup --frameworks)")
+    def test_lightning_trainer(self):
+        race = self.race(["cpu,threads=1"], [PYTHON, "lightning_fit.py", "--out", "{dir}/cpu·1.json"], timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertIsNotNone(lane["final_test_accuracy"])
+
+
+class DataParallelScript(RaceTest):
+    def test_an_unmodified_ddp_script_as_workers_2(self):
+        race = self.race(["cpu,threads=1,workers=2"], [PYTHON, "ddp_torch.py", "--out", "{dir}/ddp.json"])
+        self.assertFinished(race, "cpu·1")
+        lane = race.lane("cpu·1")
+        with open(f"{race.dir}/ddp.json") as f:
+            own = json.load(f)
+        self.assertEqual(own["world"], 2)
+        self.assertEqual(lane["steps"], own["steps"])
+        self.assertEqual(lane["samples"], own["samples"] * 2)  # rank 0's examples x the 2 ranks
+
+
+class BadInput(RaceTest):
+    def test_command_not_found_is_refused_before_the_race(self):
+        race = self.race(["cpu"], ["no-such-python-here", "train.py"])
+        self.assertEqual(race.r.returncode, 2, race)
+        self.assertIn("no-such-python-here: command not found", race.r.stderr)
+
+    def test_a_file_that_is_not_executable(self):
+        race = self.race(["cpu"], ["./train_fashion.py"])
+        self.assertEqual(race.r.returncode, 2, race)
+        self.assertIn("not executable", race.r.stderr)
+
+    def test_a_script_that_is_not_there(self):
+        race = self.race(["cpu"], [PYTHON, "no_such_train.py"])
+        self.assertEqual(race.r.returncode, 2, race)
+        self.assertIn("no_such_train.py: no such file", race.r.stderr)
+
+    def test_the_command_needs_a_double_dash(self):
+        r = subprocess.run([CLI, "race", "--lane", "cpu", PYTHON, "train.py"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("after --", r.stderr)
+
+    def test_a_preset_never_runs_a_command(self):
+        r = subprocess.run([CLI, "race", "--preset", "seed-000", "--", PYTHON, "train.py"], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("never a command", r.stderr)
+
+    def test_framework_script_without_a_command(self):
+        r = subprocess.run([CLI, "race", "--workload", "fashion-mlp", "--lane", "cpu,framework=script", "--plan"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("framework=script runs the race's command, and there is none", r.stdout)
+
+
+class Faults(RaceTest):
+    """One race, a lane for each fault: each fails (or finishes) alone, with its own message."""
+
+    def test_every_fault_of_a_script_fails_only_its_lane(self):
+        names = ["ok", "raise", "kill", "memory", "garbage", "nan", "badreports", "nostep", "quiet"]
+        lanes = [f"cpu,threads=1,name={n}" + (",quiet=8" if n == "quiet" else "") for n in names]
+        race = self.race(lanes, train("--fault-by-lane", steps=120), timeout=600)
+        self.assertEqual(race.r.returncode, 1, race)
+        status = {n: race.lane(n)["status"] for n in names}
+        error = {n: race.lane(n)["error"] or "" for n in names}
+        for n in ("ok", "garbage", "nan", "badreports"):
+            self.assertEqual(status[n], "finished", (n, error[n], race))
+        for n in ("raise", "kill", "memory", "nostep", "quiet"):
+            self.assertEqual(status[n], "failed", (n, race))
+        self.assertIn("train_fashion.py failed at step 30 (exit status 1): ZeroDivisionError: division by zero "
+                      "(train_fashion.py, line", error["raise"])
+        self.assertIn("killed by signal 9 (SIGKILL)", error["kill"])
+        self.assertIn("at step 30", error["kill"])
+        self.assertIn("MemoryError", error["memory"])
+        self.assertIn("exited (status 0) without reporting a training step", error["nostep"])
+        self.assertIn("reported no step in 8 s; is it instrumented?", error["quiet"])
+        # Its stdout is its own: the garbage lane's figures are the script's.
+        self.assertEqual((race.lane("garbage")["steps"], race.lane("garbage")["samples"]), (120, 7680))
+        # Non-finite losses are never plotted; bad reports are refused, the counts stay right.
+        self.assertTrue(all(s["loss"] is None for s in race.of("nan", "train") if s["step"] > 31))
+        self.assertEqual((race.lane("badreports")["steps"], race.lane("badreports")["samples"]), (120, 7680))
+        steps = [s["step"] for s in race.of("badreports", "train")]
+        self.assertEqual(steps, sorted(steps))
+        # What the failed lanes recorded before they failed is kept.
+        self.assertGreaterEqual(race.lane("raise")["steps"], 1)
+        self.assertEqual(race.lane("ok")["steps"], 120)
+
+
+@unittest.skipIf(sshd_fixture.available(), sshd_fixture.available() or "")
+class RemoteScript(RaceTest):
+    @classmethod
+    def setUpClass(cls):
+        try:
+            cls.sshd = sshd_fixture.Sshd()
+        except RuntimeError as e:
+            if os.geteuid() == 0:
+                raise
+            raise unittest.SkipTest(f"sshd cannot run as this user here: {e}")
+        cls.host = f"ssh://{sshd_fixture.Sshd.ALIAS}"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sshd.stop()
+
+    @unittest.skipUnless(shutil.which("rsync"), "rsync is not installed (scripts/setup installs it)")
+    def test_copy_sends_the_folder_and_the_script_trains_there(self):
+        folder = tempfile.mkdtemp(prefix="devicerace-copy-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        shutil.copy(os.path.join(SCRIPTS, "train_fashion.py"), folder)
+        remote_dir = os.path.join(os.path.expanduser("~"), os.path.basename(folder))
+        self.addCleanup(shutil.rmtree, remote_dir, True)
+        race = self.race([f"{self.host}/cpu,threads=1,cli={CLI},copy={folder}"],
+                         [PYTHON, "train_fashion.py", "--steps", "100", "--out", "{lane}.json"],
+                         environment=env(DEVICERACE_SSH_CONFIG=self.sshd.config), cwd=tempfile.gettempdir())
+        name = f"{sshd_fixture.Sshd.ALIAS}·cpu·1"
+        self.assertFinished(race, name)
+        self.assertEqual(race.lane(name)["steps"], 100)
+        with open(os.path.join(remote_dir, f"{name}.json")) as f:
+            self.assertEqual(json.load(f)["threads"], 1)  # it ran in the copy, with the lane's threads
+
+    def test_a_host_without_the_script(self):
+        race = self.race([f"{self.host}/cpu,threads=1,cli={CLI},workdir=/nonexistent-devicerace"],
+                         [PYTHON, "train_fashion.py"], environment=env(DEVICERACE_SSH_CONFIG=self.sshd.config))
+        self.assertEqual(race.r.returncode, 2, race)
+        self.assertIn("workdir /nonexistent-devicerace: no such folder", race.r.stderr)
+
+
+if __name__ == "__main__":
+    CLI = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

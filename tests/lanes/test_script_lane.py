@@ -1,0 +1,170 @@
+"""The script lane program (lanes/python/script_lane.py) driven over the worker protocol as
+DeviceRace drives it, with small real scripts: its pause (the command's process groups stopped
+and continued, the paused time out of the lane clock), its stop, refused reports, the command's
+environment, and the figures against the script's own. The CLI's races of real training scripts
+are tests/cli/test_script_lanes.py.
+"""
+import json
+import os
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lane_harness import LANES, PYTHON, STATES, Lane  # noqa: E402
+
+PROGRAM = os.path.join(LANES, "script_lane.py")
+
+
+def config(command, **fields):
+    lane = {"device": "cpu", "threads": 1, "name": "mine", "framework": "script"}
+    lane.update(fields)
+    return {"type": "config", "proto": "1.1", "workload": "script", "lane": "mine", "lane_fields": lane,
+            "data": None, "data_dir": "", "train_limit": None, "test_limit": None, "epochs": None, "steps": None,
+            "target": None, "seed": 0, "eval_every": 0, "warmup": 3, "report_interval": 0.05, "fail_at_step": 0,
+            "expected_parameters": 0, "command": command}
+
+
+# A script that reports through `import devicerace` (no framework): steps of 10 ms each, its
+# own step times written to OUT.
+STEPPER = textwrap.dedent("""
+    import json, os, sys, time
+    import devicerace
+    lane = devicerace.lane()
+    steps, out = int(sys.argv[1]), sys.argv[2]
+    ends = []
+    with open(out + ".env", "w") as f:
+        json.dump({k: v for k, v in os.environ.items() if k.startswith(("DEVICERACE_", "OMP_", "MKL_", "CUDA_",
+                                                                           "PYTHONPATH", "XLA_", "TF_"))}, f)
+    for step in range(steps):
+        t = time.monotonic() + 0.01
+        while time.monotonic() < t:
+            pass
+        ends.append(time.monotonic())
+        lane.step(samples=8, loss=1.0 / (step + 1))
+    with open(out, "w") as f:
+        json.dump(ends, f)
+""")
+
+
+class ScriptLaneTest(unittest.TestCase):
+    def check(self, s):
+        """docs/EVENTS.md's schema as a script lane fills it: a script may not say its accuracy or
+        samples, and the first step's sample has no interval yet."""
+        self.assertIn(s["kind"], ("train", "eval", "state"))
+        for key in ("step", "samples"):
+            self.assertIsInstance(s[key], int)
+        for key in ("loss", "accuracy", "samples_per_sec", "steps_per_sec", "interval_s"):
+            self.assertTrue(s[key] is None or isinstance(s[key], float), (key, s))
+        if s["kind"] == "state":
+            self.assertIn(s["state"], STATES)
+        if s["kind"] == "train" and s["steps_per_sec"] is not None:
+            self.assertGreater(s["interval_s"], 0)
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="devicerace-script-lane-")
+        self.script = os.path.join(self.dir, "stepper.py")
+        with open(self.script, "w") as f:
+            f.write(STEPPER)
+
+    def run_lane(self, command, control=None, **fields):
+        lane = Lane([PYTHON, PROGRAM])
+        self.addCleanup(lane.close)
+        self.assertEqual(lane.next()["type"], "hello")
+        lane.send(config(command, **fields))
+        ready, _ = lane.until(lambda m: m["type"] in ("ready", "error"))
+        self.assertEqual(ready["type"], "ready", ready)
+        lane.send({"type": "start", "id": 1})
+        samples = []
+        while True:
+            m = lane.next()
+            if m is None:
+                break
+            if m["type"] == "sample":
+                self.check(m["sample"])
+                samples.append((time.monotonic(), m["sample"]))
+                if control:
+                    control(lane, m["sample"])
+        return lane, [s for _, s in samples]
+
+    def test_pause_stops_the_command_and_leaves_its_time_out(self):
+        out = os.path.join(self.dir, "ends.json")
+        paused = {}
+
+        def control(lane, s):
+            if s["kind"] == "train" and s["step"] >= 40 and "at" not in paused:
+                paused["at"] = time.monotonic()
+                lane.send({"type": "pause"})
+                time.sleep(1.5)
+                lane.send({"type": "resume"})
+
+        lane, samples = self.run_lane([PYTHON, self.script, "200", out], control)
+        final = samples[-1]
+        self.assertEqual(final["state"], "finished", lane.stderr())
+        with open(out) as f:
+            ends = json.load(f)
+        gaps = [b - a for a, b in zip(ends, ends[1:])]
+        self.assertGreater(max(gaps), 1.2)  # the script itself was stopped (SIGSTOP), not only its reports
+        # The lane clock leaves the pause out: it is the script's training time less the pause.
+        self.assertLess(final["t"], ends[-1] - ends[0] - 1.0)
+        rates = [s["steps_per_sec"] for s in samples if s["kind"] == "train" and s["steps_per_sec"]]
+        self.assertLess(max(rates), 150)  # no interval shrank by the pause (10 ms steps: ~100 steps/s)
+
+    def test_the_environment_of_a_cpu_lane(self):
+        out = os.path.join(self.dir, "ends.json")
+        lane, samples = self.run_lane([PYTHON, self.script, "10", out], threads=2, cost=1.5)
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        with open(out + ".env") as f:
+            seen = json.load(f)
+        self.assertEqual(seen["DEVICERACE_DEVICE"], "cpu")
+        self.assertEqual(seen["CUDA_VISIBLE_DEVICES"], "")
+        self.assertEqual(seen["DEVICERACE_LANE"], "mine")
+        for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "DEVICERACE_THREADS", "TF_NUM_INTRAOP_THREADS"):
+            self.assertEqual(seen[key], "2", key)
+        self.assertIn("intra_op_parallelism_threads=2", seen["XLA_FLAGS"])
+        self.assertIn("devicerace_site", seen["PYTHONPATH"])
+        self.assertNotIn("DEVICERACE_REPORT_FD", [k for k in seen if k == "DEVICERACE_CLI"])
+
+    def test_counts_and_clock_are_the_scripts(self):
+        out = os.path.join(self.dir, "ends.json")
+        lane, samples = self.run_lane([PYTHON, self.script, "150", out])
+        with open(out) as f:
+            ends = json.load(f)
+        train = [s for s in samples if s["kind"] == "train"]
+        self.assertEqual(train[-1]["step"], 150)
+        self.assertEqual(train[-1]["samples"], 1200)
+        # Each interval's rate is the script's own over the same steps.
+        for a, b in zip(train, train[1:]):
+            if b["samples_per_sec"] is None:
+                continue
+            own = (b["step"] - a["step"]) / (ends[b["step"] - 1] - ends[a["step"] - 1])
+            self.assertAlmostEqual(b["steps_per_sec"] / own, 1, delta=0.02)
+        self.assertEqual([s["loss"] for s in train[:1]], [1.0])
+        self.assertTrue(all(s["warmup"] for s in train if s["step"] <= 3))
+
+    def test_stop_ends_the_command(self):
+        out = os.path.join(self.dir, "ends.json")
+
+        def control(lane, s):
+            if s["kind"] == "train" and s["step"] >= 20:
+                lane.send({"type": "stop", "id": 2})
+
+        lane, samples = self.run_lane([PYTHON, self.script, "100000", out], control)
+        self.assertEqual(samples[-1]["state"], "stopped", lane.stderr())
+        self.assertEqual(lane.wait(), 0)
+        self.assertFalse(os.path.exists(out))  # it never finished its 100,000 steps
+
+    def test_a_lane_key_it_does_not_take_is_refused(self):
+        lane = Lane([PYTHON, PROGRAM])
+        self.addCleanup(lane.close)
+        lane.next()
+        lane.send(config([PYTHON, self.script, "1", "x"], lr=0.1))
+        m, _ = lane.until(lambda m: m["type"] in ("ready", "error"))
+        self.assertEqual(m["type"], "error")
+        self.assertIn("does not take an engine key 'lr'", m["message"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,134 @@
+#include "script_picker.h"
+
+#include <QComboBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QGridLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProcess>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSettings>
+#include <QStandardPaths>
+
+namespace devicerace::ui {
+
+namespace {
+
+const QString kRecentKey = QStringLiteral("scripts/recent");
+
+bool isPython(const QString& program) {
+    static const QRegularExpression python(QStringLiteral("python[0-9.]*$"));
+    return python.match(QFileInfo(program).fileName()).hasMatch();
+}
+
+} // namespace
+
+QString defaultInterpreter() {
+    const QString found = QStandardPaths::findExecutable(QStringLiteral("python3"));
+    return found.isEmpty() ? QStringLiteral("python3") : found;
+}
+
+ScriptPicker::ScriptPicker(QWidget* parent) : QWidget(parent) {
+    auto* grid = new QGridLayout(this);
+    grid->setContentsMargins(0, 0, 0, 0);
+    m_script = new QComboBox(this);
+    m_script->setObjectName(QStringLiteral("scriptPath"));
+    m_script->setEditable(true);
+    m_script->setInsertPolicy(QComboBox::NoInsert);
+    m_script->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_script->setMinimumContentsLength(12);
+    m_script->lineEdit()->setPlaceholderText(tr("train.py"));
+    m_script->setToolTip(tr("Your training script, run once per lane with the lane's device and threads"));
+    m_script->addItems(QSettings().value(kRecentKey).toStringList());
+    m_script->setCurrentIndex(-1);
+    auto* browse = new QPushButton(tr("Browse…"), this);
+    browse->setObjectName(QStringLiteral("browseScript"));
+    m_args = new QLineEdit(this);
+    m_args->setObjectName(QStringLiteral("scriptArgs"));
+    m_args->setPlaceholderText(tr("--epochs 1"));
+    m_args->setToolTip(tr("The script's arguments (quotes as in a shell; nothing is expanded)"));
+    m_interpreter = new QLineEdit(defaultInterpreter(), this);
+    m_interpreter->setObjectName(QStringLiteral("scriptInterpreter"));
+    m_interpreter->setToolTip(tr("The program that runs the script (empty: the script is a program itself)"));
+    grid->addWidget(new QLabel(tr("Script"), this), 0, 0);
+    grid->addWidget(m_script, 0, 1);
+    grid->addWidget(browse, 0, 2);
+    grid->addWidget(new QLabel(tr("Arguments"), this), 1, 0);
+    grid->addWidget(m_args, 1, 1, 1, 2);
+    grid->addWidget(new QLabel(tr("Interpreter"), this), 2, 0);
+    grid->addWidget(m_interpreter, 2, 1, 1, 2);
+    grid->setColumnStretch(1, 1);
+    connect(browse, &QPushButton::clicked, this, &ScriptPicker::browse);
+    connect(m_script, &QComboBox::currentTextChanged, this, &ScriptPicker::changed);
+    connect(m_args, &QLineEdit::textChanged, this, &ScriptPicker::changed);
+    connect(m_interpreter, &QLineEdit::textChanged, this, &ScriptPicker::changed);
+}
+
+void ScriptPicker::browse() {
+    const QString start = m_script->currentText().isEmpty() ? QString() : QFileInfo(m_script->currentText()).path();
+    const QString file = QFileDialog::getOpenFileName(this, tr("Your training script"), start,
+                                                      tr("Python scripts (*.py);;All files (*)"));
+    if (!file.isEmpty()) {
+        m_script->setCurrentText(file);
+    }
+}
+
+std::vector<std::string> ScriptPicker::command() const {
+    const QString script = m_script->currentText().trimmed();
+    if (script.isEmpty()) {
+        return {};
+    }
+    std::vector<std::string> out;
+    if (const QString interpreter = m_interpreter->text().trimmed(); !interpreter.isEmpty()) {
+        out.push_back(interpreter.toStdString());
+    }
+    out.push_back(script.toStdString());
+    for (const auto& arg : QProcess::splitCommand(m_args->text())) {
+        out.push_back(arg.toStdString());
+    }
+    return out;
+}
+
+void ScriptPicker::setCommand(const std::vector<std::string>& command) {
+    std::size_t i = 0;
+    if (!command.empty() && isPython(QString::fromStdString(command[0])) && command.size() > 1) {
+        m_interpreter->setText(QString::fromStdString(command[0]));
+        i = 1;
+    } else {
+        m_interpreter->clear();
+    }
+    m_script->setCurrentText(i < command.size() ? QString::fromStdString(command[i]) : QString());
+    QStringList args;
+    for (std::size_t k = i + 1; k < command.size(); ++k) {
+        QString a = QString::fromStdString(command[k]);
+        // QProcess::splitCommand's quoting: "..." groups, a literal quote is three of them.
+        if (a.isEmpty() || a.contains(QRegularExpression(QStringLiteral("[\\s\"]")))) {
+            a = QLatin1Char('"') + a.replace(QStringLiteral("\""), QStringLiteral("\"\"\"")) + QLatin1Char('"');
+        }
+        args << a;
+    }
+    m_args->setText(args.join(QLatin1Char(' ')));
+}
+
+void ScriptPicker::remember() {
+    const QString script = m_script->currentText().trimmed();
+    if (script.isEmpty()) {
+        return;
+    }
+    QStringList recent = QSettings().value(kRecentKey).toStringList();
+    recent.removeAll(script);
+    recent.prepend(script);
+    while (recent.size() > kRecent) {
+        recent.removeLast();
+    }
+    QSettings().setValue(kRecentKey, recent);
+    const QSignalBlocker block(m_script);
+    const QString text = m_script->currentText();
+    m_script->clear();
+    m_script->addItems(recent);
+    m_script->setCurrentText(text);
+}
+
+} // namespace devicerace::ui
