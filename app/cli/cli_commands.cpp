@@ -1,6 +1,7 @@
 #include "cli_commands.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -453,6 +454,9 @@ int runReplay(const std::string& dir) {
         const auto rec = readRecording(dir);
         fmt::print("recording {} · {} · started {} · {}{}\n", dir, rec.workload, rec.startedAt, rec.machine.cpu.model,
                    rec.gpuNames.empty() ? "" : " · " + rec.gpuNames);
+        if (!rec.command.empty()) {
+            fmt::print("command: {} (as it raced; a replay never runs it)\n", fmt::join(rec.command, " "));
+        }
         for (const auto& w : rec.warnings) {
             fmt::print("note: {}\n", w);
         }
@@ -560,14 +564,21 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     const auto& spec = race->spec();
     const auto lanes = race->lanes();
     const auto& ds = race->dataset();
-    fmt::print("{} · {} · {} mode · {}\n", spec.workload,
-               ds.train.count == 0
-                   ? std::string("data: each lane's workers resolve their own (none has said yet)")
-                   : fmt::format("{} ({}, {} train / {} test)", ds.name,
-                                 ds.synthetic ? "synthetic" : "real: " + ds.source, ds.train.count, ds.test.count),
-               spec.fair ? "fair" : "live",
-               spec.targetLoss ? fmt::format("target validation loss {:.2f}", *spec.targetLoss)
-                               : fmt::format("target accuracy {:.2f}", spec.targetAccuracy.value_or(0)));
+    const std::string target = spec.targetLoss       ? fmt::format("target validation loss {:.2f}", *spec.targetLoss)
+                               : spec.targetAccuracy ? fmt::format("target accuracy {:.2f}", *spec.targetAccuracy)
+                                                     : std::string("no target");
+    if (spec.workload == kScriptWorkload) {
+        // A race of the user's own command: its data and length are the script's.
+        fmt::print("your command: {} · {} mode · {}\n", fmt::join(spec.command, " "), spec.fair ? "fair" : "live",
+                   target);
+    } else {
+        fmt::print("{} · {} · {} mode · {}\n", spec.workload,
+                   ds.train.count == 0
+                       ? std::string("data: each lane's workers resolve their own (none has said yet)")
+                       : fmt::format("{} ({}, {} train / {} test)", ds.name,
+                                     ds.synthetic ? "synthetic" : "real: " + ds.source, ds.train.count, ds.test.count),
+                   spec.fair ? "fair" : "live", target);
+    }
     fmt::print("cpu: {} · {} cores · BLAS {}\n", report.cpu.model, report.cpu.physicalCores, report.cpu.blas);
     if (!race->dataNote().empty()) {
         fmt::print("note: {}\n", race->dataNote());

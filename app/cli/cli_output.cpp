@@ -1,6 +1,7 @@
 #include "cli_output.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 #include <set>
@@ -284,16 +285,21 @@ std::string repeatsText(const RepeatSummary& r) {
 }
 
 std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
-    std::string out = fmt::format("\n{} on {}{} · {} mode\n", s.workload, s.datasetName,
-                                  s.synthetic ? "" : " (real data)", s.fair ? "fair (one lane at a time)" : "live");
+    std::string out =
+        s.workload == kScriptWorkload
+            ? fmt::format("\nyour command: {} · {} mode\n", fmt::join(s.command, " "),
+                          s.fair ? "fair (one lane at a time)" : "live")
+            : fmt::format("\n{} on {}{} · {} mode\n", s.workload, s.datasetName, s.synthetic ? "" : " (real data)",
+                          s.fair ? "fair (one lane at a time)" : "live");
     // Language models: tokens/s is the throughput, sequences/s beside it, and the validation loss.
     const bool lm = s.tokensPerSample > 0;
     // The language models' extra columns; other workloads keep the table as it was.
     auto seqs = [lm](const std::string& v) { return lm ? fmt::format(" {:>10}", v) : std::string(); };
     out += fmt::format("{:<12} {:<8} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", "device",
                        lm ? "tokens/s" : "samples/s", seqs("seqs/s"), "steps/s", "acc", lm ? "  val loss" : "",
-                       target.loss ? fmt::format("t→≤{:.2f}", *target.loss)
-                                   : fmt::format("t→{:.2f}", target.accuracy.value_or(0)),
+                       target.loss       ? fmt::format("t→≤{:.2f}", *target.loss)
+                       : target.accuracy ? fmt::format("t→{:.2f}", *target.accuracy)
+                                         : std::string("t→target"),
                        "peak mem", "speedup", "status");
     bool costs = false;
     for (const auto& l : s.lanes) {
@@ -313,6 +319,17 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
             l.peakMemoryBytes ? formatBytes(*l.peakMemoryBytes) : "-",
             sp != s.speedup.end() ? fmt::format("{:.2f}x", sp->second) : "-",
             stateText(l.state, l.state == LaneState::Finished ? std::string() : l.error), "");
+    }
+    // Time to the first step: what a lane spent before it trained (imports, data, compilation;
+    // a script's whole start-up), outside the lane clock.
+    std::string preparing;
+    for (const auto& l : s.lanes) {
+        if (l.preparingSeconds) {
+            preparing += fmt::format("{}{} {:.1f} s", preparing.empty() ? "" : " · ", l.name, *l.preparingSeconds);
+        }
+    }
+    if (!preparing.empty()) {
+        out += fmt::format("time to the first step (preparing): {}\n", preparing);
     }
     bool scaling = false;
     for (const auto& l : s.lanes) {

@@ -109,8 +109,9 @@ std::string LiveView::rowText(const LaneRow& row) const {
     if (row.state == LaneState::Evaluating) {
         status = "evaluating…";
     } else if (row.state == LaneState::Running || row.state == LaneState::Paused) {
-        const double eta =
-            row.stepsPerSec && *row.stepsPerSec > 0 ? (row.totalSteps - row.step) / *row.stepsPerSec : NAN;
+        const double eta = row.stepsPerSec && *row.stepsPerSec > 0 && row.totalSteps > 0
+                               ? (row.totalSteps - row.step) / *row.stepsPerSec
+                               : NAN;
         status = row.state == LaneState::Paused ? "paused" : "ETA " + formatEta(eta);
     } else {
         status = stateText(row.state, row.state == LaneState::Finished ? std::string() : row.message);
@@ -119,8 +120,10 @@ std::string LiveView::rowText(const LaneRow& row) const {
                           ? std::optional<double>(*row.samplesPerSec *
                                                   static_cast<double>(std::max<std::int64_t>(1, m_tokensPerSample)))
                           : std::nullopt;
-    return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}/{:<6} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name,
-                       progressBar(fraction, kBarWidth), fraction * 100, row.step, row.totalSteps,
+    // A lane whose length is not known (a script's own) shows its step alone.
+    const std::string of = row.totalSteps > 0 ? fmt::format("/{}", row.totalSteps) : std::string();
+    return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}{:<7} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name,
+                       progressBar(fraction, kBarWidth), fraction * 100, row.step, of,
                        rate ? groupThousands(*rate) : std::string("-"),
                        m_tokensPerSample > 0 ? "tokens/s" : "samples/s",
                        row.loss ? fmt::format("{:.4f}", *row.loss) : std::string("-"),

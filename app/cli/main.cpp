@@ -16,7 +16,11 @@ int main(int argc, char** argv) {
     app.require_subcommand(0, 1);
     // One line per usage error, like every other error the CLI prints.
     app.failure_message([](const CLI::App*, const CLI::Error& e) {
-        return fmt::format("devicerace-cli: error: {} (see --help)\n", e.what());
+        // Words the race does not know are most often a training command without its "--".
+        const bool extras = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
+        return fmt::format("devicerace-cli: error: {} (see --help{})\n", e.what(),
+                           extras ? "; your own training command goes after --: race --lane cpu -- python3 train.py"
+                                  : "");
     });
     app.set_version_flag("--version", "devicerace-cli 0.1.0");
 
@@ -135,10 +139,9 @@ int main(int argc, char** argv) {
                      "'1.93× ± 0.04 (N = 5)' (with --record: one recording per repeat, DIR/repeat-K)")
         ->check(CLI::Range(1, 100));
 
-    race->add_option("command", spec.command,
-                     "After --: your own training command, run once per lane, never through a shell (README, "
-                     "\"Race your own training\"): devicerace-cli race --lane cpu,threads=1 --lane cpu,threads=2 -- "
-                     "python3 train.py");
+    race->footer("After --: your own training command, run once per lane, never through a shell (README, \"Race "
+                 "your own training\"): devicerace-cli race --lane cpu,threads=1 --lane cpu,threads=2 -- python3 "
+                 "train.py --epochs 1");
 
     std::string replayDir;
     auto* replay =
@@ -153,8 +156,21 @@ int main(int argc, char** argv) {
     exporter->add_option("--tensorboard", exportOpt.tensorboardDir, "One TensorBoard run folder per lane");
     exporter->add_option("--dawnbench", exportOpt.dawnbenchFile, "epoch, hours, top1Accuracy (TSV)");
 
+    // Everything after the first "--" is the user's command, the script lanes' (never parsed as
+    // the race's options, never run through a shell).
+    std::vector<std::string> words(argv + 1, argv + argc);
+    if (const auto dash = std::find(words.begin(), words.end(), "--"); dash != words.end()) {
+        spec.command.assign(dash + 1, words.end());
+        if (spec.command.empty()) {
+            fmt::print(stderr, "devicerace-cli: error: nothing after --: give your training command there "
+                               "(devicerace-cli race --lane cpu -- python3 train.py)\n");
+            return 2;
+        }
+        words.erase(dash, words.end());
+    }
+    std::reverse(words.begin(), words.end()); // CLI11 takes the arguments last first
     try {
-        app.parse(argc, argv);
+        app.parse(words);
     } catch (const CLI::ParseError& e) {
         const int code = app.exit(e);
         return code == 0 ? 0 : 2;
@@ -187,11 +203,8 @@ int main(int argc, char** argv) {
         return cli::runExport(exportOpt);
     }
     opt.workloadGiven = workloadOpt->count() > 0;
-    if (!spec.command.empty() && std::find(argv, argv + argc, std::string_view("--")) == argv + argc) {
-        // Without "--", the command's own options would be read as the race's.
-        fmt::print(stderr, "devicerace-cli: error: unexpected '{}': give your training command after -- "
-                           "(devicerace-cli race --lane cpu -- python3 train.py)\n",
-                   spec.command.front());
+    if (!spec.command.empty() && !*race) {
+        fmt::print(stderr, "devicerace-cli: error: a command after -- is raced by 'race' only\n");
         return 2;
     }
     if (*epochsOpt) {

@@ -141,6 +141,25 @@ class Output:
         self.stream.close()
 
 
+def _libc_prctl():
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_lane():
+    """In the command's process, before exec: SIGKILL when the script lane itself dies (a lane
+    killed outright must not leave the user's training running). Only a system call here."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -184,7 +203,7 @@ class Command:
             try:
                 p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True,
-                                     pass_fds=(report_fd,) if rank == 0 else ())
+                                     pass_fds=(report_fd,) if rank == 0 else (), preexec_fn=_die_with_the_lane)
             except OSError as e:
                 self.kill()
                 raise dw.LaneError(f"cannot start {argv[0]}: {e.strerror or e}")
@@ -261,7 +280,7 @@ class ScriptLane:
         self.config, self.spec, self.command = c, spec, list(command)
         self.session = session
         self.name = script_name(self.command)
-        self.label = c["lane"]
+        self.label = spec.get("name") or c["lane"]
         self.device = spec["device"]
         self.threads = spec.get("threads")
         self.ranks = spec.get("workers", 1)
@@ -456,6 +475,8 @@ class ScriptLane:
                                 self.rank_env(free_port() if self.ranks > 1 else 0), self.cpu_sets(), write_fd)
         finally:
             os.close(write_fd)
+        self.meter.load = dw.MachineLoad(own=self.cpu_seconds)
+        self.meter.load.read()
         try:
             return self.supervise(session, read_fd)
         finally:
@@ -466,6 +487,19 @@ class ScriptLane:
             # the stop, is not training time).
             end = self.lane_time(self.last[2]) if self.last else 0.0
             self.meter.t = lambda now=None: end
+
+    def cpu_seconds(self):
+        """CPU seconds of this process and the command's (each rank with its reaped children)."""
+        total = time.process_time()
+        proc = getattr(self, "proc", None)
+        for p in proc.procs if proc else ():
+            try:
+                with open(f"/proc/{p.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += sum(int(v) for v in fields[11:15]) / self.meter.load.hz  # utime stime cutime cstime
+            except (OSError, ValueError, IndexError):
+                pass
+        return total
 
     def supervise(self, session, read_fd):
         self.splitter = dw.LineSplitter(MAX_REPORT_LINE)
@@ -565,7 +599,7 @@ class ScriptLane:
             except ValueError:
                 signame = f"signal {sig}"
             oom = " (out of memory? the kernel's OOM killer sends SIGKILL)" if sig == signal.SIGKILL else ""
-            message = f"{who} was killed by signal {sig} ({signame}){oom}{at}"
+            message = f"{who} was killed by signal {sig} ({signame}){at}{oom}"
         else:
             message = f"{who} failed{at} (exit status {code})"
         return "failed", message + (f": {why}" if why else "")
@@ -622,6 +656,7 @@ class ScriptLane:
             if source != self.source and self.source is not None and source == "api":
                 self.restart_count(step)  # the script's own reports take over from the hooks
             self.source = source
+            samples = self.lane_samples(step, samples)
             if step < self.step or (samples is not None and samples < self.samples):
                 return self.refuse(f"counters went back: step {step} after {self.step}")
             loss = m.get("loss")
@@ -649,11 +684,17 @@ class ScriptLane:
         paused = sum(max(0.0, min(e, t) - s) for s, e in self.pauses if s < t)
         return max(0.0, t - self.first_time - paused)
 
-    def progress(self, step, samples, t, loss, phases):
+    def lane_samples(self, step, samples):
+        """The lane's examples at `step` from what rank 0 counted: steps × batch= where the lane
+        names it, and rank 0's examples × the ranks (a DistributedSampler gives each its share)."""
         if self.batch:
             samples = step * self.batch
         if samples is not None and self.ranks > 1:
-            samples *= self.ranks  # rank 0's examples × the ranks (DistributedSampler gives each its share)
+            samples *= self.ranks
+        return samples
+
+    def progress(self, step, samples, t, loss, phases):
+        """A step report (`samples` already the lane's: lane_samples)."""
         self.last_progress = time.monotonic()
         m = self.meter
         if self.first_time is None:
@@ -749,7 +790,7 @@ class ScriptLane:
                         self.refuse(f"{tag}: step {step} after step {self.step}")
                     continue
                 self.source = "tensorboard"
-                self.progress(step, None, t, value, None)
+                self.progress(step, self.lane_samples(step, None), t, value, None)
             elif kind in ("eval_acc", "eval_loss"):
                 self.evaluation(t, value if kind == "eval_acc" else None, value if kind == "eval_loss" else None,
                                 None, "")

@@ -41,7 +41,8 @@ y = x[:, :10].argmax(1)
 data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=a.batch)
 val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[:256], y[:256]), batch_size=64)
 trainer = L.Trainer(max_epochs=1, accelerator="auto", devices=1, logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+                    enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                    callbacks=[devicerace.lightning.Callback()])
 trainer.fit(Net(), data, val)
 if a.out:
     with open(a.out, "w") as f:

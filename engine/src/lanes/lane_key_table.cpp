@@ -47,10 +47,10 @@ double parseNumber(std::string_view key, std::string_view value, const std::stri
 }
 
 bool parseBool(std::string_view key, std::string_view value, const std::string& spec) {
-    if (value == "true" || value == "1" || value == "yes") {
+    if (value == "true" || value == "1" || value == "yes" || value == "on") {
         return true;
     }
-    if (value == "false" || value == "0" || value == "no") {
+    if (value == "false" || value == "0" || value == "no" || value == "off") {
         return false;
     }
     throw UsageError(fmt::format("lane '{}': {}={} (expected true or false)", spec, key, value));

@@ -103,12 +103,17 @@ void fillScaling(std::vector<LaneSummary>& lanes) {
 
 std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline) {
     std::map<std::string, double> out;
-    if (baseline >= lanes.size() || !lanes[baseline].samplesPerSec || *lanes[baseline].samplesPerSec <= 0) {
+    if (baseline >= lanes.size()) {
         return out;
     }
+    const auto& base = lanes[baseline];
     for (const auto& lane : lanes) {
-        if (lane.samplesPerSec) {
-            out[lane.name] = *lane.samplesPerSec / *lanes[baseline].samplesPerSec;
+        if (lane.samplesPerSec && base.samplesPerSec && *base.samplesPerSec > 0) {
+            out[lane.name] = *lane.samplesPerSec / *base.samplesPerSec;
+        } else if (!lane.samplesPerSec && !base.samplesPerSec && lane.stepsPerSec && base.stepsPerSec &&
+                   *base.stepsPerSec > 0) {
+            // Script lanes that cannot see their batch: the same script's steps, compared.
+            out[lane.name] = *lane.stepsPerSec / *base.stepsPerSec;
         }
     }
     return out;
