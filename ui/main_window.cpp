@@ -25,6 +25,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/race_plan.h"
+#include "devicerace/workload.h"
 #include "device_panel.h"
 #include "lanes_table.h"
 #include "race_controller.h"
@@ -221,7 +222,11 @@ void MainWindow::replayRecordings() {
 void MainWindow::updateTitle() {
     QString title = QStringLiteral("DeviceRace");
     if (m_race->hasRace() || m_race->recordingCount() > 0) {
-        title += QStringLiteral(" — ") + m_race->workload() + QStringLiteral(" · ") + m_race->datasetLabel() +
+        // A script race names the user's command: its data is its own.
+        const bool script = m_race->workload() == QLatin1String(kScriptWorkload);
+        title += QStringLiteral(" — ") +
+                 (script ? tr("your command: %1").arg(m_race->command())
+                         : m_race->workload() + QStringLiteral(" · ") + m_race->datasetLabel()) +
                  // A replay says how it was recorded (not what the setup's fair box says now).
                  (m_race->hasRace() ? (m_race->fair() ? tr(" · fair mode") : tr(" · live mode"))
                                     : (m_race->fair() ? tr(" · replay, recorded in fair mode")

@@ -529,6 +529,15 @@ QString RaceController::workload() const {
     }
     return m_recordings.empty() ? QString() : QString::fromStdString(m_recordings.front()->workload);
 }
+QString RaceController::command() const {
+    const auto& words = m_race ? m_race->spec().command
+                               : (m_recordings.empty() ? std::vector<std::string>{} : m_recordings.front()->command);
+    QStringList out;
+    for (const auto& w : words) {
+        out << QString::fromStdString(w);
+    }
+    return out.join(QLatin1Char(' '));
+}
 std::int64_t RaceController::warmupSteps() const { return m_race ? m_race->spec().warmupSteps : 0; }
 std::optional<double> RaceController::targetAccuracy() const {
     // A race to a validation loss (--target-loss) has no accuracy target: its time to target is

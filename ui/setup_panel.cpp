@@ -285,8 +285,8 @@ RaceSpec SetupPanel::raceSpec() const {
     }
     if (findWorkload(spec.workload).defaultTargetLoss) {
         spec.targetLoss = m_target->value(); // a language model races to a validation loss
-    } else {
-        spec.targetAccuracy = m_target->value();
+    } else if (!script) {
+        spec.targetAccuracy = m_target->value(); // a script has none but the CLI's --target-accuracy
     }
     spec.seed = static_cast<std::uint64_t>(m_seed->value());
     spec.fair = m_fair->isChecked();
@@ -411,6 +411,8 @@ void SetupPanel::setEditable(bool editable) {
 
 void SetupPanel::showTargetKind(const WorkloadInfo& w, std::optional<double> value) {
     const bool loss = w.defaultTargetLoss.has_value();
+    m_target->setVisible(w.name != kScriptWorkload); // a script's accuracy is its own: no target
+    m_targetLabel->setVisible(w.name != kScriptWorkload);
     m_targetLabel->setText(loss ? tr("Target val loss") : tr("Target accuracy"));
     m_target->setToolTip(loss ? tr("The race's clock stops at each lane's first validation loss at or below this")
                               : tr("The race's clock stops at each lane's first test accuracy at or above this"));
