@@ -57,6 +57,7 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
     m_xAxis->setObjectName(QStringLiteral("xAxis"));
     m_xAxis->addItems({tr("relative time"), tr("step"), tr("samples seen"), tr("cost")});
     m_rate = new QComboBox(this);
+    m_rate->setObjectName(QStringLiteral("rateMetric"));
     m_rate->addItems({tr("samples/s"), tr("steps/s")});
     m_smoothing = new QSlider(Qt::Horizontal, this);
     m_smoothing->setRange(0, 100);
@@ -255,6 +256,11 @@ Metric Dashboard::firstRate() const {
 
 void Dashboard::onRaceStarted() {
     const auto& lanes = m_race->lanes();
+    if (m_rateAuto) {
+        const QSignalBlocker block(m_rate);
+        m_rate->setCurrentIndex(0); // the last race chose steps/s by itself: this one chooses anew
+    }
+    m_rateDecided = m_rateAuto = false;
     for (auto* c : charts()) {
         c->setLanes(lanes);
     }
@@ -284,7 +290,29 @@ void Dashboard::onRaceStarted() {
     refreshSummary();
 }
 
+void Dashboard::chooseRateForScripts() {
+    if (m_rateDecided) {
+        return;
+    }
+    bool steps = false;
+    for (const auto& h : m_race->histories()) {
+        if (h.samplesSeen) {
+            m_rateDecided = true; // some lane counts samples: keep the user's choice
+            return;
+        }
+        steps = steps || (h.stepsOnly && !h.stepsPerSec.empty());
+    }
+    if (steps) {
+        m_rateDecided = true;
+        if (m_rate->currentIndex() == 0) {
+            m_rateAuto = true;
+            m_rate->setCurrentIndex(1); // steps/s, as TensorBoard charts a script's steps
+        }
+    }
+}
+
 void Dashboard::refresh() {
+    chooseRateForScripts();
     // Share of the GUI thread the charts may take; their frame rate drops below ~15 Hz only
     // when one refresh + paint costs more than ~16 ms.
     constexpr double kChartDuty = 0.25;

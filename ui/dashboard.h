@@ -103,6 +103,10 @@ private:
     QWidget* m_controls = nullptr;
     QComboBox* m_xAxis = nullptr;
     QComboBox* m_rate = nullptr;
+    // The throughput chart went to steps/s by itself: the race's lanes report steps but no samples
+    // (scripts whose batch cannot be seen); decided once per race, at the first rates.
+    bool m_rateDecided = false, m_rateAuto = false;
+    void chooseRateForScripts();
     QComboBox* m_baseline = nullptr;
     QString m_baselineName; // the lane last chosen in m_baseline ("" : none chosen yet)
     QSlider* m_smoothing = nullptr;

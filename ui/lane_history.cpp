@@ -19,15 +19,20 @@ void LaneHistory::append(const MetricSample& s) {
     }
     switch (s.kind) {
     case SampleKind::Train:
-        // A chart keeps the last finite point: intervals without a finite rate/loss are dropped.
-        if (finite(s.samplesPerSec) && finite(s.stepsPerSec) && finite(s.loss)) {
+        // A chart keeps the last finite point: intervals without a finite rate are dropped. A
+        // script lane may say steps/s without samples/s (its batch unseen), or no loss for an
+        // interval (the previous one stands; before the first there is no point).
+        if (finite(s.stepsPerSec) && (finite(s.loss) || !loss.empty()) &&
+            (finite(s.samplesPerSec) || !s.samplesPerSec)) {
             Point p;
             p.time = s.time;
             p.step = static_cast<double>(s.step);
             p.samples = static_cast<double>(s.samples);
-            p.samplesPerSec = *s.samplesPerSec;
+            p.samplesPerSec = s.samplesPerSec.value_or(0.0);
+            samplesSeen = samplesSeen || s.samplesPerSec.has_value();
+            stepsOnly = !samplesSeen;
             p.stepsPerSec = *s.stepsPerSec;
-            p.loss = *s.loss;
+            p.loss = finite(s.loss) ? *s.loss : loss.back();
             p.cost = costPerHour ? s.time / 3600.0 * *costPerHour : 0.0;
             p.warmup = s.warmup;
             const double weight = m_lastRawTime ? std::max(0.0, s.time - *m_lastRawTime) : 0.0;
@@ -43,20 +48,24 @@ void LaneHistory::append(const MetricSample& s) {
                 lastLr = s.lr;
             }
             if (!s.warmup && s.stepsPerSec && s.intervalSeconds) { // as the summary counts an interval
-                m_rates.add(*s.samplesPerSec);
+                if (s.samplesPerSec) {
+                    m_rates.add(*s.samplesPerSec);
+                }
                 for (const auto& [phase, secs] : s.stepBreakdown) {
                     m_phases[phase].add(secs);
                 }
             }
             if (!s.warmup) {
-                recentSamplesPerSec = s.samplesPerSec;
+                if (s.samplesPerSec) {
+                    recentSamplesPerSec = s.samplesPerSec;
+                }
                 if (!s.stepBreakdown.empty()) {
                     lastBreakdown = s.stepBreakdown;
                 }
                 if (!s.workerStepBreakdown.empty()) {
                     lastRankBreakdowns = s.workerStepBreakdown;
                 }
-                if (finite(s.energyJoules) && *s.energyJoules > 0 && finite(s.intervalSeconds)) {
+                if (finite(s.energyJoules) && *s.energyJoules > 0 && finite(s.intervalSeconds) && s.samplesPerSec) {
                     energyJoules += *s.energyJoules;
                     energySamples += *s.samplesPerSec * *s.intervalSeconds;
                 }

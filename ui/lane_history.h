@@ -56,6 +56,10 @@ struct LaneHistory {
     QString lastText; // the text the latest evaluation generated (charlstm, char-gpt), else ""
     std::int64_t lastTextStep = 0;
     std::optional<double> recentSamplesPerSec; // last interval after warm-up
+    // A script lane that cannot see its batch reports steps/s alone: its samples/s points are 0
+    // and the dashboard charts steps/s (Dashboard::chooseRateForScripts).
+    bool stepsOnly = false;
+    bool samplesSeen = false; // some train sample carried samples/s
     std::optional<std::uint64_t> peakMemory;
     // Explaining the race (issue 29): the latest measured interval's seconds per step by phase,
     // and what utilisation divides by (from the lane's "running" state sample).

@@ -1,7 +1,9 @@
 // The window's command line: race options as the CLI takes them, and the same refusals.
 #include <QtTest>
 
+#include <QComboBox>
 #include <QLabel>
+#include <QStandardPaths>
 
 #include "devicerace/device_info.h"
 #include "devicerace/workload.h"
@@ -9,6 +11,8 @@
 #include "lanes_table.h"
 #include "main_window.h"
 #include "race_controller.h"
+#include "dashboard.h"
+#include "charts/metric_chart.h"
 #include "setup_panel.h"
 
 using namespace devicerace;
@@ -140,6 +144,33 @@ private Q_SLOTS:
         ui::MainWindow w;
         w.setupPanel()->setRaceSpec(spec);
         QCOMPARE(w.setupPanel()->raceSpec().command, spec.command);
+    }
+
+    void aScriptThatCountsOnlyStepsIsChartedInStepsPerSecond() {
+        // A script whose batch cannot be seen reports steps alone: the throughput chart shows
+        // steps/s by itself, and the summary's steps/s is the script's.
+        const QString python = QStandardPaths::findExecutable(QStringLiteral("python3"));
+        if (python.isEmpty()) {
+            QSKIP("no python3 on PATH");
+        }
+        RaceSpec spec;
+        spec.workload = kScriptWorkload;
+        LaneSpec cpu;
+        cpu.threads = 1;
+        spec.lanes = {cpu};
+        spec.command = {python.toStdString(), "-c",
+                        "import time, devicerace\nlane = devicerace.lane()\nfor _ in range(150):\n"
+                        "    time.sleep(0.004)\n    lane.step(loss=1.0)\n"};
+        ui::MainWindow w;
+        w.show();
+        w.setupPanel()->setRaceSpec(spec);
+        QSignalSpy finished(&w, &ui::MainWindow::raceFinished);
+        QVERIFY2(w.startRace(), qPrintable(w.lastError()));
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 60000);
+        auto* rate = w.dashboard()->findChild<QComboBox*>(QStringLiteral("rateMetric"));
+        QVERIFY(rate);
+        QCOMPARE(rate->currentText(), QStringLiteral("steps/s"));
+        QVERIFY(w.dashboard()->throughputChart()->pointCount() > 0);
     }
 
     void aCommandNeedsTheDoubleDash() {

@@ -75,13 +75,13 @@ struct LaneSpec {
     std::optional<std::string> cmd;       // any program speaking the protocol; runs only with consent
     // Script lanes (framework=script: the race's command, a user's own training; README "Race your
     // own training"):
-    std::optional<bool> instrument;      // the PyTorch hooks in the script's Python (default true)
-    std::optional<std::string> logdir;   // read the TensorBoard event files the script writes there
-    std::optional<std::string> lossTag;  // logdir: the training loss's tag (a regular expression)
-    std::optional<std::string> accTag;   // logdir: the evaluation accuracy's tag (a regular expression)
-    std::optional<double> quiet;         // seconds without a step before the lane fails (default 120)
-    std::optional<std::string> workdir;  // the folder the command runs in (ssh://: on that host)
-    std::optional<std::string> copy;     // ssh://: a local folder copied to workdir before the race
+    std::optional<bool> instrument;     // the PyTorch hooks in the script's Python (default true)
+    std::optional<std::string> logdir;  // read the TensorBoard event files the script writes there
+    std::optional<std::string> lossTag; // logdir: the training loss's tag (a regular expression)
+    std::optional<std::string> accTag;  // logdir: the evaluation accuracy's tag (a regular expression)
+    std::optional<double> quiet;        // seconds without a step before the lane fails (default 120)
+    std::optional<std::string> workdir; // the folder the command runs in (ssh://: on that host)
+    std::optional<std::string> copy;    // ssh://: a local folder copied to workdir before the race
     // Data-parallel lanes (docs/PARALLEL.md): one model, N ranks, gradients averaged by c10d.
     std::vector<LaneMember> members;      // the ranks' devices before `workers` multiplies them ("" = one device)
     std::optional<int> workers;           // ranks per listed device (a CPU lane: N processes of `threads` each)
@@ -158,7 +158,7 @@ struct RaceSpec {
     /// Instead of evalEverySteps: about kAutoEvaluations evaluations in the lane with the fewest
     /// steps (the window's default, the CLI's --eval-every auto). Decided by resolveRace.
     bool autoEvaluations = false;
-    std::int64_t warmupSteps = 20;          // steps excluded from throughput figures
+    std::int64_t warmupSteps = 20; // steps excluded from throughput figures
     /// A user's training command (`-- python3 train.py ...`), run once per script lane (never
     /// through a shell). Only the CLI's and the window's own command lines and the window's
     /// file dialog set it: presets and recordings never carry one (they cannot start a command).

@@ -141,7 +141,7 @@ private:
     struct Eval {
         double time, accuracy, loss;
     };
-    std::vector<Eval> m_evals; // few per race
+    std::vector<Eval> m_evals;              // few per race
     std::optional<double> m_preparingSince; // wall time of the first Preparing state sample
 };
 

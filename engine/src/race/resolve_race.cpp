@@ -183,8 +183,8 @@ void planScriptLanes(RaceSpec& spec, std::vector<std::string>& problems) {
                                            "processes of the command on it; slurm://: one node)",
                                            label));
         } else if (lane.copy && lane.host.empty()) {
-            problems.push_back(fmt::format("lane {}: copy= copies a folder to an ssh:// host; this lane runs here",
-                                           label));
+            problems.push_back(
+                fmt::format("lane {}: copy= copies a folder to an ssh:// host; this lane runs here", label));
         }
         if (script && lane.copy && !lane.host.empty() && !lane.workdir) {
             lane.workdir = detail::scriptCopyDestination(lane); // the command runs in the copy

@@ -15,7 +15,8 @@ std::vector<std::vector<int>> scriptLaneCpus(const RacePlan& plan, const std::ve
         if (lane.spec.framework != "script" || lane.localCpuProcesses == 0 || lane.localThreads == 0) {
             continue;
         }
-        const auto need = static_cast<std::size_t>(lane.localThreads) * static_cast<std::size_t>(lane.localCpuProcesses);
+        const auto need =
+            static_cast<std::size_t>(lane.localThreads) * static_cast<std::size_t>(lane.localCpuProcesses);
         if (next + need > allowed.size()) {
             break; // not enough CPUs for a block of its own: this and later lanes share
         }

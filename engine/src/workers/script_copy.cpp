@@ -56,7 +56,12 @@ void copyScriptFolder(const LaneSpec& spec, double timeoutSeconds) {
         ssh += (ssh.empty() ? "" : " ") + shellQuote(word);
     }
     const auto dest = scriptCopyDestination(spec);
-    const std::vector<std::string> argv{"rsync", "-a", "--protect-args", "-e", ssh, "--",
+    const std::vector<std::string> argv{"rsync",
+                                        "-a",
+                                        "--protect-args",
+                                        "-e",
+                                        ssh,
+                                        "--",
                                         fs::path(source).lexically_normal().string() + "/",
                                         target.host + ":" + dest + "/"};
     ChildProcess child(argv);

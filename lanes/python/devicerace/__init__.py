@@ -41,8 +41,7 @@ class Lane:
         self._step = 0
         self._samples = 0
         self._samples_known = True
-        self._loss_sum = None
-        self._loss_n = 0
+        self._losses = []  # since the last report, as given (tensors stay on their device)
         self._last_step_time = None
         self._next_report = 0.0
         self._phases = {}
@@ -90,8 +89,8 @@ class Lane:
             return
         if self._source is not None and source == "api":
             # The script reports itself: what the hooks counted is dropped, its own count rules.
-            self._step = self._samples = self._loss_n = 0
-            self._loss_sum = None
+            self._step = self._samples = 0
+            self._losses = []
             self._samples_known = True
             self._phases = {}
             self._next_report = 0.0
@@ -109,11 +108,10 @@ class Lane:
                 self._samples += int(samples)
             except (TypeError, ValueError):
                 self._samples_known = False
-        if loss is not None:
-            if hasattr(loss, "detach"):
-                loss = loss.detach()
-            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-            self._loss_n += 1
+        if isinstance(loss, list):
+            self._losses.extend(loss)  # the instrumentation's backward() losses of this step
+        elif loss is not None:
+            self._losses.append(loss.detach() if hasattr(loss, "detach") else loss)
         self._last_step_time = t
         if t >= self._next_report:
             self._report(t)
@@ -129,18 +127,16 @@ class Lane:
             self._hello_sent = True
             self._channel.send({"t": "hello", "pid": os.getpid(), "source": self._source})
         hooked = self._hook_losses() if self._hook_losses is not None else None
-        if self._loss_n == 0 and hooked and hooked[1]:
-            self._loss_sum, self._loss_n = hooked
-        loss = to_float(self._loss_sum) if self._loss_sum is not None else None
-        if loss is not None and self._loss_n:
-            loss /= self._loss_n
+        if not self._losses and hooked:
+            self._losses = hooked
+        loss = mean_loss(self._losses)
         message = {"t": "step", "source": self._source, "step": self._step,
                    "samples": self._samples if self._samples_known else None,
-                   "loss": loss, "loss_reported": self._loss_n > 0, "time": self._last_step_time}
+                   "loss": loss, "loss_reported": bool(self._losses), "time": self._last_step_time}
         if self._phases:
             message["phases"] = self._phases
             self._phases = {}
-        self._loss_sum, self._loss_n = None, 0
+        self._losses = []
         self._reported_step = self._step
         self._channel.send(message)
         self._next_report = t + self._channel.interval
@@ -163,6 +159,23 @@ class Lane:
         if text:
             message["text"] = str(text)[:2000]
         self._channel.send(message)
+
+
+def mean_loss(losses):
+    """The mean of a report interval's losses, read here (one device synchronisation): PyTorch
+    tensors stacked and read at once, anything else one by one. None if none is finite."""
+    if not losses:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and all(isinstance(l, torch.Tensor) for l in losses):
+        try:
+            return to_float(torch.stack([l.reshape(()) for l in losses]).float().mean())
+        except (RuntimeError, ValueError):
+            pass  # tensors on several devices: one by one
+    values = [to_float(l) for l in losses]
+    if any(v is None for v in values):
+        return None  # a non-finite loss in the interval: refused, not averaged away
+    return sum(values) / len(values)
 
 
 def _env_int(name, default):

@@ -25,14 +25,17 @@ _LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "ctc_loss")
 
 _installed = False
+# What install() replaced, and its replacements: (owner, attribute, original, wrapped), and the
+# optimizer hooks' handles (set_enabled swaps them; bench/script_overhead.py times both ways).
+_swaps = []
+_hooks = []
 
 
 class _State:
     batch = None          # first dimension of the last loss function's input
     pending_samples = 0   # examples of the backward passes since the last optimizer step
     pending_known = True
-    pending_loss = None   # their losses' detached sum
-    pending_n = 0
+    pending_losses = []   # their losses, detached (read at report points only)
     on_cpu = True
     optimizer_started = None
     eval_started = None
@@ -66,6 +69,7 @@ def install(torch):
         loss.__name__ = original.__name__
         loss.__doc__ = original.__doc__
         setattr(functional, name, loss)
+        _swaps.append((functional, name, original, loss))
 
     for name in _LOSSES:
         wrap_loss(name)
@@ -76,10 +80,8 @@ def install(torch):
         started = time.perf_counter()
         try:
             if self.numel() == 1:
-                loss = self.detach()
-                state.pending_loss = loss if state.pending_loss is None else state.pending_loss + loss
-                state.pending_n += 1
-                state.on_cpu = self.device.type == "cpu"
+                state.pending_losses.append(self.detach())
+                state.on_cpu = not self.is_cuda
                 if state.batch is None:
                     state.pending_known = False
                 else:
@@ -95,8 +97,8 @@ def install(torch):
     def losses_since():
         # The script reports its own steps (lane.step without a loss): the backward() losses
         # since the last report stand for its loss.
-        pending = (state.pending_loss, state.pending_n)
-        state.pending_loss, state.pending_n = None, 0
+        pending = state.pending_losses
+        state.pending_losses = []
         state.pending_samples, state.pending_known = 0, True
         return pending
 
@@ -104,6 +106,7 @@ def install(torch):
 
     backward.__doc__ = tensor_backward.__doc__
     torch.Tensor.backward = backward
+    _swaps.append((torch.Tensor, "backward", tensor_backward, backward))
 
     def before_step(optimizer, args, kwargs):
         state.optimizer_started = time.perf_counter()
@@ -114,17 +117,15 @@ def install(torch):
         lane._take_over("torch")
         if state.on_cpu and state.optimizer_started is not None:
             lane._add_phase("optimizer", time.perf_counter() - state.optimizer_started)
-        loss = None
-        if state.pending_n:
-            loss = state.pending_loss / state.pending_n if state.pending_n > 1 else state.pending_loss
-        samples = state.pending_samples if state.pending_known and state.pending_n else None
-        state.pending_loss, state.pending_n = None, 0
+        losses = state.pending_losses
+        samples = state.pending_samples if state.pending_known and losses else None
+        state.pending_losses = []
         state.pending_samples, state.pending_known = 0, True
-        lane._count(samples, loss, 1)
+        lane._count(samples, losses, 1)
 
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-    register_optimizer_step_pre_hook(before_step)
-    register_optimizer_step_post_hook(after_step)
+    _hooks[:] = [(register_optimizer_step_pre_hook, before_step), (register_optimizer_step_post_hook, after_step)]
+    _hooks[:] = [(register, hook, register(hook)) for register, hook in _hooks]
 
     module_train = torch.nn.Module.train
 
@@ -141,3 +142,15 @@ def install(torch):
 
     train.__doc__ = module_train.__doc__
     torch.nn.Module.train = train
+    _swaps.append((torch.nn.Module, "train", module_train, train))
+
+
+def set_enabled(on):
+    """Puts PyTorch's own functions back (False) or DeviceRace's wrappers and hooks in again (True):
+    a measurement of what the instrumentation costs, in one process (bench/script_overhead.py)."""
+    for owner, name, original, wrapped in _swaps:
+        setattr(owner, name, wrapped if on else original)
+    for i, (register, hook, handle) in enumerate(_hooks):
+        if handle is not None:
+            handle.remove()
+        _hooks[i] = (register, hook, register(hook) if on else None)
