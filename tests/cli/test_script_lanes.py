@@ -41,7 +41,9 @@ class Race:
 
     def __init__(self, lanes, command, *options, timeout=300, environment=None, cwd=SCRIPTS):
         self.dir = tempfile.mkdtemp(prefix="devicerace-script-")
-        args = [CLI, "race", "--quiet", "--json", f"{self.dir}/s.json", "--jsonl", f"{self.dir}/s.jsonl"]
+        args = [CLI, "race", "--quiet", "--json", f"{self.dir}/s.json"]
+        if "--repeat" not in options:  # one race's samples (a repeat set's are in its recordings)
+            args += ["--jsonl", f"{self.dir}/s.jsonl"]
         for lane in lanes:
             args += ["--lane", lane.replace("{dir}", self.dir)]
         args += list(options) + ["--"] + [c.replace("{dir}", self.dir) for c in command]
@@ -51,8 +53,9 @@ class Race:
         if os.path.exists(f"{self.dir}/s.json"):
             with open(f"{self.dir}/s.json") as f:
                 self.summary = json.load(f)
-            with open(f"{self.dir}/s.jsonl") as f:
-                self.samples = [json.loads(line) for line in f if line.strip()]
+            if os.path.exists(f"{self.dir}/s.jsonl"):
+                with open(f"{self.dir}/s.jsonl") as f:
+                    self.samples = [json.loads(line) for line in f if line.strip()]
 
     def lane(self, name):
         return next(l for l in self.summary["lanes"] if l["name"] == name)
@@ -151,6 +154,14 @@ class UnchangedPyTorch(RaceTest):
             self.assertGreater(len(f.readlines()), 3)
         self.assertTrue(glob.glob(f"{rec}/tb/**/*tfevents*", recursive=True))
         self.assertFalse(os.path.exists(marker))
+
+    def test_repeat_races_the_script_again_with_fresh_processes(self):
+        race = self.race(["cpu,threads=1"], train(steps=80), "--repeat", "2")
+        self.assertEqual(race.r.returncode, 0, race)
+        self.assertEqual(len(race.summary["repeats"]), 2)
+        for repeat in race.summary["repeats"]:
+            self.assertEqual(repeat["lanes"][0]["steps"], 80)
+        self.assertIn("2 repeats of the race", race.r.stdout)
 
     def test_instrument_off_leaves_the_script_unreported(self):
         race = self.race(["cpu,threads=1,instrument=off,quiet=20"], train(steps=50))
@@ -341,6 +352,13 @@ class RemoteScript(RaceTest):
         self.assertEqual(race.lane(name)["steps"], 100)
         with open(os.path.join(remote_dir, f"{name}.json")) as f:
             self.assertEqual(json.load(f)["threads"], 1)  # it ran in the copy, with the lane's threads
+
+    def test_a_host_without_the_script_file(self):
+        race = self.race([f"{self.host}/cpu,threads=1,cli={CLI},workdir=/"], [PYTHON, "train_fashion.py"],
+                         environment=env(DEVICERACE_SSH_CONFIG=self.sshd.config))
+        self.assertEqual(race.r.returncode, 2, race)
+        self.assertIn("train_fashion.py: no such file in / on", race.r.stderr)
+        self.assertIn("copy=DIR", race.r.stderr)
 
     def test_a_host_without_the_script(self):
         race = self.race([f"{self.host}/cpu,threads=1,cli={CLI},workdir=/nonexistent-devicerace"],

@@ -6,9 +6,11 @@ are tests/cli/test_script_lanes.py.
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
 
@@ -37,8 +39,9 @@ STEPPER = textwrap.dedent("""
     steps, out = int(sys.argv[1]), sys.argv[2]
     ends = []
     with open(out + ".env", "w") as f:
-        json.dump({k: v for k, v in os.environ.items() if k.startswith(("DEVICERACE_", "OMP_", "MKL_", "CUDA_",
-                                                                           "PYTHONPATH", "XLA_", "TF_"))}, f)
+        seen = {k: v for k, v in os.environ.items() if k.startswith(("DEVICERACE_", "OMP_", "MKL_", "CUDA_",
+                                                                        "PYTHONPATH", "XLA_", "TF_"))}
+        json.dump(dict(seen, pid=os.getpid()), f)
     for step in range(steps):
         x = 0
         for i in range(30000):
@@ -158,6 +161,79 @@ class ScriptLaneTest(unittest.TestCase):
         self.assertEqual(samples[-1]["state"], "stopped", lane.stderr())
         self.assertEqual(lane.wait(), 0)
         self.assertFalse(os.path.exists(out))  # it never finished its 100,000 steps
+
+    def test_a_lane_killed_outright_takes_its_command_with_it(self):
+        out = os.path.join(self.dir, "ends.json")
+        lane = Lane([PYTHON, PROGRAM])
+        self.addCleanup(lane.close)
+        lane.next()
+        lane.send(config([PYTHON, self.script, "100000", out]))
+        lane.until(lambda m: m["type"] == "ready")
+        lane.send({"type": "start", "id": 1})
+        lane.until(lambda m: m["type"] == "sample" and m["sample"]["kind"] == "train" and m["sample"]["step"] > 5)
+        with open(out + ".env") as f:
+            pid = json.load(f)["pid"]
+        self.assertTrue(os.path.exists(f"/proc/{pid}"))
+        lane.p.kill()  # SIGKILL: no chance to stop the command itself
+        lane.p.wait()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        state = ""
+        if os.path.exists(f"/proc/{pid}/stat"):
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        self.assertIn(state, ("", "Z"), "the command outlived its lane")
+
+    def test_a_cpu_lane_reads_the_rapl_counters(self):
+        # A fake powercap tree whose package counter a thread advances at 100 W.
+        root = os.path.join(self.dir, "powercap")
+        zone = os.path.join(root, "intel-rapl:0")
+        os.makedirs(zone)
+        for name, value in (("name", "package-0"), ("energy_uj", "0"), ("max_energy_range_uj", "262143328850")):
+            with open(os.path.join(zone, name), "w") as f:
+                f.write(value + "\n")
+        done = threading.Event()
+
+        def advance():
+            start = time.monotonic()
+            while not done.wait(0.005):
+                with open(os.path.join(zone, "energy_uj.tmp"), "w") as f:
+                    f.write(f"{int((time.monotonic() - start) * 100e6)}\n")
+                os.replace(os.path.join(zone, "energy_uj.tmp"), os.path.join(zone, "energy_uj"))
+
+        threading.Thread(target=advance, daemon=True).start()
+        self.addCleanup(done.set)
+        os.environ["DEVICERACE_POWERCAP_ROOT"] = root
+        self.addCleanup(os.environ.pop, "DEVICERACE_POWERCAP_ROOT")
+        out = os.path.join(self.dir, "ends.json")
+        lane, samples = self.run_lane([PYTHON, self.script, "150", out])
+        running = next(s for s in samples if s["kind"] == "state" and s["state"] == "running")
+        self.assertEqual(running["energy_source"], "RAPL package-0")
+        measured = [s for s in samples if s["kind"] == "train" and s.get("energy_joules") is not None]
+        self.assertGreater(len(measured), 3)
+        watts = sum(s["energy_joules"] for s in measured) / sum(s["interval_s"] for s in measured)
+        self.assertAlmostEqual(watts, 100, delta=25)
+
+    def test_the_package_installs_and_is_a_no_op_outside_a_race(self):
+        # pip install lanes/python (no index, no download), then a script that reports runs alone.
+        target = os.path.join(self.dir, "site")
+        r = subprocess.run([PYTHON, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index",
+                            "--target", target, LANES], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(os.path.isfile(os.path.join(target, "devicerace", "__init__.py")))
+        self.assertFalse(os.path.exists(os.path.join(target, "script_lane.py")))  # the package alone
+        out = os.path.join(self.dir, "ends.json")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICERACE_")}
+        env["PYTHONPATH"] = target
+        probe = ("import devicerace; lane = devicerace.lane(); "
+                 "print(lane.in_race, lane.device, lane.rank, lane.world_size)")
+        r = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.stdout.split(), ["False", "cpu", "0", "1"], r.stderr)
+        r = subprocess.run([PYTHON, self.script, "50", out], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            self.assertEqual(len(json.load(f)), 50)
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])

@@ -32,7 +32,11 @@ std::string scriptCopyDestination(const LaneSpec& spec) {
         }
         return dest;
     }
-    const auto name = fs::path(spec.copy.value_or("")).lexically_normal().filename().string();
+    auto folder = fs::path(spec.copy.value_or("")).lexically_normal();
+    if (folder.filename().empty()) {
+        folder = folder.parent_path(); // "project/": its name is the part before the slash
+    }
+    const auto name = folder.filename().string();
     return name.empty() || name == "." ? std::string("devicerace-script") : name;
 }
 

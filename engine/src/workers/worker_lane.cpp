@@ -203,7 +203,10 @@ struct WorkerLane::Impl {
     // it trains the same network (parameter counts are checked at start-up), so the engine's count
     // and this machine's peak for its precision and threads make its utilisation comparable.
     // Counted here, while preparing (the peak is cached by the race), never while lanes train.
-    bool frameworkHere() const { return spec.framework && *spec.framework != "devicerace" && spec.host.empty(); }
+    // A script lane's network is the user's: no count of its FLOPs (it says its own energy).
+    bool frameworkHere() const {
+        return spec.framework && *spec.framework != "devicerace" && *spec.framework != "script" && spec.host.empty();
+    }
     void prepareFrameworkExplanation() {
         if (!frameworkHere()) {
             return;

@@ -1,0 +1,276 @@
+"""What the script lane (script_lane.py) runs its user's command with: the machine as its hello
+describes it (no framework imported; GPUs as nvidia-smi lists them), the CPU packages' energy
+counters, and the command's processes: started without a shell, each in a session of its own,
+killed with the lane, their output read on threads of their own and kept as a tail.
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+
+import devicerace_worker as dw
+
+# Seconds between SIGTERM and SIGKILL when the lane stops its command.
+TERM_GRACE_S = 5.0
+# Lines of each process's output kept for the log and the failure message.
+TAIL_LINES = 40
+# Output lines per second passed on to the lane's log (the rest are counted, not shown).
+LOG_LINES_PER_S = 20
+
+# ---------------------------------------------------------------------------------------------
+# The machine (hello): no framework is imported; GPUs as nvidia-smi lists them.
+# ---------------------------------------------------------------------------------------------
+
+def gpu_report():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return [], "no NVIDIA driver here (nvidia-smi not found)"
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return [], f"nvidia-smi failed: {e}"
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            try:
+                memory = int(float(parts[2]) * 1024 * 1024)
+            except ValueError:
+                memory = 0
+            gpus.append({"index": int(parts[0]), "name": parts[1], "total_memory_bytes": memory, "compute": "",
+                         "multiprocessors": 0, "utilization_percent": None, "used_memory_bytes": None})
+    return gpus, "" if gpus else (out.stderr.strip() or "nvidia-smi lists no GPU")
+
+
+def device_report():
+    cpu = dw.cpu_report()
+    cpu.update({"torch_threads": cpu["logical_cpus"], "parallel_backend": "", "blas": "", "blas_is_reference": False})
+    gpus, reason = gpu_report()
+    return {"cpu": cpu, "gpus": gpus, "cuda_available": bool(gpus), "cuda_unavailable_reason": reason, "torch": "",
+            "torch_cuda": "", "cudnn": "", "nvml_driver": "", "host": dw.host_name()}
+
+
+class Rapl:
+    """The CPU packages' energy counters (RAPL, /sys/class/powercap; DEVICERACE_POWERCAP_ROOT in
+    tests), read as the engine's devices/energy.cpp reads them: `take()` gives the joules since
+    its last call (a counter's wrap included), None where there are none; `source` says which, or
+    why not."""
+
+    def __init__(self):
+        root = os.environ.get("DEVICERACE_POWERCAP_ROOT") or "/sys/class/powercap"
+        self.zones, self.last = [], None
+        if not os.path.isdir(root):
+            self.source = f"not measurable here: no powercap counters ({root} is absent)"
+            return
+        unreadable, names = False, []
+        for entry in sorted(os.listdir(root)):
+            if not entry.startswith("intel-rapl:") or entry.count(":") != 1:
+                continue  # top-level zones only: intel-rapl:0:1 are sub-zones
+            d = os.path.join(root, entry)
+            try:
+                with open(os.path.join(d, "name")) as f:
+                    name = f.read().strip()
+            except OSError:
+                continue
+            if not name.startswith("package"):
+                continue
+            if self._read(os.path.join(d, "energy_uj")) is None:
+                unreadable = True
+                continue
+            span = self._read(os.path.join(d, "max_energy_range_uj")) or 0
+            self.zones.append((os.path.join(d, "energy_uj"), span / 1e6))
+            names.append(name)
+        if not self.zones:
+            self.source = (f"not measurable here: the RAPL counters under {root} are not readable by this user "
+                           "(root only)" if unreadable else f"not measurable here: no RAPL package counters under {root}")
+        else:
+            self.source = "RAPL " + " + ".join(names)
+            self.last = self._joules()
+
+    @staticmethod
+    def _read(path):
+        try:
+            with open(path) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _joules(self):
+        values = [self._read(path) for path, _ in self.zones]
+        return None if any(v is None for v in values) else [v / 1e6 for v in values]
+
+    def take(self):
+        if not self.zones:
+            return None
+        now, last = self._joules(), self.last
+        self.last = now
+        if now is None or last is None:
+            return None
+        total = 0.0
+        for (path, span), a, b in zip(self.zones, last, now):
+            total += b - a if b >= a else b + span - a  # the counter wrapped
+        return total
+
+
+# ---------------------------------------------------------------------------------------------
+# The command's processes.
+# ---------------------------------------------------------------------------------------------
+
+class Output:
+    """One stream of one process: read on a thread of its own (the command never blocks on a
+    full pipe), the last lines kept, a few lines a second passed on to the lane's log."""
+
+    def __init__(self, stream, label):
+        self.stream = stream
+        self.label = label
+        self.tail = deque(maxlen=TAIL_LINES)
+        self.lines = 0
+        self.thread = threading.Thread(target=self._read, daemon=True, name=f"devicerace-{label}")
+        self.thread.start()
+
+    def _read(self):
+        second, shown, hidden = int(time.monotonic()), 0, 0
+        for raw in iter(lambda: self.stream.readline(65536), b""):
+            text = raw.decode("utf-8", "replace").rstrip("\r\n").split("\r")[-1]
+            self.tail.append(text)
+            self.lines += 1
+            now = int(time.monotonic())
+            if now != second:
+                if hidden:
+                    dw.log(f"[{self.label}] ... {hidden} lines not shown")
+                second, shown, hidden = now, 0, 0
+            if shown < LOG_LINES_PER_S:
+                shown += 1
+                dw.log(f"[{self.label}] {text}")
+            else:
+                hidden += 1
+        self.stream.close()
+
+
+def _libc_prctl():
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_lane():
+    """In the command's process, before exec: SIGKILL when the script lane itself dies (a lane
+    killed outright must not leave the user's training running). Only a system call here."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def failure_lines(lines):
+    """What a failed script's stderr says, in a line: from the last traceback, its exception line
+    and the frame that raised it; else the last non-empty lines."""
+    lines = [l for l in lines if l.strip()]
+    if not lines:
+        return ""
+    last_tb = max((i for i, l in enumerate(lines) if l.startswith("Traceback (most recent call last)")), default=-1)
+    if last_tb >= 0:
+        block = lines[last_tb + 1:]
+        exception = [l for l in block if not l.startswith(" ")]
+        frames = [l.strip() for l in block if l.startswith("  File ")]
+        where = ""
+        if frames:
+            m = re.match(r'File "([^"]+)", line (\d+)', frames[-1])
+            if m:
+                where = f" ({os.path.basename(m.group(1))}, line {m.group(2)})"
+        if exception:
+            return " ".join(exception[-1].split()) + where
+    return " | ".join(" ".join(l.split()) for l in lines[-3:])
+
+
+class Command:
+    """The command's processes (one per rank), each in a session of its own."""
+
+    def __init__(self, argv, cwd, base_env, ranks, rank_env, cpus_of, report_fd):
+        self.procs, self.outputs = [], []
+        self.started = time.monotonic()
+        for rank in range(ranks):
+            env = dict(base_env)
+            env.update(rank_env(rank))
+            if rank == 0:
+                env["DEVICERACE_REPORT_FD"] = str(report_fd)
+            else:
+                env.pop("DEVICERACE_REPORT_FD", None)
+            try:
+                p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True,
+                                     pass_fds=(report_fd,) if rank == 0 else (), preexec_fn=_die_with_the_lane)
+            except OSError as e:
+                self.kill()
+                raise dw.LaneError(f"cannot start {argv[0]}: {e.strerror or e}")
+            cpus = cpus_of(rank)
+            if cpus:
+                try:
+                    os.sched_setaffinity(p.pid, cpus)
+                except OSError:
+                    pass
+            label = "rank %d" % rank if ranks > 1 else "script"
+            self.procs.append(p)
+            self.outputs.append((Output(p.stdout, label + " stdout"), Output(p.stderr, label + " stderr")))
+
+    def signal(self, sig):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    pass
+
+    def kill(self):
+        self.signal(signal.SIGKILL)
+
+    def stop(self):
+        """SIGTERM every process group, SIGKILL what is left after TERM_GRACE_S; reaps them."""
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        for p in self.procs:
+            p.wait()
+
+    def ended(self):
+        """(rank, returncode) of the first process that failed, or of rank 0 once every
+        process has ended; None while they run."""
+        codes = [p.poll() for p in self.procs]
+        for rank, code in enumerate(codes):
+            if code is not None and code != 0:
+                return rank, code
+        if all(c is not None for c in codes):
+            return 0, 0
+        return None
+
+    def stderr_tail(self, rank):
+        out, err = self.outputs[rank]
+        err.thread.join(1.0)
+        return list(err.tail)
+
+    def output_tail(self, rank):
+        out, err = self.outputs[rank]
+        out.thread.join(1.0)
+        return list(out.tail)
