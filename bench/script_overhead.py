@@ -16,7 +16,6 @@ microseconds per step.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,17 +24,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LANES = os.path.join(ROOT, "lanes", "python")
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+sys.path.insert(0, os.path.join(ROOT, "bench", "support"))
+from host import cpu_model  # noqa: E402
 
 
 def child(pairs, block, tiny):

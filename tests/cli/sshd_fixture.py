@@ -136,3 +136,29 @@ LogLevel ERROR
         if self.proc and self.proc.poll() is None:
             self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_or_skip():
+    """A running Sshd for a test class's setUpClass; unittest.SkipTest where sshd cannot run as this
+    user (as root it must start: a failure there is a real one)."""
+    import unittest
+    try:
+        return Sshd()
+    except RuntimeError as e:
+        if os.geteuid() == 0:
+            raise
+        raise unittest.SkipTest(f"sshd cannot run as this user here: {e}")
+
+
+class WithSshd:
+    """A test class's throw-away sshd for all its tests (mix in before unittest.TestCase): `sshd`,
+    and `host`, the ssh:// URL of its alias."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sshd = start_or_skip()
+        cls.host = f"ssh://{Sshd.ALIAS}"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sshd.stop()

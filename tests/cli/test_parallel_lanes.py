@@ -188,12 +188,7 @@ class LocalParallelLanes(unittest.TestCase):
 class RemoteParallelLanes(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        try:
-            cls.sshd = sshd_fixture.Sshd()
-        except RuntimeError as e:
-            if os.geteuid() == 0:
-                raise
-            raise unittest.SkipTest(f"sshd cannot run as this user here: {e}")
+        cls.sshd = sshd_fixture.start_or_skip()
         # A second name for the same server: the lane spans two "hosts".
         cls.config = cls.sshd.client_config("known_hosts", "user_key", name="ssh_config_two")
         with open(cls.config) as f:

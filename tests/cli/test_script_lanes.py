@@ -322,21 +322,7 @@ class Faults(RaceTest):
 
 
 @unittest.skipIf(sshd_fixture.available(), sshd_fixture.available() or "")
-class RemoteScript(RaceTest):
-    @classmethod
-    def setUpClass(cls):
-        try:
-            cls.sshd = sshd_fixture.Sshd()
-        except RuntimeError as e:
-            if os.geteuid() == 0:
-                raise
-            raise unittest.SkipTest(f"sshd cannot run as this user here: {e}")
-        cls.host = f"ssh://{sshd_fixture.Sshd.ALIAS}"
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sshd.stop()
-
+class RemoteScript(sshd_fixture.WithSshd, RaceTest):
     @unittest.skipUnless(shutil.which("rsync"), "rsync is not installed (scripts/setup installs it)")
     def test_copy_sends_the_folder_and_the_script_trains_there(self):
         folder = tempfile.mkdtemp(prefix="devicerace-copy-")

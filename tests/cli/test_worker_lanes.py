@@ -176,21 +176,7 @@ class CommandLanes(unittest.TestCase):
 
 
 @unittest.skipIf(sshd_fixture.available(), sshd_fixture.available() or "")
-class RemoteLanes(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        try:
-            cls.sshd = sshd_fixture.Sshd()
-        except RuntimeError as e:
-            if os.geteuid() == 0:
-                raise  # as root sshd must start: a failure here is a real one
-            raise unittest.SkipTest(f"sshd cannot run as this user here: {e}")
-        cls.host = f"ssh://{sshd_fixture.Sshd.ALIAS}"
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.sshd.stop()
-
+class RemoteLanes(sshd_fixture.WithSshd, unittest.TestCase):
     def race(self, *args, config=None, timeout=300):
         return subprocess.run([CLI, "race", *SMALL, "--quiet", *args], capture_output=True, text=True,
                               env=env(DEVICERACE_SSH_CONFIG=config or self.sshd.config), timeout=timeout)
