@@ -96,8 +96,10 @@ void ScriptPicker::setCommand(const std::vector<std::string>& command) {
     if (!command.empty() && isPython(QString::fromStdString(command[0])) && command.size() > 1) {
         m_interpreter->setText(QString::fromStdString(command[0]));
         i = 1;
+    } else if (!command.empty()) {
+        m_interpreter->clear(); // a program of its own (./train.sh)
     } else {
-        m_interpreter->clear();
+        m_interpreter->setText(defaultInterpreter());
     }
     m_script->setCurrentText(i < command.size() ? QString::fromStdString(command[i]) : QString());
     QStringList args;

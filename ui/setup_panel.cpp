@@ -27,6 +27,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     layout->addWidget(title);
     m_form = new QWidget(this);
     auto* form = new QFormLayout(m_form);
+    m_formLayout = form;
     form->setContentsMargins(0, 0, 0, 0);
     m_preset = new QComboBox(this);
     m_preset->setObjectName(QStringLiteral("preset"));
@@ -58,7 +59,6 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     form->addRow(tr("Workload"), m_workload);
     m_script = new ScriptPicker(this);
     m_script->setObjectName(QStringLiteral("scriptPicker"));
-    m_script->setVisible(false);
     form->addRow(m_script);
     m_workloadInfo = new QLabel(this);
     m_workloadInfo->setWordWrap(true);
@@ -144,8 +144,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     });
     connect(m_workload, &QComboBox::currentTextChanged, this, [this] {
         const auto& w = findWorkload(currentWorkload());
-        m_script->setVisible(w.name == kScriptWorkload);
-        m_data->setEnabled(w.name != kScriptWorkload);
+        showScriptRows(w.name == kScriptWorkload);
         showTargetKind(w, std::nullopt);
         if (m_lengthUnit->currentIndex() == 0) {
             m_length->setValue(w.defaultEpochs);
@@ -175,6 +174,8 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     connect(m_workload, &QComboBox::currentTextChanged, this, &SetupPanel::validate);
     connect(m_data, &QComboBox::currentIndexChanged, this, &SetupPanel::validate);
     connect(m_lengthUnit, &QComboBox::currentIndexChanged, this, &SetupPanel::validate);
+    connect(m_lengthUnit, &QComboBox::currentIndexChanged, this,
+            [this](int unit) { m_length->setEnabled(unit == 1 || currentWorkload() != kScriptWorkload); });
     connect(m_length, &QSpinBox::valueChanged, this, &SetupPanel::validate);
     connect(m_fair, &QCheckBox::toggled, this, &SetupPanel::validate);
     connect(m_script, &ScriptPicker::changed, this, &SetupPanel::validate);
@@ -241,6 +242,18 @@ void SetupPanel::fitWrappedLabels() {
     }
 }
 
+void SetupPanel::showScriptRows(bool script) {
+    // A script's data and accuracy are its own: no data mode, no target (and the rows they leave
+    // make room for the script's three at 1280x720).
+    m_formLayout->setRowVisible(m_script, script);
+    m_formLayout->setRowVisible(m_workloadInfo, !script); // the entry's tooltip says what it does
+    m_formLayout->setRowVisible(m_data, !script);
+    m_formLayout->setRowVisible(m_target, !script);
+    // A script runs its own length unless stopped at N steps (--steps).
+    m_lengthUnit->setItemText(0, script ? tr("the script's own") : tr("epochs"));
+    m_length->setEnabled(!script || m_lengthUnit->currentIndex() == 1);
+}
+
 std::string SetupPanel::currentWorkload() const { return m_workload->currentData().toString().toStdString(); }
 
 void SetupPanel::rememberScript() {
@@ -252,9 +265,8 @@ void SetupPanel::rememberScript() {
 void SetupPanel::updateWorkloadInfo() {
     const auto& w = findWorkload(currentWorkload());
     if (w.name == kScriptWorkload) {
-        m_workloadInfo->setText(tr("Runs your command once per lane, with the lane's device (CUDA_VISIBLE_DEVICES) "
-                                   "and threads; it reports through PyTorch's optimizer steps, import devicerace, "
-                                   "or a TensorBoard logdir= (README, \"Race your own training\")"));
+        m_workloadInfo->setText(tr("Your command, once per lane with the lane's device and threads (README, "
+                                   "\"Race your own training\")"));
         fitWrappedLabels();
         return;
     }
@@ -355,8 +367,7 @@ void SetupPanel::setRaceSpec(const RaceSpec& spec) {
     const QSignalBlocker block(m_workload);
     m_workload->setCurrentIndex(std::max(0, m_workload->findData(QString::fromStdString(spec.workload))));
     const auto& w = findWorkload(currentWorkload());
-    m_script->setVisible(w.name == kScriptWorkload);
-    m_data->setEnabled(w.name != kScriptWorkload);
+    showScriptRows(w.name == kScriptWorkload);
     if (w.name == kScriptWorkload) {
         m_script->setCommand(spec.command);
     }
@@ -411,8 +422,6 @@ void SetupPanel::setEditable(bool editable) {
 
 void SetupPanel::showTargetKind(const WorkloadInfo& w, std::optional<double> value) {
     const bool loss = w.defaultTargetLoss.has_value();
-    m_target->setVisible(w.name != kScriptWorkload); // a script's accuracy is its own: no target
-    m_targetLabel->setVisible(w.name != kScriptWorkload);
     m_targetLabel->setText(loss ? tr("Target val loss") : tr("Target accuracy"));
     m_target->setToolTip(loss ? tr("The race's clock stops at each lane's first validation loss at or below this")
                               : tr("The race's clock stops at each lane's first test accuracy at or above this"));

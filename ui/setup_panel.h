@@ -12,6 +12,7 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QFormLayout;
 class QLabel;
 class QSpinBox;
 
@@ -77,6 +78,8 @@ private:
     QLabel* m_presetNotes = nullptr;
     QComboBox* m_workload = nullptr;
     ScriptPicker* m_script = nullptr;
+    QFormLayout* m_formLayout = nullptr;
+    void showScriptRows(bool script);
     QLabel* m_workloadInfo = nullptr;
     QComboBox* m_data = nullptr;
     QComboBox* m_lengthUnit = nullptr;

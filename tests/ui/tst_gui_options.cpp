@@ -3,6 +3,8 @@
 
 #include <QComboBox>
 #include <QLabel>
+#include <QLineEdit>
+#include <QSpinBox>
 #include <QStandardPaths>
 
 #include "devicerace/device_info.h"
@@ -135,6 +137,34 @@ private Q_SLOTS:
         const auto plan = w.setupPanel()->plan();
         QCOMPARE(plan.lanes.size(), std::size_t(2));
         QCOMPARE(plan.lanes[0].spec.framework, std::optional<std::string>("script"));
+    }
+
+    void aScriptSetupShowsItsFieldsAndTheLengthButNoTarget() {
+        ui::MainWindow w;
+        const auto o = parse({QStringLiteral("--"), QStringLiteral("python3"), QStringLiteral("train.py")});
+        w.setupPanel()->setRaceSpec(*o.race);
+        w.setInitialSize(QSize(1280, 720));
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        auto shown = [&](const QString& text) {
+            for (auto* label : w.setupPanel()->findChildren<QLabel*>()) {
+                if (label->text() == text) {
+                    return label->isVisible();
+                }
+            }
+            return false;
+        };
+        QVERIFY(shown(QStringLiteral("Script")));
+        QVERIFY(shown(QStringLiteral("Interpreter")));
+        QVERIFY(shown(QStringLiteral("Length")));
+        // Each shown row has its height at 1280x720 (a squeezed form gave the Length row none).
+        for (auto* box : w.setupPanel()->findChildren<QSpinBox*>()) {
+            QVERIFY(!box->isVisible() || box->height() >= box->minimumSizeHint().height());
+        }
+        QVERIFY(!shown(QStringLiteral("Target accuracy")));
+        QVERIFY(!shown(QStringLiteral("Data"))); // the script's own
+        auto* interpreter = w.setupPanel()->findChild<QLineEdit*>(QStringLiteral("scriptInterpreter"));
+        QVERIFY(interpreter && !interpreter->text().isEmpty()); // python3 on PATH, kept with no command
     }
 
     void argumentsWithSpacesAndQuotesSurviveTheSetup() {
