@@ -163,6 +163,20 @@ class UnchangedPyTorch(RaceTest):
             self.assertEqual(repeat["lanes"][0]["steps"], 80)
         self.assertIn("2 repeats of the race", race.r.stdout)
 
+    def test_a_script_lane_beside_a_built_in_lane(self):
+        # --workload names the built-in lanes' network; framework=script lanes run the command,
+        # and --steps stops each at the same step.
+        race = self.race(["cpu,threads=1,name=engine", "cpu,threads=1,framework=script,name=mine"],
+                         train(steps=100000), "--workload", "fashion-mlp", "--steps", "150", "--train-limit", "5000",
+                         "--test-limit", "500", "--fair")
+        self.assertFinished(race, "engine", "mine")
+        self.assertEqual(race.summary["workload"], "fashion-mlp")
+        self.assertEqual(race.lane("engine")["kind"], "thread")
+        self.assertEqual(race.lane("mine")["kind"], "external")
+        self.assertEqual(race.lane("engine")["steps"], 150)
+        self.assertGreaterEqual(race.lane("mine")["steps"], 150)  # stopped at its first report past 150
+        self.assertIn("mine", race.summary["speedup"])
+
     def test_instrument_off_leaves_the_script_unreported(self):
         race = self.race(["cpu,threads=1,instrument=off,quiet=20"], train(steps=50))
         self.assertEqual(race.r.returncode, 1, race)
