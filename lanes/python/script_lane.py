@@ -153,9 +153,12 @@ class ScriptLane:
         if self.device.startswith("cuda"):
             index = int(self.device[5:]) if self.device.startswith("cuda:") else 0
             gpus, reason = gpu_report()
-            if index >= len(gpus):
-                raise dw.LaneRefused(f"lane '{self.label}': {self.device}: " + (
-                    reason if not gpus else f"this machine has {len(gpus)} GPU(s)"))
+            if gpus and index >= len(gpus):
+                raise dw.LaneRefused(f"lane '{self.label}': {self.device}: this machine has {len(gpus)} GPU(s)")
+            if not gpus and shutil.which("nvidia-smi"):
+                raise dw.LaneRefused(f"lane '{self.label}': {self.device}: {reason}")
+            if not gpus:
+                dw.log(f"{NAME}: {reason}; the script is run on {self.device} anyway (its framework may see one)")
             if self.ranks > 1:
                 raise dw.LaneRefused(f"lane '{self.label}': workers={self.ranks} on one GPU: NCCL refuses two ranks "
                                      "on one device; race cuda:0+cuda:1 as a data-parallel lane of the built-in "

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "devicerace/device_info.h"
 #include "devicerace/lane_spec.h"
 #include "devicerace/race.h"
 #include "devicerace/race_plan.h"
@@ -68,6 +69,15 @@ TEST(ScriptLanes, ProblemsAreSaidBeforeAnythingRuns) {
         mentions(resolveRace(scriptRace({"cpu,copy=/tmp"}), {false}), "copy= copies a folder to an ssh:// host"));
     EXPECT_TRUE(mentions(resolveRace(scriptRace({"cpu,framework=pytorch"}), {false}), "runs script lanes only"));
     EXPECT_TRUE(mentions(resolveRace(scriptRace({"cpu+cpu"}), {false}), "runs on one device of one machine"));
+}
+
+TEST(ScriptLanes, ACudaLaneNeedsAGpuHere) {
+    const auto plan = resolveRace(scriptRace({"cuda:7"}), {false});
+    if (!deviceReport().cudaAvailable) {
+        EXPECT_TRUE(mentions(plan, "cuda:7: CUDA is not available here"));
+    } else if (deviceReport().gpus.size() <= 7) {
+        EXPECT_TRUE(mentions(plan, "cuda:7: this machine has"));
+    }
 }
 
 TEST(ScriptLanes, CopyLandsInTheFoldersNameWithoutAWorkdir) {

@@ -169,7 +169,7 @@ TEST(WorkerMessage, ReadyCarriesTheResolvedLaneAndItsData) {
     EXPECT_EQ(back.trainCount, 60000);
     EXPECT_EQ(back.vocabulary, 0);
     auto bad = readyMessage(r);
-    bad["batch"] = 0;
+    bad["batch"] = -1; // 0 is "not known yet" (a script lane's batch is its command's)
     EXPECT_THROW(readyFromMessage(bad), DataError);
     // A text's alphabet: one text per id, or the message is malformed.
     r.vocabulary = 3;
@@ -428,6 +428,8 @@ TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
         "slurm://me@login1:2222/cuda:0-7,workers=2,backend=nccl,nodes=8,partition=gpu,time=20,queue=1800,port=29555,"
         "name=cluster",
         "attach://10.0.0.5:29400/cpu,threads=4,token_file=/run/job.token,name=job",
+        "cpu,threads=2,framework=script,instrument=false,logdir=runs/a,loss_tag=train/loss,acc_tag=val.*acc,quiet=30,"
+        "workdir=/srv/train,copy=/home/me/train,name=mine",
     };
     std::set<std::string> covered;
     for (const auto& text : lanes) {

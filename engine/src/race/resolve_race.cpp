@@ -186,6 +186,18 @@ void planScriptLanes(RaceSpec& spec, std::vector<std::string>& problems) {
             problems.push_back(
                 fmt::format("lane {}: copy= copies a folder to an ssh:// host; this lane runs here", label));
         }
+        if (script && lane.host.empty() && lane.launcher.empty() && lane.device != "cpu") {
+            // Here the engine knows the GPUs: a script would quietly fall back to the CPU without one.
+            const auto& report = deviceReport();
+            const auto index = lane.device.size() > 5 ? std::atoi(lane.device.c_str() + 5) : 0;
+            if (!report.cudaAvailable) {
+                problems.push_back(fmt::format("lane {}: {}: CUDA is not available here ({})", label, lane.device,
+                                               report.cudaUnavailableReason));
+            } else if (index < 0 || static_cast<std::size_t>(index) >= report.gpus.size()) {
+                problems.push_back(fmt::format("lane {}: {}: this machine has {} GPU{}", label, lane.device,
+                                               report.gpus.size(), report.gpus.size() == 1 ? "" : "s"));
+            }
+        }
         if (script && lane.copy && !lane.host.empty() && !lane.workdir) {
             lane.workdir = detail::scriptCopyDestination(lane); // the command runs in the copy
         }
