@@ -94,8 +94,7 @@ class ScriptLane:
         cpus = config.get("cpus")
         self.cpus = [c for c in cpus if isinstance(c, int) and c >= 0] if isinstance(cpus, list) else []
         if self.threads is not None:
-            dw_threads_ok = 1 <= self.threads <= dw.MAX_THREADS_PER_CPU * (os.cpu_count() or 1)
-            if not dw_threads_ok:
+            if not 1 <= self.threads <= dw.MAX_THREADS_PER_CPU * (os.cpu_count() or 1):
                 raise dw.LaneRefused(f"lane '{self.label}': threads={self.threads} is out of range for this machine")
         if not 1 <= self.ranks <= 64:
             raise dw.LaneRefused(f"lane '{self.label}': workers={self.ranks}: a script lane runs 1 to 64 processes")
@@ -389,7 +388,6 @@ class ScriptLane:
                         if self.watcher else "")
                 return "failed", (f"{who} exited (status 0) without reporting a training step{hint}; is it "
                                   "instrumented? (README, \"Race your own training\")")
-            self.flush()
             return "finished", ""
         tail = self.proc.stderr_tail(rank) or self.proc.output_tail(rank)
         why = failure_lines(tail)
@@ -456,7 +454,7 @@ class ScriptLane:
             if step is None or t is None or step < 1:
                 return self.refuse(f"step report without a finite step and time: {m!r:.120}")
             if source != self.source and self.source is not None and source == "api":
-                self.restart_count(step)  # the script's own reports take over from the hooks
+                self.restart_count()  # the script's own reports take over from the hooks
             self.source = source
             samples = self.lane_samples(step, samples)
             if step < self.step or (samples is not None and samples < self.samples):
@@ -474,7 +472,7 @@ class ScriptLane:
         else:
             self.refuse(f"unknown report type {kind!r}")
 
-    def restart_count(self, step):
+    def restart_count(self):
         self.step = self.samples = 0
         if self.last is not None:
             self.last = (0, 0, self.last[2])
@@ -585,9 +583,6 @@ class ScriptLane:
         if text:
             s["text"] = text
         m.emit(s)
-
-    def flush(self):
-        pass  # every report became a sample as it came
 
     # TensorBoard scalars -------------------------------------------------------------------------
 

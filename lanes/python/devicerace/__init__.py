@@ -149,7 +149,8 @@ class Lane:
         if not self.in_race:
             return
         t = now()
-        self._report(t)  # closes the throughput interval at the last step, before the evaluation
+        if self._step > self._reported_step:
+            self._report(t)  # closes the throughput interval at the last step, before the evaluation
         message = {"t": "eval", "source": self._source, "step": self._step, "time": t,
                    "accuracy": to_float(accuracy), "loss": to_float(loss)}
         if seconds is None and started is not None:

@@ -134,7 +134,7 @@ def install(torch):
         if lane._source != "api" and lane._step > 0:
             if not mode and state.eval_started is None:
                 state.eval_started = devicerace.now()
-                lane._report()
+                lane._flush()  # the interval ends at the last step before the evaluation
             elif mode and state.eval_started is not None:
                 started, state.eval_started = state.eval_started, None
                 lane._evaluation(None, None, None, started=started)
