@@ -227,6 +227,35 @@ def goal_ratios(specs, runs, cores):
     return out
 
 
+def bf16_routes(execution):
+    """The bf16 GEMM routes a lane's execution text names ("MKL bf16 for 12 of 14 GEMM shapes, ..."),
+    "autocast" for an autograd lane, "" when it names none."""
+    m = re.search(r"bf16 GEMMs with fp32 (?:results|sums): ([^;]*)", execution)
+    if m:
+        return m.group(1).strip()
+    if "bf16 emulated" in execution:
+        return "emulated (no bf16 units)"
+    return "autocast (ATen's ops)" if "autocast" in execution else ""
+
+
+def print_bf16_table(result, cores):
+    """The issue's table: per workload, the every-core fp32 and bf16 lanes' samples/s, their
+    ratio (the median of the runs' ratios) and the routes the bf16 lane's GEMMs took."""
+    many = f"{cores} threads" if cores > 1 else "1 thread"
+    rows = []
+    for workload, w in result["workloads"].items():
+        lanes = {row["lane"]: row for row in w["lanes"]}
+        fp32, bf16 = lanes.get(f"DeviceRace, {many}"), lanes.get(f"DeviceRace, {many}, bf16")
+        ratio = w["ratios"].get(f"bf16 / fp32, {many}")
+        if fp32 and bf16 and ratio:
+            rows.append(f"| {workload} | {fp32['samples_per_sec']:,.0f} | {bf16['samples_per_sec']:,.0f} | "
+                        f"{ratio['median']:.2f} | {bf16_routes(bf16['execution'])} |")
+    if rows:
+        print(f"\n## bf16 against fp32 at {many} · {cpu_model()}\n\n"
+              "| workload | fp32 samples/s | bf16 samples/s | bf16 ÷ fp32 (median of the runs') | bf16 GEMM routes |\n"
+              "|---|---:|---:|---:|---|\n" + "\n".join(rows))
+
+
 class Stopped(Exception):
     """SIGTERM (a `timeout` around the script): stop racing and print what was measured."""
 
@@ -339,6 +368,7 @@ def main(argv=None):
         result["workloads"][workload] = {"steps": steps, "flops_per_sample": flops, "lanes": rows,
                                          "ratios": {k: {"median": statistics.median(v), "runs": v}
                                                     for k, v in ratios.items()}}
+    print_bf16_table(result, cores)
     write_json(args.json, result)
     # Which library ran a bf16 lane's products, on which ISA (the issue asks for the evidence); an
     # emulated bf16 lane takes minutes for it, so only where bf16 has units, and only in the budget.

@@ -13,7 +13,7 @@ pass over the flat parameter buffer, which writes the bf16 mirror in bf16); the 
 out. bf16 on a CPU without AMX is MKL's emulation, said in the header.
 
 With --race, one fair race of the workload (a lane a precision, --threads threads, --race-steps
-steps) runs through the CLI too (its bf16 GEMMs by MKL, DEVICERACE_MKL_BF16=1, as here), and each
+steps) runs through the CLI too (its bf16 GEMMs by MKL, DEVICERACE_BF16_ROUTE=mkl, as here), and each
 precision's budget is set against the race's ms a step and its forward / backward / optimizer
 split: a sum far under the race's step means a part the budget does not list (or a call count
 here gone stale against gpt_step.cpp).
@@ -314,7 +314,7 @@ def race_steps(cli, workload, precisions, threads, steps):
             command += ["--lane", f"cpu,threads={threads},precision={precision},name={precision}"]
         # The step's bf16 GEMMs by MKL, as timed here: the step's default on AMX CPUs; elsewhere it would
         # take oneDNN's route (emulated bf16 on a CPU without bf16 units: ~15x slower on an AMD EPYC).
-        env = dict(os.environ, DEVICERACE_MKL_BF16="1")
+        env = dict(os.environ, DEVICERACE_BF16_ROUTE="mkl")
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode != 0 or not os.path.exists(path):
             sys.exit(f"the race failed ({done.returncode}): {done.stderr.strip()[-500:]}")

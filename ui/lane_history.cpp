@@ -123,7 +123,8 @@ std::optional<double> LaneHistory::utilization() const {
     if (!flopsPerSample || !peakFlopsPerSec || *peakFlopsPerSec <= 0 || !rate) {
         return std::nullopt;
     }
-    return *flopsPerSample * *rate / *peakFlopsPerSec;
+    // Never above 100% (the engine's summary clamps the same way and says why).
+    return std::min(1.0, *flopsPerSample * *rate / *peakFlopsPerSec);
 }
 
 std::map<std::string, double> LaneHistory::shownBreakdown() const {

@@ -98,6 +98,24 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
     if (!busy.empty()) {
         out += fmt::format("         {}; run `devicerace-cli devices --remeasure` when the machine is idle\n", busy);
     }
+    if (!r.cpu.bf16Units.empty()) {
+        // Which library each bf16 GEMM shape of a fused step takes here, chosen by timing them all.
+        const auto routes = cachedBf16GemmRoutes();
+        if (routes.empty()) {
+            out += "bf16     GEMM routes: not timed yet (the first bf16 lane here times each shape it uses)\n";
+        }
+        for (const auto& [threads, counts] : routes) {
+            std::string line;
+            for (const auto& [route, n] : counts) {
+                line += fmt::format("{}{} {}", line.empty() ? "" : ", ",
+                                    route == "mkl"      ? "MKL bf16"
+                                    : route == "onednn" ? "oneDNN bf16"
+                                                        : "fp32",
+                                    n);
+            }
+            out += fmt::format("bf16     GEMM routes at {}: {} (shapes, the fastest timed here)\n", threads, line);
+        }
+    }
     for (const auto& g : r.gpus) {
         const auto bf16 = gpuDatasheetPeak(g.name, Precision::Bf16);
         const auto tf32 = gpuDatasheetPeak(g.name, Precision::Fp32);

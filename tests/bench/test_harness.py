@@ -87,6 +87,29 @@ class CpuSpeed(unittest.TestCase):
         cls.mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(cls.mod)
 
+    def test_the_bf16_table_names_the_routes_each_bf16_lane_took(self):
+        routes = self.mod.bf16_routes
+        self.assertEqual(routes("fused transformer step (bf16 GEMMs with fp32 results: MKL bf16 for 12 of 14 GEMM "
+                                "shapes, oneDNN bf16 for 2 (the fastest timed on this CPU at 2 threads); fp32 causal "
+                                "attention tiles and master weights), fused AdamW"),
+                         "MKL bf16 for 12 of 14 GEMM shapes, oneDNN bf16 for 2 (the fastest timed on this CPU at 2 "
+                         "threads)")
+        self.assertEqual(routes("fused dense step (bf16 GEMMs with fp32 sums: fp32 for every GEMM "
+                                "(DEVICERACE_BF16_ROUTE); fp32 master weights)"),
+                         "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)")
+        self.assertEqual(routes("autograd step (not a GPT), fused Adam, bf16 autocast"), "autocast (ATen's ops)")
+        result = {"workloads": {"char-gpt": {
+            "lanes": [{"lane": "DeviceRace, 2 threads", "samples_per_sec": 400.0, "execution": ""},
+                      {"lane": "DeviceRace, 2 threads, bf16", "samples_per_sec": 300.0,
+                       "execution": "autograd step (x), bf16 autocast"}],
+            "ratios": {"bf16 / fp32, 2 threads": {"median": 0.75, "runs": [0.75]}}}}}
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.mod.print_bf16_table(result, 2)
+        self.assertIn("| char-gpt | 400 | 300 | 0.75 | autocast (ATen's ops) |", out.getvalue())
+
     def test_each_peak_is_the_median_of_its_probes(self):
         probes = [{"fp32/1/a": 60e9, "fp32/2/a": 150e9}, {"fp32/1/a": 80e9, "fp32/2/a": 120e9},
                   {"fp32/1/a": 70e9, "fp32/2/a": 130e9}]

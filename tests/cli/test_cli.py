@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import os
+import re
 import resource
 import signal
 import struct
@@ -228,6 +229,34 @@ class Listings(unittest.TestCase):
             self.assertIn("read from " + os.path.join(cache, "peaks.json"), again.stdout)
             peaks = lambda out: [l for l in out.splitlines() if l.startswith("peak     cpu")]
             self.assertEqual(peaks(first.stdout), peaks(again.stdout))
+
+    @unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")
+    def test_devices_names_the_bf16_gemm_routes_a_race_timed(self):
+        """A CPU with bf16 units: before any bf16 lane, `devices` says the routes are not timed yet;
+        a bf16 fashion-mlp lane times each GEMM shape of its step on every route, keeps the fastest,
+        names them in its execution, and `devices` lists how many shapes took each."""
+        if not json.loads(run("devices", "--json").stdout)["cpu"]["bf16_units"]:
+            self.skipTest("no bf16 units: bf16 lanes are emulated here, no route is timed")
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", DEVICERACE_CACHE_DIR=cache)
+            devices = lambda: subprocess.run([CLI, "devices"], capture_output=True, text=True, timeout=300, env=env)
+            self.assertIn("bf16     GEMM routes: not timed yet", devices().stdout)
+            summary = os.path.join(cache, "race.json")
+            r = subprocess.run([CLI, "race", "--workload", "fashion-mlp", "--lane", "cpu,threads=1,precision=bf16",
+                                "--steps", "5", *SMALL, "--json", summary], capture_output=True, text=True,
+                               timeout=300, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            execution = json.loads(read(summary))["lanes"][0]["execution"]
+            self.assertRegex(execution, r"fused dense step \(bf16 GEMMs with fp32 sums: .* GEMM shape.*\(the "
+                             r"fastest timed on this CPU at 1 thread\)")
+            with open(os.path.join(cache, "bf16-routes.json"), encoding="utf-8") as f:
+                routes = json.load(f)["routes"]
+            self.assertEqual(len(routes), 8)  # 3 layers: 3 forward, 2 input-gradient, 3 weight-gradient shapes
+            listed = re.search(r"bf16     GEMM routes at 1 thread: (.*) \(shapes, the fastest timed here\)",
+                               devices().stdout)
+            self.assertTrue(listed, devices().stdout)
+            counts = [int(n) for n in re.findall(r" (\d+)(?:,|$)", listed.group(1))]
+            self.assertEqual(sum(counts), 8, listed.group(1))
 
     def test_devices_keeps_no_peak_measured_on_a_busy_cpu(self):
         """Other work on every core while `devices` calibrates: the figures say they were measured

@@ -12,10 +12,12 @@
 
 #include "devicerace/dataset.h"
 #include "devicerace/lane.h"
+#include "kernels/bf16_routes.h"
 #include "lane_runs.h"
 #include "test_util.h"
 
 using namespace devicerace;
+namespace cpu = devicerace::detail::cpu;
 
 namespace {
 
@@ -175,27 +177,23 @@ TEST(DenseStep, TwoThreadsFollowOneThreadInBf16) {
                      curve("cpu,threads=2,batch=48,lr=2e-4,precision=bf16", data), 0.05);
 }
 
-// The two bf16 GEMM routes, forced either way: MKL's with fp32 sums (an AMX CPU's default) and
-// oneDNN's through at::mm (rounded to bf16). Both follow fp32's course, on one and two threads.
-TEST(DenseStep, BothBf16GemmRoutesFollowFp32) {
+// Every bf16 GEMM route, forced for every shape (DEVICERACE_BF16_ROUTE): MKL's bf16 GEMM where
+// this LibTorch has it, oneDNN's through at::mm (rounded to bf16, then widened) and fp32 on
+// widened inputs. Each follows fp32's course, on one and two threads, and the lane names it.
+TEST(DenseStep, EveryBf16GemmRouteFollowsFp32) {
     test::TempDir dir;
     auto data = noisyImages(dir, 600);
-    ASSERT_EQ(setenv("DEVICERACE_MKL_BF16", "1", 1), 0);
-    const auto mkl = curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data);
-    if (mkl.execution.find("fused dense step (bf16 GEMMs, fp32 master weights)") != std::string::npos) {
-        unsetenv("DEVICERACE_MKL_BF16");
-        GTEST_SKIP() << "this LibTorch has no MKL bf16 GEMM (cblas_gemm_bf16bf16f32)";
-    }
     const auto fp32 = curve("cpu,threads=1,batch=48,lr=2e-4", data);
-    const auto mkl2 = curve("cpu,threads=2,batch=48,lr=2e-4,precision=bf16", data);
-    ASSERT_EQ(setenv("DEVICERACE_MKL_BF16", "0", 1), 0);
-    const auto onednn = curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data);
-    unsetenv("DEVICERACE_MKL_BF16");
-    EXPECT_NE(mkl.execution.find("bf16 GEMMs by MKL with fp32 sums"), std::string::npos) << mkl.execution;
-    EXPECT_NE(mkl2.execution.find("bf16 GEMMs by MKL with fp32 sums"), std::string::npos) << mkl2.execution;
-    EXPECT_NE(onednn.execution.find("fused dense step (bf16 GEMMs, fp32 master weights)"), std::string::npos)
-        << onednn.execution;
-    expectSameCourse(fp32, mkl, 0.05);
-    expectSameCourse(fp32, onednn, 0.05);
-    expectSameCourse(mkl, mkl2, 0.05);
+    for (const auto route : cpu::availableBf16Routes()) {
+        SCOPED_TRACE(cpu::bf16RouteName(route));
+        ASSERT_EQ(setenv("DEVICERACE_BF16_ROUTE", cpu::bf16RouteKey(route), 1), 0);
+        const auto one = curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data);
+        const auto two = curve("cpu,threads=2,batch=48,lr=2e-4,precision=bf16", data);
+        unsetenv("DEVICERACE_BF16_ROUTE");
+        const auto named = std::string(cpu::bf16RouteName(route)) + " for every GEMM";
+        EXPECT_NE(one.execution.find(named), std::string::npos) << one.execution;
+        EXPECT_NE(two.execution.find(named), std::string::npos) << two.execution;
+        expectSameCourse(fp32, one, 0.05);
+        expectSameCourse(one, two, 0.05);
+    }
 }

@@ -266,3 +266,85 @@ TEST(ExplainSummary, TheRankTheOthersWaitForIsNamed) {
     ASSERT_EQ(sum.workerStepBreakdown.size(), 3u);
     EXPECT_NE(sum.slowestRank.find("rank 2"), std::string::npos) << sum.slowestRank;
 }
+
+namespace {
+
+LaneSummary cpuLane(const std::string& name, Precision precision, double rate, std::string execution) {
+    LaneSummary l;
+    l.name = name;
+    l.device = "cpu";
+    l.threads = 2;
+    l.precision = precision;
+    l.batch = 12;
+    l.samplesPerSec = rate;
+    l.execution = std::move(execution);
+    return l;
+}
+
+} // namespace
+
+// A bf16 lane slower than an fp32 lane of the same machine and threads says why, with the
+// measured cause its execution names, each lane's share of its GEMM peak and the phase that grew.
+TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
+    auto fp32 = cpuLane("fp32", Precision::Fp32, 400, "fused transformer step (causal attention tiles), fused AdamW");
+    fp32.utilization = 0.57;
+    fp32.stepBreakdown = {{"forward", 0.010}, {"backward", 0.014}};
+    auto autocast = cpuLane("bf16", Precision::Bf16, 288, "autograd step (not a GPT), fused AdamW, bf16 autocast");
+    autocast.utilization = 0.12;
+    autocast.stepBreakdown = {{"forward", 0.012}, {"backward", 0.030}};
+    auto lines = explainBf16Lanes({fp32, autocast});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0], "bf16 (bf16) runs at 0.72× the speed of fp32 (fp32): it runs autocast, which casts every "
+                        "weight and the activations around the fp32 layers each step, and those casts cost more "
+                        "than its bf16 matrix products save; it reached 12% of this CPU's bf16 GEMM peak, fp32 57% "
+                        "of the fp32 one; its backward phase took 30 ms a step against 14 ms.");
+    // The fused step: the routes it took.
+    auto fused = cpuLane("bf16", Precision::Bf16, 300,
+                         "fused transformer step (bf16 GEMMs with fp32 results: oneDNN bf16 for every GEMM shape "
+                         "(14) (the fastest timed on this CPU at 2 threads); fp32 causal attention tiles and master "
+                         "weights), fused AdamW");
+    lines = explainBf16Lanes({fp32, fused});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("its GEMMs took oneDNN bf16 for every GEMM shape (14) (the fastest timed on this CPU at "
+                            "2 threads), and the rest of its step"),
+              std::string::npos)
+        << lines[0];
+    // No bf16 units.
+    auto emulated = cpuLane("bf16", Precision::Bf16, 40, "fused Adam, bf16 autocast, bf16 emulated (this CPU ...)");
+    lines = explainBf16Lanes({fp32, emulated});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("no bf16 units"), std::string::npos) << lines[0];
+    // Faster, a tie, other threads or another machine: nothing to explain.
+    EXPECT_TRUE(explainBf16Lanes({fp32, cpuLane("bf16", Precision::Bf16, 700, "")}).empty());
+    EXPECT_TRUE(explainBf16Lanes({fp32, cpuLane("bf16", Precision::Bf16, 395, "")}).empty());
+    auto oneThread = cpuLane("bf16", Precision::Bf16, 200, "");
+    oneThread.threads = 1;
+    EXPECT_TRUE(explainBf16Lanes({fp32, oneThread}).empty());
+    auto remote = cpuLane("bf16", Precision::Bf16, 200, "");
+    remote.host = "ssh://box";
+    EXPECT_TRUE(explainBf16Lanes({fp32, remote}).empty());
+}
+
+// A lane past its peak shows 100% and the race says the peak was measured low.
+TEST(ExplainSummary, ALanePastItsPeakShowsAHundredPercentAndSaysWhy) {
+    LaneSpec spec;
+    spec.name = "cpu·1";
+    const std::vector<MetricSample> past = {running(1e8, 7.75e10), train(10, 800, false, {})};
+    const auto sum = summarize(spec, 100, past, {});
+    EXPECT_DOUBLE_EQ(*sum.achievedFlopsPerSec, 8e10);
+    EXPECT_DOUBLE_EQ(*sum.utilization, 1.0); // 103%, shown as 100%
+    const auto lines = explainPeaksExceeded(std::vector<LaneSummary>{sum});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0].rfind("cpu·1 reached 103% of the peak it is measured against (78 GFLOP/s, measured: test), "
+                             "shown as 100%",
+                             0),
+              0u)
+        << lines[0];
+    RaceSummary race;
+    race.lanes.push_back(sum);
+    finishRaceSummary(race);
+    ASSERT_FALSE(race.explanations.empty());
+    EXPECT_EQ(race.explanations.back(), lines[0]);
+    const std::vector<MetricSample> under = {running(1e8, 1e11), train(10, 800, false, {})};
+    EXPECT_TRUE(explainPeaksExceeded(std::vector<LaneSummary>{summarize(spec, 100, under, {})}).empty());
+}

@@ -5,13 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <random>
 
 #include "devicerace/dataset.h"
 #include "devicerace/lane.h"
-#include "kernels/mkl_gemm.h"
+#include "devices/cpu_info.h"
+#include "kernels/bf16_routes.h"
 #include "lane_runs.h"
 #include "test_util.h"
 
@@ -83,23 +85,53 @@ TEST(GptStepLanes, Fp32FollowsTheAutogradLossCurve) {
 
 // bf16 rounds in other places than autocast (GEMM inputs only; sums, layer norms, softmax and
 // GELU in fp32), so steps differ by a little, but the course is fp32's: 10-step means agree.
-// Where the fused bf16 step is not taken (no AMX), the lane runs autocast, emulated and ~10x
-// slower on CPUs without bf16 units (131 s for 100 steps on an AMD EPYC): 40 steps check it.
+// On a CPU without bf16 units the fused step is not taken: the lane runs autocast, emulated and
+// ~10x slower (131 s for 100 steps on an AMD EPYC): 40 steps check it.
 TEST(GptStepLanes, Bf16FollowsTheFp32Course) {
     test::TempDir dir;
     auto data = sentences(dir);
-    const std::int64_t steps = detail::cpu::mklBf16Preferred() ? kSteps : 40;
+    const bool units = !detail::readHostCpu().bf16Units.empty();
+    const std::int64_t steps = units ? kSteps : 40;
     const auto fp32 = curve("cpu,threads=1", data, steps);
     const auto bf16 = curve("cpu,threads=1,precision=bf16", data, steps);
     expectLearning(bf16, steps);
-    if (bf16.execution.find("fused transformer step (bf16 GEMMs by MKL") == std::string::npos) {
-        // No AMX here (or no MKL): the lane keeps autocast and says why.
-        EXPECT_NE(bf16.execution.find("autograd step (bf16 without"), std::string::npos) << bf16.execution;
+    if (units) {
+        EXPECT_NE(bf16.execution.find("fused transformer step (bf16 GEMMs with fp32 results: "), std::string::npos)
+            << bf16.execution;
+    } else {
+        EXPECT_NE(bf16.execution.find("autograd step (bf16 on a CPU without bf16 units"), std::string::npos)
+            << bf16.execution;
     }
     ASSERT_EQ(bf16.losses.size(), fp32.losses.size());
     for (std::size_t w = 0; w < fp32.losses.size(); w += 10) {
         const double a = test::windowMean(fp32.losses, w), b = test::windowMean(bf16.losses, w);
         EXPECT_NEAR(b, a, 0.03 * a) << "steps " << w + 1 << "-" << w + 10;
+    }
+}
+
+// Every bf16 GEMM route, forced for every shape (DEVICERACE_BF16_ROUTE), trains the fused step
+// on fp32's course and is named in the lane's execution.
+TEST(GptStepLanes, EveryBf16GemmRouteFollowsTheFp32Course) {
+    if (detail::readHostCpu().bf16Units.empty()) {
+        GTEST_SKIP() << "no bf16 units: the fused transformer step does not take bf16 lanes here";
+    }
+    test::TempDir dir;
+    auto data = sentences(dir);
+    constexpr std::int64_t steps = 20;
+    const auto fp32 = curve("cpu,threads=1", data, steps);
+    for (const auto route : detail::cpu::availableBf16Routes()) {
+        SCOPED_TRACE(detail::cpu::bf16RouteName(route));
+        ASSERT_EQ(setenv("DEVICERACE_BF16_ROUTE", detail::cpu::bf16RouteKey(route), 1), 0);
+        const auto bf16 = curve("cpu,threads=1,precision=bf16", data, steps);
+        unsetenv("DEVICERACE_BF16_ROUTE");
+        EXPECT_NE(bf16.execution.find(std::string(detail::cpu::bf16RouteName(route)) + " for every GEMM"),
+                  std::string::npos)
+            << bf16.execution;
+        ASSERT_EQ(bf16.losses.size(), fp32.losses.size());
+        for (std::size_t w = 0; w < fp32.losses.size(); w += 10) {
+            const double a = test::windowMean(fp32.losses, w), b = test::windowMean(bf16.losses, w);
+            EXPECT_NEAR(b, a, 0.03 * a) << "steps " << w + 1 << "-" << w + 10;
+        }
     }
 }
 

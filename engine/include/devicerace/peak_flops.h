@@ -4,6 +4,7 @@
 // datasheet's dense tensor-core figure found by the device's name, with its source named. An
 // unknown GPU has no peak (never a guess).
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -32,12 +33,25 @@ std::filesystem::path peakCacheFile();
 /// version (a broken or foreign cache file is ignored and rewritten). `remeasure` skips the cache.
 /// Run it while the machine is otherwise idle: it measures what the cores give now. When the
 /// process got under 85% of the cores `threads` threads may use (at most the CPUs in its
-/// affinity and its cgroup's CPU quota) while it timed, other work shared them: it measures once
+/// affinity and its cgroup's CPU quota) while it timed, or the rest of the machine was busy
+/// (/proc/stat: over a quarter of a CPU beyond the calibration's own, this process's other
+/// threads included, or over 5% steal), other work shared them: it measures once
 /// more; if still busy the figure is returned with "on a busy CPU" in its source and not cached,
 /// so a later call measures again. Fewer usable cores than threads is this process's ceiling,
 /// not other work: that figure is kept under its own key, its source saying "on the 1.5 cores
 /// this process may use".
 PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure = false);
+
+/// Drops the cached peak for `precision` on `threads` threads when it is below
+/// `belowFlopsPerSec` (what a lane reached: a peak must be an upper bound, so that figure was
+/// measured low), so the next race or `devicerace-cli devices` measures it again while nothing
+/// trains. True when it dropped one. Never measures (lanes may still be training).
+bool forgetCpuPeak(Precision precision, int threads, double belowFlopsPerSec);
+
+/// The bf16 GEMM routes the fused steps chose by measurement on this CPU and LibTorch (kept in
+/// bf16-routes.json beside the peaks): per "<threads> threads[ x <workers> workers]", how many GEMM
+/// shapes took each route ("mkl", "onednn", "fp32"). Empty before a bf16 lane has run here.
+std::map<std::string, std::map<std::string, int>> cachedBf16GemmRoutes();
 
 /// A GPU's dense peak for a lane of `precision` by the device name (CUDA's, e.g. "NVIDIA H100
 /// 80GB HBM3"), from NVIDIA's datasheets: bf16/fp16 tensor cores; fp32 lanes at TF32 (DeviceRace

@@ -103,6 +103,12 @@ std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, st
 /// lane, naming both lanes and the measured ratio ("cpu·2 runs at 0.74× cpu·1: a fashion-mlp
 /// step takes 4.4 ms on one thread, too little work to split two ways ..."). `fair`: the lanes
 /// ran one at a time (else they shared the machine). Lanes within 3% of each other are a tie.
+/// Why a bf16 CPU lane is slower than an fp32 lane of the same machine and threads: the measured
+/// cause (no bf16 units, autocast's casts, the fused step's GEMM routes), each lane's share of its
+/// GEMM peak and the step phase that grew most.
+std::vector<std::string> explainBf16Lanes(const std::vector<LaneSummary>& lanes);
+/// Lanes that reached more than their peak (shown as 100%): the peak was measured low.
+std::vector<std::string> explainPeaksExceeded(const std::vector<LaneSummary>& lanes);
 std::vector<std::string> explainSlowerLanes(const std::vector<LaneSummary>& lanes, bool fair,
                                             const std::string& workload);
 

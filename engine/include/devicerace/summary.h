@@ -26,6 +26,7 @@ struct LaneSummary {
     LaneKind kind = LaneKind::Thread;
     std::string host; // "ssh://..." for remote lanes, else ""
     std::optional<int> threads;
+    Precision precision = Precision::Fp32;
     std::int64_t batch = 0;
     LaneState state = LaneState::Pending;
     std::string error;

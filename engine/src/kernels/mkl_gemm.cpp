@@ -3,12 +3,8 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <limits>
 #include <stdexcept>
-#include <string_view>
-
-#include "devices/cpu_info.h"
 
 namespace devicerace::detail::cpu {
 
@@ -42,17 +38,6 @@ int checked(std::int64_t v) {
 } // namespace
 
 bool haveMklBf16Gemm() { return gemm() != nullptr; }
-
-bool mklBf16Preferred() {
-    if (!haveMklBf16Gemm()) {
-        return false;
-    }
-    const char* env = std::getenv("DEVICERACE_MKL_BF16");
-    if (env && *env) {
-        return std::string_view(env) != "0";
-    }
-    return readHostCpu().bf16Units == "AMX";
-}
 
 void gemmBf16F32(bool transA, bool transB, std::int64_t m, std::int64_t n, std::int64_t k, const Bf16* a,
                  std::int64_t lda, const Bf16* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {

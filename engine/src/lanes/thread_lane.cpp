@@ -12,6 +12,7 @@
 
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
+#include "devicerace/peak_flops.h"
 #include "devicerace/workload.h"
 #include "train/host_allocator.h"
 #include "train/lane_context.h"
@@ -55,6 +56,23 @@ struct ThreadLane::Impl {
         }
         if (ctx.spec.device == "cpu") {
             detail::releaseHostCache(); // the lane's tensors are gone (paired with start())
+            if (!ctx.settings.dist) {   // (a rank's peak is one share of the lane's)
+                forgetAPeakItPassed();
+            }
+        }
+    }
+
+    // A peak is an upper bound: a lane that ran past its cached CPU peak proves that figure was
+    // measured low, so it is dropped and measured again before the next race (never now: other
+    // lanes may still be training). The race's summary says so (explainPeaksExceeded).
+    void forgetAPeakItPassed() {
+        const auto s = record->summary(ctx.spec, ctx.batch, {});
+        if (s.achievedFlopsPerSec && s.peakFlopsPerSec && *s.achievedFlopsPerSec > *s.peakFlopsPerSec) {
+            try {
+                (void)forgetCpuPeak(ctx.spec.precision, ctx.threads, *s.achievedFlopsPerSec);
+            } catch (const std::exception&) {
+                // an unwritable cache: the next race reads the same figure and says so again
+            }
         }
     }
 };

@@ -1,6 +1,7 @@
 // The figures a race summary derives from its lanes' summaries: speedups, costs against the
 // baseline, data-parallel scaling. Torch-free (the fuzz build links it for recordings).
 #include "devicerace/race.h"
+#include "devicerace/format.h"
 #include "devicerace/workload.h"
 
 #include <fmt/format.h>
@@ -33,6 +34,12 @@ void finishRaceSummary(RaceSummary& s) {
     }
     attributeEnergy(s.lanes, s.fair);
     s.explanations = explainSlowerLanes(s.lanes, s.fair, s.workload);
+    for (auto& line : explainBf16Lanes(s.lanes)) {
+        s.explanations.push_back(std::move(line));
+    }
+    for (auto& line : explainPeaksExceeded(s.lanes)) {
+        s.explanations.push_back(std::move(line));
+    }
     for (const auto& l : s.lanes) {
         if (!l.slowestRank.empty()) {
             s.explanations.push_back(fmt::format("{}: {}", l.name, l.slowestRank));
@@ -245,7 +252,100 @@ std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, doubl
     return {};
 }
 
+// The phase of `slow`'s step that grew most against `fast`'s, as "its backward took 3.1 ms a
+// step against 1.2 ms"; empty without both breakdowns.
+std::string grownPhase(const LaneSummary& slow, const LaneSummary& fast) {
+    std::string phase;
+    double grown = 0, was = 0, is = 0;
+    for (const auto& [name, seconds] : slow.stepBreakdown) {
+        const auto it = fast.stepBreakdown.find(name);
+        if (it != fast.stepBreakdown.end() && seconds - it->second > grown) {
+            grown = seconds - it->second;
+            phase = name;
+            was = it->second;
+            is = seconds;
+        }
+    }
+    return phase.empty()
+               ? std::string()
+               : fmt::format("; its {} phase took {} a step against {}", phase, durationText(is), durationText(was));
+}
+
+std::string bf16Cause(const LaneSummary& bf16) {
+    const auto& e = bf16.execution;
+    if (e.find("bf16 emulated") != std::string::npos) {
+        return "this CPU has no bf16 units (neither AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its "
+               "fp32 units";
+    }
+    if (e.find("bf16 autocast") != std::string::npos) {
+        return "it runs autocast, which casts every weight and the activations around the fp32 layers each step, "
+               "and those casts cost more than its bf16 matrix products save";
+    }
+    if (const auto at = e.find("bf16 GEMMs with fp32 "); at != std::string::npos) {
+        // "bf16 GEMMs with fp32 results: <routes>; ..." (the fused steps' routes, as timed here)
+        const auto colon = e.find(": ", at);
+        const auto end = colon == std::string::npos ? colon : e.find(';', colon);
+        if (colon != std::string::npos) {
+            return fmt::format("its GEMMs took {}, and the rest of its step (the fp32 loops, the conversions to bf16) "
+                               "did not shrink with them",
+                               e.substr(colon + 2, end == std::string::npos ? end : end - colon - 2));
+        }
+    }
+    return "its step spends most of its time outside the bf16 matrix products";
+}
+
 } // namespace
+
+std::vector<std::string> explainBf16Lanes(const std::vector<LaneSummary>& lanes) {
+    constexpr double kTie = 0.97;
+    std::vector<std::string> out;
+    for (const auto& bf16 : lanes) {
+        if (bf16.precision != Precision::Bf16 || !onCpu(bf16) || !bf16.samplesPerSec || *bf16.samplesPerSec <= 0) {
+            continue;
+        }
+        // The fp32 lane of this machine with the same threads it loses to most.
+        const LaneSummary* fp32 = nullptr;
+        double worst = kTie;
+        for (const auto& other : lanes) {
+            if (other.precision != Precision::Fp32 || !onCpu(other) || other.host != bf16.host ||
+                other.threads != bf16.threads || other.workers != bf16.workers || !other.samplesPerSec ||
+                *other.samplesPerSec <= 0) {
+                continue;
+            }
+            if (const double r = *bf16.samplesPerSec / *other.samplesPerSec; r < worst) {
+                worst = r;
+                fp32 = &other;
+            }
+        }
+        if (!fp32) {
+            continue;
+        }
+        std::string line = fmt::format("{} (bf16) runs at {} the speed of {} (fp32): {}", bf16.name, ratioText(worst),
+                                       fp32->name, bf16Cause(bf16));
+        if (bf16.utilization && fp32->utilization) {
+            line += fmt::format("; it reached {:.0f}% of this CPU's bf16 GEMM peak, {} {:.0f}% of the fp32 one",
+                                *bf16.utilization * 100, fp32->name, *fp32->utilization * 100);
+        }
+        out.push_back(line + grownPhase(bf16, *fp32) + ".");
+    }
+    return out;
+}
+
+std::vector<std::string> explainPeaksExceeded(const std::vector<LaneSummary>& lanes) {
+    std::vector<std::string> out;
+    for (const auto& l : lanes) {
+        if (l.achievedFlopsPerSec && l.peakFlopsPerSec && *l.peakFlopsPerSec > 0 &&
+            *l.achievedFlopsPerSec > *l.peakFlopsPerSec) {
+            out.push_back(fmt::format(
+                "{} reached {:.0f}% of the peak it is measured against ({} GFLOP/s, {}), shown as 100%: a peak is "
+                "an upper bound, so that figure was measured low (other work ran while it was measured); a live "
+                "race drops it and measures it again before the next one.",
+                l.name, 100 * *l.achievedFlopsPerSec / *l.peakFlopsPerSec, groupThousands(*l.peakFlopsPerSec / 1e9),
+                l.peakSource));
+        }
+    }
+    return out;
+}
 
 std::vector<std::string> explainSlowerLanes(const std::vector<LaneSummary>& lanes, bool fair,
                                             const std::string& workload) {

@@ -205,6 +205,7 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     out.host = spec.host;
     out.kind = laneKind(spec);
     out.threads = spec.threads;
+    out.precision = spec.precision;
     out.batch = batch;
     out.costPerHour = spec.costPerHour;
     if (target.loss || target.accuracy) {
@@ -270,7 +271,9 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     if (out.flopsPerSample && out.samplesPerSec) {
         out.achievedFlopsPerSec = *out.flopsPerSample * *out.samplesPerSec;
         if (out.peakFlopsPerSec && *out.peakFlopsPerSec > 0) {
-            out.utilization = *out.achievedFlopsPerSec / *out.peakFlopsPerSec;
+            // Never above 100%: a lane past its peak means the peak was measured low
+            // (finishRaceSummary says so; the lane drops that cached figure).
+            out.utilization = std::min(1.0, *out.achievedFlopsPerSec / *out.peakFlopsPerSec);
         }
     }
     // Energy only when every measured interval carried a reading (else a partial sum would

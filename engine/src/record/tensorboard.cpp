@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cstring>
@@ -183,8 +184,9 @@ std::vector<fs::path> writeTensorBoard(const Recording& r, const fs::path& outDi
                                  scalarEvent(s.wallTime, s.step, "step_ms/" + phase, static_cast<float>(secs * 1e3)));
                 }
                 if (flops && peak && *peak > 0 && s.samplesPerSec && !s.warmup) {
-                    appendRecord(out, scalarEvent(s.wallTime, s.step, "utilization/of_peak",
-                                                  static_cast<float>(*flops * *s.samplesPerSec / *peak)));
+                    appendRecord(out,
+                                 scalarEvent(s.wallTime, s.step, "utilization/of_peak",
+                                             static_cast<float>(std::min(1.0, *flops * *s.samplesPerSec / *peak))));
                 }
                 if (s.lr) {
                     appendRecord(out, scalarEvent(s.wallTime, s.step, "train/lr", static_cast<float>(*s.lr)));

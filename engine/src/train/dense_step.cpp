@@ -15,7 +15,7 @@
 
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
-#include "kernels/mkl_gemm.h"
+#include "devices/cpu_info.h"
 #include "train/lane_optimizer.h"
 
 namespace devicerace::detail {
@@ -117,15 +117,11 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
     m_input = at::empty({maxBatch, m_layers.front().in}, actType);
     if (bf16) {
         m_mirror.copy_(m_params);
-        m_mkl = cpu::mklBf16Preferred();
-        if (m_mkl) {
-            for (const auto& l : m_layers) {
-                m_sumsLd = std::max({m_sumsLd, l.in, l.out});
-            }
-            m_sums = at::empty({maxBatch, m_sumsLd}, f32);
-        } else {
-            m_weightTmp = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
+        for (const auto& l : m_layers) {
+            m_sumsLd = std::max({m_sumsLd, l.in, l.out});
         }
+        m_sums = at::empty({maxBatch, m_sumsLd}, f32);
+        chooseRoutes(maxBatch);
     }
     // Bytes straight to the network's input in one pass, when no per-channel step is needed.
     const bool oneChannel = !data.mean.defined() || data.mean.numel() == 1;
@@ -219,6 +215,28 @@ struct DenseStep::StepState {
 
 DenseStep::~DenseStep() = default;
 
+void DenseStep::chooseRoutes(std::int64_t maxBatch) {
+    const auto threads = std::max(1, at::get_num_threads());
+    const auto workers = m_split ? std::clamp<std::int64_t>(maxBatch / kMinRowsPerWorker, 1, threads) : 1;
+    const auto share = [&](std::int64_t n) { return (n + workers - 1) / workers; };
+    cpu::Bf16Router router(threads, static_cast<int>(workers));
+    if (readHostCpu().bf16Units.empty() && !router.forced()) {
+        // No bf16 units: oneDNN's emulation (the lane says "bf16 emulated"); nothing to time.
+        m_routes = "oneDNN bf16 for every GEMM";
+        return;
+    }
+    const auto rows = share(maxBatch);
+    for (std::size_t i = 0; i < m_layers.size(); ++i) {
+        auto& l = m_layers[i];
+        l.forward = router.route({rows, l.out, l.in, false, true});
+        if (i > 0) {
+            l.inputGrad = router.route({rows, l.in, l.out, false, false});
+        }
+        l.weightGrad = router.route({share(l.out), l.in, maxBatch, true, false});
+    }
+    m_routes = router.summary();
+}
+
 void DenseStep::fixShares(ShareBalancer& shares, std::int64_t workers) const {
     const auto n = static_cast<std::size_t>(workers);
     if (m_balance || workers < 2 || shares.fractions().size() == n) {
@@ -267,15 +285,12 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];
         auto out = l.act.narrow(0, r0, n);
-        if (m_mkl) {
+        if (m_bf16) {
             float* sums = m_sums.data_ptr<float>() + r0 * m_sumsLd;
-            cpu::gemmBf16F32(false, true, n, l.out, l.in, bf16Ptr(prev), l.in, bf16Ptr(l.wb), l.in, 0.0f, sums,
-                             m_sumsLd);
+            cpu::gemmBf16Routed(l.forward, {n, l.out, l.in, false, true}, bf16Ptr(prev), l.in, bf16Ptr(l.wb), l.in,
+                                sums, m_sumsLd);
             cpu::biasReluDropout(sums, m_sumsLd, bf16Ptr(out), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i],
                                  s.seeds[i], r0);
-        } else if (m_bf16) {
-            at::mm_out(out, prev, l.wb.t());
-            cpu::biasReluDropout(bf16Ptr(out), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i], s.seeds[i], r0);
         } else {
             at::mm_out(out, prev, l.w.t());
             cpu::biasReluDropout(out.data_ptr<float>(), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i], s.seeds[i],
@@ -305,10 +320,10 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
         auto dBelow = lower.grad.narrow(0, r0, n);
         const float scale = s.drop[i - 1] > 0 ? 1.0f / (1.0f - s.drop[i - 1]) : 1.0f;
         const auto o = lower.out;
-        if (m_mkl) {
+        if (m_bf16) {
             float* sums = m_sums.data_ptr<float>();
-            cpu::gemmBf16F32(false, false, n, l.in, l.out, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in, 0.0f,
-                             sums + r0 * m_sumsLd, m_sumsLd);
+            cpu::gemmBf16Routed(l.inputGrad, {n, l.in, l.out, false, false}, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in,
+                                sums + r0 * m_sumsLd, m_sumsLd);
             eachBlock(r0, r1, [&](std::int64_t block, std::int64_t r, std::int64_t rows) {
                 cpu::reluDropoutBackward(sums + r * m_sumsLd, m_sumsLd, bf16Ptr(lower.grad) + r * o,
                                          bf16Ptr(lower.act) + r * o, rows, o, scale,
@@ -316,16 +331,10 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
             });
             continue;
         }
-        at::mm_out(dBelow, d, m_bf16 ? l.wb : l.w);
+        at::mm_out(dBelow, d, l.w);
         eachBlock(r0, r1, [&](std::int64_t block, std::int64_t r, std::int64_t rows) {
-            float* parts = lower.biasParts.data() + block * o;
-            if (m_bf16) {
-                cpu::reluDropoutBackward(bf16Ptr(lower.grad) + r * o, bf16Ptr(lower.act) + r * o, rows, o, scale,
-                                         parts);
-            } else {
-                cpu::reluDropoutBackward(lower.grad.data_ptr<float>() + r * o, lower.act.data_ptr<float>() + r * o,
-                                         rows, o, scale, parts);
-            }
+            cpu::reluDropoutBackward(lower.grad.data_ptr<float>() + r * o, lower.act.data_ptr<float>() + r * o, rows, o,
+                                     scale, lower.biasParts.data() + block * o);
         });
     }
     s.finished[static_cast<std::size_t>(worker)] = secondsSince(s.regionStart, Clock::now());
@@ -343,14 +352,9 @@ void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
         // dW = d^T act_{l-1}, these units' rows of it, over the whole batch.
         const auto below = i > 0 ? m_layers[i - 1].act.narrow(0, 0, s.rows) : m_input.narrow(0, 0, s.rows);
         const auto weights = l.offset + o0 * l.in;
-        if (m_mkl) {
-            cpu::gemmBf16F32(true, false, units, l.in, s.rows, bf16Ptr(l.grad) + o0, l.out, bf16Ptr(below), l.in, 0.0f,
-                             l.gw.data_ptr<float>() + o0 * l.in, l.in);
-        } else if (m_bf16) {
-            const auto d = l.grad.narrow(0, 0, s.rows).narrow(1, o0, units);
-            auto tmp = m_weightTmp.narrow(0, weights, units * l.in).view({units, l.in});
-            at::mm_out(tmp, d.t(), below);
-            cpu::toFloat(bf16Ptr(tmp), l.gw.data_ptr<float>() + o0 * l.in, units * l.in);
+        if (m_bf16) {
+            cpu::gemmBf16Routed(l.weightGrad, {units, l.in, s.rows, true, false}, bf16Ptr(l.grad) + o0, l.out,
+                                bf16Ptr(below), l.in, l.gw.data_ptr<float>() + o0 * l.in, l.in);
         } else {
             const auto d = l.grad.narrow(0, 0, s.rows).narrow(1, o0, units);
             auto gw = l.gw.narrow(0, o0, units);
@@ -472,10 +476,8 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
 }
 
 std::string DenseStep::describe() const {
-    if (m_mkl) {
-        return "fused dense step (bf16 GEMMs by MKL with fp32 sums, fp32 master weights)";
-    }
-    return m_bf16 ? "fused dense step (bf16 GEMMs, fp32 master weights)" : "fused dense step";
+    return m_bf16 ? fmt::format("fused dense step (bf16 GEMMs with fp32 sums: {}; fp32 master weights)", m_routes)
+                  : "fused dense step";
 }
 
 std::vector<double> DenseStep::threadSpeeds() const {

@@ -29,6 +29,7 @@
 
 #include "data/lane_data.h"
 #include "devicerace/lane_spec.h"
+#include "kernels/bf16_routes.h"
 #include "models/models.h"
 #include "train/fused_step.h"
 #include "train/share_balancer.h"
@@ -72,8 +73,11 @@ private:
         std::int64_t offset = 0; // of the weights in the flat buffer (the bias follows them)
         bool relu = false;
         float dropout = 0;
-        at::Tensor w, b, gw, gb;      // views of the flat params / grads
-        at::Tensor wb;                // bf16: view of the mirror
+        at::Tensor w, b, gw, gb; // views of the flat params / grads
+        at::Tensor wb;           // bf16: view of the mirror
+        // bf16: the routes of its forward GEMM, its input-gradient GEMM and its weight-gradient GEMM
+        cpu::Bf16Route forward = cpu::Bf16Route::OneDnn, inputGrad = cpu::Bf16Route::OneDnn,
+                       weightGrad = cpu::Bf16Route::OneDnn;
         at::Tensor act, grad;         // [maxBatch, out]: the layer's output and its gradient
         std::vector<float> biasParts; // [blocks, out]: each block of rows' bias gradient
     };
@@ -91,6 +95,8 @@ private:
     void unitsPass(StepState& s, std::int64_t worker);
     /// Before a region: a fixed split (DEVICERACE_DENSE_BALANCE) sets the shares.
     void fixShares(ShareBalancer& shares, std::int64_t workers) const;
+    /// bf16: each layer's three GEMM routes, at the shapes of a full batch split as a step splits it.
+    void chooseRoutes(std::int64_t maxBatch);
     /// After a region: the balancer learns from when each worker finished its share.
     template <class ShareOf>
     void learnShares(ShareBalancer& shares, StepState& s, const ShareOf& shareOf) const;
@@ -105,11 +111,10 @@ private:
     const DeviceData& m_data;
     std::vector<std::int64_t> m_inputShape;
     at::Tensor m_params, m_grads, m_mirror;
-    at::Tensor m_input;     // [maxBatch, in]: the batch as the first GEMM reads it
-    at::Tensor m_weightTmp; // bf16 by oneDNN: the weight gradients (flat-buffer offsets) before they become fp32
-    bool m_mkl = false;     // bf16 GEMMs by MKL, fp32 sums (kernels/mkl_gemm.h)
-    at::Tensor m_sums;      // MKL: [maxBatch, m_sumsLd] fp32, a GEMM's sums before they become bf16
+    at::Tensor m_input; // [maxBatch, in]: the batch as the first GEMM reads it
+    at::Tensor m_sums;  // bf16: [maxBatch, m_sumsLd] fp32, a GEMM's sums before they become bf16
     std::int64_t m_sumsLd = 0;
+    std::string m_routes; // bf16: what chose the GEMM routes, for describe()
     bool m_byteInput = false;
     float m_scale = 1, m_shift = 0; // bytes -> network input
 };

@@ -14,7 +14,8 @@
 #include "kernels/cpu_kernels.h"
 #include "kernels/attention_kernels.h"
 #include "kernels/gpt_kernels.h"
-#include "kernels/mkl_gemm.h"
+#include "devices/cpu_info.h"
+#include "kernels/bf16_routes.h"
 #include "train/lane_optimizer.h"
 
 namespace devicerace::detail {
@@ -64,9 +65,8 @@ std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Devic
         view->wte.size(1) % view->heads != 0) {
         return "a decoder shape it does not handle";
     }
-    if (precision == Precision::Bf16 && !cpu::mklBf16Preferred()) {
-        return cpu::haveMklBf16Gemm() ? "bf16 without AMX, where MKL's bf16 GEMM was not measured"
-                                      : "bf16 without MKL's bf16 GEMM";
+    if (precision == Precision::Bf16 && readHostCpu().bf16Units.empty()) {
+        return "bf16 on a CPU without bf16 units";
     }
     const auto bytes = static_cast<std::int64_t>(view->blocks.size()) * batch * view->heads * seq * seq * 4;
     if (bytes > kMaxAttentionBytes) {
@@ -77,6 +77,9 @@ std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Devic
 
 GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) : m_bf16(bf16) {
     torch::NoGradGuard noGrad;
+    if (bf16) {
+        m_router = std::make_unique<cpu::Bf16Router>(at::get_num_threads());
+    }
     const auto view = *net.gptView();
     m_dropout = dropoutOffForTests() ? 0.0f : static_cast<float>(view.dropout);
     m_maxBatch = maxBatch;
@@ -216,8 +219,8 @@ void GptStep::gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const
         return;
     }
     const auto oa = operand(a), ob = operand(b);
-    cpu::gemmBf16F32(oa.trans, ob.trans, a.size(0), b.size(1), a.size(1), bf16(a), oa.ld, bf16(b), ob.ld, 0.0f, f32(c),
-                     c.stride(0));
+    const cpu::GemmShape shape{a.size(0), b.size(1), a.size(1), oa.trans, ob.trans};
+    cpu::gemmBf16Routed(m_router->route(shape), shape, bf16(a), oa.ld, bf16(b), ob.ld, f32(c), c.stride(0));
 }
 
 at::Tensor GptStep::gemmInput(const at::Tensor& f32Values, const at::Tensor& buffer) const {
@@ -451,9 +454,15 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
 
 std::string GptStep::describe() const {
     const char* attention = m_tiles ? "causal attention tiles" : "attention by bmm";
-    return m_bf16 ? fmt::format("fused transformer step (bf16 GEMMs by MKL with fp32 sums, fp32 {} and master weights)",
-                                attention)
-                  : fmt::format("fused transformer step ({})", attention);
+    if (!m_bf16) {
+        return fmt::format("fused transformer step ({})", attention);
+    }
+    auto routes = m_router->summary();
+    if (routes.empty()) {
+        routes = "each shape's fastest route, timed at its first use";
+    }
+    return fmt::format("fused transformer step (bf16 GEMMs with fp32 results: {}; fp32 {} and master weights)", routes,
+                       attention);
 }
 
 std::string GptStep::describeThreads() const {

@@ -3,8 +3,8 @@
 // the pre-LayerNorm blocks (causal attention, GELU MLP), the tied head, the token cross-entropy,
 // their backward, dropout (the masks laneDropout draws) and the optimizer, without autograd, in
 // buffers allocated once.
-// GEMMs: fp32 through ATen's mm_out (MKL sgemm); bf16 through MKL's bf16 GEMM with fp32 sums
-// (kernels/mkl_gemm.h), reading bf16 activations and a bf16 mirror of the weights. Everything
+// GEMMs: fp32 through ATen's mm_out (MKL sgemm); bf16 by each shape's fastest route with fp32
+// results (kernels/bf16_routes.h), reading bf16 activations and a bf16 mirror of the weights. Everything
 // else stays fp32 in one-pass loops (kernels/gpt_kernels.h), which write a GEMM's bf16 input
 // directly: no casts of weights or activations as autocast makes, no bf16 elementwise kernels.
 // Attention: fp32 in both precisions (as causalAttention does at short sequences), the scores
@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@
 #include "train/fused_step.h"
 
 namespace devicerace::detail {
+
+namespace cpu {
+class Bf16Router;
+} // namespace cpu
 
 class GptStep final : public FusedStep {
 public:
@@ -73,8 +78,8 @@ private:
     void backward(std::int64_t batch, std::int64_t seq);
     void attentionForward(Block& k, std::int64_t batch, std::int64_t seq);
     void attentionBackward(Block& k, std::int64_t batch, std::int64_t seq);
-    /// c = a · b (c = a · b + c when `accumulate`): 2-D views, either of a and b may be a
-    /// transposed view; c fp32 with contiguous rows. bf16: a and b bf16, MKL's GEMM.
+    /// c = a · b: 2-D views, either of a and b may be a transposed view; c fp32 with contiguous
+    /// rows. bf16: a and b bf16, the shape's route (m_router).
     void gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const;
     /// `f32` as a GEMM reads it: itself (fp32), or its bf16 copy in `buffer` (same shape).
     at::Tensor gemmInput(const at::Tensor& f32, const at::Tensor& buffer) const;
@@ -91,8 +96,9 @@ private:
     }
 
     bool m_bf16 = false;
-    float m_dropout = 0;                // after the embeddings and each block's two branches
-    std::vector<std::uint64_t> m_seeds; // this step's dropout seeds (see seedOf)
+    std::unique_ptr<cpu::Bf16Router> m_router; // bf16: each GEMM shape's route, chosen at its first use
+    float m_dropout = 0;                       // after the embeddings and each block's two branches
+    std::vector<std::uint64_t> m_seeds;        // this step's dropout seeds (see seedOf)
     std::int64_t m_maxBatch = 0, m_seq = 0, m_heads = 0, m_width = 0, m_vocabulary = 0;
     std::int64_t m_decayed = 0;
     at::Tensor m_params, m_grads, m_mirror;

@@ -1,0 +1,264 @@
+// bf16 GEMM routes and their choice by measurement (see bf16_routes.h).
+#include "kernels/bf16_routes.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "devices/bf16_route_cache.h"
+#include "kernels/mkl_gemm.h"
+
+namespace devicerace::detail::cpu {
+
+namespace {
+
+constexpr double kTrialSeconds = 0.002; // one trial's calls last about this long
+constexpr int kMaxCallsPerTrial = 1000;
+
+// Scratch of the calling thread: the oneDNN route's bf16 result, the fp32 route's inputs.
+struct Scratch {
+    std::vector<Bf16> result;
+    std::vector<float> a, b;
+};
+Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+}
+
+at::Tensor bf16View(const Bf16* p, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool trans) {
+    // Stored [rows x cols] (or [cols x rows] when transposed), row stride ld.
+    auto t = trans ? at::from_blob(const_cast<Bf16*>(p), {cols, rows}, {ld, 1}, at::kBFloat16)
+                   : at::from_blob(const_cast<Bf16*>(p), {rows, cols}, {ld, 1}, at::kBFloat16);
+    return trans ? t.t() : t;
+}
+
+// A stored [rows x cols] operand (row stride ld) widened into a packed fp32 buffer.
+at::Tensor widen(const Bf16* src, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::vector<float>& dst) {
+    dst.resize(static_cast<std::size_t>(rows * cols));
+    auto out = at::from_blob(dst.data(), {rows, cols}, at::kFloat);
+    out.copy_(at::from_blob(const_cast<Bf16*>(src), {rows, cols}, {ld, 1}, at::kBFloat16));
+    return out;
+}
+
+std::optional<Bf16Route> forcedRoute() {
+    const char* env = std::getenv("DEVICERACE_BF16_ROUTE");
+    if (!env || !*env || std::string_view(env) == "measure") {
+        return std::nullopt;
+    }
+    const auto r = bf16RouteFromKey(env);
+    if (!r) {
+        throw std::invalid_argument(
+            fmt::format("DEVICERACE_BF16_ROUTE={}: expected mkl, onednn, fp32 or measure", env));
+    }
+    if (*r == Bf16Route::Mkl && !haveMklBf16Gemm()) {
+        throw std::invalid_argument("DEVICERACE_BF16_ROUTE=mkl: this LibTorch has no MKL bf16 GEMM");
+    }
+    return r;
+}
+
+} // namespace
+
+const char* bf16RouteName(Bf16Route route) {
+    switch (route) {
+    case Bf16Route::Mkl: return "MKL bf16";
+    case Bf16Route::OneDnn: return "oneDNN bf16";
+    case Bf16Route::Fp32: return "fp32";
+    }
+    return "?";
+}
+
+const char* bf16RouteKey(Bf16Route route) {
+    switch (route) {
+    case Bf16Route::Mkl: return "mkl";
+    case Bf16Route::OneDnn: return "onednn";
+    case Bf16Route::Fp32: return "fp32";
+    }
+    return "?";
+}
+
+std::optional<Bf16Route> bf16RouteFromKey(std::string_view key) {
+    for (const auto r : {Bf16Route::Mkl, Bf16Route::OneDnn, Bf16Route::Fp32}) {
+        if (key == bf16RouteKey(r)) {
+            return r;
+        }
+    }
+    return std::nullopt;
+}
+
+std::vector<Bf16Route> availableBf16Routes() {
+    std::vector<Bf16Route> out;
+    if (haveMklBf16Gemm()) {
+        out.push_back(Bf16Route::Mkl);
+    }
+    out.push_back(Bf16Route::OneDnn);
+    out.push_back(Bf16Route::Fp32);
+    return out;
+}
+
+std::string gemmShapeText(const GemmShape& s) {
+    return fmt::format("{}x{}x{} {}{}", s.m, s.n, s.k, s.transA ? 'T' : 'N', s.transB ? 'T' : 'N');
+}
+
+void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int64_t lda, const Bf16* b,
+                    std::int64_t ldb, float* c, std::int64_t ldc) {
+    switch (route) {
+    case Bf16Route::Mkl: gemmBf16F32(s.transA, s.transB, s.m, s.n, s.k, a, lda, b, ldb, 0.0f, c, ldc); return;
+    case Bf16Route::OneDnn: {
+        auto& result = scratch().result;
+        result.resize(static_cast<std::size_t>(s.m * s.n));
+        auto out = at::from_blob(result.data(), {s.m, s.n}, at::kBFloat16);
+        at::mm_out(out, bf16View(a, s.m, s.k, lda, s.transA), bf16View(b, s.k, s.n, ldb, s.transB));
+        at::from_blob(c, {s.m, s.n}, {ldc, 1}, at::kFloat).copy_(out);
+        return;
+    }
+    case Bf16Route::Fp32: {
+        auto& sc = scratch();
+        // Stored shapes: a is [m x k] or [k x m], b is [k x n] or [n x k].
+        const auto aRows = s.transA ? s.k : s.m, aCols = s.transA ? s.m : s.k;
+        const auto bRows = s.transB ? s.n : s.k, bCols = s.transB ? s.k : s.n;
+        const auto ta = widen(a, aRows, aCols, lda, sc.a);
+        const auto tb = widen(b, bRows, bCols, ldb, sc.b);
+        auto out = at::from_blob(c, {s.m, s.n}, {ldc, 1}, at::kFloat);
+        at::mm_out(out, s.transA ? ta.t() : ta, s.transB ? tb.t() : tb);
+        return;
+    }
+    }
+}
+
+RouteChoice pickBf16Route(const std::vector<Bf16Route>& candidates, const std::function<double(Bf16Route)>& seconds,
+                          int trials) {
+    if (candidates.empty()) {
+        throw std::invalid_argument("no bf16 GEMM route to choose from");
+    }
+    trials = std::max(1, trials);
+    std::vector<std::vector<double>> times(candidates.size());
+    for (int t = 0; t < trials; ++t) {
+        for (std::size_t i = 0; i < candidates.size(); ++i) {
+            times[i].push_back(seconds(candidates[i]));
+        }
+    }
+    RouteChoice out;
+    double best = 0;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        auto& v = times[i];
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        const double median = v[v.size() / 2];
+        out.timings.push_back({candidates[i], median});
+        if (i == 0 || median < best) {
+            best = median;
+            out.route = candidates[i];
+        }
+    }
+    return out;
+}
+
+double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers) {
+    workers = std::max(1, workers);
+    const auto aRows = shape.transA ? shape.k : shape.m, aCols = shape.transA ? shape.m : shape.k;
+    const auto bRows = shape.transB ? shape.n : shape.k, bCols = shape.transB ? shape.k : shape.n;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    std::vector<at::Tensor> as, bs, cs;
+    for (int w = 0; w < workers; ++w) {
+        as.push_back(at::randn({aRows, aCols}, gen).to(at::kBFloat16));
+        bs.push_back(at::randn({bRows, bCols}, gen).to(at::kBFloat16));
+        cs.push_back(at::empty({shape.m, shape.n}, at::kFloat));
+    }
+    const auto once = [&](int w) {
+        gemmBf16Routed(route, shape, reinterpret_cast<const Bf16*>(as[w].data_ptr<at::BFloat16>()), aCols,
+                       reinterpret_cast<const Bf16*>(bs[w].data_ptr<at::BFloat16>()), bCols, cs[w].data_ptr<float>(),
+                       shape.n);
+    };
+    const auto call = [&] {
+        if (workers == 1) {
+            once(0);
+            return;
+        }
+        at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
+            for (auto w = begin; w < end; ++w) {
+                once(static_cast<int>(w));
+            }
+        });
+    };
+    using Clock = std::chrono::steady_clock;
+    call(); // warm: packing buffers, the library's first-call set-up, the scratch
+    auto t0 = Clock::now();
+    call();
+    const double first = std::chrono::duration<double>(Clock::now() - t0).count();
+    const int calls = std::clamp(static_cast<int>(kTrialSeconds / std::max(first, 1e-7)), 1, kMaxCallsPerTrial);
+    t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) {
+        call();
+    }
+    return std::chrono::duration<double>(Clock::now() - t0).count() / calls;
+}
+
+Bf16Router::Bf16Router(int threads, int workers, Timer timer)
+    : m_threads(std::max(1, threads)), m_workers(std::max(1, workers)), m_timer(std::move(timer)),
+      m_forced(forcedRoute()) {
+    if (!m_timer) {
+        const int w = m_workers;
+        m_timer = [w](Bf16Route r, const GemmShape& s) { return timeBf16Route(r, s, w); };
+    }
+}
+
+Bf16Route Bf16Router::route(const GemmShape& shape) {
+    const auto text = gemmShapeText(shape);
+    if (const auto it = m_routes.find(text); it != m_routes.end()) {
+        return it->second;
+    }
+    if (m_forced) {
+        return m_routes[text] = *m_forced;
+    }
+    const auto key = bf16RouteCacheKey(m_threads, m_workers, text);
+    const auto available = availableBf16Routes();
+    if (const auto kept = cachedBf16Route(key)) {
+        if (const auto r = bf16RouteFromKey(*kept);
+            r && std::find(available.begin(), available.end(), *r) != available.end()) {
+            return m_routes[text] = *r;
+        }
+    }
+    const auto choice = pickBf16Route(available, [&](Bf16Route r) { return m_timer(r, shape); });
+    std::vector<std::pair<std::string, double>> seconds;
+    for (const auto& t : choice.timings) {
+        seconds.emplace_back(bf16RouteKey(t.route), t.seconds);
+    }
+    keepBf16Route(key, bf16RouteKey(choice.route), seconds);
+    return m_routes[text] = choice.route;
+}
+
+std::string Bf16Router::summary() const {
+    if (m_routes.empty()) {
+        return {};
+    }
+    const auto threads = fmt::format("{} thread{}{}", m_threads, m_threads == 1 ? "" : "s",
+                                     m_workers > 1 ? fmt::format(" x {} workers", m_workers) : "");
+    if (m_forced) {
+        return fmt::format("{} for every GEMM (DEVICERACE_BF16_ROUTE)", bf16RouteName(*m_forced));
+    }
+    std::map<Bf16Route, int> byRoute;
+    for (const auto& [shape, r] : m_routes) {
+        ++byRoute[r];
+    }
+    // The route most shapes took first (a tie in the routes' order).
+    std::vector<std::pair<Bf16Route, int>> counts(byRoute.begin(), byRoute.end());
+    std::stable_sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    const auto total = m_routes.size();
+    std::string out;
+    for (const auto& [r, n] : counts) {
+        if (out.empty()) {
+            out = counts.size() == 1 ? fmt::format("{} for every GEMM shape ({})", bf16RouteName(r), total)
+                                     : fmt::format("{} for {} of {} GEMM shapes", bf16RouteName(r), n, total);
+        } else {
+            out += fmt::format(", {} for {}", bf16RouteName(r), n);
+        }
+    }
+    return out + fmt::format(" (the fastest timed on this CPU at {})", threads);
+}
+
+} // namespace devicerace::detail::cpu

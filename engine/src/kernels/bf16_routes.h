@@ -1,0 +1,100 @@
+#pragma once
+// The routes a bf16 GEMM of a fused step (bf16 inputs, an fp32 result) can take on a CPU, and the
+// choice among them by measurement. Which library is fastest at a shape differs between CPUs
+// (MKL's bf16 GEMM uses AMX on an Intel Xeon; on an AMD EPYC with AVX-512 BF16 oneDNN's may be the
+// fast one) and between shapes (a small GEMM pays a library's fixed cost), so each shape a step
+// uses is timed on every route once per CPU model, thread count and LibTorch version, and the
+// fastest is kept (devices/bf16_route_cache.h) beside the GEMM peaks. Torch-free header.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/cpu_kernels.h"
+
+namespace devicerace::detail::cpu {
+
+enum class Bf16Route {
+    Mkl,    // MKL's cblas_gemm_bf16bf16f32: bf16 inputs, fp32 sums
+    OneDnn, // at::mm on bf16 tensors (oneDNN): a bf16 result, widened to fp32
+    Fp32,   // both inputs widened to fp32, at::mm in fp32 (MKL's sgemm)
+};
+
+/// "MKL bf16", "oneDNN bf16", "fp32".
+const char* bf16RouteName(Bf16Route route);
+/// The lowercase names the cache and DEVICERACE_BF16_ROUTE use: "mkl", "onednn", "fp32".
+const char* bf16RouteKey(Bf16Route route);
+std::optional<Bf16Route> bf16RouteFromKey(std::string_view key);
+
+/// The routes this process can take, in order of preference on a tie: MKL's only where the
+/// LibTorch in this process exports it (haveMklBf16Gemm).
+std::vector<Bf16Route> availableBf16Routes();
+
+struct GemmShape {
+    std::int64_t m = 0, n = 0, k = 0;
+    bool transA = false, transB = false;
+};
+
+/// "768x384x128 NT" (m x n x k, then a' and b' as stored: N or T).
+std::string gemmShapeText(const GemmShape& s);
+
+/// Row-major c[m x n] (row stride ldc) = a' b', a' = a [m x k] or a^T (a stored [k x m]), b' = b
+/// [k x n] or b^T (b stored [n x k]), leading dimensions as stored, by `route`. The oneDNN and fp32
+/// routes use scratch buffers of the calling thread. Threads: the library's own (the lane's
+/// intra-op count), one inside a parallel region.
+void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int64_t lda, const Bf16* b,
+                    std::int64_t ldb, float* c, std::int64_t ldc);
+
+struct RouteTiming {
+    Bf16Route route;
+    double seconds = 0; // the median trial's
+};
+
+struct RouteChoice {
+    Bf16Route route = Bf16Route::Fp32;
+    std::vector<RouteTiming> timings; // each candidate's, in the candidates' order
+};
+
+/// The fastest of `candidates` (not empty) by the median of `trials` calls of `seconds(route)`,
+/// the routes interleaved trial by trial so that a drift of the machine's speed touches each
+/// alike. The earlier candidate wins a tie.
+RouteChoice pickBf16Route(const std::vector<Bf16Route>& candidates, const std::function<double(Bf16Route)>& seconds,
+                          int trials = 3);
+
+/// Seconds of one trial of `route` at `shape`: enough calls on random operands to last ~2 ms,
+/// per call. `workers` > 1 runs that many of the GEMMs at once, one per thread of one parallel
+/// region (a fused dense step's split: each worker's share with one thread).
+double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers);
+
+/// One step's bf16 GEMM routes: each shape's route, decided at its first use from the cache
+/// (devices/bf16_route_cache.h), else by timing every available route (then cached), unless
+/// DEVICERACE_BF16_ROUTE names one route for every shape (tests and benchmarks).
+class Bf16Router {
+public:
+    using Timer = std::function<double(Bf16Route, const GemmShape&)>;
+    /// `threads`: the intra-op threads the GEMMs run on (or, with `workers` > 1, the workers that
+    /// each run one share with one thread); part of the cache key. `timer`: the trial a choice is
+    /// made by (default: timeBf16Route); tests pass a fake.
+    explicit Bf16Router(int threads, int workers = 1, Timer timer = {});
+
+    Bf16Route route(const GemmShape& shape);
+    /// The route DEVICERACE_BF16_ROUTE names for every shape, if it names one.
+    std::optional<Bf16Route> forced() const { return m_forced; }
+    /// The shapes seen so far and their routes (key: gemmShapeText).
+    const std::map<std::string, Bf16Route>& routes() const { return m_routes; }
+    /// "MKL bf16 for 12 of 14 GEMM shapes, oneDNN bf16 for 2 (timed on this CPU, 2 threads)";
+    /// "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)"; empty before the first shape.
+    std::string summary() const;
+
+private:
+    int m_threads;
+    int m_workers;
+    Timer m_timer;
+    std::optional<Bf16Route> m_forced;
+    std::map<std::string, Bf16Route> m_routes;
+};
+
+} // namespace devicerace::detail::cpu

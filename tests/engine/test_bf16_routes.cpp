@@ -1,0 +1,207 @@
+// The bf16 GEMM routes of the fused steps: every route computes the product, the fastest by
+// measurement wins (a fake timer picks each one), the choice is kept per CPU and read back
+// without timing again, and DEVICERACE_BF16_ROUTE forces one route or is refused clearly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "devices/bf16_route_cache.h"
+#include "kernels/bf16_routes.h"
+#include "kernels/cpu_kernels.h"
+#include "test_util.h"
+
+using namespace devicerace::detail;
+using cpu::Bf16Route;
+
+namespace {
+
+struct CacheDir {
+    devicerace::test::TempDir dir;
+    CacheDir() { ::setenv("DEVICERACE_CACHE_DIR", dir.path().c_str(), 1); }
+    ~CacheDir() { ::unsetenv("DEVICERACE_CACHE_DIR"); }
+};
+
+struct ForcedRoute {
+    explicit ForcedRoute(const char* value) { ::setenv("DEVICERACE_BF16_ROUTE", value, 1); }
+    ~ForcedRoute() { ::unsetenv("DEVICERACE_BF16_ROUTE"); }
+};
+
+// A timer that makes `fastest` take 1 ms a call and every other route 3 ms.
+cpu::Bf16Router::Timer fastestIs(Bf16Route fastest, int* calls = nullptr) {
+    return [fastest, calls](Bf16Route r, const cpu::GemmShape&) {
+        if (calls) {
+            ++*calls;
+        }
+        return r == fastest ? 1e-3 : 3e-3;
+    };
+}
+
+std::vector<cpu::Bf16> bf16Values(const std::vector<float>& v) {
+    std::vector<cpu::Bf16> out(v.size());
+    cpu::toBf16(v.data(), out.data(), static_cast<std::int64_t>(v.size()));
+    return out;
+}
+
+std::vector<float> floats(const std::vector<cpu::Bf16>& v) {
+    std::vector<float> out(v.size());
+    cpu::toFloat(v.data(), out.data(), static_cast<std::int64_t>(v.size()));
+    return out;
+}
+
+} // namespace
+
+TEST(Bf16Routes, TheFastestByTheMedianOfTrialsWins) {
+    for (const auto fastest : {Bf16Route::Mkl, Bf16Route::OneDnn, Bf16Route::Fp32}) {
+        const auto choice = cpu::pickBf16Route({Bf16Route::Mkl, Bf16Route::OneDnn, Bf16Route::Fp32},
+                                               [&](Bf16Route r) { return r == fastest ? 1e-3 : 2e-3; });
+        EXPECT_EQ(choice.route, fastest) << cpu::bf16RouteName(fastest);
+        ASSERT_EQ(choice.timings.size(), 3u);
+        EXPECT_EQ(choice.timings[1].route, Bf16Route::OneDnn);
+    }
+    // One slow trial (a neighbour's burst) does not decide: the median does.
+    int trial = 0;
+    const auto choice = cpu::pickBf16Route({Bf16Route::OneDnn, Bf16Route::Fp32}, [&](Bf16Route r) {
+        ++trial;
+        if (r == Bf16Route::OneDnn) {
+            return trial == 1 ? 9e-3 : 1e-3;
+        }
+        return 2e-3;
+    });
+    EXPECT_EQ(choice.route, Bf16Route::OneDnn);
+    EXPECT_DOUBLE_EQ(choice.timings[0].seconds, 1e-3);
+    // A tie goes to the earlier candidate.
+    EXPECT_EQ(cpu::pickBf16Route({Bf16Route::Fp32, Bf16Route::OneDnn}, [](Bf16Route) { return 1e-3; }).route,
+              Bf16Route::Fp32);
+    EXPECT_THROW(cpu::pickBf16Route({}, [](Bf16Route) { return 1.0; }), std::invalid_argument);
+}
+
+TEST(Bf16Routes, ARouterKeepsEachShapesChoiceAndReadsItBack) {
+    CacheDir cache;
+    const cpu::GemmShape forward{768, 384, 128, false, true}, weightGrad{384, 128, 768, true, false};
+    int calls = 0;
+    {
+        cpu::Bf16Router router(2, 1, fastestIs(Bf16Route::Fp32, &calls));
+        EXPECT_EQ(router.route(forward), Bf16Route::Fp32);
+        EXPECT_EQ(router.route(forward), Bf16Route::Fp32); // known: not timed again
+        EXPECT_EQ(calls, 3 * static_cast<int>(cpu::availableBf16Routes().size()));
+    }
+    {
+        cpu::Bf16Router router(2, 1, fastestIs(Bf16Route::OneDnn, &calls));
+        calls = 0;
+        EXPECT_EQ(router.route(forward), Bf16Route::Fp32); // from the cache file
+        EXPECT_EQ(calls, 0);
+        EXPECT_EQ(router.route(weightGrad), Bf16Route::OneDnn); // a new shape is timed
+        EXPECT_GT(calls, 0);
+        EXPECT_EQ(router.summary(),
+                  "oneDNN bf16 for 1 of 2 GEMM shapes, fp32 for 1 (the fastest timed on this CPU at 2 threads)");
+    }
+    // Another thread count is another choice.
+    cpu::Bf16Router one(1, 1, fastestIs(Bf16Route::OneDnn));
+    EXPECT_EQ(one.route(forward), Bf16Route::OneDnn);
+    const auto counts = cachedBf16RouteCounts();
+    ASSERT_EQ(counts.size(), 2u);
+    EXPECT_EQ(counts.at("2 threads").at("fp32"), 1);
+    EXPECT_EQ(counts.at("2 threads").at("onednn"), 1);
+    EXPECT_EQ(counts.at("1 thread").at("onednn"), 1);
+    std::ifstream in(bf16RouteCacheFile());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("768x384x128 NT"), std::string::npos) << text;
+    EXPECT_NE(text.find("seconds_per_call"), std::string::npos) << text;
+}
+
+TEST(Bf16Routes, ABrokenCacheIsTimedOverNotAnError) {
+    CacheDir cache;
+    { std::ofstream(cache.dir / "bf16-routes.json") << "{ not json"; }
+    cpu::Bf16Router router(1, 1, fastestIs(Bf16Route::OneDnn));
+    EXPECT_EQ(router.route({64, 64, 64, false, false}), Bf16Route::OneDnn);
+    EXPECT_EQ(cachedBf16RouteCounts().at("1 thread").at("onednn"), 1);
+}
+
+TEST(Bf16Routes, TheEnvironmentForcesOneRouteOrIsRefused) {
+    CacheDir cache;
+    {
+        ForcedRoute forced("fp32");
+        int calls = 0;
+        cpu::Bf16Router router(1, 1, fastestIs(Bf16Route::OneDnn, &calls));
+        EXPECT_EQ(router.route({64, 64, 64, false, false}), Bf16Route::Fp32);
+        EXPECT_EQ(calls, 0);
+        EXPECT_EQ(router.summary(), "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)");
+    }
+    ForcedRoute bad("fastest");
+    try {
+        cpu::Bf16Router router(1);
+        FAIL() << "a route name it does not know was taken";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("DEVICERACE_BF16_ROUTE=fastest: expected mkl, onednn, fp32 or measure"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+// Each route's product equals the fp32 product of the same bf16 inputs (the MKL and fp32 routes
+// sum in fp32; oneDNN's result is rounded to bf16 once), for every transpose and strided rows.
+TEST(Bf16Routes, EveryRouteComputesTheProduct) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    const std::int64_t m = 37, n = 29, k = 53, pad = 3;
+    for (const bool ta : {false, true}) {
+        for (const bool tb : {false, true}) {
+            // Stored shapes with `pad` extra columns per row (leading dimensions as stored).
+            const auto aRows = ta ? k : m, aCols = ta ? m : k, bRows = tb ? n : k, bCols = tb ? k : n;
+            std::vector<float> af(static_cast<std::size_t>(aRows * (aCols + pad))),
+                bf(static_cast<std::size_t>(bRows * (bCols + pad)));
+            for (auto& v : af) {
+                v = normal(rng);
+            }
+            for (auto& v : bf) {
+                v = normal(rng);
+            }
+            const auto a = bf16Values(af), b = bf16Values(bf);
+            const auto ar = floats(a), br = floats(b);
+            std::vector<double> want(static_cast<std::size_t>(m * n));
+            for (std::int64_t i = 0; i < m; ++i) {
+                for (std::int64_t j = 0; j < n; ++j) {
+                    double sum = 0;
+                    for (std::int64_t p = 0; p < k; ++p) {
+                        const float x = ta ? ar[p * (aCols + pad) + i] : ar[i * (aCols + pad) + p];
+                        const float y = tb ? br[j * (bCols + pad) + p] : br[p * (bCols + pad) + j];
+                        sum += static_cast<double>(x) * y;
+                    }
+                    want[i * n + j] = sum;
+                }
+            }
+            for (const auto route : cpu::availableBf16Routes()) {
+                SCOPED_TRACE(std::string(cpu::bf16RouteName(route)) + (ta ? " T" : " N") + (tb ? "T" : "N"));
+                const std::int64_t ldc = n + 5;
+                std::vector<float> c(static_cast<std::size_t>(m * ldc), -1.0f);
+                cpu::gemmBf16Routed(route, {m, n, k, ta, tb}, a.data(), aCols + pad, b.data(), bCols + pad, c.data(),
+                                    ldc);
+                const double tolerance = route == Bf16Route::OneDnn ? 1.0 / 128 : 1e-4; // one bf16 rounding
+                for (std::int64_t i = 0; i < m; ++i) {
+                    for (std::int64_t j = 0; j < n; ++j) {
+                        const double w = want[i * n + j];
+                        ASSERT_NEAR(c[i * ldc + j], w, tolerance * std::max(1.0, std::abs(w))) << i << "," << j;
+                    }
+                    EXPECT_EQ(c[i * ldc + n], -1.0f) << "wrote past its columns";
+                }
+            }
+        }
+    }
+}
+
+// The timer the routers use by default runs the real GEMM, on one thread or split over workers.
+TEST(Bf16Routes, TheRealTimerTimesEveryRoute) {
+    for (const auto route : cpu::availableBf16Routes()) {
+        for (const int workers : {1, 2}) {
+            const double s = cpu::timeBf16Route(route, {48, 64, 32, false, true}, workers);
+            EXPECT_TRUE(std::isfinite(s) && s > 0.0) << cpu::bf16RouteName(route) << ": " << s;
+        }
+    }
+}
