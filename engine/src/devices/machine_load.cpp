@@ -76,7 +76,9 @@ double ownCpuSeconds() {
 
 double wallNow() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-std::optional<CpuTicks> readTicks(const std::filesystem::path& path) {
+} // namespace
+
+std::optional<CpuTicks> readProcStat(const std::filesystem::path& path) {
     std::ifstream in(path);
     if (!in) {
         return std::nullopt;
@@ -86,13 +88,11 @@ std::optional<CpuTicks> readTicks(const std::filesystem::path& path) {
     return parseProcStat(text.str());
 }
 
-} // namespace
-
 MachineLoad::MachineLoad(std::filesystem::path procStat) : m_path(std::move(procStat)) {
     if (const long hz = sysconf(_SC_CLK_TCK); hz > 0) {
         m_ticksPerSecond = static_cast<double>(hz);
     }
-    const auto ticks = readTicks(m_path);
+    const auto ticks = readProcStat(m_path);
     m_measurable = ticks.has_value();
     m_cpus = ticks ? ticks->cpus : 0;
 }
@@ -103,7 +103,7 @@ std::optional<MachineLoadReading> MachineLoad::read() {
     }
     const double own = ownCpuSeconds();
     const double wall = wallNow();
-    const auto ticks = readTicks(m_path);
+    const auto ticks = readProcStat(m_path);
     std::optional<MachineLoadReading> out;
     if (ticks && m_last) {
         out = machineLoadBetween(*m_last, *ticks, own - m_lastOwn, wall - m_lastWall, m_ticksPerSecond);

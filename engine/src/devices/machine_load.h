@@ -24,6 +24,8 @@ struct CpuTicks {
 
 /// Parses /proc/stat's text; nullopt when it has no aggregate "cpu " line of at least 8 numbers.
 std::optional<CpuTicks> parseProcStat(std::string_view text);
+/// Reads and parses `path` (/proc/stat); nullopt when it cannot be read or parsed.
+std::optional<CpuTicks> readProcStat(const std::filesystem::path& path = "/proc/stat");
 
 struct MachineLoadReading {
     double otherCpus = 0;  // CPUs kept busy by other processes, on average over the interval

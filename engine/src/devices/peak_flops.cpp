@@ -83,13 +83,8 @@ struct Calibration {
     }
 };
 
-std::optional<detail::CpuTicks> machineTicks() {
-    try {
-        return detail::parseProcStat(detail::readFileBounded("/proc/stat", 1u << 20));
-    } catch (const std::exception&) {
-        return std::nullopt; // not Linux, or no /proc: the CPU-share check alone
-    }
-}
+// nullopt where there is no /proc/stat (the CPU-share check alone then).
+std::optional<detail::CpuTicks> machineTicks() { return detail::readProcStat(); }
 
 // Times GEMMs on a thread of its own, so the caller's thread count and OpenMP pool stay as they
 // are. `cores`: what `threads` threads can use here (detail::usableCores), the share's whole.
