@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "charts/metric_chart.h"
-#include "palette.h"
+#include "charts/palette.h"
 #include "support/chart_paint.h"
 
 using namespace devicerace;

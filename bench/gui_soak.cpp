@@ -20,7 +20,7 @@
 
 #include "charts/metric_chart.h"
 #include "dashboard.h"
-#include "palette.h"
+#include "charts/palette.h"
 #include "race_controller.h"
 #include "support/chart_paint.h"
 #include "support/synthetic_lane.h"

@@ -5,7 +5,7 @@
 #include <QElapsedTimer>
 #include <QWidget>
 
-#include "lane_history.h"
+#include "model/lane_history.h"
 #include "race_controller.h"
 
 class QComboBox;

@@ -18,7 +18,7 @@
 #include "devicerace/lane_keys.h"
 #include "devicerace/recording.h"
 #include "remote_hosts.h"
-#include "palette.h"
+#include "charts/palette.h"
 
 namespace devicerace::ui {
 

@@ -7,7 +7,7 @@
 #include "devicerace/repeats.h"
 #include "devicerace/workload.h"
 #include "background_task.h"
-#include "palette.h"
+#include "charts/palette.h"
 
 #include <algorithm>
 #include <limits>

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "palette.h"
+#include "charts/palette.h"
 
 namespace devicerace::ui {
 

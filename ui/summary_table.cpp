@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "devicerace/format.h"
-#include "palette.h"
+#include "charts/palette.h"
 #include "race_strip.h"
 
 namespace devicerace::ui {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli_output.h"
+#include "devicerace/environment.h"
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/exports.h"
@@ -121,7 +122,7 @@ int runRemoteDevices(const std::string& host, const std::string& cliPath, bool j
 // The parent race decided that its lanes' processes run alone (waitPolicyFor): a worker then
 // keeps libgomp's default waits, as the parent does.
 static bool spinsAlone() {
-    const char* wait = std::getenv("DEVICERACE_OMP_WAIT");
+    const char* wait = devicerace::environmentSwitch("DEVICERACE_OMP_WAIT");
     return wait && std::strcmp(wait, "spin") == 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include "race_controller.h"
 #include "setup_panel.h"
 #include "video_export.h"
+#include "devicerace/environment.h"
 
 namespace {
 
@@ -223,8 +225,8 @@ int main(int argc, char** argv) {
     }
     window.setReplaySpeed(options.replaySpeed);
     std::unique_ptr<FirstFrameProbe> probe;
-    if (const QByteArray timing = qgetenv("DEVICERACE_STARTUP_TIMING"); !timing.isEmpty()) {
-        probe = std::make_unique<FirstFrameProbe>(sinceMain, timing == "exit");
+    if (const char* timing = devicerace::environmentSwitch("DEVICERACE_STARTUP_TIMING"); timing && *timing) {
+        probe = std::make_unique<FirstFrameProbe>(sinceMain, std::string_view(timing) == "exit");
         window.dashboard()->throughputChart()->view()->viewport()->installEventFilter(probe.get());
     }
     window.show();

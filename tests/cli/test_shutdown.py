@@ -91,7 +91,7 @@ class CliShutdown(unittest.TestCase):
             r = subprocess.run([CLI, "replay", rec], capture_output=True, text=True, env=env(), timeout=60)
             self.assertEqual(r.returncode, 0, r.stderr)
             # No worker process outlives the CLI for long: the stuck one leaves 3 s after it lost
-            # its parent (engine/src/workers/worker_server.cpp, kOrphanStopGrace).
+            # its parent (engine/src/serve/worker_server.cpp, kOrphanStopGrace).
             self.assertEqual(wait_for_no_orphans(), [], "worker processes left running")
             return seconds
 

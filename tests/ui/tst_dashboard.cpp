@@ -15,7 +15,7 @@
 #include "dashboard.h"
 #include "fake_recording.h"
 #include "main_window.h"
-#include "palette.h"
+#include "charts/palette.h"
 #include "race_controller.h"
 #include "recording_menu.h"
 #include "summary_table.h"

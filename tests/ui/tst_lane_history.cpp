@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "charts/repeat_band.h"
-#include "lane_history.h"
+#include "model/lane_history.h"
 #include "race_strip.h"
 
 using namespace devicerace;

@@ -10,8 +10,8 @@
 
 #include "charts/metric_chart.h"
 #include "devicerace/lane_spec.h"
-#include "lane_history.h"
-#include "palette.h"
+#include "model/lane_history.h"
+#include "charts/palette.h"
 #include "race_controller.h"
 #include "synthetic_lane.h"
 

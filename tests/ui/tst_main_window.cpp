@@ -27,7 +27,7 @@
 #include "device_panel.h"
 #include "devicerace/device_info.h"
 #include "devicerace/tensorboard.h"
-#include "palette.h"
+#include "charts/palette.h"
 #include "theme.h"
 #include "devicerace/frameworks.h"
 #include "lanes_table.h"

@@ -4,7 +4,7 @@
 
 #include <QHeaderView>
 
-#include "palette.h"
+#include "charts/palette.h"
 #include "race_controller.h"
 #include "summary_table.h"
 #include "theme.h"

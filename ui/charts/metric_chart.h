@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "axis_ticks.h"
-#include "lane_history.h"
-#include "race_controller.h"
+#include "model/lane_history.h"
+#include "model/lane_info.h"
 #include "repeat_band.h"
 
 class QCategoryAxis;

@@ -9,27 +9,10 @@
 #include "devicerace/lane.h"
 #include "devicerace/lane_spec.h"
 #include "devicerace/race_plan.h"
+#include "devicerace/race_summary.h"
 #include "devicerace/workload.h"
 
 namespace devicerace {
-
-struct RaceSummary {
-    std::string workload;
-    std::string datasetName;
-    bool synthetic = false;
-    std::string dataNote; // e.g. "no ImageNet here: racing on synthetic data"
-    bool fair = false;
-    /// This process's OMP_WAIT_POLICY as libgomp read it ("PASSIVE", "ACTIVE"; "" for libgomp's
-    /// default, which spins a while): a live race's figures depend on it. Unknown in replays.
-    std::optional<std::string> ompWaitPolicy;
-    std::int64_t tokensPerSample = 0; // language models: tokens scored per example (throughput in tokens/s)
-    /// Script lanes: the command they ran (shown, never run again from a summary or recording).
-    std::vector<std::string> command;
-    std::vector<LaneSummary> lanes;
-    std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
-    /// Why a lane with more resources is slower than one with fewer (explainSlowerLanes).
-    std::vector<std::string> explanations;
-};
 
 /// Builds one lane of a race (makeLane by default). Benchmarks and tests pass their own to race
 /// synthetic sample sources through the same controller, recorder and window.
@@ -69,47 +52,5 @@ struct ResolvedData {
 /// Throws UsageError / DataError.
 ResolvedData resolveData(const WorkloadInfo& workload, std::optional<DataMode> mode, const std::string& dataDir,
                          std::optional<std::int64_t> trainLimit, std::optional<std::int64_t> testLimit);
-
-/// Fills the race-wide figures of a summary whose workload, mode and lanes are set: speedups,
-/// costs against the first lane, scaling, tokens/s (language models) and the explanations.
-void finishRaceSummary(RaceSummary& summary);
-
-/// Live races: a lane's energy is dropped (with the reason in its energySource) when another
-/// lane that ran at the same time read the same counter (one host's CPU packages, one GPU).
-void attributeEnergy(std::vector<LaneSummary>& lanes, bool fair);
-
-/// The energy counter a lane on `host` ("" here) and `device` reads: one per host's CPU packages,
-/// one per GPU. Lanes that read one counter at once cannot be told apart (attributeEnergy).
-std::string energyCounter(const std::string& host, const std::string& device);
-
-/// For lanes that ran at once: per lane, how many lanes with a reading share its counter
-/// (`counters[i]`: energyCounter() of a lane with an energy reading, "" without one). A lane
-/// whose figure is above 1 has no energy of its own. The one rule attributeEnergy and the
-/// window's live figures follow.
-std::vector<int> energySharers(const std::vector<std::string>& counters);
-
-/// Fills each lane's costVsBaseline: its cost to target over the baseline lane's.
-void normaliseCosts(std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
-
-/// Fills the data-parallel lanes' scaling figures: speedup and efficiency against the lane of
-/// the same device kind with the fewest workers (the 1-worker baseline of a scaling race).
-void fillScaling(std::vector<LaneSummary>& lanes);
-
-/// Speedup of each lane's median samples/sec relative to `baseline` (null when unknown).
-std::map<std::string, double> speedups(const std::vector<LaneSummary>& lanes, std::size_t baseline = 0);
-
-/// Why a lane with more resources (more CPU threads, a GPU instead of a CPU, more data-parallel
-/// ranks) trains slower than one with fewer, in words an audience follows: one sentence per such
-/// lane, naming both lanes and the measured ratio ("cpu·2 runs at 0.74× cpu·1: a fashion-mlp
-/// step takes 4.4 ms on one thread, too little work to split two ways ..."). `fair`: the lanes
-/// ran one at a time (else they shared the machine). Lanes within 3% of each other are a tie.
-/// Why a bf16 CPU lane is slower than an fp32 lane of the same machine and threads: the measured
-/// cause (no bf16 units, autocast's casts, the fused step's GEMM routes), each lane's share of its
-/// GEMM peak and the step phase that grew most.
-std::vector<std::string> explainBf16Lanes(const std::vector<LaneSummary>& lanes);
-/// Lanes that reached more than their peak (shown as 100%): the peak was measured low.
-std::vector<std::string> explainPeaksExceeded(const std::vector<LaneSummary>& lanes);
-std::vector<std::string> explainSlowerLanes(const std::vector<LaneSummary>& lanes, bool fair,
-                                            const std::string& workload);
 
 } // namespace devicerace

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "cluster/launch_spec.h"
+#include "workers/launch_spec.h"
 #include "cluster/run_command.h"
 #include "devicerace/errors.h"
 #include "devicerace/format.h"

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "data/data_util.h"
+#include "devicerace/environment.h"
 #include "devicerace/dataset.h"
 #include "devicerace/errors.h"
 #include "devicerace/idx.h"
@@ -127,7 +128,7 @@ DataChoice chooseData(const WorkloadInfo& w, std::optional<DataMode> mode, const
             // character once), the text as written.
             c.text.stride = static_cast<int>(w.tokensPerSample);
             c.text.lowercase = false;
-        } else if (dataDir.empty() && !std::getenv("DEVICERACE_TEXT_CORPUS")) {
+        } else if (dataDir.empty() && !devicerace::environmentSwitch("DEVICERACE_TEXT_CORPUS")) {
             // charlstm: the Keras example's windows (40 characters, a new one every 3) over the
             // ~100 KB that fortunes-min ships, not the 2.6 MB the fortunes package adds beside it.
             c.text.onlyFiles = {"fortunes", "literature", "riddles"};

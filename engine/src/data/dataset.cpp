@@ -1,4 +1,5 @@
 // Fashion-MNIST / MNIST from IDX files, and synthetic data descriptions.
+#include "devicerace/environment.h"
 #include "devicerace/dataset.h"
 
 #include <fmt/format.h>
@@ -20,7 +21,7 @@ std::int64_t DataSplit::exampleSize() const {
 }
 
 fs::path defaultFashionMnistDir() {
-    if (const char* env = std::getenv("DEVICERACE_FASHION_MNIST")) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_FASHION_MNIST")) {
         return env;
     }
     return "/usr/share/datasets/fashion-mnist";

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "data/data_util.h"
+#include "devicerace/environment.h"
 #include "devicerace/dataset.h"
 #include "devicerace/errors.h"
 
@@ -212,7 +213,7 @@ std::shared_ptr<const Dataset> loadImdb(const fs::path& dirIn, int vocabulary, i
 }
 
 fs::path defaultTextCorpus() {
-    if (const char* env = std::getenv("DEVICERACE_TEXT_CORPUS")) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_TEXT_CORPUS")) {
         return env;
     }
     return "/usr/share/games/fortunes";

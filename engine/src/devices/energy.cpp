@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "devices/nvml.h"
+#include "devicerace/environment.h"
 
 namespace devicerace::detail {
 
@@ -37,7 +38,7 @@ EnergyMeter EnergyMeter::cpu(const fs::path& rootIn) {
     EnergyMeter m;
     fs::path root = rootIn;
     if (root.empty()) {
-        const char* env = std::getenv("DEVICERACE_POWERCAP_ROOT");
+        const char* env = devicerace::environmentSwitch("DEVICERACE_POWERCAP_ROOT");
         root = env && *env ? fs::path(env) : fs::path("/sys/class/powercap");
     }
     std::error_code ec;

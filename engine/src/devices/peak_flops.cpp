@@ -1,4 +1,5 @@
 // Peak FLOP/s for "% of peak": a GEMM calibration for CPUs (cached), datasheet figures for GPUs.
+#include "devicerace/environment.h"
 #include "devicerace/peak_flops.h"
 
 #include <ATen/ATen.h>
@@ -182,7 +183,7 @@ constexpr std::array kDatasheets = {
 } // namespace
 
 fs::path peakCacheFile() {
-    if (const char* dir = std::getenv("DEVICERACE_CACHE_DIR"); dir && *dir) {
+    if (const char* dir = devicerace::environmentSwitch("DEVICERACE_CACHE_DIR"); dir && *dir) {
         return fs::path(dir) / "peaks.json";
     }
     if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {

@@ -14,6 +14,7 @@
 
 #include "devicerace/errors.h"
 #include "lanes/lane_fields.h"
+#include "train/rendezvous_store.h"
 #include "util/host_name.h"
 #include "workers/worker_lane.h"
 
@@ -48,19 +49,6 @@ std::optional<LaneFault> faultFor(const std::optional<LaneFault>& fault, int ran
 }
 
 } // namespace
-
-double rendezvousTimeout(bool remote) {
-    if (const char* env = std::getenv("DEVICERACE_RENDEZVOUS_TIMEOUT"); env && *env) {
-        try {
-            const double v = std::stod(env);
-            if (v >= 1 && v <= 3600) {
-                return v;
-            }
-        } catch (const std::exception&) {
-        }
-    }
-    return remote ? 120 : 60;
-}
 
 struct ParallelLane::Impl {
     LaneSpec spec;

@@ -42,7 +42,4 @@ private:
 /// its ranks). Throws UsageError naming the lane. Used by the lane and by resolveRace.
 LaneSpec expandParallelSpec(LaneSpec spec);
 
-/// DEVICERACE_RENDEZVOUS_TIMEOUT=SECONDS, else 60 s (local ranks) or 120 s (any remote rank).
-double rendezvousTimeout(bool remote);
-
 } // namespace devicerace

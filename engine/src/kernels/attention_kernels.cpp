@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "devicerace/environment.h"
+
 namespace devicerace::detail::cpu {
 
 namespace {
@@ -456,7 +458,7 @@ bool tiledAttentionPays(std::int64_t headSize) {
     if (headSize <= 0 || headSize % kAlign != 0) {
         return false;
     }
-    const char* env = std::getenv("DEVICERACE_CPU_ATTENTION");
+    const char* env = devicerace::environmentSwitch("DEVICERACE_CPU_ATTENTION");
     if (env && *env) {
         return std::string_view(env) != "bmm";
     }

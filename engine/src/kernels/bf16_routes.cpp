@@ -13,6 +13,7 @@
 
 #include "devices/bf16_route_cache.h"
 #include "kernels/mkl_gemm.h"
+#include "devicerace/environment.h"
 
 namespace devicerace::detail::cpu {
 
@@ -47,7 +48,7 @@ at::Tensor widen(const Bf16* src, std::int64_t rows, std::int64_t cols, std::int
 }
 
 std::optional<Bf16Route> forcedRoute() {
-    const char* env = std::getenv("DEVICERACE_BF16_ROUTE");
+    const char* env = devicerace::environmentSwitch("DEVICERACE_BF16_ROUTE");
     if (!env || !*env || std::string_view(env) == "measure") {
         return std::nullopt;
     }

@@ -1,3 +1,4 @@
+#include "devicerace/environment.h"
 #include "devicerace/preset.h"
 
 #include <fmt/format.h>
@@ -111,7 +112,7 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
 
 std::vector<fs::path> presetDirs() {
     std::vector<fs::path> dirs;
-    if (const char* env = std::getenv("DEVICERACE_PRESETS")) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_PRESETS")) {
         dirs.emplace_back(env);
     }
     // Relocatable installs (cmake --install --prefix, the .deb): next to the executable.

@@ -1,6 +1,6 @@
 // The figures a race summary derives from its lanes' summaries: speedups, costs against the
 // baseline, data-parallel scaling. Torch-free (the fuzz build links it for recordings).
-#include "devicerace/race.h"
+#include "devicerace/race_summary.h"
 #include "devicerace/format.h"
 #include "devicerace/workload.h"
 

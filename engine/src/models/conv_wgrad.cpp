@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "devicerace/environment.h"
 #include "devicerace/peak_flops.h"
 #include "devices/cpu_info.h"
 #include "models/autograd_function.h"
@@ -48,7 +49,7 @@ constexpr double kMinGain = 1.05;
 // GEMM for every shape (tests), else chosen per shape by timing.
 enum class Mode { Off, Tuned, Gemm };
 Mode mode() {
-    const char* env = std::getenv("DEVICERACE_CONV_WGRAD");
+    const char* env = devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD");
     const std::string_view v = env ? env : "";
     return v == "0" ? Mode::Off : v == "gemm" ? Mode::Gemm : Mode::Tuned;
 }
@@ -323,7 +324,8 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
     result = useGemm ? byGemm : byOneDnn; // this step already takes the chosen path
     machine.keep(fileKey, useGemm, busy, cpuShare, runnable);
     remember(key, useGemm);
-    if (const char* log = std::getenv("DEVICERACE_CONV_WGRAD_LOG"); log && *log && std::string_view(log) != "0") {
+    if (const char* log = devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD_LOG");
+        log && *log && std::string_view(log) != "0") {
         std::fprintf(stderr,
                      "conv weight gradient, n%ld c%ld->%ld %ldx%ld k%ldx%ld, %d thread(s): oneDNN %.2f ms, im2col + "
                      "GEMM %.2f ms: %s%s\n",

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <cstdlib>
 
+#include "devicerace/environment.h"
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
 
@@ -25,7 +26,7 @@ std::uint64_t dropoutSeed(at::Generator& gen) {
 bool dropoutOffForTests() {
     // Makes training deterministic in the batch split (dropout masks are drawn per rank).
     static const bool off = [] {
-        const char* env = std::getenv("DEVICERACE_TEST_NO_DROPOUT");
+        const char* env = devicerace::environmentSwitch("DEVICERACE_TEST_NO_DROPOUT");
         return env && *env == '1';
     }();
     return off;

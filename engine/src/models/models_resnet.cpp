@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "models/models.h"
+#include "devicerace/environment.h"
 
 namespace devicerace::detail {
 
@@ -28,7 +29,7 @@ struct Levers {
     bool conv = false;
 };
 Levers leversOf(const ModelOptions& o) {
-    const char* env = std::getenv("DEVICERACE_FUSED_NORM");
+    const char* env = devicerace::environmentSwitch("DEVICERACE_FUSED_NORM");
     return {o.fusedOps && !(env && std::string_view(env) == "0"), o.fusedOps};
 }
 

@@ -10,6 +10,7 @@
 #include <torch/nn/modules/rnn.h>
 
 #include "models/models.h"
+#include "devicerace/environment.h"
 
 namespace devicerace::detail {
 
@@ -76,7 +77,7 @@ struct ImdbBiLstm : Net {
     ImdbBiLstm(at::Generator initGen, bool fused, bool fusedOps) {
         gen = std::move(initGen);
         // DEVICERACE_FUSED_CELL=0 (benchmarks): the lever alone, torch::nn::LSTMCell's ATen ops.
-        const char* env = std::getenv("DEVICERACE_FUSED_CELL");
+        const char* env = devicerace::environmentSwitch("DEVICERACE_FUSED_CELL");
         onePassCells = !fused && fusedOps && !(env && std::string_view(env) == "0");
         embed = register_module("embed", torch::nn::Embedding(20000, 128));
         rnn = register_module("rnn", LstmRunner(128, 64, true, fused, onePassCells));
@@ -101,7 +102,7 @@ struct CharLstm : Net {
     CharLstm(at::Generator initGen, bool fused, bool tokens, std::int64_t vocabulary) : m_vocab(vocabulary) {
         gen = std::move(initGen);
         // DEVICERACE_TOKEN_LSTM=0 (benchmarks): the lever alone, torch::nn::LSTM over one-hot vectors.
-        const char* env = std::getenv("DEVICERACE_TOKEN_LSTM");
+        const char* env = devicerace::environmentSwitch("DEVICERACE_TOKEN_LSTM");
         tokenLstm = fused && tokens && !(env && std::string_view(env) == "0");
         rnn = register_module("rnn", LstmRunner(vocabulary, 128, false, fused));
         fc = register_module("fc", torch::nn::Linear(128, vocabulary));

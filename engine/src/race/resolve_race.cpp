@@ -1,3 +1,4 @@
+#include "devicerace/environment.h"
 #include "devicerace/race_plan.h"
 
 #include <fmt/format.h>
@@ -18,7 +19,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/frameworks.h"
 #include "devicerace/workload.h"
-#include "cluster/launch_spec.h"
+#include "workers/launch_spec.h"
 #include "distributed/parallel_lane.h"
 #include "train/run_plan.h"
 #include "workers/child_process.h"
@@ -349,7 +350,7 @@ namespace {
 // spins, "passive" in the window; unset, the waits are the user's (or libgomp's default), and
 // stay as they are in every lane's process.
 std::string_view waitsSetBy() {
-    const char* managed = std::getenv("DEVICERACE_OMP_WAIT");
+    const char* managed = devicerace::environmentSwitch("DEVICERACE_OMP_WAIT");
     return managed ? managed : "";
 }
 

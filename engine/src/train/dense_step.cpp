@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "devicerace/environment.h"
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
 #include "devices/cpu_info.h"
@@ -58,11 +59,11 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
                      const std::vector<std::int64_t>& inputShape)
     : m_bf16(bf16), m_dropoutOff(dropoutOffForTests()), m_data(data), m_inputShape(inputShape) {
     // DEVICERACE_DENSE_SPLIT=0 (benchmarks): the whole batch in each op, its GEMMs on MKL's threads.
-    const char* split = std::getenv("DEVICERACE_DENSE_SPLIT");
+    const char* split = devicerace::environmentSwitch("DEVICERACE_DENSE_SPLIT");
     m_split = !(split && std::string_view(split) == "0");
     // DEVICERACE_DENSE_BALANCE=0 (benchmarks): even shares; a fraction in (0, 1) (tests): worker
     // 0's fixed share of the rows and of the units, the rest even.
-    if (const char* balance = std::getenv("DEVICERACE_DENSE_BALANCE")) {
+    if (const char* balance = devicerace::environmentSwitch("DEVICERACE_DENSE_BALANCE")) {
         char* end = nullptr;
         const double v = std::strtod(balance, &end);
         if (end != balance && *end == '\0' && v >= 0 && v < 1) {

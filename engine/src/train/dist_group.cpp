@@ -1,6 +1,7 @@
 // A data-parallel rank: rendezvous, process group, bucketed gradient averaging (dist_group.h).
 #include "train/dist_group.h"
 
+#include <cstdlib>
 #include <ATen/Functions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -19,6 +20,7 @@
 
 #include <unistd.h>
 
+#include "devicerace/environment.h"
 #include "devicerace/errors.h"
 #include "train/store_holder.h"
 #include "util/host_name.h"
@@ -413,3 +415,20 @@ double DistGroup::takeWaitSeconds() {
 }
 
 } // namespace devicerace::detail
+
+namespace devicerace {
+
+double rendezvousTimeout(bool remote) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_RENDEZVOUS_TIMEOUT"); env && *env) {
+        try {
+            const double v = std::stod(env);
+            if (v >= 1 && v <= 3600) {
+                return v;
+            }
+        } catch (const std::exception&) {
+        }
+    }
+    return remote ? 120 : 60;
+}
+
+} // namespace devicerace

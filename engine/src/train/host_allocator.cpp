@@ -38,6 +38,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "devicerace/environment.h"
+
 namespace devicerace::detail {
 
 namespace {
@@ -268,7 +270,7 @@ HostOutOfMemory lastHostOutOfMemory() {
 
 std::size_t hostMemoryLimit() {
     static const std::size_t limit = []() -> std::size_t {
-        const char* env = std::getenv("DEVICERACE_HOST_MEMORY_LIMIT");
+        const char* env = devicerace::environmentSwitch("DEVICERACE_HOST_MEMORY_LIMIT");
         if (!env || !*env) {
             return 0;
         }
@@ -289,7 +291,7 @@ std::size_t hostMemoryLimit() {
 
 bool useCachingHostAllocator() {
     static const bool installed = [] {
-        if (std::getenv("DEVICERACE_KEEP_MALLOC")) {
+        if (devicerace::environmentSwitch("DEVICERACE_KEEP_MALLOC")) {
             return false;
         }
         // A priority above the default's (0), so LibTorch's own registrations do not replace it.

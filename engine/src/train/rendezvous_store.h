@@ -9,3 +9,11 @@ namespace devicerace::detail {
 std::shared_ptr<void> serveRendezvousStore(double timeoutSeconds, int* port);
 
 } // namespace devicerace::detail
+
+namespace devicerace {
+
+/// How long ranks wait for each other at a rendezvous: DEVICERACE_RENDEZVOUS_TIMEOUT=SECONDS
+/// (1-3600), else 60 s (local ranks) or 120 s (any remote rank).
+double rendezvousTimeout(bool remote);
+
+} // namespace devicerace

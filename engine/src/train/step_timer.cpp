@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "devicerace/environment.h"
+
 namespace devicerace::detail {
 
 const char* phaseName(Phase p) {
@@ -49,7 +51,7 @@ struct StepTimer::CudaMarks {
 };
 
 StepTimer::StepTimer(torch::Device device, std::int64_t every) : m_device(device), m_every(every) {
-    if (const char* env = std::getenv("DEVICERACE_BREAKDOWN"); env && std::strcmp(env, "0") == 0) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_BREAKDOWN"); env && std::strcmp(env, "0") == 0) {
         m_every = 0;
     }
     if (m_device.is_cuda()) {

@@ -8,6 +8,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <cctype>
 
+#include "devicerace/environment.h"
 #include "devicerace/peak_flops.h"
 #include "models/flop_count.h"
 
@@ -51,7 +52,7 @@ LaneOutcome Trainer::run() {
     } else {
         cpuMemory.emplace();
         m_cpuMemory = &cpuMemory->tracker();
-        if (!std::getenv("DEVICERACE_KEEP_DENORMALS")) {
+        if (!devicerace::environmentSwitch("DEVICERACE_KEEP_DENORMALS")) {
             m_flushDenormals = at::globalContext().setFlushDenormal(true);
             if (m_flushDenormals) {
                 // The flag is per thread: the threads of this lane's OpenMP team (ATen's, MKL's and
@@ -207,7 +208,7 @@ void Trainer::setUpExplanation(const ModelOptions& options) {
 void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
     const bool bf16 = m_ctx.spec.precision == Precision::Bf16;
     if (!m_model->denseStack().empty()) {
-        const char* env = std::getenv("DEVICERACE_DENSE_STEP");
+        const char* env = devicerace::environmentSwitch("DEVICERACE_DENSE_STEP");
         if (env && std::string(env) == "0") {
             m_fusedStepOff = "DEVICERACE_DENSE_STEP=0";
             return;
@@ -339,7 +340,7 @@ LaneOutcome Trainer::loop() {
 // Tests of data-parallel lanes: DEVICERACE_WEIGHTS_DIGEST=DIR makes each finished lane (each
 // rank) write a 64-bit FNV-1a digest of its parameters' bytes to DIR/LANE-rank-R.txt.
 void Trainer::writeWeightsDigest() const {
-    const char* dir = std::getenv("DEVICERACE_WEIGHTS_DIGEST");
+    const char* dir = devicerace::environmentSwitch("DEVICERACE_WEIGHTS_DIGEST");
     if (!dir || !*dir) {
         return;
     }

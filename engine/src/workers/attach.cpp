@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "devicerace/environment.h"
 #include "devicerace/errors.h"
 #include "workers/protocol.h"
 
@@ -127,7 +128,7 @@ std::string attachToken(const std::string& tokenFile) {
             throw UsageError(fmt::format("cannot read the token file {}: {}", tokenFile, std::strerror(errno)));
         }
         std::getline(in, token);
-    } else if (const char* v = std::getenv("DEVICERACE_ATTACH_TOKEN"); v) {
+    } else if (const char* v = devicerace::environmentSwitch("DEVICERACE_ATTACH_TOKEN"); v) {
         token = v;
     }
     while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) {

@@ -8,7 +8,6 @@
 
 #include "devicerace/errors.h"
 #include "util/json_util.h"
-#include "devicerace/recording.h"
 #include "devicerace/workload.h"
 
 namespace devicerace::detail {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "devicerace/environment.h"
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
 #include "devices/device_json.h"
@@ -37,7 +38,7 @@ bool contains(const std::string& text, std::string_view what) { return text.find
 } // namespace
 
 std::string localWorkerProgram() {
-    if (const char* env = std::getenv("DEVICERACE_CLI"); env && *env) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_CLI"); env && *env) {
         return env;
     }
     std::error_code ec;
@@ -59,7 +60,7 @@ std::string localWorkerProgram() {
 }
 
 std::string pythonProgram() {
-    if (const char* env = std::getenv("DEVICERACE_PYTHON"); env && *env) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_PYTHON"); env && *env) {
         return env;
     }
 #ifdef DEVICERACE_VENV_PYTHON
@@ -71,7 +72,7 @@ std::string pythonProgram() {
 }
 
 std::string laneProgramDir() {
-    if (const char* env = std::getenv("DEVICERACE_LANES"); env && *env) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_LANES"); env && *env) {
         return env;
     }
 #ifdef DEVICERACE_INSTALL_LANES
@@ -176,7 +177,7 @@ std::vector<std::string> sshOptions(const SshTarget& target) {
                                   "-o",  "ServerAliveCountMax=3",
                                   "-o",  "PasswordAuthentication=no",
                                   "-o",  "KbdInteractiveAuthentication=no"};
-    if (const char* cfg = std::getenv("DEVICERACE_SSH_CONFIG"); cfg && *cfg) {
+    if (const char* cfg = devicerace::environmentSwitch("DEVICERACE_SSH_CONFIG"); cfg && *cfg) {
         argv.insert(argv.end(), {"-F", cfg});
     }
     if (target.port) {

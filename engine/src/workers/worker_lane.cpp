@@ -1,5 +1,6 @@
 #include "workers/worker_lane.h"
 #include "models/flops_per_sample.h"
+#include "devicerace/environment.h"
 #include "devicerace/device_info.h"
 #include "devicerace/peak_flops.h"
 
@@ -14,7 +15,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
-#include "cluster/launch_spec.h"
+#include "workers/launch_spec.h"
 #include "workers/script_copy.h"
 #include "workers/worker_connection.h"
 
@@ -38,7 +39,7 @@ constexpr double kStopClose = 5, kStopTerm = 10, kStopKill = 15;
 
 // DEVICERACE_HELLO_TIMEOUT=SECONDS overrides both (slow links; tests of a silent worker).
 double helloTimeout(bool remote) {
-    if (const char* env = std::getenv("DEVICERACE_HELLO_TIMEOUT"); env && *env) {
+    if (const char* env = devicerace::environmentSwitch("DEVICERACE_HELLO_TIMEOUT"); env && *env) {
         try {
             const double v = std::stod(env);
             if (v > 0 && v <= 3600) {

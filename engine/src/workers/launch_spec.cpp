@@ -1,9 +1,9 @@
-#include "cluster/launch_spec.h"
+#include "workers/launch_spec.h"
 
 #include <fmt/format.h>
 
-#include "distributed/parallel_lane.h"
 #include "lanes/lane_fields.h"
+#include "train/rendezvous_store.h"
 
 namespace devicerace::detail {
 

@@ -1,4 +1,4 @@
-#include "lane_history.h"
+#include "model/lane_history.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,74 @@
+// The table of DEVICERACE_* environment variables (see devicerace/environment.h).
+#include "devicerace/environment.h"
+
+#include <array>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace devicerace {
+
+namespace {
+
+constexpr std::array kSwitches = {
+    EnvironmentSwitch{"DEVICERACE_ATTACH_TOKEN", "users",
+                      "the token an attach:// lane's ranks present (instead of the lane's token= key)"},
+    EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
+                      "mkl, onednn or fp32: every bf16 GEMM of the fused steps by that route instead of the "
+                      "fastest timed one (measure: time them)"},
+    EnvironmentSwitch{"DEVICERACE_BREAKDOWN", "benchmarks", "0: no step breakdown timing (its cost measured alone)"},
+    EnvironmentSwitch{"DEVICERACE_CACHE_DIR", "users",
+                      "where measured GEMM peaks, bf16 GEMM routes and conv weight-gradient picks are kept "
+                      "(default $XDG_CACHE_HOME/devicerace or ~/.cache/devicerace)"},
+    EnvironmentSwitch{"DEVICERACE_CLI", "users", "the devicerace-cli a worker lane starts (default: the one beside this)"},
+    EnvironmentSwitch{"DEVICERACE_CONV_WGRAD", "tests",
+                      "0: oneDNN's convolution weight gradient everywhere; gemm: im2col + GEMM for every shape "
+                      "(default: the path timed faster per shape)"},
+    EnvironmentSwitch{"DEVICERACE_CONV_WGRAD_LOG", "benchmarks", "1: print each convolution weight-gradient pick"},
+    EnvironmentSwitch{"DEVICERACE_CPU_ATTENTION", "benchmarks",
+                      "tiles or bmm: the fused transformer step's attention by that path"},
+    EnvironmentSwitch{"DEVICERACE_DENSE_BALANCE", "benchmarks",
+                      "0: even thread shares in the fused dense step; a fraction in (0, 1): thread 0's fixed share"},
+    EnvironmentSwitch{"DEVICERACE_DENSE_SPLIT", "benchmarks",
+                      "0: the fused dense step runs each op on the whole batch (the GEMM library's threads)"},
+    EnvironmentSwitch{"DEVICERACE_DENSE_STEP", "benchmarks", "0: no fused dense step (autograd, fused optimizer)"},
+    EnvironmentSwitch{"DEVICERACE_FASHION_MNIST", "users", "the Fashion-MNIST folder (default: Debian's package)"},
+    EnvironmentSwitch{"DEVICERACE_FUSED_CELL", "benchmarks", "0: torch::nn::LSTMCell instead of the one-pass cell"},
+    EnvironmentSwitch{"DEVICERACE_FUSED_NORM", "benchmarks",
+                      "0: ATen's batch norm, add and relu instead of the one-pass ones"},
+    EnvironmentSwitch{"DEVICERACE_HELLO_TIMEOUT", "users", "seconds a worker lane waits for its worker's hello"},
+    EnvironmentSwitch{"DEVICERACE_HOST_MEMORY_LIMIT", "tests",
+                      "the most host memory the lanes' tensors may take (bytes, or with K, M, G): a lane past it "
+                      "fails as out of memory"},
+    EnvironmentSwitch{"DEVICERACE_KEEP_DENORMALS", "benchmarks", "set: CPU lanes keep denormals (no flush to zero)"},
+    EnvironmentSwitch{"DEVICERACE_KEEP_MALLOC", "benchmarks", "set: no caching host allocator (glibc's malloc)"},
+    EnvironmentSwitch{"DEVICERACE_LANES", "users", "the folder of the lane programs (lanes/python)"},
+    EnvironmentSwitch{"DEVICERACE_OMP_WAIT", "internal",
+                      "the wait policy a race chose for its lanes' processes (spin or passive)"},
+    EnvironmentSwitch{"DEVICERACE_POWERCAP_ROOT", "tests", "the powercap folder energy is read from (a fake one)"},
+    EnvironmentSwitch{"DEVICERACE_PRESETS", "users", "a folder of preset files beside the shipped ones"},
+    EnvironmentSwitch{"DEVICERACE_PYTHON", "users", "the Python the framework lanes run on"},
+    EnvironmentSwitch{"DEVICERACE_RENDEZVOUS_TIMEOUT", "users",
+                      "seconds data-parallel ranks wait for each other (1-3600; default 60, 120 with remote ranks)"},
+    EnvironmentSwitch{"DEVICERACE_SSH_CONFIG", "tests", "the ssh config file ssh lanes use (ssh -F)"},
+    EnvironmentSwitch{"DEVICERACE_STARTUP_TIMING", "benchmarks", "set: the window times its start to the first drawn frame (exit: then quits)"},
+    EnvironmentSwitch{"DEVICERACE_TEST_NO_DROPOUT", "tests", "1: no dropout (steps deterministic in the batch split)"},
+    EnvironmentSwitch{"DEVICERACE_TEXT_CORPUS", "users", "the text file char-gpt and charlstm train on"},
+    EnvironmentSwitch{"DEVICERACE_TOKEN_LSTM", "benchmarks", "0: torch::nn::LSTM over one-hot vectors"},
+    EnvironmentSwitch{"DEVICERACE_WEIGHTS_DIGEST", "tests", "a folder: each finished lane writes its parameters' digest"},
+};
+
+} // namespace
+
+std::span<const EnvironmentSwitch> environmentSwitches() { return kSwitches; }
+
+const char* environmentSwitch(std::string_view name) {
+    for (const auto& s : kSwitches) {
+        if (name == s.name) {
+            return std::getenv(s.name);
+        }
+    }
+    throw std::logic_error("no such DeviceRace environment switch: " + std::string(name));
+}
+
+} // namespace devicerace
