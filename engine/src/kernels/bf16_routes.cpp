@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
@@ -18,6 +19,16 @@
 namespace devicerace::detail::cpu {
 
 namespace {
+
+struct RouteRow {
+    Bf16Route route;
+    const char* name; // shown
+    const char* key;  // the cache's and DEVICERACE_BF16_ROUTE's
+};
+// In the enum's order.
+constexpr std::array<RouteRow, 3> kRoutes = {RouteRow{Bf16Route::Mkl, "MKL bf16", "mkl"},
+                                             RouteRow{Bf16Route::OneDnn, "oneDNN bf16", "onednn"},
+                                             RouteRow{Bf16Route::Fp32, "fp32", "fp32"}};
 
 constexpr double kTrialSeconds = 0.002; // one trial's calls last about this long
 constexpr int kMaxCallsPerTrial = 1000;
@@ -65,28 +76,14 @@ std::optional<Bf16Route> forcedRoute() {
 
 } // namespace
 
-const char* bf16RouteName(Bf16Route route) {
-    switch (route) {
-    case Bf16Route::Mkl: return "MKL bf16";
-    case Bf16Route::OneDnn: return "oneDNN bf16";
-    case Bf16Route::Fp32: return "fp32";
-    }
-    return "?";
-}
+const char* bf16RouteName(Bf16Route route) { return kRoutes[static_cast<std::size_t>(route)].name; }
 
-const char* bf16RouteKey(Bf16Route route) {
-    switch (route) {
-    case Bf16Route::Mkl: return "mkl";
-    case Bf16Route::OneDnn: return "onednn";
-    case Bf16Route::Fp32: return "fp32";
-    }
-    return "?";
-}
+const char* bf16RouteKey(Bf16Route route) { return kRoutes[static_cast<std::size_t>(route)].key; }
 
 std::optional<Bf16Route> bf16RouteFromKey(std::string_view key) {
-    for (const auto r : {Bf16Route::Mkl, Bf16Route::OneDnn, Bf16Route::Fp32}) {
-        if (key == bf16RouteKey(r)) {
-            return r;
+    for (const auto& r : kRoutes) {
+        if (key == r.key) {
+            return r.route;
         }
     }
     return std::nullopt;
