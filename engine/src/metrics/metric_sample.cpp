@@ -1,4 +1,5 @@
 #include "devicerace/metric_sample.h"
+#include "metrics/sample_json.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -166,8 +167,17 @@ std::string toJsonLine(const MetricSample& s) {
 }
 
 MetricSample sampleFromJsonLine(const std::string& line) {
+    json j;
     try {
-        auto j = json::parse(line);
+        j = json::parse(line);
+    } catch (const json::exception& e) {
+        throw DataError(fmt::format("malformed metric sample: {}", e.what()));
+    }
+    return detail::sampleFromJson(j);
+}
+
+MetricSample detail::sampleFromJson(const json& j) {
+    try {
         if (!j.is_object()) {
             throw DataError("a metric sample must be a JSON object");
         }

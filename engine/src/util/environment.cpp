@@ -20,7 +20,8 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_CACHE_DIR", "users",
                       "where measured GEMM peaks, bf16 GEMM routes and conv weight-gradient picks are kept "
                       "(default $XDG_CACHE_HOME/devicerace or ~/.cache/devicerace)"},
-    EnvironmentSwitch{"DEVICERACE_CLI", "users", "the devicerace-cli a worker lane starts (default: the one beside this)"},
+    EnvironmentSwitch{"DEVICERACE_CLI", "users",
+                      "the devicerace-cli a worker lane starts (default: the one beside this)"},
     EnvironmentSwitch{"DEVICERACE_CONV_WGRAD", "tests",
                       "0: oneDNN's convolution weight gradient everywhere; gemm: im2col + GEMM for every shape "
                       "(default: the path timed faster per shape)"},
@@ -51,11 +52,13 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_RENDEZVOUS_TIMEOUT", "users",
                       "seconds data-parallel ranks wait for each other (1-3600; default 60, 120 with remote ranks)"},
     EnvironmentSwitch{"DEVICERACE_SSH_CONFIG", "tests", "the ssh config file ssh lanes use (ssh -F)"},
-    EnvironmentSwitch{"DEVICERACE_STARTUP_TIMING", "benchmarks", "set: the window times its start to the first drawn frame (exit: then quits)"},
+    EnvironmentSwitch{"DEVICERACE_STARTUP_TIMING", "benchmarks",
+                      "set: the window times its start to the first drawn frame (exit: then quits)"},
     EnvironmentSwitch{"DEVICERACE_TEST_NO_DROPOUT", "tests", "1: no dropout (steps deterministic in the batch split)"},
     EnvironmentSwitch{"DEVICERACE_TEXT_CORPUS", "users", "the text file char-gpt and charlstm train on"},
     EnvironmentSwitch{"DEVICERACE_TOKEN_LSTM", "benchmarks", "0: torch::nn::LSTM over one-hot vectors"},
-    EnvironmentSwitch{"DEVICERACE_WEIGHTS_DIGEST", "tests", "a folder: each finished lane writes its parameters' digest"},
+    EnvironmentSwitch{"DEVICERACE_WEIGHTS_DIGEST", "tests",
+                      "a folder: each finished lane writes its parameters' digest"},
 };
 
 } // namespace

@@ -15,6 +15,7 @@
 
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
+#include "metrics/sample_json.h"
 #include "workers/launch_spec.h"
 #include "workers/script_copy.h"
 #include "workers/worker_connection.h"
@@ -76,7 +77,7 @@ struct WorkerLane::Impl {
     void handle(Message&& m) {
         if (m.type == "sample") {
             try {
-                auto s = sampleFromJsonLine(m.body.at("sample").dump());
+                auto s = detail::sampleFromJson(m.body.at("sample"));
                 s.lane = spec.name; // the parent's name, whatever the worker wrote
                 explainFrameworkLane(s);
                 record->push(std::move(s));
