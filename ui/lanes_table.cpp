@@ -339,13 +339,15 @@ LaneSpec LanesTable::rowOptions(int row) const {
 }
 
 std::optional<double> LanesTable::rowLr(int row) const {
-    // Checked by the engine's lane-spec parser: the CLI's message, word for word.
+    // Checked by the lane key's own parser: the CLI's message, word for word.
     const QString lr = qobject_cast<QLineEdit*>(cellWidget(row, ColLr))->text().trimmed();
     if (lr.isEmpty()) {
         return std::nullopt;
     }
     try {
-        return parseLaneSpec("cpu,lr=" + lr.toStdString()).lr;
+        LaneSpec spec;
+        setLaneKey(spec, "lr", lr.toStdString());
+        return spec.lr;
     } catch (const UsageError& e) {
         throw UsageError(QObject::tr("lane %1: %2").arg(row + 1).arg(QString::fromStdString(e.what())).toStdString());
     }
