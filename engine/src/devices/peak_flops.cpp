@@ -45,9 +45,9 @@ constexpr std::uint64_t kMaxCacheBytes = 1u << 20;
 // 91, and every later race's "% of peak" read 28% high.
 constexpr double kMinCpuShare = 0.85;
 // Nor is one beside other work on the machine's other CPUs: a neighbour on the other vCPU of a
-// 2-vCPU VM slows a GEMM (shared core resources, memory bandwidth) without taking the
-// calibrating thread's CPU time, and once left a 1-thread figure of 77.5 GFLOP/s where the idle
-// machine gives 90-98 ("104% of peak" on the stage). Judged by the whole machine's counters
+// VM slows a GEMM (shared core resources, memory bandwidth) without taking the calibrating
+// thread's CPU time, and a peak below what a lane reaches reads over 100%. Judged by the whole
+// machine's counters
 // (/proc/stat): more than this many CPUs busy beyond the calibration's own, or the hypervisor
 // taking more than kMaxSteal of the machine's time, and the figure is not kept.
 constexpr double kMaxOtherCpus = 0.25;
