@@ -47,8 +47,7 @@ constexpr double kMinCpuShare = 0.85;
 // Nor is one beside other work on the machine's other CPUs: a neighbour on the other vCPU of a
 // VM slows a GEMM (shared core resources, memory bandwidth) without taking the calibrating
 // thread's CPU time, and a peak below what a lane reaches reads over 100%. Judged by the whole
-// machine's counters
-// (/proc/stat): more than this many CPUs busy beyond the calibration's own, or the hypervisor
+// machine's counters (/proc/stat): more than this many CPUs busy beyond the calibration's own, or the hypervisor
 // taking more than kMaxSteal of the machine's time, and the figure is not kept.
 constexpr double kMaxOtherCpus = 0.25;
 constexpr double kMaxSteal = 0.05;
