@@ -206,19 +206,24 @@ Bf16Router::Bf16Router(int threads, int workers, Timer timer)
 }
 
 Bf16Route Bf16Router::route(const GemmShape& shape) {
-    const auto text = gemmShapeText(shape);
-    if (const auto it = m_routes.find(text); it != m_routes.end()) {
+    // A step's hot path: a known shape is one lookup, no text.
+    const ShapeKey known{shape.m, shape.n, shape.k, shape.transA, shape.transB};
+    if (const auto it = m_routes.find(known); it != m_routes.end()) {
         return it->second;
     }
+    return m_routes[known] = decide(shape);
+}
+
+Bf16Route Bf16Router::decide(const GemmShape& shape) {
     if (m_forced) {
-        return m_routes[text] = *m_forced;
+        return *m_forced;
     }
-    const auto key = bf16RouteCacheKey(m_threads, m_workers, text);
+    const auto key = bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape));
     const auto available = availableBf16Routes();
     if (const auto kept = cachedBf16Route(key)) {
         if (const auto r = bf16RouteFromKey(*kept);
             r && std::find(available.begin(), available.end(), *r) != available.end()) {
-            return m_routes[text] = *r;
+            return *r;
         }
     }
     const auto choice = pickBf16Route(available, [&](Bf16Route r) { return m_timer(r, shape); });
@@ -227,7 +232,7 @@ Bf16Route Bf16Router::route(const GemmShape& shape) {
         seconds.emplace_back(bf16RouteKey(t.route), t.seconds);
     }
     keepBf16Route(key, bf16RouteKey(choice.route), seconds);
-    return m_routes[text] = choice.route;
+    return choice.route;
 }
 
 std::string Bf16Router::summary() const {

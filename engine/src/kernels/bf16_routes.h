@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu_kernels.h"
@@ -83,8 +84,6 @@ public:
     Bf16Route route(const GemmShape& shape);
     /// The route DEVICERACE_BF16_ROUTE names for every shape, if it names one.
     std::optional<Bf16Route> forced() const { return m_forced; }
-    /// The shapes seen so far and their routes (key: gemmShapeText).
-    const std::map<std::string, Bf16Route>& routes() const { return m_routes; }
     /// "MKL bf16 for 12 of 14 GEMM shapes, oneDNN bf16 for 2 (timed on this CPU, 2 threads)";
     /// "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)"; empty before the first shape.
     std::string summary() const;
@@ -94,7 +93,9 @@ private:
     int m_workers;
     Timer m_timer;
     std::optional<Bf16Route> m_forced;
-    std::map<std::string, Bf16Route> m_routes;
+    using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool>; // m, n, k, transA, transB
+    Bf16Route decide(const GemmShape& shape); // a shape's first use: forced, kept, or timed now
+    std::map<ShapeKey, Bf16Route> m_routes;
 };
 
 } // namespace devicerace::detail::cpu
