@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fused dense step's two bf16 GEMM routes at fashion-mlp's shapes, side by side (stop 50).
+"""The fused dense step's two bf16 GEMM routes at fashion-mlp's shapes, side by side.
 
 Route 1, oneDNN: `torch.mm` on bf16 tensors (what `at::mm_out` runs), a bf16 result; the weight
 gradient then converted to fp32. Route 2, MKL: `cblas_gemm_bf16bf16f32`, which the LibTorch

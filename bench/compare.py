@@ -69,7 +69,7 @@ GOALS = {
     "imdb-bilstm": (1.0, None),
     "imdb-bilstm/cells": (1.0, None),
     "imagenet-resnet50": (1.0, None),
-    "char-gpt": (1.15, 1.5),  # issue 30: tokens/s at 1 and 2 threads; the 6-layer config on a GPU
+    "char-gpt": (1.15, 1.5),  # tokens/s at 1 and 2 threads; the 6-layer config on a GPU
     "char-gpt-6l": (1.0, 1.5),
 }
 DEFAULT_GOAL = (1.0, 1.0)  # cifar-resnet20/56, fasttext, charlstm: reported against 1.0
@@ -134,7 +134,7 @@ def env():
 
 # --peer-malloc tuned: glibc settings a PyTorch user can give the peer from outside (no code
 # change) to get most of what DeviceRace's caching CPU allocator does for itself: large blocks
-# kept in the heap instead of being returned to the kernel after every step (docs/NOTES.md).
+# kept in the heap instead of being returned to the kernel after every step (docs/ENGINEERING.md).
 TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(512 << 20),
                 "MALLOC_TOP_PAD_": str(64 << 20)}
 
@@ -279,7 +279,7 @@ class Harness:
             options = dict(options)
             if self.cuda and workload == "imagenet-resnet50":
                 options.update(BF16_CL)
-            if self.cuda and workload == "char-gpt-6l":  # issue 30: the GPU config in bf16 (flash attention)
+            if self.cuda and workload == "char-gpt-6l":  # the GPU config in bf16 (flash attention)
                 options["precision"] = "bf16"
             rows.append((row, workload, options))
         return rows
@@ -518,7 +518,7 @@ def parse_args(argv):
     ap.add_argument("--cli", default=DEFAULT_CLI, help="devicerace-cli (default: the release build)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: a third of the steps, 1 pair")
     ap.add_argument("--short", action="store_true",
-                    help="a third of the steps, all the pairs (a lent GPU machine's short lease)")
+                    help="a third of the steps, all the pairs (a GPU machine's short lease)")
     ap.add_argument("--peer-malloc", choices=("default", "tuned"), default="default",
                     help="the PyTorch peer's glibc malloc: as a fresh python gets it (default), or tuned from "
                          "the environment to keep freed blocks (MALLOC_*_ variables; a fairer match for "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU speed side by side (issue 28): DeviceRace's CPU lanes against Keras 3 on JAX (XLA) and
+"""CPU speed side by side: DeviceRace's CPU lanes against Keras 3 on JAX (XLA) and
 the PyTorch lane, fp32 against bf16, 1 thread against every core, and each lane's fraction of
 this CPU's measured GEMM peak, in one run.
 
@@ -17,7 +17,8 @@ Usage (from the repository root, after scripts/setup --frameworks and scripts/bu
 
 What it does:
 1. The peaks: torch (the LibTorch the app links, MKL for fp32, oneDNN for bf16) multiplies
-   2048x2048 matrices on 1 thread and on every core, fp32 and bf16; the median of 5 timings.
+   2048x2048 matrices on 1 thread and on every core, fp32 and bf16; the median of 5 timings;
+   and a 3x3 convolution (oneDNN) as the engine's second probe: a lane's peak is the faster.
    Also the fashion-mlp forward GEMM's own shape (128x784x512). Probed once at the start and
    again before every race, and each peak is the median of all its probes: a VM's speed drifts
    by 10-30% within an hour, so one probe at the start could set every lane's "of peak" against
@@ -113,6 +114,22 @@ for threads in sorted({1, int(sys.argv[1])}):
                 for _ in range(reps): torch.mm(a, b)
                 times.append((time.perf_counter() - t) / reps)
             out[f"{name}/{threads}/{m}x{k}x{n}"] = 2 * m * k * n / statistics.median(times)
+        if name == "bf16" and not native_bf16:
+            continue
+        # The engine's second peak probe (devices/peak_flops.cpp): a 3x3 convolution, 32 x 64 -> 64
+        # channels x 32 x 32, channels_last (oneDNN), the faster library on some CPUs.
+        cl = torch.channels_last
+        x = torch.randn(32, 64, 32, 32, dtype=dt).contiguous(memory_format=cl)
+        w = torch.randn(64, 64, 3, 3, dtype=dt).contiguous(memory_format=cl)
+        flops = 2 * 32 * 64 * 64 * 32 * 32 * 9
+        with torch.no_grad():
+            for _ in range(3): torch.conv2d(x, w, padding=1)
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                for _ in range(3): torch.conv2d(x, w, padding=1)
+                times.append((time.perf_counter() - t) / 3)
+        out[f"{name}/{threads}/conv3x3"] = flops / statistics.median(times)
 print(json.dumps(out))
 """
 
@@ -189,14 +206,24 @@ def median_peaks(probes):
     return {key: statistics.median(p[key] for p in probes if key in p) for key in probes[0]}
 
 
+def lane_peak(peaks, precision, threads):
+    """A lane's peak as the engine takes it: the faster of the 2048^3 GEMM and the convolution, of
+    its precision (the fp32 ones where bf16 is emulated)."""
+    if f"{precision}/{threads}/2048x2048x2048" not in peaks:
+        precision = "fp32"
+    return max(peaks.get(f"{precision}/{threads}/{shape}", 0) for shape in ("2048x2048x2048", "conv3x3"))
+
+
 def print_peaks(probes, peaks, cores, native):
     print(f"\nPeaks: the median of {len(probes)} probes (one at the start, one before every race), min-max beside it.")
-    print("\n| GEMM | threads | fp32 GFLOP/s (min-max) | bf16 GFLOP/s | bf16 / fp32 |\n|---|---:|---:|---:|---:|")
-    for shape in ("2048x2048x2048", "128x784x512"):
+    print("\n| probe | threads | fp32 GFLOP/s (min-max) | bf16 GFLOP/s | bf16 / fp32 |\n|---|---:|---:|---:|---:|")
+    for shape in ("2048x2048x2048", "128x784x512", "conv3x3"):
         for t in sorted({1, cores}):
             key = f"fp32/{t}/{shape}"
+            if key not in peaks:
+                continue
             f, b = peaks[key], peaks.get(f"bf16/{t}/{shape}")
-            spread = [p[key] / 1e9 for p in probes]
+            spread = [p[key] / 1e9 for p in probes if key in p]
             fp32 = f"{f / 1e9:,.0f} ({min(spread):,.0f}-{max(spread):,.0f})"
             print(f"| {shape} | {t} | {fp32} | {b / 1e9:,.0f} | {b / f:.2f} |" if b else
                   f"| {shape} | {t} | {fp32} | not measured (emulated) | |")
@@ -351,7 +378,7 @@ def main(argv=None):
                 continue
             med = statistics.median(rates)
             base = base or med
-            peak = peaks.get(f"{precision}/{threads}/2048x2048x2048") or peaks[f"fp32/{threads}/2048x2048x2048"]
+            peak = lane_peak(peaks, precision, threads)
             achieved = med * flops if flops else None
             execution = runs[-1][label].get("execution", "")
             rows.append({"lane": label, "spec": spec, "samples_per_sec": med, "runs": rates,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which first race shows a real difference on this machine? (issue 27: the default race)
+"""Which first race shows a real difference on this machine? (the default race)
 
 Runs the candidate pairs of CPU lanes the engine's defaultRace() chooses between, each pair in
 fair mode (one lane at a time, alone on the machine) with `devicerace-cli race`, --runs times,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""char-gpt's training step in PyTorch eager at three precisions, 1 thread (stop 50): fp32, bf16
+"""char-gpt's training step in PyTorch eager at three precisions, 1 thread: fp32, bf16
 autocast (fp32 attention on upcast inputs, as the engine's bf16 CPU lanes at T 64), and the whole
 model in bf16 (no casts at all; bf16 flash attention). Asks whether removing autocast's casts
 alone would make bf16 pay at this size. nanoGPT's block at the engine's shapes (models_gpt.cpp:

@@ -6,7 +6,7 @@ are MKL's cblas_gemm_bf16bf16f32 with fp32 sums; its loops write bf16 where a GE
 
 The budget says which part a precision change can speed up: bf16 makes the GEMMs faster on a CPU
 with AMX, not the loops around them, so the loops' share bounds bf16 / fp32 for the whole step
-(issue 28 asks ≥ 2×). Figures are medians of --reps timings of --calls calls each, denormals
+(the goal is ≥ 2×). Figures are medians of --reps timings of --calls calls each, denormals
 flushed as in a lane; loops run in a warm cache, so the sum undercounts a real step (compare with
 a race's ms/step). The optimizer is in (the gradient's norm for clipping, LibTorch's, and the AdamW
 pass over the flat parameter buffer, which writes the bf16 mirror in bf16); the embedding is left

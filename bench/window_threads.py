@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does a fair race in the window scale with threads as the CLI's does? (stop 44)
+"""Does a fair race in the window scale with threads as the CLI's does?
 
 The window waits passively (it starts itself with OMP_WAIT_POLICY=PASSIVE: its live lanes share
 the cores). A fair race there now runs each CPU lane of several threads in a process of its own,
@@ -7,7 +7,7 @@ whose threads keep libgomp's spinning waits (race_plan.h, spinsOnlyInProcesses).
 same fair race (cpu·1 vs cpu·2) three ways, --runs times each, alternating the order:
   window   the window as a user starts it (OMP_WAIT_POLICY unset: it sets PASSIVE itself)
   before   the window with OMP_WAIT_POLICY=PASSIVE from outside: every lane a thread of the
-           passive window, as every window race ran before stop 44
+           passive window, as window races once ran
   cli      devicerace-cli race --fair, OMP_WAIT_POLICY unset (it spins: waitPolicyFor)
 and prints, per workload and way, each lane's median rate and the 2-thread/1-thread ratio
 (median, min-max) as a Markdown table naming the CPU. The window runs offscreen to the race's

@@ -1,5 +1,5 @@
 #pragma once
-// Where each lane's step time goes (issue 29): one stacked horizontal bar per lane — data,
+// Where each lane's step time goes: one stacked horizontal bar per lane — data,
 // forward, backward, communication, optimizer (or a CUDA graph's one "compute"), other — each
 // phase in the same colour on every lane, the bar's length the share of the step, and beside it
 // the step time, the share of the device's peak and an input-bound flag. Updated live with the

@@ -127,7 +127,7 @@ private:
     QByteArray m_splitterBefore; // the layout to restore when presentation ends
     QRect m_geometryBefore;
     QString m_lastError;
-    // Repeats (issue 29): the race again with fresh lanes until m_repeatTotal have run.
+    // Repeats: the race again with fresh lanes until m_repeatTotal have run.
     int m_repeatTotal = 1, m_repeatIndex = 1;
     bool m_stopRequested = false; // Stop ends the repeats too
     RaceSpec m_repeatSpec;

@@ -104,7 +104,7 @@ public:
     /// Collects pending samples now (the timer does this ~15 times a second).
     void poll();
 
-    /// Repeats (issue 29): keeps the live lanes' histories of the race just finished as one more
+    /// Repeats: keeps the live lanes' histories of the race just finished as one more
     /// repeat; the charts draw each lane's band across the kept repeats and the running one.
     void keepRepeat();
     /// Forgets the kept repeats (a new race, not a repeat of the last).

@@ -144,7 +144,7 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         if (!lane.job.isEmpty() && h.state != LaneState::Preparing) {
             row.status += QStringLiteral(" · ") + lane.job;
         }
-        // How much of the device the lane uses (issue 29): FLOPs counted from the network over the peak.
+        // How much of the device the lane uses: FLOPs counted from the network over the peak.
         if ((h.state == LaneState::Running && h.lastStep >= warmupSteps) || h.state == LaneState::Finished) {
             if (const auto u = h.utilization()) {
                 row.status += QObject::tr(" · %1% of peak").arg(*u * 100, 0, 'f', *u < 0.1 ? 1 : 0);

@@ -84,10 +84,12 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
         }
     }
     const auto file = peakCacheFile();
-    // "measured 2026-11-26: 1024x1024 GEMMs, bf16, 2 threads, median of 5" -> its date and method
+    // "measured 2026-12-02: the faster of 1024x1024 GEMMs (…) and …" -> its date; the method
     const auto colon = source.find(':');
     std::string out = fmt::format(
-        "peak     cpu {}\n         ({}: square GEMMs, median of 7 batches; {})\n", cpu, source.substr(0, colon),
+        "peak     cpu {}\n         ({}: the faster of square GEMMs and 3x3 convolutions, median of 7 batches each; "
+        "{})\n",
+        cpu, source.substr(0, colon),
         file.empty()    ? "not cached: no cache folder"
         : !busy.empty() ? "a figure from a busy CPU is not kept: other work shared the cores"
                         : fmt::format("{} {}", cached ? "read from" : "kept in", file.string()));
@@ -208,7 +210,7 @@ std::string breakdownText(const std::map<std::string, double>& phases) {
 
 } // namespace
 
-// Why the lanes finished as they did (issue 29): the FLOP rate each reached and its share of
+// Why the lanes finished as they did: the FLOP rate each reached and its share of
 // the device's peak, where a step's time goes, and the energy where a counter was read.
 std::string explainText(const RaceSummary& s) {
     bool any = false;

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
                            extras ? "; your own training command goes after --: race --lane cpu -- python3 train.py"
                                   : "");
     });
-    app.set_version_flag("--version", "devicerace-cli 0.1.0");
+    app.set_version_flag("--version", "devicerace-cli " DEVICERACE_VERSION);
 
     bool devicesJson = false;
     std::string devicesHost, devicesCli;

@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
     }
     QApplication::setApplicationName(QStringLiteral("DeviceRace"));
     QApplication::setOrganizationName(QStringLiteral("DeviceRace"));
-    QApplication::setApplicationVersion(QStringLiteral("0.1.0"));
+    QApplication::setApplicationVersion(QStringLiteral(DEVICERACE_VERSION));
 
     const auto options = devicerace::gui::parseGuiOptions(QApplication::arguments());
     if (!options.error.isEmpty()) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Explain the race (issue 29), measured: what the step-time breakdown costs, and how much of
+"""Explain the race, measured: what the step-time breakdown costs, and how much of
 this CPU's peak every CPU workload uses.
 
 Usage (from the repository root, after scripts/build; the machine otherwise idle):
     .venv/bin/python bench/explain/explain.py [--pairs 5] [--runs 3] [--json OUT.json]
                                               [--frameworks pytorch,keras-jax] [--overhead-only]
-On a lent GPU machine (bench/gpu/explain.sh):
+On a GPU machine (bench/gpu/explain.sh):
     python3 bench/explain/explain.py --cli .gpu/bin/devicerace-cli --device cuda [--frameworks pytorch]
 
 1. Breakdown overhead: fashion-mlp on one thread (the smallest CPU step, where the marks weigh

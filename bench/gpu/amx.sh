@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 28's bf16 rows on a lent GPU machine's own CPU (bench/gpu/pack first, carry .gpu). The
-# H200 machine's host is an Intel Xeon with AMX (stop 53's `devices`: "bf16: AMX", 16 cores),
-# the CPU those rows need and the build VM is mostly not. No GPU is used.
+# bf16 rows on a GPU machine's own CPU (bench/gpu/pack first, carry .gpu). The
+# H200 machine's host is an Intel Xeon with AMX,
+# the CPU those rows need and a build machine is mostly not. No GPU is used.
 # PARTS picks what runs, in this order (default: all, in TOTAL seconds, default 560: one call of
-# the device tool, timeout_s 600; on the build VM's AMD EPYC, where bf16 is emulated, the parts
+# the device tool, timeout_s 600; on a build machine's AMD EPYC, where bf16 is emulated, the parts
 # took 0 (peaks cached), 21, 129 and 113 s, and cifar-resnet20's first race did not end in 150):
 #   machine   the CPU's model and bf16 flags, `devicerace-cli devices` (its GEMM peaks)
 #   budget    char-gpt's step loop by loop in fp32 and bf16 against a race of it

@@ -1,4 +1,4 @@
-# Sourced on a lent GPU machine (no Qt, no Debian packages, no build there): the engine, the
+# Sourced on a GPU machine (no Qt, no Debian packages, no build there): the engine, the
 # CLI and the GPU tests built on the build machine travel in .gpu/ (bench/gpu/pack) and link
 # the LibTorch of the machine's own torch 2.11 wheel, the same version as the .venv here.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29's GPU half in one call on a lent GPU machine (bench/gpu/pack first, carry .gpu).
+# The GPU figures in one call on a GPU machine (bench/gpu/pack first, carry .gpu).
 # PARTS picks what runs, in this order (default: all):
 #   machine    nvidia-smi, NVML's power reading, the CLI's device report
 #   explain    Gpu.TheRaceExplainsItselfOnCuda (CUDA events, datasheet peak, NVML energy)

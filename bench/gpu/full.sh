@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine (bench/gpu/pack first, carry .gpu): the GPU tests with CUDA
+# One call on a GPU machine (bench/gpu/pack first, carry .gpu): the GPU tests with CUDA
 # required, then bench/compare.py on cuda section by section. Each finished step refreshes
 # $OUT (the tables as .md, everything else in all.tgz: the device tool returns at most 8 files),
 # so a lease that runs out keeps what was done.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 30's GPU half in one call on a lent GPU machine (bench/gpu/pack first, carry .gpu).
+# The GPU figures in one call on a GPU machine (bench/gpu/pack first, carry .gpu).
 # PARTS picks what runs, in this order (default: all but profile):
 #   checks      machine facts, GEMM peaks and the SDPA kernels per precision (gpt_checks.py)
 #   tests       the GPU tests with CUDA required (TESTS: a gtest filter)

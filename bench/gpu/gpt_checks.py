@@ -1,4 +1,4 @@
-"""Facts a lent GPU machine answers in seconds, for issue 30 (the transformer) and issue 29
+"""Facts a GPU machine answers in seconds, for the transformer and for
 (% of peak, energy): dense GEMM throughput per precision (the measured peak beside the datasheet
 figure), which scaled_dot_product_attention kernel runs for char-gpt-6l's attention shape in
 bf16 and fp32 (the engine calls the same ATen op with the same arguments), and whether NVML's

@@ -1,4 +1,4 @@
-"""Where a char-gpt-6l training step's GPU time goes (issue 30: DeviceRace at 1.40x the eager
+"""Where a char-gpt-6l training step's GPU time goes (DeviceRace at 1.40x the eager
 peer, not 1.5x). Profiles the peer's own step (bench/peers: the same network and ATen ops as the
 engine's) with torch.profiler on CUDA: GPU milliseconds per step by kernel family and the top
 kernels, beside the step's wall time, for the peer's optimizer (PyTorch's default, foreach) and

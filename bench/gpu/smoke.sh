@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# First call on a lent GPU machine: the GPU tests (CUDA required) and quick single runs of the
+# First call on a GPU machine: the GPU tests (CUDA required) and quick single runs of the
 # fast paths, before the full side-by-side harness (bench/compare.py --device cuda).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"

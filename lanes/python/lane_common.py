@@ -18,7 +18,7 @@ import time
 import devicerace_worker as dw
 
 # ---------------------------------------------------------------------------------------------
-# Where a step's time goes (issue 29): the framework lanes' step breakdown.
+# Where a step's time goes: the framework lanes' step breakdown.
 # ---------------------------------------------------------------------------------------------
 
 

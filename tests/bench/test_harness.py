@@ -110,6 +110,13 @@ class CpuSpeed(unittest.TestCase):
             self.mod.print_bf16_table(result, 2)
         self.assertIn("| char-gpt | 400 | 300 | 0.75 | autocast (ATen's ops) |", out.getvalue())
 
+    def test_a_lanes_peak_is_the_faster_of_the_gemm_and_the_convolution(self):
+        peaks = {"fp32/1/2048x2048x2048": 90e9, "fp32/1/conv3x3": 200e9, "bf16/1/2048x2048x2048": 350e9,
+                 "bf16/1/conv3x3": 300e9, "fp32/2/2048x2048x2048": 170e9}
+        self.assertEqual(self.mod.lane_peak(peaks, "fp32", 1), 200e9)
+        self.assertEqual(self.mod.lane_peak(peaks, "bf16", 1), 350e9)
+        self.assertEqual(self.mod.lane_peak(peaks, "bf16", 2), 170e9)  # no bf16 figure: the fp32 one
+
     def test_each_peak_is_the_median_of_its_probes(self):
         probes = [{"fp32/1/a": 60e9, "fp32/2/a": 150e9}, {"fp32/1/a": 80e9, "fp32/2/a": 120e9},
                   {"fp32/1/a": 70e9, "fp32/2/a": 130e9}]

@@ -414,7 +414,7 @@ class Listings(unittest.TestCase):
                 # ln(113) = 4.73 at the start; every lane is below 4.5 at its one evaluation.
                 self.assertLess(lane["final_test_loss"], 4.5)
                 self.assertIsNotNone(lane["time_to_target_seconds"], lane["name"])
-                # Issue 29 in every lane kind: one network, one FLOP count (the PyTorch lane's from
+                # in every lane kind: one network, one FLOP count (the PyTorch lane's from
                 # the engine's count of the same network), a peak and a utilisation each.
                 self.assertIsNotNone(lane["utilization"], lane["name"])
                 self.assertIsNotNone(lane["peak_source"], lane["name"])
@@ -475,7 +475,7 @@ class RealRaces(unittest.TestCase):
             self.assertEqual(evals["cpu·1"], evals["twin"])
 
     def test_the_race_explains_itself(self):
-        """Issue 29: achieved FLOP/s and % of peak, where a step's time goes, input-bound lanes,
+        """achieved FLOP/s and % of peak, where a step's time goes, input-bound lanes,
         energy or why none, in the table and the JSON."""
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
@@ -610,7 +610,7 @@ class RealRaces(unittest.TestCase):
                     tags.setdefault(value.tag, []).append((event.step, value))
             self.assertIn("throughput/samples_per_sec", tags)
             self.assertIn("loss/train", tags)
-            # Issue 29: the step's phases, the share of the peak, the learning rate.
+            # the step's phases, the share of the peak, the learning rate.
             for tag in ("step_ms/forward", "step_ms/backward", "step_ms/data", "utilization/of_peak", "train/lr"):
                 self.assertIn(tag, tags)
             # Evaluations at each epoch end (16 steps of 128 in 2,000) and every 20 steps.

@@ -12,7 +12,7 @@ This reads the built library with `nm` and `objdump` (binutils): each `.avx512f`
 clone must name an ymm or zmm register at least once, and no clone may hold a `rep stos` or
 `rep movs`: GCC turns a zeroed array or a copied chunk into one, and its start-up (~30 cycles) ran
 on every row of the GPT's loops (a layer norm's row sums, the softmax's rows, GELU's chunks: up to
-1.5x their time, stop 57). Usage:
+1.5x their time). Usage:
     check_kernels_vectorise.py path/to/libdevicerace_engine.so
 """
 import platform
@@ -93,13 +93,13 @@ def main():
     if found == 0:
         sys.exit(f"no per-ISA clones found in {lib}: was it built with target_clones?")
     if scalar:
-        print("scalar loops where a vector loop was meant (see engine/src/kernels/, and docs/NOTES.md "
-              "on conditional loads):")
+        print("scalar loops where a vector loop was meant (see engine/src/kernels/, and docs/ENGINEERING.md, "
+              "\"Fast paths and kernels\", on conditional loads):")
         for s in scalar:
             print("  " + s)
     if string_ops:
         print("string instructions in a loop's clone (a zero-filled array or a chunk copied: fill with -0.0f, "
-              "or write in the loop; docs/NOTES.md, stop 57):")
+              "or write in the loop; docs/ENGINEERING.md, \"Fast paths and kernels\"):")
         for s in string_ops:
             print("  " + s)
     if scalar or string_ops:

@@ -1,4 +1,4 @@
-// Explaining the race (issue 29), torch-free parts: the explanation fields of samples, their
+// Explaining the race, torch-free parts: the explanation fields of samples, their
 // summary (breakdown medians, the input-bound flag, utilisation, energy) and energy attribution.
 #include <gtest/gtest.h>
 

@@ -111,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(EveryOptimizer, FusedOptimizer,
                              return n;
                          });
 
-// The CPU's one-pass kernels over 100 steps, in fp32 and bf16 (issue 28: "the same losses as
+// The CPU's one-pass kernels over 100 steps, in fp32 and bf16 ("the same losses as
 // the unfused path within tolerance over 100 steps"): fused=true against fused=false (ATen's
 // ops, torch::optim) — batch norm + add + relu (cifar-resnet20), relu + max pool + dropout
 // (fashion-cnn), the LSTM over token ids (charlstm, fp32: bf16 lanes keep torch's LSTM), the

@@ -221,7 +221,7 @@ TEST(Gpu, GraphKeyConflictsAreExplained) {
     EXPECT_THROW(makeLane(parseLaneSpec("cuda:0,resident=false"), settings), UsageError); // synthetic data
 }
 
-// Issue 29 on a GPU: CUDA lanes time their phases with events (eager: data, forward, backward,
+// on a GPU: CUDA lanes time their phases with events (eager: data, forward, backward,
 // optimizer; a replayed graph: data and one "compute"), the phases add up to the step time, the
 // utilisation against the datasheet peak is a share, and the energy is NVML's or says why not.
 TEST(Gpu, TheRaceExplainsItselfOnCuda) {

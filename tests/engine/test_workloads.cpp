@@ -80,7 +80,7 @@ TEST_P(EveryWorkload, TrainsThreeStepsOnTheCpu) {
         EXPECT_EQ(l.state, LaneState::Finished) << info.name << " " << l.name << ": " << l.error;
         EXPECT_EQ(l.steps, 3);
         EXPECT_TRUE(l.finalTestAccuracy.has_value());
-        // Issue 29: FLOPs counted from the network, a peak, a utilisation in range (loosely here:
+        // FLOPs counted from the network, a peak, a utilisation in range (loosely here:
         // the suite runs two at a time; test_peak_flops checks (0, 1] alone), and the breakdown.
         ASSERT_TRUE(l.flopsPerSample && l.peakFlopsPerSec && l.utilization) << info.name;
         EXPECT_GT(*l.utilization, 0) << info.name;

@@ -200,7 +200,7 @@ def assert_rate_integrity(test, lane, tolerance=RATE_TOLERANCE):
 
 
 def assert_step_breakdown(test, samples, phases, tolerance=0.05):
-    """Issue 29's breakdown in a framework lane's train samples: the phases `phases` (and "other"),
+    """breakdown in a framework lane's train samples: the phases `phases` (and "other"),
     each >= 0, summing to the interval's mean step time within `tolerance`, in every interval after
     the warm-up that has one (an interval may have no timed step: the Keras lanes time one in
     eight). Returns the breakdowns."""

@@ -24,7 +24,7 @@ struct FakeLane {
     double seconds = 60;         // lane time to the finish
     double costPerHour = 0;      // USD per hour (0: none)
     QString text = {};           // what each evaluation's model wrote ("" : nothing, like most workloads)
-    // Issue 29: seconds per step by phase in every train sample, and what utilisation divides by.
+    // seconds per step by phase in every train sample, and what utilisation divides by.
     std::map<std::string, double> breakdown = {};
     double flopsPerSample = 0, peakFlopsPerSec = 0;
     double watts = 0; // > 0: each train sample carries the energy of its interval

@@ -233,8 +233,8 @@ private Q_SLOTS:
         QCOMPARE(rows[1].color, w.setupPanel()->laneColors()[1]);
     }
 
-    // The baseline chosen before Start is the race's baseline (the box was empty before the
-    // first race until stop 44).
+    // The baseline chosen before Start is the race's baseline (the box once stayed empty before the
+    // first race).
     void baselineChosenBeforeTheRaceStays() {
         MainWindow w;
         w.show();

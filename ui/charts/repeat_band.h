@@ -1,5 +1,5 @@
 #pragma once
-// The band a lane's curves draw across the repeats of a race (issue 29: "is the gap real?"):
+// The band a lane's curves draw across the repeats of a race ("is the gap real?"):
 // at each x, the lowest and highest of the repeats' (smoothed) curves, filled behind the lines.
 // Pure functions; GUI thread or any.
 #include <QList>

@@ -61,7 +61,7 @@ struct LaneHistory {
     bool stepsOnly = false;
     bool samplesSeen = false; // some train sample carried samples/s
     std::optional<std::uint64_t> peakMemory;
-    // Explaining the race (issue 29): the latest measured interval's seconds per step by phase,
+    // Explaining the race: the latest measured interval's seconds per step by phase,
     // and what utilisation divides by (from the lane's "running" state sample).
     std::map<std::string, double> lastBreakdown;
     std::vector<std::map<std::string, double>> lastRankBreakdowns; // data-parallel lanes: each rank's

@@ -52,7 +52,7 @@ struct MetricSample {
     // the machine's CPU time the hypervisor gave to other machines (steal). Not for data-parallel lanes.
     std::optional<double> otherCpus;
     std::optional<double> stealShare;
-    // Explaining the race (issue 29):
+    // Explaining the race:
     // Train: seconds per step by phase ("data", "forward", "backward", "communication",
     // "optimizer", "compute" (a CUDA graph's whole step), "other"), over the interval's timed steps.
     std::map<std::string, double> stepBreakdown;

@@ -1,5 +1,5 @@
 #pragma once
-// The peak a lane's achieved FLOP/s is compared with ("% of peak", issue 29): for a CPU, a short
+// The peak a lane's achieved FLOP/s is compared with ("% of peak"): for a CPU, a short
 // GEMM calibration run once per machine, thread count and precision, then cached; for a GPU, the
 // datasheet's dense tensor-core figure found by the device's name, with its source named. An
 // unknown GPU has no peak (never a guess).
@@ -14,7 +14,7 @@ namespace devicerace {
 
 struct PeakFlops {
     double flopsPerSec = 0;
-    std::string source;    // "measured: 1024x1024 GEMMs, fp32, 2 threads, median of 5" or "datasheet: ..."
+    std::string source;    // "measured DATE: the faster of 1024x1024 GEMMs (…) and …" or "datasheet: …"
     bool measured = false; // a calibration on this machine (false: a datasheet figure)
     bool cached = false;   // read from the cache file rather than measured by this call
     bool busy = false;     // measured while other work shared the cores: below the peak, not cached
@@ -27,13 +27,15 @@ struct PeakFlops {
 /// else ~/.cache/devicerace; "peaks.json" in it. Empty when none can be named.
 std::filesystem::path peakCacheFile();
 
-/// The CPU's dense matrix-multiply peak for `precision` on `threads` intra-op threads: the
-/// median rate of seven timed batches of square GEMMs (at::mm, MKL for fp32, oneDNN for bf16) on
-/// a thread of its own, after a warm-up; cached per CPU model, threads, precision and LibTorch
-/// version (a broken or foreign cache file is ignored and rewritten). `remeasure` skips the cache.
-/// Run it while the machine is otherwise idle: it measures what the cores give now. When the
-/// process got under 85% of the cores `threads` threads may use (at most the CPUs in its
-/// affinity and its cgroup's CPU quota) while it timed, or the rest of the machine was busy
+/// The CPU's dense arithmetic peak for `precision` on `threads` intra-op threads: the faster of
+/// two probes, each the median rate of seven timed batches after a warm-up on a thread of its
+/// own — square GEMMs (at::mm: MKL for fp32, oneDNN for bf16) and 3x3 convolutions (oneDNN) —
+/// since neither library is the faster on every CPU (fp16: the GEMMs alone); cached per CPU
+/// model, threads, precision and LibTorch version (a broken or foreign cache file is ignored and
+/// rewritten). `remeasure` skips the cache. Run it while the machine is otherwise idle: it
+/// measures what the cores give now. When the process got under 85% of the cores `threads`
+/// threads may use (at most the CPUs in its affinity and its cgroup's CPU quota) while it timed,
+/// or the rest of the machine was busy
 /// (/proc/stat: over a quarter of a CPU beyond the calibration's own, this process's other
 /// threads included, or over 5% steal), other work shared them: it measures once
 /// more; if still busy the figure is returned with "on a busy CPU" in its source and not cached,

@@ -41,7 +41,7 @@ struct Recording {
     std::string workload;
     std::string dataset;
     bool synthetic = false;
-    int vocabulary = 0;                 // token data (format 2 since issue 30; 0 where not written)
+    int vocabulary = 0;                 // token data (manifest format 2 on; 0 where not written)
     std::vector<std::string> tokenText; // each id's text: a language model's alphabet
     bool fair = false;
     std::optional<double> targetAccuracy;

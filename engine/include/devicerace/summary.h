@@ -62,7 +62,7 @@ struct LaneSummary {
     std::string scalingBaseline;             // that lane's name ("" : no scaling figures)
     std::optional<double> scalingSpeedup;    // samples/s ÷ the baseline's
     std::optional<double> scalingEfficiency; // speedup ÷ (workers ÷ the baseline's workers)
-    // Explaining the race (issue 29), over the intervals after warm-up:
+    // Explaining the race, over the intervals after warm-up:
     std::map<std::string, double> stepBreakdown; // phase -> seconds per step (median per phase)
     std::optional<double> dataShare;             // the data phase's share of the breakdown
     bool inputBound = false;                     // dataShare > kInputBoundShare

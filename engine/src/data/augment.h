@@ -1,7 +1,7 @@
 #pragma once
 // Per-example augmentation of image batches (lane key augment=crop-flip): the input work a real
 // training pipeline does for CIFAR-style data, so that a lane's "data" phase carries it
-// (issue 29's input-bound flag; seed 002's synthetic-vs-real point). Lane thread only.
+// (input-bound flag; seed 002's synthetic-vs-real point). Lane thread only.
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 

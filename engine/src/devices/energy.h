@@ -1,5 +1,5 @@
 #pragma once
-// A lane's energy counter (issue 29): the CPU packages' RAPL counters through the kernel's
+// A lane's energy counter: the CPU packages' RAPL counters through the kernel's
 // powercap tree (/sys/class/powercap/intel-rapl:N/energy_uj, AMD's too), or an NVIDIA GPU's
 // NVML total-energy counter. Never an estimate: where no counter can be read, the meter says
 // why and reads nothing. One meter per lane, lane thread only.

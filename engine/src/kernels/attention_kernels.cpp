@@ -174,7 +174,7 @@ std::int64_t roundUp16(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAli
 // The causal softmax and its backward in W-wide vectors of the tiles' ISA (vec_inline.h).
 // The rows are short (char-gpt's 64 keys), so the shared loops (kernel_inline.h's laneMax /
 // laneSum: 64 partial sums on the stack, folded, then scalar tails) cost more than their exps:
-// 58% of char-gpt's attention forward on an AMD EPYC (stop 58). Here a row's max and sum each
+// 58% of char-gpt's attention forward on an AMD EPYC. Here a row's max and sum each
 // stay in one register, lanes past the diagonal masked, and reduce across lanes by rotations.
 //
 // kernel_inline.h's causalSoftmaxRow for R rows at once (row r is query i + r, `stride` floats

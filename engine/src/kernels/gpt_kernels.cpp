@@ -56,7 +56,7 @@ DR_INLINE void put(O* o, std::int64_t c, float v) {
 // A row's sum: add(acc, c) adds the terms of columns c.. to acc (a VR, or a float for one tail
 // column); two vector accumulators, then the tail added one by one to their sum. (By reference: a
 // lambda returning a vector is a function of the default target, which GCC warns of, -Wpsabi.) In
-// place of laneSum's 64 partial sums, folded: the layer norm's backward 1.13x (stop 58).
+// place of laneSum's 64 partial sums, folded: the layer norm's backward 1.13x.
 template <class F>
 DR_INLINE float rowSum(std::int64_t cols, const F& add) {
     VR a{}, b{};
@@ -246,7 +246,7 @@ template <class T>
 DR_INLINE void biasGeluBody(float* __restrict x, const float* __restrict bias, std::int64_t r0, std::int64_t r1,
                             std::int64_t cols, T* __restrict out) {
     // bf16 in chunks through a float buffer: a loop that also stores bf16 gets half-width vectors.
-    // Chunks of 512 (2 kB), not 64: char-gpt's 512-wide rows in one go, 1.08x (stop 58, AMD EPYC).
+    // Chunks of 512 (2 kB), not 64: char-gpt's 512-wide rows in one go, 1.08x (AMD EPYC).
     // float straight out (through the buffer, GCC copied each chunk with `rep movsq`: 10% of the loop).
     constexpr std::int64_t kChunk = 512;
     float gelu[kChunk];

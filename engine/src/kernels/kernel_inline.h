@@ -13,12 +13,12 @@
 #if defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 // "avx2" leaves FMA out (GCC's avx2 target does not imply it): "arch=x86-64-v3" would fuse the
-// AVX2 clones' multiplies and adds, but measured within noise on whole races (stops 46 and 53),
+// AVX2 clones' multiplies and adds, but measured within noise on whole races (AMD EPYC),
 // so the clones keep their rounding. The attention tiles, which need FMA, carry their own target.
 // (Only the avx2 and default clones keep it: GCC's avx512f target has FMA, AVX-512F's own, and fuses
-// — `objdump` of stop 56's biasGeluF and layerNormBackwardRange avx512f clones: 71 and 34 vfmadd.)
+// — `objdump` of biasGeluF and layerNormBackwardRange avx512f clones: 71 and 34 vfmadd.)
 // DR_CLONES_FMA: for a loop that FMA measurably speeds up on AVX2 CPUs (the GPT's bias + GELU:
-// ~1.3x from FMA alone on an AMD EPYC, stop 57).
+// ~1.3x from FMA alone on an AMD EPYC).
 #define DR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define DR_CLONES_FMA __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #endif

@@ -1,5 +1,5 @@
 #pragma once
-// FLOPs per training example, counted from the network (issue 29's utilisation): one forward
+// FLOPs per training example, counted from the network (utilisation): one forward
 // and backward pass of the workload's model on the CPU, at a small batch, with a RecordFunction
 // observer that adds up the matrix products the dispatcher runs — mm/addmm/bmm/baddbmm,
 // convolutions and their backward, scaled-dot-product attention and its backward — from their

@@ -60,7 +60,7 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
     }
     json m;
     m["format"] = kRecordingFormat;
-    m["app_version"] = "0.1.0";
+    m["app_version"] = DEVICERACE_VERSION;
     m["workload"] = race.spec().workload;
     m["dataset"] = {{"name", race.dataset().name}, {"synthetic", race.dataset().synthetic}};
     if (const auto& d = race.dataset(); d.vocabulary > 0) { // the text's alphabet, saved with the race

@@ -1,6 +1,6 @@
 #pragma once
 // How a step's work is shared between a lane's intra-op threads when their cores do not run
-// at the same speed. On the 2-vCPU build VMs one core was persistently 15-20% slower than the
+// at the same speed. On 2-vCPU VMs one core was persistently 15-20% slower than the
 // other over whole races (a neighbour on the host, interrupts), so an even split left the fast
 // thread spinning for that long at the end of every parallel region. The balancer learns each
 // worker's speed from when it finished and moves work to the faster ones: at its fixed point

@@ -1,5 +1,5 @@
 #pragma once
-// Where a training step's time goes (issue 29): on a sample of steps, the trainer marks the end
+// Where a training step's time goes: on a sample of steps, the trainer marks the end
 // of each phase — data, forward, backward, communication, optimizer (or one "compute" phase for
 // a replayed CUDA graph) — and a report turns the marks into seconds per step by phase. CPU
 // lanes read the steady clock (their work is synchronous); CUDA lanes record timing events on

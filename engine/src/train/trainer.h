@@ -145,7 +145,7 @@ private:
 
     void describeExecution();
 
-    // What utilisation and energy need (issue 29): the FLOPs counted from the network, the
+    // What utilisation and energy need: the FLOPs counted from the network, the
     // device's peak, the energy meter. Never throws: what cannot be known stays unset.
     void setUpExplanation(const ModelOptions& options);
 

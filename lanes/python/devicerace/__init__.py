@@ -21,7 +21,7 @@ import sys
 from devicerace._channel import Channel, now, to_float
 
 __all__ = ["lane", "Lane"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 class Lane:
