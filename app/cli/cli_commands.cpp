@@ -288,6 +288,20 @@ static void startAgainWaitingAsTheRaceNeeds(const RaceOptions& options, std::opt
 }
 
 // A preset's races one after another; the command-line race options override the preset's.
+// A preset's race with the run-length, data and fair options given on the command line.
+RaceSpec withRunOptions(RaceSpec spec, const RaceSpec& o) {
+    if (o.epochs || o.steps) {
+        spec.epochs = o.epochs;
+        spec.steps = o.steps;
+    }
+    spec.trainLimit = o.trainLimit ? o.trainLimit : spec.trainLimit;
+    spec.testLimit = o.testLimit ? o.testLimit : spec.testLimit;
+    spec.data = o.data ? o.data : spec.data;
+    spec.dataDir = o.dataDir.empty() ? spec.dataDir : o.dataDir;
+    spec.fair = spec.fair || o.fair;
+    return spec;
+}
+
 int runPreset(const RaceOptions& options) {
     Preset preset;
     try {
@@ -295,6 +309,22 @@ int runPreset(const RaceOptions& options) {
         preset = loadPreset(options.preset);
     } catch (const Error& e) {
         return usageError(e.what());
+    }
+    if (options.planOnly) {
+        // Each race as it would run, nothing trained: {"preset": name, "races": [plan, ...]}.
+        std::string out = "{\"preset\": \"" + preset.name + "\", \"races\": [";
+        bool ok = true;
+        for (std::size_t i = 0; i < preset.races.size(); ++i) {
+            const auto plan = resolveRace(withRunOptions(preset.races[i].spec, options.spec));
+            auto text = planToJson(plan);
+            while (!text.empty() && text.back() == '\n') {
+                text.pop_back();
+            }
+            out += (i ? ", " : "") + text;
+            ok = ok && plan.ok();
+        }
+        fmt::print("{}]}}\n", out);
+        return ok ? 0 : 2;
     }
     // One wait policy for the whole run: spin only where every race of the preset would.
     bool spin = true;
@@ -310,16 +340,7 @@ int runPreset(const RaceOptions& options) {
     bool abandoned = false;
     for (std::size_t i = 0; i < preset.races.size(); ++i) {
         auto race = preset.races[i];
-        const auto& o = options.spec;
-        if (o.epochs || o.steps) {
-            race.spec.epochs = o.epochs;
-            race.spec.steps = o.steps;
-        }
-        race.spec.trainLimit = o.trainLimit ? o.trainLimit : race.spec.trainLimit;
-        race.spec.testLimit = o.testLimit ? o.testLimit : race.spec.testLimit;
-        race.spec.data = o.data ? o.data : race.spec.data;
-        race.spec.dataDir = o.dataDir.empty() ? race.spec.dataDir : o.dataDir;
-        race.spec.fair = race.spec.fair || o.fair;
+        race.spec = withRunOptions(race.spec, options.spec);
         fmt::print("\n== race {}/{}: {}\n", i + 1, preset.races.size(), race.title);
         RaceOptions raceOptions = options;
         if (!options.recordDir.empty() && preset.races.size() > 1) {

@@ -90,8 +90,9 @@ int main(int argc, char** argv) {
     static const std::string laneHelp =
         "DEVICE[,key=value]... DEVICE: cpu, cuda, cuda:N, or ssh://[user@]host[:port]/DEVICE (a lane on another "
         "machine); data-parallel lanes (docs/PARALLEL.md): cuda:A-B, cuda:all or DEVICE+DEVICE+..., or workers=N. "
-        "Repeat for more lanes. Default: the first race (cpu,threads=1 vs cuda:0; without CUDA, fp32 vs bf16 on "
-        "every core where the CPU has bf16 units, else 1 thread vs every core; fair). Keys:\n" +
+        "Repeat for more lanes. Default: the first race (cpu,threads=1 vs cuda:0; without CUDA, fashion-cnn on "
+        "1 thread vs every core; on one core, fp32 vs bf16 where it has bf16 units, else batch 32 vs 512; fair). "
+        "Keys:\n" +
         laneKeysHelp();
     race->add_option("--lane", opt.laneTexts, laneHelp);
     auto* epochsOpt = race->add_option("--epochs", epochs, "Epochs per lane (default: the workload's)");

@@ -355,6 +355,13 @@ class Listings(unittest.TestCase):
         self.assertTrue({"resnet32-cpu-vs-gpu", "keras-suite", "cpu-thread-scaling", "fused-vs-cells-lstm",
                          "synthetic-vs-real", "davidnet-batch-and-decay", "keras-backends",
                          "framework-vs-framework", "gpt-cpu-vs-gpu"} <= names)
+        # --plan with a preset: each race's plan, the options applied, nothing trained.
+        r = run("race", "--preset", "fused-vs-cells-lstm", "--plan", "--steps", "3")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        planned = json.loads(r.stdout)
+        self.assertEqual(planned["preset"], "fused-vs-cells-lstm")
+        self.assertEqual([l["name"] for l in planned["races"][0]["lanes"]], ["fused", "cells"])
+        self.assertTrue(all(l["total_steps"] == 3 for l in planned["races"][0]["lanes"]), planned)
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "p.json")
             r = run("race", "--preset", "fused-vs-cells-lstm", "--steps", "2", "--train-limit", "64",

@@ -7,7 +7,8 @@ Every ```sh block of README.md is read, and each of its `devicerace-cli` command
   records (`--record DIR`) runs for real instead, shortened (`--steps 3`, a few hundred
   examples), so that the block's `replay DIR` and `export DIR` have a recording to read.
 - `devicerace-cli race --preset NAME ...`: NAME must be one `devicerace-cli presets --json`
-  lists (a preset runs its races whatever the other options say, so it is not run here).
+  lists (not run: a preset may race devices this machine lacks, where its stand-in recording
+  takes the GPU's place).
 - every other `devicerace-cli` command (`devices`, `workloads`, `presets`, `replay`, `export`,
   `--help`, `--version`) as written; it must exit 0.
 
