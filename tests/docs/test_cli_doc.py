@@ -27,7 +27,8 @@ import subprocess
 import sys
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from doc_programs import ROOT, read, require_program
+
 DOC = os.path.join(ROOT, "docs", "CLI.md")
 CLI = os.environ.get("DEVICERACE_CLI") or os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 GUI = os.environ.get("DEVICERACE_GUI") or os.path.join(ROOT, "build", "release", "app", "gui", "devicerace")
@@ -35,11 +36,6 @@ GIVEN = False  # the programs were named on the command line (ctest): a missing 
 
 # Options every command has; not listed per command in docs/CLI.md.
 EVERYWHERE = {"--help", "--help-all"}
-
-
-def read(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read()
 
 
 def run(program, *args, env=None):
@@ -215,10 +211,7 @@ def difference(what, program_has, doc_has, where):
 class CliDocTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not os.access(CLI, os.X_OK):
-            if GIVEN:
-                raise AssertionError(f"{CLI}: no such program")
-            raise unittest.SkipTest(f"{CLI} is not built (scripts/build, or set DEVICERACE_CLI)")
+        require_program(CLI, GIVEN)
         cls.sections = doc_sections(read(DOC))
         cls.top_help = help_text(CLI)
 

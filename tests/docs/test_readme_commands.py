@@ -50,7 +50,8 @@ import sys
 import tempfile
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from doc_programs import ROOT, read, require_program
+
 README = os.path.join(ROOT, "README.md")
 CLI = os.environ.get("DEVICERACE_CLI") or os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
 GIVEN = False
@@ -60,11 +61,6 @@ KNOWN_NEEDS = ALWAYS_SKIPPED | {"gpu", "frameworks"}
 SHELL_WORDS = {"|", "||", "&", "&&", ";", ">", ">>", "<", "2>", "2>&1", "&>"}
 # A recording race, shortened: a few steps on a few hundred examples.
 SHORT = ["--train-limit", "256", "--test-limit", "128", "--warmup-steps", "1"]
-
-
-def read(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read()
 
 
 def sh_blocks(text):
@@ -180,10 +176,7 @@ def preset_names():
 class ReadmeCommandsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not os.access(CLI, os.X_OK):
-            if GIVEN:
-                raise AssertionError(f"{CLI}: no such program")
-            raise unittest.SkipTest(f"{CLI} is not built (scripts/build, or set DEVICERACE_CLI)")
+        require_program(CLI, GIVEN)
         cls.blocks = sh_blocks(read(README))
 
     def test_the_readme_has_shell_blocks_and_the_test_command(self):

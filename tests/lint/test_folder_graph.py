@@ -100,7 +100,7 @@ class EnvironmentTable(unittest.TestCase):
     def test_every_switch_read_has_a_row_and_every_row_is_read(self):
         import re
         with open(os.path.join(ROOT, "engine/src/util/environment.cpp"), encoding="utf-8") as f:
-            rows = re.findall(r'EnvironmentSwitch\{"(DEVICERACE_[A-Z0-9_]+)"', f.read())
+            rows = re.findall(r'EnvironmentSwitch\{\s*"(DEVICERACE_[A-Z0-9_]+)"', f.read())
         self.assertEqual(rows, sorted(rows), "the table is in name order")
         self.assertEqual(len(rows), len(set(rows)))
         read = set()

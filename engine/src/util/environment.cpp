@@ -11,9 +11,8 @@ namespace devicerace {
 namespace {
 
 constexpr std::array kSwitches = {
-    EnvironmentSwitch{
-        "DEVICERACE_ATTACH_TOKEN", "users",
-        "the token an attach:// lane's ranks present (instead of the file a lane's token_file= key names)"},
+    EnvironmentSwitch{"DEVICERACE_ATTACH_TOKEN", "users",
+                      "the token an attach:// lane's ranks present (instead of its token_file= key's file)"},
     EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
                       "mkl, onednn or fp32: every bf16 GEMM of the fused steps by that route instead of the "
                       "fastest timed one (measure: time them)"},
