@@ -551,6 +551,8 @@ def parse_args(argv):
     args.cli = os.path.abspath(args.cli)
     if not os.access(args.cli, os.X_OK):
         ap.error(f"{args.cli}: no devicerace-cli there (build it, or pass --cli PATH)")
+    # The peers read the workload schema from the same CLI (lanes/python/engine_schema.py).
+    os.environ["DEVICERACE_CLI"] = args.cli
     return args
 
 

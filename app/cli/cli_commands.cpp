@@ -170,8 +170,8 @@ int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch
     return launched ? runLaunchedWorker(0, out, proto, launch) : runWorker(0, out, proto);
 }
 
-int runWorkloads(bool json) {
-    fmt::print("{}", json ? workloadsJson() : workloadsText());
+int runWorkloads(bool json, bool schema) {
+    fmt::print("{}", schema ? workloadSchemaJson() : json ? workloadsJson() : workloadsText());
     return 0;
 }
 

@@ -29,7 +29,7 @@ int runDevices(bool json, bool remeasurePeaks = false);
 int runRemoteDevices(const std::string& host, const std::string& cli, bool json);
 /// worker --proto N: stdout is moved aside (only protocol lines go there), then the worker runs.
 int runWorkerCommand(int proto, const std::string& framework, const WorkerLaunch& launch = {});
-int runWorkloads(bool json);
+int runWorkloads(bool json, bool schema);
 int runRace(RaceOptions options);
 int runPresets(bool json);
 

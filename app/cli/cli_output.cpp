@@ -160,29 +160,8 @@ std::string workloadsText() {
 }
 
 std::string workloadsJson() {
-    json j = json::array();
-    for (const auto& w : workloads()) {
-        j.push_back({{"name", w.name},
-                     {"description", w.description},
-                     {"dataset", w.dataset},
-                     {"input_shape", w.inputShape},
-                     {"classes", w.classes},
-                     {"synthetic_by_default", w.syntheticByDefault},
-                     {"schedule", w.schedule},
-                     {"weight_decay", w.weightDecay},
-                     {"momentum", w.momentum},
-                     {"lane_keys", w.hasLstm ? json::array({"lstm"}) : json::array()},
-                     {"origin", w.origin},
-                     {"optimizer", w.optimizer},
-                     {"batch", w.defaultBatch},
-                     {"lr", w.defaultLr},
-                     {"epochs", w.defaultEpochs},
-                     {"target_accuracy", w.defaultTarget},
-                     {"target_loss", w.defaultTargetLoss ? json(*w.defaultTargetLoss) : json(nullptr)},
-                     {"parameters", w.parameters},
-                     {"tokens_per_sample", w.tokensPerSample > 0 ? json(w.tokensPerSample) : json(nullptr)}});
-    }
-    return j.dump(2) + "\n";
+    // The engine's schema entries: the one definition the Python lanes read too.
+    return json::parse(workloadSchemaJson()).at("workloads").dump(2) + "\n";
 }
 
 namespace {

@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
     bool workloadsJson = false;
     auto* wl = app.add_subcommand("workloads", "List the workloads (model + data + hyperparameters)");
     wl->add_flag("--json", workloadsJson, "Print JSON");
+    bool workloadsSchema = false;
+    wl->add_flag("--schema", workloadsSchema,
+                 "Print the workload schema: every workload and the constants the lane programs share, as JSON");
 
     bool presetsJson = false;
     auto* presets = app.add_subcommand("presets", "List the presets (the seed experiments as ready races)");
@@ -192,7 +195,7 @@ int main(int argc, char** argv) {
                                    : cli::runRemoteDevices(devicesHost, devicesCli, devicesJson);
     }
     if (*wl) {
-        return cli::runWorkloads(workloadsJson);
+        return cli::runWorkloads(workloadsJson, workloadsSchema);
     }
     if (*presets) {
         return cli::runPresets(presetsJson);

@@ -11,6 +11,8 @@ export DEVICERACE_TEXT_CORPUS="$ROOT/.gpu/data/fortunes"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export PYTHONUNBUFFERED=1
 CLI="$ROOT/.gpu/bin/devicerace-cli"
+# The Python lane programs and peers read the workload schema from it (lanes/python/engine_schema.py).
+export DEVICERACE_CLI="$CLI"
 # The framework lanes (framework=pytorch) run the source tree's lane programs with the machine's python.
 export DEVICERACE_LANES="$ROOT/lanes/python"
 export DEVICERACE_PYTHON="$PY"

@@ -47,7 +47,7 @@ def profile(precision, fused, steps, device="cuda"):
     w = WORKLOADS["char-gpt-6l"]
     dev = torch.device(device)
     model = build_model("char-gpt-6l").to(dev)
-    opt = make_optimizer("adamw", model.parameters(), w["lr"], w["wd"], w["momentum"])
+    opt = make_optimizer(w, model.parameters(), w["lr"], w["wd"], w["momentum"])
     if fused:
         params = list(model.parameters())
         opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": w["wd"]},

@@ -33,8 +33,8 @@ def run(rank, args, port, out_path):
     torch.manual_seed(1)
     model = peer.build_model(args.workload)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = peer.make_optimizer(w["optimizer"], ddp.parameters(), w["lr"], w["wd"], w["momentum"])
-    x_all, y_all = peer.synthetic_split(w, peer.SYNTHETIC_TRAIN[w["dataset"]], args.batch, "cpu")
+    opt = peer.make_optimizer(w, ddp.parameters(), w["lr"], w["wd"], w["momentum"])
+    x_all, y_all = peer.synthetic_split(w, w["synthetic_train"], args.batch, "cpu")
     loss_of, correct_of = peer.loss_functions(w)
     want = w["shape"]
     pool = x_all.size(0)

@@ -61,7 +61,7 @@ import torch
 # ddp_peer.py and the tests (peer.WORKLOADS, peer.build_model, peer.MnistMlp, ...).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lanes", "python"))
 import workload_table  # noqa: E402
-from workload_table import (REPORT_SECONDS, STEP_BUFFER, SYNTHETIC_POOL_BYTES, SYNTHETIC_TRAIN,  # noqa: E402,F401
+from workload_table import (REPORT_SECONDS, STEP_BUFFER, SYNTHETIC_POOL_BYTES,  # noqa: E402,F401
                             fashion_dir, physical_cores, schedule_factor)
 from torch_networks import (  # noqa: E402,F401  (re-exported)
     MODELS, WORKLOADS, glorot_, he_, lstm_init_, conv, MnistMlp, MnistCnn, CifarVgg, FastText, BasicBlock,
@@ -91,7 +91,7 @@ def load_data(w, mode, batch, device):
         if x.size(0) != y.size(0):
             sys.exit("peer: Fashion-MNIST images and labels differ in count")
         return x.to(device), y.to(device), x.size(0)
-    count = SYNTHETIC_TRAIN[w["dataset"]]
+    count = w["synthetic_train"]
     x, y = synthetic_split(w, count, batch, device)
     return x, y, count
 
@@ -235,7 +235,7 @@ def measure(args):
     if batch > n:
         sys.exit(f"peer: batch={batch} is larger than the {n} training examples")
     pool = train_x.size(0)
-    opt = make_optimizer(w["optimizer"], model.parameters(), w["lr"], w["wd"], w["momentum"])
+    opt = make_optimizer(w, model.parameters(), w["lr"], w["wd"], w["momentum"])
     scaler = torch.amp.GradScaler("cuda") if args.precision == "fp16" else None  # init scale 2^16, as the engine
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
     autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext

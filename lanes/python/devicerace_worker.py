@@ -34,8 +34,10 @@ import sys
 import threading
 import time
 
+import engine_schema
+
 PROTO_MAJOR = 1
-PROTO_MINOR = 1  # 1.1: the lane travels as typed fields (config.lane_fields)
+PROTO_MINOR = 2  # 1.1: the lane travels as typed fields (config.lane_fields); 1.2: config.workload_info, constants
 PROTO = f"{PROTO_MAJOR}.{PROTO_MINOR}"
 
 # Seconds between heartbeats (the parent declares a worker lost after 15 s of silence).
@@ -46,13 +48,14 @@ PARENT_SILENCE_S = 20.0
 MAX_CONTROL_LINE = 64 * 1024
 # JSON nesting deeper than any message has.
 MAX_DEPTH = 64
-# A training loss this many times its first value (at least 1) is a divergence (trainer_report.cpp).
-DIVERGENCE_FACTOR = 1000.0
-# CPU threads per logical CPU a lane may ask for (thread_lane.cpp kMaxThreadsPerCpu).
-MAX_THREADS_PER_CPU = 4
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_PROTOCOL = 0, 1, 2, 3
 TERMINAL = ("finished", "stopped", "failed", "diverged")
+
+
+def max_threads_per_cpu():
+    """CPU threads per logical CPU a lane may ask for (the engine's, from the config)."""
+    return engine_schema.constant("max_threads_per_cpu")
 
 
 class LaneRefused(Exception):
@@ -270,7 +273,7 @@ def parse_config(m):
         raise LaneRefused("malformed config message: no workload")
     if not isinstance(m.get("lane_fields"), dict):
         raise LaneRefused("config without lane_fields: this lane needs a DeviceRace parent that speaks protocol "
-                          f"{PROTO} (update the DeviceRace that started it)")
+                          "1.1 or later (update the DeviceRace that started it)")
     c = {
         "workload": m["workload"],
         "lane": m["lane"] if isinstance(m.get("lane"), str) else m["lane_fields"].get("device", "?"),
@@ -289,6 +292,16 @@ def parse_config(m):
         "fail_at_step": get("fail_at_step", int, 0, optional=False),
         "expected_parameters": get("expected_parameters", int),
     }
+    # Protocol 1.2: the engine's definition of the workload and its shared constants (engine_schema).
+    info, constants = m.get("workload_info"), m.get("constants")
+    if info is not None and not (isinstance(info, dict) and info.get("name") == c["workload"]):
+        raise LaneRefused("malformed config message: 'workload_info' is not the workload's entry")
+    if constants is not None and not isinstance(constants, dict):
+        raise LaneRefused("malformed config message: 'constants' must be an object")
+    try:
+        engine_schema.install(info, constants)
+    except (KeyError, TypeError) as e:
+        raise LaneRefused(f"malformed config message: 'workload_info' lacks {e}") from None
     if c["data"] is not None and c["data"] not in ("real", "synthetic"):
         raise LaneRefused(f"config: data '{c['data']}' (expected real or synthetic)")
     if (any(c[k] is not None and c[k] < 1 for k in ("train_limit", "test_limit", "epochs", "steps"))
@@ -415,6 +428,8 @@ class Meter:
         self.paused = 0.0
         self.interval_start = time.perf_counter()
         self.first_loss = None
+        # A training loss this many times its first value (at least 1) is a divergence.
+        self.divergence = engine_schema.constant("divergence_factor")
         self.last_t = 0.0
         self.load = MachineLoad()
         self.cpus_sent = False
@@ -480,9 +495,9 @@ class Meter:
             if not finite:
                 bad = (self.reported_step + i + 1, "the training loss became " + ("NaN" if math.isnan(loss) else "infinite"))
                 break
-            if self.first_loss is not None and loss > DIVERGENCE_FACTOR * max(1.0, self.first_loss):
+            if self.first_loss is not None and loss > self.divergence * max(1.0, self.first_loss):
                 bad = (self.reported_step + i + 1, f"the training loss reached {loss:.3g}, over "
-                       f"{DIVERGENCE_FACTOR:.0f}x its first value {self.first_loss:.3g}")
+                       f"{self.divergence:.0f}x its first value {self.first_loss:.3g}")
                 break
             total += loss
             summed += 1

@@ -284,8 +284,9 @@ def vgg(inputs):
     return L.Dense(10)(h)
 
 
-def cifar_resnet(depth):
+def cifar_resnet(workload):
     def build(inputs):
+        depth = wt.WORKLOADS[workload]["network"]["depth"]
         L = keras.layers
         h = L.ReLU()(bn()(he_conv(16, 3)(inputs)))
         cin = 16
@@ -376,7 +377,7 @@ def char_gpt(workload):
     for all four of its projections: its output projection stays at 0.02)."""
     def build(inputs, vocabulary=0):
         L = keras.layers
-        cfg = wt.WORKLOADS[workload]["gpt"]
+        cfg = wt.WORKLOADS[workload]["network"]
         width, heads, layers, drop = cfg["width"], cfg["heads"], cfg["layers"], cfg["dropout"]
         vocabulary = vocabulary or wt.WORKLOADS[workload]["vocabulary"]
         normal = keras.initializers.RandomNormal(stddev=0.02)
@@ -414,8 +415,8 @@ def char_gpt(workload):
     return build
 
 
-BUILDERS = {"fashion-mlp": mlp, "fashion-cnn": cnn, "cifar-resnet20": cifar_resnet(20),
-            "cifar-resnet32": cifar_resnet(32), "cifar-resnet56": cifar_resnet(56), "cifar-vgg": vgg,
+BUILDERS = {"fashion-mlp": mlp, "fashion-cnn": cnn, "cifar-resnet20": cifar_resnet("cifar-resnet20"),
+            "cifar-resnet32": cifar_resnet("cifar-resnet32"), "cifar-resnet56": cifar_resnet("cifar-resnet56"), "cifar-vgg": vgg,
             "davidnet": davidnet, "fasttext": fasttext, "imdb-bilstm": imdb_bilstm, "charlstm": charlstm,
             "imagenet-resnet50": resnet50, "char-gpt": char_gpt("char-gpt"), "char-gpt-6l": char_gpt("char-gpt-6l")}
 
@@ -464,16 +465,21 @@ def engine_schedule(lr, schedule, total):
     return EngineSchedule()
 
 
-def make_optimizer(kind, lr, momentum, wd=0.0):
+def make_optimizer(rule, lr, momentum, wd=0.0):
+    """The workload's update rule (the engine's kind, alpha, eps, beta2, clip) in Keras."""
     O = keras.optimizers
-    if kind == "adamw":  # nanoGPT: decay on matrices and embeddings only, betas 0.9/0.99, clip 1.0
-        opt = O.AdamW(learning_rate=lr, weight_decay=wd, beta_2=0.99, epsilon=1e-8, global_clipnorm=1.0)
-        opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    kind = rule["kind"]
+    clip = rule["clip_norm"] or None
+    if kind == "adamw":  # nanoGPT: decay on matrices and embeddings only
+        opt = O.AdamW(learning_rate=lr, weight_decay=wd, beta_2=rule["beta2"], epsilon=rule["eps"],
+                      global_clipnorm=clip)
+        if rule["decay_matrices_only"]:
+            opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
         return opt
     if kind == "rmsprop":  # Keras' own defaults: rho 0.9, epsilon 1e-7
-        return O.RMSprop(learning_rate=lr, rho=0.9, epsilon=1e-7)
+        return O.RMSprop(learning_rate=lr, rho=rule["alpha"], epsilon=rule["eps"], global_clipnorm=clip)
     if kind == "adam":  # the engine's (PyTorch's) epsilon
-        return O.Adam(learning_rate=lr, epsilon=1e-8)
+        return O.Adam(learning_rate=lr, beta_2=rule["beta2"], epsilon=rule["eps"], global_clipnorm=clip)
     if kind in ("sgd", "sgd-nesterov"):
         return O.SGD(learning_rate=lr, momentum=momentum, nesterov=kind == "sgd-nesterov")
     raise ValueError(kind)
@@ -714,9 +720,9 @@ class KerasLane:
     def __init__(self, config, session):
         c = dw.parse_config(config)
         workload = c["workload"]
-        if workload not in wt.WORKLOADS:
+        if workload not in BUILDERS or workload not in wt.WORKLOADS:
             raise dw.LaneRefused(f"unknown workload '{workload}' for the Keras lane (it runs {', '.join(BUILDERS)})")
-        w = dict(wt.WORKLOADS[workload], name=workload)
+        w = dict(wt.WORKLOADS[workload])
         lane_label = f"the Keras ({BACKEND}) lane"
         spec = dw.lane_fields(c, ACCEPTED, IGNORED, lane_label)
         self.c, self.w, self.spec = c, w, spec
@@ -802,7 +808,7 @@ class KerasLane:
 
             # Optimizer and the backend's step.
             lr = self.lr if self.schedule == "constant" else engine_schedule(self.lr, self.schedule, self.total_steps)
-            self.optimizer = make_optimizer(w["optimizer"], lr, self.momentum, self.wd)
+            self.optimizer = make_optimizer(w["rule"], lr, self.momentum, self.wd)
             if w["optimizer"] == "adamw":
                 self.wd = 0.0  # decoupled, inside AdamW (matrices only): not added to the gradients
             loss_mean, loss_sum = make_loss(w["binary"])

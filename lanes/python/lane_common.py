@@ -1,7 +1,8 @@
 """What DeviceRace's Python lane programs share beyond the protocol (devicerace_worker.py): the
 data a lane trains on (decided as the engine decides it), the lane keys every lane reads the
-same way, injected faults, and the training loop with its report points. The workload table
-both lanes build from is workload_table.py, in this folder (nothing here imports from bench/).
+same way, injected faults, and the training loop with its report points. The workloads both
+lanes build from are the engine's (engine_schema.py, read through workload_table.py, in this
+folder; nothing here imports from bench/).
 
 pytorch_lane.py and keras_lane.py both run `train_loop`: one step at a time, the step's loss
 and correct count kept on the device, read at report points only (the warm-up step, every
@@ -95,10 +96,6 @@ class PhaseClock:
         return out
 
 
-# resolveData's synthetic test-set sizes (the training sizes are workload_table.SYNTHETIC_TRAIN).
-SYNTHETIC_TEST = {"cifar10": 10000, "fashion-mnist": 10000, "imagenet": 50000, "imdb": 25000, "text": 3000}
-
-
 # ---------------------------------------------------------------------------------------------
 # Lane keys every lane reads alike (thread_lane.cpp's checks).
 # ---------------------------------------------------------------------------------------------
@@ -108,9 +105,9 @@ def check_threads(spec, name):
     """The threads= key checked against the CPUs present; (threads or None, cpu report)."""
     cpu = dw.cpu_report()
     threads = spec.get("threads")
-    if threads and threads > cpu["logical_cpus"] * dw.MAX_THREADS_PER_CPU:
+    if threads and threads > cpu["logical_cpus"] * dw.max_threads_per_cpu():
         raise dw.LaneRefused(f"lane {name}: threads={threads} is far more than the {cpu['logical_cpus']} "
-                             f"CPUs present (at most {cpu['logical_cpus'] * dw.MAX_THREADS_PER_CPU})")
+                             f"CPUs present (at most {cpu['logical_cpus'] * dw.max_threads_per_cpu()})")
     return threads, cpu
 
 
@@ -158,7 +155,7 @@ def resolve_data(name, w, mode, data_dir, train_limit, test_limit, lane="the PyT
     def limited(train, test):
         return (min(train_limit, train) if train_limit else train, min(test_limit, test) if test_limit else test)
 
-    def synthetic(train, test, note):
+    def synthetic(train, test, note):  # the engine's sizes (w["synthetic_train"], w["synthetic_test"])
         tr, te = limited(train, test)
         return {"name": f"synthetic ({shape})", "source": "synthetic", "synthetic": True, "train": tr, "test": te,
                 "note": note, "counts": (tr, te)}
@@ -167,24 +164,24 @@ def resolve_data(name, w, mode, data_dir, train_limit, test_limit, lane="the PyT
     ds = w["dataset"]
     if ds == "imagenet":
         if want_synthetic or (not explicit_real and not data_dir):
-            return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
+            return synthetic(w["synthetic_train"], w["synthetic_test"],
                              "" if mode else "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)")
     elif ds == "imdb":
         if want_synthetic or (not explicit_real and not data_dir):
-            return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds],
+            return synthetic(w["synthetic_train"], w["synthetic_test"],
                              "" if mode else "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens")
         raise dw.LaneRefused(f"{name}: {lane} has no IMDb reader; race it on synthetic tokens "
                              "(--data synthetic or data=synthetic) or on a DeviceRace lane")
     elif ds == "text":
         if want_synthetic:
-            return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
+            return synthetic(w["synthetic_train"], w["synthetic_test"], "")
         if w.get("lm"):  # the language models: the engine's corpus reader (workload_table.load_text)
             path = data_dir or wt.text_corpus()
             return {"name": f"text: {path}", "source": path, "synthetic": False, "note": "", "text": path}
         raise dw.LaneRefused(f"{name}: {lane} has no text-corpus reader; race it on synthetic text "
                              "(--data synthetic or data=synthetic) or on a DeviceRace lane")
     elif want_synthetic:
-        return synthetic(wt.SYNTHETIC_TRAIN[ds], SYNTHETIC_TEST[ds], "")
+        return synthetic(w["synthetic_train"], w["synthetic_test"], "")
     if ds == "cifar10" and data_dir:
         raise dw.LaneRefused(f"{name}: {Lane} cannot read CIFAR-10 binaries ({data_dir}); without "
                              "--data-dir it races on Fashion-MNIST adapted to 3x32x32, or use --data synthetic")

@@ -121,10 +121,10 @@ class TorchLane:
     def __init__(self, config, session):
         c = dw.parse_config(config)
         workload = c["workload"]
-        if workload not in tn.WORKLOADS:
+        if workload not in tn.MODELS or workload not in wt.WORKLOADS:
             raise dw.LaneRefused(f"unknown workload '{workload}' for the PyTorch lane (it runs "
-                                 f"{', '.join(sorted(tn.WORKLOADS))})")
-        w = dict(tn.WORKLOADS[workload], name=workload)
+                                 f"{', '.join(sorted(tn.MODELS))})")
+        w = dict(wt.WORKLOADS[workload])
         spec = dw.lane_fields(c, ACCEPTED, IGNORED, "the PyTorch lane")
         self.c, self.w, self.spec = c, w, spec
         self.name = spec.get("name") or spec["device"]
@@ -226,7 +226,7 @@ class TorchLane:
         self.eval_batch = spec.get("eval_batch") or max(self.batch, min(1000, per_eval))
 
         # Optimizer, precision.
-        self.opt = tn.make_optimizer(w["optimizer"], self.model.parameters(), self.lr, self.wd, self.momentum)
+        self.opt = tn.make_optimizer(w, self.model.parameters(), self.lr, self.wd, self.momentum)
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         self.autocast = (lambda: torch.autocast(device.type, dtype=amp_dtype)) if amp_dtype else nullcontext

@@ -94,7 +94,7 @@ class ScriptLane:
         cpus = config.get("cpus")
         self.cpus = [c for c in cpus if isinstance(c, int) and c >= 0] if isinstance(cpus, list) else []
         if self.threads is not None:
-            if not 1 <= self.threads <= dw.MAX_THREADS_PER_CPU * (os.cpu_count() or 1):
+            if not 1 <= self.threads <= dw.max_threads_per_cpu() * (os.cpu_count() or 1):
                 raise dw.LaneRefused(f"lane '{self.label}': threads={self.threads} is out of range for this machine")
         if not 1 <= self.ranks <= 64:
             raise dw.LaneRefused(f"lane '{self.label}': workers={self.ranks}: a script lane runs 1 to 64 processes")

@@ -21,8 +21,9 @@ everything that decides the work done per step:
   backward, step (GradScaler for fp16), the loss and the batch's correct count returned as
   device tensors (no host sync per step).
 
-The workload defaults, run-length constants, learning-rate schedules and the Fashion-MNIST
-reader are in workload_table.py (no framework; shared with keras_lane.py). Nothing here imports
+The workloads' definitions and the run-length constants come from the engine
+(engine_schema.py); the learning-rate schedules and the Fashion-MNIST reader are in
+workload_table.py (no framework; shared with keras_lane.py). Nothing here imports
 from bench/: the product's lane programs never depend on the benchmark.
 """
 import math
@@ -32,26 +33,25 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import workload_table
-from workload_table import SYNTHETIC_POOL_BYTES
+from workload_table import WORKLOADS  # noqa: F401  (the engine's, re-exported for the peers)
 
-# The networks of the workloads (workload_table.WORKLOADS has their defaults, shared with the
-# Keras lane); WORKLOADS below is that table with a `model` factory in each entry.
+# The network of each workload, built from its engine entry `w` (the shape numbers of
+# w["network"]) and the options `o` (fused LSTM, the text's vocabulary).
 MODELS = {
-    "fashion-mlp": lambda o: MnistMlp(),
-    "fashion-cnn": lambda o: MnistCnn(),
-    "cifar-resnet20": lambda o: CifarResNet((20 - 2) // 6),
-    "cifar-resnet32": lambda o: CifarResNet((32 - 2) // 6),
-    "cifar-resnet56": lambda o: CifarResNet((56 - 2) // 6),
-    "cifar-vgg": lambda o: CifarVgg(),
-    "davidnet": lambda o: DavidNet(),
-    "imdb-bilstm": lambda o: ImdbBiLstm(o["fused"]),
-    "fasttext": lambda o: FastText(),
-    "charlstm": lambda o: CharLstm(o["fused"], 60),
-    "char-gpt": lambda o: CharGpt(o.get("vocabulary") or 65, **workload_table.WORKLOADS["char-gpt"]["gpt"]),
-    "char-gpt-6l": lambda o: CharGpt(o.get("vocabulary") or 65, **workload_table.WORKLOADS["char-gpt-6l"]["gpt"]),
-    "imagenet-resnet50": lambda o: ResNet50(),
+    "fashion-mlp": lambda w, o: MnistMlp(),
+    "fashion-cnn": lambda w, o: MnistCnn(),
+    "cifar-resnet20": lambda w, o: CifarResNet((w["network"]["depth"] - 2) // 6),
+    "cifar-resnet32": lambda w, o: CifarResNet((w["network"]["depth"] - 2) // 6),
+    "cifar-resnet56": lambda w, o: CifarResNet((w["network"]["depth"] - 2) // 6),
+    "cifar-vgg": lambda w, o: CifarVgg(),
+    "davidnet": lambda w, o: DavidNet(),
+    "imdb-bilstm": lambda w, o: ImdbBiLstm(o["fused"]),
+    "fasttext": lambda w, o: FastText(),
+    "charlstm": lambda w, o: CharLstm(o["fused"], w["vocabulary"]),
+    "char-gpt": lambda w, o: CharGpt(o.get("vocabulary") or w["vocabulary"], **w["network"]),
+    "char-gpt-6l": lambda w, o: CharGpt(o.get("vocabulary") or w["vocabulary"], **w["network"]),
+    "imagenet-resnet50": lambda w, o: ResNet50(),
 }
-WORKLOADS = {name: dict(w, model=MODELS[name]) for name, w in workload_table.WORKLOADS.items()}
 
 # ---------------------------------------------------------------------------------------------
 # Initialisers (engine/src/models.cpp).
@@ -388,17 +388,22 @@ class CharGpt(nn.Module):
 # Optimizers (engine models*.cpp; the schedules are in workload_table.py).
 # ---------------------------------------------------------------------------------------------
 
-def make_optimizer(kind, params, lr, wd, momentum):
-    # PyTorch's defaults decide the implementation (no foreach= / fused=): see the docstring.
+def make_optimizer(w, params, lr, wd, momentum):
+    """The workload's update rule (w["rule"]: the engine's kind, alpha, eps, beta2) at the lane's
+    lr, weight decay and momentum. PyTorch's defaults decide the implementation (no foreach= /
+    fused=): see the docstring."""
+    rule = w["rule"]
+    kind = rule["kind"]
     if kind == "adamw":  # nanoGPT's configure_optimizers: matrices decay, biases and LayerNorms do not
         params = list(params)
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
+        groups = [{"params": [p for p in params if p.dim() >= 2 or not rule["decay_matrices_only"]],
+                   "weight_decay": wd},
+                  {"params": [p for p in params if p.dim() < 2 and rule["decay_matrices_only"]], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, rule["beta2"]), eps=rule["eps"])
     if kind == "rmsprop":  # Keras RMSprop: rho 0.9, epsilon 1e-7
-        return torch.optim.RMSprop(params, lr=lr, alpha=0.9, eps=1e-7, weight_decay=wd)
+        return torch.optim.RMSprop(params, lr=lr, alpha=rule["alpha"], eps=rule["eps"], weight_decay=wd)
     if kind == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, rule["beta2"]), eps=rule["eps"], weight_decay=wd)
     if kind in ("sgd", "sgd-nesterov"):
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd, nesterov=kind == "sgd-nesterov")
     raise ValueError(kind)
@@ -411,7 +416,7 @@ def synthetic_split(w, count, batch, device):
     """(X, Y) of a synthetic set of `count` examples, generated on the device with the global
     generator: a pool of min(count, max(8 batches, 256 MiB)) examples (loadLaneData)."""
     elems = math.prod(w["shape"])
-    pool = min(count, max(8 * batch, SYNTHETIC_POOL_BYTES // max(1, elems * 4)))
+    pool = min(count, max(8 * batch, workload_table.SYNTHETIC_POOL_BYTES // max(1, elems * 4)))
     shape = (pool, *w["shape"])
     if w["tokens"]:
         x = torch.randint(0, w["vocabulary"], shape, device=device, dtype=torch.int64)
@@ -511,8 +516,7 @@ def train_step_once(model, opt, scaler, autocast, loss_of, correct_of, x, y, cli
 def build_model(name, fused=True, vocabulary=0):
     """The workload's network; `vocabulary`: the text's alphabet for the language models (0: the
     nominal 65 that the engine's parameter count assumes)."""
-    w = WORKLOADS[name]
-    return w["model"]({"fused": fused, "vocabulary": vocabulary})
+    return MODELS[name](WORKLOADS[name], {"fused": fused, "vocabulary": vocabulary})
 
 
 def count_parameters(model):

@@ -1,8 +1,8 @@
 """What every lane program of a DeviceRace workload shares, without any framework: the engine's
-workload defaults, the run-length constants, the learning-rate schedules and the Fashion-MNIST
-reader (numpy only).
+workloads and constants (engine_schema.py reads them from the engine), the learning-rate
+schedules and the Fashion-MNIST and text readers (numpy only).
 
-torch_networks.py (PyTorch; run by pytorch_lane.py) adds its networks to this table;
+torch_networks.py (PyTorch; run by pytorch_lane.py) builds its networks from these entries;
 keras_lane.py (Keras 3 on JAX, TensorFlow or PyTorch) builds its own from the same entries, so
 neither lane imports the other's framework. The benchmark's PyTorch peers (bench/peers/) import
 it from here; it imports nothing from bench/. Installed with the lane programs in
@@ -14,59 +14,17 @@ import os
 
 import numpy as np
 
-# Steps buffered on the device between report points (trainer.cpp kStepBuffer).
-STEP_BUFFER = 4096
-# Synthetic sets larger than this (bytes, 4 per element) become a pool (kSyntheticPoolBytes).
-SYNTHETIC_POOL_BYTES = 256 << 20
-# Report points at most this far apart (LaneRunSettings::reportIntervalSeconds).
-REPORT_SECONDS = 0.1
+from engine_schema import WORKLOADS, constant, install, load_schema  # noqa: F401  (re-exported)
 
-# ---------------------------------------------------------------------------------------------
-# Workloads: the engine's WorkloadInfo defaults (engine/src/models_*.cpp); epochs is the default
-# run length, lstm marks the workloads that take --lstm.
-# ---------------------------------------------------------------------------------------------
+_CONSTANTS = {"STEP_BUFFER": "step_buffer", "SYNTHETIC_POOL_BYTES": "synthetic_pool_bytes",
+              "REPORT_SECONDS": "report_seconds"}
 
 
-def _w(**kw):
-    base = dict(batch=128, lr=1e-3, wd=0.0, momentum=0.0, schedule="constant", classes=10,
-                vocabulary=0, tokens=False, binary=False, epochs=1, lstm=False, lm=0, clip=0.0)
-    base.update(kw)
-    return base
-
-
-def _resnet_cifar(depth):
-    return _w(dataset="cifar10", shape=(3, 32, 32), lr=0.1, wd=1e-4, momentum=0.9, schedule="step", epochs=3,
-              optimizer="sgd", depth=depth)
-
-
-WORKLOADS = {
-    "fashion-mlp": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="rmsprop", epochs=2),
-    "fashion-cnn": _w(dataset="fashion-mnist", shape=(1, 28, 28), optimizer="adam", epochs=3),
-    "cifar-resnet20": _resnet_cifar(20),
-    "cifar-resnet32": _resnet_cifar(32),
-    "cifar-resnet56": _resnet_cifar(56),
-    "cifar-vgg": _w(dataset="cifar10", shape=(3, 32, 32), batch=32, lr=1e-4, optimizer="rmsprop", epochs=10),
-    "davidnet": _w(dataset="cifar10", shape=(3, 32, 32), batch=512, lr=0.4, wd=5e-4, momentum=0.9,
-                   schedule="onecycle", optimizer="sgd-nesterov", epochs=24),
-    "imdb-bilstm": _w(dataset="imdb", shape=(100,), batch=32, classes=2, vocabulary=20000, tokens=True,
-                      binary=True, optimizer="adam", epochs=4, lstm=True),
-    "fasttext": _w(dataset="imdb", shape=(400,), batch=32, classes=2, vocabulary=20000, tokens=True,
-                   binary=True, optimizer="adam", epochs=5),
-    "charlstm": _w(dataset="text", shape=(40,), batch=128, lr=0.01, classes=60, vocabulary=60, tokens=True,
-                   optimizer="rmsprop", epochs=5, lstm=True),
-    # nanoGPT's shapes (models_gpt.cpp): lm = the context T, an example holds T+1 characters.
-    "char-gpt": _w(dataset="text", shape=(65,), batch=12, lr=1e-3, wd=0.1, schedule="cosine", classes=65,
-                   vocabulary=65, tokens=True, optimizer="adamw", lm=64, clip=1.0,
-                   gpt=dict(layers=4, heads=4, width=128, context=64, dropout=0.0)),
-    "char-gpt-6l": _w(dataset="text", shape=(257,), batch=64, lr=1e-3, wd=0.1, schedule="cosine", classes=65,
-                      vocabulary=65, tokens=True, optimizer="adamw", lm=256, clip=1.0,
-                      gpt=dict(layers=6, heads=6, width=384, context=256, dropout=0.2)),
-    "imagenet-resnet50": _w(dataset="imagenet", shape=(3, 224, 224), batch=64, lr=0.1, wd=1e-4, momentum=0.9,
-                            schedule="step", classes=1000, optimizer="sgd"),
-}
-
-# resolveData's synthetic training-set sizes.
-SYNTHETIC_TRAIN = {"cifar10": 50000, "fashion-mnist": 60000, "imagenet": 1281167, "imdb": 25000, "text": 30000}
+def __getattr__(name):
+    """STEP_BUFFER, SYNTHETIC_POOL_BYTES, REPORT_SECONDS: the engine's values (engine_schema)."""
+    if name in _CONSTANTS:
+        return constant(_CONSTANTS[name])
+    raise AttributeError(f"module 'workload_table' has no attribute '{name}'")
 
 
 def schedule_factor(schedule, step, total):

@@ -59,8 +59,8 @@ torch::Tensor tokens(std::int64_t batch, std::int64_t seq) {
 
 // The parameter's gradient in the fused step's flat buffer (the module's tensor views it).
 torch::Tensor gradOf(const torch::Tensor& param, GptStep& step) {
-    const auto offset = param.data_ptr<float>() - step.params().data_ptr<float>();
-    return step.grads().narrow(0, offset, param.numel()).view(param.sizes());
+    const auto offset = param.data_ptr<float>() - step.flat().params.data_ptr<float>();
+    return step.flat().grads.narrow(0, offset, param.numel()).view(param.sizes());
 }
 
 struct Reference {
@@ -243,9 +243,9 @@ TEST(GptStep, TheParametersStayTheModulesAndTheMatricesComeFirst) {
     std::size_t i = 0;
     for (const auto& p : net->parameters()) {
         EXPECT_TRUE(torch::equal(p, before[i++])); // same values, now in the flat buffer
-        const auto offset = p.data_ptr<float>() - step.params().data_ptr<float>();
+        const auto offset = p.data_ptr<float>() - step.flat().params.data_ptr<float>();
         ASSERT_GE(offset, 0);
-        ASSERT_LE(offset + p.numel(), step.params().numel());
+        ASSERT_LE(offset + p.numel(), step.flat().params.numel());
         if (p.dim() >= 2) {
             matrices += p.numel();
             EXPECT_LT(offset, step.decayedCount());

@@ -28,6 +28,42 @@ PATIENCE = 60
 RATE_TOLERANCE = 0.03
 
 
+def cli():
+    """The devicerace-cli whose workload schema the tests send (ctest sets DEVICERACE_CLI)."""
+    return os.environ.get("DEVICERACE_CLI") or os.path.join(ROOT, "build", "release", "app", "cli", "devicerace-cli")
+
+
+_schema = None
+
+
+def schema():
+    """`devicerace-cli workloads --schema`, read once."""
+    global _schema
+    if _schema is None:
+        r = subprocess.run([cli(), "workloads", "--schema"], capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"{cli()} workloads --schema exited {r.returncode}: {r.stderr[-300:]}")
+        _schema = json.loads(r.stdout)
+    return _schema
+
+
+def engine_fields(workload):
+    """What the engine's config message carries of the schema for `workload` (protocol 1.2):
+    its entry, the shared constants and its parameter count."""
+    entry = next((w for w in schema()["workloads"] if w["name"] == workload), None)
+    return {"workload_info": entry, "constants": schema()["constants"],
+            "expected_parameters": entry["parameters"] if entry else None}
+
+
+def engine_config(defaults, over):
+    """A config message as the engine sends it: `defaults`, the schema's fields for the workload
+    they name after `over`, then `over` (a test may send a wrong count or no schema at all)."""
+    c = dict(defaults, type="config", proto=dw.PROTO)
+    c.update(engine_fields(over.get("workload", c["workload"])))
+    c.update(over)
+    return c
+
+
 # Seconds of our silence after which next() sends the lane an empty line (it ignores it).
 KEEPALIVE_S = 5.0
 

@@ -16,12 +16,12 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity,  # noqa: E402
+from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity, engine_config, engine_fields,  # noqa: E402
                           assert_step_breakdown, check_sample)
 
 LANE = os.path.join(LANES, "keras_lane.py")
 CLI = os.environ.get("DEVICERACE_CLI", "")
-MLP_PARAMETERS = 669706  # the engine's count for fashion-mlp (devicerace-cli workloads --json)
+MLP_PARAMETERS = engine_fields("fashion-mlp")["expected_parameters"]  # the engine's count
 MODULES = {"jax": ("keras", "jax", "jaxlib"), "tensorflow": ("keras", "tensorflow"), "torch": ("keras", "torch")}
 # Seconds a Keras lane may take to answer (importing TensorFlow or torch on a busy 2-core machine).
 PATIENCE = 120
@@ -36,16 +36,13 @@ def missing(backend, python=PYTHON):
 
 
 def config(backend, **over):
-    c = {"type": "config", "proto": "1.1", "workload": "fashion-mlp",
-         "lane": f"cpu,threads=1,batch=64,name=keras,framework=keras-{backend}",
-         "lane_fields": {"device": "cpu", "threads": 1, "batch": 64, "name": "keras",
-                         "framework": f"keras-{backend}"},
-         "data": "real", "data_dir": "",
-         "train_limit": 6400, "test_limit": 500, "epochs": None, "steps": 300, "target": None, "seed": 0,
-         "eval_every": 0, "warmup": 20, "report_interval": 0.1, "fail_at_step": 0,
-         "expected_parameters": MLP_PARAMETERS}
-    c.update(over)
-    return c
+    return engine_config({"workload": "fashion-mlp",
+                          "lane": f"cpu,threads=1,batch=64,name=keras,framework=keras-{backend}",
+                          "lane_fields": {"device": "cpu", "threads": 1, "batch": 64, "name": "keras",
+                                          "framework": f"keras-{backend}"},
+                          "data": "real", "data_dir": "",
+                          "train_limit": 6400, "test_limit": 500, "epochs": None, "steps": 300, "target": None, "seed": 0,
+                          "eval_every": 0, "warmup": 20, "report_interval": 0.1, "fail_at_step": 0}, over)
 
 
 class KerasBackendTest:
@@ -63,7 +60,7 @@ class KerasBackendTest:
         m = lane.next(PATIENCE)
         self.assertIsNotNone(m, lane.stderr())
         self.assertEqual(m["type"], "hello", m)
-        self.assertEqual(m["proto"], "1.1")
+        self.assertEqual(m["proto"], dw.PROTO)
         self.assertRegex(m["version"], rf"^keras 3\.\d+\.\d+ on {self.BACKEND} \d")
         self.assertEqual(m["devices"]["backend"], self.BACKEND)
         self.assertGreaterEqual(m["devices"]["cpu"]["logical_cpus"], 1)

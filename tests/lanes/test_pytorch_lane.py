@@ -13,12 +13,12 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity,  # noqa: E402
+from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity, engine_config, engine_fields,  # noqa: E402
                           assert_step_breakdown, check_sample, dw)
 import lane_common as lc  # noqa: E402  (lanes/python, on the path through lane_harness)
 
 LANE = os.path.join(LANES, "pytorch_lane.py")
-MLP_PARAMETERS = 669706  # the engine's count for fashion-mlp (devicerace-cli workloads --json)
+MLP_PARAMETERS = engine_fields("fashion-mlp")["expected_parameters"]  # the engine's count
 
 # The test for a print() from the model code: the lane with its MLP's forward printing (through
 # print() and straight to fd 1, as C code would), started like the real one.
@@ -41,15 +41,12 @@ pl.dw.finish(pl.main(sys.argv[1:]))
 
 
 def config(**over):
-    c = {"type": "config", "proto": "1.1", "workload": "fashion-mlp",
-         "lane": "cpu,threads=1,batch=64,name=torch,framework=pytorch",
-         "lane_fields": {"device": "cpu", "threads": 1, "batch": 64, "name": "torch", "framework": "pytorch"},
-         "data": "real", "data_dir": "",
-         "train_limit": 2000, "test_limit": 500, "epochs": None, "steps": 60, "target": None, "seed": 0,
-         "eval_every": 0, "warmup": 5, "report_interval": 0.1, "fail_at_step": 0,
-         "expected_parameters": MLP_PARAMETERS}
-    c.update(over)
-    return c
+    return engine_config({"workload": "fashion-mlp",
+                          "lane": "cpu,threads=1,batch=64,name=torch,framework=pytorch",
+                          "lane_fields": {"device": "cpu", "threads": 1, "batch": 64, "name": "torch", "framework": "pytorch"},
+                          "data": "real", "data_dir": "",
+                          "train_limit": 2000, "test_limit": 500, "epochs": None, "steps": 60, "target": None, "seed": 0,
+                          "eval_every": 0, "warmup": 5, "report_interval": 0.1, "fail_at_step": 0}, over)
 
 
 class PyTorchLaneTest(unittest.TestCase):
@@ -68,7 +65,7 @@ class PyTorchLaneTest(unittest.TestCase):
         """A whole run: every line a message, samples with the schema, learning, exit 0."""
         lane = self.start()
         hello = self.hello(lane)
-        self.assertEqual(hello["proto"], "1.1")
+        self.assertEqual(hello["proto"], dw.PROTO)
         self.assertTrue(hello["version"].startswith("pytorch 2."), hello["version"])
         self.assertEqual(hello["pid"], lane.p.pid)
         self.assertIsInstance(hello["host"], str)
@@ -258,7 +255,7 @@ class PyTorchLaneTest(unittest.TestCase):
     def test_other_protocol(self):
         lane = self.start(proto="2")
         m = self.hello(lane)
-        self.assertEqual(m["proto"], "1.1")
+        self.assertEqual(m["proto"], dw.PROTO)
         self.assertEqual(lane.wait(), 3)
         self.assertIn("protocol 2", lane.stderr())
 

@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lane_harness import LANES, PYTHON, STATES, Lane  # noqa: E402
+from lane_harness import LANES, PYTHON, STATES, Lane, engine_config  # noqa: E402
 
 PROGRAM = os.path.join(LANES, "script_lane.py")
 
@@ -23,10 +23,10 @@ PROGRAM = os.path.join(LANES, "script_lane.py")
 def config(command, **fields):
     lane = {"device": "cpu", "threads": 1, "name": "mine", "framework": "script"}
     lane.update(fields)
-    return {"type": "config", "proto": "1.1", "workload": "script", "lane": "mine", "lane_fields": lane,
-            "data": None, "data_dir": "", "train_limit": None, "test_limit": None, "epochs": None, "steps": None,
-            "target": None, "seed": 0, "eval_every": 0, "warmup": 3, "report_interval": 0.05, "fail_at_step": 0,
-            "expected_parameters": 0, "command": command}
+    return engine_config({"workload": "script", "lane": "mine", "lane_fields": lane, "data": None, "data_dir": "",
+                          "train_limit": None, "test_limit": None, "epochs": None, "steps": None, "target": None,
+                          "seed": 0, "eval_every": 0, "warmup": 3, "report_interval": 0.05, "fail_at_step": 0,
+                          "command": command}, {})
 
 
 # A script that reports through `import devicerace` (no framework): steps of a fixed amount of

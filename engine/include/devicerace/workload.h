@@ -52,5 +52,9 @@ const WorkloadInfo& findWorkload(const std::string& name);
 /// the workload's fixed fields and builds no network (findWorkload builds one to count its
 /// parameters): race summaries, recordings and the window call it.
 std::int64_t tokensPerSampleOf(const std::string& name);
+/// The workload schema as JSON text: {"schema": 1, "constants": {...}, "workloads": [...]}, every
+/// workload with every field another framework's lane builds its network and training from
+/// (`devicerace-cli workloads --schema`; lanes/python/workload_table.py reads it).
+std::string workloadSchemaJson();
 
 } // namespace devicerace

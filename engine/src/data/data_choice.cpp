@@ -21,6 +21,16 @@ constexpr std::int64_t kCifarRecord = 1 + 3 * 32 * 32; // label byte + pixels
 // Bytes a token id takes on a device (int64 indices).
 constexpr double kTokenBytes = 8;
 
+struct SyntheticRow {
+    const char* dataset;
+    SyntheticSize size;
+};
+constexpr SyntheticRow kSyntheticSizes[] = {{"cifar10", {50000, 10000}},
+                                            {"fashion-mnist", {60000, 10000}},
+                                            {"imagenet", {1281167, 50000}},
+                                            {"imdb", {25000, 25000}},
+                                            {"text", {30000, 3000}}};
+
 std::int64_t limited(std::int64_t count, std::optional<std::int64_t> limit) {
     return limit ? std::min(*limit, count) : count;
 }
@@ -90,24 +100,32 @@ std::int64_t reviewCount(const fs::path& split) {
 
 } // namespace
 
+SyntheticSize syntheticSize(const std::string& dataset) {
+    for (const auto& row : kSyntheticSizes) {
+        if (dataset == row.dataset) {
+            return row.size;
+        }
+    }
+    return kSyntheticSizes[1].size;
+}
+
 DataChoice chooseData(const WorkloadInfo& w, std::optional<DataMode> mode, const std::string& dataDir) {
     const bool wantSynthetic = mode == DataMode::Synthetic;
     const bool explicitReal = mode == DataMode::Real;
-    const auto synthetic = [](std::int64_t train, std::int64_t test, std::string note) {
+    const auto synthetic = [&w](std::string note) {
+        const auto size = syntheticSize(w.dataset);
         DataChoice c;
-        c.syntheticTrain = train;
-        c.syntheticTest = test;
+        c.syntheticTrain = size.train;
+        c.syntheticTest = size.test;
         c.note = std::move(note);
         return c;
     };
     if (w.dataset == "imagenet" && (wantSynthetic || (!explicitReal && dataDir.empty()))) {
-        return synthetic(1281167, 50000,
-                         mode ? "" : "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)");
+        return synthetic(mode ? "" : "no ImageNet here: racing on synthetic data (tf_cnn_benchmarks style)");
     }
     if (w.dataset == "imdb") {
         if (wantSynthetic || (!explicitReal && dataDir.empty())) {
-            return synthetic(25000, 25000,
-                             mode ? "" : "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens");
+            return synthetic(mode ? "" : "no IMDb reviews given (--data-dir aclImdb): racing on synthetic tokens");
         }
         if (dataDir.empty()) {
             throw UsageError(fmt::format("{}: IMDb is not on this machine; pass --data-dir with the aclImdb folder, or "
@@ -118,7 +136,7 @@ DataChoice chooseData(const WorkloadInfo& w, std::optional<DataMode> mode, const
     }
     if (w.dataset == "text") {
         if (wantSynthetic) {
-            return synthetic(30000, 3000, "");
+            return synthetic("");
         }
         DataChoice c{DataSource::Text, dataDir.empty() ? defaultTextCorpus() : fs::path(dataDir), 0, 0, false, ""};
         c.text.length = static_cast<int>(w.inputShape.at(0));
@@ -136,7 +154,7 @@ DataChoice chooseData(const WorkloadInfo& w, std::optional<DataMode> mode, const
         return c;
     }
     if (wantSynthetic) {
-        return synthetic(w.dataset == "cifar10" ? 50000 : 60000, 10000, "");
+        return synthetic("");
     }
     // Image workloads on real data: CIFAR-10 when given, otherwise the Fashion-MNIST the
     // machine has, padded/resized and channel-expanded to the network's input.

@@ -24,6 +24,15 @@ struct DataChoice {
     TextWindows text = {}; // Text: how the corpus is cut into examples
 };
 
+/// The examples per split of a data set's synthetic stand-in (before limits): its real set's size
+/// (ImageNet's validation set, IMDb's test half, a tenth of the synthetic text).
+struct SyntheticSize {
+    std::int64_t train = 0;
+    std::int64_t test = 0;
+};
+/// Known data sets: cifar10, fashion-mnist, imagenet, imdb, text; others get Fashion-MNIST's.
+SyntheticSize syntheticSize(const std::string& dataset);
+
 /// Decides the data (unset mode: real where the machine has it). Throws UsageError when the
 /// user asked for real data this machine cannot have without --data-dir.
 DataChoice chooseData(const WorkloadInfo& workload, std::optional<DataMode> mode, const std::string& dataDir);

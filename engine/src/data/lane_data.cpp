@@ -11,12 +11,6 @@
 
 namespace devicerace::detail {
 
-namespace {
-// Synthetic data larger than this (bytes) is a pool of examples reused through the epoch
-// (tf_cnn_benchmarks style): an ImageNet-sized epoch cannot be resident.
-constexpr std::int64_t kSyntheticPoolBytes = 256ll << 20;
-} // namespace
-
 DeviceData loadLaneData(const Dataset& ds, const c10::Device& dev, at::Generator& gen, std::int64_t batch,
                         bool onHost) {
     DeviceData d;

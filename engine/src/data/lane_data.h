@@ -19,6 +19,10 @@ struct CUDAEvent;
 
 namespace devicerace::detail {
 
+/// Synthetic data larger than this (bytes) is a pool of examples reused through the epoch
+/// (tf_cnn_benchmarks style): an ImageNet-sized epoch cannot be resident.
+inline constexpr std::int64_t kSyntheticPoolBytes = 256ll << 20;
+
 struct DeviceData {
     at::Tensor trainX, trainY, testX, testY;    // X: uint8 images, float images or int64 tokens
     std::int64_t trainCount = 0, testCount = 0; // examples per epoch / per evaluation

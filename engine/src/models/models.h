@@ -9,7 +9,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "devicerace/workload.h"
@@ -85,11 +87,17 @@ enum class Task {
     LanguageModel
 };
 
+/// One workload, declared as one table row (models_keras.cpp, models_resnet.cpp, models_rnn.cpp,
+/// models_gpt.cpp). The workload schema (workers/workload_schema.cpp) hands every field but the
+/// factory to the other frameworks' lanes, which build their networks from it.
 struct WorkloadImpl {
     WorkloadInfo info;
     Task task = Task::Classify;
     ModelFactory makeModel;
     OptimizerRecipe optimizer; // the update rule; hyperparameters come from the lane
+    /// The network's shape as named numbers ("depth" of a CIFAR ResNet; "layers", "heads",
+    /// "width", "context", "dropout" of a GPT): what another framework's lane builds it from.
+    std::vector<std::pair<std::string, double>> network;
 };
 
 /// Throws UsageError for unknown names.

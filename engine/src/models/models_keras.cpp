@@ -101,93 +101,68 @@ struct FastText : Net {
 };
 
 // Keras RMSprop defaults: rho 0.9, epsilon 1e-7.
-OptimizerRecipe kerasRmsprop() {
-    OptimizerRecipe r;
-    r.kind = OptimizerRecipe::Kind::RmsProp;
-    r.alpha = 0.9;
-    r.eps = 1e-7;
-    return r;
-}
-
-OptimizerRecipe adam() { return OptimizerRecipe{}; }
-
-WorkloadInfo imageInfo(std::string name, std::string description, std::string dataset,
-                       std::vector<std::int64_t> shape) {
-    WorkloadInfo i;
-    i.name = std::move(name);
-    i.description = std::move(description);
-    i.dataset = std::move(dataset);
-    i.inputShape = std::move(shape);
-    return i;
-}
+constexpr OptimizerRecipe kKerasRmsprop{.kind = OptimizerRecipe::Kind::RmsProp, .alpha = 0.9, .eps = 1e-7};
+constexpr OptimizerRecipe kAdam{};
 
 } // namespace
 
 std::vector<WorkloadImpl> kerasWorkloads() {
-    std::vector<WorkloadImpl> list;
-
-    WorkloadImpl mlp;
-    mlp.info = imageInfo("fashion-mlp", "Keras mnist_mlp: 784-512-512-10 MLP with dropout, RMSprop", "fashion-mnist",
-                         {1, 28, 28});
-    mlp.info.origin = "keras-team/keras examples/mnist_mlp.py";
-    mlp.info.optimizer = "RMSprop(lr=1e-3, alpha=0.9, eps=1e-7)";
-    mlp.info.defaultEpochs = 2;
-    mlp.info.defaultTarget = 0.85;
-    mlp.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<MnistMlp>(std::move(g)); };
-    mlp.optimizer = kerasRmsprop();
-    list.push_back(std::move(mlp));
-
-    WorkloadImpl cnn;
-    cnn.info = imageInfo("fashion-cnn", "Keras mnist_cnn: two 3x3 convs, max-pool, dense 128, dropout, Adam",
-                         "fashion-mnist", {1, 28, 28});
-    cnn.info.origin = "keras-team/keras examples/mnist_cnn.py";
-    cnn.info.optimizer = "Adam(lr=1e-3)";
-    cnn.info.defaultEpochs = 3;
-    cnn.info.defaultTarget = 0.89;
-    // NHWC on CPUs since the one-pass relu + pool writes the flatten's NCHW itself: 1.13-1.21x
-    // NCHW in fp32 (it was 24% slower with ATen's pool and the transposing flatten).
-    cnn.info.channelsLastOnCpu = true;
-    cnn.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<MnistCnn>(std::move(g), o.fusedOps);
+    return {
+        {.info = {.name = "fashion-mlp",
+                  .description = "Keras mnist_mlp: 784-512-512-10 MLP with dropout, RMSprop",
+                  .dataset = "fashion-mnist",
+                  .origin = "keras-team/keras examples/mnist_mlp.py",
+                  .optimizer = "RMSprop(lr=1e-3, alpha=0.9, eps=1e-7)",
+                  .defaultEpochs = 2,
+                  .defaultTarget = 0.85,
+                  .inputShape = {1, 28, 28}},
+         .makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<MnistMlp>(std::move(g)); },
+         .optimizer = kKerasRmsprop},
+        {.info = {.name = "fashion-cnn",
+                  .description = "Keras mnist_cnn: two 3x3 convs, max-pool, dense 128, dropout, Adam",
+                  .dataset = "fashion-mnist",
+                  .origin = "keras-team/keras examples/mnist_cnn.py",
+                  .optimizer = "Adam(lr=1e-3)",
+                  .defaultEpochs = 3,
+                  .defaultTarget = 0.89,
+                  .inputShape = {1, 28, 28},
+                  // NHWC on CPUs: the one-pass relu + pool writes the flatten's NCHW itself, so
+                  // channels_last is the faster layout here (docs/BENCHMARKS.md).
+                  .channelsLastOnCpu = true},
+         .makeModel = [](at::Generator g,
+                         const ModelOptions& o) { return std::make_shared<MnistCnn>(std::move(g), o.fusedOps); },
+         .optimizer = kAdam},
+        {.info = {.name = "cifar-vgg",
+                  .description = "Keras cifar10_cnn: 4 convs, 2 max-pools, dense 512, dropout, RMSprop",
+                  .dataset = "cifar10",
+                  .origin = "keras-team/keras examples/cifar10_cnn.py",
+                  .optimizer = "RMSprop(lr=1e-4, alpha=0.9, eps=1e-7)",
+                  .defaultBatch = 32,
+                  .defaultLr = 1e-4,
+                  .defaultEpochs = 10,
+                  .defaultTarget = 0.70,
+                  .inputShape = {3, 32, 32},
+                  .channelsLastOnCpu = true},
+         .makeModel = [](at::Generator g,
+                         const ModelOptions& o) { return std::make_shared<CifarVgg>(std::move(g), o.fusedOps); },
+         .optimizer = kKerasRmsprop},
+        {.info = {.name = "fasttext",
+                  .description = "Keras imdb_fasttext: word embeddings averaged, one sigmoid unit (IMDb sentiment)",
+                  .dataset = "imdb",
+                  .origin = "keras-team/keras examples/imdb_fasttext.py",
+                  .optimizer = "Adam(lr=1e-3)",
+                  .defaultBatch = 32,
+                  .defaultEpochs = 5,
+                  .defaultTarget = 0.88,
+                  .input = DataKind::Tokens,
+                  .inputShape = {400}, // maxlen of the example
+                  .classes = 2,
+                  .vocabulary = 20000,
+                  .syntheticByDefault = true},
+         .task = Task::Binary,
+         .makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<FastText>(std::move(g)); },
+         .optimizer = kAdam},
     };
-    cnn.optimizer = adam();
-    list.push_back(std::move(cnn));
-
-    WorkloadImpl vgg;
-    vgg.info = imageInfo("cifar-vgg", "Keras cifar10_cnn: 4 convs, 2 max-pools, dense 512, dropout, RMSprop", "cifar10",
-                         {3, 32, 32});
-    vgg.info.origin = "keras-team/keras examples/cifar10_cnn.py";
-    vgg.info.optimizer = "RMSprop(lr=1e-4, alpha=0.9, eps=1e-7)";
-    vgg.info.defaultBatch = 32;
-    vgg.info.defaultLr = 1e-4;
-    vgg.info.defaultEpochs = 10;
-    vgg.info.defaultTarget = 0.70;
-    vgg.info.channelsLastOnCpu = true;
-    vgg.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<CifarVgg>(std::move(g), o.fusedOps);
-    };
-    vgg.optimizer = kerasRmsprop();
-    list.push_back(std::move(vgg));
-
-    WorkloadImpl ft;
-    ft.task = Task::Binary;
-    ft.info.name = "fasttext";
-    ft.info.description = "Keras imdb_fasttext: word embeddings averaged, one sigmoid unit (IMDb sentiment)";
-    ft.info.dataset = "imdb";
-    ft.info.origin = "keras-team/keras examples/imdb_fasttext.py";
-    ft.info.optimizer = "Adam(lr=1e-3)";
-    ft.info.defaultBatch = 32;
-    ft.info.defaultEpochs = 5;
-    ft.info.defaultTarget = 0.88;
-    ft.info.input = DataKind::Tokens;
-    ft.info.inputShape = {400}; // maxlen of the example
-    ft.info.classes = 2;
-    ft.info.vocabulary = 20000;
-    ft.info.syntheticByDefault = true;
-    ft.makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<FastText>(std::move(g)); };
-    ft.optimizer = adam();
-    list.push_back(std::move(ft));
-    return list;
 }
 
 } // namespace devicerace::detail

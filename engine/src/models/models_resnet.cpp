@@ -201,87 +201,77 @@ struct ResNet50 : Net {
     torch::nn::Linear fc{nullptr};
 };
 
-OptimizerRecipe sgd(bool nesterov) {
-    OptimizerRecipe r;
-    r.kind = OptimizerRecipe::Kind::Sgd;
-    r.nesterov = nesterov;
-    return r;
-}
+constexpr OptimizerRecipe kSgd{.kind = OptimizerRecipe::Kind::Sgd};
+constexpr OptimizerRecipe kSgdNesterov{.kind = OptimizerRecipe::Kind::Sgd, .nesterov = true};
 
 WorkloadImpl cifarResNet(int depth) {
     const int n = (depth - 2) / 6;
-    WorkloadImpl w;
-    w.info.name = "cifar-resnet" + std::to_string(depth);
-    w.info.description = "He et al. CIFAR ResNet-" + std::to_string(depth) +
-                         ": basic blocks, option-A shortcuts, SGD momentum, step schedule";
-    w.info.dataset = "cifar10";
-    w.info.origin = "He et al. 2015, arXiv:1512.03385, section 4.2";
-    w.info.optimizer = "SGD(lr=0.1, momentum=0.9, wd=1e-4), x0.1 at 4/9, 6/9, 8/9 of the run";
-    w.info.defaultBatch = 128;
-    w.info.defaultLr = 0.1;
-    w.info.weightDecay = 1e-4;
-    w.info.momentum = 0.9;
-    w.info.schedule = "step";
-    w.info.defaultEpochs = 3;
-    w.info.defaultTarget = 0.90;
-    w.info.inputShape = {3, 32, 32};
-    w.info.channelsLastOnCpu = true;
-    w.makeModel = [n](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<CifarResNet>(n, std::move(g), leversOf(o));
-    };
-    w.optimizer = sgd(false);
-    return w;
+    return {
+        .info = {.name = "cifar-resnet" + std::to_string(depth),
+                 .description = "He et al. CIFAR ResNet-" + std::to_string(depth) +
+                                ": basic blocks, option-A shortcuts, SGD momentum, step schedule",
+                 .dataset = "cifar10",
+                 .origin = "He et al. 2015, arXiv:1512.03385, section 4.2",
+                 .optimizer = "SGD(lr=0.1, momentum=0.9, wd=1e-4), x0.1 at 4/9, 6/9, 8/9 of the run",
+                 .defaultBatch = 128,
+                 .defaultLr = 0.1,
+                 .weightDecay = 1e-4,
+                 .momentum = 0.9,
+                 .schedule = "step",
+                 .defaultEpochs = 3,
+                 .defaultTarget = 0.90,
+                 .inputShape = {3, 32, 32},
+                 .channelsLastOnCpu = true},
+        .makeModel = [n](at::Generator g,
+                         const ModelOptions& o) { return std::make_shared<CifarResNet>(n, std::move(g), leversOf(o)); },
+        .optimizer = kSgd,
+        .network = {{"depth", static_cast<double>(depth)}}};
 }
 
 } // namespace
 
 std::vector<WorkloadImpl> resnetWorkloads() {
-    std::vector<WorkloadImpl> list = {cifarResNet(20), cifarResNet(32), cifarResNet(56)};
-
-    WorkloadImpl david;
-    david.info.name = "davidnet";
-    david.info.description = "DAWNBench ResNet-9 (DavidNet): batch 512, one-cycle LR, Nesterov SGD";
-    david.info.dataset = "cifar10";
-    david.info.origin = "myrtle.ai, How to train your ResNet (DAWNBench CIFAR-10, 2018)";
-    david.info.optimizer = "SGD(peak lr=0.4, Nesterov momentum=0.9, wd=5e-4), one-cycle";
-    david.info.defaultBatch = 512;
-    david.info.defaultLr = 0.4;
-    david.info.weightDecay = 5e-4;
-    david.info.momentum = 0.9;
-    david.info.schedule = "onecycle";
-    david.info.defaultEpochs = 24;
-    david.info.defaultTarget = 0.94;
-    david.info.inputShape = {3, 32, 32};
-    david.info.channelsLastOnCpu = true;
-    david.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<DavidNet>(std::move(g), leversOf(o));
+    return {
+        cifarResNet(20),
+        cifarResNet(32),
+        cifarResNet(56),
+        {.info = {.name = "davidnet",
+                  .description = "DAWNBench ResNet-9 (DavidNet): batch 512, one-cycle LR, Nesterov SGD",
+                  .dataset = "cifar10",
+                  .origin = "myrtle.ai, How to train your ResNet (DAWNBench CIFAR-10, 2018)",
+                  .optimizer = "SGD(peak lr=0.4, Nesterov momentum=0.9, wd=5e-4), one-cycle",
+                  .defaultBatch = 512,
+                  .defaultLr = 0.4,
+                  .weightDecay = 5e-4,
+                  .momentum = 0.9,
+                  .schedule = "onecycle",
+                  .defaultEpochs = 24,
+                  .defaultTarget = 0.94,
+                  .inputShape = {3, 32, 32},
+                  .channelsLastOnCpu = true},
+         .makeModel = [](at::Generator g,
+                         const ModelOptions& o) { return std::make_shared<DavidNet>(std::move(g), leversOf(o)); },
+         .optimizer = kSgdNesterov},
+        {.info = {.name = "imagenet-resnet50",
+                  .description = "ResNet-50 v1.5 at 224x224 (ImageNet shape; synthetic data by default)",
+                  .dataset = "imagenet",
+                  .origin = "torchvision resnet50 / NVIDIA DeepLearningExamples ResNet50 v1.5",
+                  .optimizer = "SGD(lr=0.1, momentum=0.9, wd=1e-4), step schedule",
+                  .defaultBatch = 64,
+                  .defaultLr = 0.1,
+                  .weightDecay = 1e-4,
+                  .momentum = 0.9,
+                  .schedule = "step",
+                  .defaultEpochs = 1,
+                  .defaultTarget = 0.76,
+                  .inputShape = {3, 224, 224},
+                  .classes = 1000,
+                  .syntheticByDefault = true,
+                  .channelsLastOnCpu = true},
+         .makeModel = [](at::Generator g,
+                         const ModelOptions& o) { return std::make_shared<ResNet50>(std::move(g), leversOf(o)); },
+         .optimizer = kSgd},
     };
-    david.optimizer = sgd(true);
-    list.push_back(std::move(david));
-
-    WorkloadImpl r50;
-    r50.info.name = "imagenet-resnet50";
-    r50.info.description = "ResNet-50 v1.5 at 224x224 (ImageNet shape; synthetic data by default)";
-    r50.info.dataset = "imagenet";
-    r50.info.origin = "torchvision resnet50 / NVIDIA DeepLearningExamples ResNet50 v1.5";
-    r50.info.optimizer = "SGD(lr=0.1, momentum=0.9, wd=1e-4), step schedule";
-    r50.info.defaultBatch = 64;
-    r50.info.defaultLr = 0.1;
-    r50.info.weightDecay = 1e-4;
-    r50.info.momentum = 0.9;
-    r50.info.schedule = "step";
-    r50.info.defaultEpochs = 1;
-    r50.info.defaultTarget = 0.76;
-    r50.info.inputShape = {3, 224, 224};
-    r50.info.classes = 1000;
-    r50.info.syntheticByDefault = true;
-    r50.info.channelsLastOnCpu = true;
-    r50.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<ResNet50>(std::move(g), leversOf(o));
-    };
-    r50.optimizer = sgd(false);
-    list.push_back(std::move(r50));
-    return list;
 }
 
 } // namespace devicerace::detail

@@ -120,58 +120,54 @@ struct CharLstm : Net {
 } // namespace
 
 std::vector<WorkloadImpl> rnnWorkloads() {
-    std::vector<WorkloadImpl> list;
-
-    WorkloadImpl bi;
-    bi.task = Task::Binary;
-    bi.info.name = "imdb-bilstm";
-    bi.info.description = "Keras imdb_bidirectional_lstm: embedding, BiLSTM 64, dropout, sigmoid (IMDb sentiment)";
-    bi.info.dataset = "imdb";
-    bi.info.origin = "keras-team/keras examples/imdb_bidirectional_lstm.py";
-    bi.info.optimizer = "Adam(lr=1e-3)";
-    bi.info.defaultBatch = 32;
-    bi.info.defaultEpochs = 4;
-    bi.info.defaultTarget = 0.83;
-    bi.info.input = DataKind::Tokens;
-    bi.info.inputShape = {100}; // maxlen
-    bi.info.classes = 2;
-    bi.info.vocabulary = 20000;
-    bi.info.syntheticByDefault = true;
-    bi.info.hasLstm = true;
-    bi.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm, o.fusedOps);
+    return {
+        {.info = {.name = "imdb-bilstm",
+                  .description =
+                      "Keras imdb_bidirectional_lstm: embedding, BiLSTM 64, dropout, sigmoid (IMDb sentiment)",
+                  .dataset = "imdb",
+                  .origin = "keras-team/keras examples/imdb_bidirectional_lstm.py",
+                  .optimizer = "Adam(lr=1e-3)",
+                  .defaultBatch = 32,
+                  .defaultEpochs = 4,
+                  .defaultTarget = 0.83,
+                  .input = DataKind::Tokens,
+                  .inputShape = {100}, // maxlen
+                  .classes = 2,
+                  .vocabulary = 20000,
+                  .syntheticByDefault = true,
+                  .hasLstm = true,
+                  // cuDNN RNNs under graph capture are left to an explicit graph=true.
+                  .cudaGraphByDefault = false},
+         .task = Task::Binary,
+         .makeModel =
+             [](at::Generator g, const ModelOptions& o) {
+                 return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm, o.fusedOps);
+             },
+         .optimizer = {}}, // Adam
+        {.info = {.name = "charlstm",
+                  .description = "Keras lstm_text_generation: LSTM 128 over 40-character windows; samples text",
+                  .dataset = "text",
+                  .origin = "keras-team/keras examples/lstm_text_generation.py",
+                  .optimizer = "RMSprop(lr=0.01)",
+                  .defaultBatch = 128,
+                  .defaultLr = 0.01,
+                  .defaultEpochs = 5,
+                  .defaultTarget = 0.45,
+                  .input = DataKind::Tokens,
+                  .inputShape = {40},
+                  .classes = 60, // the alphabet of the corpus; 60 is typical of English text
+                  .vocabulary = 60,
+                  .hasLstm = true,
+                  .samplesText = true,
+                  .cudaGraphByDefault = false},
+         .makeModel =
+             [](at::Generator g, const ModelOptions& o) {
+                 return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.fusedOps,
+                                                   o.vocabulary > 0 ? o.vocabulary : 60);
+             },
+         // Keras RMSprop: rho 0.9, epsilon 1e-7.
+         .optimizer = {.kind = OptimizerRecipe::Kind::RmsProp, .alpha = 0.9, .eps = 1e-7}},
     };
-    bi.optimizer = OptimizerRecipe{}; // Adam
-    // cuDNN RNNs under graph capture are left to an explicit graph=true.
-    bi.info.cudaGraphByDefault = false;
-    list.push_back(std::move(bi));
-
-    WorkloadImpl ch;
-    ch.info.name = "charlstm";
-    ch.info.description = "Keras lstm_text_generation: LSTM 128 over 40-character windows; samples text";
-    ch.info.dataset = "text";
-    ch.info.origin = "keras-team/keras examples/lstm_text_generation.py";
-    ch.info.optimizer = "RMSprop(lr=0.01)";
-    ch.info.defaultBatch = 128;
-    ch.info.defaultLr = 0.01;
-    ch.info.defaultEpochs = 5;
-    ch.info.defaultTarget = 0.45;
-    ch.info.input = DataKind::Tokens;
-    ch.info.inputShape = {40};
-    ch.info.classes = 60; // the alphabet of the corpus; 60 is typical of English text
-    ch.info.vocabulary = 60;
-    ch.info.hasLstm = true;
-    ch.info.samplesText = true;
-    ch.makeModel = [](at::Generator g, const ModelOptions& o) {
-        return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.fusedOps, o.vocabulary > 0 ? o.vocabulary : 60);
-    };
-    // Keras RMSprop: rho 0.9, epsilon 1e-7.
-    ch.optimizer.kind = OptimizerRecipe::Kind::RmsProp;
-    ch.optimizer.alpha = 0.9;
-    ch.optimizer.eps = 1e-7;
-    ch.info.cudaGraphByDefault = false;
-    list.push_back(std::move(ch));
-    return list;
 }
 
 } // namespace devicerace::detail

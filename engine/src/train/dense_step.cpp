@@ -79,15 +79,8 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
     }
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
     const auto actType = at::TensorOptions().dtype(bf16 ? at::kBFloat16 : at::kFloat);
-    m_params = at::empty({total}, f32);
-    m_grads = at::zeros({total}, f32);
-    if (bf16) {
-        m_mirror = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
-    }
+    m_flat = FlatParams(total, bf16);
     std::int64_t offset = 0;
-    const auto slice = [&](at::Tensor& flat, std::int64_t n, at::IntArrayRef shape) {
-        return flat.narrow(0, offset, n).view(shape);
-    };
     for (const auto& v : views) {
         Layer l;
         l.out = v.weight.size(0);
@@ -95,29 +88,21 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
         l.relu = v.relu;
         l.dropout = static_cast<float>(v.dropout);
         l.offset = offset;
-        l.w = slice(m_params, v.weight.numel(), v.weight.sizes());
-        l.gw = slice(m_grads, v.weight.numel(), v.weight.sizes());
-        if (bf16) {
-            l.wb = slice(m_mirror, v.weight.numel(), v.weight.sizes());
-        }
-        offset += v.weight.numel();
-        l.b = slice(m_params, v.bias.numel(), v.bias.sizes());
-        l.gb = slice(m_grads, v.bias.numel(), v.bias.sizes());
-        offset += v.bias.numel();
-        l.w.copy_(v.weight);
-        l.b.copy_(v.bias);
-        // The module's parameters become views of the flat buffer (same tensors, new storage).
-        auto weight = v.weight;
-        auto bias = v.bias;
-        weight.set_data(l.w);
-        bias.set_data(l.b);
+        // The module's parameters become views of the flat buffer; the weights get a bf16 mirror.
+        auto weight = m_flat.adopt(v.weight, offset, true);
+        auto bias = m_flat.adopt(v.bias, offset, false);
+        l.w = weight.w;
+        l.gw = weight.g;
+        l.wb = weight.wb;
+        l.b = bias.w;
+        l.gb = bias.g;
         l.act = at::empty({maxBatch, l.out}, actType);
         l.grad = at::empty({maxBatch, l.out}, actType);
         m_layers.push_back(std::move(l));
     }
     m_input = at::empty({maxBatch, m_layers.front().in}, actType);
+    m_flat.syncMirror();
     if (bf16) {
-        m_mirror.copy_(m_params);
         for (const auto& l : m_layers) {
             m_sumsLd = std::max({m_sumsLd, l.in, l.out});
         }

@@ -49,9 +49,7 @@ public:
     DenseStep(const DenseStep&) = delete;
     DenseStep& operator=(const DenseStep&) = delete;
 
-    at::Tensor& params() override { return m_params; }
-    at::Tensor& grads() override { return m_grads; }
-    at::Tensor& mirror() override { return m_mirror; }
+    FlatParams& flat() override { return m_flat; }
 
     /// One step on a batch as stored (uint8 images, or anything prepareInput takes) with int64
     /// labels: fills `loss` (mean) and `correct` (0-dim, float / int64) and steps `optimizer`.
@@ -110,7 +108,7 @@ private:
     ShareBalancer m_rowShares, m_unitShares;
     const DeviceData& m_data;
     std::vector<std::int64_t> m_inputShape;
-    at::Tensor m_params, m_grads, m_mirror;
+    FlatParams m_flat;
     at::Tensor m_input; // [maxBatch, in]: the batch as the first GEMM reads it
     at::Tensor m_sums;  // bf16: [maxBatch, m_sumsLd] fp32, a GEMM's sums before they become bf16
     std::int64_t m_sumsLd = 0;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "devicerace/lane_spec.h"
+#include "train/flat_params.h"
 
 namespace devicerace::detail {
 
@@ -43,11 +44,9 @@ public:
         return std::nullopt;
     }
 
-    /// The flat fp32 parameters and their gradients (the step writes every gradient each step).
-    virtual at::Tensor& params() = 0;
-    virtual at::Tensor& grads() = 0;
-    /// The bf16 copy of params() the GEMMs read (undefined for fp32); the optimizer rewrites it.
-    virtual at::Tensor& mirror() = 0;
+    /// The flat fp32 parameters, their gradients (the step writes every gradient each step) and
+    /// the bf16 mirror the GEMMs read (undefined for fp32), which the optimizer rewrites.
+    virtual FlatParams& flat() = 0;
     /// Parameters [0, n) take the weight decay of a recipe that decays matrices only; the rest
     /// (biases, LayerNorm gains) none. -1: the step keeps no such order.
     virtual std::int64_t decayedCount() const { return -1; }

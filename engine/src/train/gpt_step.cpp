@@ -104,26 +104,10 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     }
     const auto f = at::TensorOptions().dtype(at::kFloat);
     const auto act = at::TensorOptions().dtype(bf16 ? at::kBFloat16 : at::kFloat);
-    m_params = at::empty({total}, f);
-    m_grads = at::zeros({total}, f);
-    if (bf16) {
-        m_mirror = at::empty({total}, at::TensorOptions().dtype(at::kBFloat16));
-    }
+    m_flat = FlatParams(total, bf16);
     std::int64_t offset = 0;
-    auto take = [&](const at::Tensor& moduleParam, bool matrix) {
-        Param p;
-        const auto n = moduleParam.numel();
-        p.w = m_params.narrow(0, offset, n).view(moduleParam.sizes());
-        p.g = m_grads.narrow(0, offset, n).view(moduleParam.sizes());
-        if (bf16 && matrix) {
-            p.wb = m_mirror.narrow(0, offset, n).view(moduleParam.sizes());
-        }
-        offset += n;
-        p.w.copy_(moduleParam);
-        auto same = moduleParam; // the module's parameter becomes a view of the flat buffer
-        same.set_data(p.w);
-        return p;
-    };
+    // The module's parameters become views of the flat buffer; the matrices get a bf16 mirror.
+    auto take = [&](const at::Tensor& moduleParam, bool matrix) { return m_flat.adopt(moduleParam, offset, matrix); };
     m_wte = take(view.wte, true);
     m_wpe = take(view.wpe, true);
     m_blocks.resize(view.blocks.size());
@@ -149,9 +133,7 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     }
     m_lnFw = take(view.lnFWeight, false);
     m_lnFb = take(view.lnFBias, false);
-    if (bf16) {
-        m_mirror.copy_(m_params);
-    }
+    m_flat.syncMirror();
 
     const auto n = maxBatch * seq, c = m_width, bh = maxBatch * m_heads, d = c / m_heads;
     m_tiles = cpu::tiledAttentionPays(d);

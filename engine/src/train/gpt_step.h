@@ -44,9 +44,7 @@ public:
     GptStep(const GptStep&) = delete;
     GptStep& operator=(const GptStep&) = delete;
 
-    at::Tensor& params() override { return m_params; }
-    at::Tensor& grads() override { return m_grads; }
-    at::Tensor& mirror() override { return m_mirror; }
+    FlatParams& flat() override { return m_flat; }
     std::int64_t decayedCount() const override { return m_decayed; }
 
     /// `x`: [B, T] token ids (T <= seq), `y`: [B, T] next tokens (views with any row stride).
@@ -57,9 +55,7 @@ public:
 
 private:
     /// A parameter: its flat fp32 view, its gradient's and (bf16, matrices) its mirror's.
-    struct Param {
-        at::Tensor w, g, wb;
-    };
+    using Param = FlatParams::Slice;
     /// One block's parameters and what its forward keeps for the backward.
     struct Block {
         Param ln1w, ln1b, attnW, attnB, projW, projB, ln2w, ln2b, fcW, fcB, mlpW, mlpB;
@@ -101,7 +97,7 @@ private:
     std::vector<std::uint64_t> m_seeds;        // this step's dropout seeds (see seedOf)
     std::int64_t m_maxBatch = 0, m_seq = 0, m_heads = 0, m_width = 0, m_vocabulary = 0;
     std::int64_t m_decayed = 0;
-    at::Tensor m_params, m_grads, m_mirror;
+    FlatParams m_flat;
     Param m_wte, m_wpe, m_lnFw, m_lnFb;
     std::vector<Block> m_blocks;
     std::vector<at::Tensor> m_h;                 // the residual stream into each block and out of the last, fp32

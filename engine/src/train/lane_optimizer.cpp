@@ -308,13 +308,12 @@ private:
     bool m_firstStep = true; // SGD: the momentum buffers start as the first gradient
 };
 
-/// One flat parameter tensor (train/dense_step.h): see makeFlatOptimizer.
+/// One flat parameter buffer (train/flat_params.h): see makeFlatOptimizer.
 class FlatOptimizer final : public LaneOptimizer {
 public:
-    FlatOptimizer(const OptimizerRecipe& r, at::Tensor params, at::Tensor grads, const OptimizerSettings& s,
-                  at::Tensor mirror, std::int64_t decayedCount)
-        : m_recipe(r), m_settings(s), m_params(std::move(params)), m_grads(std::move(grads)),
-          m_mirror(std::move(mirror)) {
+    FlatOptimizer(const OptimizerRecipe& r, const FlatParams& flat, const OptimizerSettings& s,
+                  std::int64_t decayedCount)
+        : m_recipe(r), m_settings(s), m_params(flat.params), m_grads(flat.grads), m_mirror(flat.mirror) {
         m_decayed = r.decayMatricesOnly ? decayedCount : m_params.numel();
         if (m_decayed < 0 || m_decayed > m_params.numel()) {
             throw std::logic_error("a flat optimizer that decays matrices only needs them first in the buffer");
@@ -422,11 +421,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, at::Tensor params, at::Tensor grads,
-                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror,
-                                                 std::int64_t decayedCount) {
-    return std::make_unique<FlatOptimizer>(recipe, std::move(params), std::move(grads), settings, std::move(bf16Mirror),
-                                           decayedCount);
+std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, const FlatParams& flat,
+                                                 const OptimizerSettings& settings, std::int64_t decayedCount) {
+    return std::make_unique<FlatOptimizer>(recipe, flat, settings, decayedCount);
 }
 
 std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/optimizer_recipe.h"
+#include "train/flat_params.h"
 
 namespace devicerace::detail {
 
@@ -46,13 +47,12 @@ std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, 
 
 /// The optimizer of a fused step (train/fused_step.h): one flat parameter tensor and its
 /// gradient, which the step writes (zeroGrad does nothing). The recipe's gradient clipping on
-/// the whole buffer first; RMSprop and AdamW in one pass that also rewrites `bf16Mirror` when
+/// the whole buffer first; RMSprop and AdamW in one pass that also rewrites the bf16 mirror when
 /// defined (AdamW: torch's fused arithmetic, the clipping inside); Adam and SGD through
 /// PyTorch's fused kernels on the flat tensor, then the mirror. A
 /// recipe that decays matrices only decays params [0, decayedCount) (FusedStep::decayedCount;
 /// -1 throws then). CPU only.
-std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, at::Tensor params, at::Tensor grads,
-                                                 const OptimizerSettings& settings, at::Tensor bf16Mirror,
-                                                 std::int64_t decayedCount = -1);
+std::unique_ptr<LaneOptimizer> makeFlatOptimizer(const OptimizerRecipe& recipe, const FlatParams& flat,
+                                                 const OptimizerSettings& settings, std::int64_t decayedCount = -1);
 
 } // namespace devicerace::detail

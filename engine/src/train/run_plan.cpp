@@ -11,9 +11,6 @@ namespace devicerace::detail {
 
 namespace {
 
-// Most threads a lane may ask for, as a multiple of the logical CPUs (oversubscription
-// must be asked for explicitly, but not absurdly).
-constexpr int kMaxThreadsPerCpu = 4;
 // Share of the GPU's memory a real data set may take before a lane keeps it on the host.
 constexpr double kResidentShare = 0.25;
 // Bytes of input an evaluation pass holds by default (1,000 Fashion-MNIST or CIFAR images, 20

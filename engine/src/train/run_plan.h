@@ -14,6 +14,10 @@
 
 namespace devicerace::detail {
 
+/// Most threads a lane may ask for, as a multiple of the logical CPUs (oversubscription must be
+/// asked for explicitly, but not absurdly).
+inline constexpr int kMaxThreadsPerCpu = 4;
+
 /// The data a lane will see, as far as planning needs it.
 struct PlanData {
     std::int64_t trainCount = 0;

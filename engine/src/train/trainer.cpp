@@ -234,8 +234,7 @@ void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
     } else {
         return;
     }
-    m_optimizer = makeFlatOptimizer(m_workload->optimizer, m_fusedStep->params(), m_fusedStep->grads(), opt,
-                                    m_fusedStep->mirror(), m_fusedStep->decayedCount());
+    m_optimizer = makeFlatOptimizer(m_workload->optimizer, m_fusedStep->flat(), opt, m_fusedStep->decayedCount());
     m_fusedLoss = torch::zeros({}, torch::kFloat32);
     m_fusedCorrect = torch::zeros({}, torch::kLong);
 }

@@ -8,6 +8,7 @@
 
 #include "devicerace/errors.h"
 #include "util/json_util.h"
+#include "workers/workload_schema.h"
 #include "devicerace/workload.h"
 
 namespace devicerace::detail {
@@ -105,6 +106,20 @@ json expectedParameters(const std::string& workload) {
     }
 }
 
+// The lane's workload as the schema has it (workers/workload_schema.h): what a lane program in
+// another framework builds its network and training from. Null for names this engine does not
+// list (script lanes, or the worker names the unknown workload itself).
+json workloadEntry(const std::string& workload) {
+    if (workload == kScriptWorkload) {
+        return nullptr;
+    }
+    try {
+        return workloadSchemaEntry(workload);
+    } catch (const std::exception&) {
+        return nullptr;
+    }
+}
+
 } // namespace
 
 json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
@@ -135,6 +150,10 @@ json configMessage(const LaneSpec& spec, const LaneRunSettings& s) {
             {"fail_at_step", s.failAtStep},
             // Other trainers check their network against the engine's (the same model?).
             {"expected_parameters", expectedParameters(s.workload)},
+            // Protocol 1.2: the workload's definition and the constants the trainers share, so a
+            // lane program copies nothing of the engine's by hand.
+            {"workload_info", workloadEntry(s.workload)},
+            {"constants", sharedConstants()},
             // Script lanes: the user's command (the script lane runs it; any other worker ignores
             // it) and the CPUs of this machine its processes may use.
             {"command", s.command},

@@ -15,7 +15,7 @@
 namespace devicerace::detail {
 
 inline constexpr int kProtoMajor = 1;
-inline constexpr int kProtoMinor = 1; // 1.1: config.lane_fields
+inline constexpr int kProtoMinor = 2; // 1.1: config.lane_fields; 1.2: config.workload_info, constants
 // Longest line either side accepts; longer ones are dropped and counted (a sample is ~400 B,
 // a hello with 8 GPUs ~3 KB, a charlstm evaluation's text ~1 KB).
 inline constexpr std::size_t kMaxLineBytes = 1 << 20;
