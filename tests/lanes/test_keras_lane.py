@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lane_harness import (FASHION, LANES, PYTHON, TYPES, Lane, assert_rate_integrity, engine_config, engine_fields,  # noqa: E402
-                          assert_step_breakdown, check_sample)
+                          assert_step_breakdown, check_sample, dw)
 
 LANE = os.path.join(LANES, "keras_lane.py")
 CLI = os.environ.get("DEVICERACE_CLI", "")
