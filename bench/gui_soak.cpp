@@ -86,12 +86,7 @@ int main(int argc, char** argv) {
         colors.push_back(laneColor(i));
     }
     std::vector<bench::SyntheticLane*> sources;
-    LaneFactory factory = [&](LaneSpec laneSpec, LaneRunSettings settings) {
-        auto lane = std::make_unique<bench::SyntheticLane>(std::move(laneSpec), settings.data, rate,
-                                                           static_cast<int>(sources.size()));
-        sources.push_back(lane.get());
-        return lane;
-    };
+    const LaneFactory factory = bench::syntheticLanes(sources, rate);
 
     RaceController race;
     Dashboard dashboard(&race);

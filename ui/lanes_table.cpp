@@ -57,15 +57,6 @@ std::optional<std::string> hostsCli(const LaneSpec& s) {
     return cli;
 }
 
-// The lane keys that have no column of their own ("more options"), from the engine's table.
-void copyExtraKeys(const LaneSpec& from, LaneSpec& to) {
-    for (const auto& key : laneKeys()) {
-        if (const auto value = laneKeyValue(from, key.name); !key.windowColumn && !value.empty()) {
-            setLaneKey(to, key.name, value);
-        }
-    }
-}
-
 // The device combo's value for a spec: "cpu", "cuda:0", or "ssh://gpubox/cuda:0".
 QString deviceValue(const LaneSpec& spec) {
     if (!spec.launcher.empty()) {
@@ -323,19 +314,15 @@ void LanesTable::addLane(const LaneSpec& spec, std::optional<QColor> color) {
 }
 
 LaneSpec LanesTable::rowOptions(int row) const {
-    // Parsed with the lane's own device: some keys depend on it (backend=nccl, workers).
-    const QString device = qobject_cast<QComboBox*>(cellWidget(row, ColDevice))->currentData().toString();
+    // Applied to the lane's own device: some keys depend on it (backend=nccl, workers).
+    LaneSpec spec = laneDevice(qobject_cast<QComboBox*>(cellWidget(row, ColDevice))->currentData().toString());
     const QString extra = qobject_cast<QLineEdit*>(cellWidget(row, ColOptions))->text().trimmed();
-    std::string text = device.toStdString();
-    if (!extra.isEmpty()) {
-        text += ',';
-        text += extra.toStdString();
-    }
     try {
-        return parseLaneSpec(text);
+        setLaneKeys(spec, extra.toStdString());
     } catch (const UsageError& e) {
         throw UsageError(QObject::tr("lane %1: %2").arg(row + 1).arg(QString::fromStdString(e.what())).toStdString());
     }
+    return spec;
 }
 
 std::optional<double> LanesTable::rowLr(int row) const {
@@ -425,31 +412,19 @@ void LanesTable::setLanes(const std::vector<LaneSpec>& lanes) {
 std::vector<LaneSpec> LanesTable::lanes() const {
     std::vector<LaneSpec> out;
     for (int r = 0; r < rowCount(); ++r) {
-        LaneSpec s;
+        // The device and "more options" (checked with it), then each column through its lane key.
+        LaneSpec s = rowOptions(r);
         s.name = qobject_cast<QLineEdit*>(cellWidget(r, ColName))->text().trimmed().toStdString();
-        const LaneSpec where = laneDevice(qobject_cast<QComboBox*>(cellWidget(r, ColDevice))->currentData().toString());
-        s.device = where.device;
-        s.host = where.host;
-        s.members = where.members;
-        s.launcher = where.launcher; // slurm:// and attach:// lanes
-        s.launcherTarget = where.launcherTarget;
-
         if (int t = qobject_cast<QSpinBox*>(cellWidget(r, ColThreads))->value(); t > 0) {
-            s.threads = t;
+            setLaneKey(s, "threads", std::to_string(t));
         }
         if (int b = qobject_cast<QSpinBox*>(cellWidget(r, ColBatch))->value(); b > 0) {
-            s.batch = b;
+            setLaneKey(s, "batch", std::to_string(b));
         }
         s.lr = rowLr(r);
-        const QString p = qobject_cast<QComboBox*>(cellWidget(r, ColPrecision))->currentText();
-        s.precision = p == QStringLiteral("bf16")   ? Precision::Bf16
-                      : p == QStringLiteral("fp16") ? Precision::Fp16
-                                                    : Precision::Fp32;
+        setLaneKey(s, "precision", qobject_cast<QComboBox*>(cellWidget(r, ColPrecision))->currentText().toStdString());
         if (double c = qobject_cast<QDoubleSpinBox*>(cellWidget(r, ColCost))->value(); c > 0) {
             s.costPerHour = c;
-        }
-        if (!qobject_cast<QLineEdit*>(cellWidget(r, ColOptions))->text().trimmed().isEmpty()) {
-            copyExtraKeys(rowOptions(r), s);
         }
         if (!s.cli) {
             s.cli = hostsCli(s); // Settings → Hosts…: "devicerace-cli there"

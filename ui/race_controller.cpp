@@ -24,12 +24,13 @@ constexpr int kPollMs = 66;
 
 RaceController::RaceController(QObject* parent) : QObject(parent) {
     m_timer.setInterval(kPollMs);
-    connect(&m_timer, &QTimer::timeout, this, &RaceController::poll);
+    connect(&m_timer, &QTimer::timeout, this, &RaceController::collect);
 }
 
 RaceController::~RaceController() {
     m_timer.stop();
-    m_race.reset(); // requests stop and joins every lane
+    m_runner.reset(); // polls no more: then the race it polls can go
+    m_race.reset();   // requests stop and joins every lane
 }
 
 bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colors, const QString& recordDir,
@@ -78,18 +79,24 @@ bool RaceController::start(const RaceSpec& spec, const std::vector<QColor>& colo
 
 void RaceController::begin(std::unique_ptr<Race> race, const std::vector<QColor>& colors, const QString& recordDir) {
     m_timer.stop();
-    m_recorder.reset();
+    m_runner.reset();
     m_race = std::move(race);
+    m_inbox = std::make_unique<SampleInbox>(); // nothing of the last race's left in it
     m_recordDir.clear();
     m_recordedFiles.clear();
+    // The runner polls the lanes and writes the recording off the GUI thread (a slow disk never
+    // stalls the window); the timer only takes the batches it handed over.
     if (!recordDir.isEmpty()) {
         try {
-            m_recorder = std::make_unique<RecordingWriter>(recordDir.toStdString(), *m_race);
+            m_runner = std::make_unique<RaceRunner>(*m_race, *m_inbox, recordDir.toStdString());
             m_recordDir = recordDir;
-            m_recordedFiles = m_recorder->laneFiles();
+            m_recordedFiles = m_runner->recordedFiles();
         } catch (const std::exception& e) {
             Q_EMIT failed(tr("not recording: %1").arg(QString::fromStdString(e.what())));
         }
+    }
+    if (!m_runner) {
+        m_runner = std::make_unique<RaceRunner>(*m_race, *m_inbox);
     }
     m_lanes.clear();
     m_histories.clear();
@@ -121,7 +128,7 @@ void RaceController::begin(std::unique_ptr<Race> race, const std::vector<QColor>
     m_liveLanes = m_lanes.size();
     rebuildReplays();
     m_replayTime = -1; // recordings race from the start beside the live lanes
-    m_race->start();
+    m_runner->start();
     m_timer.start();
     Q_EMIT started();
 }
@@ -373,6 +380,7 @@ std::vector<double> RaceController::laneCpuSeconds() const {
 
 bool RaceController::running() const { return m_race && !m_race->finished(); }
 bool RaceController::finished() const { return !m_race || m_race->finished(); }
+bool RaceController::liveSamplesTaken() const { return !m_runner || m_runner->done(); }
 
 // A Slurm job's lane learns its steps, batch, job id and nodes once the job runs.
 void RaceController::refreshLaunched(LaneInfo& info, const Lane& lane) {
@@ -389,35 +397,36 @@ void RaceController::refreshLaunched(LaneInfo& info, const Lane& lane) {
 }
 
 void RaceController::poll() {
-    // Read before taking samples: nothing can follow a final state.
-    const bool done = (!m_race || m_race->finished()) && replayDone();
+    if (m_runner) {
+        m_runner->sync(); // everything the lanes emitted so far is in the inbox
+    }
+    collect();
+}
+
+void RaceController::collect() {
+    // Read before taking batches: the runner is done only once the last ones are handed over.
+    const bool done = liveSamplesTaken() && replayDone();
     bool changed = feedReplays();
-    if (m_race) {
+    if (m_race && m_inbox) {
         auto lanes = m_race->lanes();
-        for (std::size_t i = 0; i < lanes.size(); ++i) {
-            if (i < m_lanes.size() && m_lanes[i].launched && !m_lanes[i].settled && !isTerminal(lanes[i]->state())) {
+        for (std::size_t i = 0; i < lanes.size() && i < m_lanes.size(); ++i) {
+            if (m_lanes[i].launched && !m_lanes[i].settled && !isTerminal(lanes[i]->state())) {
                 refreshLaunched(m_lanes[i], *lanes[i]);
             }
-            auto batch = lanes[i]->takeSamples();
-            for (const auto& s : batch) {
-                m_histories[i].append(s);
+        }
+        if (auto why = m_inbox->takeRecordingFailure(); !why.empty()) {
+            Q_EMIT failed(tr("recording stopped: %1 (the race goes on)").arg(QString::fromStdString(why)));
+        }
+        for (auto& batch : m_inbox->take()) {
+            for (const auto& s : batch.samples) {
+                m_histories[batch.lane].append(s);
             }
-            changed = changed || !batch.empty();
-            std::size_t written = 0; // on disk: the CSV export reads those there
-            if (m_recorder) {
-                try {
-                    for (; written < batch.size(); ++written) {
-                        m_recorder->append(batch[written]);
-                    }
-                } catch (const std::exception& e) {
-                    m_recorder.reset();
-                    Q_EMIT failed(tr("recording stopped: %1 (the race goes on)").arg(QString::fromStdString(e.what())));
-                }
-            }
+            changed = changed || !batch.samples.empty();
             // Memory keeps only what the recording lacks (every sample when not recording).
-            m_unrecorded.insert(m_unrecorded.end(),
-                                std::make_move_iterator(batch.begin() + static_cast<std::ptrdiff_t>(written)),
-                                std::make_move_iterator(batch.end()));
+            m_unrecorded.insert(
+                m_unrecorded.end(),
+                std::make_move_iterator(batch.samples.begin() + static_cast<std::ptrdiff_t>(batch.recorded)),
+                std::make_move_iterator(batch.samples.end()));
         }
     }
     if (changed) {

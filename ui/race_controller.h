@@ -1,6 +1,7 @@
 #pragma once
-// Runs an engine race for the window: starts it, polls every lane's buffer on one ~15 Hz
-// timer (lanes never wait for the GUI), keeps the full history, and says when it changed.
+// Runs an engine race for the window: starts it through a RaceRunner (which polls the lanes
+// and writes the recording on its own thread), takes the runner's batches on one ~15 Hz timer
+// (lanes never wait for the GUI), keeps the full history, and says when it changed.
 // GUI thread only.
 #include <QColor>
 #include <QObject>
@@ -11,10 +12,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "devicerace/lane_spec.h"
 #include "devicerace/race.h"
+#include "devicerace/race_runner.h"
 #include "devicerace/recording.h"
 #include "devicerace/repeats.h"
 #include "charts/repeat_band.h"
@@ -62,6 +65,8 @@ public:
     /// The longest recorded lane's last sample time (seconds).
     double replayLength() const;
     QString recordDir() const { return m_recordDir; }
+    /// The thread that writes the live race's recording (and polls its lanes): never the GUI's.
+    std::thread::id recordingThread() const { return m_runner ? m_runner->pollingThread() : std::thread::id(); }
     /// Stops the race (or, while it is being set up, drops it once built: no lane runs).
     void stop();
     /// A race is being set up (start() was called; started() or failed() will follow).
@@ -101,7 +106,8 @@ public:
     std::int64_t warmupSteps() const;
     std::optional<double> targetAccuracy() const;
 
-    /// Collects pending samples now (the timer does this ~15 times a second).
+    /// Collects now every sample the lanes have emitted (waits for the race's runner to hand
+    /// them over); the timer, ~15 times a second, takes what the runner has handed over.
     void poll();
 
     /// Repeats: keeps the live lanes' histories of the race just finished as one more
@@ -134,12 +140,15 @@ private:
         mutable RunningSummary running;
         mutable std::size_t summarized = 0;
     };
+    void collect();
+    bool liveSamplesTaken() const; // no live race, or its runner handed over its last samples
     void begin(std::unique_ptr<Race> race, const std::vector<QColor>& colors, const QString& recordDir);
     void rebuildReplays();
     QColor unusedColor() const;
     bool feedReplays();
     std::unique_ptr<Race> m_race;
-    std::unique_ptr<RecordingWriter> m_recorder;
+    std::unique_ptr<SampleInbox> m_inbox;
+    std::unique_ptr<RaceRunner> m_runner; // polls m_race and records it; destroyed before m_race
     QString m_recordDir;
     std::vector<std::shared_ptr<const Recording>> m_recordings;
     // Kept repeats of the live race (each: the live lanes' histories), and the earlier repeats of

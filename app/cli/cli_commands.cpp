@@ -24,6 +24,7 @@
 #include "devicerace/tensorboard.h"
 #include "devicerace/race.h"
 #include "devicerace/race_plan.h"
+#include "devicerace/race_runner.h"
 #include "devicerace/worker.h"
 #include "devicerace/workload.h"
 #include "live_table.h"
@@ -530,28 +531,13 @@ int runExport(const ExportOptions& o) {
 
 namespace {
 
-// Appends `samples` to the recording; a recorder that fails is dropped with a warning (the race goes on).
-void record(std::unique_ptr<RecordingWriter>& recorder, const std::vector<MetricSample>& samples) {
-    if (!recorder) {
-        return;
-    }
-    try {
-        for (const auto& sample : samples) {
-            recorder->append(sample);
-        }
-    } catch (const Error& e) {
-        fmt::print(stderr, "warning: {} (recording stopped; the race goes on)\n", e.what());
-        recorder.reset();
-    }
-}
-
 // Sleeps until the next poll, in slices, so that a signal is acted on within ~50 ms; a stopping
 // race is polled every slice.
-void sleepUntilNextPoll(const Race& race, bool stopping) {
+void sleepUntilNextPoll(const RaceRunner& runner, bool stopping) {
     const auto slice = std::chrono::milliseconds(50);
     const auto period = stopping ? slice : kPollPeriod;
     const int seen = g_interrupts;
-    for (auto slept = std::chrono::milliseconds(0); slept < period && g_interrupts == seen && !race.finished();
+    for (auto slept = std::chrono::milliseconds(0); slept < period && g_interrupts == seen && !runner.done();
          slept += slice) {
         std::this_thread::sleep_for(slice);
     }
@@ -570,13 +556,14 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
         return {usageError(e.what()), std::nullopt, {}};
     }
     g_settingUp = false;
-    std::unique_ptr<RecordingWriter> recorder;
-    if (!options.recordDir.empty()) {
-        try {
-            recorder = std::make_unique<RecordingWriter>(options.recordDir, *race);
-        } catch (const Error& e) {
-            return {usageError(e.what()), std::nullopt, {}};
-        }
+    // The runner polls the lanes and writes the recording on a thread of its own; this loop
+    // takes its batches for the live view, acts on signals and renders.
+    SampleInbox inbox;
+    std::unique_ptr<RaceRunner> runner;
+    try {
+        runner = std::make_unique<RaceRunner>(*race, inbox, options.recordDir);
+    } catch (const Error& e) {
+        return {usageError(e.what()), std::nullopt, {}};
     }
 
     const auto& report = deviceReport();
@@ -621,17 +608,19 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     std::vector<MetricSample> all;
     const bool keepSamples = !options.csvFile.empty() || !options.jsonlFile.empty();
     const auto t0 = std::chrono::steady_clock::now();
-    race->start();
+    runner->start();
     std::optional<std::chrono::steady_clock::time_point> stopSent;
     bool abandoned = false;
     while (true) {
-        const bool done = race->finished();
-        for (std::size_t i = 0; i < lanes.size(); ++i) {
-            auto samples = lanes[i]->takeSamples();
-            view.update(i, samples);
-            record(recorder, samples);
+        const bool done = runner->done(); // read first: the last batches are then in the inbox
+        if (auto why = inbox.takeRecordingFailure(); !why.empty()) {
+            fmt::print(stderr, "warning: {} (recording stopped; the race goes on)\n", why);
+        }
+        for (auto& batch : inbox.take()) {
+            view.update(batch.lane, batch.samples);
             if (keepSamples) { // only --csv and --jsonl need them: a long race stays bounded
-                all.insert(all.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
+                all.insert(all.end(), std::make_move_iterator(batch.samples.begin()),
+                           std::make_move_iterator(batch.samples.end()));
             }
         }
         view.render(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -647,9 +636,11 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
             abandoned = true; // the lanes still running are left behind (summary below says which)
             break;
         }
-        sleepUntilNextPoll(*race, stopSent.has_value());
+        sleepUntilNextPoll(*runner, stopSent.has_value());
     }
-    if (!abandoned) {
+    if (abandoned) {
+        runner->halt();
+    } else {
         race->wait();
     }
     view.finish();

@@ -4,11 +4,15 @@
 // (bench/gui_soak.cpp) and the long-race tests (tests/ui/tst_long_race.cpp) feed the window's poller, recorder and
 // charts with hours of samples in minutes through it. Thread-safe like every Lane.
 #include <cmath>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "devicerace/lane.h"
+#include "devicerace/lane_spec.h"
+#include "devicerace/race.h"
 #include "devicerace/summary.h"
 
 namespace devicerace::bench {
@@ -126,5 +130,30 @@ private:
     std::vector<MetricSample> m_pending;
     RunningSummary m_running;
 };
+
+/// A race of `lanes` one-thread CPU lanes named s0, s1, … on a small synthetic fashion-mlp set:
+/// what a factory of synthetic lanes replaces.
+inline RaceSpec syntheticRaceSpec(int lanes) {
+    RaceSpec spec;
+    spec.workload = "fashion-mlp";
+    spec.data = DataMode::Synthetic;
+    spec.trainLimit = 64;
+    spec.testLimit = 16;
+    for (int i = 0; i < lanes; ++i) {
+        spec.lanes.push_back(parseLaneSpec("cpu,threads=1,batch=32,name=s" + std::to_string(i)));
+    }
+    return spec;
+}
+
+/// Builds each lane of a race as a SyntheticLane of `samplesPerSecond`, noting it in `sources`
+/// (which outlives the race) for the caller to drive.
+inline LaneFactory syntheticLanes(std::vector<SyntheticLane*>& sources, double samplesPerSecond) {
+    return [&sources, samplesPerSecond](LaneSpec spec, LaneRunSettings settings) -> std::unique_ptr<Lane> {
+        auto lane = std::make_unique<SyntheticLane>(std::move(spec), settings.data, samplesPerSecond,
+                                                    static_cast<int>(sources.size()));
+        sources.push_back(lane.get());
+        return lane;
+    };
+}
 
 } // namespace devicerace::bench

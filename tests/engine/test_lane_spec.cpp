@@ -98,3 +98,28 @@ TEST(LaneSpec, DataParallelKeysAreChecked) {
     EXPECT_NO_THROW(parseLaneSpec("cpu,workers=2,fault=hang:0@1"));
     EXPECT_THROW(parseLaneSpec("cpu,workers=2,fault=hang@x"), UsageError);
 }
+
+TEST(LaneSpec, KeysAppliedToADeviceAreCheckedWithIt) {
+    // The window's "more options" text goes through setLaneKeys onto the row's own device.
+    auto ranks = parseLaneSpec("cpu+cpu");
+    setLaneKeys(ranks, "backend=gloo, fused=false");
+    EXPECT_EQ(ranks.backend, "gloo");
+    EXPECT_EQ(ranks.fused, false);
+    EXPECT_EQ(formatLaneSpec(ranks), formatLaneSpec(parseLaneSpec("cpu+cpu,backend=gloo,fused=false")));
+
+    auto cpu = parseLaneSpec("cpu,threads=2");
+    const auto before = formatLaneSpec(cpu);
+    try {
+        setLaneKeys(cpu, "batch=64,backend=gloo");
+        FAIL() << "backend on a one-device lane was taken";
+    } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("apply to data-parallel lanes"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("cpu,threads=2"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(formatLaneSpec(cpu), before);                   // unchanged: not even batch=64
+    EXPECT_THROW(setLaneKeys(cpu, "batch"), UsageError);      // not key=value
+    EXPECT_THROW(setLaneKeys(cpu, "batch="), UsageError);     // no value
+    EXPECT_THROW(setLaneKeys(cpu, "colour=red"), UsageError); // no such key
+    setLaneKeys(cpu, "  ");
+    EXPECT_EQ(formatLaneSpec(cpu), before);
+}

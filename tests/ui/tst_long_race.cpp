@@ -3,10 +3,13 @@
 // synthetic sample sources (bench/support/synthetic_lane.h): hours of samples in a second.
 #include <QtTest>
 
+#include <QElapsedTimer>
 #include <QTemporaryDir>
 
+#include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "charts/metric_chart.h"
 #include "devicerace/lane_spec.h"
@@ -31,18 +34,6 @@ MetricSample train(std::int64_t i) {
     s.loss = i % 2 ? 1.0 : 3.0;
     s.warmup = i <= 4;
     return s;
-}
-
-RaceSpec syntheticSpec(int lanes) {
-    RaceSpec spec;
-    spec.workload = "fashion-mlp";
-    spec.data = DataMode::Synthetic;
-    spec.trainLimit = 64;
-    spec.testLimit = 16;
-    for (int i = 0; i < lanes; ++i) {
-        spec.lanes.push_back(parseLaneSpec(QStringLiteral("cpu,threads=1,batch=32,name=s%1").arg(i).toStdString()));
-    }
-    return spec;
 }
 
 std::int64_t countLines(const QString& path) {
@@ -121,16 +112,12 @@ private Q_SLOTS:
             QTemporaryDir dir;
             QVERIFY(dir.isValid());
             std::vector<bench::SyntheticLane*> sources;
-            LaneFactory factory = [&](LaneSpec spec, LaneRunSettings settings) {
-                auto lane = std::make_unique<bench::SyntheticLane>(std::move(spec), settings.data, 1000.0,
-                                                                   static_cast<int>(sources.size()));
-                sources.push_back(lane.get());
-                return lane;
-            };
+            const LaneFactory factory = bench::syntheticLanes(sources, 1000.0);
             RaceController race;
             const QString recordDir = record ? dir.filePath(QStringLiteral("run")) : QString();
             QSignalSpy started(&race, &RaceController::started);
-            QVERIFY(race.start(syntheticSpec(3), {laneColor(0), laneColor(1), laneColor(2)}, recordDir, factory));
+            QVERIFY(race.start(bench::syntheticRaceSpec(3), {laneColor(0), laneColor(1), laneColor(2)}, recordDir,
+                               factory));
             QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000); // set up off the GUI thread
             QCOMPARE(sources.size(), std::size_t(3));
             for (int tick = 1; tick <= 60; ++tick) { // 4 s of lane time at 15 Hz
@@ -164,6 +151,34 @@ private Q_SLOTS:
             QCOMPARE(countLines(csv), samples + 1); // a header, then every sample
             QVERIFY(race.histories()[2].trainCount() == 4000);
         }
+    }
+
+    void recordingIsWrittenOffTheGuiThread() {
+        // The GUI thread polls nothing and serves no event here: the recording grows anyway.
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        std::vector<bench::SyntheticLane*> sources;
+        const LaneFactory factory = bench::syntheticLanes(sources, 1000.0);
+        RaceController race;
+        QSignalSpy started(&race, &RaceController::started);
+        QVERIFY(race.start(bench::syntheticRaceSpec(1), {laneColor(0)}, dir.filePath(QStringLiteral("run")), factory));
+        QTRY_COMPARE_WITH_TIMEOUT(started.count(), 1, 30000);
+        QVERIFY(race.recordingThread() != std::thread::id());
+        QVERIFY(race.recordingThread() != std::this_thread::get_id());
+        sources[0]->emitUntil(1.0); // 1,000 intervals after the running state
+        const QString file = dir.filePath(QStringLiteral("run/lane-0.jsonl"));
+        QElapsedTimer waited;
+        waited.start();
+        while (countLines(file) < 1001 && waited.elapsed() < 30000) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        QCOMPARE(countLines(file), std::int64_t(1001));
+        QVERIFY(race.histories()[0].trainCount() == 0); // the window has taken nothing yet
+        sources[0]->finish();
+        race.poll();
+        QVERIFY(race.finished());
+        QCOMPARE(race.histories()[0].trainCount(), std::size_t(1000));
+        QCOMPARE(countLines(file), std::int64_t(1002));
     }
 
     void csvExportToAMissingFolderNamesIt() {

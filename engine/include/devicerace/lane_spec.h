@@ -131,6 +131,10 @@ LaneKind laneKind(const LaneSpec& spec);
 /// DEVICE may be ssh://[user@]host[:port]/DEVICE, slurm://[login]/DEVICE or attach://host:port/DEVICE).
 /// Throws UsageError naming the bad part.
 LaneSpec parseLaneSpec(const std::string& text);
+/// Applies "key=value[,key=value]..." — the part of a lane text after DEVICE — to `spec`, each
+/// key by its parser, then checks the lane as a whole (keys that depend on the device or on each
+/// other). Throws UsageError naming the bad part; `spec` is unchanged then.
+void setLaneKeys(LaneSpec& spec, const std::string& keys);
 
 /// "cpu,threads=2,batch=64,name=laptop": a lane in the CLI's syntax (parseLaneSpec's inverse).
 std::string formatLaneSpec(const LaneSpec& spec);

@@ -160,6 +160,26 @@ LaneKind laneKind(const LaneSpec& spec) {
     return spec.isolate.value_or(LaneKind::Thread);
 }
 
+namespace {
+// The lane syntax's key=value parts from `first` on, each through its key's parser.
+template <typename Parts>
+void applyKeyParts(LaneSpec& spec, const Parts& parts, std::size_t first, const std::string& text) {
+    for (std::size_t i = first; i < parts.size(); ++i) {
+        auto part = trim(parts[i]);
+        auto eq = part.find('=');
+        if (eq == std::string_view::npos || eq == 0) {
+            throw UsageError(fmt::format("lane '{}': '{}' is not key=value", text, part));
+        }
+        auto key = trim(part.substr(0, eq));
+        auto value = trim(part.substr(eq + 1));
+        if (value.empty()) {
+            throw UsageError(fmt::format("lane '{}': {} has no value", text, key));
+        }
+        detail::applyLaneKey(spec, key, value, text);
+    }
+}
+} // namespace
+
 LaneSpec parseLaneSpec(const std::string& text) {
     auto parts = splitString(text, ',');
     if (parts.empty() || trim(parts[0]).empty()) {
@@ -249,21 +269,20 @@ LaneSpec parseLaneSpec(const std::string& text) {
                                      "cuda:0-7",
                                      text, spec.launcher));
     }
-    for (std::size_t i = 1; i < parts.size(); ++i) {
-        auto part = trim(parts[i]);
-        auto eq = part.find('=');
-        if (eq == std::string_view::npos || eq == 0) {
-            throw UsageError(fmt::format("lane '{}': '{}' is not key=value", text, part));
-        }
-        auto key = trim(part.substr(0, eq));
-        auto value = trim(part.substr(eq + 1));
-        if (value.empty()) {
-            throw UsageError(fmt::format("lane '{}': {} has no value", text, key));
-        }
-        detail::applyLaneKey(spec, key, value, text);
-    }
+    applyKeyParts(spec, parts, 1, text);
     detail::checkLaneSpec(spec, text);
     return spec;
+}
+
+void setLaneKeys(LaneSpec& spec, const std::string& keys) {
+    if (trim(keys).empty()) {
+        return;
+    }
+    const std::string text = formatLaneSpec(spec) + "," + keys; // the lane as messages name it
+    LaneSpec changed = spec;
+    applyKeyParts(changed, splitString(keys, ','), 0, text);
+    detail::checkLaneSpec(changed, text);
+    spec = std::move(changed);
 }
 
 void detail::checkLaneSpec(const LaneSpec& spec, const std::string& text) {
