@@ -10,6 +10,8 @@ Usage (from the repository root, after scripts/setup --frameworks and scripts/bu
         [--threads N]          the "every core" lanes' threads (default: every core)
         [--lanes devicerace]   DeviceRace's fp32 and bf16 lanes only: no framework lanes, no
                                autograd lane (a machine without Keras, or a short lease: bench/gpu/amx.sh)
+        [--lanes plain]        plain LibTorch (fused=false) against the PyTorch lane (eager) and
+                               DeviceRace's fast paths, fp32, at 1 thread and every core
         [--cli PATH]           the devicerace-cli to race (default: build/release's)
         [--budget SECONDS]     start no race that the last one's duration says would end past
                                this; the tables then give the runs made (a device lease's
@@ -68,7 +70,12 @@ def flops_per_sample(specs, runs):
 # Without bf16 units (bf16 emulated: fashion-cnn ran ~60 samples/s on an AMD EPYC), one bf16
 # lane shows the lane marked emulated, on fashion-mlp only.
 # devicerace_only: DeviceRace's own fp32 and bf16 lanes (no autograd, Keras/JAX or PyTorch lane).
-def lanes(cores, workload, bf16_native, devicerace_only=False):
+# plain: plain LibTorch (fused=false) beside the PyTorch lane and the fast paths, at 1 and every core.
+def lanes(cores, workload, bf16_native, devicerace_only=False, plain=False):
+    if plain:
+        return [(f"plain LibTorch, {t}", f"cpu,threads={n},fused=false", "fp32", n) for n, t in thread_labels(cores)] + \
+               [(f"PyTorch lane, {t}", f"cpu,threads={n},framework=pytorch", "fp32", n) for n, t in thread_labels(cores)] + \
+               [(f"DeviceRace, {t}", f"cpu,threads={n}", "fp32", n) for n, t in thread_labels(cores)]
     out = [
         ("DeviceRace, 1 thread", "cpu,threads=1", "fp32", 1),
         (f"DeviceRace, {cores} threads", f"cpu,threads={cores}", "fp32", cores),
@@ -86,6 +93,11 @@ def lanes(cores, workload, bf16_native, devicerace_only=False):
     elif workload == "fashion-mlp":
         out += [("DeviceRace, 1 thread, bf16 (emulated)", "cpu,threads=1,precision=bf16", "bf16", 1)]
     return out
+
+
+def thread_labels(cores):
+    """(threads, label) of the 1-thread and every-core lanes."""
+    return [(1, "1 thread")] + ([(cores, f"{cores} threads")] if cores > 1 else [])
 
 
 def default_workloads(bf16_native):
@@ -242,6 +254,9 @@ def goal_ratios(specs, runs, cores):
                   (f"DeviceRace 1 -> {many}", f"DeviceRace, {many}", "DeviceRace, 1 thread"),
                   (f"DeviceRace / PyTorch lane, {many}", f"DeviceRace, {many}", f"PyTorch lane, {many}"),
                   (f"bf16 / fp32, {many}", f"DeviceRace, {many}, bf16", f"DeviceRace, {many}")]
+    for n, t in thread_labels(cores):
+        pairs += [(f"plain LibTorch / PyTorch lane, {t}", f"plain LibTorch, {t}", f"PyTorch lane, {t}"),
+                  (f"fast paths / plain LibTorch, {t}", f"DeviceRace, {t}", f"plain LibTorch, {t}")]
     labels = {label for label, _, _, _ in specs}
     out = {}
     for name, top, bottom in pairs:
@@ -301,8 +316,9 @@ def main(argv=None):
                     "cifar-resnet20 where the CPU has bf16 units)")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--threads", type=int, help="the every-core lanes' threads (default: every core)")
-    ap.add_argument("--lanes", choices=("all", "devicerace"), default="all",
-                    help="devicerace: DeviceRace's fp32 and bf16 lanes only")
+    ap.add_argument("--lanes", choices=("all", "devicerace", "plain"), default="all",
+                    help="devicerace: DeviceRace's fp32 and bf16 lanes only; plain: plain LibTorch (fused=false) "
+                         "against the PyTorch lane and the fast paths, fp32")
     ap.add_argument("--cli", default=CLI, help="the devicerace-cli to race")
     ap.add_argument("--budget", type=float, metavar="SECONDS",
                     help="start no race that would end past this many seconds from the start")
@@ -335,7 +351,7 @@ def main(argv=None):
                 break
             steps = {"fashion-mlp": args.steps, "char-gpt": max(100, args.steps // 4),
                      "cifar-resnet20": max(100, args.steps // 6)}.get(workload, max(60, args.steps // 10))
-            specs = lanes(cores, workload, native, args.lanes == "devicerace")
+            specs = lanes(cores, workload, native, args.lanes == "devicerace", args.lanes == "plain")
             runs = []
             tables.append((workload, steps, specs, runs))
             for r in range(args.runs):

@@ -140,6 +140,20 @@ class CpuSpeed(unittest.TestCase):
         runs = [{label: {"samples_per_sec": 10.0} for label, _, _, _ in specs}]
         self.assertEqual(list(self.mod.goal_ratios(specs, runs, 1)), ["DeviceRace / Keras-JAX, 1 thread"])
 
+    def test_plain_lanes_race_plain_libtorch_beside_the_pytorch_lane(self):
+        specs = self.mod.lanes(2, "fashion-cnn", True, plain=True)
+        self.assertEqual({label: spec for label, spec, _, _ in specs}, {
+            "plain LibTorch, 1 thread": "cpu,threads=1,fused=false",
+            "plain LibTorch, 2 threads": "cpu,threads=2,fused=false",
+            "PyTorch lane, 1 thread": "cpu,threads=1,framework=pytorch",
+            "PyTorch lane, 2 threads": "cpu,threads=2,framework=pytorch",
+            "DeviceRace, 1 thread": "cpu,threads=1", "DeviceRace, 2 threads": "cpu,threads=2"})
+        runs = [{label: {"samples_per_sec": rate} for (label, _, _, _), rate in zip(specs, (90, 160, 100, 200, 180, 320))}]
+        ratios = self.mod.goal_ratios(specs, runs, 2)
+        self.assertEqual(ratios["plain LibTorch / PyTorch lane, 1 thread"], [0.9])
+        self.assertEqual(ratios["plain LibTorch / PyTorch lane, 2 threads"], [0.8])
+        self.assertEqual(ratios["fast paths / plain LibTorch, 2 threads"], [2.0])
+
     def test_flops_come_from_the_races_own_count(self):
         specs = self.mod.lanes(2, "fashion-mlp", False)
         runs = [{"DeviceRace, 1 thread": {"samples_per_sec": 10.0}, "DeviceRace, 2 threads": {"error": "x"}},

@@ -54,6 +54,7 @@ struct Curve {
 };
 
 Curve curve(const std::string& spec, std::shared_ptr<const Dataset> data) {
+    const auto masks = test::sameDropoutMasks(); // fused=false lanes drop what the fused step drops
     auto run = test::runEveryStep("fashion-mlp", parseLaneSpec(spec), std::move(data), kSteps, 5);
     EXPECT_EQ(run.summary.state, LaneState::Finished) << spec << ": " << run.summary.error;
     return {run.losses, run.summary.execution};

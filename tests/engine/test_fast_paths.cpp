@@ -26,6 +26,7 @@ namespace {
 /// Per-step training losses of one lane.
 std::vector<double> stepLosses(const std::string& workload, LaneSpec spec, std::shared_ptr<const Dataset> data,
                                std::int64_t steps, std::string* execution = nullptr) {
+    const auto masks = test::sameDropoutMasks(); // fused=false lanes drop what the fast paths drop
     auto run = test::runEveryStep(workload, std::move(spec), std::move(data), steps, 7);
     EXPECT_EQ(run.summary.state, LaneState::Finished) << run.summary.error;
     if (execution) {

@@ -46,6 +46,7 @@ struct CountingOptimizer final : LaneOptimizer {
 std::shared_ptr<Net> charGpt(const std::string& workload = "char-gpt") {
     ModelOptions o;
     o.vocabulary = kVocabulary;
+    o.fast.hashedDropout = true; // the masks the fused step draws
     auto net = workloadImpl(workload).makeModel(at::detail::createCPUGenerator(7), o);
     net->train();
     return net;

@@ -22,7 +22,7 @@ Result run(const torch::Tensor& input, double p, bool fused, bool flattenNext) {
     auto x =
         input.detach().clone(input.is_contiguous() ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast);
     x.requires_grad_(true);
-    auto out = reluMaxPoolDropout(x, p, true, gen, fused, flattenNext);
+    auto out = reluMaxPoolDropout(x, p, true, gen, fused, true, flattenNext);
     // A gradient that differs everywhere, in the flattened (NCHW) order.
     auto weight = torch::linspace(-1.0, 2.0, out.numel()).view(out.sizes()).to(out.scalar_type());
     (out.contiguous() * weight).sum().backward();
@@ -68,7 +68,7 @@ TEST(ReluMaxPool, FallsBackToThePlainOps) {
     auto gen = at::detail::createCPUGenerator(4);
     const auto nodeOf = [&](const torch::Tensor& x, bool fused) {
         auto in = x.clone().requires_grad_(true);
-        return reluMaxPoolDropout(in, 0.25, true, gen, fused).grad_fn()->name();
+        return reluMaxPoolDropout(in, 0.25, true, gen, fused, true).grad_fn()->name();
     };
     const auto x = torch::randn({2, 3, 4, 4}, gen);
     EXPECT_NE(nodeOf(x, true).find("ReluPoolDropout"), std::string::npos) << nodeOf(x, true);

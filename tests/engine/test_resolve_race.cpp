@@ -117,6 +117,25 @@ TEST(ResolveRace, AutomaticEvaluationsGiveTheShortestLaneAboutTen) {
     EXPECT_EQ(resolveRace(spec).evalEverySteps, 7);
 }
 
+// oneDNN has no bf16 LSTM on a CPU without bf16 units: such a lane is refused before it starts,
+// with the ways that work (its LSTM-cell loop, or fp32), not failed by oneDNN mid-race.
+TEST(ResolveRace, ABf16LstmLaneNeedsBf16UnitsOrCells) {
+    for (const char* workload : {"charlstm", "imdb-bilstm"}) {
+        auto spec = race({"cpu,threads=1,precision=bf16,name=b", "cpu,threads=1,precision=bf16,lstm=cells,name=c"});
+        spec.workload = workload;
+        const auto plan = resolveRace(spec);
+        EXPECT_TRUE(plan.lanes[1].problem.empty()) << plan.lanes[1].problem;
+        if (deviceReport().cpu.bf16Units.empty()) {
+            EXPECT_NE(plan.lanes[0].problem.find("lane b: precision=bf16 with lstm=fused needs a CPU with bf16 units"),
+                      std::string::npos)
+                << plan.lanes[0].problem;
+            EXPECT_NE(plan.lanes[0].problem.find("use lstm=cells or fp32"), std::string::npos);
+        } else {
+            EXPECT_TRUE(plan.lanes[0].problem.empty()) << plan.lanes[0].problem;
+        }
+    }
+}
+
 TEST(ResolveRace, ProblemsNameTheLaneAndTheKeyAndNothingThrows) {
     auto plan = resolveRace(race({"cpu,threads=1", "cpu,precision=fp16,name=half"}));
     ASSERT_EQ(plan.problems.size(), 1u);

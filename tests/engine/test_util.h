@@ -3,13 +3,37 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace devicerace::test {
+
+/// An environment variable set for a scope, then restored (or unset) at its end.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : m_name(name) {
+        if (const char* old = std::getenv(name)) {
+            m_old = old;
+        }
+        ::setenv(name, value, 1);
+    }
+    ~ScopedEnv() { m_old ? (void)::setenv(m_name, m_old->c_str(), 1) : (void)::unsetenv(m_name); }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    const char* m_name;
+    std::optional<std::string> m_old;
+};
+
+/// Fast paths compared with plain LibTorch step by step: the plain (fused=false) lanes started in
+/// this scope draw the fast paths' dropout masks, so both drop the same units.
+inline ScopedEnv sameDropoutMasks() { return ScopedEnv("DEVICERACE_TEST_HASHED_DROPOUT", "1"); }
 
 /// A fresh folder under the system temp dir, removed at destruction.
 class TempDir {

@@ -85,6 +85,18 @@ class FolderOrder(unittest.TestCase):
         self.assertIn("engine/src/devices/cpu_info.cpp", lint.stdout + lint.stderr)
         self.assertIn("read outside engine/src/util/environment.cpp", lint.stdout + lint.stderr)
 
+    def test_the_lint_fails_on_a_fast_path_header_that_includes_torch(self):
+        full = os.path.join(self.root, "engine/src/kernels/pool_kernels.h")
+        with open(full, encoding="utf-8") as f:
+            text = f.read()
+        first = text.index("#include")
+        with open(full, "w", encoding="utf-8") as f:
+            f.write(text[:first] + "#include <ATen/core/Tensor.h>\n" + text[first:])
+        lint = self.lint()
+        self.assertNotEqual(lint.returncode, 0, lint.stdout + lint.stderr)
+        self.assertIn("engine/src/kernels/pool_kernels.h", lint.stdout + lint.stderr)
+        self.assertIn("a kernels/ header includes torch", lint.stdout + lint.stderr)
+
     def test_the_lint_fails_on_an_include_against_the_order(self):
         self.add_include("engine/src/devices/cpu_info.cpp", "race/script_cpus.h")
         lint = self.lint()

@@ -41,9 +41,8 @@ constexpr double kBatchSeconds = 0.08; // each batch times at least this long
 constexpr double kWarmupSeconds = 0.2; // GEMMs first, untimed: clocks ramp up, pools start
 constexpr std::uint64_t kMaxCacheBytes = 1u << 20;
 // A calibration whose threads got less of the cores' time than this was shared with other work
-// (a build, another process, a hypervisor's steal): its rate is not the machine's peak. A busy
-// 2-core VM once left a 1-thread figure of 71 GFLOP/s in the cache where the idle machine gives
-// 91, and every later race's "% of peak" read 28% high.
+// (a build, another process, a hypervisor's steal): its rate is not the machine's peak, and every
+// later race's "% of peak" would read high against it (docs/ENGINEERING.md, "CPU peaks").
 constexpr double kMinCpuShare = 0.85;
 // Nor is one beside other work on the machine's other CPUs: a neighbour on the other vCPU of a
 // VM slows a GEMM (shared core resources, memory bandwidth) without taking the calibrating
@@ -76,9 +75,9 @@ double processCpuSeconds() {
 }
 
 // The probes, each timed the same way; the peak is the faster one's rate. GEMMs alone are no
-// ceiling everywhere: on an AMD EPYC (Zen 5) MKL's fp32 GEMM gives half of what oneDNN's fp32
-// convolutions reach on the same core (docs/ENGINEERING.md, "CPU peaks"), and a lane measured
-// against it read 136% of its peak.
+// ceiling everywhere: on some CPUs (an AMD EPYC Zen 5) MKL's fp32 GEMM gives far less than what
+// oneDNN's fp32 convolutions reach on the same core (docs/ENGINEERING.md, "CPU peaks"), and a
+// convolutional lane would read over 100% of a GEMM-only peak.
 enum class Probe { Gemm, Conv };
 constexpr std::array<Probe, 2> kProbes = {Probe::Gemm, Probe::Conv};
 // The convolutions: 3x3, stride 1, 64 -> 64 channels on 32 x 32, a batch of 32, channels_last
@@ -242,9 +241,9 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
     threads = std::max(1, threads);
     if (precision == Precision::Bf16 && detail::readHostCpu().bf16Units.empty()) {
         // Without AMX or AVX-512 BF16, bf16 arithmetic runs on the fp32 units (oneDNN's
-        // convolutions widen to fp32), while its bf16 GEMM is a slow emulation (~1 GFLOP/s on an
-        // AMD EPYC against 83 fp32) and no ceiling: a bf16 ResNet-20 lane ran at 6 GFLOP/s,
-        // "650% of peak". The hardware's ceiling is the fp32 one.
+        // convolutions widen to fp32), while its bf16 GEMM is a slow emulation and no ceiling (a
+        // bf16 convolutional lane would read several times 100% of it). The hardware's ceiling
+        // is the fp32 one.
         auto p = cpuPeakFlops(Precision::Fp32, threads, remeasure);
         p.source = "the fp32 peak (no bf16 units: bf16 runs on the fp32 ones): " + p.source;
         return p;

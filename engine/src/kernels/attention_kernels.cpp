@@ -143,8 +143,7 @@ DR_INLINE void transposeStages(VecT<W>* v) {
 
 // out (cols × stride) = xᵀ for x (rows × cols, row stride ldx, cols a multiple of W), zero past `rows` in each
 // row: W × W blocks transposed in registers, the rows past the last whole block one by one
-// (element by element, strided reads or writes missed L1 on nearly every access: 13% of the
-// forward).
+// (element by element, strided reads or writes miss L1 on nearly every access).
 template <int W>
 DR_INLINE void transposeInto(const float* __restrict x, std::int64_t ldx, std::int64_t rows, std::int64_t cols,
                              std::int64_t stride, float* __restrict out) {
@@ -173,8 +172,8 @@ std::int64_t roundUp16(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAli
 
 // The causal softmax and its backward in W-wide vectors of the tiles' ISA (vec_inline.h).
 // The rows are short (char-gpt's 64 keys), so the shared loops (kernel_inline.h's laneMax /
-// laneSum: 64 partial sums on the stack, folded, then scalar tails) cost more than their exps:
-// 58% of char-gpt's attention forward on an AMD EPYC. Here a row's max and sum each
+// laneSum: 64 partial sums on the stack, folded, then scalar tails) cost more than their exps
+// (docs/ENGINEERING.md, "Fast paths and kernels"). Here a row's max and sum each
 // stay in one register, lanes past the diagonal masked, and reduce across lanes by rotations.
 //
 // kernel_inline.h's causalSoftmaxRow for R rows at once (row r is query i + r, `stride` floats

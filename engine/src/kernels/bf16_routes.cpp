@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "devices/bf16_route_cache.h"
+#include "kernels/cpu_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "devicerace/environment.h"
 
@@ -56,6 +57,22 @@ at::Tensor widen(const Bf16* src, std::int64_t rows, std::int64_t cols, std::int
     auto out = at::from_blob(dst.data(), {rows, cols}, at::kFloat);
     out.copy_(at::from_blob(const_cast<Bf16*>(src), {rows, cols}, {ld, 1}, at::kBFloat16));
     return out;
+}
+
+// The oneDNN route's bf16 result into c (rows ldc apart) by the engine's vectorised widening:
+// ATen's generic copy (TensorIterator) took half as long as the GEMMs themselves in a 2-thread
+// char-gpt step on a Zen 4 (docs/ENGINEERING.md, "bf16 GEMM routes").
+void widenRows(const Bf16* src, std::int64_t rows, std::int64_t cols, float* c, std::int64_t ldc) {
+    if (ldc == cols) {
+        toFloat(src, c, rows * cols);
+        return;
+    }
+    at::parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, cols)),
+                     [&](std::int64_t b, std::int64_t e) {
+                         for (std::int64_t r = b; r < e; ++r) {
+                             toFloat(src + r * cols, c + r * ldc, cols);
+                         }
+                     });
 }
 
 std::optional<Bf16Route> forcedRoute() {
@@ -112,7 +129,7 @@ void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int
         result.resize(static_cast<std::size_t>(s.m * s.n));
         auto out = at::from_blob(result.data(), {s.m, s.n}, at::kBFloat16);
         at::mm_out(out, bf16View(a, s.m, s.k, lda, s.transA), bf16View(b, s.k, s.n, ldb, s.transB));
-        at::from_blob(c, {s.m, s.n}, {ldc, 1}, at::kFloat).copy_(out);
+        widenRows(result.data(), s.m, s.n, c, ldc);
         return;
     }
     case Bf16Route::Fp32: {

@@ -55,8 +55,10 @@ struct ThreadLane::Impl {
             record->finish(LaneState::Failed, detail::describeException(std::current_exception()));
         }
         if (ctx.spec.device == "cpu") {
-            detail::releaseHostCache(); // the lane's tensors are gone (paired with start())
-            if (!ctx.settings.dist) {   // (a rank's peak is one share of the lane's)
+            if (ctx.fast.hostCache) {
+                detail::releaseHostCache(); // the lane's tensors are gone (paired with start())
+            }
+            if (!ctx.settings.dist) { // (a rank's peak is one share of the lane's)
                 forgetAPeakItPassed();
             }
         }
@@ -132,8 +134,12 @@ void ThreadLane::start() {
     }
     m_impl->started = true;
     if (m_impl->ctx.spec.device == "cpu") {
-        // Installed before the lane's thread allocates anything.
-        detail::holdHostCache();
+        // Installed before the lane's thread allocates anything (its memory guard too, for a
+        // lane that keeps no blocks).
+        detail::useCachingHostAllocator();
+        if (m_impl->ctx.fast.hostCache) {
+            detail::holdHostCache();
+        }
     }
     m_impl->thread = std::thread([impl = m_impl.get()] { impl->run(); });
 }

@@ -157,6 +157,7 @@ torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
         auto h = bn.forward(x);
         return (residual.defined() ? h + residual : h).relu_();
     }
+    countFastPath();
     if (!residual.defined()) {
         return BatchNormAddRelu::apply(x, x, bn.weight, bn.bias, &bn, false);
     }

@@ -412,6 +412,7 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
     if (!fused || !tunedWeightGradFits(conv, x)) {
         return conv.forward(x);
     }
+    countFastPath();
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
     const auto& stride = conv.options.stride();
     const bool withBias = conv.bias.defined();

@@ -191,7 +191,7 @@ FlopCount countTrainingFlops(const std::string& workload, const ModelOptions& op
     // Counted on ATen's plain ops: the CPU's one-pass paths (tokenLstm's gather, the fused
     // pool) compute the same network, in ops the counter has no formula for.
     auto plain = options;
-    plain.fusedOps = false;
+    plain.fast = FastPaths{};
     auto net = w.makeModel(gen, plain);
     net->gen = gen;
     net->train();

@@ -62,6 +62,7 @@ std::tuple<at::Tensor, at::Tensor> lstmCellOnePass(const at::Tensor& x,
                                                    const std::optional<std::tuple<at::Tensor, at::Tensor>>& state,
                                                    const at::Tensor& wIh, const at::Tensor& wHh,
                                                    const at::Tensor& bias) {
+    countFastPath();
     // Function::apply takes no undefined tensors: an empty one stands for the zero state.
     const auto none = state ? at::Tensor() : at::empty({0}, x.options());
     const auto h = state ? std::get<0>(*state) : none;

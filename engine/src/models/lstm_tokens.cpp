@@ -81,6 +81,7 @@ at::Tensor tokenLstm(const at::Tensor& tokens, const at::Tensor& wIh, const at::
     if (tokens.dim() != 2 || tokens.size(1) == 0 || tokens.scalar_type() != at::kLong) {
         throw Error("the LSTM takes a (batch, steps) tensor of int64 token ids");
     }
+    countFastPath();
     return TokenLstmFunction::apply(tokens, wIh, wHh, bIh, bHh);
 }
 

@@ -32,7 +32,7 @@ bool dropoutOffForTests() {
     return off;
 }
 
-torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen) {
+torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool hashed) {
     if (!training || p <= 0 || dropoutOffForTests()) {
         return x;
     }
@@ -41,6 +41,12 @@ torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::G
         // probability to KEEP.
         return std::get<0>(at::_fused_dropout(x, 1.0 - p, gen));
     }
+    if (!hashed) {
+        // ATen's CPU dropout (a bernoulli_ keep mask scaled by 1/(1-p), one multiply), drawn from
+        // the lane's generator rather than the process's default one.
+        return x * at::empty_like(x).bernoulli_(1.0 - p, gen).div_(1.0 - p);
+    }
+    countFastPath();
     // The scaled mask from the lanes' hashed masks (kernels/cpu_kernels.h), one seed per call,
     // then one multiply (and one in backward): the fused dense step drops the same units. The
     // mask is made in x's precision and memory layout (a bf16 lane's mask is written in bf16, an

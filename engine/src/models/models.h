@@ -16,15 +16,14 @@
 
 #include "devicerace/workload.h"
 #include "models/optimizer_recipe.h"
+#include "kernels/fast_paths.h"
 
 namespace devicerace::detail {
 
 /// Options a lane may override that shape the network itself.
 struct ModelOptions {
     bool fusedLstm = true; // lstm=fused (torch::nn::LSTM, cuDNN on GPU) or lstm=cells (an LSTMCell loop)
-    bool fusedOps = true;  // fused=true: the CPU's one-pass relu + max pool + dropout (reluMaxPoolDropout),
-                           // batch norm + add + relu (batchNormRelu), charlstm's LSTM over token ids
-                           // and the one-pass LSTMCell (lstmCellOnePass)
+    FastPaths fast;        // the lane's fast paths (kernels/fast_paths.h); none: plain LibTorch layers
     int vocabulary = 0;    // token inputs whose vocabulary comes from the data (charlstm); 0: the default
 };
 
@@ -61,6 +60,8 @@ struct Net : torch::nn::Module {
     virtual std::optional<GptView> gptView() { return std::nullopt; }
     /// Source of dropout masks and sampling; must live on the model's device (set after moving).
     at::Generator gen;
+    /// Whether a CPU dropout draws the counter-hash masks (laneDropout), not ATen's bernoulli_.
+    bool hashedDropout = false;
     /// Whether forward runs the CPU's fused relu + max pool + dropout (reluMaxPoolDropout).
     bool fusedPool = false;
     /// Whether an fp32 CPU forward runs its LSTM over token ids (tokenLstm), not one-hot vectors.
@@ -119,13 +120,16 @@ double scheduleFactor(const std::string& schedule, std::int64_t step, std::int64
 bool dropoutOffForTests();
 /// The seed of one CPU dropout mask (kernels/cpu_kernels.h), drawn from the lane's CPU generator.
 std::uint64_t dropoutSeed(at::Generator& gen);
-torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen);
+/// Dropout drawing from the lane's generator: on a CPU with `hashed`, the counter-hash masks
+/// (kernels/cpu_kernels.h: the fused steps drop the same units); otherwise ATen's own ops (a
+/// bernoulli_ mask and one multiply on a CPU, _fused_dropout on CUDA).
+torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool hashed);
 /// laneDropout(max_pool2d(relu(x), 2), p): on a CPU, float or bf16, NCHW or channels_last, with
-/// `fused`, one pass each way (kernels/pool_kernels.h; the same values and dropped units);
-/// otherwise the three ops. p = 0: no dropout. `flattenNext`: the caller flattens the result, so a
-/// fused pass writes it in NCHW (the flatten is then a view, not a transposing copy).
+/// `fused`, one pass each way (kernels/pool_kernels.h; the same values and the units hashed masks
+/// drop); otherwise the three ops, the dropout `hashed` or not. p = 0: no dropout. `flattenNext`: the caller flattens
+/// the result, so a fused pass writes it in NCHW (the flatten is then a view, not a transposing copy).
 torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
-                                 bool flattenNext = false);
+                                 bool hashed, bool flattenNext = false);
 /// relu(bn(x) + residual) (`residual` may be undefined). In training on a CPU, with x float or
 /// bf16 in channels_last and `fused`, one pass forward and two back (kernels/norm_kernels.h),
 /// updating the running statistics as BatchNorm2d does; otherwise the module and ATen's ops.

@@ -43,15 +43,15 @@ struct GptBlock : torch::nn::Module {
             (*l)->bias.zero_();
         }
     }
-    torch::Tensor forward(const torch::Tensor& x, at::Generator& gen) {
+    torch::Tensor forward(const torch::Tensor& x, at::Generator& gen, bool hashed) {
         const auto b = x.size(0), t = x.size(1), c = x.size(2);
         auto qkv = attn->forward(ln1->forward(x)).split(c, 2);
         auto heads = [&](const torch::Tensor& v) { return v.view({b, t, m_heads, c / m_heads}).transpose(1, 2); };
         auto y = causalAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
         y = y.transpose(1, 2).contiguous().view({b, t, c});
-        auto h = x + laneDropout(attnProj->forward(y), m_drop, is_training(), gen);
+        auto h = x + laneDropout(attnProj->forward(y), m_drop, is_training(), gen, hashed);
         auto m = mlpProj->forward(F::gelu(fc->forward(ln2->forward(h))));
-        return h + laneDropout(m, m_drop, is_training(), gen);
+        return h + laneDropout(m, m_drop, is_training(), gen, hashed);
     }
     torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
     torch::nn::Linear attn{nullptr}, attnProj{nullptr}, fc{nullptr}, mlpProj{nullptr};
@@ -62,8 +62,9 @@ struct GptBlock : torch::nn::Module {
 // Token + learned position embeddings, the blocks, a final LayerNorm, and the output head tied
 // to the token embedding (no bias of its own).
 struct CharGpt : Net {
-    CharGpt(at::Generator initGen, const GptShape& s, std::int64_t vocabulary) : m_shape(s) {
+    CharGpt(at::Generator initGen, const GptShape& s, std::int64_t vocabulary, const FastPaths& fast) : m_shape(s) {
         gen = std::move(initGen);
+        hashedDropout = fast.hashedDropout && s.dropout > 0;
         wte = register_module("wte", torch::nn::Embedding(vocabulary, s.width));
         wpe = register_module("wpe", torch::nn::Embedding(s.context, s.width));
         {
@@ -95,9 +96,9 @@ struct CharGpt : Net {
     torch::Tensor forward(const torch::Tensor& x) override {
         const auto t = x.size(1);
         auto pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
-        auto h = laneDropout(wte->forward(x) + wpe->forward(pos), m_shape.dropout, is_training(), gen);
+        auto h = laneDropout(wte->forward(x) + wpe->forward(pos), m_shape.dropout, is_training(), gen, hashedDropout);
         for (auto& block : blocks) {
-            h = block->forward(h, gen);
+            h = block->forward(h, gen, hashedDropout);
         }
         return at::linear(lnF->forward(h), wte->weight);
     }
@@ -131,7 +132,7 @@ WorkloadImpl gptWorkload(const std::string& name, const GptShape& s, std::int64_
         .task = Task::LanguageModel,
         .makeModel =
             [s](at::Generator g, const ModelOptions& o) {
-                return std::make_shared<CharGpt>(std::move(g), s, o.vocabulary > 0 ? o.vocabulary : 65);
+                return std::make_shared<CharGpt>(std::move(g), s, o.vocabulary > 0 ? o.vocabulary : 65, o.fast);
             },
         .optimizer = {.kind = OptimizerRecipe::Kind::AdamW, .beta2 = 0.99, .decayMatricesOnly = true, .clipNorm = 1.0},
         .network = {{"layers", static_cast<double>(s.layers)},
@@ -144,12 +145,10 @@ WorkloadImpl gptWorkload(const std::string& name, const GptShape& s, std::int64_
 } // namespace
 
 // Causal attention in one fused kernel: flash / memory-efficient on CUDA, the fused CPU kernel on
-// CPUs. A bf16 CPU lane attends in fp32 where PyTorch 2.11's CPU flash attention is slower in bf16:
-// at short sequences it is 2.5-5x the fp32 kernel's time whatever the head size (T 64, forward +
-// backward, 1 thread: head 32 8.6 vs 1.6 ms, head 64 8.9 vs 2.7 ms), and at T 256 with head 32 it
-// is 1.25x. With long sequences and heads of 64 (char-gpt-6l: 64 x 6 x 256 x 64) the bf16 kernel
-// is the faster one, 236 against 278 ms with the casts to fp32 and back (docs/BENCHMARKS.md, stops
-// 40 and 49 under "CPU speed"). Its GEMMs stay in bf16 either way.
+// CPUs. A bf16 CPU lane attends in fp32 where PyTorch 2.11's CPU flash attention is slower in bf16
+// than in fp32 (short sequences, or heads narrower than 64), and in bf16 where it is the faster one
+// even with the casts to fp32 and back (long sequences with heads of 64: char-gpt-6l); the timings
+// are in docs/BENCHMARKS.md ("CPU speed"). Its GEMMs stay in bf16 either way.
 bool bf16AttentionPays(std::int64_t sequence, std::int64_t headSize) { return sequence >= 192 && headSize >= 64; }
 
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

@@ -12,8 +12,9 @@ namespace {
 
 // keras-team/keras examples/mnist_mlp.py: Dense 512 ReLU, Dropout 0.2, Dense 512 ReLU, Dropout 0.2, Dense 10.
 struct MnistMlp : Net {
-    explicit MnistMlp(at::Generator initGen) {
+    MnistMlp(at::Generator initGen, const FastPaths& fast) {
         gen = std::move(initGen);
+        hashedDropout = fast.hashedDropout;
         fc1 = register_module("fc1", torch::nn::Linear(784, 512));
         fc2 = register_module("fc2", torch::nn::Linear(512, 512));
         fc3 = register_module("fc3", torch::nn::Linear(512, 10));
@@ -23,8 +24,8 @@ struct MnistMlp : Net {
     static constexpr double kDrop = 0.2;
     torch::Tensor forward(const torch::Tensor& x) override {
         auto h = x.flatten(1);
-        h = laneDropout(fc1->forward(h).relu_(), kDrop, is_training(), gen);
-        h = laneDropout(fc2->forward(h).relu_(), kDrop, is_training(), gen);
+        h = laneDropout(fc1->forward(h).relu_(), kDrop, is_training(), gen, hashedDropout);
+        h = laneDropout(fc2->forward(h).relu_(), kDrop, is_training(), gen, hashedDropout);
         return fc3->forward(h);
     }
     std::vector<DenseLayerView> denseStack() override {
@@ -36,10 +37,11 @@ struct MnistMlp : Net {
 // keras-team/keras examples/mnist_cnn.py: Conv 32 3x3 ReLU, Conv 64 3x3 ReLU, MaxPool 2, Dropout 0.25,
 // Dense 128 ReLU, Dropout 0.5, Dense 10.
 struct MnistCnn : Net {
-    MnistCnn(at::Generator initGen, bool fused) {
+    MnistCnn(at::Generator initGen, const FastPaths& fast) {
         gen = std::move(initGen);
-        fusedPool = fused;
-        tunedConvs = fused;
+        fusedPool = fast.reluPool;
+        tunedConvs = fast.convWeightGrad;
+        hashedDropout = fast.hashedDropout;
         conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
         conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)));
         fc1 = register_module("fc1", torch::nn::Linear(64 * 12 * 12, 128));
@@ -47,9 +49,11 @@ struct MnistCnn : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = convolve(*conv1, x, fusedPool).relu_();
-        h = reluMaxPoolDropout(convolve(*conv2, h, fusedPool), 0.25, is_training(), gen, fusedPool, true).flatten(1);
-        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
+        auto h = convolve(*conv1, x, tunedConvs).relu_();
+        h = reluMaxPoolDropout(convolve(*conv2, h, tunedConvs), 0.25, is_training(), gen, fusedPool, hashedDropout,
+                               true)
+                .flatten(1);
+        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen, hashedDropout);
         return fc2->forward(h);
     }
     torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
@@ -59,10 +63,11 @@ struct MnistCnn : Net {
 // keras-team/keras examples/cifar10_cnn.py: Conv32 same, Conv32, MaxPool, Dropout .25, Conv64 same,
 // Conv64, MaxPool, Dropout .25, Dense 512, Dropout .5, Dense 10 (1,250,858 parameters).
 struct CifarVgg : Net {
-    CifarVgg(at::Generator initGen, bool fused) {
+    CifarVgg(at::Generator initGen, const FastPaths& fast) {
         gen = std::move(initGen);
-        fusedPool = fused;
-        tunedConvs = fused;
+        fusedPool = fast.reluPool;
+        tunedConvs = fast.convWeightGrad;
+        hashedDropout = fast.hashedDropout;
         using O = torch::nn::Conv2dOptions;
         c1 = register_module("c1", torch::nn::Conv2d(O(3, 32, 3).padding(1)));
         c2 = register_module("c2", torch::nn::Conv2d(O(32, 32, 3)));
@@ -73,11 +78,11 @@ struct CifarVgg : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = convolve(*c1, x, fusedPool).relu_();
-        h = reluMaxPoolDropout(convolve(*c2, h, fusedPool), 0.25, is_training(), gen, fusedPool);
-        h = convolve(*c4, convolve(*c3, h, fusedPool).relu_(), fusedPool);
-        h = reluMaxPoolDropout(h, 0.25, is_training(), gen, fusedPool, true).flatten(1);
-        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen);
+        auto h = convolve(*c1, x, tunedConvs).relu_();
+        h = reluMaxPoolDropout(convolve(*c2, h, tunedConvs), 0.25, is_training(), gen, fusedPool, hashedDropout);
+        h = convolve(*c4, convolve(*c3, h, tunedConvs).relu_(), tunedConvs);
+        h = reluMaxPoolDropout(h, 0.25, is_training(), gen, fusedPool, hashedDropout, true).flatten(1);
+        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen, hashedDropout);
         return fc2->forward(h);
     }
     torch::nn::Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr}, c4{nullptr};
@@ -116,7 +121,8 @@ std::vector<WorkloadImpl> kerasWorkloads() {
                   .defaultEpochs = 2,
                   .defaultTarget = 0.85,
                   .inputShape = {1, 28, 28}},
-         .makeModel = [](at::Generator g, const ModelOptions&) { return std::make_shared<MnistMlp>(std::move(g)); },
+         .makeModel = [](at::Generator g,
+                         const ModelOptions& o) { return std::make_shared<MnistMlp>(std::move(g), o.fast); },
          .optimizer = kKerasRmsprop},
         {.info = {.name = "fashion-cnn",
                   .description = "Keras mnist_cnn: two 3x3 convs, max-pool, dense 128, dropout, Adam",
@@ -130,7 +136,7 @@ std::vector<WorkloadImpl> kerasWorkloads() {
                   // channels_last is the faster layout here (docs/BENCHMARKS.md).
                   .channelsLastOnCpu = true},
          .makeModel = [](at::Generator g,
-                         const ModelOptions& o) { return std::make_shared<MnistCnn>(std::move(g), o.fusedOps); },
+                         const ModelOptions& o) { return std::make_shared<MnistCnn>(std::move(g), o.fast); },
          .optimizer = kAdam},
         {.info = {.name = "cifar-vgg",
                   .description = "Keras cifar10_cnn: 4 convs, 2 max-pools, dense 512, dropout, RMSprop",
@@ -144,7 +150,7 @@ std::vector<WorkloadImpl> kerasWorkloads() {
                   .inputShape = {3, 32, 32},
                   .channelsLastOnCpu = true},
          .makeModel = [](at::Generator g,
-                         const ModelOptions& o) { return std::make_shared<CifarVgg>(std::move(g), o.fusedOps); },
+                         const ModelOptions& o) { return std::make_shared<CifarVgg>(std::move(g), o.fast); },
          .optimizer = kKerasRmsprop},
         {.info = {.name = "fasttext",
                   .description = "Keras imdb_fasttext: word embeddings averaged, one sigmoid unit (IMDb sentiment)",

@@ -7,10 +7,8 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cstdlib>
-#include <string_view>
 
 #include "models/models.h"
-#include "devicerace/environment.h"
 
 namespace devicerace::detail {
 
@@ -21,17 +19,13 @@ using torch::nn::Conv2dOptions;
 
 namespace {
 
-// The CPU levers fused=true gives a ResNet's layers: batch norm + add + relu in one pass
-// (batchNormRelu; DEVICERACE_FUSED_NORM=0 turns that one alone off, for A/B) and convolve's tuned
-// weight gradient (DEVICERACE_CONV_WGRAD=0 turns that one off).
+// The CPU levers of the lane's fast paths a ResNet's layers take: batch norm + add + relu in one
+// pass (batchNormRelu) and convolve's tuned weight gradient.
 struct Levers {
     bool norm = false;
     bool conv = false;
 };
-Levers leversOf(const ModelOptions& o) {
-    const char* env = devicerace::environmentSwitch("DEVICERACE_FUSED_NORM");
-    return {o.fusedOps && !(env && std::string_view(env) == "0"), o.fusedOps};
-}
+Levers leversOf(const ModelOptions& o) { return {o.fast.normRelu, o.fast.convWeightGrad}; }
 
 Conv2d conv(std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t stride = 1) {
     return Conv2d(Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));

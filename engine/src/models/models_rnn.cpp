@@ -3,14 +3,12 @@
 // layer on GPU) or as a loop of LSTMCells (lane key lstm=cells), the comparison seed 003 made.
 #include <ATen/autocast_mode.h>
 #include <cstdlib>
-#include <string_view>
 
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/rnn.h>
 
 #include "models/models.h"
-#include "devicerace/environment.h"
 
 namespace devicerace::detail {
 
@@ -54,7 +52,7 @@ struct LstmRunnerImpl : torch::nn::Module {
         return m_bi ? torch::cat({h, run(bwd, true)}, 1) : h;
     }
     /// The final hidden state over token ids whose input is their one-hot vectors over `vocab`:
-    /// with `tokens` (fused=true) on an fp32 CPU lane, tokenLstm; otherwise forward(one_hot).
+    /// with `tokens` (the lane's token-lstm fast path) on an fp32 CPU lane, tokenLstm; otherwise forward(one_hot).
     torch::Tensor forwardOneHot(const torch::Tensor& x, std::int64_t vocab, bool tokens) {
         if (tokens && m_fused && !m_bi && x.is_cpu() && !at::autocast::is_autocast_enabled(at::kCPU)) {
             const auto p = lstm->named_parameters(false);
@@ -74,11 +72,10 @@ TORCH_MODULE(LstmRunner);
 // keras-team/keras examples/imdb_bidirectional_lstm.py: Embedding 20000 x 128, Bidirectional
 // LSTM 64, Dropout 0.5, Dense 1 sigmoid; maxlen 100, batch 32, Adam.
 struct ImdbBiLstm : Net {
-    ImdbBiLstm(at::Generator initGen, bool fused, bool fusedOps) {
+    ImdbBiLstm(at::Generator initGen, bool fused, const FastPaths& fast) {
         gen = std::move(initGen);
-        // DEVICERACE_FUSED_CELL=0 (benchmarks): the lever alone, torch::nn::LSTMCell's ATen ops.
-        const char* env = devicerace::environmentSwitch("DEVICERACE_FUSED_CELL");
-        onePassCells = !fused && fusedOps && !(env && std::string_view(env) == "0");
+        onePassCells = !fused && fast.onePassCells;
+        hashedDropout = fast.hashedDropout;
         embed = register_module("embed", torch::nn::Embedding(20000, 128));
         rnn = register_module("rnn", LstmRunner(128, 64, true, fused, onePassCells));
         fc = register_module("fc", torch::nn::Linear(128, 1));
@@ -89,7 +86,7 @@ struct ImdbBiLstm : Net {
     }
     torch::Tensor forward(const torch::Tensor& x) override {
         auto h = rnn->forward(embed->forward(x));
-        return fc->forward(laneDropout(h, 0.5, is_training(), gen));
+        return fc->forward(laneDropout(h, 0.5, is_training(), gen, hashedDropout));
     }
     torch::nn::Embedding embed{nullptr};
     LstmRunner rnn{nullptr};
@@ -99,11 +96,9 @@ struct ImdbBiLstm : Net {
 // keras-team/keras examples/lstm_text_generation.py: one-hot characters, LSTM 128 over
 // 40-character windows, Dense over the alphabet, RMSprop(lr=0.01), batch 128.
 struct CharLstm : Net {
-    CharLstm(at::Generator initGen, bool fused, bool tokens, std::int64_t vocabulary) : m_vocab(vocabulary) {
+    CharLstm(at::Generator initGen, bool fused, const FastPaths& fast, std::int64_t vocabulary) : m_vocab(vocabulary) {
         gen = std::move(initGen);
-        // DEVICERACE_TOKEN_LSTM=0 (benchmarks): the lever alone, torch::nn::LSTM over one-hot vectors.
-        const char* env = devicerace::environmentSwitch("DEVICERACE_TOKEN_LSTM");
-        tokenLstm = fused && tokens && !(env && std::string_view(env) == "0");
+        tokenLstm = fused && fast.tokenLstm;
         rnn = register_module("rnn", LstmRunner(vocabulary, 128, false, fused));
         fc = register_module("fc", torch::nn::Linear(128, vocabulary));
         lstmInit(*rnn, 128, gen);
@@ -141,7 +136,7 @@ std::vector<WorkloadImpl> rnnWorkloads() {
          .task = Task::Binary,
          .makeModel =
              [](at::Generator g, const ModelOptions& o) {
-                 return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm, o.fusedOps);
+                 return std::make_shared<ImdbBiLstm>(std::move(g), o.fusedLstm, o.fast);
              },
          .optimizer = {}}, // Adam
         {.info = {.name = "charlstm",
@@ -162,7 +157,7 @@ std::vector<WorkloadImpl> rnnWorkloads() {
                   .cudaGraphByDefault = false},
          .makeModel =
              [](at::Generator g, const ModelOptions& o) {
-                 return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.fusedOps,
+                 return std::make_shared<CharLstm>(std::move(g), o.fusedLstm, o.fast,
                                                    o.vocabulary > 0 ? o.vocabulary : 60);
              },
          // Keras RMSprop: rho 0.9, epsilon 1e-7.

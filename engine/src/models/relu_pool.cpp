@@ -78,15 +78,16 @@ struct ReluPoolDropout : torch::autograd::Function<ReluPoolDropout> {
 } // namespace
 
 torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
-                                 bool flattenNext) {
+                                 bool hashed, bool flattenNext) {
     const bool dropout = training && p > 0 && !dropoutOffForTests();
     const bool fits = fused && x.is_cpu() && x.dim() == 4 &&
                       (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.size(2) >= 2 &&
                       x.size(3) >= 2;
     if (!fits) {
         namespace F = torch::nn::functional;
-        return laneDropout(F::max_pool2d(x.relu(), F::MaxPool2dFuncOptions(2)), p, training, gen);
+        return laneDropout(F::max_pool2d(x.relu(), F::MaxPool2dFuncOptions(2)), p, training, gen, hashed);
     }
+    countFastPath();
     // One seed per dropout, drawn where laneDropout draws it.
     const auto seed = dropout ? dropoutSeed(gen) : 0;
     return ReluPoolDropout::apply(x, dropout ? p : 0.0, static_cast<std::int64_t>(seed), flattenNext);

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "devicerace/environment.h"
+#include "kernels/fast_paths.h"
 
 namespace devicerace::detail {
 
@@ -83,6 +84,13 @@ std::size_t physicalMemory() {
 }
 
 std::string gib(std::size_t bytes) { return fmt::format("{:.1f} GB", static_cast<double>(bytes) / 1e9); }
+
+// Whether this thread's large blocks are kept for its next step (a lane without the host-cache
+// fast path: no, as LibTorch's own allocator; kernels/fast_paths.h).
+thread_local bool t_cacheBlocks = true;
+// Whether this thread is a lane's (or its OpenMP team's): a block served from the cache to it is
+// one of the lane's fast paths (counted: kernels/fast_paths.h); to a calibration's thread, not.
+thread_local bool t_laneThread = false;
 
 std::mutex g_lastOomMutex;
 HostOutOfMemory g_lastOom;
@@ -146,19 +154,22 @@ private:
         const std::size_t size = (n + kGranule - 1) / kGranule * kGranule;
         {
             std::lock_guard lock(m_mutex);
-            auto it = m_free.find(size);
+            auto it = t_cacheBlocks ? m_free.find(size) : m_free.end();
             if (it != m_free.end() && !it->second.empty()) {
                 void* block = it->second.back();
                 it->second.pop_back();
                 m_cachedBytes -= size;
                 m_inUse += size;
+                if (t_laneThread) {
+                    countFastPath();
+                }
                 return block;
             }
         }
         admit(size);
         void* block = c10::alloc_cpu(size);
         std::lock_guard lock(m_mutex);
-        m_sizes[block] = size;
+        m_sizes[block] = Block{size, t_cacheBlocks};
         m_inUse += size;
         return block;
     }
@@ -234,9 +245,9 @@ private:
             std::lock_guard lock(m_mutex);
             auto it = m_sizes.find(block);
             if (it != m_sizes.end()) {
-                const std::size_t size = it->second;
+                const std::size_t size = it->second.size;
                 m_inUse -= size;
-                if (m_cachedBytes + size <= m_cap) {
+                if (it->second.keep && m_cachedBytes + size <= m_cap) {
                     m_free[size].push_back(block);
                     m_cachedBytes += size;
                     return;
@@ -250,7 +261,11 @@ private:
     const std::size_t m_cap;
     std::mutex m_mutex;
     std::unordered_map<std::size_t, std::vector<void*>> m_free; // rounded size -> free blocks
-    std::unordered_map<void*, std::size_t> m_sizes;             // every block this cache owns
+    struct Block {
+        std::size_t size = 0;
+        bool keep = true; // false: a block of a thread that does not cache (freed when done)
+    };
+    std::unordered_map<void*, Block> m_sizes; // every large block handed out or kept
     std::size_t m_cachedBytes = 0;
     std::size_t m_inUse = 0; // large blocks handed out and not freed
     // The guard's view of the machine: MemAvailable at m_availableAt, and the fresh blocks
@@ -299,6 +314,11 @@ bool useCachingHostAllocator() {
         return c10::GetCPUAllocator() == &CachingHostAllocator::instance();
     }();
     return installed;
+}
+
+void cacheThisThreadsBlocks(bool keep) {
+    t_cacheBlocks = keep;
+    t_laneThread = true;
 }
 
 void holdHostCache() {

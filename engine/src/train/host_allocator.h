@@ -37,6 +37,11 @@ std::size_t hostMemoryLimit(); // 0: none set
 /// DEVICERACE_KEEP_MALLOC is set (LibTorch's own allocator stays).
 bool useCachingHostAllocator();
 
+/// Whether the calling thread's large blocks are kept for its next request of their size (the
+/// default) or freed as LibTorch's own allocator frees them; the memory guard checks both. A
+/// lane's thread sets it from its host-cache fast path (kernels/fast_paths.h).
+void cacheThisThreadsBlocks(bool keep);
+
 /// A CPU lane starts (installs the allocator first): its blocks are kept until
 /// releaseHostCache().
 void holdHostCache();

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/fast_paths.h"
 
 namespace devicerace::detail {
 
@@ -179,6 +180,7 @@ public:
     }
 
     void step() override {
+        countFastPath();
         torch::NoGradGuard noGrad;
         // Parameters without a gradient this step are left alone, as torch::optim does.
         std::vector<at::Tensor> params, grads, s1, s2, steps;
@@ -348,6 +350,7 @@ public:
     }
 
     void step() override {
+        countFastPath();
         torch::NoGradGuard noGrad;
         const auto& s = m_settings;
         const bool adamw = m_recipe.kind == OptimizerRecipe::Kind::AdamW;

@@ -37,7 +37,7 @@ std::string resolveDevice(const std::string& device) {
     return name;
 }
 
-// The fast paths: on where they help unless the lane says otherwise (docs/BENCHMARKS.md).
+// The fast paths (kernels/fast_paths.h) and the CUDA lane's graph and data placement.
 void planFastPaths(const LaneSpec& spec, const WorkloadInfo& workload, const PlanData& data, RunPlan& plan) {
     const bool cuda = plan.device != "cpu";
     if (spec.graph.value_or(false) && !cuda) {
@@ -63,9 +63,9 @@ void planFastPaths(const LaneSpec& spec, const WorkloadInfo& workload, const Pla
                                      "the GPU",
                                      spec.name));
     }
-    plan.fusedOptimizer = spec.fused.value_or(true);
+    plan.fast = decideFastPaths(spec, plan.device, plan.channelsLast, plan.fusedLstm);
     plan.cudaGraph = spec.graph.value_or(cuda && workload.cudaGraphByDefault && spec.precision != Precision::Fp16 &&
-                                         plan.fusedOptimizer && spec.lstm.value_or("fused") == "fused");
+                                         plan.fast.optimizer && spec.lstm.value_or("fused") == "fused");
     bool resident = true;
     if (cuda && !data.synthetic) {
         const auto& gpus = deviceReport().gpus;
@@ -112,6 +112,12 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
         throw UsageError(fmt::format("lane {}: lstm={} applies to the LSTM workloads (imdb-bilstm, charlstm), not {}",
                                      spec.name, *spec.lstm, workload.name));
     }
+    if (spec.precision == Precision::Bf16 && plan.device == "cpu" && workload.hasLstm &&
+        spec.lstm.value_or("fused") == "fused" && cpu.bf16Units.empty()) {
+        throw UsageError(fmt::format("lane {}: precision=bf16 with lstm=fused needs a CPU with bf16 units (AMX or "
+                                     "AVX-512 BF16): oneDNN has no bf16 LSTM on this one; use lstm=cells or fp32",
+                                     spec.name));
+    }
     if (spec.augment.value_or("none") != "none" && workload.input != DataKind::Images) {
         throw UsageError(fmt::format("lane {}: augment={} applies to image workloads, not {}", spec.name, *spec.augment,
                                      workload.name));
@@ -141,9 +147,8 @@ RunPlan planRun(const LaneSpec& spec, const WorkloadInfo& workload, const PlanDa
     plan.schedule = spec.schedule.value_or(workload.schedule);
     plan.fusedLstm = spec.lstm.value_or("fused") == "fused";
     plan.augment = spec.augment.value_or("none") == "crop-flip";
-    // NHWC convolutions (oneDNN) were 9-35% faster on the CPU for the 3-channel networks, and
-    // 13-21% for fashion-cnn once its relu + pool became one pass (docs/BENCHMARKS.md): a
-    // per-workload CPU default.
+    // NHWC convolutions (oneDNN) are the faster CPU layout for the workloads that say so
+    // (measured: docs/BENCHMARKS.md): a per-workload CPU default.
     plan.channelsLast = spec.channelsLast.value_or(plan.device == "cpu" && workload.channelsLastOnCpu);
     planFastPaths(spec, workload, data, plan);
     std::int64_t exampleSize = 1;

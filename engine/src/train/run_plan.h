@@ -10,6 +10,7 @@
 
 #include "devicerace/lane_spec.h"
 #include "devicerace/workload.h"
+#include "kernels/fast_paths.h"
 #include "train/fault.h"
 
 namespace devicerace::detail {
@@ -49,11 +50,11 @@ struct RunPlan {
     std::string schedule = "constant";
     bool fusedLstm = true;
     bool channelsLast = false;
-    bool augment = false;       // augment=crop-flip: each training batch cropped and flipped per example
-    bool fusedOptimizer = true; // fused optimizer kernels, the CPU fused dense step and relu+pool (lane key fused)
-    bool cudaGraph = false;     // capture the step in a CUDA graph (lane key graph); implies drop-last
-    bool dataOnHost = false;    // resident=false: pinned host data, prefetched batches
-    Fault fault;                // tests: what to inject, at which step (fault=)
+    bool augment = false;    // augment=crop-flip: each training batch cropped and flipped per example
+    FastPaths fast;          // which fast paths the lane takes (lane key fused; kernels/fast_paths.h)
+    bool cudaGraph = false;  // capture the step in a CUDA graph (lane key graph); implies drop-last
+    bool dataOnHost = false; // resident=false: pinned host data, prefetched batches
+    Fault fault;             // tests: what to inject, at which step (fault=)
 };
 
 /// The thread count a CPU lane takes when it names none and no race shared the cores: every

@@ -1,11 +1,11 @@
 #pragma once
 // How a step's work is shared between a lane's intra-op threads when their cores do not run
-// at the same speed. On 2-vCPU VMs one core was persistently 15-20% slower than the
-// other over whole races (a neighbour on the host, interrupts), so an even split left the fast
-// thread spinning for that long at the end of every parallel region. The balancer learns each
-// worker's speed from when it finished and moves work to the faster ones: at its fixed point
-// every worker finishes at the same time, whatever part of a share's cost is fixed (a GEMM's
-// packing) and whatever part grows with it. Torch-free; one instance per region kind.
+// at the same speed. On a VM one vCPU can stay slower than another over whole races (a
+// neighbour on the host, interrupts; docs/ENGINEERING.md, "Threads and OpenMP"), and an even
+// split leaves the fast thread spinning for the difference at the end of every parallel region. The balancer learns
+// each worker's speed from when it finished and moves work to the faster ones: at its fixed point every worker finishes
+// at the same time, whatever part of a share's cost is fixed (a GEMM's packing) and whatever part grows with it.
+// Torch-free; one instance per region kind.
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -4,6 +4,7 @@
 #include "train/gpt_step.h"
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/fast_paths.h"
 #include "train/host_allocator.h"
 #include <ATen/cuda/CUDAContext.h>
 #include <cctype>
@@ -52,15 +53,21 @@ LaneOutcome Trainer::run() {
     } else {
         cpuMemory.emplace();
         m_cpuMemory = &cpuMemory->tracker();
-        if (!devicerace::environmentSwitch("DEVICERACE_KEEP_DENORMALS")) {
+        if (m_ctx.fast.flushDenormals) {
             m_flushDenormals = at::globalContext().setFlushDenormal(true);
+            countFastPath();
             if (m_flushDenormals) {
                 // The flag is per thread: the threads of this lane's OpenMP team (ATen's, MKL's and
                 // oneDNN's parallel regions, the fused dense step's workers) flush too.
                 cpu::shareFpControlWithTeam(m_ctx.threads);
             }
         }
-        m_cachingHostAllocator = useCachingHostAllocator();
+        // The guard sees every lane's large blocks; only a lane with the host-cache fast path
+        // keeps its blocks for the next step (a plain lane's are malloc'ed and freed each time).
+        const bool keep = m_ctx.fast.hostCache;
+        cacheThisThreadsBlocks(keep);
+        at::parallel_for(0, m_ctx.threads, 1, [keep](std::int64_t, std::int64_t) { cacheThisThreadsBlocks(keep); });
+        m_cachingHostAllocator = m_ctx.fast.hostCache && useCachingHostAllocator();
     }
     // The autocast weight cache is process-global; lanes must not share it.
     at::autocast::set_autocast_cache_enabled(false);
@@ -81,7 +88,7 @@ LaneOutcome Trainer::run() {
     }
     ModelOptions modelOptions;
     modelOptions.fusedLstm = m_ctx.fusedLstm;
-    modelOptions.fusedOps = m_ctx.fusedOptimizer;
+    modelOptions.fast = m_ctx.fast;
     modelOptions.vocabulary = m_ctx.settings.data->vocabulary;
     m_model = m_workload->makeModel(initGen, modelOptions);
     m_model->to(m_dev);
@@ -138,7 +145,7 @@ LaneOutcome Trainer::run() {
     opt.momentum = m_ctx.momentum;
     setUpFusedStep(opt); // sets m_optimizer when it takes the lane
     if (!m_optimizer) {
-        m_optimizer = makeLaneOptimizer(m_workload->optimizer, m_model->parameters(), opt, m_ctx.fusedOptimizer);
+        m_optimizer = makeLaneOptimizer(m_workload->optimizer, m_model->parameters(), opt, m_ctx.fast.optimizer);
     }
     if (m_ctx.cudaGraph && !m_optimizer->captureSafe()) {
         throw UsageError(fmt::format("lane {}: graph=true needs fused=true ({} reads its step count on the host)",
@@ -203,30 +210,29 @@ void Trainer::setUpExplanation(const ModelOptions& options) {
 }
 
 // The fused step for dense networks (train/dense_step.h) and GPTs (train/gpt_step.h) on a CPU,
-// unless the lane cannot take it or, for dense networks, DEVICERACE_DENSE_STEP=0 (benchmarks:
-// the step's lever alone, optimizer kept fused).
+// where the plan gives the lane that fast path and the network and the lane can take it.
 void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
     const bool bf16 = m_ctx.spec.precision == Precision::Bf16;
+    const bool fusedKey = m_ctx.spec.fused.value_or(true);
     if (!m_model->denseStack().empty()) {
-        const char* env = devicerace::environmentSwitch("DEVICERACE_DENSE_STEP");
-        if (env && std::string(env) == "0") {
-            m_fusedStepOff = "DEVICERACE_DENSE_STEP=0";
+        if (auto why = DenseStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
+                                         fusedKey)) {
+            m_fusedStepOff = *why;
+            return;
+        }
+        if (!m_ctx.fast.denseStep) {
+            m_fusedStepOff = "DEVICERACE_DENSE_STEP=0"; // the step's lever alone (benchmarks)
             return;
         }
         if (m_workload->optimizer.decayMatricesOnly) {
             m_fusedStepOff = "per-tensor decay"; // its flat buffer interleaves weights and biases
             return;
         }
-        if (auto why = DenseStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
-                                         m_ctx.fusedOptimizer)) {
-            m_fusedStepOff = *why;
-            return;
-        }
         m_fusedStep = std::make_unique<DenseStep>(*m_model, m_ctx.batch, bf16, m_data, m_workload->info.inputShape);
     } else if (m_model->gptView()) {
         const auto seq = m_workload->info.inputShape.at(0) - 1; // T + 1 tokens an example
         if (auto why = GptStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
-                                       m_ctx.fusedOptimizer, m_ctx.batch, seq)) {
+                                       fusedKey && m_ctx.fast.gptStep, m_ctx.batch, seq)) {
             m_fusedStepOff = *why;
             return;
         }
@@ -234,6 +240,7 @@ void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
     } else {
         return;
     }
+    countFastPath();
     m_optimizer = makeFlatOptimizer(m_workload->optimizer, m_fusedStep->flat(), opt, m_fusedStep->decayedCount());
     m_fusedLoss = torch::zeros({}, torch::kFloat32);
     m_fusedCorrect = torch::zeros({}, torch::kLong);

@@ -251,21 +251,28 @@ void Trainer::describeExecution() {
     if (m_ctx.channelsLast) {
         text += ", channels_last";
     }
-    if (m_model->fusedPool && m_dev.is_cpu()) {
+    // The plan's fast paths (kernels/fast_paths.h), each named where this network has the layer
+    // it replaces (the network's flag is the plan's lever for the layers it has).
+    if (m_model->fusedPool) {
         text += ", one-pass relu + max pool + dropout";
     }
-    if (m_model->fusedNorm && m_dev.is_cpu() && m_ctx.channelsLast) {
+    if (m_model->fusedNorm) {
         text += ", one-pass batch norm (+ residual add) + relu";
     }
-    if (m_model->tunedConvs && m_dev.is_cpu() && m_ctx.channelsLast && m_ctx.spec.precision == Precision::Fp32 &&
-        tunedWeightGradEnabled()) {
+    if (m_model->tunedConvs) {
         text += ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
     }
-    if (m_model->tokenLstm && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
+    if (m_model->tokenLstm) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
     }
-    if (m_model->onePassCells && m_dev.is_cpu() && m_ctx.spec.precision == Precision::Fp32) {
+    if (m_model->onePassCells) {
         text += ", LSTM cells with their gates in one pass";
+    }
+    if (m_model->hashedDropout && !m_fusedStep) {
+        text += m_ctx.fast.optimizer ? ", hashed dropout masks" : ", the fast paths' hashed dropout masks (tests)";
+    }
+    if (!m_ctx.fast.any()) {
+        text += ", plain LibTorch";
     }
     if (m_ctx.augment) {
         text += ", crop-flip augmentation (each example, in the data phase)";

@@ -54,6 +54,8 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_SSH_CONFIG", "tests", "the ssh config file ssh lanes use (ssh -F)"},
     EnvironmentSwitch{"DEVICERACE_STARTUP_TIMING", "benchmarks",
                       "set: the window times its start to the first drawn frame (exit: then quits)"},
+    EnvironmentSwitch{"DEVICERACE_TEST_HASHED_DROPOUT", "tests",
+                      "1: fused=false lanes draw the fast paths' dropout masks (the two paths compared step by step)"},
     EnvironmentSwitch{"DEVICERACE_TEST_NO_DROPOUT", "tests", "1: no dropout (steps deterministic in the batch split)"},
     EnvironmentSwitch{"DEVICERACE_TEXT_CORPUS", "users", "the text file char-gpt and charlstm train on"},
     EnvironmentSwitch{"DEVICERACE_TOKEN_LSTM", "benchmarks", "0: torch::nn::LSTM over one-hot vectors"},

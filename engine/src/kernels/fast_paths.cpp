@@ -1,0 +1,86 @@
+#include "kernels/fast_paths.h"
+
+#include <atomic>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "devicerace/environment.h"
+
+namespace devicerace::detail {
+
+namespace {
+
+// A benchmark switch that turns one lever off when set to "0".
+bool switchedOff(const char* name) {
+    const char* env = devicerace::environmentSwitch(name);
+    return env && std::string_view(env) == "0";
+}
+
+bool isSet(const char* name) { return devicerace::environmentSwitch(name) != nullptr; }
+
+std::atomic<std::uint64_t> g_entered{0};
+
+} // namespace
+
+bool FastPaths::any() const { return !names().empty(); }
+
+std::string FastPaths::names() const {
+    const std::vector<std::pair<bool, const char*>> levers = {
+        {optimizer, "optimizer"},
+        {denseStep, "dense-step"},
+        {gptStep, "gpt-step"},
+        {reluPool, "relu-pool"},
+        {normRelu, "norm-relu"},
+        {convWeightGrad, "conv-wgrad"},
+        {tokenLstm, "token-lstm"},
+        {onePassCells, "one-pass-cells"},
+        {hashedDropout, "hashed-dropout"},
+        {hostCache, "host-cache"},
+        {flushDenormals, "flush-denormals"},
+    };
+    std::string out;
+    for (const auto& [on, name] : levers) {
+        if (on) {
+            out += out.empty() ? "" : ",";
+            out += name;
+        }
+    }
+    return out;
+}
+
+FastPaths decideFastPaths(const LaneSpec& spec, const std::string& device, bool channelsLast, bool fusedLstm) {
+    FastPaths f;
+    const bool cpu = device == "cpu";
+    if (!spec.fused.value_or(true)) {
+        f.hashedDropout = cpu && plainLanesDrawHashedMasks();
+        return f; // plain LibTorch
+    }
+    const bool fp32 = spec.precision == Precision::Fp32;
+    f.optimizer = true;
+    if (!cpu) {
+        return f; // on CUDA the fast path is the optimizer's multi-tensor kernels (and graph=)
+    }
+    f.denseStep = !switchedOff("DEVICERACE_DENSE_STEP");
+    f.gptStep = true;
+    f.reluPool = true;
+    f.normRelu = channelsLast && !switchedOff("DEVICERACE_FUSED_NORM");
+    f.convWeightGrad = fp32 && channelsLast && !switchedOff("DEVICERACE_CONV_WGRAD");
+    f.tokenLstm = fp32 && fusedLstm && !switchedOff("DEVICERACE_TOKEN_LSTM");
+    f.onePassCells = fp32 && !fusedLstm && !switchedOff("DEVICERACE_FUSED_CELL");
+    f.hashedDropout = true;
+    f.hostCache = !isSet("DEVICERACE_KEEP_MALLOC");
+    f.flushDenormals = !isSet("DEVICERACE_KEEP_DENORMALS");
+    return f;
+}
+
+void countFastPath() noexcept { g_entered.fetch_add(1, std::memory_order_relaxed); }
+
+std::uint64_t fastPathsEntered() noexcept { return g_entered.load(std::memory_order_relaxed); }
+
+bool plainLanesDrawHashedMasks() {
+    const char* env = devicerace::environmentSwitch("DEVICERACE_TEST_HASHED_DROPOUT");
+    return env && std::string_view(env) == "1";
+}
+
+} // namespace devicerace::detail
