@@ -11,13 +11,8 @@ namespace devicerace::detail {
 
 namespace {
 
-// A benchmark switch that turns one lever off when set to "0".
-bool switchedOff(const char* name) {
-    const char* env = devicerace::environmentSwitch(name);
-    return env && std::string_view(env) == "0";
-}
-
-bool isSet(const char* name) { return devicerace::environmentSwitch(name) != nullptr; }
+// A benchmark switch's value that turns one lever off ("0").
+bool switchedOff(const char* value) { return value && std::string_view(value) == "0"; }
 
 std::atomic<std::uint64_t> g_entered{0};
 
@@ -61,16 +56,16 @@ FastPaths decideFastPaths(const LaneSpec& spec, const std::string& device, bool 
     if (!cpu) {
         return f; // on CUDA the fast path is the optimizer's multi-tensor kernels (and graph=)
     }
-    f.denseStep = !switchedOff("DEVICERACE_DENSE_STEP");
+    f.denseStep = !switchedOff(devicerace::environmentSwitch("DEVICERACE_DENSE_STEP"));
     f.gptStep = true;
     f.reluPool = true;
-    f.normRelu = channelsLast && !switchedOff("DEVICERACE_FUSED_NORM");
-    f.convWeightGrad = fp32 && channelsLast && !switchedOff("DEVICERACE_CONV_WGRAD");
-    f.tokenLstm = fp32 && fusedLstm && !switchedOff("DEVICERACE_TOKEN_LSTM");
-    f.onePassCells = fp32 && !fusedLstm && !switchedOff("DEVICERACE_FUSED_CELL");
+    f.normRelu = channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_FUSED_NORM"));
+    f.convWeightGrad = fp32 && channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD"));
+    f.tokenLstm = fp32 && fusedLstm && !switchedOff(devicerace::environmentSwitch("DEVICERACE_TOKEN_LSTM"));
+    f.onePassCells = fp32 && !fusedLstm && !switchedOff(devicerace::environmentSwitch("DEVICERACE_FUSED_CELL"));
     f.hashedDropout = true;
-    f.hostCache = !isSet("DEVICERACE_KEEP_MALLOC");
-    f.flushDenormals = !isSet("DEVICERACE_KEEP_DENORMALS");
+    f.hostCache = devicerace::environmentSwitch("DEVICERACE_KEEP_MALLOC") == nullptr;
+    f.flushDenormals = devicerace::environmentSwitch("DEVICERACE_KEEP_DENORMALS") == nullptr;
     return f;
 }
 
