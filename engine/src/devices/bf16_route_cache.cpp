@@ -19,7 +19,8 @@ using nlohmann::json;
 
 namespace {
 
-// 2: the oneDNN route widens its result with the engine's own loop (timings of format 1 are slower).
+// 2: the oneDNN route widens its result with the engine's own loop (format 1's timings are of
+// ATen's copy, so they are timed again).
 constexpr int kFormat = 2;
 constexpr std::uint64_t kMaxBytes = 1u << 20;
 std::mutex g_mutex;

@@ -59,9 +59,9 @@ at::Tensor widen(const Bf16* src, std::int64_t rows, std::int64_t cols, std::int
     return out;
 }
 
-// The oneDNN route's bf16 result into c (rows ldc apart) by the engine's vectorised widening:
-// ATen's generic copy (TensorIterator) took half as long as the GEMMs themselves in a 2-thread
-// char-gpt step on a Zen 4 (docs/ENGINEERING.md, "bf16 GEMM routes").
+// The oneDNN route's bf16 result into c (rows ldc apart) by the engine's vectorised widening, not
+// ATen's generic copy (TensorIterator), which costs a large share of the GEMMs' own time at the
+// fused steps' shapes (docs/ENGINEERING.md, "bf16 GEMM routes").
 void widenRows(const Bf16* src, std::int64_t rows, std::int64_t cols, float* c, std::int64_t ldc) {
     if (ldc == cols) {
         toFloat(src, c, rows * cols);

@@ -213,7 +213,7 @@ void Trainer::setUpExplanation(const ModelOptions& options) {
 // where the plan gives the lane that fast path and the network and the lane can take it.
 void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
     const bool bf16 = m_ctx.spec.precision == Precision::Bf16;
-    const bool fusedKey = m_ctx.spec.fused.value_or(true);
+    const bool fusedKey = m_ctx.fast.optimizer; // the plan's reading of fused= (on with any fast path)
     if (!m_model->denseStack().empty()) {
         if (auto why = DenseStep::whyNot(*m_model, m_workload->task, m_dev, m_ctx.spec.precision, m_dist != nullptr,
                                          fusedKey)) {
