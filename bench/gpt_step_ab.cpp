@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "models/models.h"
-#include "train/gpt_step.h"
+#include "train/fused/gpt_step.h"
 #include "train/lane_optimizer.h"
 
 using namespace devicerace;

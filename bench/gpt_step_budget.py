@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Where a fused transformer step's time goes, loop by loop: every loop and GEMM the engine's fused
-GPT step (engine/src/train/gpt_step.cpp) runs, timed alone at a workload's shape on the built
+GPT step (engine/src/train/fused/gpt_step.cpp) runs, timed alone at a workload's shape on the built
 engine library (ctypes), times the calls a step makes, in fp32 and in bf16 (the step's bf16 GEMMs
 are MKL's cblas_gemm_bf16bf16f32 with fp32 sums; its loops write bf16 where a GEMM reads).
 

@@ -218,21 +218,31 @@ StripFonts stripFonts(const QFont& font, double scale) {
     f.big.setPointSizeF(f.base.pointSizeF() * 1.35);
     return f;
 }
+
+// The widest name, status and speed-up text of the rows in these fonts.
+struct ColumnWidths {
+    int name = 0, status = 0, speed = 0;
+};
+
+ColumnWidths columnWidths(const std::vector<StripRow>& rows, const StripFonts& f) {
+    const QFontMetrics big(f.big), base(f.base);
+    ColumnWidths w;
+    for (const auto& row : rows) {
+        w.name = std::max(w.name, big.horizontalAdvance(row.name));
+        w.status = std::max(w.status, base.horizontalAdvance(row.status));
+        w.speed = std::max(w.speed, big.horizontalAdvance(row.speedup));
+    }
+    return w;
+}
+
 } // namespace
 
 int RaceStrip::rowHeight() const { return static_cast<int>(fontMetrics().height() * 1.9 * m_fontScale); }
 
 double RaceStrip::fitScale() const {
     for (double fit = 1.0; fit > kMinFit - 1e-9; fit -= 0.05) {
-        const auto f = stripFonts(font(), m_fontScale * fit);
-        const QFontMetrics big(f.big), base(f.base);
-        int name = 0, status = 0, speed = 0;
-        for (const auto& row : m_rows) {
-            name = std::max(name, big.horizontalAdvance(row.name));
-            status = std::max(status, base.horizontalAdvance(row.status));
-            speed = std::max(speed, big.horizontalAdvance(row.speedup));
-        }
-        if (6 + name + kGap + kMinBar + kGap + status + kGap + speed + 6 <= width()) {
+        const auto w = columnWidths(m_rows, stripFonts(font(), m_fontScale * fit));
+        if (6 + w.name + kGap + kMinBar + kGap + w.status + kGap + w.speed + 6 <= width()) {
             return fit;
         }
     }
@@ -290,16 +300,10 @@ std::vector<StripText> RaceStrip::texts() const {
 }
 
 std::vector<QRect> RaceStrip::bars() const {
-    const auto f = stripFonts(font(), m_fontScale * fitScale());
-    const QFontMetrics big(f.big), base(f.base);
-    int nameW = 0, statusW = 0, speedW = 0;
-    for (const auto& row : m_rows) {
-        nameW = std::max(nameW, big.horizontalAdvance(row.name));
-        statusW = std::max(statusW, base.horizontalAdvance(row.status));
-        speedW = std::max(speedW, big.horizontalAdvance(row.speedup));
-    }
+    const auto w = columnWidths(m_rows, stripFonts(font(), m_fontScale * fitScale()));
+    const int nameW = w.name;
     // The bar gets what the texts leave, up to its share of the width.
-    const int free = width() - (6 + nameW + kGap + kGap + statusW + kGap + speedW + 6);
+    const int free = width() - (6 + w.name + kGap + kGap + w.status + kGap + w.speed + 6);
     const int barW = std::clamp(free, kMinBar, std::max(kMinBar, static_cast<int>(width() * kMaxBarShare)));
     std::vector<QRect> out;
     const int h = rowHeight();

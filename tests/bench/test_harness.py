@@ -1,4 +1,4 @@
-"""The side-by-side harness (bench/compare.py, bench/peers/peer.py) runs and answers as it says.
+"""The side-by-side harness (bench/compare.py, bench/peers/peer.py, bench/build_ab.py) runs and answers as it says.
 
 Run by ctest as: python3 test_harness.py PATH/TO/devicerace-cli PATH/TO/libdevicerace_engine.so
 (the .venv python: needs torch)
@@ -300,6 +300,33 @@ class GptStepBudget(unittest.TestCase):
         ratio = float(text.split("| **the loops of a step** |")[1].split("|")[2].strip(" *"))
         self.assertGreater(ratio, 0.5)  # the same code both ways: only timing noise between them
         self.assertLess(ratio, 2.0)
+
+
+class BuildAb(unittest.TestCase):
+    """bench/build_ab.py: one build against itself gives a row per lane with both rates and their ratio."""
+
+    def test_a_build_against_itself_gives_each_lane_both_rates_and_their_ratio(self):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "build_ab.py"), "--a", CLI, "--b", CLI,
+                              "--runs", "2", "--workloads", "fashion-mlp", "--steps", "40", "--lanes", "cpu,threads=1"],
+                             capture_output=True, text=True, timeout=600, env=ENV)
+        self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+        rows = [line for line in out.stdout.splitlines() if line.startswith("| fashion-mlp")]
+        self.assertEqual(len(rows), 1, out.stdout)
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        self.assertEqual(cells[1], "`cpu,threads=1`")
+        a, b, ratio = (float(c.replace(",", "")) for c in cells[2:5])
+        self.assertGreater(a, 0)
+        self.assertGreater(b, 0)
+        low, high = (float(x) for x in cells[5].split("–"))
+        self.assertLessEqual(low, ratio)
+        self.assertLessEqual(ratio, high)
+        self.assertIn("the builds alternating", out.stdout)
+
+    def test_a_missing_build_is_a_clear_error(self):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "build_ab.py"), "--a", "/no/such/cli",
+                              "--b", CLI], capture_output=True, text=True, timeout=60, env=ENV)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("not an executable: /no/such/cli", out.stderr)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Out of memory: a CPU lane whose batch cannot fit fails alone with its step, batch and a batch
 to try, instead of the kernel's OOM killer ending the whole program; the other lanes finish.
 
-The host allocator's guard (engine/src/train/host_allocator.cpp) refuses a block the machine
+The host allocator's guard (engine/src/kernels/host_allocator.cpp) refuses a block the machine
 cannot give (MemAvailable minus a headroom) or that passes DEVICERACE_HOST_MEMORY_LIMIT.
 
 Run by ctest as: python3 test_memory.py PATH/TO/devicerace-cli

@@ -102,13 +102,13 @@ def table_first_cells(body, header):
     return cells
 
 
+def first_cell_names(body, header, pattern):
+    """The names `pattern` (one group) finds at the start of each first cell of `header`'s table."""
+    return {m.group(1) for m in (re.match(pattern, cell) for cell in table_first_cells(body, header)) if m}
+
+
 def doc_options(body):
-    out = set()
-    for cell in table_first_cells(body, "option"):
-        m = re.match(r"`(--?[A-Za-z][\w-]*)", cell)
-        if m:
-            out.add(m.group(1))
-    return out
+    return first_cell_names(body, "option", r"`(--?[A-Za-z][\w-]*)")
 
 
 def doc_commands(sections):
@@ -125,12 +125,7 @@ def doc_lane_keys(sections):
     body = sections.get("Lane keys")
     if body is None:
         raise AssertionError("docs/CLI.md has no section '## Lane keys'")
-    keys = set()
-    for cell in table_first_cells(body, "key"):
-        m = re.fullmatch(r"`([a-z][a-z0-9_]*)`", cell)
-        if m:
-            keys.add(m.group(1))
-    return keys
+    return first_cell_names(body, "key", r"`([a-z][a-z0-9_]*)`$")
 
 
 def window_section(sections):

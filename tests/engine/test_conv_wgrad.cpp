@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "data/lane_data.h"
-#include "models/conv_wgrad.h"
+#include "kernels/conv_wgrad.h"
 #include "models/models.h"
 
 using namespace devicerace::detail;

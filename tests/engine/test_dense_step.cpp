@@ -1,4 +1,4 @@
-// The fused dense step (engine train/dense_step.h) trains what autograd trains: with one seed,
+// The fused dense step (engine train/fused/dense_step.h) trains what autograd trains: with one seed,
 // fashion-mlp with fused=true follows the per-step loss curve of fused=false (autograd and
 // torch::optim) over 100 steps, dropout on (both draw the same hashed masks), in fp32 and in
 // bf16, on bytes read from IDX files like the real data, across partial batches.
@@ -151,7 +151,7 @@ TEST(DenseStep, TwoThreadsFollowOneThread) {
     expectSameCurve(curve("cpu,threads=1,batch=20,lr=2e-4", data), curve("cpu,threads=2,batch=20,lr=2e-4", data), 1e-2);
 }
 
-// The shares of the rows and units follow each thread's measured speed (train/share_balancer.h):
+// The shares of the rows and units follow each thread's measured speed (kernels/share_balancer.h):
 // whatever the shares, the course is the same. Fixed uneven shares (DEVICERACE_DENSE_BALANCE=f:
 // worker 0 takes f of the rows and of every layer's units) against even ones and the balanced
 // default.

@@ -1,4 +1,4 @@
-// The fused transformer step (engine train/gpt_step.h) computes what autograd computes: on
+// The fused transformer step (engine train/fused/gpt_step.h) computes what autograd computes: on
 // char-gpt, one step's loss, correct count and every parameter's gradient match the module's
 // forward + backward (fp32 tightly, bf16 in direction), for full and shorter sequences, with
 // dropout (char-gpt-6l), and with either attention (the causal tiles or bmm); the tiles follow
@@ -23,7 +23,7 @@
 #include "kernels/gpt_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "models/models.h"
-#include "train/gpt_step.h"
+#include "train/fused/gpt_step.h"
 #include "train/lane_optimizer.h"
 
 using namespace devicerace;

@@ -1,4 +1,4 @@
-// The fused transformer step (engine train/gpt_step.h) trains what autograd trains: with one
+// The fused transformer step (engine train/fused/gpt_step.h) trains what autograd trains: with one
 // seed, char-gpt with fused=true follows the per-step loss curve of fused=false (autograd, the
 // module's forward and fused AdamW with per-tensor decay and clipping) over 100 steps on a text
 // file, in fp32 step by step and in bf16 by its course.

@@ -137,15 +137,21 @@ TEST(Presets, AStandInRecordingReplacesTheMissingGpuLane) {
     EXPECT_EQ(summary.lanes[0].steps, *shipped.races[0].spec.steps);
 }
 
+namespace {
+
+// What parsePreset says of a preset text named p.json ("(accepted)" when it takes it).
+std::string message(const std::string& text) {
+    try {
+        parsePreset(text, "p.json");
+    } catch (const DataError& e) {
+        return e.what();
+    }
+    return "(accepted)";
+}
+
+} // namespace
+
 TEST(Presets, BadFilesAreRejectedClearly) {
-    auto message = [](const std::string& text) -> std::string {
-        try {
-            parsePreset(text, "p.json");
-        } catch (const DataError& e) {
-            return e.what();
-        }
-        return "(accepted)";
-    };
     EXPECT_NE(message("{").find("p.json: not valid JSON"), std::string::npos);
     EXPECT_NE(message(R"({"format":2,"name":"x","races":[]})").find("unsupported preset format 2"), std::string::npos);
     EXPECT_NE(message(R"({"format":1,"name":"x","races":[]})").find("1 to 64 races"), std::string::npos);
@@ -162,14 +168,6 @@ TEST(Presets, BadFilesAreRejectedClearly) {
 // std::out_of_range out of the preset reader; an out-of-range float epochs was undefined
 // behaviour. Both are clear errors naming the file.
 TEST(Presets, FuzzedLanesAndNumbersAreClearErrors) {
-    auto message = [](const std::string& text) -> std::string {
-        try {
-            parsePreset(text, "p.json");
-        } catch (const DataError& e) {
-            return e.what();
-        }
-        return "(accepted)";
-    };
     const auto race = [](const std::string& fields) {
         return R"({"format":1,"name":"x","races":[{"workload":"fashion-mlp",)" + fields + "}]}";
     };

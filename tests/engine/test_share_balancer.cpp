@@ -1,4 +1,4 @@
-// The shares of a step's work between a lane's threads (engine train/share_balancer.h): even at
+// The shares of a step's work between a lane's threads (engine kernels/share_balancer.h): even at
 // first, then following each worker's measured speed until they finish together, in whole
 // granules, never starving a worker. Simulated timings: no clock is read.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "train/share_balancer.h"
+#include "kernels/share_balancer.h"
 
 using devicerace::detail::ShareBalancer;
 

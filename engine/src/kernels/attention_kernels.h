@@ -1,5 +1,5 @@
 #pragma once
-// Causal self-attention of the fused transformer step (train/gpt_step.h) in fp32, one head's
+// Causal self-attention of the fused transformer step (train/fused/gpt_step.h) in fp32, one head's
 // matrices at a time: the scores, the causal softmax and the products in register tiles that stop
 // at the diagonal, so the work above it (half of every product at long sequences) is never done
 // and each head's scores stay in cache between the GEMM and the softmax. Parallel over heads on

@@ -1,5 +1,5 @@
 #pragma once
-// One-pass CPU loops for the fused training step (train/dense_step.h) and the fused RMSprop:
+// One-pass CPU loops for the fused training step (train/fused/dense_step.h) and the fused RMSprop:
 // each replaces several ATen ops (and as many OpenMP regions and temporaries) with one pass
 // over the data. Built for several x86 ISAs (target_clones) and picked at load time, so the
 // binary assumes no vector ISA. Storage is float or bf16 (`Bf16`, bit-compatible with

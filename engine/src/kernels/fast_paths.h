@@ -5,7 +5,7 @@
 // the networks, the optimizer, the allocator and the execution text read it and decide nothing
 // themselves. fused=false turns every one off: plain LibTorch — ATen's ops, torch::optim,
 // dropout by ATen's bernoulli_ mask, denormals kept, every large block malloc'ed and freed as
-// LibTorch's own allocator does (the memory guard still checks it: train/host_allocator.h).
+// LibTorch's own allocator does (the memory guard still checks it: kernels/host_allocator.h).
 // Torch-free.
 #include <cstdint>
 #include <string>

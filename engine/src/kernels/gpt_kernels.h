@@ -1,5 +1,5 @@
 #pragma once
-// One-pass CPU loops of the fused transformer step (train/gpt_step.h): layer norm, GELU, causal
+// One-pass CPU loops of the fused transformer step (train/fused/gpt_step.h): layer norm, GELU, causal
 // softmax, the attention heads' layouts, the embeddings and the token cross-entropy, forward and
 // backward. Cloned per ISA like cpu_kernels.h; arithmetic in float, outputs float or bf16 where a
 // GEMM reads them. "Parallel": over rows on the lane's intra-op threads; "one thread": on the

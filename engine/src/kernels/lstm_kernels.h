@@ -1,5 +1,5 @@
 #pragma once
-// One-pass CPU loops of an LSTM layer (models/lstm_tokens.cpp): the four gates' activations and
+// One-pass CPU loops of an LSTM layer (kernels/lstm_nodes.cpp): the four gates' activations and
 // the cell update in one pass per time step, their backward in one, and the input projection
 // of token ids as a row gather (a one-hot input times a weight matrix picks one row). The
 // gate layout is PyTorch's: [i, f, g, o] blocks of `hidden` columns per row. sigmoid and tanh

@@ -14,7 +14,7 @@
 #include "devicerace/errors.h"
 #include "devicerace/peak_flops.h"
 #include "devicerace/workload.h"
-#include "train/host_allocator.h"
+#include "kernels/host_allocator.h"
 #include "train/lane_context.h"
 
 namespace devicerace {

@@ -2,7 +2,9 @@
 #include "models/models.h"
 
 #include <fmt/format.h>
+#include <torch/nn/functional/pooling.h>
 #include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -76,6 +78,34 @@ torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::G
         cpu::dropoutMask(mask.data_ptr<float>(), mask.numel(), drop, seed);
     }
     return x * mask;
+}
+
+// The fast paths' one-pass nodes where the lane takes them and the inputs fit
+// (kernels/autograd_nodes.h); otherwise what a LibTorch user writes.
+
+torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
+                                 bool hashed, bool flattenNext) {
+    if (!fused || !reluMaxPoolFits(x)) {
+        namespace F = torch::nn::functional;
+        return laneDropout(F::max_pool2d(x.relu(), F::MaxPool2dFuncOptions(2)), p, training, gen, hashed);
+    }
+    const bool dropout = training && p > 0 && !dropoutOffForTests();
+    // One seed per dropout, drawn where laneDropout draws it.
+    const auto seed = dropout ? dropoutSeed(gen) : 0;
+    return reluMaxPoolDropoutNode(x, dropout ? p : 0.0, seed, flattenNext);
+}
+
+torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
+                            bool fused) {
+    if (!fused || !fusedBatchNormFits(bn, x)) {
+        auto h = bn.forward(x);
+        return (residual.defined() ? h + residual : h).relu_();
+    }
+    return batchNormReluNode(bn, x, residual);
+}
+
+torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {
+    return fused && tunedWeightGradFits(conv, x) ? convolveTuned(conv, x) : conv.forward(x);
 }
 
 namespace {

@@ -16,6 +16,7 @@
 
 #include "devicerace/workload.h"
 #include "models/optimizer_recipe.h"
+#include "kernels/autograd_nodes.h"
 #include "kernels/fast_paths.h"
 
 namespace devicerace::detail {
@@ -53,10 +54,10 @@ struct GptView {
 struct Net : torch::nn::Module {
     virtual torch::Tensor forward(const torch::Tensor& x) = 0;
     /// The layers, when the network is exactly a stack of dense layers on its flattened input
-    /// (a CPU lane may then train it with the fused step, train/dense_step.h); empty otherwise.
+    /// (a CPU lane may then train it with the fused step, train/fused/dense_step.h); empty otherwise.
     virtual std::vector<DenseLayerView> denseStack() { return {}; }
     /// The decoder's shape and parameters, when the network is exactly a GPT (a CPU lane may
-    /// then train it with the fused step, train/gpt_step.h); nullopt otherwise.
+    /// then train it with the fused step, train/fused/gpt_step.h); nullopt otherwise.
     virtual std::optional<GptView> gptView() { return std::nullopt; }
     /// Source of dropout masks and sampling; must live on the model's device (set after moving).
     at::Generator gen;
@@ -124,29 +125,21 @@ std::uint64_t dropoutSeed(at::Generator& gen);
 /// (kernels/cpu_kernels.h: the fused steps drop the same units); otherwise ATen's own ops (a
 /// bernoulli_ mask and one multiply on a CPU, _fused_dropout on CUDA).
 torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool hashed);
-/// laneDropout(max_pool2d(relu(x), 2), p): on a CPU, float or bf16, NCHW or channels_last, with
-/// `fused`, one pass each way (kernels/pool_kernels.h; the same values and the units hashed masks
-/// drop); otherwise the three ops, the dropout `hashed` or not. p = 0: no dropout. `flattenNext`: the caller flattens
+/// laneDropout(max_pool2d(relu(x), 2), p): with `fused` and where it fits (reluMaxPoolFits), the
+/// one-pass node (kernels/autograd_nodes.h; the same values and the units hashed masks drop);
+/// otherwise the three ops, the dropout `hashed` or not. p = 0: no dropout. `flattenNext`: the caller flattens
 /// the result, so a fused pass writes it in NCHW (the flatten is then a view, not a transposing copy).
 torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
                                  bool hashed, bool flattenNext = false);
-/// relu(bn(x) + residual) (`residual` may be undefined). In training on a CPU, with x float or
-/// bf16 in channels_last and `fused`, one pass forward and two back (kernels/norm_kernels.h),
-/// updating the running statistics as BatchNorm2d does; otherwise the module and ATen's ops.
+/// relu(bn(x) + residual) (`residual` may be undefined): with `fused` and where it fits
+/// (fusedBatchNormFits), the one-pass node (kernels/autograd_nodes.h); otherwise the module and
+/// ATen's ops.
 torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
                             bool fused);
-/// Whether batchNormRelu runs its one-pass kernels for this module and input.
-bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
-/// conv(x). With `fused`, in training on a CPU, fp32, x in channels_last, any stride and zero
-/// padding, no dilation or groups, with or without a bias: one autograd node whose weight gradient is im2col + one MKL
-/// GEMM where that beat oneDNN's backward-weights kernel for the shape and thread count (timed once per process,
-/// conv_wgrad.cpp), oneDNN's otherwise; its forward and input gradient stay oneDNN's. Otherwise
-/// the module's forward. DEVICERACE_CONV_WGRAD=0 (benchmarks) turns it off.
+/// conv(x): with `fused` and where it fits (tunedWeightGradFits), the node whose weight gradient
+/// is timed against im2col + GEMM (convolveTuned, kernels/autograd_nodes.h); otherwise the
+/// module's forward.
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
-/// False when DEVICERACE_CONV_WGRAD=0; "gemm" takes im2col + GEMM for every shape (tests).
-bool tunedWeightGradEnabled();
-/// Whether convolve takes its tuned path for this module and input.
-bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x);
 /// Keras' default initialisation: Glorot-uniform weights, zero biases.
 void glorotInit(torch::nn::Module& module, at::Generator& gen);
 /// He et al.: conv weights N(0, 2/fan_out), batch-norm scale 1 / shift 0, linear U(+-1/sqrt(fan_in)).
@@ -161,22 +154,6 @@ std::vector<WorkloadImpl> rnnWorkloads();    // imdb-bilstm, charlstm
 std::vector<WorkloadImpl> gptWorkloads();    // char-gpt, char-gpt-6l
 /// Causal self-attention of (B, heads, T, head size) queries, keys and values: the fused kernel of
 /// the device, in fp32 on a CPU under bf16 autocast (models_gpt.cpp says why).
-/// torch::nn::LSTM's final hidden state over one_hot(tokens) (one layer, one direction, no
-/// initial state; gates [i, f, g, o]) on a CPU in fp32, the one-hot input as a row gather and
-/// the gates in one pass per step (models/lstm_tokens.cpp): tokens (batch, steps) int64 ->
-/// (batch, hidden). Differentiable in the weights. Throws Error on a token outside W_ih's columns.
-torch::Tensor tokenLstm(const torch::Tensor& tokens, const torch::Tensor& wIh, const torch::Tensor& wHh,
-                        const torch::Tensor& bIh, const torch::Tensor& bHh);
-
-/// One torch::nn::LSTMCell step on a CPU in fp32 (lstm=cells with fused=true), the gates and
-/// the cell update in one pass each way (models/lstm_cell.cpp): x (batch, input), state (h, c)
-/// or none for zeros -> (h', c'). `bias` is the cell's b_ih + b_hh, summed once per sequence by
-/// the caller (autograd hands each bias the sum's gradient). Differentiable in x, the state,
-/// the weights and the bias.
-std::tuple<torch::Tensor, torch::Tensor>
-lstmCellOnePass(const torch::Tensor& x, const std::optional<std::tuple<torch::Tensor, torch::Tensor>>& state,
-                const torch::Tensor& wIh, const torch::Tensor& wHh, const torch::Tensor& bias);
-
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 /// Whether a bf16 CPU lane's attention runs PyTorch's bf16 flash kernel (long sequences, heads of
 /// 64 or more) rather than the fp32 one on upcast inputs (models_gpt.cpp says why).

@@ -310,7 +310,7 @@ private:
     bool m_firstStep = true; // SGD: the momentum buffers start as the first gradient
 };
 
-/// One flat parameter buffer (train/flat_params.h): see makeFlatOptimizer.
+/// One flat parameter buffer (train/fused/flat_params.h): see makeFlatOptimizer.
 class FlatOptimizer final : public LaneOptimizer {
 public:
     FlatOptimizer(const OptimizerRecipe& r, const FlatParams& flat, const OptimizerSettings& s,

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "models/optimizer_recipe.h"
-#include "train/flat_params.h"
+#include "train/fused/flat_params.h"
 
 namespace devicerace::detail {
 
@@ -45,7 +45,7 @@ public:
 std::unique_ptr<LaneOptimizer> makeLaneOptimizer(const OptimizerRecipe& recipe, std::vector<at::Tensor> params,
                                                  const OptimizerSettings& settings, bool fast);
 
-/// The optimizer of a fused step (train/fused_step.h): one flat parameter tensor and its
+/// The optimizer of a fused step (train/fused/fused_step.h): one flat parameter tensor and its
 /// gradient, which the step writes (zeroGrad does nothing). The recipe's gradient clipping on
 /// the whole buffer first; RMSprop and AdamW in one pass that also rewrites the bf16 mirror when
 /// defined (AdamW: torch's fused arithmetic, the clipping inside); Adam and SGD through

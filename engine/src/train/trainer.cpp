@@ -1,11 +1,11 @@
 // The lane thread's training job: set-up (model, data, optimizer, device) and the loop.
 #include "train/trainer.h"
-#include "train/dense_step.h"
-#include "train/gpt_step.h"
+#include "train/fused/dense_step.h"
+#include "train/fused/gpt_step.h"
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/fast_paths.h"
-#include "train/host_allocator.h"
+#include "kernels/host_allocator.h"
 #include <ATen/cuda/CUDAContext.h>
 #include <cctype>
 
@@ -209,7 +209,7 @@ void Trainer::setUpExplanation(const ModelOptions& options) {
     }
 }
 
-// The fused step for dense networks (train/dense_step.h) and GPTs (train/gpt_step.h) on a CPU,
+// The fused step for dense networks (train/fused/dense_step.h) and GPTs (train/fused/gpt_step.h) on a CPU,
 // where the plan gives the lane that fast path and the network and the lane can take it.
 void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
     const bool bf16 = m_ctx.spec.precision == Precision::Bf16;

@@ -23,9 +23,9 @@
 #include <optional>
 
 #include "devicerace/errors.h"
-#include "train/fused_step.h"
+#include "train/fused/fused_step.h"
 #include "train/dist_group.h"
-#include "train/host_allocator.h"
+#include "kernels/host_allocator.h"
 #include "train/lane_context.h"
 #include "train/lane_optimizer.h"
 #include "data/lane_data.h"
@@ -163,7 +163,7 @@ private:
     at::Generator m_gen;
     std::shared_ptr<Net> m_model;
     std::unique_ptr<LaneOptimizer> m_optimizer;
-    // CPU lanes of dense networks and GPTs: the hand-fused step (train/fused_step.h), its outputs.
+    // CPU lanes of dense networks and GPTs: the hand-fused step (train/fused/fused_step.h), its outputs.
     std::unique_ptr<FusedStep> m_fusedStep;
     torch::Tensor m_fusedLoss, m_fusedCorrect;
     std::string m_fusedStepOff; // why a dense network or GPT does not take it (shown in the execution)

@@ -1,12 +1,12 @@
-// relu + 2x2 max pool + dropout as one autograd node on CPUs (see models.h and
+// relu + 2x2 max pool + dropout as one autograd node on CPUs (kernels/autograd_nodes.h,
 // kernels/pool_kernels.h).
 #include <ATen/Functions.h>
 #include <c10/util/BFloat16.h>
 #include <torch/autograd.h>
-#include <torch/nn/functional/pooling.h>
 
 #include "kernels/pool_kernels.h"
-#include "models/models.h"
+#include "kernels/autograd_nodes.h"
+#include "kernels/fast_paths.h"
 
 namespace devicerace::detail {
 
@@ -77,20 +77,14 @@ struct ReluPoolDropout : torch::autograd::Function<ReluPoolDropout> {
 
 } // namespace
 
-torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
-                                 bool hashed, bool flattenNext) {
-    const bool dropout = training && p > 0 && !dropoutOffForTests();
-    const bool fits = fused && x.is_cpu() && x.dim() == 4 &&
-                      (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.size(2) >= 2 &&
-                      x.size(3) >= 2;
-    if (!fits) {
-        namespace F = torch::nn::functional;
-        return laneDropout(F::max_pool2d(x.relu(), F::MaxPool2dFuncOptions(2)), p, training, gen, hashed);
-    }
+bool reluMaxPoolFits(const at::Tensor& x) {
+    return x.is_cpu() && x.dim() == 4 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
+           x.size(2) >= 2 && x.size(3) >= 2;
+}
+
+at::Tensor reluMaxPoolDropoutNode(const at::Tensor& x, double p, std::uint64_t seed, bool nchwOut) {
     countFastPath();
-    // One seed per dropout, drawn where laneDropout draws it.
-    const auto seed = dropout ? dropoutSeed(gen) : 0;
-    return ReluPoolDropout::apply(x, dropout ? p : 0.0, static_cast<std::int64_t>(seed), flattenNext);
+    return ReluPoolDropout::apply(x, p, static_cast<std::int64_t>(seed), nchwOut);
 }
 
 } // namespace devicerace::detail

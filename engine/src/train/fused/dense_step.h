@@ -31,8 +31,8 @@
 #include "devicerace/lane_spec.h"
 #include "kernels/bf16_routes.h"
 #include "models/models.h"
-#include "train/fused_step.h"
-#include "train/share_balancer.h"
+#include "train/fused/fused_step.h"
+#include "kernels/share_balancer.h"
 
 namespace devicerace::detail {
 

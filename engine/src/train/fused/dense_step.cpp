@@ -1,5 +1,5 @@
 // The fused dense step (see dense_step.h).
-#include "train/dense_step.h"
+#include "train/fused/dense_step.h"
 #include "train/step_timer.h"
 
 #include <ATen/Functions.h>

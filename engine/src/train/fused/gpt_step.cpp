@@ -1,5 +1,5 @@
 // The fused transformer step (see gpt_step.h).
-#include "train/gpt_step.h"
+#include "train/fused/gpt_step.h"
 #include "train/step_timer.h"
 
 #include <ATen/Functions.h>

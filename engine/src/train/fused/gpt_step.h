@@ -23,7 +23,7 @@
 
 #include "devicerace/lane_spec.h"
 #include "models/models.h"
-#include "train/fused_step.h"
+#include "train/fused/fused_step.h"
 
 namespace devicerace::detail {
 

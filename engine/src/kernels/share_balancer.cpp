@@ -1,5 +1,5 @@
 // Work shares that follow each thread's measured speed (see share_balancer.h).
-#include "train/share_balancer.h"
+#include "kernels/share_balancer.h"
 
 #include <algorithm>
 #include <cmath>

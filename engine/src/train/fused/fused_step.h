@@ -1,6 +1,6 @@
 #pragma once
-// What the trainer asks of a hand-fused CPU training step (train/dense_step.h for stacks of
-// dense layers, train/gpt_step.h for the GPT decoder): forward, loss, backward and the optimizer
+// What the trainer asks of a hand-fused CPU training step (train/fused/dense_step.h for stacks of
+// dense layers, train/fused/gpt_step.h for the GPT decoder): forward, loss, backward and the optimizer
 // without autograd, the parameters in one flat buffer that the model's own tensors view (so
 // evaluation, sampling, checkpoints and digests see them), stepped by a flat optimizer
 // (train/lane_optimizer.h: makeFlatOptimizer). Lane thread only.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "devicerace/lane_spec.h"
-#include "train/flat_params.h"
+#include "train/fused/flat_params.h"
 
 namespace devicerace::detail {
 

@@ -1,8 +1,9 @@
 // A CPU convolution whose weight gradient may come from im2col + one MKL GEMM instead of
 // oneDNN's backward-weights kernel, chosen per shape by timing both once (see models.h).
-#include "models/conv_wgrad.h"
+#include "kernels/conv_wgrad.h"
 
 #include <ATen/Functions.h>
+#include <torch/autograd.h>
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <fcntl.h>
@@ -33,13 +34,19 @@
 #include "devicerace/environment.h"
 #include "devicerace/peak_flops.h"
 #include "devices/cpu_info.h"
-#include "models/autograd_function.h"
-#include "models/models.h"
+#include "kernels/autograd_nodes.h"
+#include "kernels/fast_paths.h"
 #include "util/file_util.h"
 
 namespace devicerace::detail {
 
 namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// The float data of an fp32 tensor (throws for another dtype).
+float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
 
 constexpr std::int64_t kMaxColumnBytes = 32 << 20; // one chunk of im2col columns at most
 // im2col must beat oneDNN by this much to be chosen: a near tie is the VM's noise.
@@ -408,10 +415,7 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
            x.size(2) + 2 * (**pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (**pad)[1] >= o.kernel_size()->at(1);
 }
 
-torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {
-    if (!fused || !tunedWeightGradFits(conv, x)) {
-        return conv.forward(x);
-    }
+at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
     countFastPath();
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
     const auto& stride = conv.options.stride();

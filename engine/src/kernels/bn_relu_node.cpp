@@ -1,4 +1,4 @@
-// Training-mode batch norm + residual add + relu as one autograd node on CPUs (see models.h and
+// Training-mode batch norm + residual add + relu as one autograd node on CPUs (kernels/autograd_nodes.h,
 // kernels/norm_kernels.h).
 #include <ATen/Functions.h>
 #include <c10/util/BFloat16.h>
@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "kernels/norm_kernels.h"
-#include "models/models.h"
+#include "kernels/autograd_nodes.h"
+#include "kernels/fast_paths.h"
 
 namespace devicerace::detail {
 
@@ -142,7 +143,7 @@ struct BatchNormAddRelu : torch::autograd::Function<BatchNormAddRelu> {
 
 } // namespace
 
-bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x) {
     const auto& o = bn.options;
     return bn.is_training() && o.affine() && o.track_running_stats() && x.is_cpu() && x.dim() == 4 &&
            (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.size(1) > 0 && x.numel() > 0 &&
@@ -151,12 +152,7 @@ bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const torch::Tenso
            bn.running_var.is_contiguous();
 }
 
-torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
-                            bool fused) {
-    if (!fused || !fusedBatchNormFits(bn, x)) {
-        auto h = bn.forward(x);
-        return (residual.defined() ? h + residual : h).relu_();
-    }
+at::Tensor batchNormReluNode(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x, const at::Tensor& residual) {
     countFastPath();
     if (!residual.defined()) {
         return BatchNormAddRelu::apply(x, x, bn.weight, bn.bias, &bn, false);

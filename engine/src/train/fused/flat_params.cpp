@@ -1,4 +1,4 @@
-#include "train/flat_params.h"
+#include "train/fused/flat_params.h"
 
 #include <ATen/ATen.h>
 

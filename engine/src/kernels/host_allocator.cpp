@@ -19,7 +19,7 @@
 // counted as used) is refused with HostOutOfMemory after the cached blocks were given back.
 // The lane fails alone with its step and batch instead of the kernel's OOM killer ending the
 // whole process (tests/cli/test_shutdown.py, docs/RELIABILITY.md).
-#include "train/host_allocator.h"
+#include "kernels/host_allocator.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

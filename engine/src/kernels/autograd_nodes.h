@@ -1,0 +1,65 @@
+#pragma once
+// DeviceRace's one-pass autograd nodes: each is one node of LibTorch's autograd graph whose
+// forward and backward run this folder's loops in place of the several ATen ops (and their
+// several nodes) of the reference path. The networks (models/) choose per call: with the
+// lane's fast path on and the inputs fitting (the *Fits checks), the node; otherwise plain
+// LibTorch. Each node counts itself (countFastPath, kernels/fast_paths.h). LibTorch's types are
+// only named here (declared, not included): the nodes' .cpp files (kernels/*_node.cpp) are the
+// fast paths' code that includes LibTorch. Lane thread only.
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+namespace at {
+class Tensor;
+} // namespace at
+namespace torch::nn {
+class BatchNorm2dImpl;
+class Conv2dImpl;
+} // namespace torch::nn
+
+namespace devicerace::detail {
+
+/// Whether reluMaxPoolDropoutNode takes `x`: a 4-D float or bf16 CPU tensor of at least 2 x 2.
+bool reluMaxPoolFits(const at::Tensor& x);
+/// dropout(max_pool2d(relu(x), 2)), NCHW or channels_last, in one pass each way
+/// (kernels/pool_kernels.h): the drop probability `p` with the counter-hash mask of `seed` (the
+/// units laneDropout's hashed masks drop; p = 0: no dropout). `nchwOut`: a channels_last
+/// input's output written in NCHW (the caller flattens it next).
+at::Tensor reluMaxPoolDropoutNode(const at::Tensor& x, double p, std::uint64_t seed, bool nchwOut);
+
+/// Whether batchNormReluNode takes `bn` and `x`: training, affine, tracked statistics, fp32
+/// parameters, x a float or bf16 CPU tensor in channels_last.
+bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x);
+/// relu(bn(x) + residual) in training (`residual` may be undefined): one pass forward and two
+/// back (kernels/norm_kernels.h), updating bn's running statistics as BatchNorm2d does.
+at::Tensor batchNormReluNode(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x, const at::Tensor& residual);
+
+/// False when DEVICERACE_CONV_WGRAD=0 (benchmarks); "gemm" takes im2col + GEMM for every shape (tests).
+bool tunedWeightGradEnabled();
+/// Whether convolveTuned takes `conv` and `x`: training on a CPU, fp32, x in channels_last, zero
+/// padding, no dilation or groups, with or without a bias.
+bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+/// conv(x) as one autograd node whose weight gradient is im2col + one MKL GEMM where that beat
+/// oneDNN's backward-weights kernel for the shape and thread count (timed once per process and
+/// kept per machine, kernels/conv_wgrad.h), oneDNN's otherwise; its forward and input gradient
+/// stay oneDNN's.
+at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+
+/// torch::nn::LSTM's final hidden state over one_hot(tokens) (one layer, one direction, no
+/// initial state; gates [i, f, g, o]) on a CPU in fp32, the one-hot input as a row gather and
+/// the gates in one pass per step (kernels/lstm_kernels.h): tokens (batch, steps) int64 ->
+/// (batch, hidden). Differentiable in the weights. Throws Error on a token outside W_ih's columns.
+at::Tensor tokenLstm(const at::Tensor& tokens, const at::Tensor& wIh, const at::Tensor& wHh, const at::Tensor& bIh,
+                     const at::Tensor& bHh);
+
+/// One torch::nn::LSTMCell step on a CPU in fp32, the gates and the cell update in one pass each
+/// way (kernels/lstm_kernels.h): x (batch, input), state (h, c) or none for zeros -> (h', c').
+/// `bias` is the cell's b_ih + b_hh, summed once per sequence by the caller (autograd hands each
+/// bias the sum's gradient). Differentiable in x, the state, the weights and the bias.
+std::tuple<at::Tensor, at::Tensor> lstmCellOnePass(const at::Tensor& x,
+                                                   const std::optional<std::tuple<at::Tensor, at::Tensor>>& state,
+                                                   const at::Tensor& wIh, const at::Tensor& wHh,
+                                                   const at::Tensor& bias);
+
+} // namespace devicerace::detail
