@@ -18,14 +18,10 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sshd_fixture  # noqa: E402
-from test_worker_lanes import children_running_worker  # noqa: E402
+from test_worker_lanes import children_running_worker, env  # noqa: E402
 
 CLI = None
 SMALL = ["--workload", "fashion-mlp", "--train-limit", "4096", "--test-limit", "1000"]
-
-
-def env(**extra):
-    return dict(os.environ, OMP_WAIT_POLICY="PASSIVE", **extra)
 
 
 def read(path):
