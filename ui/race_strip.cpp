@@ -255,12 +255,10 @@ std::vector<StripText> RaceStrip::texts() const {
     const auto f = stripFonts(font(), m_fontScale * fit);
     const QFontMetrics big(f.big), base(f.base);
     const int h = rowHeight();
-    int nameW = 0, speedW = 0;
-    for (const auto& row : m_rows) {
-        nameW = std::max(nameW, big.horizontalAdvance(row.name));
-        speedW = std::max(speedW, big.horizontalAdvance(row.speedup));
-    }
-    const QRect firstBar = bars().empty() ? QRect(6 + nameW + kGap, 0, 0, 0) : bars().front();
+    const auto w = columnWidths(m_rows, f);
+    const int nameW = w.name, speedW = w.speed;
+    const auto barRects = bars();
+    const QRect firstBar = barRects.empty() ? QRect(6 + nameW + kGap, 0, 0, 0) : barRects.front();
     const int statusX = firstBar.right() + 1 + kGap;
     const int statusW = std::max(0, width() - statusX - speedW - kGap - 6);
     const QColor text = palette().color(QPalette::WindowText);
@@ -301,14 +299,13 @@ std::vector<StripText> RaceStrip::texts() const {
 
 std::vector<QRect> RaceStrip::bars() const {
     const auto w = columnWidths(m_rows, stripFonts(font(), m_fontScale * fitScale()));
-    const int nameW = w.name;
     // The bar gets what the texts leave, up to its share of the width.
     const int free = width() - (6 + w.name + kGap + kGap + w.status + kGap + w.speed + 6);
     const int barW = std::clamp(free, kMinBar, std::max(kMinBar, static_cast<int>(width() * kMaxBarShare)));
     std::vector<QRect> out;
     const int h = rowHeight();
     for (std::size_t i = 0; i < m_rows.size(); ++i) {
-        out.emplace_back(6 + nameW + kGap, 4 + static_cast<int>(i) * h + h / 4, barW, h / 2);
+        out.emplace_back(6 + w.name + kGap, 4 + static_cast<int>(i) * h + h / 4, barW, h / 2);
     }
     return out;
 }

@@ -1,5 +1,5 @@
 // A CPU convolution whose weight gradient may come from im2col + one MKL GEMM instead of
-// oneDNN's backward-weights kernel, chosen per shape by timing both once (see models.h).
+// oneDNN's backward-weights kernel, chosen per shape by timing both once (kernels/autograd_nodes.h: convolveTuned).
 #include "kernels/conv_wgrad.h"
 
 #include <ATen/Functions.h>
@@ -45,9 +45,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-/// The float data of an fp32 tensor (throws for another dtype).
-float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
-
 constexpr std::int64_t kMaxColumnBytes = 32 << 20; // one chunk of im2col columns at most
 // im2col must beat oneDNN by this much to be chosen: a near tie is the VM's noise.
 constexpr double kMinGain = 1.05;
@@ -88,10 +85,10 @@ at::Tensor weightGradByGemm(const at::Tensor& x, const at::Tensor& gy, const Geo
             .view({g.oc, 1, 1, g.c})
             .permute({0, 3, 1, 2});
     }
-    const float* src = f32(x);
+    const float* src = x.data_ptr<float>();
     for (std::int64_t n0 = 0; n0 < g.n; n0 += imagesPerChunk) {
         const std::int64_t images = std::min(imagesPerChunk, g.n - n0);
-        float* cols = f32(columns);
+        float* cols = columns.data_ptr<float>();
         // One output row (image, y) per task: its OW pixels' KH*KW*C values each.
         at::parallel_for(0, images * oh, 1, [&](std::int64_t begin, std::int64_t end) {
             for (std::int64_t row = begin; row < end; ++row) {
