@@ -3,6 +3,7 @@
 // without timing again, and DEVICERACE_BF16_ROUTE forces one route or is refused clearly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "devices/bf16_route_cache.h"
+#include "kernels/bf16_gemm.h"
 #include "kernels/bf16_routes.h"
 #include "kernels/cpu_kernels.h"
 #include "test_util.h"
@@ -139,60 +141,102 @@ TEST(Bf16Routes, TheEnvironmentForcesOneRouteOrIsRefused) {
         cpu::Bf16Router router(1);
         FAIL() << "a route name it does not know was taken";
     } catch (const std::invalid_argument& e) {
-        EXPECT_NE(std::string(e.what()).find("DEVICERACE_BF16_ROUTE=fastest: expected mkl, onednn, fp32 or measure"),
-                  std::string::npos)
+        EXPECT_NE(
+            std::string(e.what()).find("DEVICERACE_BF16_ROUTE=fastest: expected mkl, onednn, avx512, fp32 or measure"),
+            std::string::npos)
             << e.what();
     }
 }
 
-// Each route's product equals the fp32 product of the same bf16 inputs (the MKL and fp32 routes
-// sum in fp32; oneDNN's result is rounded to bf16 once), for every transpose and strided rows.
+// Each route's product equals the fp32 product of the same bf16 inputs (the MKL, AVX-512 BF16
+// and fp32 routes sum in fp32; oneDNN's result is rounded to bf16 once), for every transpose and
+// strided rows: an odd k within one block of the AVX-512 kernel's, an odd k over two blocks with n
+// over three of its panels, and an even k over three blocks (its rows read in place).
 TEST(Bf16Routes, EveryRouteComputesTheProduct) {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
-    const std::int64_t m = 37, n = 29, k = 53, pad = 3;
-    for (const bool ta : {false, true}) {
-        for (const bool tb : {false, true}) {
-            // Stored shapes with `pad` extra columns per row (leading dimensions as stored).
-            const auto aRows = ta ? k : m, aCols = ta ? m : k, bRows = tb ? n : k, bCols = tb ? k : n;
-            std::vector<float> af(static_cast<std::size_t>(aRows * (aCols + pad))),
-                bf(static_cast<std::size_t>(bRows * (bCols + pad)));
-            for (auto& v : af) {
-                v = normal(rng);
-            }
-            for (auto& v : bf) {
-                v = normal(rng);
-            }
-            const auto a = bf16Values(af), b = bf16Values(bf);
-            const auto ar = floats(a), br = floats(b);
-            std::vector<double> want(static_cast<std::size_t>(m * n));
-            for (std::int64_t i = 0; i < m; ++i) {
-                for (std::int64_t j = 0; j < n; ++j) {
-                    double sum = 0;
-                    for (std::int64_t p = 0; p < k; ++p) {
-                        const float x = ta ? ar[p * (aCols + pad) + i] : ar[i * (aCols + pad) + p];
-                        const float y = tb ? br[j * (bCols + pad) + p] : br[p * (bCols + pad) + j];
-                        sum += static_cast<double>(x) * y;
-                    }
-                    want[i * n + j] = sum;
+    struct Shape {
+        std::int64_t m, n, k, pad;
+    };
+    for (const auto [m, n, k, pad] : {Shape{37, 29, 53, 3}, Shape{21, 70, 517, 1}, Shape{16, 33, 600, 0}}) {
+        SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+        for (const bool ta : {false, true}) {
+            for (const bool tb : {false, true}) {
+                // Stored shapes with `pad` extra columns per row (leading dimensions as stored).
+                const auto aRows = ta ? k : m, aCols = ta ? m : k, bRows = tb ? n : k, bCols = tb ? k : n;
+                std::vector<float> af(static_cast<std::size_t>(aRows * (aCols + pad))),
+                    bf(static_cast<std::size_t>(bRows * (bCols + pad)));
+                for (auto& v : af) {
+                    v = normal(rng);
                 }
-            }
-            for (const auto route : cpu::availableBf16Routes()) {
-                SCOPED_TRACE(std::string(cpu::bf16RouteName(route)) + (ta ? " T" : " N") + (tb ? "T" : "N"));
-                const std::int64_t ldc = n + 5;
-                std::vector<float> c(static_cast<std::size_t>(m * ldc), -1.0f);
-                cpu::gemmBf16Routed(route, {m, n, k, ta, tb}, a.data(), aCols + pad, b.data(), bCols + pad, c.data(),
-                                    ldc);
-                const double tolerance = route == Bf16Route::OneDnn ? 1.0 / 128 : 1e-4; // one bf16 rounding
+                for (auto& v : bf) {
+                    v = normal(rng);
+                }
+                const auto a = bf16Values(af), b = bf16Values(bf);
+                const auto ar = floats(a), br = floats(b);
+                std::vector<double> want(static_cast<std::size_t>(m * n));
                 for (std::int64_t i = 0; i < m; ++i) {
                     for (std::int64_t j = 0; j < n; ++j) {
-                        const double w = want[i * n + j];
-                        ASSERT_NEAR(c[i * ldc + j], w, tolerance * std::max(1.0, std::abs(w))) << i << "," << j;
+                        double sum = 0;
+                        for (std::int64_t p = 0; p < k; ++p) {
+                            const float x = ta ? ar[p * (aCols + pad) + i] : ar[i * (aCols + pad) + p];
+                            const float y = tb ? br[j * (bCols + pad) + p] : br[p * (bCols + pad) + j];
+                            sum += static_cast<double>(x) * y;
+                        }
+                        want[i * n + j] = sum;
                     }
-                    EXPECT_EQ(c[i * ldc + n], -1.0f) << "wrote past its columns";
+                }
+                for (const auto route : cpu::availableBf16Routes()) {
+                    SCOPED_TRACE(std::string(cpu::bf16RouteName(route)) + (ta ? " T" : " N") + (tb ? "T" : "N"));
+                    const std::int64_t ldc = n + 5;
+                    std::vector<float> c(static_cast<std::size_t>(m * ldc), -1.0f);
+                    cpu::gemmBf16Routed(route, {m, n, k, ta, tb}, a.data(), aCols + pad, b.data(), bCols + pad,
+                                        c.data(), ldc);
+                    const double tolerance = route == Bf16Route::OneDnn ? 1.0 / 128 : 1e-4; // one bf16 rounding
+                    for (std::int64_t i = 0; i < m; ++i) {
+                        for (std::int64_t j = 0; j < n; ++j) {
+                            const double w = want[i * n + j];
+                            ASSERT_NEAR(c[i * ldc + j], w, tolerance * std::max(1.0, std::abs(w))) << i << "," << j;
+                        }
+                        EXPECT_EQ(c[i * ldc + n], -1.0f) << "wrote past its columns";
+                    }
                 }
             }
         }
+    }
+}
+
+// The engine's own AVX-512 BF16 kernel is a route exactly where the CPU's flags show AVX-512 BF16
+// (with the AVX-512 parts it uses); forcing it elsewhere is refused with the reason.
+TEST(Bf16Routes, TheOwnKernelIsARouteWhereTheCpuHasAvx512Bf16) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, flags;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("flags", 0) == 0) {
+            flags = " " + line.substr(line.find(':') + 1) + " ";
+            break;
+        }
+    }
+    bool has = !flags.empty();
+    for (const char* word : {" avx512f ", " avx512bw ", " avx512vl ", " avx512_bf16 "}) {
+        has = has && flags.find(word) != std::string::npos;
+    }
+    EXPECT_EQ(cpu::haveAvx512Bf16Gemm(), has);
+    const auto routes = cpu::availableBf16Routes();
+    EXPECT_EQ(std::find(routes.begin(), routes.end(), Bf16Route::Avx512) != routes.end(), has);
+    EXPECT_EQ(cpu::bf16RouteFromKey("avx512"), Bf16Route::Avx512);
+    CacheDir cache;
+    ForcedRoute forced("avx512");
+    if (has) {
+        cpu::Bf16Router router(1);
+        EXPECT_EQ(router.route({64, 64, 64, false, true}), Bf16Route::Avx512);
+        return;
+    }
+    try {
+        cpu::Bf16Router router(1);
+        FAIL() << "the AVX-512 BF16 kernel was forced on a CPU without it";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("this CPU has no AVX-512 BF16"), std::string::npos) << e.what();
     }
 }
 

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "devices/bf16_route_cache.h"
+#include "kernels/bf16_gemm.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "devicerace/environment.h"
@@ -27,9 +28,9 @@ struct RouteRow {
     const char* key;  // the cache's and DEVICERACE_BF16_ROUTE's
 };
 // In the enum's order.
-constexpr std::array<RouteRow, 3> kRoutes = {RouteRow{Bf16Route::Mkl, "MKL bf16", "mkl"},
-                                             RouteRow{Bf16Route::OneDnn, "oneDNN bf16", "onednn"},
-                                             RouteRow{Bf16Route::Fp32, "fp32", "fp32"}};
+constexpr std::array<RouteRow, 4> kRoutes = {
+    RouteRow{Bf16Route::Mkl, "MKL bf16", "mkl"}, RouteRow{Bf16Route::OneDnn, "oneDNN bf16", "onednn"},
+    RouteRow{Bf16Route::Fp32, "fp32", "fp32"}, RouteRow{Bf16Route::Avx512, "AVX-512 BF16 kernel", "avx512"}};
 
 constexpr double kTrialSeconds = 0.002; // one trial's calls last about this long
 constexpr int kMaxCallsPerTrial = 1000;
@@ -83,10 +84,13 @@ std::optional<Bf16Route> forcedRoute() {
     const auto r = bf16RouteFromKey(env);
     if (!r) {
         throw std::invalid_argument(
-            fmt::format("DEVICERACE_BF16_ROUTE={}: expected mkl, onednn, fp32 or measure", env));
+            fmt::format("DEVICERACE_BF16_ROUTE={}: expected mkl, onednn, avx512, fp32 or measure", env));
     }
     if (*r == Bf16Route::Mkl && !haveMklBf16Gemm()) {
         throw std::invalid_argument("DEVICERACE_BF16_ROUTE=mkl: this LibTorch has no MKL bf16 GEMM");
+    }
+    if (*r == Bf16Route::Avx512 && !haveAvx512Bf16Gemm()) {
+        throw std::invalid_argument("DEVICERACE_BF16_ROUTE=avx512: this CPU has no AVX-512 BF16");
     }
     return r;
 }
@@ -112,6 +116,9 @@ std::vector<Bf16Route> availableBf16Routes() {
         out.push_back(Bf16Route::Mkl);
     }
     out.push_back(Bf16Route::OneDnn);
+    if (haveAvx512Bf16Gemm()) {
+        out.push_back(Bf16Route::Avx512);
+    }
     out.push_back(Bf16Route::Fp32);
     return out;
 }
@@ -124,6 +131,7 @@ void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int
                     std::int64_t ldb, float* c, std::int64_t ldc) {
     switch (route) {
     case Bf16Route::Mkl: gemmBf16F32(s.transA, s.transB, s.m, s.n, s.k, a, lda, b, ldb, 0.0f, c, ldc); return;
+    case Bf16Route::Avx512: gemmBf16Avx512(s.transA, s.transB, s.m, s.n, s.k, a, lda, b, ldb, c, ldc); return;
     case Bf16Route::OneDnn: {
         auto& result = scratch().result;
         result.resize(static_cast<std::size_t>(s.m * s.n));

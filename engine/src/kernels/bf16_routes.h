@@ -1,10 +1,10 @@
 #pragma once
 // The routes a bf16 GEMM of a fused step (bf16 inputs, an fp32 result) can take on a CPU, and the
 // choice among them by measurement. Which library is fastest at a shape differs between CPUs
-// (MKL's bf16 GEMM uses AMX on an Intel Xeon; on an AMD EPYC with AVX-512 BF16 oneDNN's may be the
-// fast one) and between shapes (a small GEMM pays a library's fixed cost), so each shape a step
-// uses is timed on every route once per CPU model, thread count and LibTorch version, and the
-// fastest is kept (devices/bf16_route_cache.h) beside the GEMM peaks. Torch-free header.
+// (MKL's bf16 GEMM uses AMX on an Intel Xeon; on an AMD EPYC with AVX-512 BF16 MKL's does not use
+// the bf16 units, and oneDNN's or the engine's own kernel is the fast one) and between shapes (a small GEMM pays a
+// library's fixed cost), so each shape a step uses is timed on every route once per CPU model, thread count and
+// LibTorch version, and the fastest is kept (devices/bf16_route_cache.h) beside the GEMM peaks. Torch-free header.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,16 +22,18 @@ enum class Bf16Route {
     Mkl,    // MKL's cblas_gemm_bf16bf16f32: bf16 inputs, fp32 sums
     OneDnn, // at::mm on bf16 tensors (oneDNN): a bf16 result, widened to fp32
     Fp32,   // both inputs widened to fp32, at::mm in fp32 (MKL's sgemm)
+    Avx512, // the engine's own AVX-512 BF16 GEMM (kernels/bf16_gemm.h): fp32 sums in place
 };
 
-/// "MKL bf16", "oneDNN bf16", "fp32".
+/// "MKL bf16", "oneDNN bf16", "fp32", "AVX-512 BF16 kernel".
 const char* bf16RouteName(Bf16Route route);
-/// The lowercase names the cache and DEVICERACE_BF16_ROUTE use: "mkl", "onednn", "fp32".
+/// The lowercase names the cache and DEVICERACE_BF16_ROUTE use: "mkl", "onednn", "fp32", "avx512".
 const char* bf16RouteKey(Bf16Route route);
 std::optional<Bf16Route> bf16RouteFromKey(std::string_view key);
 
 /// The routes this process can take, in order of preference on a tie: MKL's only where the
-/// LibTorch in this process exports it (haveMklBf16Gemm).
+/// LibTorch in this process exports it (haveMklBf16Gemm), the engine's own kernel only on a CPU
+/// with AVX-512 BF16 (haveAvx512Bf16Gemm).
 std::vector<Bf16Route> availableBf16Routes();
 
 struct GemmShape {

@@ -14,7 +14,7 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_ATTACH_TOKEN", "users",
                       "the token an attach:// lane's ranks present (instead of its token_file= key's file)"},
     EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
-                      "mkl, onednn or fp32: every bf16 GEMM of the fused steps by that route instead of the "
+                      "mkl, onednn, avx512 or fp32: every bf16 GEMM of the fused steps by that route instead of the "
                       "fastest timed one (measure: time them)"},
     EnvironmentSwitch{"DEVICERACE_BREAKDOWN", "benchmarks", "0: no step breakdown timing (its cost measured alone)"},
     EnvironmentSwitch{"DEVICERACE_CACHE_DIR", "users",
