@@ -60,12 +60,13 @@ std::vector<float> floats(const std::vector<cpu::Bf16>& v) {
 } // namespace
 
 TEST(Bf16Routes, TheFastestByTheMedianOfTrialsWins) {
-    for (const auto fastest : {Bf16Route::Mkl, Bf16Route::OneDnn, Bf16Route::Fp32}) {
-        const auto choice = cpu::pickBf16Route({Bf16Route::Mkl, Bf16Route::OneDnn, Bf16Route::Fp32},
-                                               [&](Bf16Route r) { return r == fastest ? 1e-3 : 2e-3; });
+    const std::vector<Bf16Route> all = {Bf16Route::Mkl, Bf16Route::OneDnn, Bf16Route::Avx512, Bf16Route::Fp32};
+    for (const auto fastest : all) {
+        const auto choice = cpu::pickBf16Route(all, [&](Bf16Route r) { return r == fastest ? 1e-3 : 2e-3; });
         EXPECT_EQ(choice.route, fastest) << cpu::bf16RouteName(fastest);
-        ASSERT_EQ(choice.timings.size(), 3u);
+        ASSERT_EQ(choice.timings.size(), 4u);
         EXPECT_EQ(choice.timings[1].route, Bf16Route::OneDnn);
+        EXPECT_EQ(choice.timings[2].route, Bf16Route::Avx512);
     }
     // One slow trial (a neighbour's burst) does not decide: the median does.
     int trial = 0;

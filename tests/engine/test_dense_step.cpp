@@ -179,8 +179,9 @@ TEST(DenseStep, TwoThreadsFollowOneThreadInBf16) {
 }
 
 // Every bf16 GEMM route, forced for every shape (DEVICERACE_BF16_ROUTE): MKL's bf16 GEMM where
-// this LibTorch has it, oneDNN's through at::mm (rounded to bf16, then widened) and fp32 on
-// widened inputs. Each follows fp32's course, on one and two threads, and the lane names it.
+// this LibTorch has it, oneDNN's through at::mm (rounded to bf16, then widened), the engine's
+// AVX-512 BF16 kernel where the CPU has it, and fp32 on widened inputs. Each follows fp32's
+// course, on one and two threads, and the lane names it.
 TEST(DenseStep, EveryBf16GemmRouteFollowsFp32) {
     test::TempDir dir;
     auto data = noisyImages(dir, 600);
