@@ -109,11 +109,7 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
         for (const auto& [threads, counts] : routes) {
             std::string line;
             for (const auto& [route, n] : counts) {
-                line += fmt::format("{}{} {}", line.empty() ? "" : ", ",
-                                    route == "mkl"      ? "MKL bf16"
-                                    : route == "onednn" ? "oneDNN bf16"
-                                                        : "fp32",
-                                    n);
+                line += fmt::format("{}{} {}", line.empty() ? "" : ", ", bf16GemmRouteName(route), n);
             }
             out += fmt::format("bf16     GEMM routes at {}: {} (shapes, the fastest timed here)\n", threads, line);
         }

@@ -257,6 +257,14 @@ class Listings(unittest.TestCase):
             self.assertTrue(listed, devices().stdout)
             counts = [int(n) for n in re.findall(r" (\d+)(?:,|$)", listed.group(1))]
             self.assertEqual(sum(counts), 8, listed.group(1))
+            # Each route by the name the lane's execution gives it, with the cache's own count.
+            names = {"mkl": "MKL bf16", "onednn": "oneDNN bf16", "avx512": "AVX-512 BF16 kernel", "fp32": "fp32"}
+            taken = {}
+            for entry in routes.values():
+                taken[entry["route"]] = taken.get(entry["route"], 0) + 1
+            for key, n in taken.items():
+                self.assertIn(f"{names[key]} {n}", listed.group(1))
+                self.assertIn(names[key], execution)
 
     def test_devices_keeps_no_peak_measured_on_a_busy_cpu(self):
         """Other work on every core while `devices` calibrates: the figures say they were measured

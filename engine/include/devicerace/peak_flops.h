@@ -52,8 +52,12 @@ bool forgetCpuPeak(Precision precision, int threads, double belowFlopsPerSec);
 
 /// The bf16 GEMM routes the fused steps chose by measurement on this CPU and LibTorch (kept in
 /// bf16-routes.json beside the peaks): per "<threads> threads[ x <workers> workers]", how many GEMM
-/// shapes took each route ("mkl", "onednn", "fp32"). Empty before a bf16 lane has run here.
+/// shapes took each route ("mkl", "onednn", "avx512", "fp32"). Empty before a bf16 lane has run here.
 std::map<std::string, std::map<std::string, int>> cachedBf16GemmRoutes();
+
+/// The name a lane's execution gives a bf16 GEMM route by its key ("mkl": "MKL bf16", "avx512":
+/// "AVX-512 BF16 kernel"); a key it does not know (a newer cache) as it is.
+std::string bf16GemmRouteName(const std::string& key);
 
 /// A GPU's dense peak for a lane of `precision` by the device name (CUDA's, e.g. "NVIDIA H100
 /// 80GB HBM3"), from NVIDIA's datasheets: bf16/fp16 tensor cores; fp32 lanes at TF32 (DeviceRace

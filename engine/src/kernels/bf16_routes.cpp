@@ -17,6 +17,7 @@
 #include "kernels/cpu_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "devicerace/environment.h"
+#include "devicerace/peak_flops.h"
 
 namespace devicerace::detail::cpu {
 
@@ -290,3 +291,12 @@ std::string Bf16Router::summary() const {
 }
 
 } // namespace devicerace::detail::cpu
+
+namespace devicerace {
+
+std::string bf16GemmRouteName(const std::string& key) {
+    const auto route = detail::cpu::bf16RouteFromKey(key);
+    return route ? detail::cpu::bf16RouteName(*route) : key;
+}
+
+} // namespace devicerace
