@@ -269,12 +269,9 @@ void gemmBf16Avx512(bool transA, bool transB, std::int64_t m, std::int64_t n, st
         }
         return;
     }
-    const Problem g{transA, transB,
-                    m,      n,
-                    k,      reinterpret_cast<const std::uint16_t*>(a),
-                    lda,    reinterpret_cast<const std::uint16_t*>(b),
-                    ldb,    c,
-                    ldc};
+    const auto* a16 = reinterpret_cast<const std::uint16_t*>(a);
+    const auto* b16 = reinterpret_cast<const std::uint16_t*>(b);
+    const Problem g{transA, transB, m, n, k, a16, lda, b16, ldb, c, ldc};
     const auto tiles = (m + kRows - 1) / kRows, panels = (n + kCols - 1) / kCols;
     const std::int64_t threads = at::in_parallel_region() ? 1 : std::max(1, at::get_num_threads());
     const bool byPanels = imbalance(panels, threads) < imbalance(tiles, threads);

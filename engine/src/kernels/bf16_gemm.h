@@ -13,8 +13,9 @@ namespace devicerace::detail::cpu {
 bool haveAvx512Bf16Gemm();
 
 /// Row-major c[m x n] = a' b', a' = a [m x k] or a^T (a stored [k x m]), b' = b [k x n] or b^T
-/// (b stored [n x k]), leading dimensions as stored. Threads: the lane's intra-op ones over
-/// blocks of 8 rows of c; one inside a parallel region. Only where haveAvx512Bf16Gemm().
+/// (b stored [n x k]), leading dimensions as stored. Threads: the lane's intra-op ones, each over
+/// a range of c's 8-row tiles or of its 32-column panels; one inside a parallel region. Only
+/// where haveAvx512Bf16Gemm().
 void gemmBf16Avx512(bool transA, bool transB, std::int64_t m, std::int64_t n, std::int64_t k, const Bf16* a,
                     std::int64_t lda, const Bf16* b, std::int64_t ldb, float* c, std::int64_t ldc);
 
