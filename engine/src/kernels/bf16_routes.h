@@ -2,9 +2,10 @@
 // The routes a bf16 GEMM of a fused step (bf16 inputs, an fp32 result) can take on a CPU, and the
 // choice among them by measurement. Which library is fastest at a shape differs between CPUs
 // (MKL's bf16 GEMM uses AMX on an Intel Xeon; on an AMD EPYC with AVX-512 BF16 MKL's does not use
-// the bf16 units, and oneDNN's or the engine's own kernel is the fast one) and between shapes (a small GEMM pays a
-// library's fixed cost), so each shape a step uses is timed on every route once per CPU model, thread count and
-// LibTorch version, and the fastest is kept (devices/bf16_route_cache.h) beside the GEMM peaks. Torch-free header.
+// the bf16 units, and oneDNN's or the engine's own kernel is the fast one) and between shapes (a
+// small GEMM pays a library's fixed cost), so each shape a step uses is timed on every route once
+// per CPU model, thread count and LibTorch version, and the fastest is kept
+// (devices/bf16_route_cache.h) beside the GEMM peaks. Torch-free header.
 #include <cstdint>
 #include <functional>
 #include <map>
