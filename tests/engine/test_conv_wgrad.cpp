@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "data/lane_data.h"
+#include "kernels/bf16_gemm.h"
 #include "kernels/conv_wgrad.h"
 #include "models/models.h"
 
@@ -70,6 +72,25 @@ void expectClose(const torch::Tensor& a, const torch::Tensor& b, const std::stri
     ASSERT_EQ(a.sizes(), b.sizes()) << what;
     const double scale = std::max(1.0, b.abs().max().item<double>());
     EXPECT_LE((a - b).abs().max().item<double>() / scale, 2e-5) << what;
+}
+
+// run() as a bf16 lane steps: the forward under bf16 autocast, the backward after it.
+Grads runBf16(torch::nn::Conv2d& conv, const torch::Tensor& input, bool fused) {
+    conv->zero_grad();
+    auto x = input.clone(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    EXPECT_EQ(tunedWeightGradFits(*conv, x), devicerace::detail::cpu::haveAvx512Bf16Gemm());
+    auto out = convolve(*conv, x, fused);
+    if (fused) {
+        EXPECT_NE(out.grad_fn()->name().find("ConvTunedWeightGrad"), std::string::npos) << out.grad_fn()->name();
+    }
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    at::autocast::clear_cache();
+    auto weight = torch::linspace(-1.0, 2.0, out.numel()).view(out.sizes());
+    (out * weight).sum().backward();
+    return {out.detach().clone(), x.grad().clone(), conv->weight.grad().clone(),
+            conv->bias.defined() ? conv->bias.grad().clone() : torch::Tensor()};
 }
 
 // As a lane feeds its network (and as clone(ChannelsLast) in run() lays it out): channels_last
@@ -152,6 +173,68 @@ TEST(ConvWeightGrad, TheGemmPathGivesTheModulesGradients) {
             EXPECT_GT(plain.dw.abs().max().item<double>(), 0) << what;
             if (s.bias) {
                 expectClose(fused.db, plain.db, "bias gradient, " + what);
+            }
+        }
+    }
+    at::set_num_threads(1);
+}
+
+// A bf16 lane's convolution on a CPU with AVX-512 BF16: the same output and input gradient as the
+// module under autocast (the same oneDNN calls on the same bf16 values), and a weight gradient from
+// the engine's kernel that is the exact one of those bf16 values to fp32 rounding (float64
+// reference), where oneDNN's is rounded to bf16 (~4e-3).
+TEST(ConvWeightGrad, TheBf16KernelGivesTheWeightGradientOfTheBf16Convolution) {
+    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: bf16 lanes keep oneDNN's weight gradient";
+    }
+    WgradMode gemm("gemm");
+    // The CIFAR ResNets' layers in miniature (16, 32, 64 channels, stride 2), runs of channels
+    // shorter than a panel (3, 5, 24), a 7x7 stem, 1x1, a bias, no padding, one channel, pixel
+    // counts that split unevenly (odd ones too) and over 2 x 256 pixels.
+    const Shape shapes[] = {{4, 16, 16, 12, 12, 3},
+                            {3, 16, 32, 11, 9, 3, false, -1, 2},
+                            {2, 32, 64, 8, 8, 3, false, -1, 2},
+                            {2, 64, 64, 6, 6, 3},
+                            {3, 3, 16, 16, 15, 3},
+                            {2, 5, 7, 9, 7, 3, true},
+                            {3, 24, 40, 7, 9, 3, false, 0},
+                            {2, 3, 8, 13, 11, 7, true, 3, 2},
+                            {2, 8, 6, 7, 9, 1, false, 0, 2},
+                            {3, 1, 8, 9, 9, 3, true, 0},
+                            {1, 48, 20, 5, 3, 3}};
+    for (const auto& s : shapes) {
+        for (const int threads : {1, 2}) {
+            at::set_num_threads(threads);
+            auto conv = makeConv(s.c, s.oc, s.k, s.stride, s.bias, s.pad);
+            auto gen = at::detail::createCPUGenerator(31);
+            const auto input = channelsLastStrided(torch::randn({s.n, s.c, s.h, s.w}, gen));
+            const auto plain = runBf16(conv, input, false);
+            const auto fused = runBf16(conv, input, true);
+            std::ostringstream shape;
+            shape << "n" << s.n << " c" << s.c << "->" << s.oc << " " << s.h << "x" << s.w << " k" << s.k << " pad "
+                  << s.pad << " stride " << s.stride << (s.bias ? " bias" : "") << ", " << threads << " thread(s)";
+            const auto what = shape.str();
+            EXPECT_TRUE(torch::equal(fused.out, plain.out)) << "output, " << what;
+            EXPECT_TRUE(torch::equal(fused.dx, plain.dx)) << "input gradient, " << what;
+            // The exact gradient of the bf16 values both convolutions multiply.
+            const auto xb = input.to(at::kBFloat16).to(at::kDouble);
+            const auto wb = conv->weight.detach().to(at::kBFloat16).to(at::kDouble);
+            const auto gy =
+                torch::linspace(-1.0, 2.0, plain.out.numel()).view(plain.out.sizes()).to(at::kBFloat16).to(at::kDouble);
+            const auto pad = s.pad < 0 ? s.k / 2 : s.pad;
+            const auto exact =
+                std::get<1>(at::convolution_backward(gy, xb, wb, std::nullopt, {s.stride, s.stride}, {pad, pad}, {1, 1},
+                                                     false, {0, 0}, 1, {false, true, false}));
+            ASSERT_EQ(fused.dw.scalar_type(), at::kFloat) << what;
+            const double scale = std::max(1.0, exact.abs().max().item<double>());
+            EXPECT_LE((fused.dw.to(at::kDouble) - exact).abs().max().item<double>() / scale, 2e-6)
+                << "weight gradient, " << what;
+            EXPECT_LE((plain.dw.to(at::kDouble) - exact).abs().max().item<double>() / scale, 1e-2)
+                << "oneDNN's weight gradient, " << what;
+            if (s.bias) {
+                const auto db = gy.sum({0, 2, 3});
+                EXPECT_LE((fused.db.to(at::kDouble) - db).abs().max().item<double>() / scale, 2e-6)
+                    << "bias gradient, " << what;
             }
         }
     }

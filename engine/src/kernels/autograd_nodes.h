@@ -37,13 +37,15 @@ at::Tensor batchNormReluNode(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x
 
 /// False when DEVICERACE_CONV_WGRAD=0 (benchmarks); "gemm" takes im2col + GEMM for every shape (tests).
 bool tunedWeightGradEnabled();
-/// Whether convolveTuned takes `conv` and `x`: training on a CPU, fp32, x in channels_last, zero
-/// padding, no dilation or groups, with or without a bias.
+/// Whether convolveTuned takes `conv` and `x`: training on a CPU, fp32 (or under bf16 autocast where
+/// the CPU has AVX-512 BF16), x in channels_last, zero padding, no dilation or groups, with or
+/// without a bias.
 bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x);
-/// conv(x) as one autograd node whose weight gradient is im2col + one MKL GEMM where that beat
-/// oneDNN's backward-weights kernel for the shape and thread count (timed once per process and
+/// conv(x) as one autograd node whose weight gradient is im2col + one MKL GEMM (fp32) or the AVX-512
+/// BF16 kernel (bf16, fp32 sums: kernels/bf16_conv_wgrad.h) where that beat oneDNN's
+/// backward-weights kernel for the shape, precision and thread count (timed once per process and
 /// kept per machine, kernels/conv_wgrad.h), oneDNN's otherwise; its forward and input gradient
-/// stay oneDNN's.
+/// stay oneDNN's (under bf16 autocast in bf16, the casts autocast would make done in the node).
 at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
 
 /// torch::nn::LSTM's final hidden state over one_hot(tokens) (one layer, one direction, no

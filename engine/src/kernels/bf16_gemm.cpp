@@ -19,29 +19,13 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target)
-#define DR_BF16_GEMM 1
-#include <immintrin.h>
-#endif
-#endif
+#include "kernels/bf16_tile.h" // defines DR_BF16_GEMM where the target attributes exist
 
 namespace devicerace::detail::cpu {
 
 #ifdef DR_BF16_GEMM
 
 namespace {
-
-#define DR_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-constexpr std::int64_t kRows = 8;          // rows of a tile: one broadcast pair each a step
-constexpr std::int64_t kCols = 32;         // columns of a tile: two vectors of 16 sums
-constexpr std::int64_t kPairs = 128;       // pairs of k a block: a b panel of 16 KB, an a tile of 4 KB
-constexpr std::int64_t kTilesPerBlock = 8; // tiles of a that pass one b panel in turn
-
-std::uint32_t pairOf(std::uint16_t lo, std::uint16_t hi) {
-    return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
-}
 
 // r[i][j] -> r[j][i] for 16 x 16 32-bit words: pairs, then quads within each 128-bit lane, then
 // the lanes across registers.
@@ -76,20 +60,13 @@ DR_AVX512_BF16 void packB(bool transB, const std::uint16_t* b, std::int64_t ldb,
                           std::int64_t pairs, std::int64_t j0, std::int64_t cols, std::uint32_t* panel) {
     if (!transB) {
         // b stored [k x n]: rows kk and kk + 1 interleaved, 32 columns at once.
-        alignas(64) static const std::uint16_t lo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                         8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-        alignas(64) static const std::uint16_t hi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                                         53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                                         27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-        const __m512i idxLo = _mm512_load_si512(lo), idxHi = _mm512_load_si512(hi);
         const __mmask32 mask = cols >= 32 ? ~__mmask32{0} : (__mmask32{1} << cols) - 1;
         for (std::int64_t p = 0; p < pairs; ++p) {
             const auto kk = k0 + 2 * p;
             const std::uint16_t* row = b + kk * ldb + j0;
             const __m512i x = _mm512_maskz_loadu_epi16(mask, row);
             const __m512i y = kk + 1 < k ? _mm512_maskz_loadu_epi16(mask, row + ldb) : _mm512_setzero_si512();
-            _mm512_storeu_si512(panel + p * kCols, _mm512_permutex2var_epi16(x, idxLo, y));
-            _mm512_storeu_si512(panel + p * kCols + 16, _mm512_permutex2var_epi16(x, idxHi, y));
+            storePairs(x, y, panel + p * kCols);
         }
         return;
     }
@@ -112,75 +89,6 @@ DR_AVX512_BF16 void packB(bool transB, const std::uint16_t* b, std::int64_t ldb,
         }
     }
 }
-
-// a's rows [i0, i0 + rows) over k [k0, k0 + 2 pairs) into tile [pair][8 rows] (zero past m, k).
-DR_AVX512_BF16 void packA(bool transA, const std::uint16_t* a, std::int64_t lda, std::int64_t k, std::int64_t k0,
-                          std::int64_t pairs, std::int64_t i0, std::int64_t rows, std::uint32_t* tile) {
-    if (transA) {
-        // a stored [k x m]: rows kk and kk + 1, 8 columns (c's rows) at once.
-        const __mmask8 mask = static_cast<__mmask8>((1u << rows) - 1);
-        for (std::int64_t p = 0; p < pairs; ++p) {
-            const auto kk = k0 + 2 * p;
-            const std::uint16_t* row = a + kk * lda + i0;
-            const __m128i x = _mm_maskz_loadu_epi16(mask, row);
-            const __m128i y = kk + 1 < k ? _mm_maskz_loadu_epi16(mask, row + lda) : _mm_setzero_si128();
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + p * kRows), _mm_unpacklo_epi16(x, y));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + p * kRows + 4), _mm_unpackhi_epi16(x, y));
-        }
-        return;
-    }
-    for (std::int64_t r = 0; r < kRows; ++r) {
-        if (r >= rows) {
-            for (std::int64_t p = 0; p < pairs; ++p) {
-                tile[p * kRows + r] = 0;
-            }
-            continue;
-        }
-        const std::uint16_t* row = a + (i0 + r) * lda + k0;
-        for (std::int64_t p = 0; p < pairs; ++p) {
-            tile[p * kRows + r] = pairOf(row[2 * p], k0 + 2 * p + 1 < k ? row[2 * p + 1] : 0);
-        }
-    }
-}
-
-// c's tile [R rows x cols] (+)= a's R rows' pairs . b's panel. a's pair p of row r is at
-// a + r * rowBytes + p * pairBytes.
-template <int R>
-DR_AVX512_BF16 void tile(const char* a, std::int64_t rowBytes, std::int64_t pairBytes, const std::uint32_t* b,
-                         std::int64_t pairs, float* c, std::int64_t ldc, std::int64_t cols, bool accumulate) {
-    const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
-    const __mmask16 m1 = cols >= 32  ? __mmask16(0xFFFF)
-                         : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
-                                     : __mmask16(0);
-    __m512 acc[R][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-        acc[r][0] = accumulate ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
-        acc[r][1] = accumulate ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
-    }
-    for (std::int64_t p = 0; p < pairs; ++p) {
-        const auto b0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * kCols));
-        const auto b1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * kCols + 16));
-        const char* ap = a + p * pairBytes;
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-            std::int32_t v;
-            std::memcpy(&v, ap + r * rowBytes, sizeof v);
-            const auto av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-        _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
-        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
-    }
-}
-
-using TileFn = void (*)(const char*, std::int64_t, std::int64_t, const std::uint32_t*, std::int64_t, float*,
-                        std::int64_t, std::int64_t, bool);
-constexpr TileFn kTiles[kRows] = {tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>, tile<7>, tile<8>};
 
 struct Buffers {
     std::vector<std::uint32_t> b; // this thread's packed b panels of the block

@@ -1,5 +1,7 @@
-// A CPU convolution whose weight gradient may come from im2col + one MKL GEMM instead of
-// oneDNN's backward-weights kernel, chosen per shape by timing both once (kernels/autograd_nodes.h: convolveTuned).
+// A CPU convolution whose weight gradient may come from im2col + one MKL GEMM (fp32) or the
+// AVX-512 BF16 kernel (a bf16 lane's, kernels/bf16_conv_wgrad.h) instead of oneDNN's
+// backward-weights kernel, chosen per shape by timing both once (kernels/autograd_nodes.h:
+// convolveTuned).
 #include "kernels/conv_wgrad.h"
 
 #include <ATen/Functions.h>
@@ -35,6 +37,8 @@
 #include "devicerace/peak_flops.h"
 #include "devices/cpu_info.h"
 #include "kernels/autograd_nodes.h"
+#include "kernels/bf16_conv_wgrad.h"
+#include "kernels/bf16_gemm.h"
 #include "kernels/fast_paths.h"
 #include "util/file_util.h"
 
@@ -125,6 +129,27 @@ at::Tensor weightGradByOneDnn(const at::Tensor& x, const at::Tensor& w, const at
                                                 1, {false, true, false}));
 }
 
+// The AVX-512 BF16 kernel's weight gradient, fp32: x and gy bf16, channels_last contiguous.
+at::Tensor weightGradByBf16Kernel(const at::Tensor& x, const at::Tensor& gy, const Geometry& g) {
+    auto dw = at::empty({g.oc, g.kh, g.kw, g.c}, x.options().dtype(at::kFloat));
+    cpu::convWeightGradBf16({g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw},
+                            reinterpret_cast<const cpu::Bf16*>(x.const_data_ptr<at::BFloat16>()),
+                            reinterpret_cast<const cpu::Bf16*>(gy.const_data_ptr<at::BFloat16>()),
+                            dw.data_ptr<float>());
+    return dw.permute({0, 3, 1, 2}); // [OC, C, KH, KW], channels_last strides
+}
+
+// A weight gradient's two candidates: fp32, im2col + GEMM against oneDNN's; bf16 (x, w and gy
+// bf16), the AVX-512 BF16 kernel against oneDNN's bf16 one widened to fp32 (as autocast would).
+at::Tensor weightGradOwn(const at::Tensor& x, const at::Tensor& gy, const Geometry& g, bool bf16) {
+    return bf16 ? weightGradByBf16Kernel(x, gy, g) : weightGradByGemm(x, gy, g);
+}
+at::Tensor weightGradOneDnn(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g,
+                            bool bf16) {
+    auto dw = weightGradByOneDnn(x, w, gy, g);
+    return bf16 ? dw.to(at::kFloat) : dw;
+}
+
 // Which weight gradient is faster for a shape and thread count: decided once per machine. The
 // first lane to meet the shape times both (twice each: the first oneDNN call builds its kernel)
 // and writes the choice to the machine's file; lanes meeting an undecided shape meanwhile wait for
@@ -134,7 +159,7 @@ at::Tensor weightGradByOneDnn(const at::Tensor& x, const at::Tensor& w, const at
 // ranks on this host: a choice timed in each process had let a near-tie part them. A lane looking
 // up a shape its process has decided takes only the map's lock, never waiting behind a timing.
 using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
+                            std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>;
 std::mutex g_choiceMutex; // the map
 std::mutex g_timingMutex; // one timing at a time (two would disturb each other's clocks)
 std::map<ShapeKey, bool> g_useGemm;
@@ -266,24 +291,24 @@ private:
     nlohmann::json m_json = {{"format", kChoiceFormat}, {"choices", nlohmann::json::object()}};
 };
 
-// The file's key: the CPU, LibTorch (its oneDNN), the shape and the threads (with the cores they
-// may use, where a quota or an affinity allows fewer).
-std::string machineKey(const Geometry& g, int threads) {
+// The file's key: the CPU, LibTorch (its oneDNN), the shape (" bf16" after it for a bf16 lane's)
+// and the threads (with the cores they may use, where a quota or an affinity allows fewer).
+std::string machineKey(const Geometry& g, int threads, bool bf16) {
     const double cores = usableCores(threads);
-    return fmt::format("{}|LibTorch {}|n{} c{}->{} {}x{} k{}x{} pad {}x{} stride {}x{}|{} threads{}",
+    return fmt::format("{}|LibTorch {}|n{} c{}->{} {}x{} k{}x{} pad {}x{} stride {}x{}{}|{} threads{}",
                        readHostCpu().model, TORCH_VERSION, g.n, g.c, g.oc, g.h, g.w, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw,
-                       threads, cores < threads ? fmt::format(" on {:.3g} cores", cores) : "");
+                       bf16 ? " bf16" : "", threads, cores < threads ? fmt::format(" on {:.3g} cores", cores) : "");
 }
 
-// Whether this shape takes the GEMM; `result` gets the weight gradient where this call computed
-// it (while timing), else stays undefined.
-bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g,
-                  at::Tensor& result) {
+// Whether this shape takes the engine's weight gradient (weightGradOwn); `result` gets the
+// gradient where this call computed it (while timing), else stays undefined.
+bool ownIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g, bool bf16,
+                 at::Tensor& result) {
     if (mode() == Mode::Gemm) {
         return true;
     }
     const int threads = at::get_num_threads();
-    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, threads};
+    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, threads, bf16};
     if (const auto known = decided(key)) {
         return *known;
     }
@@ -292,7 +317,7 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
         return *known;
     }
     MachineChoices machine(convChoiceFile()); // waits while another process times
-    const auto fileKey = machineKey(g, threads);
+    const auto fileKey = machineKey(g, threads, bf16);
     if (const auto known = machine.find(fileKey)) {
         remember(key, *known);
         return *known;
@@ -310,8 +335,8 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
     int runnable = runnableTasks();
     for (int round = 0; round < 2; ++round) {
         runnable = std::max(runnable, runnableTasks());
-        auto [a, fromOneDnn] = timed([&] { return weightGradByOneDnn(x, w, gy, g); });
-        auto [b, fromGemm] = timed([&] { return weightGradByGemm(x, gy, g); });
+        auto [a, fromOneDnn] = timed([&] { return weightGradOneDnn(x, w, gy, g, bf16); });
+        auto [b, fromGemm] = timed([&] { return weightGradOwn(x, gy, g, bf16); });
         oneDnn = std::min(oneDnn, a);
         gemm = std::min(gemm, b);
         byOneDnn = fromOneDnn;
@@ -331,11 +356,13 @@ bool gemmIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy
     if (const char* log = devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD_LOG");
         log && *log && std::string_view(log) != "0") {
         std::fprintf(stderr,
-                     "conv weight gradient, n%ld c%ld->%ld %ldx%ld k%ldx%ld, %d thread(s): oneDNN %.2f ms, im2col + "
-                     "GEMM %.2f ms: %s%s\n",
+                     "conv weight gradient, n%ld c%ld->%ld %ldx%ld k%ldx%ld%s, %d thread(s): oneDNN %.2f ms, %s "
+                     "%.2f ms: %s%s\n",
                      static_cast<long>(g.n), static_cast<long>(g.c), static_cast<long>(g.oc), static_cast<long>(g.h),
-                     static_cast<long>(g.w), static_cast<long>(g.kh), static_cast<long>(g.kw), threads, 1e3 * oneDnn,
-                     1e3 * gemm, useGemm ? "GEMM" : "oneDNN", busy ? " (timed on a busy CPU: provisional)" : "");
+                     static_cast<long>(g.w), static_cast<long>(g.kh), static_cast<long>(g.kw), bf16 ? " bf16" : "",
+                     threads, 1e3 * oneDnn, bf16 ? "AVX-512 BF16 kernel" : "im2col + GEMM", 1e3 * gemm,
+                     useGemm ? (bf16 ? "kernel" : "GEMM") : "oneDNN",
+                     busy ? " (timed on a busy CPU: provisional)" : "");
     }
     return useGemm;
 }
@@ -344,40 +371,54 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
     // bias: the module's, read where `withBias` (else the weight again: a custom function's
     // inputs cannot be undefined tensors).
     // padStride: {padding h, w, stride h, w}.
+    // bf16: a bf16 autocast lane's (autocast's casts, done here): x and the weight in bf16 for
+    // oneDNN's forward and input gradient, the weight's gradient fp32 from the start.
     static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                              const at::Tensor& bias, bool withBias, std::vector<std::int64_t> padStride) {
-        ctx->save_for_backward({x, weight});
+                              const at::Tensor& bias, bool withBias, std::vector<std::int64_t> padStride, bool bf16) {
+        const auto xc = bf16 ? x.to(at::kBFloat16) : x;
+        const auto wc = bf16 ? weight.to(at::kBFloat16) : weight;
+        ctx->save_for_backward({xc, wc});
         ctx->saved_data["bias"] = withBias;
         ctx->saved_data["padStride"] = padStride;
+        ctx->saved_data["bf16"] = bf16;
+        ctx->saved_data["xType"] = static_cast<std::int64_t>(x.scalar_type());
         const auto g = geometryOf(x, weight, padStride);
-        return at::convolution(x, weight, withBias ? std::optional<at::Tensor>(bias) : std::nullopt, g.stride(),
-                               g.padding(), {1, 1}, false, {0, 0}, 1);
+        const auto b = withBias ? std::optional<at::Tensor>(bf16 ? bias.to(at::kBFloat16) : bias) : std::nullopt;
+        return at::convolution(xc, wc, b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const auto saved = ctx->get_saved_variables();
         const auto& x = saved[0];
         const auto& w = saved[1];
+        const bool bf16 = ctx->saved_data["bf16"].toBool();
         const auto g = geometryOf(x, w, ctx->saved_data["padStride"].toIntVector());
-        const auto gy = grads[0].contiguous(at::MemoryFormat::ChannelsLast);
+        const auto gy = grads[0].to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
         at::Tensor dx, dw, db;
         if (ctx->needs_input_grad(0)) {
             dx = std::get<0>(at::convolution_backward(gy, x, w, std::nullopt, g.stride(), g.padding(), {1, 1}, false,
-                                                      {0, 0}, 1, {true, false, false}));
+                                                      {0, 0}, 1, {true, false, false}))
+                     .to(static_cast<at::ScalarType>(ctx->saved_data["xType"].toInt()));
         }
         if (ctx->needs_input_grad(1)) {
             at::Tensor tuned;
-            if (gemmIsFaster(x, w, gy, g, tuned)) {
-                dw = tuned.defined() ? tuned : weightGradByGemm(x, gy, g);
+            if (ownIsFaster(x, w, gy, g, bf16, tuned)) {
+                dw = tuned.defined() ? tuned : weightGradOwn(x, gy, g, bf16);
             } else {
-                dw = tuned.defined() ? tuned : weightGradByOneDnn(x, w, gy, g);
+                dw = tuned.defined() ? tuned : weightGradOneDnn(x, w, gy, g, bf16);
             }
         }
         if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
-            db = gy.sum({0, 2, 3});
+            db = gy.sum({0, 2, 3}, false, at::kFloat);
         }
-        return {dx, dw, db, {}, {}};
+        return {dx, dw, db, {}, {}, {}};
     }
 };
+
+// A bf16 autocast lane on a CPU with the AVX-512 BF16 kernel: its convolutions take the node too.
+bool bf16AutocastWithKernel() {
+    return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16 &&
+           cpu::haveAvx512Bf16Gemm();
+}
 
 } // namespace
 
@@ -399,10 +440,13 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
     }
     const auto& o = conv.options;
     const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
+    // fp32 outside autocast, or a bf16 autocast lane's (x fp32, or bf16 from the layer before)
+    const bool autocast = at::autocast::is_autocast_enabled(at::kCPU);
+    const bool bf16 = autocast && bf16AutocastWithKernel();
     return torch::GradMode::is_enabled() && conv.weight.requires_grad() && x.is_cpu() && x.dim() == 4 &&
-           x.scalar_type() == at::kFloat && conv.weight.scalar_type() == at::kFloat &&
-           (!conv.bias.defined() || conv.bias.scalar_type() == at::kFloat) &&
-           !at::autocast::is_autocast_enabled(at::kCPU) && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+           (x.scalar_type() == at::kFloat || (bf16 && x.scalar_type() == at::kBFloat16)) &&
+           conv.weight.scalar_type() == at::kFloat && (!conv.bias.defined() || conv.bias.scalar_type() == at::kFloat) &&
+           (!autocast || bf16) && x.is_contiguous(at::MemoryFormat::ChannelsLast) &&
            // a one-channel input with NCHW strides is channels_last-contiguous too, but oneDNN
            // then writes an NCHW output, and the GEMM's rows would need a transposed copy of its
            // gradient each step (lanes give it channels_last strides: channelsLastStrided)
@@ -418,7 +462,8 @@ at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
     const auto& stride = conv.options.stride();
     const bool withBias = conv.bias.defined();
     return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias,
-                                      std::vector<std::int64_t>{(*pad)[0], (*pad)[1], (*stride)[0], (*stride)[1]});
+                                      std::vector<std::int64_t>{(*pad)[0], (*pad)[1], (*stride)[0], (*stride)[1]},
+                                      at::autocast::is_autocast_enabled(at::kCPU));
 }
 
 } // namespace devicerace::detail

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "devicerace/environment.h"
+#include "kernels/bf16_gemm.h"
 
 namespace devicerace::detail {
 
@@ -63,7 +64,10 @@ FastPaths decideFastPaths(const LaneSpec& spec, const std::string& device, bool 
     f.gptStep = true;
     f.reluPool = true;
     f.normRelu = channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_FUSED_NORM"));
-    f.convWeightGrad = fp32 && channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD"));
+    // bf16: where the AVX-512 BF16 kernel can take the weight gradients (kernels/bf16_conv_wgrad.h)
+    const bool bf16Kernel = spec.precision == Precision::Bf16 && cpu::haveAvx512Bf16Gemm();
+    f.convWeightGrad =
+        (fp32 || bf16Kernel) && channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD"));
     f.tokenLstm = fp32 && fusedLstm && !switchedOff(devicerace::environmentSwitch("DEVICERACE_TOKEN_LSTM"));
     f.onePassCells = fp32 && !fusedLstm && !switchedOff(devicerace::environmentSwitch("DEVICERACE_FUSED_CELL"));
     f.hashedDropout = true;

@@ -20,7 +20,8 @@ struct FastPaths {
     bool gptStep = false;        // the CPU's fused transformer step, where the network is a GPT
     bool reluPool = false;       // relu + max pool + dropout in one pass (CPU)
     bool normRelu = false;       // batch norm (+ residual add) + relu in one pass (CPU, channels_last)
-    bool convWeightGrad = false; // im2col + GEMM conv weight gradients where timed faster (CPU fp32 channels_last)
+    bool convWeightGrad = false; // conv weight gradients by im2col + GEMM (fp32) or the AVX-512 BF16 kernel
+                                 // (bf16) where timed faster (CPU channels_last)
     bool tokenLstm = false;      // an LSTM over token ids, its input a row gather (CPU fp32, lstm=fused)
     bool onePassCells = false;   // LSTM cells with their gates in one pass (CPU fp32, lstm=cells)
     bool hashedDropout = false;  // the counter-hash dropout masks (CPU; kernels/cpu_kernels.h)

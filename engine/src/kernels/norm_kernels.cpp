@@ -2,7 +2,9 @@
 // cpu_kernels.cpp: per-ISA clones of always-inline bodies; every loop runs along a pixel's
 // channels, so it vectorises, and the rows are split over the lane's threads.
 #include "kernels/norm_kernels.h"
+#include "kernels/bf16_gemm.h"
 #include "kernels/kernel_inline.h"
+#include "kernels/norm_bf16_avx512.h"
 
 #include <ATen/Parallel.h>
 
@@ -199,10 +201,15 @@ void gradRows(const T* dy, const T* y, const T* x, T* dx, T* dres, NormShape s, 
     });
 }
 
+// The bf16 leaves: AVX-512 BF16's where the CPU has it and the channels fill its vectors.
+bool bf16Vectors(NormShape s) { return s.channels % 16 == 0 && haveAvx512Bf16Gemm(); }
+
 } // namespace
 
 void channelMoments(const float* x, NormShape s, double* mean, double* var) { moments(x, s, mean, var, momentsF); }
-void channelMoments(const Bf16* x, NormShape s, double* mean, double* var) { moments(x, s, mean, var, momentsB); }
+void channelMoments(const Bf16* x, NormShape s, double* mean, double* var) {
+    moments(x, s, mean, var, bf16Vectors(s) ? avx512bf16::moments : momentsB);
+}
 
 void normalizeRelu(const float* x, const float* residual, float* y, NormShape s, const float* mean, const float* a,
                    const float* b) {
@@ -210,7 +217,7 @@ void normalizeRelu(const float* x, const float* residual, float* y, NormShape s,
 }
 void normalizeRelu(const Bf16* x, const Bf16* residual, Bf16* y, NormShape s, const float* mean, const float* a,
                    const float* b) {
-    normalizeReluRows(x, residual, y, s, mean, a, b, applyB);
+    normalizeReluRows(x, residual, y, s, mean, a, b, bf16Vectors(s) ? avx512bf16::apply : applyB);
 }
 
 void reluNormGradSums(const float* dy, const float* y, const float* x, NormShape s, const float* mean, double* sumG,
@@ -219,7 +226,7 @@ void reluNormGradSums(const float* dy, const float* y, const float* x, NormShape
 }
 void reluNormGradSums(const Bf16* dy, const Bf16* y, const Bf16* x, NormShape s, const float* mean, double* sumG,
                       double* sumGx) {
-    gradSumsRows(dy, y, x, s, mean, sumG, sumGx, gradSumsB);
+    gradSumsRows(dy, y, x, s, mean, sumG, sumGx, bf16Vectors(s) ? avx512bf16::gradSums : gradSumsB);
 }
 
 void reluNormGrad(const float* dy, const float* y, const float* x, float* dx, float* dres, NormShape s,
@@ -228,7 +235,7 @@ void reluNormGrad(const float* dy, const float* y, const float* x, float* dx, fl
 }
 void reluNormGrad(const Bf16* dy, const Bf16* y, const Bf16* x, Bf16* dx, Bf16* dres, NormShape s,
                   NormGradCoefficients k) {
-    gradRows(dy, y, x, dx, dres, s, k, gradB);
+    gradRows(dy, y, x, dx, dres, s, k, bf16Vectors(s) ? avx512bf16::grad : gradB);
 }
 
 } // namespace devicerace::detail::cpu

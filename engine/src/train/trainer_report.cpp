@@ -260,7 +260,9 @@ void Trainer::describeExecution() {
         text += ", one-pass batch norm (+ residual add) + relu";
     }
     if (m_model->tunedConvs) {
-        text += ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
+        text += m_ctx.spec.precision == Precision::Bf16
+                    ? ", conv weight gradients by the AVX-512 BF16 kernel where timed faster than oneDNN"
+                    : ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
     }
     if (m_model->tokenLstm) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
