@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "kernels/autograd_nodes.h"
 #include "models/models.h"
 
 using namespace devicerace::detail;
@@ -171,4 +172,37 @@ TEST(BatchNormRelu, RunsTheModuleWhereItDoesNotFit) {
     const auto before = bn->running_mean.clone();
     EXPECT_TRUE(torch::allclose(batchNormRelu(*bn, nhwc, {}, true), bn->forward(nhwc).relu()));
     EXPECT_TRUE(torch::equal(bn->running_mean, before));
+}
+
+// A residual block's input forked for its convolution and its shortcut: the fork's node adds the
+// two gradients itself (in bf16, rounding each sum once, as ATen's add does), the same values as
+// autograd's accumulation of x used twice; with only one branch's gradient, that one.
+TEST(ResidualFork, AddsItsTwoGradientsAsAutogradWould) {
+    auto gen = at::detail::createCPUGenerator(8);
+    for (const auto& shape : {std::vector<std::int64_t>{4, 16, 8, 8}, {3, 5, 7, 9}}) {
+        const auto input = torch::randn(shape, gen).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+        const auto w1 = torch::randn(shape, gen).to(torch::kBFloat16);
+        const auto w2 = torch::randn({shape[0], shape[1], (shape[2] + 1) / 2, (shape[3] + 1) / 2}, gen);
+        const auto gradOf = [&](bool fused, bool both) {
+            auto x = input.clone(at::MemoryFormat::ChannelsLast).requires_grad_(true);
+            EXPECT_TRUE(residualForkFits(x));
+            const auto [conv, shortcut] = forkResidual(x, fused);
+            auto loss = (conv * w1).to(torch::kFloat).sum();
+            if (both) { // the shortcut of a stride-2 block: every other pixel
+                loss = loss + (shortcut.slice(2, 0, shape[2], 2).slice(3, 0, shape[3], 2).to(torch::kFloat) * w2).sum();
+            }
+            loss.backward();
+            return x.grad().clone();
+        };
+        for (const bool both : {true, false}) {
+            const auto plain = gradOf(false, both), fused = gradOf(true, both);
+            EXPECT_TRUE(torch::equal(fused, plain))
+                << shape[1] << " channels, " << (both ? "both" : "one") << " branch(es)";
+            EXPECT_GT(plain.abs().sum().item<double>(), 0);
+        }
+    }
+    const auto x = torch::randn({2, 4, 3, 3}).requires_grad_(true); // fp32: autograd's own add
+    EXPECT_FALSE(residualForkFits(x));
+    torch::NoGradGuard noGrad;
+    EXPECT_FALSE(residualForkFits(x.to(torch::kBFloat16)));
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "devicerace/lane_spec.h"
+#include "kernels/bf16_gemm.h"
 #include "kernels/fast_paths.h"
 
 using namespace devicerace;
@@ -58,7 +59,8 @@ TEST_F(FastPathPlan, ACpuLaneTakesEveryLeverThatApplies) {
 TEST_F(FastPathPlan, Bf16KeepsTheLeversThatHaveABf16Path) {
     const auto bf16 = cpuLane(",precision=bf16");
     EXPECT_TRUE(bf16.denseStep && bf16.gptStep && bf16.reluPool && bf16.normRelu && bf16.optimizer);
-    EXPECT_FALSE(bf16.convWeightGrad); // fp32 GEMMs only
+    // the weight gradients' bf16 path is the AVX-512 BF16 kernel's
+    EXPECT_EQ(bf16.convWeightGrad, devicerace::detail::cpu::haveAvx512Bf16Gemm());
     EXPECT_FALSE(bf16.tokenLstm);
     EXPECT_FALSE(cpuLane(",precision=bf16", true, false).onePassCells);
 }

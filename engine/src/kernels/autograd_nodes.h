@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 namespace at {
 class Tensor;
@@ -34,6 +35,13 @@ bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const at::Tensor& 
 /// relu(bn(x) + residual) in training (`residual` may be undefined): one pass forward and two
 /// back (kernels/norm_kernels.h), updating bn's running statistics as BatchNorm2d does.
 at::Tensor batchNormReluNode(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x, const at::Tensor& residual);
+
+/// Whether residualForkNode takes `x`: a bf16 CPU tensor that requires its gradient, in training.
+bool residualForkFits(const at::Tensor& x);
+/// x twice, as one node's two outputs (a residual block's input: its convolution's and its
+/// shortcut's), whose two gradients that node adds in one pass (kernels/norm_kernels.h
+/// sumGradients) where autograd would add them with ATen's bf16 add.
+std::pair<at::Tensor, at::Tensor> residualForkNode(const at::Tensor& x);
 
 /// False when DEVICERACE_CONV_WGRAD=0 (benchmarks); "gemm" takes im2col + GEMM for every shape (tests).
 bool tunedWeightGradEnabled();

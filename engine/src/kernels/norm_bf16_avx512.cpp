@@ -14,6 +14,11 @@ DR_AVX512_BF16 inline __m512 load16(const Bf16* p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
+DR_AVX512_BF16 inline __m512 load16(const Bf16* p, __mmask16 m) { // the values past m read as zero
+    const __m256i bits = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
 DR_AVX512_BF16 inline void store16(Bf16* p, __m512 v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
@@ -88,6 +93,18 @@ DR_AVX512_BF16 void grad(const Bf16* dy, const Bf16* y, const Bf16* x, Bf16* dx,
     }
 }
 
+DR_AVX512_BF16 void sum(const Bf16* a, const Bf16* b, Bf16* out, std::int64_t n) {
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        store16(out + i, _mm512_add_ps(load16(a + i), load16(b + i)));
+    }
+    if (i < n) { // the tail, masked
+        const auto m = static_cast<__mmask16>((1u << (n - i)) - 1);
+        const __m256bh v = _mm512_cvtneps_pbh(_mm512_add_ps(load16(a + i, m), load16(b + i, m)));
+        _mm256_mask_storeu_epi16(out + i, m, reinterpret_cast<__m256i>(v));
+    }
+}
+
 #else
 
 void moments(const Bf16*, std::int64_t, std::int64_t, const float*, float*, float*) {}
@@ -95,6 +112,7 @@ void apply(const Bf16*, const Bf16*, Bf16*, std::int64_t, std::int64_t, const fl
 void gradSums(const Bf16*, const Bf16*, const Bf16*, std::int64_t, std::int64_t, const float*, float*, float*) {}
 void grad(const Bf16*, const Bf16*, const Bf16*, Bf16*, Bf16*, std::int64_t, std::int64_t, const float*, const float*,
           const float*, const float*) {}
+void sum(const Bf16*, const Bf16*, Bf16*, std::int64_t) {}
 
 #endif
 

@@ -116,6 +116,12 @@ DR_CLONES void gradB(const Bf16* dy, const Bf16* y, const Bf16* x, Bf16* dx, Bf1
          : gradBody<Bf16, false>(dy, y, x, dx, dres, r, c, a, c0, c1, m);
 }
 
+DR_CLONES void sumB(const Bf16* a, const Bf16* b, Bf16* out, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+        store(out[i], load(a[i]) + load(b[i]));
+    }
+}
+
 // --- the row split ----------------------------------------------------------------------------
 
 // Rows per reduction block: float sums over at most a few hundred rows (rounding ~1e-6), the
@@ -236,6 +242,11 @@ void reluNormGrad(const float* dy, const float* y, const float* x, float* dx, fl
 void reluNormGrad(const Bf16* dy, const Bf16* y, const Bf16* x, Bf16* dx, Bf16* dres, NormShape s,
                   NormGradCoefficients k) {
     gradRows(dy, y, x, dx, dres, s, k, bf16Vectors(s) ? avx512bf16::grad : gradB);
+}
+
+void sumGradients(const Bf16* a, const Bf16* b, Bf16* out, std::int64_t n) {
+    const auto leaf = haveAvx512Bf16Gemm() ? avx512bf16::sum : sumB;
+    at::parallel_for(0, n, kGrain, [&](std::int64_t i0, std::int64_t i1) { leaf(a + i0, b + i0, out + i0, i1 - i0); });
 }
 
 } // namespace devicerace::detail::cpu

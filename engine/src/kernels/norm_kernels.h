@@ -42,4 +42,8 @@ void reluNormGrad(const float* dy, const float* y, const float* x, float* dx, fl
 void reluNormGrad(const Bf16* dy, const Bf16* y, const Bf16* x, Bf16* dx, Bf16* dres, NormShape s,
                   NormGradCoefficients k);
 
+/// out = a + b over n values (a residual block input's two gradients: its convolution's and its
+/// shortcut's), each sum rounded once. Parallel over the lane's intra-op threads.
+void sumGradients(const Bf16* a, const Bf16* b, Bf16* out, std::int64_t n);
+
 } // namespace devicerace::detail::cpu

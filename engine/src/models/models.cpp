@@ -104,6 +104,10 @@ torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
     return batchNormReluNode(bn, x, residual);
 }
 
+std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, bool fused) {
+    return fused && residualForkFits(x) ? residualForkNode(x) : std::pair{x, x};
+}
+
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {
     return fused && tunedWeightGradFits(conv, x) ? convolveTuned(conv, x) : conv.forward(x);
 }

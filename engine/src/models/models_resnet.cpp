@@ -41,11 +41,12 @@ struct BasicBlockImpl : torch::nn::Module {
         c2 = register_module("c2", conv(out, out, 3));
         b2 = register_module("b2", BatchNorm2d(out));
     }
-    torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor forward(const torch::Tensor& input) {
+        const auto [x, shortcutInput] = forkResidual(input, m_levers.norm);
         auto h = batchNormRelu(*b1, convolve(*c1, x, m_levers.conv), {}, m_levers.norm);
-        auto shortcut = x;
+        auto shortcut = shortcutInput;
         if (m_stride != 1 || m_pad != 0) {
-            shortcut = x.slice(2, 0, x.size(2), m_stride).slice(3, 0, x.size(3), m_stride);
+            shortcut = shortcut.slice(2, 0, x.size(2), m_stride).slice(3, 0, x.size(3), m_stride);
             shortcut = F::pad(shortcut, F::PadFuncOptions({0, 0, 0, 0, m_pad / 2, m_pad - m_pad / 2}));
         }
         return batchNormRelu(*b2, convolve(*c2, h, m_levers.conv), shortcut, m_levers.norm);
