@@ -174,31 +174,44 @@ TEST(BatchNormRelu, RunsTheModuleWhereItDoesNotFit) {
     EXPECT_TRUE(torch::equal(bn->running_mean, before));
 }
 
-// A residual block's input forked for its convolution and its shortcut: the fork's node adds the
-// two gradients itself (in bf16, rounding each sum once, as ATen's add does), the same values as
-// autograd's accumulation of x used twice; with only one branch's gradient, that one.
+// A residual block's input forked for its convolution and its shortcut (x itself, or option A:
+// every other pixel, zero channels either side): the fork's node adds the two gradients itself
+// (in bf16, rounding each sum once, as ATen's add does), the same values as autograd's
+// accumulation of x used twice through ATen's slices and pad; with one branch's gradient, that one.
 TEST(ResidualFork, AddsItsTwoGradientsAsAutogradWould) {
     auto gen = at::detail::createCPUGenerator(8);
-    for (const auto& shape : {std::vector<std::int64_t>{4, 16, 8, 8}, {3, 5, 7, 9}}) {
+    struct Case {
+        std::vector<std::int64_t> shape;
+        std::int64_t stride, pad;
+    };
+    for (const auto& [shape, stride, pad] :
+         {Case{{4, 16, 8, 8}, 1, 0}, Case{{3, 5, 7, 9}, 1, 0}, Case{{4, 16, 8, 8}, 2, 16}, Case{{3, 5, 7, 9}, 2, 3}}) {
         const auto input = torch::randn(shape, gen).to(torch::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
         const auto w1 = torch::randn(shape, gen).to(torch::kBFloat16);
-        const auto w2 = torch::randn({shape[0], shape[1], (shape[2] + 1) / 2, (shape[3] + 1) / 2}, gen);
-        const auto gradOf = [&](bool fused, bool both) {
+        const std::vector<std::int64_t> cut{shape[0], shape[1] + pad, (shape[2] + stride - 1) / stride,
+                                            (shape[3] + stride - 1) / stride};
+        const auto w2 = torch::randn(cut, gen);
+        const auto run = [&](bool fused, bool both) {
             auto x = input.clone(at::MemoryFormat::ChannelsLast).requires_grad_(true);
             EXPECT_TRUE(residualForkFits(x));
-            const auto [conv, shortcut] = forkResidual(x, fused);
+            const auto [conv, shortcut] = forkResidual(x, stride, pad, fused);
+            EXPECT_EQ(shortcut.sizes(), c10::IntArrayRef(cut));
             auto loss = (conv * w1).to(torch::kFloat).sum();
-            if (both) { // the shortcut of a stride-2 block: every other pixel
-                loss = loss + (shortcut.slice(2, 0, shape[2], 2).slice(3, 0, shape[3], 2).to(torch::kFloat) * w2).sum();
+            if (both) {
+                loss = loss + (shortcut.to(torch::kFloat) * w2).sum();
             }
             loss.backward();
-            return x.grad().clone();
+            return std::pair{shortcut.detach().to(torch::kFloat), x.grad().clone()};
         };
         for (const bool both : {true, false}) {
-            const auto plain = gradOf(false, both), fused = gradOf(true, both);
-            EXPECT_TRUE(torch::equal(fused, plain))
-                << shape[1] << " channels, " << (both ? "both" : "one") << " branch(es)";
-            EXPECT_GT(plain.abs().sum().item<double>(), 0);
+            const auto [plainCut, plain] = run(false, both);
+            const auto [fusedCut, fused] = run(true, both);
+            const auto what = ::testing::Message() << shape[1] << " channels, stride " << stride << ", pad " << pad
+                                                   << ", " << (both ? "both branches" : "one branch");
+            EXPECT_TRUE(torch::equal(fusedCut, plainCut)) << what;
+            EXPECT_TRUE(torch::equal(fused, plain)) << what;
+            EXPECT_TRUE(fused.is_contiguous(at::MemoryFormat::ChannelsLast)) << what;
+            EXPECT_GT(plain.abs().sum().item<double>(), 0) << what;
         }
     }
     const auto x = torch::randn({2, 4, 3, 3}).requires_grad_(true); // fp32: autograd's own add

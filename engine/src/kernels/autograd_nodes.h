@@ -36,12 +36,14 @@ bool fusedBatchNormFits(const torch::nn::BatchNorm2dImpl& bn, const at::Tensor& 
 /// back (kernels/norm_kernels.h), updating bn's running statistics as BatchNorm2d does.
 at::Tensor batchNormReluNode(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& x, const at::Tensor& residual);
 
-/// Whether residualForkNode takes `x`: a bf16 CPU tensor that requires its gradient, in training.
+/// Whether residualForkNode takes `x`: a 4-D bf16 channels_last CPU tensor that requires its
+/// gradient, in training.
 bool residualForkFits(const at::Tensor& x);
-/// x twice, as one node's two outputs (a residual block's input: its convolution's and its
-/// shortcut's), whose two gradients that node adds in one pass (kernels/norm_kernels.h
-/// sumGradients) where autograd would add them with ATen's bf16 add.
-std::pair<at::Tensor, at::Tensor> residualForkNode(const at::Tensor& x);
+/// x and its shortcut (x itself for stride 1 and pad 0; else every stride-th pixel with `pad`
+/// zero channels, pad / 2 before x's, channels_last) as one node's two outputs (a residual
+/// block's input: its convolution's and its shortcut's), whose two gradients that node adds in
+/// one pass (kernels/norm_kernels.h) where autograd would add them with ATen's bf16 add.
+std::pair<at::Tensor, at::Tensor> residualForkNode(const at::Tensor& x, std::int64_t stride, std::int64_t pad);
 
 /// False when DEVICERACE_CONV_WGRAD=0 (benchmarks); "gemm" takes im2col + GEMM for every shape (tests).
 bool tunedWeightGradEnabled();

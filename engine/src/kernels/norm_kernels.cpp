@@ -249,4 +249,30 @@ void sumGradients(const Bf16* a, const Bf16* b, Bf16* out, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t i0, std::int64_t i1) { leaf(a + i0, b + i0, out + i0, i1 - i0); });
 }
 
+void sumShortcutGradients(const Bf16* a, const Bf16* b, Bf16* out, ShortcutShape s) {
+    const auto leaf = haveAvx512Bf16Gemm() ? avx512bf16::sum : sumB;
+    const std::int64_t bh = (s.h + s.stride - 1) / s.stride, bw = (s.w + s.stride - 1) / s.stride;
+    // One image row a task: its pixels' rows copied, the shortcut's every stride-th row added.
+    at::parallel_for(0, s.images * s.h, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, s.w * s.c)),
+                     [&](std::int64_t r0, std::int64_t r1) {
+                         for (std::int64_t r = r0; r < r1; ++r) {
+                             const std::int64_t image = r / s.h, y = r % s.h;
+                             const Bf16* ar = a + r * s.w * s.c;
+                             Bf16* outr = out + r * s.w * s.c;
+                             if (y % s.stride != 0) {
+                                 std::copy(ar, ar + s.w * s.c, outr);
+                                 continue;
+                             }
+                             const Bf16* br = b + ((image * bh + y / s.stride) * bw) * s.bChannels + s.offset;
+                             for (std::int64_t x = 0; x < s.w; ++x) {
+                                 if (x % s.stride == 0) {
+                                     leaf(ar + x * s.c, br + (x / s.stride) * s.bChannels, outr + x * s.c, s.c);
+                                 } else {
+                                     std::copy(ar + x * s.c, ar + (x + 1) * s.c, outr + x * s.c);
+                                 }
+                             }
+                         }
+                     });
+}
+
 } // namespace devicerace::detail::cpu

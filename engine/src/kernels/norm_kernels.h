@@ -45,5 +45,13 @@ void reluNormGrad(const Bf16* dy, const Bf16* y, const Bf16* x, Bf16* dx, Bf16* 
 /// out = a + b over n values (a residual block input's two gradients: its convolution's and its
 /// shortcut's), each sum rounded once. Parallel over the lane's intra-op threads.
 void sumGradients(const Bf16* a, const Bf16* b, Bf16* out, std::int64_t n);
+/// The same for an option-A shortcut (every `stride`-th pixel, channels zero-padded): a and out
+/// [images x h x w x c] (NHWC), b the shortcut's gradient [images x ceil(h / stride) x ceil(w /
+/// stride) x bChannels] whose channels [offset, offset + c) are x's: out = a, plus b's part at the
+/// pixels the shortcut took.
+struct ShortcutShape {
+    std::int64_t images, h, w, c, stride, bChannels, offset;
+};
+void sumShortcutGradients(const Bf16* a, const Bf16* b, Bf16* out, ShortcutShape s);
 
 } // namespace devicerace::detail::cpu

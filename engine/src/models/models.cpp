@@ -2,6 +2,7 @@
 #include "models/models.h"
 
 #include <fmt/format.h>
+#include <torch/nn/functional/padding.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
@@ -104,8 +105,17 @@ torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor&
     return batchNormReluNode(bn, x, residual);
 }
 
-std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, bool fused) {
-    return fused && residualForkFits(x) ? residualForkNode(x) : std::pair{x, x};
+std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, std::int64_t stride, std::int64_t pad,
+                                                     bool fused) {
+    if (fused && residualForkFits(x)) {
+        return residualForkNode(x, stride, pad);
+    }
+    if (stride == 1 && pad == 0) {
+        return {x, x};
+    }
+    const auto sub = x.slice(2, 0, x.size(2), stride).slice(3, 0, x.size(3), stride);
+    return {x, torch::nn::functional::pad(sub,
+                                          torch::nn::functional::PadFuncOptions({0, 0, 0, 0, pad / 2, pad - pad / 2}))};
 }
 
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {

@@ -136,10 +136,12 @@ torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training
 /// ATen's ops.
 torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
                             bool fused);
-/// A residual block's input for its convolution and for its shortcut: with `fused` and where it
-/// fits (residualForkFits), two outputs of one node that adds their gradients itself
-/// (kernels/autograd_nodes.h); otherwise x twice.
-std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, bool fused);
+/// A residual block's input for its convolution and its shortcut (He et al.'s option A: x, or every
+/// stride-th pixel with `pad` zero channels, pad / 2 before x's): with `fused` and where it fits
+/// (residualForkFits), two outputs of one node that adds their gradients itself
+/// (kernels/autograd_nodes.h); otherwise x and ATen's slices and pad.
+std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, std::int64_t stride, std::int64_t pad,
+                                                     bool fused);
 /// conv(x): with `fused` and where it fits (tunedWeightGradFits), the node whose weight gradient
 /// is timed against im2col + GEMM (convolveTuned, kernels/autograd_nodes.h); otherwise the
 /// module's forward.

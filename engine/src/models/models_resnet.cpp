@@ -42,13 +42,8 @@ struct BasicBlockImpl : torch::nn::Module {
         b2 = register_module("b2", BatchNorm2d(out));
     }
     torch::Tensor forward(const torch::Tensor& input) {
-        const auto [x, shortcutInput] = forkResidual(input, m_levers.norm);
+        const auto [x, shortcut] = forkResidual(input, m_stride, m_pad, m_levers.norm);
         auto h = batchNormRelu(*b1, convolve(*c1, x, m_levers.conv), {}, m_levers.norm);
-        auto shortcut = shortcutInput;
-        if (m_stride != 1 || m_pad != 0) {
-            shortcut = shortcut.slice(2, 0, x.size(2), m_stride).slice(3, 0, x.size(3), m_stride);
-            shortcut = F::pad(shortcut, F::PadFuncOptions({0, 0, 0, 0, m_pad / 2, m_pad - m_pad / 2}));
-        }
         return batchNormRelu(*b2, convolve(*c2, h, m_levers.conv), shortcut, m_levers.norm);
     }
     Conv2d c1{nullptr}, c2{nullptr};
