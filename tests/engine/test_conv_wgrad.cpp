@@ -190,7 +190,8 @@ TEST(ConvWeightGrad, TheBf16KernelGivesTheWeightGradientOfTheBf16Convolution) {
     WgradMode gemm("gemm");
     // The CIFAR ResNets' layers in miniature (16, 32, 64 channels, stride 2), runs of channels
     // shorter than a panel (3, 5, 24), a 7x7 stem, 1x1, a bias, no padding, one channel, pixel
-    // counts that split unevenly (odd ones too) and over 2 x 256 pixels.
+    // counts that split unevenly (odd ones too) and over 2 x 256 pixels; and the layers whose x is
+    // read in place as pairs of columns (3x3, 5x5, 1x1; odd heights).
     const Shape shapes[] = {{4, 16, 16, 12, 12, 3},
                             {3, 16, 32, 11, 9, 3, false, -1, 2},
                             {2, 32, 64, 8, 8, 3, false, -1, 2},
@@ -201,7 +202,12 @@ TEST(ConvWeightGrad, TheBf16KernelGivesTheWeightGradientOfTheBf16Convolution) {
                             {2, 3, 8, 13, 11, 7, true, 3, 2},
                             {2, 8, 6, 7, 9, 1, false, 0, 2},
                             {3, 1, 8, 9, 9, 3, true, 0},
-                            {1, 48, 20, 5, 3, 3}};
+                            {1, 48, 20, 5, 3, 3},
+                            // stride 1, "same" padding, even widths, 16 channels a run: x read as pairs
+                            {3, 16, 16, 16, 16, 3},
+                            {2, 32, 24, 17, 20, 3},
+                            {2, 48, 8, 16, 10, 5},
+                            {2, 16, 40, 18, 6, 1}};
     for (const auto& s : shapes) {
         for (const int threads : {1, 2}) {
             at::set_num_threads(threads);
