@@ -137,25 +137,18 @@ TEST(BatchNormRelu, GivesTheSameResultOnOneAndTwoThreads) {
     const std::vector<std::int64_t> shape{32, 16, 32, 32};
     const auto x = torch::randn(shape, gen), residual = torch::randn(shape, gen);
     const int before = at::get_num_threads();
-    at::set_num_threads(1);
-    const auto one = run(x, residual, true, torch::kFloat);
-    at::set_num_threads(2);
-    const auto two = run(x, residual, true, torch::kFloat);
-    at::set_num_threads(before);
-    EXPECT_TRUE(torch::equal(one.out, two.out));
-    EXPECT_TRUE(torch::equal(one.dx, two.dx));
-    EXPECT_TRUE(torch::equal(one.dres, two.dres));
-    EXPECT_TRUE(torch::equal(one.dgamma, two.dgamma));
-    EXPECT_TRUE(torch::equal(one.runningVar, two.runningVar));
-    at::set_num_threads(1);
-    const auto oneBf16 = run(x, residual, true, torch::kBFloat16);
-    at::set_num_threads(2);
-    const auto twoBf16 = run(x, residual, true, torch::kBFloat16);
-    at::set_num_threads(before);
-    EXPECT_TRUE(torch::equal(oneBf16.out, twoBf16.out));
-    EXPECT_TRUE(torch::equal(oneBf16.dx, twoBf16.dx));
-    EXPECT_TRUE(torch::equal(oneBf16.dres, twoBf16.dres));
-    EXPECT_TRUE(torch::equal(oneBf16.dgamma, twoBf16.dgamma));
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+        at::set_num_threads(1);
+        const auto one = run(x, residual, true, dtype);
+        at::set_num_threads(2);
+        const auto two = run(x, residual, true, dtype);
+        at::set_num_threads(before);
+        EXPECT_TRUE(torch::equal(one.out, two.out)) << dtype;
+        EXPECT_TRUE(torch::equal(one.dx, two.dx)) << dtype;
+        EXPECT_TRUE(torch::equal(one.dres, two.dres)) << dtype;
+        EXPECT_TRUE(torch::equal(one.dgamma, two.dgamma)) << dtype;
+        EXPECT_TRUE(torch::equal(one.runningVar, two.runningVar)) << dtype;
+    }
 }
 
 TEST(BatchNormRelu, RunsTheModuleWhereItDoesNotFit) {

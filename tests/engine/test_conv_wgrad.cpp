@@ -104,6 +104,13 @@ struct Shape {
     std::int64_t stride = 1;
 };
 
+std::string describe(const Shape& s, int threads) {
+    std::ostringstream shape;
+    shape << "n" << s.n << " c" << s.c << "->" << s.oc << " " << s.h << "x" << s.w << " k" << s.k << " pad " << s.pad
+          << " stride " << s.stride << (s.bias ? " bias" : "") << ", " << threads << " thread(s)";
+    return shape.str();
+}
+
 // A cache folder of the test's own for the machine's choices (DEVICERACE_CACHE_DIR), removed at the
 // end. Not test::TempDir: linked to libtorch.so directly, this binary gets libtorch's exported
 // std::filesystem::remove_all, which crashes (a null call); the files are removed one by one.
@@ -163,10 +170,7 @@ TEST(ConvWeightGrad, TheGemmPathGivesTheModulesGradients) {
             const auto input = torch::randn({s.n, s.c, s.h, s.w}, gen);
             const auto plain = run(conv, input, false);
             const auto fused = run(conv, input, true);
-            std::ostringstream shape;
-            shape << "n" << s.n << " c" << s.c << "->" << s.oc << " " << s.h << "x" << s.w << " k" << s.k << " pad "
-                  << s.pad << " stride " << s.stride << (s.bias ? " bias" : "") << ", " << threads << " thread(s)";
-            const auto what = shape.str();
+            const auto what = describe(s, threads);
             expectClose(fused.out, plain.out, "output, " + what);
             expectClose(fused.dx, plain.dx, "input gradient, " + what);
             expectClose(fused.dw, plain.dw, "weight gradient, " + what);
@@ -216,10 +220,7 @@ TEST(ConvWeightGrad, TheBf16KernelGivesTheWeightGradientOfTheBf16Convolution) {
             const auto input = channelsLastStrided(torch::randn({s.n, s.c, s.h, s.w}, gen));
             const auto plain = runBf16(conv, input, false);
             const auto fused = runBf16(conv, input, true);
-            std::ostringstream shape;
-            shape << "n" << s.n << " c" << s.c << "->" << s.oc << " " << s.h << "x" << s.w << " k" << s.k << " pad "
-                  << s.pad << " stride " << s.stride << (s.bias ? " bias" : "") << ", " << threads << " thread(s)";
-            const auto what = shape.str();
+            const auto what = describe(s, threads);
             EXPECT_TRUE(torch::equal(fused.out, plain.out)) << "output, " << what;
             EXPECT_TRUE(torch::equal(fused.dx, plain.dx)) << "input gradient, " << what;
             // The exact gradient of the bf16 values both convolutions multiply.

@@ -23,8 +23,9 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_CLI", "users",
                       "the devicerace-cli a worker lane starts (default: the one beside this)"},
     EnvironmentSwitch{"DEVICERACE_CONV_WGRAD", "tests",
-                      "0: oneDNN's convolution weight gradient everywhere; gemm: im2col + GEMM for every shape "
-                      "(default: the path timed faster per shape)"},
+                      "0: oneDNN's convolution weight gradient everywhere; gemm: the engine's for every shape "
+                      "(im2col + GEMM in fp32, the AVX-512 BF16 kernel in bf16; default: the path timed faster "
+                      "per shape)"},
     EnvironmentSwitch{"DEVICERACE_CONV_WGRAD_LOG", "benchmarks", "1: print each convolution weight-gradient pick"},
     EnvironmentSwitch{"DEVICERACE_CPU_ATTENTION", "benchmarks",
                       "tiles or bmm: the fused transformer step's attention by that path"},
