@@ -109,7 +109,8 @@ class RaceTest(unittest.TestCase):
 
 class UnchangedPyTorch(RaceTest):
     def test_one_and_two_threads_count_steps_samples_and_time_as_the_script_does(self):
-        race = self.race(["cpu,threads=1", "cpu,threads=2"], train(), "--fair")
+        # Enough steps for several report intervals past the warm-up on a fast CPU (~1,000 steps/s).
+        race = self.race(["cpu,threads=1", "cpu,threads=2"], train(steps=1200), "--fair")
         self.assertFinished(race, "cpu·1", "cpu·2")
         self.assertEqual(race.summary["workload"], "script")
         self.assertIn("train_fashion.py", " ".join(race.summary["command"]))
@@ -185,18 +186,18 @@ class UnchangedPyTorch(RaceTest):
 
 class ReportingScripts(RaceTest):
     def test_lane_step_and_evaluate_give_the_scripts_own_figures(self):
-        race = self.race(["cpu,threads=1"], train("--report", "api", "--eval-every", "100", steps=200))
+        race = self.race(["cpu,threads=1"], train("--report", "api", "--eval-every", "600", steps=1200))
         self.assertFinished(race, "cpu·1")
         lane, own = race.lane("cpu·1"), race.own("cpu·1")
-        self.assertEqual((lane["steps"], lane["samples"]), (200, 12800))
+        self.assertEqual((lane["steps"], lane["samples"]), (1200, 76800))
         evals = race.of("cpu·1", "eval")
-        self.assertEqual([e["step"] for e in evals], [100, 200, 200])
+        self.assertEqual([e["step"] for e in evals], [600, 1200, 1200])
         self.assertAlmostEqual(lane["final_test_accuracy"], own["accuracy"], places=6)
         self.assertRateMatchesScript(race, "cpu·1", 64)
-        # The evaluations are outside every throughput interval: no interval spans step 100.
+        # The evaluations are outside every throughput interval: no interval spans step 600.
         trains = race.of("cpu·1", "train")
         for before, after in zip(trains, trains[1:]):
-            self.assertFalse(before["step"] < 100 < after["step"] and after["samples_per_sec"] is not None
+            self.assertFalse(before["step"] < 600 < after["step"] and after["samples_per_sec"] is not None
                              and before["step"] >= 1, (before, after))
 
     def test_tensorboard_scalars_of_a_logdir(self):

@@ -7,7 +7,9 @@
 // load at its place in the vector (a tap in the padding leaves zeros), two pixels' vectors then
 // interleaved into pairs. A panel is packed once per block of 256 pixels and passed by every tile
 // while it is in L1. The pixels are split over the threads, each with its own sums (dw is small:
-// at most a few hundred kB), added at the end: no packing repeated by two threads.
+// at most a few hundred kB), added at the end: no packing repeated by two threads. Stride-1
+// "same" layers with even widths and channels in runs of 16 take a second path (pairedPart,
+// below) that copies x once an image as pairs and reads every tap from that copy in place.
 #include "kernels/bf16_conv_wgrad.h"
 
 #include <ATen/Parallel.h>

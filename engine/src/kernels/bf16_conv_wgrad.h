@@ -1,6 +1,7 @@
 #pragma once
 // A bf16 convolution's weight gradient on the AVX-512 BF16 GEMM's tiles (kernels/bf16_tile.h),
-// the im2col columns packed straight from x into the tiles' panels (no column buffer), fp32 sums
+// the im2col columns packed straight from x into the tiles' panels or, for stride-1 "same"
+// layers, read in place from a pair-interleaved copy of x (no column buffer either way), fp32 sums
 // written as the gradient (no bf16 rounding of it, no widening pass). What a bf16 lane's
 // convolution node takes where timing found it faster than oneDNN's backward-weights kernel
 // (kernels/conv_wgrad_node.cpp). Torch-free header.
