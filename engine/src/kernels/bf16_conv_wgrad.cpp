@@ -144,9 +144,9 @@ void part(const ConvGeometry& g, const std::uint16_t* x, const std::uint16_t* dy
     buf.a.resize(static_cast<std::size_t>(tiles * kPairs * kRows));
     buf.panel.resize(static_cast<std::size_t>(kPairs * kCols));
     const std::int64_t pixelsPerImage = oh * ow;
-    Pixel at{kBegin / pixelsPerImage, kBegin % pixelsPerImage / ow, kBegin % ow};
     for (std::int64_t k0 = kBegin; k0 < kEnd; k0 += 2 * kPairs) {
         const auto pairs = std::min(kPairs, (kEnd - k0 + 1) / 2);
+        const Pixel at{k0 / pixelsPerImage, k0 % pixelsPerImage / ow, k0 % ow}; // the block's first pixel
         const auto tileSize = pairs * kRows;
         for (std::int64_t t = 0; t < tiles; ++t) {
             packA(true, dy, g.oc, kEnd, k0, pairs, t * kRows, std::min(kRows, g.oc - t * kRows),
@@ -160,9 +160,6 @@ void part(const ConvGeometry& g, const std::uint16_t* x, const std::uint16_t* dy
                 kTiles[rows - 1](reinterpret_cast<const char*>(buf.a.data() + t * tileSize), 4, kRows * 4,
                                  buf.panel.data(), pairs, c + t * kRows * width + q * kCols, width, cols, k0 > kBegin);
             }
-        }
-        for (std::int64_t s = 0; s < 2 * pairs; ++s) {
-            at.next(oh, ow);
         }
     }
 }

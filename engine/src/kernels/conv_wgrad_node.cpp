@@ -443,7 +443,7 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
     const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
     // fp32 outside autocast, or a bf16 autocast lane's (x fp32, or bf16 from the layer before)
     const bool autocast = at::autocast::is_autocast_enabled(at::kCPU);
-    const bool bf16 = autocast && bf16AutocastWithKernel();
+    const bool bf16 = bf16AutocastWithKernel();
     return torch::GradMode::is_enabled() && conv.weight.requires_grad() && x.is_cpu() && x.dim() == 4 &&
            (x.scalar_type() == at::kFloat || (bf16 && x.scalar_type() == at::kBFloat16)) &&
            conv.weight.scalar_type() == at::kFloat && (!conv.bias.defined() || conv.bias.scalar_type() == at::kFloat) &&
@@ -464,7 +464,7 @@ at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
     const bool withBias = conv.bias.defined();
     return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias,
                                       std::vector<std::int64_t>{(*pad)[0], (*pad)[1], (*stride)[0], (*stride)[1]},
-                                      at::autocast::is_autocast_enabled(at::kCPU));
+                                      bf16AutocastWithKernel());
 }
 
 } // namespace devicerace::detail
