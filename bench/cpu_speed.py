@@ -271,13 +271,16 @@ def goal_ratios(specs, runs, cores):
 
 def bf16_routes(execution):
     """The bf16 GEMM routes a lane's execution text names ("MKL bf16 for 12 of 14 GEMM shapes, ..."),
-    "autocast" for an autograd lane, "" when it names none."""
+    "autocast" for an autograd lane, "" when it names none; then the measured peaks where this CPU's
+    bf16 one is below its fp32 one ("bf16 slower than fp32 on this CPU (...)")."""
+    slower = re.search(r"bf16 slower than fp32 on this CPU \(([^)]*)\)", execution)
+    slower = f"; bf16 slower than fp32 here ({slower.group(1)})" if slower else ""
     m = re.search(r"bf16 GEMMs with fp32 (?:results|sums): ([^;]*)", execution)
     if m:
-        return m.group(1).strip()
+        return m.group(1).strip() + slower
     if "bf16 emulated" in execution:
         return "emulated (no bf16 units)"
-    return "autocast (ATen's ops)" if "autocast" in execution else ""
+    return ("autocast (ATen's ops)" if "autocast" in execution else "") + slower
 
 
 def print_bf16_table(result, cores):

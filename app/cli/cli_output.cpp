@@ -37,9 +37,12 @@ std::string devicesText(const DeviceReport& r) {
     std::string out;
     out += fmt::format("LibTorch {}{}\n", r.torchVersion,
                        r.torchCudaVersion.empty() ? " (CPU only)" : fmt::format(" (CUDA {})", r.torchCudaVersion));
-    out += fmt::format("cpu      {} · {} cores · {} logical CPUs · {} threads by default · {} · BLAS: {} · bf16: {}\n",
-                       r.cpu.model, r.cpu.physicalCores, r.cpu.logicalCpus, r.cpu.torchThreads, r.cpu.parallelBackend,
-                       r.cpu.blas, r.cpu.bf16Units.empty() ? "emulated (no AMX or AVX-512 BF16)" : r.cpu.bf16Units);
+    out += fmt::format(
+        "cpu      {} · {} cores · {} logical CPUs · {} threads by default · {} · BLAS: {} · bf16: {}\n", r.cpu.model,
+        r.cpu.physicalCores, r.cpu.logicalCpus, r.cpu.torchThreads, r.cpu.parallelBackend, r.cpu.blas,
+        r.cpu.bf16Units.empty() ? "emulated (no AMX or AVX-512 BF16)"
+        : r.cpu.amxNotExposed   ? r.cpu.bf16Units + " (this Xeon model has AMX, but this system does not expose it)"
+                                : r.cpu.bf16Units);
     if (auto w = blasWarning(r); !w.empty()) {
         out += "         " + w + "\n";
     }
@@ -63,7 +66,7 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
     if (!r.cpu.bf16Units.empty()) {
         precisions.push_back(Precision::Bf16);
     }
-    std::string cpu, source, busy, limited;
+    std::string cpu, source, busy, limited, slowerBf16;
     bool cached = true;
     for (const auto p : precisions) {
         cpu += fmt::format("{}{}:", cpu.empty() ? "" : " · ", p == Precision::Bf16 ? "bf16" : "fp32");
@@ -71,7 +74,9 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
             cpu += t == threads.front() ? "" : ",";
             const auto peak = cpuPeakFlops(p, t, remeasure);
             cached = cached && peak.cached;
-            source = peak.source;
+            if (peak.slowerBf16FlopsPerSec == 0) {
+                source = peak.source; // (a bf16 one held to the fp32 figure says so in its source first)
+            }
             if (peak.busy) {
                 busy = peak.source;
             }
@@ -80,7 +85,15 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
                                       "affinity)",
                                       t, t == 1 ? "" : "s", peak.usableCores, peak.usableCores == 1 ? "" : "s");
             }
-            cpu += fmt::format(" {} thread{} {} GFLOP/s", t, t == 1 ? "" : "s", groupThousands(peak.flopsPerSec / 1e9));
+            // A bf16 figure below the fp32 one is shown as measured; a bf16 lane is held to the fp32 one.
+            const double shown = peak.slowerBf16FlopsPerSec > 0 ? peak.slowerBf16FlopsPerSec : peak.flopsPerSec;
+            if (peak.slowerBf16FlopsPerSec > 0 && slowerBf16.empty()) {
+                slowerBf16 = fmt::format("{} GFLOP/s against fp32's {} on {} thread{} ({})",
+                                         groupThousands(peak.slowerBf16FlopsPerSec / 1e9),
+                                         groupThousands(peak.flopsPerSec / 1e9), t, t == 1 ? "" : "s",
+                                         fmt::format("{:.2f}×", peak.slowerBf16FlopsPerSec / peak.flopsPerSec));
+            }
+            cpu += fmt::format(" {} thread{} {} GFLOP/s", t, t == 1 ? "" : "s", groupThousands(shown / 1e9));
         }
     }
     const auto file = peakCacheFile();
@@ -99,6 +112,12 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
     }
     if (!busy.empty()) {
         out += fmt::format("         {}; run `devicerace-cli devices --remeasure` when the machine is idle\n", busy);
+    }
+    if (!slowerBf16.empty()) {
+        out += fmt::format(
+            "bf16     slower than fp32 on this CPU: {}{}; bf16 lanes are held to the fp32 peak and their "
+            "GEMMs take fp32 where timed faster\n",
+            slowerBf16, r.cpu.amxNotExposed ? "; its AVX-512 BF16 runs at half its fp32 rate without AMX" : "");
     }
     if (!r.cpu.bf16Units.empty()) {
         // Which library each bf16 GEMM shape of a fused step takes here, chosen by timing them all.

@@ -98,6 +98,11 @@ class CpuSpeed(unittest.TestCase):
                                 "(DEVICERACE_BF16_ROUTE); fp32 master weights)"),
                          "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)")
         self.assertEqual(routes("autograd step (not a GPT), fused Adam, bf16 autocast"), "autocast (ATen's ops)")
+        self.assertEqual(routes("fused dense step (bf16 GEMMs with fp32 sums: fp32 for every GEMM shape (6) (the "
+                                "fastest timed on this CPU at 1 thread); fp32 master weights), bf16 slower than fp32 on "
+                                "this CPU (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread)"),
+                         "fp32 for every GEMM shape (6) (the fastest timed on this CPU at 1 thread); bf16 slower than "
+                         "fp32 here (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread)")
         result = {"workloads": {"char-gpt": {
             "lanes": [{"lane": "DeviceRace, 2 threads", "samples_per_sec": 400.0, "execution": ""},
                       {"lane": "DeviceRace, 2 threads, bf16", "samples_per_sec": 300.0,

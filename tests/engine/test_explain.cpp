@@ -309,6 +309,31 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
                             "2 threads), and the rest of its step"),
               std::string::npos)
         << lines[0];
+    // bf16 units slower than the fp32 ones (AVX-512 BF16 without AMX on a Xeon): the measured
+    // peaks the execution names, the routes, and the peak the lane is held to.
+    auto slower = cpuLane("bf16", Precision::Bf16, 300,
+                          "fused transformer step (bf16 GEMMs with fp32 results: fp32 for every GEMM shape (15) (the "
+                          "fastest timed on this CPU at 2 threads); fp32 causal attention tiles and master weights), "
+                          "fused AdamW, bf16 slower than fp32 on this CPU (bf16 peak 178 against fp32 332 GFLOP/s at "
+                          "2 threads; this Xeon model's AMX is not exposed here)");
+    slower.utilization = 0.48;
+    lines = explainBf16Lanes({fp32, slower});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0], "bf16 (bf16) runs at 0.75× the speed of fp32 (fp32): this CPU's bf16 arithmetic is slower "
+                        "than its fp32 (bf16 peak 178 against fp32 332 GFLOP/s at 2 threads; this Xeon model's AMX is "
+                        "not exposed here), so bf16 cannot pay here: its GEMMs took fp32 for every GEMM shape (15) "
+                        "(the fastest timed on this CPU at 2 threads), and the conversions to bf16 and back come on "
+                        "top; it reached 48% of this CPU's fp32 peak (the higher, which it is held to), fp32 57%.");
+    // The same CPU, an autocast lane (its convolutions run on the slower bf16 units).
+    auto slowerAutocast = cpuLane("bf16", Precision::Bf16, 220,
+                                  "autograd step (not a GPT), fused AdamW, bf16 autocast, bf16 slower than fp32 on "
+                                  "this CPU (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread)");
+    lines = explainBf16Lanes({fp32, slowerAutocast});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("slower than its fp32 (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread), so bf16 cannot "
+                            "pay here: its bf16 layers run at the slower rate"),
+              std::string::npos)
+        << lines[0];
     // No bf16 units.
     auto emulated = cpuLane("bf16", Precision::Bf16, 40, "fused Adam, bf16 autocast, bf16 emulated (this CPU ...)");
     lines = explainBf16Lanes({fp32, emulated});

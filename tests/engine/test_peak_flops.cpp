@@ -369,3 +369,62 @@ TEST(CpuPeak, APeakALanePassedIsDroppedAndMeasuredAgain) {
     EXPECT_FALSE(forgetCpuPeak(Precision::Fp32, 1, first.flopsPerSec * 1.04)); // nothing left to drop
     EXPECT_FALSE(cpuPeakFlops(Precision::Fp32, 1).cached);
 }
+
+// A peak is an upper bound, and a bf16 lane's GEMMs may take fp32 where timed faster: where this
+// CPU's bf16 calibration measures below its fp32 one (an Intel Xeon's AVX-512 BF16 without AMX
+// runs at about half its FMAs' rate), a bf16 lane is held to the fp32 figure, and the bf16 one is
+// still told. A lane past that ceiling drops the fp32 figure only.
+TEST(CpuPeak, ABf16PeakIsNeverBelowTheFp32One) {
+    CacheDir cache;
+    const auto fp32 = cpuPeakFlops(Precision::Fp32, 1, true);
+    const auto bf16 = cpuPeakFlops(Precision::Bf16, 1, true);
+    if (fp32.busy || bf16.busy) {
+        GTEST_SKIP() << "other work shared the cores, so nothing was cached: " << fp32.source << " / " << bf16.source;
+    }
+    EXPECT_GE(bf16.flopsPerSec, fp32.flopsPerSec) << bf16.source;
+    if (deviceReport().cpu.bf16Units.empty()) {
+        GTEST_SKIP() << "no bf16 units: bf16 lanes are held to the fp32 peak (TheCalibrationIsStableAndCached)";
+    }
+    // The cache as a CPU with slower and then with faster bf16 units would have left it.
+    const auto file = cache.dir / "peaks.json";
+    const auto setBf16 = [&](double figure) {
+        std::ifstream in(file);
+        auto j = nlohmann::json::parse(in);
+        int n = 0;
+        for (auto& [key, entry] : j["peaks"].items()) {
+            if (key.find("|bf16|") != std::string::npos) {
+                entry["flops_per_sec"] = figure;
+                ++n;
+            }
+        }
+        ASSERT_EQ(n, 1) << j.dump();
+        std::ofstream(file) << j.dump(2);
+    };
+    const double fp32Figure = cpuPeakFlops(Precision::Fp32, 1).flopsPerSec;
+    setBf16(fp32Figure / 2);
+    const auto slower = cpuPeakFlops(Precision::Bf16, 1);
+    EXPECT_TRUE(slower.cached);
+    EXPECT_DOUBLE_EQ(slower.flopsPerSec, fp32Figure);
+    EXPECT_DOUBLE_EQ(slower.slowerBf16FlopsPerSec, fp32Figure / 2);
+    EXPECT_NE(slower.source.find("the fp32 peak, above this CPU's bf16 one"), std::string::npos) << slower.source;
+    // Under the ceiling: nothing dropped. Past it: the fp32 figure is dropped, the bf16 one kept.
+    EXPECT_FALSE(forgetCpuPeak(Precision::Bf16, 1, fp32Figure * 0.9));
+    EXPECT_TRUE(forgetCpuPeak(Precision::Bf16, 1, fp32Figure * 1.04));
+    {
+        std::ifstream in(file);
+        const auto kept = nlohmann::json::parse(in)["peaks"];
+        ASSERT_EQ(kept.size(), 1u) << kept.dump();
+        EXPECT_NE(kept.begin().key().find("|bf16|"), std::string::npos) << kept.dump();
+    }
+    // Faster bf16 units (AMX, AVX-512 BF16 on an AMD EPYC): the bf16 figure, as measured.
+    const bool fp32Kept = !cpuPeakFlops(Precision::Fp32, 1).busy; // measured again, kept beside it
+    setBf16(fp32Figure * 3);
+    const auto faster = cpuPeakFlops(Precision::Bf16, 1);
+    EXPECT_DOUBLE_EQ(faster.flopsPerSec, fp32Figure * 3);
+    EXPECT_EQ(faster.slowerBf16FlopsPerSec, 0);
+    // A lane past it drops the bf16 figure, not the fp32 one it never was held to.
+    EXPECT_TRUE(forgetCpuPeak(Precision::Bf16, 1, fp32Figure * 3.1));
+    if (fp32Kept) {
+        EXPECT_TRUE(cpuPeakFlops(Precision::Fp32, 1).cached);
+    }
+}

@@ -1,6 +1,7 @@
 // The worker protocol's pieces, alone: line framing, message parsing, config and ready
 // messages, device reports, ssh targets and the new lane keys.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -245,6 +246,7 @@ TEST(DeviceReportJson, RoundTripsEveryField) {
     r.cpu.logicalCpus = 32;
     r.cpu.blas = "MKL";
     r.cpu.bf16Units = "AMX";
+    r.cpu.amxNotExposed = true;
     r.cudaAvailable = true;
     r.gpus.push_back(GpuInfo{0, "NVIDIA H100 80GB HBM3", 85'000'000'000ULL, 9, 0, 132, 37, 1'000'000ULL});
     r.torchVersion = "2.11.0";
@@ -253,6 +255,11 @@ TEST(DeviceReportJson, RoundTripsEveryField) {
     EXPECT_EQ(back.cpu.model, "AMD EPYC");
     EXPECT_EQ(back.cpu.physicalCores, 16);
     EXPECT_EQ(back.cpu.bf16Units, "AMX");
+    EXPECT_TRUE(back.cpu.amxNotExposed);
+    // A report from an older peer has no such field: false.
+    auto older = nlohmann::json::parse(deviceReportToJson(r));
+    older["cpu"].erase("amx_not_exposed");
+    EXPECT_FALSE(deviceReportFromJson(older.dump()).cpu.amxNotExposed);
     ASSERT_EQ(back.gpus.size(), 1u);
     EXPECT_EQ(back.gpus[0].name, "NVIDIA H100 80GB HBM3");
     EXPECT_EQ(back.gpus[0].totalMemoryBytes, 85'000'000'000ULL);
@@ -271,6 +278,18 @@ TEST(CpuFlags, Bf16UnitsFromTheFlagsLine) {
     EXPECT_EQ(detail::bf16UnitsOf("fpu avx2 fma"), "");
     EXPECT_EQ(detail::bf16UnitsOf("amx_bf16x avx512_bf16y"), ""); // whole words only
     EXPECT_EQ(detail::bf16UnitsOf(""), "");
+}
+
+// An Intel Xeon model that has AMX (Sapphire, Emerald, Granite Rapids) without amx_bf16 in its
+// flags: a VM that hides it or an old kernel, where bf16 runs on AVX-512 BF16 at half the fp32 rate.
+TEST(CpuFlags, AnAmxXeonModelWithoutAmxIsNamed) {
+    const std::string noAmx = "fpu avx512f avx512_bf16 avx512_fp16", amx = noAmx + " amx_bf16 amx_tile";
+    EXPECT_TRUE(detail::amxModelWithoutAmx("GenuineIntel", 6, 207, noAmx)); // Emerald Rapids
+    EXPECT_TRUE(detail::amxModelWithoutAmx("GenuineIntel", 6, 143, noAmx)); // Sapphire Rapids
+    EXPECT_FALSE(detail::amxModelWithoutAmx("GenuineIntel", 6, 143, amx));
+    EXPECT_FALSE(detail::amxModelWithoutAmx("GenuineIntel", 6, 106, noAmx)); // Ice Lake: no AMX to hide
+    EXPECT_FALSE(detail::amxModelWithoutAmx("AuthenticAMD", 25, 17, noAmx)); // Zen 4
+    EXPECT_FALSE(detail::amxModelWithoutAmx("AuthenticAMD", 6, 207, noAmx));
 }
 
 // A container's CPU quota, from cgroup v2's cpu.max or v1's cfs files: the tightest one on the

@@ -17,6 +17,7 @@ struct CpuInfo {
     std::string blas;             // e.g. "MKL (bundled with LibTorch)", "OpenBLAS", "reference BLAS"
     bool blasIsReference = false; // true: CPU training is ~17x slower (measured with Debian's LibTorch)
     std::string bf16Units;        // bf16 matrix hardware: "AMX", "AVX-512 BF16", "" (bf16 is emulated)
+    bool amxNotExposed = false;   // an Intel Xeon model with AMX whose AMX this system hides (a VM, an old kernel)
 };
 
 /// One CUDA device, usable or not.

@@ -21,6 +21,11 @@ struct PeakFlops {
     /// A CPU figure's ceiling where fewer cores than threads are usable here (a CPU quota or a
     /// narrow affinity: 1.5 for `--cpus=1.5`); 0 where every thread has a core of its own.
     double usableCores = 0;
+    /// A bf16 figure measured below this CPU's fp32 one (AVX-512 BF16 without AMX on an Intel
+    /// Xeon runs its bf16 dot products at about half its fp32 FMAs' rate): that bf16 figure. The
+    /// peak itself is then the fp32 one, since a bf16 lane's GEMMs may take fp32 where timed
+    /// faster and a peak must be an upper bound. 0 otherwise.
+    double slowerBf16FlopsPerSec = 0;
 };
 
 /// Where measured CPU peaks are kept: $DEVICERACE_CACHE_DIR, else $XDG_CACHE_HOME/devicerace,
@@ -41,7 +46,8 @@ std::filesystem::path peakCacheFile();
 /// more; if still busy the figure is returned with "on a busy CPU" in its source and not cached,
 /// so a later call measures again. Fewer usable cores than threads is this process's ceiling,
 /// not other work: that figure is kept under its own key, its source saying "on the 1.5 cores
-/// this process may use".
+/// this process may use". A bf16 peak is never below the fp32 one: where the bf16 calibration
+/// measures less, the fp32 figure is returned, its source saying so (slowerBf16FlopsPerSec).
 PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure = false);
 
 /// Drops the cached peak for `precision` on `threads` threads when it is below

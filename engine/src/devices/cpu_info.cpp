@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -25,12 +26,30 @@ std::string bf16UnitsOf(std::string_view flags) {
     return amx ? "AMX" : avx512 ? "AVX-512 BF16" : "";
 }
 
+bool amxModelWithoutAmx(std::string_view vendor, int family, int model, std::string_view flags) {
+    constexpr std::array<int, 4> kAmxModels = {143, 207, 173, 174};
+    return vendor == "GenuineIntel" && family == 6 &&
+           std::find(kAmxModels.begin(), kAmxModels.end(), model) != kAmxModels.end() && bf16UnitsOf(flags) != "AMX";
+}
+
+namespace {
+
+int cpuinfoNumber(std::string_view text) {
+    int v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    return ec == std::errc() && end == text.data() + text.size() ? v : 0;
+}
+
+} // namespace
+
 HostCpu readHostCpu() {
     HostCpu cpu;
     std::ifstream in("/proc/cpuinfo");
     std::string line;
     std::set<std::pair<std::string, std::string>> cores;
-    std::string physicalId = "0";
+    std::string physicalId = "0", vendor, flags;
+    int family = 0, model = 0;
+    bool flagsRead = false;
     while (std::getline(in, line)) {
         auto colon = line.find(':');
         if (colon == std::string::npos) {
@@ -44,10 +63,19 @@ HostCpu readHostCpu() {
             physicalId = value;
         } else if (key == "core id") {
             cores.emplace(physicalId, value);
-        } else if (key == "flags" && cpu.bf16Units.empty()) {
+        } else if (key == "vendor_id" && vendor.empty()) {
+            vendor = value;
+        } else if (key == "cpu family" && family == 0) {
+            family = cpuinfoNumber(value);
+        } else if (key == "model" && model == 0) {
+            model = cpuinfoNumber(value);
+        } else if (key == "flags" && !flagsRead) {
+            flags = value;
+            flagsRead = true;
             cpu.bf16Units = bf16UnitsOf(value);
         }
     }
+    cpu.amxNotExposed = amxModelWithoutAmx(vendor, family, model, flags);
     cpu_set_t set;
     CPU_ZERO(&set);
     cpu.logicalCpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;

@@ -10,13 +10,19 @@ struct HostCpu {
     std::string model;
     int physicalCores = 0;
     int logicalCpus = 0;
-    std::string bf16Units; // "AMX", "AVX-512 BF16" or "" (from the CPU's flags)
+    std::string bf16Units;      // "AMX", "AVX-512 BF16" or "" (from the CPU's flags)
+    bool amxNotExposed = false; // amxModelWithoutAmx: this CPU model has AMX, this system hides it
 };
 
 HostCpu readHostCpu();
 /// The bf16 matrix units a /proc/cpuinfo "flags" line names: "AMX" (amx_bf16), "AVX-512 BF16"
 /// (avx512_bf16), else "".
 std::string bf16UnitsOf(std::string_view flags);
+/// True for an Intel Xeon model that has AMX (family 6: Sapphire Rapids 143, Emerald Rapids 207,
+/// Granite Rapids 173 and 174) whose "flags" line lacks amx_bf16: a virtual machine's CPU model
+/// that hides it, or a Linux kernel older than 5.16. Its AVX-512 BF16 dot products then run at
+/// about half its fp32 FMAs' rate (measured on an Emerald Rapids VM), so bf16 does not pay there.
+bool amxModelWithoutAmx(std::string_view vendor, int family, int model, std::string_view flags);
 
 /// Cores' worth of CPU time a "cpu.max" line of cgroup v2 allows ("150000 100000" -> 1.5);
 /// nullopt for "max ..." (no limit) or a line that is not one.

@@ -44,7 +44,8 @@ json deviceReportJson(const DeviceReport& r) {
                 {"parallel_backend", r.cpu.parallelBackend},
                 {"blas", r.cpu.blas},
                 {"blas_is_reference", r.cpu.blasIsReference},
-                {"bf16_units", r.cpu.bf16Units}}},
+                {"bf16_units", r.cpu.bf16Units},
+                {"amx_not_exposed", r.cpu.amxNotExposed}}},
               {"gpus", gpus},
               {"cuda_available", r.cudaAvailable},
               {"cuda_unavailable_reason", r.cudaUnavailableReason},
@@ -68,6 +69,7 @@ DeviceReport deviceReportFromJsonValue(const json& j) {
         r.cpu.blas = cpu.value("blas", std::string());
         r.cpu.blasIsReference = cpu.value("blas_is_reference", false);
         r.cpu.bf16Units = cpu.value("bf16_units", std::string());
+        r.cpu.amxNotExposed = cpu.value("amx_not_exposed", false);
         const auto& gpus = j.at("gpus");
         if (!gpus.is_array() || gpus.size() > kMaxGpus) {
             throw DataError(fmt::format("gpus: expected a list of at most {}", kMaxGpus));

@@ -67,6 +67,7 @@ DeviceReport probe() {
     r.cpu.physicalCores = host.physicalCores;
     r.cpu.logicalCpus = host.logicalCpus;
     r.cpu.bf16Units = host.bf16Units;
+    r.cpu.amxNotExposed = host.amxNotExposed;
     r.cpu.torchThreads = at::get_num_threads();
     r.cpu.parallelBackend = at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native";
     r.cpu.blas = blasDescription(r.cpu.blasIsReference);

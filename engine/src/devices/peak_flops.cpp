@@ -237,17 +237,10 @@ fs::path peakCacheFile() {
     return {};
 }
 
-PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
-    threads = std::max(1, threads);
-    if (precision == Precision::Bf16 && detail::readHostCpu().bf16Units.empty()) {
-        // Without AMX or AVX-512 BF16, bf16 arithmetic runs on the fp32 units (oneDNN's
-        // convolutions widen to fp32), while its bf16 GEMM is a slow emulation and no ceiling (a
-        // bf16 convolutional lane would read several times 100% of it). The hardware's ceiling
-        // is the fp32 one.
-        auto p = cpuPeakFlops(Precision::Fp32, threads, remeasure);
-        p.source = "the fp32 peak (no bf16 units: bf16 runs on the fp32 ones): " + p.source;
-        return p;
-    }
+namespace {
+
+// One precision's calibrated figure, cached or measured now (cpuPeakFlops without the bf16 rules).
+PeakFlops ownCpuPeak(Precision precision, int threads, bool remeasure) {
     std::lock_guard lock(g_mutex);
     const auto file = peakCacheFile();
     // A container's quota or a narrow affinity is this machine's ceiling, not other work: the
@@ -312,13 +305,63 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
     return p;
 }
 
+} // namespace
+
+PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
+    threads = std::max(1, threads);
+    if (precision != Precision::Bf16) {
+        return ownCpuPeak(precision, threads, remeasure);
+    }
+    if (detail::readHostCpu().bf16Units.empty()) {
+        // Without AMX or AVX-512 BF16, bf16 arithmetic runs on the fp32 units (oneDNN's
+        // convolutions widen to fp32), while its bf16 GEMM is a slow emulation and no ceiling (a
+        // bf16 convolutional lane would read several times 100% of it). The hardware's ceiling
+        // is the fp32 one.
+        auto p = ownCpuPeak(Precision::Fp32, threads, remeasure);
+        p.source = "the fp32 peak (no bf16 units: bf16 runs on the fp32 ones): " + p.source;
+        return p;
+    }
+    // bf16 units that are slower than the fp32 ones (an Intel Xeon's AVX-512 BF16 without AMX:
+    // half its FMAs' rate, measured): a bf16 lane's GEMMs take fp32 there where timed faster
+    // (kernels/bf16_routes.h), so the ceiling a bf16 lane is held to is the higher figure.
+    auto bf16 = ownCpuPeak(Precision::Bf16, threads, remeasure);
+    auto fp32 = ownCpuPeak(Precision::Fp32, threads, remeasure);
+    if (fp32.flopsPerSec <= bf16.flopsPerSec) {
+        return bf16;
+    }
+    fp32.slowerBf16FlopsPerSec = bf16.flopsPerSec;
+    fp32.busy = fp32.busy || bf16.busy;
+    fp32.cached = fp32.cached && bf16.cached;
+    fp32.source = fmt::format("the fp32 peak, above this CPU's bf16 one ({:.0f} GFLOP/s: its bf16 arithmetic is "
+                              "slower than its fp32): {}",
+                              bf16.flopsPerSec / 1e9, fp32.source);
+    return fp32;
+}
+
 std::map<std::string, std::map<std::string, int>> cachedBf16GemmRoutes() { return detail::cachedBf16RouteCounts(); }
 
-bool forgetCpuPeak(Precision precision, int threads, double belowFlopsPerSec) {
-    threads = std::max(1, threads);
-    if (precision == Precision::Bf16 && detail::readHostCpu().bf16Units.empty()) {
-        precision = Precision::Fp32; // bf16 lanes there are measured against the fp32 peak
+namespace {
+
+// The cached figure for `precision` on `threads`, if there is one.
+std::optional<double> cachedOwnCpuPeak(Precision precision, int threads) {
+    std::lock_guard lock(g_mutex);
+    const auto file = peakCacheFile();
+    if (file.empty()) {
+        return std::nullopt;
     }
+    const auto cache = readCache(file);
+    const auto peaks = cache.find("peaks");
+    if (peaks == cache.end() || !peaks->is_object()) {
+        return std::nullopt;
+    }
+    const auto entry = peaks->find(cacheKey(precision, threads, detail::usableCores(threads)));
+    if (entry == peaks->end() || !entry->is_object()) {
+        return std::nullopt;
+    }
+    return entry->value("flops_per_sec", 0.0);
+}
+
+bool forgetOwnCpuPeak(Precision precision, int threads, double belowFlopsPerSec) {
     std::lock_guard lock(g_mutex);
     const auto file = peakCacheFile();
     if (file.empty()) {
@@ -334,6 +377,26 @@ bool forgetCpuPeak(Precision precision, int threads, double belowFlopsPerSec) {
     peaks.erase(key);
     writeCache(file, cache);
     return true;
+}
+
+} // namespace
+
+bool forgetCpuPeak(Precision precision, int threads, double belowFlopsPerSec) {
+    threads = std::max(1, threads);
+    if (precision != Precision::Bf16) {
+        return forgetOwnCpuPeak(precision, threads, belowFlopsPerSec);
+    }
+    if (detail::readHostCpu().bf16Units.empty()) {
+        // bf16 lanes there are measured against the fp32 peak
+        return forgetOwnCpuPeak(Precision::Fp32, threads, belowFlopsPerSec);
+    }
+    // A bf16 lane is held to the higher of the two figures (cpuPeakFlops). Where that was the
+    // fp32 one, the lane passed the fp32 figure (its GEMMs ran in fp32), which proves nothing of
+    // the slower bf16 units' figure: only the fp32 one is dropped.
+    const auto bf16 = cachedOwnCpuPeak(Precision::Bf16, threads);
+    const auto fp32 = cachedOwnCpuPeak(Precision::Fp32, threads);
+    const bool fp32IsTheCeiling = bf16 && fp32 && *fp32 > *bf16;
+    return forgetOwnCpuPeak(fp32IsTheCeiling ? Precision::Fp32 : Precision::Bf16, threads, belowFlopsPerSec);
 }
 
 std::optional<PeakFlops> gpuDatasheetPeak(const std::string& deviceName, Precision precision) {

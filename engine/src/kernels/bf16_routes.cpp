@@ -53,28 +53,27 @@ at::Tensor bf16View(const Bf16* p, std::int64_t rows, std::int64_t cols, std::in
     return trans ? t.t() : t;
 }
 
-// A stored [rows x cols] operand (row stride ld) widened into a packed fp32 buffer.
-at::Tensor widen(const Bf16* src, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::vector<float>& dst) {
-    dst.resize(static_cast<std::size_t>(rows * cols));
-    auto out = at::from_blob(dst.data(), {rows, cols}, at::kFloat);
-    out.copy_(at::from_blob(const_cast<Bf16*>(src), {rows, cols}, {ld, 1}, at::kBFloat16));
-    return out;
-}
-
-// The oneDNN route's bf16 result into c (rows ldc apart) by the engine's vectorised widening, not
-// ATen's generic copy (TensorIterator), which costs a large share of the GEMMs' own time at the
+// Rows of bf16 (lds apart) widened into rows of fp32 (ldd apart) by the engine's vectorised loop,
+// not ATen's generic copy (TensorIterator), which costs a large share of the GEMMs' own time at the
 // fused steps' shapes (docs/ENGINEERING.md, "bf16 GEMM routes").
-void widenRows(const Bf16* src, std::int64_t rows, std::int64_t cols, float* c, std::int64_t ldc) {
-    if (ldc == cols) {
-        toFloat(src, c, rows * cols);
+void widenRows(const Bf16* src, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* dst, std::int64_t ldd) {
+    if (lds == cols && ldd == cols) {
+        toFloat(src, dst, rows * cols);
         return;
     }
     at::parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, cols)),
                      [&](std::int64_t b, std::int64_t e) {
                          for (std::int64_t r = b; r < e; ++r) {
-                             toFloat(src + r * cols, c + r * ldc, cols);
+                             toFloat(src + r * lds, dst + r * ldd, cols);
                          }
                      });
+}
+
+// The fp32 route's operand: stored [rows x cols] (row stride ld), widened into a packed buffer.
+at::Tensor widen(const Bf16* src, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::vector<float>& dst) {
+    dst.resize(static_cast<std::size_t>(rows * cols));
+    widenRows(src, ld, rows, cols, dst.data(), cols);
+    return at::from_blob(dst.data(), {rows, cols}, at::kFloat);
 }
 
 std::optional<Bf16Route> forcedRoute() {
@@ -138,7 +137,7 @@ void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int
         result.resize(static_cast<std::size_t>(s.m * s.n));
         auto out = at::from_blob(result.data(), {s.m, s.n}, at::kBFloat16);
         at::mm_out(out, bf16View(a, s.m, s.k, lda, s.transA), bf16View(b, s.k, s.n, ldb, s.transB));
-        widenRows(result.data(), s.m, s.n, c, ldc);
+        widenRows(result.data(), s.n, s.m, s.n, c, ldc);
         return;
     }
     case Bf16Route::Fp32: {

@@ -271,8 +271,34 @@ std::string grownPhase(const LaneSummary& slow, const LaneSummary& fast) {
                : fmt::format("; its {} phase took {} a step against {}", phase, durationText(is), durationText(was));
 }
 
+// The routes the fused steps' GEMMs took, from "bf16 GEMMs with fp32 results: <routes>; …"; empty
+// for a lane without them.
+std::string gemmRoutesOf(const std::string& e) {
+    const auto at = e.find("bf16 GEMMs with fp32 ");
+    const auto colon = at == std::string::npos ? at : e.find(": ", at);
+    if (colon == std::string::npos) {
+        return {};
+    }
+    const auto end = e.find(';', colon);
+    return e.substr(colon + 2, end == std::string::npos ? end : end - colon - 2);
+}
+
 std::string bf16Cause(const LaneSummary& bf16) {
     const auto& e = bf16.execution;
+    // "bf16 slower than fp32 on this CPU (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread…)"
+    constexpr std::string_view kSlower = "bf16 slower than fp32 on this CPU (";
+    if (const auto at = e.find(kSlower); at != std::string::npos) {
+        const auto open = at + kSlower.size();
+        const auto close = e.find(')', open);
+        const auto measured = e.substr(open, close == std::string::npos ? close : close - open);
+        const auto routes = gemmRoutesOf(e);
+        return fmt::format("this CPU's bf16 arithmetic is slower than its fp32 ({}), so bf16 cannot pay here{}",
+                           measured,
+                           routes.empty() ? std::string(": its bf16 layers run at the slower rate")
+                                          : fmt::format(": its GEMMs took {}, and the conversions to bf16 and back "
+                                                        "come on top",
+                                                        routes));
+    }
     if (e.find("bf16 emulated") != std::string::npos) {
         return "this CPU has no bf16 units (neither AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its "
                "fp32 units";
@@ -281,15 +307,11 @@ std::string bf16Cause(const LaneSummary& bf16) {
         return "it runs autocast, which casts every weight and the activations around the fp32 layers each step, "
                "and those casts cost more than its bf16 matrix products save";
     }
-    if (const auto at = e.find("bf16 GEMMs with fp32 "); at != std::string::npos) {
-        // "bf16 GEMMs with fp32 results: <routes>; ..." (the fused steps' routes, as timed here)
-        const auto colon = e.find(": ", at);
-        const auto end = colon == std::string::npos ? colon : e.find(';', colon);
-        if (colon != std::string::npos) {
-            return fmt::format("its GEMMs took {}, and the rest of its step (the fp32 loops, the conversions to bf16) "
-                               "did not shrink with them",
-                               e.substr(colon + 2, end == std::string::npos ? end : end - colon - 2));
-        }
+    if (const auto routes = gemmRoutesOf(e); !routes.empty()) {
+        // the fused steps' routes, as timed here
+        return fmt::format("its GEMMs took {}, and the rest of its step (the fp32 loops, the conversions to bf16) "
+                           "did not shrink with them",
+                           routes);
     }
     return "its step spends most of its time outside the bf16 matrix products";
 }
@@ -323,8 +345,14 @@ std::vector<std::string> explainBf16Lanes(const std::vector<LaneSummary>& lanes)
         std::string line = fmt::format("{} (bf16) runs at {} the speed of {} (fp32): {}", bf16.name, ratioText(worst),
                                        fp32->name, bf16Cause(bf16));
         if (bf16.utilization && fp32->utilization) {
-            line += fmt::format("; it reached {:.0f}% of this CPU's bf16 GEMM peak, {} {:.0f}% of the fp32 one",
-                                *bf16.utilization * 100, fp32->name, *fp32->utilization * 100);
+            // A bf16 lane is held to the fp32 peak where this CPU's bf16 one measured lower (cpuPeakFlops).
+            const bool heldToFp32 = bf16.execution.find("bf16 slower than fp32 on this CPU") != std::string::npos;
+            line += heldToFp32
+                        ? fmt::format("; it reached {:.0f}% of this CPU's fp32 peak (the higher, which it is held "
+                                      "to), {} {:.0f}%",
+                                      *bf16.utilization * 100, fp32->name, *fp32->utilization * 100)
+                        : fmt::format("; it reached {:.0f}% of this CPU's bf16 GEMM peak, {} {:.0f}% of the fp32 one",
+                                      *bf16.utilization * 100, fp32->name, *fp32->utilization * 100);
         }
         out.push_back(line + grownPhase(bf16, *fp32) + ".");
     }

@@ -11,6 +11,7 @@
 
 #include "devicerace/environment.h"
 #include "devicerace/peak_flops.h"
+#include "devices/cpu_info.h"
 #include "models/flop_count.h"
 
 namespace devicerace::detail {
@@ -151,6 +152,7 @@ LaneOutcome Trainer::run() {
         throw UsageError(fmt::format("lane {}: graph=true needs fused=true ({} reads its step count on the host)",
                                      m_ctx.spec.name, m_optimizer->describe()));
     }
+    setUpExplanation(modelOptions); // before the execution text, which names a bf16 peak below the fp32 one
     describeExecution();
 
     auto bufOpts = torch::TensorOptions().device(m_dev);
@@ -161,7 +163,6 @@ LaneOutcome Trainer::run() {
         m_growth = torch::zeros({1}, bufOpts.dtype(torch::kInt32));
         m_foundInf = torch::zeros({1}, bufOpts.dtype(torch::kFloat32));
     }
-    setUpExplanation(modelOptions);
     m_model->train();
     return loop();
 }
@@ -199,6 +200,13 @@ void Trainer::setUpExplanation(const ModelOptions& options) {
             peak = gpuDatasheetPeak(at::cuda::getDeviceProperties(m_dev.index())->name, m_ctx.spec.precision);
         } else {
             peak = cpuPeakFlops(m_ctx.spec.precision, m_ctx.threads);
+        }
+        if (peak && peak->slowerBf16FlopsPerSec > 0) {
+            m_bf16SlowerNote = fmt::format(
+                "bf16 slower than fp32 on this CPU (bf16 peak {:.0f} against fp32 {:.0f} GFLOP/s at {} thread{}{})",
+                peak->slowerBf16FlopsPerSec / 1e9, peak->flopsPerSec / 1e9, m_ctx.threads,
+                m_ctx.threads == 1 ? "" : "s",
+                readHostCpu().amxNotExposed ? "; this Xeon model's AMX is not exposed here" : "");
         }
         if (peak && peak->flopsPerSec > 0) {
             m_explain.peakFlopsPerSec = peak->flopsPerSec * ranks;

@@ -167,6 +167,9 @@ private:
     std::unique_ptr<FusedStep> m_fusedStep;
     torch::Tensor m_fusedLoss, m_fusedCorrect;
     std::string m_fusedStepOff; // why a dense network or GPT does not take it (shown in the execution)
+    // A bf16 CPU lane on a CPU whose bf16 peak measured below its fp32 one: "bf16 slower than fp32
+    // on this CPU (…)", shown in the execution text (and read by the race's bf16 why-line).
+    std::string m_bf16SlowerNote;
     DeviceData m_data;
     at::Generator m_hostGen;                  // epoch permutations (on the host)
     at::Generator m_augmentGen;               // augment=crop-flip: its crops and flips (on the host)

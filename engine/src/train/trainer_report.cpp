@@ -248,6 +248,9 @@ void Trainer::describeExecution() {
     if (m_ctx.spec.precision == Precision::Bf16 && m_dev.is_cpu() && readHostCpu().bf16Units.empty()) {
         text += ", bf16 emulated (this CPU has neither AMX nor AVX-512 BF16)";
     }
+    if (!m_bf16SlowerNote.empty()) {
+        text += ", " + m_bf16SlowerNote;
+    }
     if (m_ctx.channelsLast) {
         text += ", channels_last";
     }
