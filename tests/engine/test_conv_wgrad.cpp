@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "data/lane_data.h"
+#include "devicerace/peak_flops.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/conv_wgrad.h"
 #include "models/models.h"
@@ -35,6 +36,12 @@ namespace {
 struct WgradMode {
     explicit WgradMode(const char* v) { ::setenv("DEVICERACE_CONV_WGRAD", v, 1); }
     ~WgradMode() { ::unsetenv("DEVICERACE_CONV_WGRAD"); }
+};
+
+// DEVICERACE_BF16_CONV (a bf16 lane's convolutions' arithmetic) for a scope.
+struct Bf16ConvMode {
+    explicit Bf16ConvMode(const char* v) { ::setenv("DEVICERACE_BF16_CONV", v, 1); }
+    ~Bf16ConvMode() { ::unsetenv("DEVICERACE_BF16_CONV"); }
 };
 
 // pad -1: "same" (k / 2); 0: "valid" (Keras' default), a smaller output.
@@ -128,7 +135,7 @@ struct ChoiceDir {
         forgetConvChoices();
         ::unsetenv("DEVICERACE_CACHE_DIR");
         std::error_code ec;
-        for (const char* name : {"conv-wgrad.json", "conv-wgrad.lock"}) {
+        for (const char* name : {"conv-wgrad.json", "conv-wgrad.lock", "peaks.json"}) {
             std::filesystem::remove(path / name, ec);
         }
         std::filesystem::remove(path, ec);
@@ -192,6 +199,7 @@ TEST(ConvWeightGrad, TheBf16KernelGivesTheWeightGradientOfTheBf16Convolution) {
         GTEST_SKIP() << "this CPU has no AVX-512 BF16: bf16 lanes keep oneDNN's weight gradient";
     }
     WgradMode gemm("gemm");
+    Bf16ConvMode onBf16("bf16"); // (not its bf16 values in fp32, where this CPU's bf16 is the slower)
     // The CIFAR ResNets' layers in miniature (16, 32, 64 channels, stride 2), runs of channels
     // shorter than a panel (3, 5, 24), a 7x7 stem, 1x1, a bias, no padding, one channel, pixel
     // counts that split unevenly (odd ones too) and over 2 x 256 pixels; and the layers whose x is
@@ -433,4 +441,146 @@ TEST(ConvWeightGrad, APickTimedOnABusyCpuIsProvisional) {
     run(conv, input, true);
     const auto rewritten = ChoiceDir::read()["choices"][key];
     EXPECT_TRUE(rewritten.is_string() || rewritten.contains("pick")) << rewritten.dump();
+}
+
+// Where a CPU's bf16 arithmetic is slower than its fp32 (an Intel Xeon's AVX-512 BF16 without AMX),
+// a bf16 lane's convolution may run on its bf16 values widened to fp32: the output is the bf16
+// rounding of the exact convolution of the bf16 values, and the gradients are those of the same
+// values in fp32 sums, as the bf16 path's are (its output and input gradient rounded to bf16).
+TEST(ConvWeightGrad, ABf16ConvolutionOnItsBf16ValuesInFp32GivesTheBf16Gradients) {
+    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    }
+    const Shape shapes[] = {{4, 16, 16, 12, 12, 3},
+                            {3, 3, 16, 16, 15, 3, true},
+                            {3, 16, 32, 11, 9, 3, false, -1, 2},
+                            {3, 1, 8, 9, 9, 3, true, 0},
+                            {2, 8, 6, 7, 9, 1, false, 0, 2}};
+    for (const auto& s : shapes) {
+        for (const int threads : {1, 2}) {
+            at::set_num_threads(threads);
+            auto conv = makeConv(s.c, s.oc, s.k, s.stride, s.bias, s.pad);
+            auto gen = at::detail::createCPUGenerator(41);
+            const auto input = channelsLastStrided(torch::randn({s.n, s.c, s.h, s.w}, gen));
+            Grads onBf16, widened;
+            {
+                Bf16ConvMode mode("bf16");
+                onBf16 = runBf16(conv, input, true);
+            }
+            {
+                Bf16ConvMode mode("fp32");
+                widened = runBf16(conv, input, true);
+            }
+            const auto what = describe(s, threads);
+            ASSERT_EQ(widened.out.scalar_type(), at::kBFloat16) << "autocast's output type, " << what;
+            ASSERT_EQ(widened.dw.scalar_type(), at::kFloat) << what;
+            const auto xb = input.to(at::kBFloat16).to(at::kDouble);
+            const auto wb = conv->weight.detach().to(at::kBFloat16).to(at::kDouble);
+            const auto pad = s.pad < 0 ? s.k / 2 : s.pad;
+            std::optional<at::Tensor> bias;
+            if (s.bias) {
+                bias = conv->bias.detach().to(at::kBFloat16).to(at::kDouble);
+            }
+            const auto y = at::convolution(xb, wb, bias, {s.stride, s.stride}, {pad, pad}, {1, 1}, false, {0, 0}, 1);
+            const double yScale = std::max(1.0, y.abs().max().item<double>());
+            // within bf16's rounding of the output (2^-8 of its magnitude)
+            EXPECT_LE((widened.out.to(at::kDouble) - y).abs().max().item<double>() / yScale, 4e-3)
+                << "output, " << what;
+            EXPECT_LE((onBf16.out.to(at::kDouble) - y).abs().max().item<double>() / yScale, 4e-3)
+                << "the bf16 path's output, " << what;
+            const auto gy = torch::linspace(-1.0, 2.0, y.numel()).view(y.sizes()).to(at::kBFloat16).to(at::kDouble);
+            const auto [dx, dw, unused] =
+                at::convolution_backward(gy, xb, wb, std::nullopt, {s.stride, s.stride}, {pad, pad}, {1, 1}, false,
+                                         {0, 0}, 1, {true, true, false});
+            const double wScale = std::max(1.0, dw.abs().max().item<double>());
+            EXPECT_LE((widened.dw.to(at::kDouble) - dw).abs().max().item<double>() / wScale, 2e-5)
+                << "weight gradient, " << what;
+            const double xScale = std::max(1.0, dx.abs().max().item<double>());
+            EXPECT_LE((widened.dx.to(at::kDouble) - dx).abs().max().item<double>() / xScale, 2e-5)
+                << "input gradient, " << what;
+            if (s.bias) {
+                EXPECT_LE((widened.db.to(at::kDouble) - gy.sum({0, 2, 3})).abs().max().item<double>() / wScale, 2e-5)
+                    << "bias gradient, " << what;
+            }
+        }
+    }
+    at::set_num_threads(1);
+    Bf16ConvMode unknown("fp16");
+    auto conv = makeConv(4, 4, 3);
+    EXPECT_THROW(runBf16(conv, torch::randn({1, 4, 5, 5}), true), std::invalid_argument);
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+}
+
+// The arithmetic of a bf16 lane's convolution is timed per shape only where this CPU's bf16 peak
+// measured below its fp32 one, kept in the machine's file beside the weight-gradient picks, and
+// followed from there.
+TEST(ConvWeightGrad, ABf16ConvolutionsArithmeticIsTimedOnlyWhereBf16IsSlower) {
+    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    }
+    const ChoiceDir dir;
+    at::set_num_threads(1);
+    using devicerace::Precision;
+    if (devicerace::cpuPeakFlops(Precision::Fp32, 1, true).busy ||
+        devicerace::cpuPeakFlops(Precision::Bf16, 1, true).busy) {
+        GTEST_SKIP() << "other work shared the cores, so no peak was kept";
+    }
+    const double fp32 = devicerace::cpuPeakFlops(Precision::Fp32, 1).flopsPerSec;
+    const auto setBf16Peak = [&](double figure) { // as a CPU with faster or slower bf16 units leaves it
+        const auto file = dir.path / "peaks.json";
+        nlohmann::json j;
+        {
+            std::ifstream in(file);
+            j = nlohmann::json::parse(in);
+        }
+        for (auto& [key, entry] : j["peaks"].items()) {
+            if (key.find("|bf16|") != std::string::npos) {
+                entry["flops_per_sec"] = figure;
+            }
+        }
+        std::ofstream(file) << j.dump();
+        forgetConvChoices();
+    };
+    const auto arithmeticKeys = [] {
+        std::vector<std::string> keys;
+        if (std::filesystem::exists(convChoiceFile())) {
+            const auto file = ChoiceDir::read(); // (alive through the loop)
+            for (const auto& [key, pick] : file["choices"].items()) {
+                if (key.find("|arithmetic") != std::string::npos) {
+                    keys.push_back(key);
+                }
+            }
+        }
+        return keys;
+    };
+    auto conv = makeConv(16, 16, 3);
+    auto gen = at::detail::createCPUGenerator(17);
+    const auto input = channelsLastStrided(torch::randn({8, 16, 12, 12}, gen));
+    Grads onBf16, widened;
+    {
+        Bf16ConvMode mode("bf16");
+        onBf16 = runBf16(conv, input, true);
+    }
+    {
+        Bf16ConvMode mode("fp32");
+        widened = runBf16(conv, input, true);
+    }
+    ASSERT_FALSE(torch::equal(onBf16.dw, widened.dw)) << "the two arithmetics must be told apart";
+    setBf16Peak(fp32 * 3);
+    EXPECT_TRUE(torch::equal(runBf16(conv, input, true).dw, onBf16.dw)) << "faster bf16 units: bf16, untimed";
+    EXPECT_TRUE(arithmeticKeys().empty());
+    setBf16Peak(fp32 / 2);
+    runBf16(conv, input, true); // times both
+    const auto keys = arithmeticKeys();
+    ASSERT_EQ(keys.size(), 1u) << ChoiceDir::read().dump();
+    EXPECT_NE(keys[0].find("n8 c16->16 12x12 k3x3 pad 1x1 stride 1x1 bf16|1 threads|arithmetic"), std::string::npos)
+        << keys[0];
+    for (const char* pick : {"fp32", "bf16"}) {
+        auto file = ChoiceDir::read();
+        file["choices"][keys[0]] = pick;
+        ChoiceDir::write(file);
+        forgetConvChoices();
+        const auto dw = runBf16(conv, input, true).dw;
+        EXPECT_TRUE(torch::equal(dw, pick == std::string("fp32") ? widened.dw : onBf16.dw)) << "the file said " << pick;
+    }
 }

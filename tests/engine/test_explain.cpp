@@ -334,6 +334,14 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
                             "pay here: its bf16 layers run at the slower rate"),
               std::string::npos)
         << lines[0];
+    slowerAutocast.execution +=
+        ", convolutions on their bf16 values in fp32 arithmetic where timed faster than in bf16";
+    lines = explainBf16Lanes({fp32, slowerAutocast});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("so bf16 cannot pay here: its convolutions ran on their bf16 values in fp32 where timed "
+                            "faster, and the casts to bf16 and back come on top"),
+              std::string::npos)
+        << lines[0];
     // No bf16 units.
     auto emulated = cpuLane("bf16", Precision::Bf16, 40, "fused Adam, bf16 autocast, bf16 emulated (this CPU ...)");
     lines = explainBf16Lanes({fp32, emulated});

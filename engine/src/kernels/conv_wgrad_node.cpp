@@ -28,6 +28,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -249,10 +250,18 @@ public:
     /// A pick timed on an idle CPU ("gemm" or "onednn"), or a provisional one (an object: the pick,
     /// when it was timed and the CPU share it got) while it is younger than kProvisionalSeconds.
     std::optional<bool> find(const std::string& key) const {
+        const auto pick = findPick(key);
+        if (pick == "gemm" || pick == "onednn") {
+            return pick == "gemm";
+        }
+        return std::nullopt;
+    }
+    /// The same for any pick's text ("bf16" or "fp32": a bf16 convolution's arithmetic); "" if none.
+    std::string findPick(const std::string& key) const {
         const auto& c = m_json["choices"];
         const auto it = c.find(key);
         if (it == c.end()) {
-            return std::nullopt;
+            return {};
         }
         std::string pick;
         if (it->is_string()) {
@@ -267,16 +276,15 @@ public:
                 }
             }
         }
-        if (pick == "gemm" || pick == "onednn") {
-            return pick == "gemm";
-        }
-        return std::nullopt;
+        return pick;
     }
     void keep(const std::string& key, bool useGemm, bool busy, double cpuShare, int runnable) {
+        keepPick(key, useGemm ? "gemm" : "onednn", busy, cpuShare, runnable);
+    }
+    void keepPick(const std::string& key, const char* pick, bool busy, double cpuShare, int runnable) {
         if (m_file.empty()) {
             return;
         }
-        const char* pick = useGemm ? "gemm" : "onednn";
         if (!busy) {
             m_json["choices"][key] = pick;
         } else {
@@ -368,24 +376,145 @@ bool ownIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy,
     return useGemm;
 }
 
+// How a convolution of the node computes. A bf16 autocast lane's takes bf16 operands (oneDNN's bf16
+// kernels, the AVX-512 BF16 weight gradient), or, where that measured slower, the same bf16 values
+// widened to fp32 for fp32 kernels, its output rounded to bf16 as autocast's would be: on a CPU
+// whose bf16 arithmetic is slower than its fp32 (an Intel Xeon's AVX-512 BF16 without AMX runs at
+// half its FMAs' rate) every product is still one of bf16 values, exact in fp32.
+enum class Arith : std::int64_t { Fp32 = 0, Bf16 = 1, Bf16ValuesInFp32 = 2 };
+
+// A tensor's values rounded to bf16, as fp32 (x from the layer before is bf16 already).
+at::Tensor bf16Values(const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 ? t.to(at::kFloat) : t.to(at::kBFloat16).to(at::kFloat);
+}
+
+// One forward and backward (input and weight gradients, oneDNN's) of the convolution in `arith`,
+// the casts included: the trial the choice is made by.
+void convolutionTrial(const at::Tensor& x, const at::Tensor& w, const Geometry& g, Arith arith) {
+    const bool widen = arith == Arith::Bf16ValuesInFp32;
+    const auto xc = widen ? bf16Values(x) : x.to(at::kBFloat16);
+    const auto wc = widen ? bf16Values(w) : w.to(at::kBFloat16);
+    auto y = at::convolution(xc, wc, std::nullopt, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
+    if (widen) {
+        y = y.to(at::kBFloat16).to(at::kFloat); // autocast's bf16 output, and its gradient widened
+    }
+    const auto grads = at::convolution_backward(y, xc, wc, std::nullopt, g.stride(), g.padding(), {1, 1}, false, {0, 0},
+                                                1, {true, true, false});
+    if (widen) {
+        (void)std::get<0>(grads).to(x.scalar_type());
+    }
+}
+
+// DEVICERACE_BF16_CONV: "bf16" or "fp32" forces a bf16 lane's convolutions' arithmetic (tests,
+// benchmarks); else it is timed per shape where this CPU's bf16 peak measured below its fp32 one.
+std::optional<Arith> forcedArith() {
+    const char* env = devicerace::environmentSwitch("DEVICERACE_BF16_CONV");
+    const std::string_view v = env ? env : "";
+    if (v == "bf16") {
+        return Arith::Bf16;
+    }
+    if (v == "fp32") {
+        return Arith::Bf16ValuesInFp32;
+    }
+    if (!v.empty() && v != "measure") {
+        throw std::invalid_argument(fmt::format("DEVICERACE_BF16_CONV={}: expected bf16, fp32 or measure", v));
+    }
+    return std::nullopt;
+}
+
+std::mutex g_arithMutex; // the map
+std::map<ShapeKey, Arith> g_arith;
+
+// A bf16 lane's convolution: bf16 arithmetic, unless this CPU's bf16 is slower than its fp32 and
+// this shape ran faster on bf16 values in fp32 (fwd + bwd, twice each, the faster of each), timed
+// once per machine and kept in conv-wgrad.json beside the weight-gradient picks.
+Arith bf16Arithmetic(const at::Tensor& x, const at::Tensor& w, const Geometry& g) {
+    if (const auto forced = forcedArith()) {
+        return *forced;
+    }
+    const int threads = at::get_num_threads();
+    const ShapeKey key{g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, threads, true};
+    {
+        std::lock_guard lock(g_arithMutex);
+        if (const auto it = g_arith.find(key); it != g_arith.end()) {
+            return it->second;
+        }
+    }
+    const auto decide = [&](Arith a) {
+        std::lock_guard lock(g_arithMutex);
+        g_arith.emplace(key, a);
+        return a;
+    };
+    if (cpuPeakFlops(Precision::Bf16, threads).slowerBf16FlopsPerSec <= 0) {
+        return decide(Arith::Bf16); // bf16 units at least as fast as the fp32 ones: nothing to time
+    }
+    std::lock_guard timing(g_timingMutex);
+    MachineChoices machine(convChoiceFile());
+    const auto fileKey = machineKey(g, threads, true) + "|arithmetic";
+    if (const auto pick = machine.findPick(fileKey); pick == "bf16" || pick == "fp32") {
+        return decide(pick == "fp32" ? Arith::Bf16ValuesInFp32 : Arith::Bf16);
+    }
+    torch::NoGradGuard noGrad;
+    struct NoAutocast { // the trial casts for itself
+        bool was = at::autocast::is_autocast_enabled(at::kCPU);
+        NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, false); }
+        ~NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, was); }
+    } noAutocast;
+    using Clock = std::chrono::steady_clock;
+    double bf16 = 1e300, fp32 = 1e300;
+    const auto wall0 = Clock::now();
+    const double cpu0 = threadCpuSeconds();
+    int runnable = runnableTasks();
+    for (int round = 0; round < 2; ++round) {
+        for (const auto a : {Arith::Bf16, Arith::Bf16ValuesInFp32}) {
+            const auto t0 = Clock::now();
+            convolutionTrial(x, w, g, a);
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+            (a == Arith::Bf16 ? bf16 : fp32) = std::min(a == Arith::Bf16 ? bf16 : fp32, s);
+        }
+        runnable = std::max(runnable, runnableTasks());
+    }
+    const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
+    const double cpuShare = (threadCpuSeconds() - cpu0) / std::max(wall, 1e-9);
+    const bool busy = cpuShare < kMinCpuShare || runnable > threads;
+    const auto pick = fp32 * kMinGain < bf16 ? Arith::Bf16ValuesInFp32 : Arith::Bf16;
+    machine.keepPick(fileKey, pick == Arith::Bf16 ? "bf16" : "fp32", busy, cpuShare, runnable);
+    if (const char* log = devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD_LOG");
+        log && *log && std::string_view(log) != "0") {
+        std::fprintf(stderr,
+                     "bf16 convolution n%ld c%ld->%ld %ldx%ld, %d thread(s): bf16 %.2f ms, fp32 %.2f ms: %s%s\n",
+                     static_cast<long>(g.n), static_cast<long>(g.c), static_cast<long>(g.oc), static_cast<long>(g.h),
+                     static_cast<long>(g.w), threads, 1e3 * bf16, 1e3 * fp32, pick == Arith::Bf16 ? "bf16" : "fp32",
+                     busy ? " (timed on a busy CPU: provisional)" : "");
+    }
+    return decide(pick);
+}
+
 struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
     // bias: the module's, read where `withBias` (else the weight again: a custom function's
     // inputs cannot be undefined tensors).
     // padStride: {padding h, w, stride h, w}.
-    // bf16: a bf16 autocast lane's (autocast's casts, done here): x and the weight in bf16 for
-    // oneDNN's forward and input gradient, the weight's gradient fp32 from the start.
+    // arith (Arith): Bf16 for a bf16 autocast lane's (autocast's casts, done here): x and the
+    // weight in bf16 for oneDNN's forward and input gradient, the weight's gradient fp32 from the
+    // start; Bf16ValuesInFp32 the same lane's on the bf16 values widened (fp32 kernels throughout,
+    // the output rounded to bf16).
     static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                              const at::Tensor& bias, bool withBias, std::vector<std::int64_t> padStride, bool bf16) {
-        const auto xc = bf16 ? x.to(at::kBFloat16) : x;
-        const auto wc = bf16 ? weight.to(at::kBFloat16) : weight;
+                              const at::Tensor& bias, bool withBias, std::vector<std::int64_t> padStride,
+                              std::int64_t arith) {
+        const bool bf16 = static_cast<Arith>(arith) == Arith::Bf16;
+        const bool widened = static_cast<Arith>(arith) == Arith::Bf16ValuesInFp32;
+        const auto cast = [&](const at::Tensor& t) { return bf16 ? t.to(at::kBFloat16) : widened ? bf16Values(t) : t; };
+        const auto xc = cast(x);
+        const auto wc = cast(weight);
         ctx->save_for_backward({xc, wc});
         ctx->saved_data["bias"] = withBias;
         ctx->saved_data["padStride"] = padStride;
         ctx->saved_data["bf16"] = bf16;
         ctx->saved_data["xType"] = static_cast<std::int64_t>(x.scalar_type());
         const auto g = geometryOf(x, weight, padStride);
-        const auto b = withBias ? std::optional<at::Tensor>(bf16 ? bias.to(at::kBFloat16) : bias) : std::nullopt;
-        return at::convolution(xc, wc, b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
+        const auto b = withBias ? std::optional<at::Tensor>(cast(bias)) : std::nullopt;
+        const auto y = at::convolution(xc, wc, b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
+        return widened ? y.to(at::kBFloat16) : y;
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const auto saved = ctx->get_saved_variables();
@@ -429,8 +558,12 @@ std::filesystem::path convChoiceFile() {
 }
 
 void forgetConvChoices() {
-    std::lock_guard lock(g_choiceMutex);
-    g_useGemm.clear();
+    {
+        std::lock_guard lock(g_choiceMutex);
+        g_useGemm.clear();
+    }
+    std::lock_guard lock(g_arithMutex);
+    g_arith.clear();
 }
 
 bool tunedWeightGradEnabled() { return mode() != Mode::Off; }
@@ -462,9 +595,13 @@ at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
     const auto& stride = conv.options.stride();
     const bool withBias = conv.bias.defined();
+    std::vector<std::int64_t> padStride{(*pad)[0], (*pad)[1], (*stride)[0], (*stride)[1]};
+    auto arith = Arith::Fp32;
+    if (bf16AutocastWithKernel()) {
+        arith = bf16Arithmetic(x, conv.weight, geometryOf(x, conv.weight, padStride));
+    }
     return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias,
-                                      std::vector<std::int64_t>{(*pad)[0], (*pad)[1], (*stride)[0], (*stride)[1]},
-                                      bf16AutocastWithKernel());
+                                      std::move(padStride), static_cast<std::int64_t>(arith));
 }
 
 } // namespace devicerace::detail

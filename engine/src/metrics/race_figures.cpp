@@ -292,12 +292,15 @@ std::string bf16Cause(const LaneSummary& bf16) {
         const auto close = e.find(')', open);
         const auto measured = e.substr(open, close == std::string::npos ? close : close - open);
         const auto routes = gemmRoutesOf(e);
-        return fmt::format("this CPU's bf16 arithmetic is slower than its fp32 ({}), so bf16 cannot pay here{}",
-                           measured,
-                           routes.empty() ? std::string(": its bf16 layers run at the slower rate")
-                                          : fmt::format(": its GEMMs took {}, and the conversions to bf16 and back "
-                                                        "come on top",
-                                                        routes));
+        const bool convsInFp32 = e.find("convolutions on their bf16 values in fp32") != std::string::npos;
+        return fmt::format(
+            "this CPU's bf16 arithmetic is slower than its fp32 ({}), so bf16 cannot pay here{}", measured,
+            !routes.empty() ? fmt::format(": its GEMMs took {}, and the conversions to bf16 and back "
+                                          "come on top",
+                                          routes)
+            : convsInFp32   ? std::string(": its convolutions ran on their bf16 values in fp32 where timed "
+                                            "faster, and the casts to bf16 and back come on top")
+                            : std::string(": its bf16 layers run at the slower rate"));
     }
     if (e.find("bf16 emulated") != std::string::npos) {
         return "this CPU has no bf16 units (neither AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its "

@@ -266,6 +266,10 @@ void Trainer::describeExecution() {
         text += m_ctx.spec.precision == Precision::Bf16
                     ? ", conv weight gradients by the AVX-512 BF16 kernel where timed faster than oneDNN"
                     : ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
+        if (m_ctx.spec.precision == Precision::Bf16 && !m_bf16SlowerNote.empty()) {
+            // (kernels/conv_wgrad_node.cpp: timed per shape where the bf16 peak is below the fp32 one)
+            text += ", convolutions on their bf16 values in fp32 arithmetic where timed faster than in bf16";
+        }
     }
     if (m_model->tokenLstm) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";

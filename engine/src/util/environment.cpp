@@ -13,6 +13,9 @@ namespace {
 constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_ATTACH_TOKEN", "users",
                       "the token an attach:// lane's ranks present (instead of its token_file= key's file)"},
+    EnvironmentSwitch{"DEVICERACE_BF16_CONV", "tests",
+                      "bf16 or fp32: a bf16 lane's convolutions on bf16 operands, or on their bf16 values in fp32, "
+                      "instead of the arithmetic timed faster per shape where bf16 is slower than fp32 (measure)"},
     EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
                       "mkl, onednn, avx512 or fp32: every bf16 GEMM of the fused steps by that route instead of the "
                       "fastest timed one (measure: time them)"},
