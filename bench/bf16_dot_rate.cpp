@@ -17,9 +17,7 @@ namespace {
 
 constexpr int kChains = 12;
 
-double seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Reads the sums, so the loops that made them are not dropped.
 __attribute__((target("avx512f"))) void keepSums(const __m512 (&sums)[kChains]) {
@@ -75,7 +73,8 @@ __attribute__((target("avx512f"))) double fmaRate(long iterations) {
     return static_cast<double>(iterations) * kChains * 32 / t;
 }
 
-template <class F> double median(F&& rate, double trialSeconds) {
+template <class F>
+double median(F&& rate, double trialSeconds) {
     long n = 1000;
     while (true) { // iterations for one trial
         const double t0 = seconds();
