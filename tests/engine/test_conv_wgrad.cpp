@@ -118,6 +118,21 @@ std::string describe(const Shape& s, int threads) {
     return shape.str();
 }
 
+// Each shape on 1 and 2 threads: f(shape, threads, its convolution, a channels_last input drawn
+// with `seed`). Leaves one thread set.
+template <class Shapes, class F>
+void onEachShape(const Shapes& shapes, std::uint64_t seed, F&& f) {
+    for (const auto& s : shapes) {
+        for (const int threads : {1, 2}) {
+            at::set_num_threads(threads);
+            auto conv = makeConv(s.c, s.oc, s.k, s.stride, s.bias, s.pad);
+            auto gen = at::detail::createCPUGenerator(seed);
+            f(s, threads, conv, channelsLastStrided(torch::randn({s.n, s.c, s.h, s.w}, gen)));
+        }
+    }
+    at::set_num_threads(1);
+}
+
 // A cache folder of the test's own for the machine's choices (DEVICERACE_CACHE_DIR), removed at the
 // end. Not test::TempDir: linked to libtorch.so directly, this binary gets libtorch's exported
 // std::filesystem::remove_all, which crashes (a null call); the files are removed one by one.
@@ -220,40 +235,33 @@ TEST(ConvWeightGrad, TheBf16KernelGivesTheWeightGradientOfTheBf16Convolution) {
                             {2, 32, 24, 17, 20, 3},
                             {2, 48, 8, 16, 10, 5},
                             {2, 16, 40, 18, 6, 1}};
-    for (const auto& s : shapes) {
-        for (const int threads : {1, 2}) {
-            at::set_num_threads(threads);
-            auto conv = makeConv(s.c, s.oc, s.k, s.stride, s.bias, s.pad);
-            auto gen = at::detail::createCPUGenerator(31);
-            const auto input = channelsLastStrided(torch::randn({s.n, s.c, s.h, s.w}, gen));
-            const auto plain = runBf16(conv, input, false);
-            const auto fused = runBf16(conv, input, true);
-            const auto what = describe(s, threads);
-            EXPECT_TRUE(torch::equal(fused.out, plain.out)) << "output, " << what;
-            EXPECT_TRUE(torch::equal(fused.dx, plain.dx)) << "input gradient, " << what;
-            // The exact gradient of the bf16 values both convolutions multiply.
-            const auto xb = input.to(at::kBFloat16).to(at::kDouble);
-            const auto wb = conv->weight.detach().to(at::kBFloat16).to(at::kDouble);
-            const auto gy =
-                torch::linspace(-1.0, 2.0, plain.out.numel()).view(plain.out.sizes()).to(at::kBFloat16).to(at::kDouble);
-            const auto pad = s.pad < 0 ? s.k / 2 : s.pad;
-            const auto exact =
-                std::get<1>(at::convolution_backward(gy, xb, wb, std::nullopt, {s.stride, s.stride}, {pad, pad}, {1, 1},
-                                                     false, {0, 0}, 1, {false, true, false}));
-            ASSERT_EQ(fused.dw.scalar_type(), at::kFloat) << what;
-            const double scale = std::max(1.0, exact.abs().max().item<double>());
-            EXPECT_LE((fused.dw.to(at::kDouble) - exact).abs().max().item<double>() / scale, 2e-6)
-                << "weight gradient, " << what;
-            EXPECT_LE((plain.dw.to(at::kDouble) - exact).abs().max().item<double>() / scale, 1e-2)
-                << "oneDNN's weight gradient, " << what;
-            if (s.bias) {
-                const auto db = gy.sum({0, 2, 3});
-                EXPECT_LE((fused.db.to(at::kDouble) - db).abs().max().item<double>() / scale, 2e-6)
-                    << "bias gradient, " << what;
-            }
+    onEachShape(shapes, 31, [](const Shape& s, int threads, torch::nn::Conv2d& conv, const torch::Tensor& input) {
+        const auto plain = runBf16(conv, input, false);
+        const auto fused = runBf16(conv, input, true);
+        const auto what = describe(s, threads);
+        EXPECT_TRUE(torch::equal(fused.out, plain.out)) << "output, " << what;
+        EXPECT_TRUE(torch::equal(fused.dx, plain.dx)) << "input gradient, " << what;
+        // The exact gradient of the bf16 values both convolutions multiply.
+        const auto xb = input.to(at::kBFloat16).to(at::kDouble);
+        const auto wb = conv->weight.detach().to(at::kBFloat16).to(at::kDouble);
+        const auto gy =
+            torch::linspace(-1.0, 2.0, plain.out.numel()).view(plain.out.sizes()).to(at::kBFloat16).to(at::kDouble);
+        const auto pad = s.pad < 0 ? s.k / 2 : s.pad;
+        const auto exact =
+            std::get<1>(at::convolution_backward(gy, xb, wb, std::nullopt, {s.stride, s.stride}, {pad, pad}, {1, 1},
+                                                 false, {0, 0}, 1, {false, true, false}));
+        ASSERT_EQ(fused.dw.scalar_type(), at::kFloat) << what;
+        const double scale = std::max(1.0, exact.abs().max().item<double>());
+        EXPECT_LE((fused.dw.to(at::kDouble) - exact).abs().max().item<double>() / scale, 2e-6)
+            << "weight gradient, " << what;
+        EXPECT_LE((plain.dw.to(at::kDouble) - exact).abs().max().item<double>() / scale, 1e-2)
+            << "oneDNN's weight gradient, " << what;
+        if (s.bias) {
+            const auto db = gy.sum({0, 2, 3});
+            EXPECT_LE((fused.db.to(at::kDouble) - db).abs().max().item<double>() / scale, 2e-6)
+                << "bias gradient, " << what;
         }
-    }
-    at::set_num_threads(1);
+    });
 }
 
 TEST(ConvWeightGrad, TheTunedChoiceGivesTheModulesGradientsEitherWay) {
@@ -456,55 +464,46 @@ TEST(ConvWeightGrad, ABf16ConvolutionOnItsBf16ValuesInFp32GivesTheBf16Gradients)
                             {3, 16, 32, 11, 9, 3, false, -1, 2},
                             {3, 1, 8, 9, 9, 3, true, 0},
                             {2, 8, 6, 7, 9, 1, false, 0, 2}};
-    for (const auto& s : shapes) {
-        for (const int threads : {1, 2}) {
-            at::set_num_threads(threads);
-            auto conv = makeConv(s.c, s.oc, s.k, s.stride, s.bias, s.pad);
-            auto gen = at::detail::createCPUGenerator(41);
-            const auto input = channelsLastStrided(torch::randn({s.n, s.c, s.h, s.w}, gen));
-            Grads onBf16, widened;
-            {
-                Bf16ConvMode mode("bf16");
-                onBf16 = runBf16(conv, input, true);
-            }
-            {
-                Bf16ConvMode mode("fp32");
-                widened = runBf16(conv, input, true);
-            }
-            const auto what = describe(s, threads);
-            ASSERT_EQ(widened.out.scalar_type(), at::kBFloat16) << "autocast's output type, " << what;
-            ASSERT_EQ(widened.dw.scalar_type(), at::kFloat) << what;
-            const auto xb = input.to(at::kBFloat16).to(at::kDouble);
-            const auto wb = conv->weight.detach().to(at::kBFloat16).to(at::kDouble);
-            const auto pad = s.pad < 0 ? s.k / 2 : s.pad;
-            std::optional<at::Tensor> bias;
-            if (s.bias) {
-                bias = conv->bias.detach().to(at::kBFloat16).to(at::kDouble);
-            }
-            const auto y = at::convolution(xb, wb, bias, {s.stride, s.stride}, {pad, pad}, {1, 1}, false, {0, 0}, 1);
-            const double yScale = std::max(1.0, y.abs().max().item<double>());
-            // within bf16's rounding of the output (2^-8 of its magnitude)
-            EXPECT_LE((widened.out.to(at::kDouble) - y).abs().max().item<double>() / yScale, 4e-3)
-                << "output, " << what;
-            EXPECT_LE((onBf16.out.to(at::kDouble) - y).abs().max().item<double>() / yScale, 4e-3)
-                << "the bf16 path's output, " << what;
-            const auto gy = torch::linspace(-1.0, 2.0, y.numel()).view(y.sizes()).to(at::kBFloat16).to(at::kDouble);
-            const auto [dx, dw, unused] =
-                at::convolution_backward(gy, xb, wb, std::nullopt, {s.stride, s.stride}, {pad, pad}, {1, 1}, false,
-                                         {0, 0}, 1, {true, true, false});
-            const double wScale = std::max(1.0, dw.abs().max().item<double>());
-            EXPECT_LE((widened.dw.to(at::kDouble) - dw).abs().max().item<double>() / wScale, 2e-5)
-                << "weight gradient, " << what;
-            const double xScale = std::max(1.0, dx.abs().max().item<double>());
-            EXPECT_LE((widened.dx.to(at::kDouble) - dx).abs().max().item<double>() / xScale, 2e-5)
-                << "input gradient, " << what;
-            if (s.bias) {
-                EXPECT_LE((widened.db.to(at::kDouble) - gy.sum({0, 2, 3})).abs().max().item<double>() / wScale, 2e-5)
-                    << "bias gradient, " << what;
-            }
+    onEachShape(shapes, 41, [](const Shape& s, int threads, torch::nn::Conv2d& conv, const torch::Tensor& input) {
+        Grads onBf16, widened;
+        {
+            Bf16ConvMode mode("bf16");
+            onBf16 = runBf16(conv, input, true);
         }
-    }
-    at::set_num_threads(1);
+        {
+            Bf16ConvMode mode("fp32");
+            widened = runBf16(conv, input, true);
+        }
+        const auto what = describe(s, threads);
+        ASSERT_EQ(widened.out.scalar_type(), at::kBFloat16) << "autocast's output type, " << what;
+        ASSERT_EQ(widened.dw.scalar_type(), at::kFloat) << what;
+        const auto xb = input.to(at::kBFloat16).to(at::kDouble);
+        const auto wb = conv->weight.detach().to(at::kBFloat16).to(at::kDouble);
+        const auto pad = s.pad < 0 ? s.k / 2 : s.pad;
+        std::optional<at::Tensor> bias;
+        if (s.bias) {
+            bias = conv->bias.detach().to(at::kBFloat16).to(at::kDouble);
+        }
+        const auto y = at::convolution(xb, wb, bias, {s.stride, s.stride}, {pad, pad}, {1, 1}, false, {0, 0}, 1);
+        const double yScale = std::max(1.0, y.abs().max().item<double>());
+        // within bf16's rounding of the output (2^-8 of its magnitude)
+        EXPECT_LE((widened.out.to(at::kDouble) - y).abs().max().item<double>() / yScale, 4e-3) << "output, " << what;
+        EXPECT_LE((onBf16.out.to(at::kDouble) - y).abs().max().item<double>() / yScale, 4e-3)
+            << "the bf16 path's output, " << what;
+        const auto gy = torch::linspace(-1.0, 2.0, y.numel()).view(y.sizes()).to(at::kBFloat16).to(at::kDouble);
+        const auto [dx, dw, unused] = at::convolution_backward(
+            gy, xb, wb, std::nullopt, {s.stride, s.stride}, {pad, pad}, {1, 1}, false, {0, 0}, 1, {true, true, false});
+        const double wScale = std::max(1.0, dw.abs().max().item<double>());
+        EXPECT_LE((widened.dw.to(at::kDouble) - dw).abs().max().item<double>() / wScale, 2e-5)
+            << "weight gradient, " << what;
+        const double xScale = std::max(1.0, dx.abs().max().item<double>());
+        EXPECT_LE((widened.dx.to(at::kDouble) - dx).abs().max().item<double>() / xScale, 2e-5)
+            << "input gradient, " << what;
+        if (s.bias) {
+            EXPECT_LE((widened.db.to(at::kDouble) - gy.sum({0, 2, 3})).abs().max().item<double>() / wScale, 2e-5)
+                << "bias gradient, " << what;
+        }
+    });
     Bf16ConvMode unknown("fp16");
     auto conv = makeConv(4, 4, 3);
     EXPECT_THROW(runBf16(conv, torch::randn({1, 4, 5, 5}), true), std::invalid_argument);
