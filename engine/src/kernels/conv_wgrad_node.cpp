@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -426,7 +427,7 @@ std::mutex g_arithMutex; // the map
 std::map<ShapeKey, Arith> g_arith;
 
 // A bf16 lane's convolution: bf16 arithmetic, unless this CPU's bf16 is slower than its fp32 and
-// this shape ran faster on bf16 values in fp32 (fwd + bwd, twice each, the faster of each), timed
+// this shape ran faster on bf16 values in fp32 (fwd + bwd, the faster of two interleaved trials each), timed
 // once per machine and kept in conv-wgrad.json beside the weight-gradient picks.
 Arith bf16Arithmetic(const at::Tensor& x, const at::Tensor& w, const Geometry& g) {
     if (const auto forced = forcedArith()) {
@@ -461,19 +462,20 @@ Arith bf16Arithmetic(const at::Tensor& x, const at::Tensor& w, const Geometry& g
         ~NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, was); }
     } noAutocast;
     using Clock = std::chrono::steady_clock;
-    double bf16 = 1e300, fp32 = 1e300;
     const auto wall0 = Clock::now();
     const double cpu0 = threadCpuSeconds();
     int runnable = runnableTasks();
+    constexpr std::array<Arith, 2> kTried = {Arith::Bf16, Arith::Bf16ValuesInFp32};
+    std::array<double, 2> fastest = {1e300, 1e300}; // of two rounds, the arithmetics interleaved
     for (int round = 0; round < 2; ++round) {
-        for (const auto a : {Arith::Bf16, Arith::Bf16ValuesInFp32}) {
+        for (std::size_t i = 0; i < kTried.size(); ++i) {
             const auto t0 = Clock::now();
-            convolutionTrial(x, w, g, a);
-            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-            (a == Arith::Bf16 ? bf16 : fp32) = std::min(a == Arith::Bf16 ? bf16 : fp32, s);
+            convolutionTrial(x, w, g, kTried[i]);
+            fastest[i] = std::min(fastest[i], std::chrono::duration<double>(Clock::now() - t0).count());
         }
         runnable = std::max(runnable, runnableTasks());
     }
+    const double bf16 = fastest[0], fp32 = fastest[1];
     const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
     const double cpuShare = (threadCpuSeconds() - cpu0) / std::max(wall, 1e-9);
     const bool busy = cpuShare < kMinCpuShare || runnable > threads;
