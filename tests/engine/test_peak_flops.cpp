@@ -376,8 +376,10 @@ TEST(CpuPeak, APeakALanePassedIsDroppedAndMeasuredAgain) {
 // still told. A lane past that ceiling drops the fp32 figure only.
 TEST(CpuPeak, ABf16PeakIsNeverBelowTheFp32One) {
     CacheDir cache;
-    const auto fp32 = cpuPeakFlops(Precision::Fp32, 1, true);
+    // A bf16 peak measured afresh measures the fp32 one beside it; the fp32 figure compared is the
+    // one kept then (a second calibration of it differs by its noise, up or down).
     const auto bf16 = cpuPeakFlops(Precision::Bf16, 1, true);
+    const auto fp32 = cpuPeakFlops(Precision::Fp32, 1);
     if (fp32.busy || bf16.busy) {
         GTEST_SKIP() << "other work shared the cores, so nothing was cached: " << fp32.source << " / " << bf16.source;
     }
