@@ -59,6 +59,12 @@ TEST_F(FastPathPlan, ACpuLaneTakesEveryLeverThatApplies) {
 TEST_F(FastPathPlan, Bf16KeepsTheLeversThatHaveABf16Path) {
     const auto bf16 = cpuLane(",precision=bf16");
     EXPECT_TRUE(bf16.denseStep && bf16.gptStep && bf16.reluPool && bf16.normRelu && bf16.optimizer);
+    // the dense layers of its autograd networks, each GEMM shape on its fastest route
+    EXPECT_TRUE(bf16.bf16Dense);
+    EXPECT_FALSE(cpuLane("").bf16Dense) << "fp32 lanes' dense layers are the module's";
+    ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
+    EXPECT_FALSE(cpuLane(",precision=bf16").bf16Dense);
+    ::unsetenv("DEVICERACE_BF16_DENSE");
     // the weight gradients' bf16 path is the AVX-512 BF16 kernel's
     EXPECT_EQ(bf16.convWeightGrad, devicerace::detail::cpu::haveAvx512Bf16Gemm());
     EXPECT_FALSE(bf16.tokenLstm);

@@ -191,7 +191,7 @@ INSTANTIATE_TEST_SUITE_P(
         CourseCase{"cifar-resnet20", "fp32", "batch=8,lr=2e-3", "conv weight gradients by im2col + GEMM", "gemm"},
         CourseCase{"cifar-resnet20", "bf16", "batch=4,lr=2e-3", "one-pass batch norm (+ residual add) + relu"},
         CourseCase{"fashion-cnn", "fp32", "batch=16", "one-pass relu + max pool"},
-        CourseCase{"fashion-cnn", "bf16", "batch=16", "one-pass relu + max pool"},
+        CourseCase{"fashion-cnn", "bf16", "batch=16", "dense layers' bf16 GEMMs: "},
         CourseCase{"fashion-cnn", "fp32", "batch=16", "conv weight gradients by im2col + GEMM", "gemm"},
         CourseCase{"charlstm", "fp32", "batch=16,lr=1e-3", "LSTM over token ids"},
         CourseCase{"imdb-bilstm", "fp32", "batch=8,lstm=cells", "LSTM cells with their gates in one pass"},
@@ -224,6 +224,28 @@ TEST(FusedLevers, EachAbKnobTurnsOffItsOwnLeverAlone) {
     ::unsetenv("DEVICERACE_CONV_WGRAD");
     EXPECT_NE(how.find(norm), std::string::npos) << how;
     EXPECT_EQ(how.find(conv), std::string::npos) << how;
+}
+
+// A bf16 lane's dense layers name the routes their GEMMs took (timed on this CPU at the lane's
+// threads, or the one DEVICERACE_BF16_ROUTE forces); DEVICERACE_BF16_DENSE=0 leaves them autocast's.
+TEST(FusedLevers, ABf16LanesDenseLayersNameTheirGemmRoutes) {
+    const auto& w = findWorkload("fashion-cnn");
+    auto data = tinyImages(w, 16);
+    const auto spec = parseLaneSpec("cpu,threads=1,batch=8,precision=bf16");
+    const std::string dense = "dense layers' bf16 GEMMs: ";
+    std::string how;
+    stepLosses(w.name, spec, data, 2, &how);
+    EXPECT_NE(how.find(dense), std::string::npos) << how;
+    EXPECT_NE(how.find("(the fastest timed on this CPU at 1 thread)"), std::string::npos) << how;
+    ::setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
+    stepLosses(w.name, spec, data, 2, &how);
+    ::unsetenv("DEVICERACE_BF16_ROUTE");
+    EXPECT_NE(how.find(dense + "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)"), std::string::npos) << how;
+    ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
+    stepLosses(w.name, spec, data, 2, &how);
+    ::unsetenv("DEVICERACE_BF16_DENSE");
+    EXPECT_EQ(how.find(dense), std::string::npos) << how;
+    EXPECT_NE(how.find("bf16 autocast"), std::string::npos) << how;
 }
 
 // channels_last (the CPU default of the 3-channel networks) computes the same network. At a

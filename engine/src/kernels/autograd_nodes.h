@@ -7,7 +7,9 @@
 // only named here (declared, not included): the nodes' .cpp files (kernels/*_node.cpp) are the
 // fast paths' code that includes LibTorch. Lane thread only.
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -17,6 +19,7 @@ class Tensor;
 namespace torch::nn {
 class BatchNorm2dImpl;
 class Conv2dImpl;
+class LinearImpl;
 } // namespace torch::nn
 
 namespace devicerace::detail {
@@ -57,6 +60,23 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
 /// kept per machine, kernels/conv_wgrad.h), oneDNN's otherwise; its forward and input gradient
 /// stay oneDNN's (under bf16 autocast in bf16, the casts autocast would make done in the node).
 at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+
+/// A lane's bf16 dense-layer GEMM routes (one kernels/bf16_routes.h router on its threads).
+struct DenseRoutes;
+std::shared_ptr<DenseRoutes> makeDenseRoutes();
+/// "fp32 for 2 of 3 GEMM shapes, oneDNN bf16 for 1 (the fastest timed on this CPU at 2 threads)";
+/// empty before the lane's first dense layer.
+std::string describeDenseRoutes(const DenseRoutes& routes);
+/// Whether routedDense takes `fc` and `x`: under CPU bf16 autocast, x a 2-D float or bf16 CPU
+/// tensor, fp32 parameters.
+bool routedDenseFits(const torch::nn::LinearImpl& fc, const at::Tensor& x);
+/// fc(x) under bf16 autocast as one node whose three GEMMs (the forward, the input's and the
+/// weight's gradients: bf16 operands, fp32 sums) each take the route timed fastest for its shape
+/// on this CPU and thread count (MKL's or oneDNN's bf16 GEMM, the AVX-512 BF16 kernel, or the bf16
+/// values widened to fp32), kept in the route cache: on a CPU whose bf16 arithmetic is slower
+/// than its fp32 the dense layers stop paying the slower rate. Output bf16 as autocast's (the
+/// bias added to the fp32 sums before the rounding); the weight's gradient fp32 from the sums.
+at::Tensor routedDense(DenseRoutes& routes, torch::nn::LinearImpl& fc, const at::Tensor& x);
 
 /// torch::nn::LSTM's final hidden state over one_hot(tokens) (one layer, one direction, no
 /// initial state; gates [i, f, g, o]) on a CPU in fp32, the one-hot input as a row gather and

@@ -20,23 +20,16 @@ std::atomic<std::uint64_t> g_entered{0};
 } // namespace
 
 bool FastPaths::any() const {
-    return optimizer || denseStep || gptStep || reluPool || normRelu || convWeightGrad || tokenLstm || onePassCells ||
-           hashedDropout || hostCache || flushDenormals;
+    return optimizer || denseStep || gptStep || reluPool || normRelu || convWeightGrad || bf16Dense || tokenLstm ||
+           onePassCells || hashedDropout || hostCache || flushDenormals;
 }
 
 std::string FastPaths::names() const {
     const std::vector<std::pair<bool, const char*>> levers = {
-        {optimizer, "optimizer"},
-        {denseStep, "dense-step"},
-        {gptStep, "gpt-step"},
-        {reluPool, "relu-pool"},
-        {normRelu, "norm-relu"},
-        {convWeightGrad, "conv-wgrad"},
-        {tokenLstm, "token-lstm"},
-        {onePassCells, "one-pass-cells"},
-        {hashedDropout, "hashed-dropout"},
-        {hostCache, "host-cache"},
-        {flushDenormals, "flush-denormals"},
+        {optimizer, "optimizer"},          {denseStep, "dense-step"}, {gptStep, "gpt-step"},
+        {reluPool, "relu-pool"},           {normRelu, "norm-relu"},   {convWeightGrad, "conv-wgrad"},
+        {bf16Dense, "bf16-dense"},         {tokenLstm, "token-lstm"}, {onePassCells, "one-pass-cells"},
+        {hashedDropout, "hashed-dropout"}, {hostCache, "host-cache"}, {flushDenormals, "flush-denormals"},
     };
     std::string out;
     for (const auto& [on, name] : levers) {
@@ -68,6 +61,8 @@ FastPaths decideFastPaths(const LaneSpec& spec, const std::string& device, bool 
     const bool bf16Kernel = spec.precision == Precision::Bf16 && cpu::haveAvx512Bf16Gemm();
     f.convWeightGrad =
         (fp32 || bf16Kernel) && channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD"));
+    f.bf16Dense =
+        spec.precision == Precision::Bf16 && !switchedOff(devicerace::environmentSwitch("DEVICERACE_BF16_DENSE"));
     f.tokenLstm = fp32 && fusedLstm && !switchedOff(devicerace::environmentSwitch("DEVICERACE_TOKEN_LSTM"));
     f.onePassCells = fp32 && !fusedLstm && !switchedOff(devicerace::environmentSwitch("DEVICERACE_FUSED_CELL"));
     f.hashedDropout = true;

@@ -22,6 +22,7 @@ struct FastPaths {
     bool normRelu = false;       // batch norm (+ residual add) + relu in one pass (CPU, channels_last)
     bool convWeightGrad = false; // conv weight gradients by im2col + GEMM (fp32) or the AVX-512 BF16 kernel
                                  // (bf16) where timed faster (CPU channels_last)
+    bool bf16Dense = false;      // a bf16 lane's dense layers, each GEMM shape on its fastest route (CPU)
     bool tokenLstm = false;      // an LSTM over token ids, its input a row gather (CPU fp32, lstm=fused)
     bool onePassCells = false;   // LSTM cells with their gates in one pass (CPU fp32, lstm=cells)
     bool hashedDropout = false;  // the counter-hash dropout masks (CPU; kernels/cpu_kernels.h)
@@ -36,8 +37,8 @@ struct FastPaths {
 
 /// The lane's fast paths: every one that applies to its device, precision and layout when
 /// fused=true (the default), minus the ones a benchmark switch turns off; none when fused=false.
-/// Reads DEVICERACE_DENSE_STEP, _FUSED_NORM, _FUSED_CELL, _TOKEN_LSTM, _CONV_WGRAD, _KEEP_DENORMALS
-/// and _KEEP_MALLOC.
+/// Reads DEVICERACE_DENSE_STEP, _FUSED_NORM, _FUSED_CELL, _TOKEN_LSTM, _CONV_WGRAD, _BF16_DENSE,
+/// _KEEP_DENORMALS and _KEEP_MALLOC.
 FastPaths decideFastPaths(const LaneSpec& spec, const std::string& device, bool channelsLast, bool fusedLstm);
 
 /// Every place the engine enters one of its own kernels or fast paths counts itself here, once

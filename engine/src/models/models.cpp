@@ -122,6 +122,14 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
     return fused && tunedWeightGradFits(conv, x) ? convolveTuned(conv, x) : conv.forward(x);
 }
 
+torch::Tensor dense(torch::nn::LinearImpl& fc, const torch::Tensor& x, DenseRoutes* routes) {
+    return routes && routedDenseFits(fc, x) ? routedDense(*routes, fc, x) : fc.forward(x);
+}
+
+std::shared_ptr<DenseRoutes> denseRoutesFor(const FastPaths& fast) {
+    return fast.bf16Dense ? makeDenseRoutes() : nullptr;
+}
+
 namespace {
 // fan_in = in * receptive field, fan_out = out * receptive field (Keras/PyTorch convention).
 std::pair<double, double> fans(const torch::Tensor& w) {

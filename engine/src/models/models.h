@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
 
 #include <functional>
 #include <memory>
@@ -75,6 +76,9 @@ struct Net : torch::nn::Module {
     /// Whether forward sends its convolutions through convolve, whose weight gradient may be
     /// im2col + GEMM where timed faster (CPU fp32 training on channels_last-strided inputs).
     bool tunedConvs = false;
+    /// A bf16 CPU lane's dense-layer GEMM routes, where forward sends its dense layers through
+    /// dense (kernels/autograd_nodes.h: routedDense); null otherwise.
+    std::shared_ptr<DenseRoutes> denseRoutes;
 };
 
 /// Builds a network with weights drawn from `gen` (the lane's own generator, so two lanes with
@@ -146,6 +150,12 @@ std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, std
 /// is timed against im2col + GEMM (convolveTuned, kernels/autograd_nodes.h); otherwise the
 /// module's forward.
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
+/// fc(x): with `routes` and where it fits (routedDenseFits: under CPU bf16 autocast), the node whose
+/// GEMMs each take their shape's fastest route (routedDense, kernels/autograd_nodes.h); otherwise
+/// the module's forward.
+torch::Tensor dense(torch::nn::LinearImpl& fc, const torch::Tensor& x, DenseRoutes* routes);
+/// The routes a network's dense layers take: made where the lane's plan has the bf16-dense lever.
+std::shared_ptr<DenseRoutes> denseRoutesFor(const FastPaths& fast);
 /// Keras' default initialisation: Glorot-uniform weights, zero biases.
 void glorotInit(torch::nn::Module& module, at::Generator& gen);
 /// He et al.: conv weights N(0, 2/fan_out), batch-norm scale 1 / shift 0, linear U(+-1/sqrt(fan_in)).

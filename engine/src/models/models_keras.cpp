@@ -42,6 +42,7 @@ struct MnistCnn : Net {
         fusedPool = fast.reluPool;
         tunedConvs = fast.convWeightGrad;
         hashedDropout = fast.hashedDropout;
+        denseRoutes = denseRoutesFor(fast);
         conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
         conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)));
         fc1 = register_module("fc1", torch::nn::Linear(64 * 12 * 12, 128));
@@ -53,8 +54,8 @@ struct MnistCnn : Net {
         h = reluMaxPoolDropout(convolve(*conv2, h, tunedConvs), 0.25, is_training(), gen, fusedPool, hashedDropout,
                                true)
                 .flatten(1);
-        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen, hashedDropout);
-        return fc2->forward(h);
+        h = laneDropout(dense(*fc1, h, denseRoutes.get()).relu_(), 0.5, is_training(), gen, hashedDropout);
+        return dense(*fc2, h, denseRoutes.get());
     }
     torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
     torch::nn::Linear fc1{nullptr}, fc2{nullptr};
@@ -68,6 +69,7 @@ struct CifarVgg : Net {
         fusedPool = fast.reluPool;
         tunedConvs = fast.convWeightGrad;
         hashedDropout = fast.hashedDropout;
+        denseRoutes = denseRoutesFor(fast);
         using O = torch::nn::Conv2dOptions;
         c1 = register_module("c1", torch::nn::Conv2d(O(3, 32, 3).padding(1)));
         c2 = register_module("c2", torch::nn::Conv2d(O(32, 32, 3)));
@@ -82,8 +84,8 @@ struct CifarVgg : Net {
         h = reluMaxPoolDropout(convolve(*c2, h, tunedConvs), 0.25, is_training(), gen, fusedPool, hashedDropout);
         h = convolve(*c4, convolve(*c3, h, tunedConvs).relu_(), tunedConvs);
         h = reluMaxPoolDropout(h, 0.25, is_training(), gen, fusedPool, hashedDropout, true).flatten(1);
-        h = laneDropout(fc1->forward(h).relu_(), 0.5, is_training(), gen, hashedDropout);
-        return fc2->forward(h);
+        h = laneDropout(dense(*fc1, h, denseRoutes.get()).relu_(), 0.5, is_training(), gen, hashedDropout);
+        return dense(*fc2, h, denseRoutes.get());
     }
     torch::nn::Conv2d c1{nullptr}, c2{nullptr}, c3{nullptr}, c4{nullptr};
     torch::nn::Linear fc1{nullptr}, fc2{nullptr};

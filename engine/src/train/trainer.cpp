@@ -325,8 +325,8 @@ LaneOutcome Trainer::loop() {
         pos += std::min(b * world, n - pos);
         ++m_step;
         m_samples += take * world;
-        if (m_step == 1 && m_fusedStep && m_ctx.spec.precision == Precision::Bf16) {
-            describeExecution(); // the fused step's bf16 GEMM routes, chosen in its first step
+        if (m_step == 1 && (m_fusedStep || m_model->denseRoutes) && m_ctx.spec.precision == Precision::Bf16) {
+            describeExecution(); // the bf16 GEMM routes, chosen in the first step
         }
 
         const bool epochEnd = epochDone();

@@ -271,6 +271,12 @@ void Trainer::describeExecution() {
             text += ", convolutions on their bf16 values in fp32 arithmetic where timed faster than in bf16";
         }
     }
+    if (m_model->denseRoutes) {
+        // (kernels/dense_bf16_node.cpp: each GEMM shape's route, chosen at its first use)
+        const auto routes = describeDenseRoutes(*m_model->denseRoutes);
+        text += ", dense layers' bf16 GEMMs: " +
+                (routes.empty() ? std::string("each shape's fastest route, timed at its first use") : routes);
+    }
     if (m_model->tokenLstm) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
     }

@@ -16,9 +16,12 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_BF16_CONV", "tests",
                       "bf16 or fp32: a bf16 lane's convolutions on bf16 operands, or on their bf16 values in fp32, "
                       "instead of the arithmetic timed faster per shape where bf16 is slower than fp32 (measure)"},
+    EnvironmentSwitch{"DEVICERACE_BF16_DENSE", "benchmarks",
+                      "0: a bf16 lane's dense layers by autocast's linear (oneDNN's bf16 matmul), not each GEMM "
+                      "shape's fastest route"},
     EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
-                      "mkl, onednn, avx512 or fp32: every bf16 GEMM of the fused steps by that route instead of the "
-                      "fastest timed one (measure: time them)"},
+                      "mkl, onednn, avx512 or fp32: every bf16 GEMM of the fused steps and of a bf16 lane's dense "
+                      "layers by that route instead of the fastest timed one (measure: time them)"},
     EnvironmentSwitch{"DEVICERACE_BREAKDOWN", "benchmarks", "0: no step breakdown timing (its cost measured alone)"},
     EnvironmentSwitch{"DEVICERACE_CACHE_DIR", "users",
                       "where measured GEMM peaks, bf16 GEMM routes and conv weight-gradient picks are kept "
