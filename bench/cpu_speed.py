@@ -32,7 +32,7 @@ What it does:
    race summary's flops_per_sample): the forward multiply-adds x 2, the weight gradients the
    same again, and the input gradients of every layer but the first (nothing computes the
    image's gradient). "of peak" is samples/s x FLOPs per sample / the peak of the lane's
-   precision and thread count. Any workload the CLI races can be listed.
+   precision and thread count (bf16: never below the fp32 one, as the engine holds it). Any workload the CLI races can be listed.
 4. Whether oneDNN used AMX for a bf16 lane: one short run with ONEDNN_VERBOSE=1, the ISA
    names its primitives report.
 5. The issue's goals as ratios within each race (every lane of a race ran on the same machine
@@ -220,10 +220,11 @@ def median_peaks(probes):
 
 def lane_peak(peaks, precision, threads):
     """A lane's peak as the engine takes it: the faster of the 2048^3 GEMM and the convolution, of
-    its precision (the fp32 ones where bf16 is emulated)."""
-    if f"{precision}/{threads}/2048x2048x2048" not in peaks:
-        precision = "fp32"
-    return max(peaks.get(f"{precision}/{threads}/{shape}", 0) for shape in ("2048x2048x2048", "conv3x3"))
+    its precision (the fp32 ones where bf16 is emulated); a bf16 lane's is never below the fp32 one
+    (where this CPU's bf16 arithmetic is the slower, its GEMMs and convolutions may run in fp32)."""
+    def of(p):
+        return max(peaks.get(f"{p}/{threads}/{shape}", 0) for shape in ("2048x2048x2048", "conv3x3"))
+    return max(of(precision), of("fp32"))
 
 
 def print_peaks(probes, peaks, cores, native):
@@ -280,6 +281,11 @@ def bf16_routes(execution):
         return m.group(1).strip() + slower
     if "bf16 emulated" in execution:
         return "emulated (no bf16 units)"
+    # an autograd lane's dense layers: "dense layers' bf16 GEMMs: <routes> (the fastest timed ...)"
+    dense = re.search(r"dense layers' bf16 GEMMs: (.*?\((?:the fastest timed[^)]*|DEVICERACE_BF16_ROUTE)\))",
+                      execution)
+    if dense:
+        return f"autocast, dense layers: {dense.group(1)}" + slower
     return ("autocast (ATen's ops)" if "autocast" in execution else "") + slower
 
 
