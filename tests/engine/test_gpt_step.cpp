@@ -233,6 +233,43 @@ TEST(GptStep, Bf16GradientsFollowFp32Autograd) {
     unsetenv("DEVICERACE_BF16_ROUTE");
 }
 
+// The fp32 route reads each bf16 operand widened once a step (an activation again in the
+// backward, a weight in the input gradient, a layer's output gradient in both its GEMMs): over
+// steps whose weights change between them, its gradients are those of a route that reads the bf16
+// operands themselves (MKL's bf16 GEMM, fp32 sums: only the order of the sums differs). A copy
+// kept from an earlier step's weights, or from another block's gradient in the shared scratch
+// buffers, would part them.
+TEST(GptStep, TheFp32RoutesWidenedOperandsAreEachStepsOwn) {
+    if (!cpu::haveMklBf16Gemm()) {
+        GTEST_SKIP() << "this LibTorch exports no MKL bf16 GEMM";
+    }
+    auto netA = charGpt(), netB = charGpt();
+    setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
+    GptStep widened(*netA, 3, kContext, true);
+    setenv("DEVICERACE_BF16_ROUTE", "mkl", 1);
+    GptStep direct(*netB, 3, kContext, true);
+    unsetenv("DEVICERACE_BF16_ROUTE");
+    const auto data = tokens(3, kContext);
+    const auto x = data.narrow(1, 0, kContext), y = data.narrow(1, 1, kContext);
+    auto gen = at::detail::createCPUGenerator(5);
+    for (int s = 0; s < 3; ++s) {
+        SCOPED_TRACE(s);
+        if (s > 0) { // new weights, as an optimizer leaves them (mirror included)
+            const auto shift = torch::randn(widened.flat().params.sizes(), gen) * 0.05;
+            for (GptStep* step : {&widened, &direct}) {
+                step->flat().params.add_(shift);
+                step->flat().syncMirror();
+            }
+        }
+        const auto a = fusedStep(widened, x, y, netA->gen);
+        const auto b = fusedStep(direct, x, y, netB->gen);
+        EXPECT_NEAR(a.loss, b.loss, 1e-3 * b.loss);
+        const auto ga = widened.flat().grads, gb = direct.flat().grads;
+        const double cosine = (ga * gb).sum().item<double>() / (ga.norm().item<double>() * gb.norm().item<double>());
+        EXPECT_GT(cosine, 0.9999);
+    }
+}
+
 TEST(GptStep, TheParametersStayTheModulesAndTheMatricesComeFirst) {
     auto net = charGpt();
     std::vector<torch::Tensor> before;

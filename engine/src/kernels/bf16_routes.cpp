@@ -53,9 +53,8 @@ at::Tensor bf16View(const Bf16* p, std::int64_t rows, std::int64_t cols, std::in
     return trans ? t.t() : t;
 }
 
-// Rows of bf16 (lds apart) widened into rows of fp32 (ldd apart) by the engine's vectorised loop,
-// not ATen's generic copy (TensorIterator), which costs a large share of the GEMMs' own time at the
-// fused steps' shapes (docs/ENGINEERING.md, "bf16 GEMM routes").
+} // namespace
+
 void widenRows(const Bf16* src, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* dst, std::int64_t ldd) {
     if (lds == cols && ldd == cols) {
         toFloat(src, dst, rows * cols);
@@ -68,6 +67,8 @@ void widenRows(const Bf16* src, std::int64_t lds, std::int64_t rows, std::int64_
                          }
                      });
 }
+
+namespace {
 
 // The fp32 route's operand: stored [rows x cols] (row stride ld), widened into a packed buffer.
 at::Tensor widen(const Bf16* src, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::vector<float>& dst) {

@@ -52,6 +52,11 @@ std::string gemmShapeText(const GemmShape& s);
 void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int64_t lda, const Bf16* b,
                     std::int64_t ldb, float* c, std::int64_t ldc);
 
+/// Rows of bf16 (lds apart) widened into rows of fp32 (ldd apart) by the engine's vectorised loop
+/// (the lane's intra-op threads), not ATen's generic copy (TensorIterator), which costs a large
+/// share of the GEMMs' own time at the fused steps' shapes (docs/ENGINEERING.md, "bf16 GEMM routes").
+void widenRows(const Bf16* src, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* dst, std::int64_t ldd);
+
 struct RouteTiming {
     Bf16Route route;
     double seconds = 0; // the median trial's

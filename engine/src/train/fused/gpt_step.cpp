@@ -202,7 +202,37 @@ void GptStep::gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const
     }
     const auto oa = operand(a), ob = operand(b);
     const cpu::GemmShape shape{a.size(0), b.size(1), a.size(1), oa.trans, ob.trans};
-    cpu::gemmBf16Routed(m_router->route(shape), shape, bf16(a), oa.ld, bf16(b), ob.ld, f32(c), c.stride(0));
+    const auto route = m_router->route(shape);
+    if (route == cpu::Bf16Route::Fp32) {
+        // the fp32 route's arithmetic (MKL's sgemm on the bf16 values), each operand widened once a step
+        at::mm_out(c, widened(a), widened(b));
+        return;
+    }
+    cpu::gemmBf16Routed(route, shape, bf16(a), oa.ld, bf16(b), ob.ld, f32(c), c.stride(0));
+}
+
+at::Tensor GptStep::widened(const at::Tensor& t) const {
+    const auto o = operand(t);
+    const auto stored = o.trans ? t.t() : t; // rows of ld apart
+    const auto rows = stored.size(0), cols = stored.size(1);
+    auto& w = m_widened[{stored.data_ptr(), rows, cols, o.ld}];
+    if (!w.values.defined() || w.step != m_pass) {
+        if (!w.values.defined()) {
+            w.values = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat));
+        }
+        cpu::widenRows(bf16(stored), o.ld, rows, cols, f32(w.values), cols);
+        w.step = m_pass;
+    }
+    return o.trans ? w.values.t() : w.values;
+}
+
+void GptStep::rewritten(const at::Tensor& buffer) const {
+    const void* p = buffer.data_ptr();
+    for (auto& [key, w] : m_widened) {
+        if (std::get<0>(key) == p) {
+            w.step = 0; // stale (passes count from 1)
+        }
+    }
 }
 
 at::Tensor GptStep::gemmInput(const at::Tensor& f32Values, const at::Tensor& buffer) const {
@@ -211,6 +241,7 @@ at::Tensor GptStep::gemmInput(const at::Tensor& f32Values, const at::Tensor& buf
     }
     auto out = buffer.narrow(0, 0, f32Values.size(0));
     cpu::toBf16(f32(f32Values), bf16(out), f32Values.numel());
+    rewritten(buffer);
     return out;
 }
 
@@ -221,6 +252,7 @@ at::Tensor GptStep::biasGradAndInput(const at::Tensor& grad, float* biasGrad, co
     }
     auto out = buffer.narrow(0, 0, grad.size(0));
     cpu::columnSums(f32(grad), grad.size(0), grad.size(1), biasGrad, bf16(out));
+    rewritten(buffer);
     return out;
 }
 
@@ -296,6 +328,7 @@ void GptStep::attentionBackward(Block& k, std::int64_t batch, std::int64_t seq) 
 
 void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std::int64_t& correct) {
     const auto n = batch * seq, c = m_width;
+    ++m_pass; // the activations and the weights' bf16 mirror are new: no widened copy holds
     if (!cpu::embedTokens(f32(m_wte.w), m_vocabulary, f32(m_wpe.w), m_tokens.data_ptr<std::int64_t>(), seq, batch, seq,
                           c, f32(m_h[0]))) {
         throw Error(fmt::format("a token outside the network's vocabulary of {}", m_vocabulary));

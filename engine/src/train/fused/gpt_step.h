@@ -22,6 +22,9 @@
 #include <vector>
 
 #include "devicerace/lane_spec.h"
+#include <map>
+#include <tuple>
+
 #include "models/models.h"
 #include "train/fused/fused_step.h"
 
@@ -75,8 +78,16 @@ private:
     void attentionForward(Block& k, std::int64_t batch, std::int64_t seq);
     void attentionBackward(Block& k, std::int64_t batch, std::int64_t seq);
     /// c = a · b: 2-D views, either of a and b may be a transposed view; c fp32 with contiguous
-    /// rows. bf16: a and b bf16, the shape's route (m_router).
+    /// rows. bf16: a and b bf16, the shape's route (m_router); the fp32 route reads each operand's
+    /// widened copy (widened).
     void gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const;
+    /// A bf16 GEMM operand (a 2-D view, maybe transposed) as fp32 values, widened once a step: an
+    /// activation the forward wrote is read again by the backward's weight gradient, a weight by
+    /// the forward and the input gradient, a layer's output gradient by both of its GEMMs; the
+    /// fp32 route would widen each at every read.
+    at::Tensor widened(const at::Tensor& t) const;
+    /// Drops the widened copy of `buffer` (a bf16 scratch buffer rewritten within the step).
+    void rewritten(const at::Tensor& buffer) const;
     /// `f32` as a GEMM reads it: itself (fp32), or its bf16 copy in `buffer` (same shape).
     at::Tensor gemmInput(const at::Tensor& f32, const at::Tensor& buffer) const;
     /// A layer's output gradient `grad` ([N, out] fp32): its column sums into `biasGrad`, and it as
@@ -111,6 +122,14 @@ private:
                                                  // tiles: m_heads1 holds bf16's fp32 y)
     bool m_tiles = false; // attention by cpu::causalAttention* (kernels/attention_kernels.h), else bmm
     at::Tensor m_actNarrow, m_actQkv, m_actWide, m_actLogits; // bf16 copies of gradients a GEMM reads
+    /// bf16 operands' widened copies (see widened), by where the operand is stored (its first
+    /// value, rows, columns, row stride); each holds the step it was widened in.
+    struct Widened {
+        at::Tensor values; // fp32, [rows, cols] packed
+        std::uint64_t step = 0;
+    };
+    mutable std::map<std::tuple<const void*, std::int64_t, std::int64_t, std::int64_t>, Widened> m_widened;
+    std::uint64_t m_pass = 0; // forward passes so far: a widened copy from an earlier one is stale
 };
 
 } // namespace devicerace::detail
