@@ -201,10 +201,9 @@ TEST(DenseStep, EveryBf16GemmRouteFollowsFp32) {
         expectSameCourse(one, two, 0.05);
         oneThread[route] = one;
     }
-    // The fp32 route (each step's weights widened once for every GEMM that reads them) and MKL's
-    // bf16 GEMM multiply the same bf16 values with fp32 sums: step by step the same losses, but for
-    // the order of the sums and the roundings it moves (a weight widened from an earlier step's
-    // mirror would part them from the second step on).
+    // The fp32 route (the bf16 operands widened) and MKL's bf16 GEMM multiply the same bf16 values
+    // with fp32 sums: step by step the same losses, but for the order of the sums and the roundings
+    // it moves (a weight widened from an earlier step's mirror parted them by 2% at the second step).
     if (oneThread.count(cpu::Bf16Route::Mkl)) {
         const auto& a = oneThread[cpu::Bf16Route::Fp32].losses;
         const auto& b = oneThread[cpu::Bf16Route::Mkl].losses;

@@ -57,12 +57,6 @@ void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int
 /// share of the GEMMs' own time at the fused steps' shapes (docs/ENGINEERING.md, "bf16 GEMM routes").
 void widenRows(const Bf16* src, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* dst, std::int64_t ldd);
 
-/// The fp32 route of gemmBf16Routed with b's values widened already (`b` fp32, stored as that
-/// function's b): a is widened into the calling thread's scratch. For a caller that reads one
-/// bf16 matrix in several GEMMs (a weight, by each worker's share of the rows) and widens it once.
-void gemmBf16WidenedB(const GemmShape& s, const Bf16* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                      std::int64_t ldc);
-
 struct RouteTiming {
     Bf16Route route;
     double seconds = 0; // the median trial's

@@ -219,11 +219,6 @@ void DenseStep::chooseRoutes(std::int64_t maxBatch) {
             l.inputGrad = router.route({rows, l.in, l.out, false, false});
         }
         l.weightGrad = router.route({share(l.out), l.in, maxBatch, true, false});
-        // The forward and the input gradient read W by every worker's share of the rows: on the
-        // fp32 route, W is widened once a step for all of them (step), not by each GEMM.
-        if (l.forward == cpu::Bf16Route::Fp32 || (i > 0 && l.inputGrad == cpu::Bf16Route::Fp32)) {
-            l.wWide = at::empty({l.out, l.in}, at::TensorOptions().dtype(at::kFloat));
-        }
     }
     m_routes = router.summary();
 }
@@ -278,12 +273,8 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
         auto out = l.act.narrow(0, r0, n);
         if (m_bf16) {
             float* sums = m_sums.data_ptr<float>() + r0 * m_sumsLd;
-            const cpu::GemmShape shape{n, l.out, l.in, false, true};
-            if (l.forward == cpu::Bf16Route::Fp32 && l.wWide.defined()) {
-                cpu::gemmBf16WidenedB(shape, bf16Ptr(prev), l.in, l.wWide.data_ptr<float>(), l.in, sums, m_sumsLd);
-            } else {
-                cpu::gemmBf16Routed(l.forward, shape, bf16Ptr(prev), l.in, bf16Ptr(l.wb), l.in, sums, m_sumsLd);
-            }
+            cpu::gemmBf16Routed(l.forward, {n, l.out, l.in, false, true}, bf16Ptr(prev), l.in, bf16Ptr(l.wb), l.in,
+                                sums, m_sumsLd);
             cpu::biasReluDropout(sums, m_sumsLd, bf16Ptr(out), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i],
                                  s.seeds[i], r0);
         } else {
@@ -317,14 +308,8 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
         const auto o = lower.out;
         if (m_bf16) {
             float* sums = m_sums.data_ptr<float>();
-            const cpu::GemmShape shape{n, l.in, l.out, false, false};
-            if (l.inputGrad == cpu::Bf16Route::Fp32 && l.wWide.defined()) {
-                cpu::gemmBf16WidenedB(shape, bf16Ptr(d), l.out, l.wWide.data_ptr<float>(), l.in, sums + r0 * m_sumsLd,
-                                      m_sumsLd);
-            } else {
-                cpu::gemmBf16Routed(l.inputGrad, shape, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in, sums + r0 * m_sumsLd,
-                                    m_sumsLd);
-            }
+            cpu::gemmBf16Routed(l.inputGrad, {n, l.in, l.out, false, false}, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in,
+                                sums + r0 * m_sumsLd, m_sumsLd);
             eachBlock(r0, r1, [&](std::int64_t block, std::int64_t r, std::int64_t rows) {
                 cpu::reluDropoutBackward(sums + r * m_sumsLd, m_sumsLd, bf16Ptr(lower.grad) + r * o,
                                          bf16Ptr(lower.act) + r * o, rows, o, scale,
@@ -415,12 +400,6 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
     }
     s.losses.assign(static_cast<std::size_t>(s.blocks), cpu::CrossEntropy{});
     s.finished.assign(static_cast<std::size_t>(s.workers), 0.0);
-    // The weights' bf16 mirror, as the optimizer left it, widened for the fp32 routes that read it.
-    for (auto& l : m_layers) {
-        if (l.wWide.defined()) {
-            cpu::widenRows(bf16Ptr(l.wb), l.in, l.out, l.in, l.wWide.data_ptr<float>(), l.in);
-        }
-    }
     fixShares(m_rowShares, s.workers);
     m_rowShares.split(s.rows, s.workers, kBlockRows, kMinRowsPerWorker, s.rowBounds);
     s.regionStart = Clock::now();

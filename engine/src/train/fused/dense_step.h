@@ -73,7 +73,6 @@ private:
         float dropout = 0;
         at::Tensor w, b, gw, gb; // views of the flat params / grads
         at::Tensor wb;           // bf16: view of the mirror
-        at::Tensor wWide;        // bf16 with an fp32 route reading wb: its values widened, once a step
         // bf16: the routes of its forward GEMM, its input-gradient GEMM and its weight-gradient GEMM
         cpu::Bf16Route forward = cpu::Bf16Route::OneDnn, inputGrad = cpu::Bf16Route::OneDnn,
                        weightGrad = cpu::Bf16Route::OneDnn;
