@@ -342,6 +342,32 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
                             "faster, and the casts to bf16 and back come on top"),
               std::string::npos)
         << lines[0];
+    // Its dense layers' GEMMs, each shape on its fastest route (the route summary without its
+    // parenthesis); before the first step has routed them, nothing said of them.
+    auto denseAutocast = slowerAutocast;
+    denseAutocast.execution += ", dense layers' bf16 GEMMs: each shape's fastest route, timed at its first use";
+    lines = explainBf16Lanes({fp32, denseAutocast});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0].find("dense layers"), std::string::npos) << lines[0];
+    denseAutocast.execution = slowerAutocast.execution +
+                              ", dense layers' bf16 GEMMs: fp32 for 3 of 6 GEMM shapes, MKL bf16 for 3 (the fastest "
+                              "timed on this CPU at 1 thread), hashed dropout masks";
+    lines = explainBf16Lanes({fp32, denseAutocast});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("its convolutions ran on their bf16 values in fp32 where timed faster, its dense layers' "
+                            "GEMMs took fp32 for 3 of 6 GEMM shapes, MKL bf16 for 3, and the casts to bf16 and back "
+                            "come on top"),
+              std::string::npos)
+        << lines[0];
+    denseAutocast.execution = "autograd step, bf16 autocast, bf16 slower than fp32 on this CPU (bf16 peak 89 against "
+                              "fp32 160 GFLOP/s at 1 thread), dense layers' bf16 GEMMs: fp32 for every GEMM "
+                              "(DEVICERACE_BF16_ROUTE), hashed dropout masks"; // convolutions not on the tuned node
+    lines = explainBf16Lanes({fp32, denseAutocast});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("so bf16 cannot pay here: its dense layers' GEMMs took fp32 for every GEMM, its other bf16 "
+                            "layers run at the slower rate"),
+              std::string::npos)
+        << lines[0];
     // No bf16 units.
     auto emulated = cpuLane("bf16", Precision::Bf16, 40, "fused Adam, bf16 autocast, bf16 emulated (this CPU ...)");
     lines = explainBf16Lanes({fp32, emulated});

@@ -283,6 +283,25 @@ std::string gemmRoutesOf(const std::string& e) {
     return e.substr(colon + 2, end == std::string::npos ? end : end - colon - 2);
 }
 
+// The routes an autograd lane's dense layers took, from "dense layers' bf16 GEMMs: <routes> (the
+// fastest timed …)", without that parenthesis; empty for a lane without them.
+std::string denseRoutesOf(const std::string& e) {
+    constexpr std::string_view kDense = "dense layers' bf16 GEMMs: ";
+    const auto at = e.find(kDense);
+    if (at == std::string::npos) {
+        return {};
+    }
+    const auto from = at + kDense.size();
+    auto end = e.find(" (the fastest timed", from);
+    if (end == std::string::npos) {
+        end = e.find(" (DEVICERACE_BF16_ROUTE)", from);
+    }
+    if (end == std::string::npos) {
+        return {}; // before the first step: "each shape's fastest route, timed at its first use"
+    }
+    return e.substr(from, end - from);
+}
+
 std::string bf16Cause(const LaneSummary& bf16) {
     const auto& e = bf16.execution;
     // "bf16 slower than fp32 on this CPU (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread…)"
@@ -293,14 +312,20 @@ std::string bf16Cause(const LaneSummary& bf16) {
         const auto measured = e.substr(open, close == std::string::npos ? close : close - open);
         const auto routes = gemmRoutesOf(e);
         const bool convsInFp32 = e.find("convolutions on their bf16 values in fp32") != std::string::npos;
+        const auto dense = denseRoutesOf(e);
+        const auto denseText = dense.empty() ? std::string() : fmt::format(", its dense layers' GEMMs took {}", dense);
         return fmt::format(
             "this CPU's bf16 arithmetic is slower than its fp32 ({}), so bf16 cannot pay here{}", measured,
-            !routes.empty() ? fmt::format(": its GEMMs took {}, and the conversions to bf16 and back "
-                                          "come on top",
-                                          routes)
-            : convsInFp32   ? std::string(": its convolutions ran on their bf16 values in fp32 where timed "
-                                            "faster, and the casts to bf16 and back come on top")
-                            : std::string(": its bf16 layers run at the slower rate"));
+            !routes.empty()  ? fmt::format(": its GEMMs took {}, and the conversions to bf16 and back "
+                                            "come on top",
+                                           routes)
+            : convsInFp32    ? fmt::format(": its convolutions ran on their bf16 values in fp32 where timed "
+                                              "faster{}, and the casts to bf16 and back come on top",
+                                           denseText)
+            : !dense.empty() ? fmt::format(": its dense layers' GEMMs took {}, its other bf16 layers run at the "
+                                           "slower rate",
+                                           dense)
+                             : std::string(": its bf16 layers run at the slower rate"));
     }
     if (e.find("bf16 emulated") != std::string::npos) {
         return "this CPU has no bf16 units (neither AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its "
