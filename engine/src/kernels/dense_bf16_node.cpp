@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "devicerace/environment.h"
 #include "kernels/autograd_nodes.h"
 #include "kernels/bf16_routes.h"
 #include "kernels/fast_paths.h"
