@@ -63,15 +63,29 @@ DevicePanel::DevicePanel(QWidget* parent) : QWidget(parent) {
     m_note->setVisible(false);
     layout->addWidget(m_note);
     layout->addStretch(1);
-    refreshLive();
+    refreshLive(false);
 }
 
-void DevicePanel::refreshLive() {
+void DevicePanel::refreshLive(bool racing) {
     const double cpu = processCpuSeconds();
     const double wall = static_cast<double>(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
     QString live;
-    if (m_lastCpuSeconds >= 0 && wall > m_lastWall) {
-        live = tr("CPU use of the race: %1%").arg((cpu - m_lastCpuSeconds) / (wall - m_lastWall) * 100, 0, 'f', 0);
+    if (racing) {
+        if (m_raceStartCpu < 0) {
+            m_raceStartCpu = cpu;
+            m_raceStartWall = wall;
+        } else if (m_lastCpuSeconds >= 0 && wall > m_lastWall) {
+            live = tr("CPU use of the race: %1%").arg((cpu - m_lastCpuSeconds) / (wall - m_lastWall) * 100, 0, 'f', 0);
+        }
+    } else if (m_raceStartCpu >= 0) {
+        m_lastRace = wall > m_raceStartWall
+                         ? tr("CPU use of the last race: %1% on average")
+                               .arg((cpu - m_raceStartCpu) / (wall - m_raceStartWall) * 100, 0, 'f', 0)
+                         : QString();
+        m_raceStartCpu = -1;
+    }
+    if (!racing) {
+        live = m_lastRace;
     }
     m_lastCpuSeconds = cpu;
     m_lastWall = wall;
@@ -106,6 +120,7 @@ void DevicePanel::setLaneCpu(const QList<std::tuple<QString, QColor, double>>& l
     m_lanes->setText(parts.isEmpty() ? QString() : tr("Lane threads' CPU use: ") + parts.join(QStringLiteral("  ")));
 }
 
+QString DevicePanel::liveText() const { return m_live->text(); }
 QString DevicePanel::text() const { return m_static->text() + QLatin1Char('\n') + m_note->text(); }
 bool DevicePanel::blasWarningVisible() const { return !m_banner->isHidden(); }
 

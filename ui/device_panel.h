@@ -15,8 +15,10 @@ class DevicePanel : public QWidget {
     Q_OBJECT
 public:
     explicit DevicePanel(QWidget* parent = nullptr);
-    /// Re-reads live figures (process CPU %, NVML); call ~1 Hz.
-    void refreshLive();
+    /// Re-reads live figures (process CPU %, NVML); call ~1 Hz. While a race runs the CPU figure is
+    /// this process's use over the last period; once it ends, the race's average, so a finished
+    /// race never reads as the idle window's 1%.
+    void refreshLive(bool racing);
     /// The note about lanes sharing CPU cores in live mode ("" hides it).
     void setSharingNote(const QString& note);
     /// Live per-lane CPU use: (lane name, colour, percent of one CPU over the last second).
@@ -24,6 +26,8 @@ public:
     void setClusterJobs(const QStringList& jobs);
     void setLaneCpu(const QList<std::tuple<QString, QColor, double>>& lanes);
     QString text() const;
+    /// The live line as shown (CPU use, GPUs).
+    QString liveText() const;
     bool blasWarningVisible() const;
 
 private:
@@ -35,6 +39,9 @@ private:
     QLabel* m_lanes = nullptr;
     double m_lastCpuSeconds = -1;
     double m_lastWall = 0;
+    double m_raceStartCpu = -1;
+    double m_raceStartWall = 0;
+    QString m_lastRace;
 };
 
 /// CPU seconds (user + system) this process has used so far.

@@ -91,7 +91,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_slowTimer.setInterval(500);
     connect(&m_slowTimer, &QTimer::timeout, this, [this] {
         m_dashboard->refreshSummary();
-        m_dashboard->devicePanel()->refreshLive();
+        m_dashboard->devicePanel()->refreshLive(m_race->running());
         // Per-lane CPU: the lane threads' CPU seconds over the last period.
         const auto cpu = m_race->laneCpuSeconds();
         QList<std::tuple<QString, QColor, double>> lanes;

@@ -13,6 +13,7 @@
 #include "charts/plot_layer.h"
 #include "charts/safe_chart_view.h"
 #include "dashboard.h"
+#include "device_panel.h"
 #include "fake_recording.h"
 #include "main_window.h"
 #include "charts/palette.h"
@@ -75,6 +76,29 @@ private Q_SLOTS:
         QStandardPaths::setTestModeEnabled(true);
         QCoreApplication::setOrganizationName(QStringLiteral("DeviceRaceTest"));
         QCoreApplication::setApplicationName(QStringLiteral("DeviceRaceTest"));
+    }
+
+    void aFinishedRaceKeepsItsAverageCpuUseNotTheIdleWindows() {
+        DevicePanel panel;
+        QVERIFY(panel.liveText().isEmpty());
+        panel.refreshLive(true);
+        const double start = processCpuSeconds();
+        volatile double sink = 0;
+        while (processCpuSeconds() - start < 0.2) {
+            for (int i = 0; i < 100000; ++i) {
+                sink = sink + i * 0.5;
+            }
+        }
+        panel.refreshLive(true);
+        QVERIFY2(panel.liveText().startsWith(QStringLiteral("CPU use of the race: ")), qPrintable(panel.liveText()));
+        panel.refreshLive(false);
+        const QString after = panel.liveText();
+        const QRegularExpression average(QStringLiteral("^CPU use of the last race: (\\d+)% on average"));
+        const auto match = average.match(after);
+        QVERIFY2(match.hasMatch(), qPrintable(after));
+        QVERIFY2(match.captured(1).toInt() > 0, qPrintable(after));
+        panel.refreshLive(false);
+        QCOMPARE(panel.liveText(), after);
     }
 
     void hundredfoldRaceGetsALogAxis() {
