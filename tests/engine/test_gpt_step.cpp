@@ -270,6 +270,65 @@ TEST(GptStep, TheFp32RoutesWidenedOperandsAreEachStepsOwn) {
     }
 }
 
+// Where every GEMM of a bf16 step runs in fp32, the step keeps its GEMM inputs as bf16 values in
+// fp32 storage from its second step on: the loops round as they write, and the GEMMs read what
+// they would have widened. Against a step that writes bf16 and widens it (DEVICERACE_BF16_IN_F32=0),
+// every loss and gradient is the same to the bit, over steps with new weights and a smaller last
+// batch, with either attention. A value rounded other than to nearest even, or a scratch buffer
+// left bf16, would part them.
+TEST(GptStep, Bf16InputsKeptInFp32StorageGiveTheWidenedStepsValues) {
+    for (const char* route : {"tiles", "bmm"}) {
+        SCOPED_TRACE(route);
+        AttentionRoute forced(route);
+        auto netA = charGpt(), netB = charGpt();
+        setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
+        GptStep kept(*netA, 3, kContext, true);
+        setenv("DEVICERACE_BF16_IN_F32", "0", 1);
+        GptStep widened(*netB, 3, kContext, true);
+        unsetenv("DEVICERACE_BF16_IN_F32");
+        unsetenv("DEVICERACE_BF16_ROUTE");
+        const auto data = tokens(3, kContext);
+        auto gen = at::detail::createCPUGenerator(7);
+        for (int s = 0; s < 4; ++s) {
+            SCOPED_TRACE(s);
+            if (s > 0) {
+                const auto shift = torch::randn(kept.flat().params.sizes(), gen) * 0.05;
+                for (GptStep* step : {&kept, &widened}) {
+                    step->flat().params.add_(shift);
+                    step->flat().syncMirror();
+                }
+            }
+            const auto rows = s == 3 ? 2 : 3;
+            const auto x = data.narrow(0, 0, rows).narrow(1, 0, kContext);
+            const auto y = data.narrow(0, 0, rows).narrow(1, 1, kContext);
+            const auto a = fusedStep(kept, x, y, netA->gen);
+            const auto b = fusedStep(widened, x, y, netB->gen);
+            EXPECT_EQ(a.loss, b.loss);
+            EXPECT_EQ(a.correct, b.correct);
+            EXPECT_TRUE(torch::equal(kept.flat().grads, widened.flat().grads))
+                << (kept.flat().grads - widened.flat().grads).abs().max().item<double>();
+        }
+        EXPECT_NE(kept.describe().find("their bf16 inputs kept in fp32 storage"), std::string::npos) << kept.describe();
+        EXPECT_EQ(widened.describe().find("kept in fp32 storage"), std::string::npos) << widened.describe();
+    }
+}
+
+// A bf16 step with any GEMM on a bf16 route keeps its inputs bf16.
+TEST(GptStep, ABf16RouteKeepsTheInputsBf16) {
+    if (!cpu::haveMklBf16Gemm()) {
+        GTEST_SKIP() << "this LibTorch exports no MKL bf16 GEMM";
+    }
+    auto net = charGpt();
+    setenv("DEVICERACE_BF16_ROUTE", "mkl", 1);
+    GptStep step(*net, 2, kContext, true);
+    unsetenv("DEVICERACE_BF16_ROUTE");
+    const auto data = tokens(2, kContext);
+    for (int s = 0; s < 2; ++s) {
+        fusedStep(step, data.narrow(1, 0, kContext), data.narrow(1, 1, kContext), net->gen);
+    }
+    EXPECT_EQ(step.describe().find("kept in fp32 storage"), std::string::npos) << step.describe();
+}
+
 TEST(GptStep, TheParametersStayTheModulesAndTheMatricesComeFirst) {
     auto net = charGpt();
     std::vector<torch::Tensor> before;
@@ -377,6 +436,57 @@ TEST(GptKernels, LayerNormLoopsFollowTorchsLayerNorm) {
 
 // The loop the step runs (per-ISA clones, vector bodies and tails), not just the scalar helpers:
 // GELU out, its slope left in x, for float and bf16 outputs, 203 columns (tails of 8, 16 and 64).
+// Every loop that writes a GEMM's bf16 input writes the same values in fp32 storage
+// (cpu::Bf16InF32) as it writes in bf16, widened: whole vectors and tails, a NaN and values that
+// round up and to even included.
+TEST(GptKernels, Bf16InF32OutputsAreTheBf16OutputsWidened) {
+    auto b16 = [](const torch::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.data_ptr<at::BFloat16>()); };
+    auto w32 = [](const torch::Tensor& t) { return reinterpret_cast<cpu::Bf16InF32*>(t.data_ptr<float>()); };
+    auto same = [](const torch::Tensor& bf16, const torch::Tensor& inF32) {
+        // bit for bit, NaN included: compare the widened bits
+        return torch::equal(bf16.to(torch::kFloat).view(torch::kInt), inF32.view(torch::kInt));
+    };
+    for (std::int64_t cols : {1, 7, 8, 13, 16, 203, 512}) {
+        SCOPED_TRACE("cols " + std::to_string(cols));
+        constexpr std::int64_t rows = 5;
+        torch::manual_seed(cols);
+        auto x = torch::randn({rows, cols}) * 3;
+        x.view(-1)[0] = 1.0f + 0x8000 * std::ldexp(1.0f, -23);                // a tie: rounds to even (down)
+        x.view(-1)[rows * cols - 1] = 1.0f + 0x18000 * std::ldexp(1.0f, -23); // a tie: rounds up
+        const auto gamma = torch::randn({cols}), beta = torch::randn({cols}), bias = torch::randn({cols});
+        auto mean = torch::empty({rows}), rstd = torch::empty({rows});
+        auto outB = torch::empty({rows, cols}, torch::kBFloat16), outW = torch::empty({rows, cols});
+        cpu::layerNormRows(x.data_ptr<float>(), rows, cols, gamma.data_ptr<float>(), beta.data_ptr<float>(), b16(outB),
+                           mean.data_ptr<float>(), rstd.data_ptr<float>());
+        cpu::layerNormRows(x.data_ptr<float>(), rows, cols, gamma.data_ptr<float>(), beta.data_ptr<float>(), w32(outW),
+                           mean.data_ptr<float>(), rstd.data_ptr<float>());
+        EXPECT_TRUE(same(outB, outW)) << "layer norm";
+        auto xB = x.clone(), xW = x.clone();
+        cpu::biasGelu(xB.data_ptr<float>(), bias.data_ptr<float>(), rows, cols, b16(outB));
+        cpu::biasGelu(xW.data_ptr<float>(), bias.data_ptr<float>(), rows, cols, w32(outW));
+        EXPECT_TRUE(same(outB, outW)) << "bias + GELU";
+        EXPECT_TRUE(torch::equal(xB, xW)) << "GELU's slope";
+        x.view(-1)[1] = NAN;
+        auto sumsB = torch::empty({cols}), sumsW = torch::empty({cols});
+        cpu::columnSums(x.data_ptr<float>(), rows, cols, sumsB.data_ptr<float>(), b16(outB));
+        cpu::columnSums(x.data_ptr<float>(), rows, cols, sumsW.data_ptr<float>(), w32(outW));
+        EXPECT_TRUE(same(outB, outW)) << "column sums' copy";
+        EXPECT_TRUE(torch::equal(sumsB.nan_to_num(), sumsW.nan_to_num())) << "column sums";
+        cpu::toBf16(x.data_ptr<float>(), b16(outB), rows * cols);
+        cpu::roundToBf16(x.data_ptr<float>(), w32(outW), rows * cols);
+        EXPECT_TRUE(same(outB, outW)) << "rounding";
+        EXPECT_TRUE(std::isnan(outW.view(-1)[1].item<float>()));
+        EXPECT_EQ(outW.view(-1)[0].item<float>(), 1.0f);
+        EXPECT_EQ(outW.view(-1)[rows * cols - 1].item<float>(), 1.0f + std::ldexp(1.0f, -6));
+    }
+    // The heads merged back into rows: 2 sequences of 3 tokens, 2 heads of 5.
+    const auto heads = torch::randn({2 * 2 * 3 * 5});
+    auto mergedB = torch::empty({6, 10}, torch::kBFloat16), mergedW = torch::empty({6, 10});
+    cpu::mergeHeads(heads.data_ptr<float>(), 2, 3, 2, 5, b16(mergedB), 10);
+    cpu::mergeHeads(heads.data_ptr<float>(), 2, 3, 2, 5, w32(mergedW), 10);
+    EXPECT_TRUE(same(mergedB, mergedW)) << "merged heads";
+}
+
 TEST(GptKernels, BiasGeluLoopWritesGeluAndKeepsItsSlope) {
     constexpr std::int64_t rows = 5, cols = 203;
     std::vector<float> bias(cols), in(rows * cols);

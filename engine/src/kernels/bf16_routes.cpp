@@ -261,6 +261,11 @@ Bf16Route Bf16Router::decide(const GemmShape& shape) {
     return choice.route;
 }
 
+bool Bf16Router::onlyFp32() const {
+    return !m_routes.empty() &&
+           std::all_of(m_routes.begin(), m_routes.end(), [](const auto& e) { return e.second == Bf16Route::Fp32; });
+}
+
 std::string Bf16Router::summary() const {
     if (m_routes.empty()) {
         return {};

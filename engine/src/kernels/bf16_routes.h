@@ -95,6 +95,8 @@ public:
     /// "MKL bf16 for 12 of 14 GEMM shapes, oneDNN bf16 for 2 (timed on this CPU, 2 threads)";
     /// "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)"; empty before the first shape.
     std::string summary() const;
+    /// Every shape decided so far takes the fp32 route (false before the first).
+    bool onlyFp32() const;
 
 private:
     int m_threads;

@@ -13,6 +13,13 @@ struct Bf16 {
     std::uint16_t bits;
 };
 
+/// A bf16 value held in fp32 storage: a float whose lower 16 bits are zero, as widening a Bf16
+/// gives. What a bf16 lane's loops write where every GEMM that reads the values runs in fp32 on
+/// them: the same values without a bf16 copy to widen again (train/fused/gpt_step.h).
+struct Bf16InF32 {
+    float v;
+};
+
 /// The dropout keep mask of element `index` under `seed`: a counter-based hash, so a mask
 /// needs no state and no generator call per element. Keeps with probability 1 - p. Every CPU
 /// dropout of the engine uses it (models' laneDropout and the fused step), one seed per layer
@@ -99,6 +106,8 @@ TeamCheck checkTeam(int threads);
 /// dst = bf16(src) (round to nearest even), and the way back; parallel.
 void toBf16(const float* src, Bf16* dst, std::int64_t n);
 void toFloat(const Bf16* src, float* dst, std::int64_t n);
+/// dst = src rounded to bf16 (nearest even), kept in fp32 storage: widen(toBf16(src)); parallel.
+void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n);
 
 /// dst = src * scale + shift, from bytes (image pixels) to floats; parallel.
 void bytesToFloat(const std::uint8_t* src, float* dst, std::int64_t n, float scale, float shift);

@@ -116,6 +116,10 @@ DR_CLONES void layerNormB(const float* x, std::int64_t r0, std::int64_t r1, std:
                           const float* beta, Bf16* out, float* mean, float* rstd) {
     layerNormBody(x, r0, r1, cols, gamma, beta, out, mean, rstd);
 }
+DR_CLONES void layerNormW(const float* x, std::int64_t r0, std::int64_t r1, std::int64_t cols, const float* gamma,
+                          const float* beta, Bf16InF32* out, float* mean, float* rstd) {
+    layerNormBody(x, r0, r1, cols, gamma, beta, out, mean, rstd);
+}
 
 DR_CLONES void layerNormBackwardRange(const float* __restrict dy, const float* __restrict x,
                                       const float* __restrict mean, const float* __restrict rstd,
@@ -191,10 +195,11 @@ DR_CLONES void dropoutRange(const float* __restrict in, std::int64_t begin, std:
     }
 }
 
-// Columns [c0, c1) of x: their sums over every row, and (copy set) every value to bf16.
-template <bool Copy>
+// Columns [c0, c1) of x: their sums over every row, and (copy set) every value to bf16 (C: Bf16
+// or Bf16InF32).
+template <bool Copy, class C>
 DR_INLINE void columnSumsBody(const float* __restrict x, std::int64_t rows, std::int64_t cols, std::int64_t c0,
-                              std::int64_t c1, float* __restrict out, Bf16* __restrict copy) {
+                              std::int64_t c1, float* __restrict out, C* __restrict copy) {
     std::fill(out + c0, out + c1, 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
         const float* __restrict xr = x + r * cols;
@@ -208,10 +213,14 @@ DR_INLINE void columnSumsBody(const float* __restrict x, std::int64_t rows, std:
 }
 DR_CLONES void columnSumsF(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t c0, std::int64_t c1,
                            float* out) {
-    columnSumsBody<false>(x, rows, cols, c0, c1, out, nullptr);
+    columnSumsBody<false, float>(x, rows, cols, c0, c1, out, nullptr);
 }
 DR_CLONES void columnSumsB(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t c0, std::int64_t c1,
                            float* out, Bf16* copy) {
+    columnSumsBody<true>(x, rows, cols, c0, c1, out, copy);
+}
+DR_CLONES void columnSumsW(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t c0, std::int64_t c1,
+                           float* out, Bf16InF32* copy) {
     columnSumsBody<true>(x, rows, cols, c0, c1, out, copy);
 }
 
@@ -253,11 +262,11 @@ DR_INLINE void biasGeluBody(float* __restrict x, const float* __restrict bias, s
     for (std::int64_t r = r0; r < r1; ++r) {
         float* __restrict xr = x + r * cols;
         T* __restrict o = out + r * cols;
-        if constexpr (std::is_same_v<T, float>) {
+        if constexpr (!std::is_same_v<T, Bf16>) { // 4-byte stores: one loop
             for (std::int64_t c = 0; c < cols; ++c) {
                 const float v = xr[c] + bias[c];
                 const Normal nv = normalAt(v);
-                o[c] = v * nv.cdf;
+                store(o[c], v * nv.cdf);
                 xr[c] = nv.cdf + v * nv.pdf;
             }
             continue;
@@ -282,6 +291,10 @@ DR_CLONES_FMA void biasGeluF(float* x, const float* bias, std::int64_t r0, std::
 }
 DR_CLONES_FMA void biasGeluB(float* x, const float* bias, std::int64_t r0, std::int64_t r1, std::int64_t cols,
                              Bf16* out) {
+    biasGeluBody(x, bias, r0, r1, cols, out);
+}
+DR_CLONES_FMA void biasGeluW(float* x, const float* bias, std::int64_t r0, std::int64_t r1, std::int64_t cols,
+                             Bf16InF32* out) {
     biasGeluBody(x, bias, r0, r1, cols, out);
 }
 DR_CLONES void geluBackwardRange(float* __restrict d, const float* __restrict slope, std::int64_t n) {
@@ -334,6 +347,10 @@ DR_CLONES void mergeHeadsF(const float* src, std::int64_t r0, std::int64_t r1, s
 }
 DR_CLONES void mergeHeadsB(const float* src, std::int64_t r0, std::int64_t r1, std::int64_t seq, std::int64_t heads,
                            std::int64_t head, Bf16* dst, std::int64_t ld) {
+    mergeHeadsBody(src, r0, r1, seq, heads, head, dst, ld);
+}
+DR_CLONES void mergeHeadsW(const float* src, std::int64_t r0, std::int64_t r1, std::int64_t seq, std::int64_t heads,
+                           std::int64_t head, Bf16InF32* dst, std::int64_t ld) {
     mergeHeadsBody(src, r0, r1, seq, heads, head, dst, ld);
 }
 
@@ -444,6 +461,11 @@ void layerNormRows(const float* x, std::int64_t rows, std::int64_t cols, const f
     rowsParallel(rows, cols,
                  [&](std::int64_t b, std::int64_t e) { layerNormB(x, b, e, cols, gamma, beta, out, mean, rstd); });
 }
+void layerNormRows(const float* x, std::int64_t rows, std::int64_t cols, const float* gamma, const float* beta,
+                   Bf16InF32* out, float* mean, float* rstd) {
+    rowsParallel(rows, cols,
+                 [&](std::int64_t b, std::int64_t e) { layerNormW(x, b, e, cols, gamma, beta, out, mean, rstd); });
+}
 void layerNormBackwardRows(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
                            std::int64_t rows, std::int64_t cols, float* dx) {
     rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) {
@@ -475,13 +497,19 @@ void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed,
     at::parallel_for(0, n, kGrain,
                      [&](std::int64_t b, std::int64_t e) { dropoutRange(in + b, b, e - b, p, seed, out + b); });
 }
-void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy) {
-    // Tasks of 64 columns (4 cache lines a row), about kGrain values each.
+namespace {
+// f(c0, c1) over column blocks of 64 (4 cache lines a row), tasks of about kGrain values.
+template <class F>
+void columnBlocks(std::int64_t rows, std::int64_t cols, const F& f) {
     constexpr std::int64_t kBlock = 64;
     const std::int64_t blocks = (cols + kBlock - 1) / kBlock;
     const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, rows * kBlock));
-    at::parallel_for(0, blocks, grain, [&](std::int64_t b, std::int64_t e) {
-        const auto c0 = b * kBlock, c1 = std::min(cols, e * kBlock);
+    at::parallel_for(0, blocks, grain,
+                     [&](std::int64_t b, std::int64_t e) { f(b * kBlock, std::min(cols, e * kBlock)); });
+}
+} // namespace
+void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy) {
+    columnBlocks(rows, cols, [&](std::int64_t c0, std::int64_t c1) {
         if (copy) {
             columnSumsB(x, rows, cols, c0, c1, out, copy);
         } else {
@@ -489,12 +517,18 @@ void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out
         }
     });
 }
+void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16InF32* copy) {
+    columnBlocks(rows, cols, [&](std::int64_t c0, std::int64_t c1) { columnSumsW(x, rows, cols, c0, c1, out, copy); });
+}
 
 void biasGelu(float* x, const float* bias, std::int64_t rows, std::int64_t cols, float* out) {
     rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) { biasGeluF(x, bias, b, e, cols, out); });
 }
 void biasGelu(float* x, const float* bias, std::int64_t rows, std::int64_t cols, Bf16* out) {
     rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) { biasGeluB(x, bias, b, e, cols, out); });
+}
+void biasGelu(float* x, const float* bias, std::int64_t rows, std::int64_t cols, Bf16InF32* out) {
+    rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) { biasGeluW(x, bias, b, e, cols, out); });
 }
 void geluBackward(float* d, const float* slope, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { geluBackwardRange(d + b, slope + b, e - b); });
@@ -516,6 +550,11 @@ void mergeHeads(const float* src, std::int64_t batch, std::int64_t seq, std::int
                 Bf16* dst, std::int64_t ld) {
     rowsParallel(batch * seq, heads * head,
                  [&](std::int64_t b, std::int64_t e) { mergeHeadsB(src, b, e, seq, heads, head, dst, ld); });
+}
+void mergeHeads(const float* src, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head,
+                Bf16InF32* dst, std::int64_t ld) {
+    rowsParallel(batch * seq, heads * head,
+                 [&](std::int64_t b, std::int64_t e) { mergeHeadsW(src, b, e, seq, heads, head, dst, ld); });
 }
 
 void causalSoftmax(float* s, std::int64_t mats, std::int64_t seq, float scale) {

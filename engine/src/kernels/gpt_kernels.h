@@ -2,8 +2,8 @@
 // One-pass CPU loops of the fused transformer step (train/fused/gpt_step.h): layer norm, GELU, causal
 // softmax, the attention heads' layouts, the embeddings and the token cross-entropy, forward and
 // backward. Cloned per ISA like cpu_kernels.h; arithmetic in float, outputs float or bf16 where a
-// GEMM reads them. "Parallel": over rows on the lane's intra-op threads; "one thread": on the
-// caller's. Torch-free header.
+// GEMM reads them (bf16 or, for a GEMM run in fp32, bf16 values in fp32 storage: Bf16InF32). "Parallel": over rows on
+// the lane's intra-op threads; "one thread": on the caller's. Torch-free header.
 #include <cstdint>
 
 #include "kernels/cpu_kernels.h"
@@ -16,6 +16,8 @@ void layerNormRows(const float* x, std::int64_t rows, std::int64_t cols, const f
                    float* out, float* mean, float* rstd);
 void layerNormRows(const float* x, std::int64_t rows, std::int64_t cols, const float* gamma, const float* beta,
                    Bf16* out, float* mean, float* rstd);
+void layerNormRows(const float* x, std::int64_t rows, std::int64_t cols, const float* gamma, const float* beta,
+                   Bf16InF32* out, float* mean, float* rstd);
 /// dx += the input gradient of layerNormRows for the output gradient dy. Parallel.
 void layerNormBackwardRows(const float* dy, const float* x, const float* mean, const float* rstd, const float* gamma,
                            std::int64_t rows, std::int64_t cols, float* dx);
@@ -35,11 +37,13 @@ void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed,
 /// out = column sums of x (rows×cols, overwritten); with `copy`, also copy = bf16(x) in the same
 /// pass (a gradient that is both a bias's and a bf16 GEMM's input). Parallel over columns.
 void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy = nullptr);
+void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16InF32* copy);
 
 /// v = x + bias: out = gelu(v), the exact erf form (torch's default GELU), and x = gelu'(v), what
 /// the backward needs (so it costs no exp). Parallel.
 void biasGelu(float* x, const float* bias, std::int64_t rows, std::int64_t cols, float* out);
 void biasGelu(float* x, const float* bias, std::int64_t rows, std::int64_t cols, Bf16* out);
+void biasGelu(float* x, const float* bias, std::int64_t rows, std::int64_t cols, Bf16InF32* out);
 /// d *= slope over n values (biasGelu's x), in place. Parallel.
 void geluBackward(float* d, const float* slope, std::int64_t n);
 /// gelu(x) and gelu'(x) of one value (tests).
@@ -56,6 +60,8 @@ void mergeHeads(const float* src, std::int64_t batch, std::int64_t seq, std::int
                 float* dst, std::int64_t ld);
 void mergeHeads(const float* src, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head,
                 Bf16* dst, std::int64_t ld);
+void mergeHeads(const float* src, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head,
+                Bf16InF32* dst, std::int64_t ld);
 
 /// In place on `mats` seq×seq score matrices: row i becomes softmax(scale · s[i][0..i]) on
 /// columns 0..i and 0 after them (causal attention's weights). Parallel.

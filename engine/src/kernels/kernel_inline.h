@@ -52,6 +52,17 @@ DR_INLINE void store(Bf16& dst, float v) {
     dst.bits = v != v ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>(rounded);
 }
 
+DR_INLINE float load(const Bf16InF32& v) { return v.v; }
+// store(Bf16&)'s rounding with the result widened again: the upper half of the rounded bits, NaN
+// the bf16 NaN widened.
+DR_INLINE void store(Bf16InF32& dst, float v) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    rounded = v != v ? 0x7FC00000u : rounded;
+    std::memcpy(&dst.v, &rounded, sizeof rounded);
+}
+
 // Chris Wellons' lowbias32 finaliser, twice: indices that differ in one bit give unrelated bits.
 DR_INLINE std::uint32_t mix32(std::uint32_t x) {
     x ^= x >> 16;

@@ -108,5 +108,15 @@ DR_INLINE void storeV(Bf16* p, VecT<W> v) {
     std::memcpy(p, &half, sizeof half);
 }
 
+// The same rounding kept in fp32 storage (kernel_inline.h's store(Bf16InF32&)).
+template <int W>
+DR_INLINE void storeV(Bf16InF32* p, VecT<W> v) {
+    using U32 = typename Vec<W>::U32;
+    const U32 u = __builtin_bit_cast(U32, v);
+    U32 rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    rounded = v != v ? U32{} + 0x7FC00000u : rounded;
+    storeV<W>(reinterpret_cast<float*>(p), __builtin_bit_cast(VecT<W>, rounded));
+}
+
 } // namespace
 } // namespace devicerace::detail::cpu

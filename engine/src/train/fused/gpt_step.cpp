@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <string_view>
 
+#include "devicerace/environment.h"
 #include "devicerace/errors.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/attention_kernels.h"
@@ -27,6 +29,20 @@ constexpr std::int64_t kMaxAttentionBytes = std::int64_t{1} << 30;
 
 float* f32(const at::Tensor& t) { return t.data_ptr<float>(); }
 cpu::Bf16* bf16(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.data_ptr<at::BFloat16>()); }
+cpu::Bf16InF32* inF32(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16InF32*>(t.data_ptr<float>()); }
+
+// f(out) with out the type a loop writes `t` as: bf16, bf16 values in fp32 storage (a bf16 lane
+// whose GEMMs all run in fp32), or fp32.
+template <class F>
+void withAct(const at::Tensor& t, bool bf16InF32, const F& f) {
+    if (t.scalar_type() == at::kBFloat16) {
+        f(bf16(t));
+    } else if (bf16InF32) {
+        f(inF32(t));
+    } else {
+        f(f32(t));
+    }
+}
 
 // The first `rows` rows of a [maxRows, cols] buffer.
 at::Tensor rowsOf(const at::Tensor& t, std::int64_t rows) { return t.narrow(0, 0, rows); }
@@ -79,6 +95,8 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     torch::NoGradGuard noGrad;
     if (bf16) {
         m_router = std::make_unique<cpu::Bf16Router>(at::get_num_threads());
+        const char* inF32 = environmentSwitch("DEVICERACE_BF16_IN_F32");
+        m_inF32Allowed = !(inF32 && std::string_view(inF32) == "0");
     }
     const auto view = *net.gptView();
     m_dropout = dropoutOffForTests() ? 0.0f : static_cast<float>(view.dropout);
@@ -200,6 +218,12 @@ void GptStep::gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor c) const
         at::mm_out(c, a, b);
         return;
     }
+    if (m_inF32) {
+        // activations already bf16 values in fp32; the weights' bf16 mirror widened once a step
+        const auto asF32 = [&](const at::Tensor& t) { return t.scalar_type() == at::kFloat ? t : widened(t); };
+        at::mm_out(c, asF32(a), asF32(b));
+        return;
+    }
     const auto oa = operand(a), ob = operand(b);
     const cpu::GemmShape shape{a.size(0), b.size(1), a.size(1), oa.trans, ob.trans};
     const auto route = m_router->route(shape);
@@ -240,6 +264,10 @@ at::Tensor GptStep::gemmInput(const at::Tensor& f32Values, const at::Tensor& buf
         return f32Values;
     }
     auto out = buffer.narrow(0, 0, f32Values.size(0));
+    if (m_inF32) {
+        cpu::roundToBf16(f32(f32Values), inF32(out), f32Values.numel());
+        return out;
+    }
     cpu::toBf16(f32(f32Values), bf16(out), f32Values.numel());
     rewritten(buffer);
     return out;
@@ -251,21 +279,29 @@ at::Tensor GptStep::biasGradAndInput(const at::Tensor& grad, float* biasGrad, co
         return grad;
     }
     auto out = buffer.narrow(0, 0, grad.size(0));
+    if (m_inF32) {
+        cpu::columnSums(f32(grad), grad.size(0), grad.size(1), biasGrad, inF32(out));
+        return out;
+    }
     cpu::columnSums(f32(grad), grad.size(0), grad.size(1), biasGrad, bf16(out));
     rewritten(buffer);
     return out;
 }
 
-namespace {
-template <class F>
-void withAct(const at::Tensor& t, const F& f) {
-    if (t.scalar_type() == at::kBFloat16) {
-        f(bf16(t));
-    } else {
-        f(f32(t));
+void GptStep::keepGemmInputsInF32() {
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    const auto like = [&](at::Tensor& t) { t = at::empty(t.sizes(), f); };
+    for (auto& k : m_blocks) {
+        for (auto* t : {&k.a, &k.y, &k.m, &k.g}) {
+            like(*t);
+        }
     }
+    for (auto* t : {&m_z, &m_actNarrow, &m_actQkv, &m_actWide, &m_actLogits}) {
+        like(*t);
+    }
+    m_widened.clear(); // the weights' copies come back at their next use
+    m_inF32 = true;
 }
-} // namespace
 
 // One block's attention, from the layer norm's output k.a to the projection's input k.y.
 void GptStep::attentionForward(Block& k, std::int64_t batch, std::int64_t seq) {
@@ -280,7 +316,9 @@ void GptStep::attentionForward(Block& k, std::int64_t batch, std::int64_t seq) {
         const cpu::AttentionShape shape{batch, heads, seq, d, 3 * c, c};
         float* y = m_bf16 ? f32(m_heads1) : f32(k.y);
         cpu::causalAttentionForward(shape, f32(qkv), f32(qkv) + c, f32(qkv) + 2 * c, scale, f32(k.p), y);
-        if (m_bf16) {
+        if (m_inF32) {
+            cpu::roundToBf16(y, inF32(k.y), n * c);
+        } else if (m_bf16) {
             cpu::toBf16(y, bf16(k.y), n * c);
         }
     } else {
@@ -294,7 +332,7 @@ void GptStep::attentionForward(Block& k, std::int64_t batch, std::int64_t seq) {
         at::bmm_out(p, mats(k.qh, bh, seq, d), mats(k.kh, bh, seq, d).transpose(1, 2));
         cpu::causalSoftmax(f32(p), bh, seq, scale);
         at::bmm_out(yh, p, mats(k.vh, bh, seq, d));
-        withAct(k.y, [&](auto* out) { cpu::mergeHeads(f32(yh), batch, seq, heads, d, out, c); });
+        withAct(k.y, m_inF32, [&](auto* out) { cpu::mergeHeads(f32(yh), batch, seq, heads, d, out, c); });
     }
 }
 
@@ -339,22 +377,22 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
     for (std::size_t l = 0; l < m_blocks.size(); ++l) {
         auto& k = m_blocks[l];
         const float* x = f32(m_h[l]);
-        withAct(k.a, [&](auto* out) {
+        withAct(k.a, m_inF32, [&](auto* out) {
             cpu::layerNormRows(x, n, c, f32(k.ln1w.w), f32(k.ln1b.w), out, f32(k.mean1), f32(k.rstd1));
         });
         attentionForward(k, batch, seq);
         auto o = rowsOf(m_narrow, n);
         gemm(rowsOf(k.y, n), weight(k.projW).t(), o);
         cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid), m_dropout, seedOf(l, 0));
-        withAct(k.m, [&](auto* out) {
+        withAct(k.m, m_inF32, [&](auto* out) {
             cpu::layerNormRows(f32(k.mid), n, c, f32(k.ln2w.w), f32(k.ln2b.w), out, f32(k.mean2), f32(k.rstd2));
         });
         gemm(rowsOf(k.m, n), weight(k.fcW).t(), rowsOf(k.f, n));
-        withAct(k.g, [&](auto* out) { cpu::biasGelu(f32(k.f), f32(k.fcB.w), n, 4 * c, out); });
+        withAct(k.g, m_inF32, [&](auto* out) { cpu::biasGelu(f32(k.f), f32(k.fcB.w), n, 4 * c, out); });
         gemm(rowsOf(k.g, n), weight(k.mlpW).t(), o);
         cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]), m_dropout, seedOf(l, 1));
     }
-    withAct(m_z, [&](auto* out) {
+    withAct(m_z, m_inF32, [&](auto* out) {
         cpu::layerNormRows(f32(m_h.back()), n, c, f32(m_lnFw.w), f32(m_lnFb.w), out, f32(m_meanF), f32(m_rstdF));
     });
     gemm(rowsOf(m_z, n), weight(m_wte).t(), rowsOf(m_logits, n));
@@ -462,6 +500,16 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
         timer->mark(Phase::Backward);
     }
     optimizer.step();
+    if (m_bf16 && !m_routesSettled) {
+        // Every GEMM shape of a full batch has its route now. If each is fp32, the loops write the
+        // GEMMs' inputs as bf16 values in fp32 storage from the next step on: the same values and
+        // sums, without a bf16 copy written here and widened again there. A smaller last batch's
+        // shapes then run in fp32 too.
+        m_routesSettled = true;
+        if (m_inF32Allowed && m_router->onlyFp32()) {
+            keepGemmInputsInF32();
+        }
+    }
     if (timer) {
         timer->mark(Phase::Optimizer);
     }
@@ -476,7 +524,8 @@ std::string GptStep::describe() const {
     if (routes.empty()) {
         routes = "each shape's fastest route, timed at its first use";
     }
-    return fmt::format("fused transformer step (bf16 GEMMs with fp32 results: {}; fp32 {} and master weights)", routes,
+    return fmt::format("fused transformer step (bf16 GEMMs with fp32 results: {}; {}fp32 {} and master weights)",
+                       routes, m_inF32 ? "their bf16 inputs kept in fp32 storage, read without widening; " : "",
                        attention);
 }
 

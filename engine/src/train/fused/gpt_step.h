@@ -93,6 +93,10 @@ private:
     /// A layer's output gradient `grad` ([N, out] fp32): its column sums into `biasGrad`, and it as
     /// a GEMM reads it (its bf16 copy, made in the same pass, in `buffer`).
     at::Tensor biasGradAndInput(const at::Tensor& grad, float* biasGrad, const at::Tensor& buffer) const;
+    /// The bf16 GEMM inputs the loops write (activations, gradient copies) become fp32 buffers of
+    /// bf16 values (cpu::Bf16InF32), which the GEMMs read as they are: for a step whose every
+    /// route is fp32.
+    void keepGemmInputsInF32();
     const at::Tensor& weight(const Param& p) const { return m_bf16 ? p.wb : p.w; }
     /// The gradient of a dropout's output as its input's: `grad` itself without dropout, else
     /// grad × the mask of `seed`, in m_masked.
@@ -103,6 +107,9 @@ private:
     }
 
     bool m_bf16 = false;
+    bool m_routesSettled = false; // bf16: the first step has chosen every full batch's route
+    bool m_inF32Allowed = true;   // DEVICERACE_BF16_IN_F32 is not 0
+    bool m_inF32 = false;         // bf16, every route fp32: the GEMM inputs in fp32 storage (keepGemmInputsInF32)
     std::unique_ptr<cpu::Bf16Router> m_router; // bf16: each GEMM shape's route, chosen at its first use
     float m_dropout = 0;                       // after the embeddings and each block's two branches
     std::vector<std::uint64_t> m_seeds;        // this step's dropout seeds (see seedOf)
