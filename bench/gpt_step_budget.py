@@ -98,7 +98,7 @@ def engine(lib_path):
         "ln_param": find("19layerNormParamGrads", args=[p, p, p, p, i, i, p, p]),
         "add_rows_bias": find("11addRowsBias", args=[p, p, p, i, i, p, f, u]),
         "add_bias": find("7addBias", args=[p, p, i, i]),
-        "column_sums": find("10columnSums", args=[p, i, i, p, p]),
+        "column_sums": find("10columnSums", bf16, args=[p, i, i, p, p]),
         "gelu_f": find("8biasGelu", "llS2_", args=[p, p, i, i, p]),
         "gelu_b": find("8biasGelu", bf16, args=[p, p, i, i, p]),
         "gelu_back": find("12geluBackward", args=[p, p, i]),
