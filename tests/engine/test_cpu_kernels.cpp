@@ -147,6 +147,59 @@ TEST(CpuKernels, OutOfPlaceBf16PassesMatchTheInPlaceOnes) {
     }
 }
 
+// The dense step's passes with bf16 values kept in fp32 storage (cpu::Bf16InF32) write what their
+// bf16 forms write, widened, bit for bit; the bias gradients and the loss are the same sums.
+TEST(CpuKernels, Bf16InF32PassesWriteTheBf16PassesValues) {
+    const std::int64_t rows = 4, cols = 37, ld = 53;
+    std::vector<float> sums(rows * ld, 99.0f), bias(cols);
+    for (std::int64_t i = 0; i < rows * ld; ++i) {
+        sums[i] = std::sin(static_cast<float>(i)) * 3.0f;
+    }
+    for (std::int64_t c = 0; c < cols; ++c) {
+        bias[c] = 0.01f * static_cast<float>(c) - 0.2f;
+    }
+    const auto widened = [](const std::vector<cpu::Bf16>& b) {
+        std::vector<float> f(b.size());
+        cpu::toFloat(b.data(), f.data(), static_cast<std::int64_t>(b.size()));
+        return f;
+    };
+    const auto values = [](const std::vector<cpu::Bf16InF32>& w) {
+        std::vector<float> f;
+        for (const auto& v : w) {
+            f.push_back(v.v);
+        }
+        return f;
+    };
+    std::vector<cpu::Bf16> hB(rows * cols), dB(rows * cols), zB(rows * cols), gB(rows * cols);
+    std::vector<cpu::Bf16InF32> hW(rows * cols), dW(rows * cols), zW(rows * cols), gW(rows * cols);
+    for (const float p : {0.0f, 0.3f}) {
+        cpu::biasReluDropout(sums.data(), ld, hB.data(), bias.data(), rows, cols, true, p, 5, 2);
+        cpu::biasReluDropout(sums.data(), ld, hW.data(), bias.data(), rows, cols, true, p, 5, 2);
+        EXPECT_EQ(widened(hB), values(hW)) << "bias + relu + dropout, p " << p;
+    }
+    std::vector<float> dbB(cols), dbW(cols);
+    cpu::reluDropoutBackward(sums.data(), ld, dB.data(), hB.data(), rows, cols, 2.0f, dbB.data());
+    cpu::reluDropoutBackward(sums.data(), ld, dW.data(), hW.data(), rows, cols, 2.0f, dbW.data());
+    EXPECT_EQ(widened(dB), values(dW)) << "relu + dropout backward";
+    EXPECT_EQ(dbB, dbW);
+    const std::vector<std::int64_t> labels{3, 0, 36, 7};
+    cpu::biasReluDropout(sums.data(), ld, zB.data(), bias.data(), rows, cols, false, 0.0f, 0);
+    cpu::biasReluDropout(sums.data(), ld, zW.data(), bias.data(), rows, cols, false, 0.0f, 0);
+    const auto ceB = cpu::softmaxCrossEntropy(zB.data(), labels.data(), rows, cols, gB.data(), dbB.data());
+    const auto ceW = cpu::softmaxCrossEntropy(zW.data(), labels.data(), rows, cols, gW.data(), dbW.data());
+    EXPECT_EQ(ceB.lossSum, ceW.lossSum);
+    EXPECT_EQ(ceB.correct, ceW.correct);
+    EXPECT_EQ(widened(gB), values(gW)) << "cross-entropy gradient";
+    EXPECT_EQ(dbB, dbW);
+    std::vector<std::uint8_t> bytes(rows * cols);
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+        bytes[i] = static_cast<std::uint8_t>(i * 37);
+    }
+    cpu::bytesToBf16(bytes.data(), hB.data(), rows * cols, 1.0f / 255 / 0.35f, -0.29f / 0.35f);
+    cpu::bytesToBf16(bytes.data(), hW.data(), rows * cols, 1.0f / 255 / 0.35f, -0.29f / 0.35f);
+    EXPECT_EQ(widened(hB), values(hW)) << "bytes to the network's input";
+}
+
 // MKL's bf16 GEMM, as the fused step calls it (both transposes, leading dimensions wider than
 // the matrices, beta 0 and 1), against float sums of the same bf16 values.
 TEST(CpuKernels, MklsBf16GemmSumsInFp32) {

@@ -14,6 +14,7 @@
 #include "devicerace/dataset.h"
 #include "devicerace/lane.h"
 #include "kernels/bf16_routes.h"
+#include "kernels/mkl_gemm.h"
 #include "lane_runs.h"
 #include "test_util.h"
 
@@ -177,6 +178,37 @@ TEST(DenseStep, TwoThreadsFollowOneThreadInBf16) {
     auto data = noisyImages(dir, 600);
     expectSameCourse(curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data),
                      curve("cpu,threads=2,batch=48,lr=2e-4,precision=bf16", data), 0.05);
+}
+
+// Where fp32 is every GEMM's route, the step keeps its activations and gradients as bf16 values
+// in fp32 storage, and its GEMMs read them as they are: against the step that writes bf16 and
+// widens it at each GEMM (DEVICERACE_BF16_IN_F32=0), the same losses to the bit, on one and two
+// threads; a value rounded other than the bf16 copy's would part them. A lane with a bf16 route
+// for most of its arithmetic keeps bf16 storage.
+TEST(DenseStep, Bf16ValuesKeptInFp32StorageGiveTheWidenedStepsLosses) {
+    test::TempDir dir;
+    auto data = noisyImages(dir, 600);
+    ASSERT_EQ(setenv("DEVICERACE_BF16_ROUTE", "fp32", 1), 0);
+    for (const char* threads : {"1", "2"}) {
+        SCOPED_TRACE(threads);
+        const auto spec = std::string("cpu,threads=") + threads + ",batch=48,lr=2e-4,precision=bf16";
+        const auto kept = curve(spec, data);
+        ASSERT_EQ(setenv("DEVICERACE_BF16_IN_F32", "0", 1), 0);
+        const auto widened = curve(spec, data);
+        unsetenv("DEVICERACE_BF16_IN_F32");
+        ASSERT_EQ(kept.losses.size(), static_cast<std::size_t>(kSteps));
+        EXPECT_EQ(kept.losses, widened.losses);
+        EXPECT_LT(kept.losses.back(), 0.8 * kept.losses.front());
+        EXPECT_NE(kept.execution.find("fp32 for every GEMM, on bf16 values kept in fp32 storage"), std::string::npos)
+            << kept.execution;
+        EXPECT_EQ(widened.execution.find("kept in fp32 storage"), std::string::npos) << widened.execution;
+    }
+    if (cpu::haveMklBf16Gemm()) {
+        ASSERT_EQ(setenv("DEVICERACE_BF16_ROUTE", "mkl", 1), 0);
+        const auto mkl = curve("cpu,threads=1,batch=48,lr=2e-4,precision=bf16", data);
+        EXPECT_EQ(mkl.execution.find("kept in fp32 storage"), std::string::npos) << mkl.execution;
+    }
+    unsetenv("DEVICERACE_BF16_ROUTE");
 }
 
 // Every bf16 GEMM route, forced for every shape (DEVICERACE_BF16_ROUTE): MKL's bf16 GEMM where

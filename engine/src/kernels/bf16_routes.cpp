@@ -148,11 +148,20 @@ void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int
         const auto bRows = s.transB ? s.n : s.k, bCols = s.transB ? s.k : s.n;
         const auto ta = widen(a, aRows, aCols, lda, sc.a);
         const auto tb = widen(b, bRows, bCols, ldb, sc.b);
-        auto out = at::from_blob(c, {s.m, s.n}, {ldc, 1}, at::kFloat);
-        at::mm_out(out, s.transA ? ta.t() : ta, s.transB ? tb.t() : tb);
+        gemmF32(s, ta.data_ptr<float>(), aCols, tb.data_ptr<float>(), bCols, c, ldc);
         return;
     }
     }
+}
+
+void gemmF32(const GemmShape& s, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+             std::int64_t ldc) {
+    const auto aRows = s.transA ? s.k : s.m, aCols = s.transA ? s.m : s.k;
+    const auto bRows = s.transB ? s.n : s.k, bCols = s.transB ? s.k : s.n;
+    const auto ta = at::from_blob(const_cast<float*>(a), {aRows, aCols}, {lda, 1}, at::kFloat);
+    const auto tb = at::from_blob(const_cast<float*>(b), {bRows, bCols}, {ldb, 1}, at::kFloat);
+    auto out = at::from_blob(c, {s.m, s.n}, {ldc, 1}, at::kFloat);
+    at::mm_out(out, s.transA ? ta.t() : ta, s.transB ? tb.t() : tb);
 }
 
 RouteChoice pickBf16Route(const std::vector<Bf16Route>& candidates, const std::function<double(Bf16Route)>& seconds,

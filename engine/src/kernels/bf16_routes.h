@@ -52,6 +52,11 @@ std::string gemmShapeText(const GemmShape& s);
 void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int64_t lda, const Bf16* b,
                     std::int64_t ldb, float* c, std::int64_t ldc);
 
+/// The same product of fp32 operands by MKL's sgemm (ATen's mm_out): the fp32 route's arithmetic
+/// on operands already widened, such as bf16 values kept in fp32 storage (Bf16InF32).
+void gemmF32(const GemmShape& s, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+             std::int64_t ldc);
+
 /// Rows of bf16 (lds apart) widened into rows of fp32 (ldd apart) by the engine's vectorised loop
 /// (the lane's intra-op threads), not ATen's generic copy (TensorIterator), which costs a large
 /// share of the GEMMs' own time at the fused steps' shapes (docs/ENGINEERING.md, "bf16 GEMM routes").

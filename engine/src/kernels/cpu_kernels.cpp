@@ -51,14 +51,15 @@ DR_INLINE void biasReluDropoutRows(T* __restrict x, const float* __restrict bias
     }
 }
 
-// Out of place: fp32 GEMM sums (leading dimension `ld`) to bf16 activations (rows x cols, dense).
-template <bool Relu, bool Drop>
-DR_INLINE void biasReluDropoutRowsTo(const float* __restrict in, std::int64_t ld, Bf16* __restrict out,
+// Out of place: fp32 GEMM sums (leading dimension `ld`) to bf16 activations (rows x cols, dense;
+// O: Bf16 or Bf16InF32).
+template <bool Relu, bool Drop, class O>
+DR_INLINE void biasReluDropoutRowsTo(const float* __restrict in, std::int64_t ld, O* __restrict out,
                                      const float* __restrict bias, std::int64_t rows, std::int64_t cols, float scale,
                                      std::uint32_t threshold, std::uint64_t seed, std::int64_t firstRow) {
     for (std::int64_t r = 0; r < rows; ++r) {
         const float* src = in + r * ld;
-        Bf16* row = out + r * cols;
+        O* row = out + r * cols;
         const auto base = static_cast<std::uint32_t>((firstRow + r) * cols);
         for (std::int64_t c = 0; c < cols; ++c) {
             store(row[c],
@@ -92,7 +93,8 @@ DR_INLINE void biasReluDropoutBody(T* x, const float* bias, std::int64_t rows, s
     });
 }
 
-DR_INLINE void biasReluDropoutToBody(const float* in, std::int64_t ld, Bf16* out, const float* bias, std::int64_t rows,
+template <class O>
+DR_INLINE void biasReluDropoutToBody(const float* in, std::int64_t ld, O* out, const float* bias, std::int64_t rows,
                                      std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow) {
     withActivation(relu, p, [&]<bool Relu, bool Drop>(float scale, std::uint32_t threshold) {
         biasReluDropoutRowsTo<Relu, Drop>(in, ld, out, bias, rows, cols, scale, threshold, seed, firstRow);
@@ -244,6 +246,10 @@ DR_CLONES void biasReluDropoutFB(const float* in, std::int64_t ld, Bf16* out, co
                                  std::int64_t c, bool relu, float p, std::uint64_t s, std::int64_t first) {
     biasReluDropoutToBody(in, ld, out, b, r, c, relu, p, s, first);
 }
+DR_CLONES void biasReluDropoutFW(const float* in, std::int64_t ld, Bf16InF32* out, const float* b, std::int64_t r,
+                                 std::int64_t c, bool relu, float p, std::uint64_t s, std::int64_t first) {
+    biasReluDropoutToBody(in, ld, out, b, r, c, relu, p, s, first);
+}
 DR_CLONES void reluBackwardF(float* d, const float* h, std::int64_t r, std::int64_t c, float scale, float* db) {
     reluDropoutBackwardBody(d, c, d, h, r, c, scale, db);
 }
@@ -252,6 +258,10 @@ DR_CLONES void reluBackwardB(Bf16* d, const Bf16* h, std::int64_t r, std::int64_
 }
 DR_CLONES void reluBackwardFB(const float* dIn, std::int64_t ld, Bf16* d, const Bf16* h, std::int64_t r, std::int64_t c,
                               float scale, float* db) {
+    reluDropoutBackwardBody(dIn, ld, d, h, r, c, scale, db);
+}
+DR_CLONES void reluBackwardFW(const float* dIn, std::int64_t ld, Bf16InF32* d, const Bf16InF32* h, std::int64_t r,
+                              std::int64_t c, float scale, float* db) {
     reluDropoutBackwardBody(dIn, ld, d, h, r, c, scale, db);
 }
 // torch's fused AdamW kernel's arithmetic (ATen FusedAdamKernel.cpp, not amsgrad), float.
@@ -288,6 +298,9 @@ DR_CLONES void bytesToFloatRange(const std::uint8_t* s, float* d, std::int64_t n
     bytesBody(s, d, n, a, b);
 }
 DR_CLONES void bytesToBf16Range(const std::uint8_t* s, Bf16* d, std::int64_t n, float a, float b) {
+    bytesBody(s, d, n, a, b);
+}
+DR_CLONES void bytesToBf16InF32Range(const std::uint8_t* s, Bf16InF32* d, std::int64_t n, float a, float b) {
     bytesBody(s, d, n, a, b);
 }
 
@@ -327,6 +340,10 @@ void biasReluDropout(const float* in, std::int64_t ld, Bf16* out, const float* b
                      std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow) {
     biasReluDropoutFB(in, ld, out, bias, rows, cols, relu, p, seed, firstRow);
 }
+void biasReluDropout(const float* in, std::int64_t ld, Bf16InF32* out, const float* bias, std::int64_t rows,
+                     std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow) {
+    biasReluDropoutFW(in, ld, out, bias, rows, cols, relu, p, seed, firstRow);
+}
 
 void reluDropoutBackward(float* d, const float* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias) {
     reluBackwardF(d, h, rows, cols, scale, dbias);
@@ -338,6 +355,10 @@ void reluDropoutBackward(const float* dIn, std::int64_t ld, Bf16* d, const Bf16*
                          std::int64_t cols, float scale, float* dbias) {
     reluBackwardFB(dIn, ld, d, h, rows, cols, scale, dbias);
 }
+void reluDropoutBackward(const float* dIn, std::int64_t ld, Bf16InF32* d, const Bf16InF32* h, std::int64_t rows,
+                         std::int64_t cols, float scale, float* dbias) {
+    reluBackwardFW(dIn, ld, d, h, rows, cols, scale, dbias);
+}
 
 CrossEntropy softmaxCrossEntropy(const float* logits, const std::int64_t* labels, std::int64_t rows,
                                  std::int64_t classes, float* dlogits, float* dbias, std::int64_t meanOver) {
@@ -345,6 +366,10 @@ CrossEntropy softmaxCrossEntropy(const float* logits, const std::int64_t* labels
 }
 CrossEntropy softmaxCrossEntropy(const Bf16* logits, const std::int64_t* labels, std::int64_t rows,
                                  std::int64_t classes, Bf16* dlogits, float* dbias, std::int64_t meanOver) {
+    return crossEntropyBody(logits, labels, rows, classes, dlogits, dbias, meanOver);
+}
+CrossEntropy softmaxCrossEntropy(const Bf16InF32* logits, const std::int64_t* labels, std::int64_t rows,
+                                 std::int64_t classes, Bf16InF32* dlogits, float* dbias, std::int64_t meanOver) {
     return crossEntropyBody(logits, labels, rows, classes, dlogits, dbias, meanOver);
 }
 
@@ -409,6 +434,11 @@ void bytesToFloat(const std::uint8_t* src, float* dst, std::int64_t n, float sca
 void bytesToBf16(const std::uint8_t* src, Bf16* dst, std::int64_t n, float scale, float shift) {
     at::parallel_for(0, n, kGrain,
                      [&](std::int64_t b, std::int64_t e) { bytesToBf16Range(src + b, dst + b, e - b, scale, shift); });
+}
+void bytesToBf16(const std::uint8_t* src, Bf16InF32* dst, std::int64_t n, float scale, float shift) {
+    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) {
+        bytesToBf16InF32Range(src + b, dst + b, e - b, scale, shift);
+    });
 }
 
 } // namespace devicerace::detail::cpu

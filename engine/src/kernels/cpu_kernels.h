@@ -46,6 +46,8 @@ void biasReluDropout(Bf16* x, const float* bias, std::int64_t rows, std::int64_t
 /// The same from fp32 GEMM sums `in` (rows of leading dimension `ld`) to bf16 `out` (rows×cols).
 void biasReluDropout(const float* in, std::int64_t ld, Bf16* out, const float* bias, std::int64_t rows,
                      std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow = 0);
+void biasReluDropout(const float* in, std::int64_t ld, Bf16InF32* out, const float* bias, std::int64_t rows,
+                     std::int64_t cols, bool relu, float p, std::uint64_t seed, std::int64_t firstRow = 0);
 
 /// Backward of biasReluDropout with relu, in place on the gradient `d` (rows×cols):
 /// d = h > 0 ? d * scale : 0 (h: the layer's output, scale = 1/(1-p)); dbias = column sums of
@@ -54,6 +56,8 @@ void reluDropoutBackward(float* d, const float* h, std::int64_t rows, std::int64
 void reluDropoutBackward(Bf16* d, const Bf16* h, std::int64_t rows, std::int64_t cols, float scale, float* dbias);
 /// The same from fp32 GEMM sums `dIn` (rows of leading dimension `ld`) to the bf16 gradient `d`.
 void reluDropoutBackward(const float* dIn, std::int64_t ld, Bf16* d, const Bf16* h, std::int64_t rows,
+                         std::int64_t cols, float scale, float* dbias);
+void reluDropoutBackward(const float* dIn, std::int64_t ld, Bf16InF32* d, const Bf16InF32* h, std::int64_t rows,
                          std::int64_t cols, float scale, float* dbias);
 
 struct CrossEntropy {
@@ -69,6 +73,8 @@ CrossEntropy softmaxCrossEntropy(const float* logits, const std::int64_t* labels
                                  std::int64_t classes, float* dlogits, float* dbias, std::int64_t meanOver = 0);
 CrossEntropy softmaxCrossEntropy(const Bf16* logits, const std::int64_t* labels, std::int64_t rows,
                                  std::int64_t classes, Bf16* dlogits, float* dbias, std::int64_t meanOver = 0);
+CrossEntropy softmaxCrossEntropy(const Bf16InF32* logits, const std::int64_t* labels, std::int64_t rows,
+                                 std::int64_t classes, Bf16InF32* dlogits, float* dbias, std::int64_t meanOver = 0);
 
 /// One RMSprop step (torch.optim.RMSprop without centring or momentum) over n floats:
 /// g += wd * p; sq = alpha * sq + (1 - alpha) * g²; p -= lr * g / (sqrt(sq) + eps). When
@@ -112,5 +118,6 @@ void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n);
 /// dst = src * scale + shift, from bytes (image pixels) to floats; parallel.
 void bytesToFloat(const std::uint8_t* src, float* dst, std::int64_t n, float scale, float shift);
 void bytesToBf16(const std::uint8_t* src, Bf16* dst, std::int64_t n, float scale, float shift);
+void bytesToBf16(const std::uint8_t* src, Bf16InF32* dst, std::int64_t n, float scale, float shift);
 
 } // namespace devicerace::detail::cpu

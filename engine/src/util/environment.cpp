@@ -20,7 +20,7 @@ constexpr std::array kSwitches = {
                       "0: a bf16 lane's dense layers by autocast's linear (oneDNN's bf16 matmul), not each GEMM "
                       "shape's fastest route"},
     EnvironmentSwitch{"DEVICERACE_BF16_IN_F32", "benchmarks",
-                      "0: a bf16 fused transformer step whose every GEMM runs in fp32 still writes its GEMM inputs "
+                      "0: a bf16 fused step (transformer, dense) whose GEMMs run in fp32 still writes their inputs "
                       "as bf16 and widens them, not as bf16 values in fp32 storage"},
     EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
                       "mkl, onednn, avx512 or fp32: every bf16 GEMM of the fused steps and of a bf16 lane's dense "

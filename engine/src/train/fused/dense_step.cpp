@@ -24,6 +24,8 @@ namespace devicerace::detail {
 namespace {
 
 cpu::Bf16* bf16Ptr(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16*>(t.data_ptr<at::BFloat16>()); }
+cpu::Bf16InF32* inF32Ptr(const at::Tensor& t) { return reinterpret_cast<cpu::Bf16InF32*>(t.data_ptr<float>()); }
+float* f32Ptr(const at::Tensor& t) { return t.data_ptr<float>(); }
 
 } // namespace
 
@@ -108,6 +110,14 @@ DenseStep::DenseStep(Net& net, std::int64_t maxBatch, bool bf16, const DeviceDat
         }
         m_sums = at::empty({maxBatch, m_sumsLd}, f32);
         chooseRoutes(maxBatch);
+        if (m_inF32) {
+            for (auto& l : m_layers) {
+                l.act = at::empty({maxBatch, l.out}, f32);
+                l.grad = at::empty({maxBatch, l.out}, f32);
+                l.wWide = at::empty({l.out, l.in}, f32);
+            }
+            m_input = at::empty({maxBatch, m_layers.front().in}, f32);
+        }
     }
     // Bytes straight to the network's input in one pass, when no per-channel step is needed.
     const bool oneChannel = !data.mean.defined() || data.mean.numel() == 1;
@@ -128,6 +138,11 @@ at::Tensor DenseStep::input(const at::Tensor& x) {
     if (prepared.size(1) != in.size(1)) {
         throw Error(
             fmt::format("the batch has {} values per example; the network takes {}", prepared.size(1), in.size(1)));
+    }
+    if (m_inF32) {
+        const auto values = prepared.to(at::kFloat).contiguous();
+        cpu::roundToBf16(values.data_ptr<float>(), inF32Ptr(in), values.numel());
+        return in;
     }
     in.copy_(prepared);
     return in;
@@ -221,6 +236,35 @@ void DenseStep::chooseRoutes(std::int64_t maxBatch) {
         l.weightGrad = router.route({share(l.out), l.in, maxBatch, true, false});
     }
     m_routes = router.summary();
+    // Every GEMM of a layer does batch x in x out multiply-adds: the arithmetic on routes other
+    // than fp32, as a share. Under 2%, fp32 for those shapes too costs less than the bf16 copies
+    // the fp32 route widens at every GEMM (timed with its widening, the fp32 route already
+    // wins the rest).
+    double all = 0, other = 0;
+    for (std::size_t i = 0; i < m_layers.size(); ++i) {
+        const auto& l = m_layers[i];
+        const auto size = static_cast<double>(l.in * l.out);
+        for (const auto* r : {&l.forward, &l.inputGrad, &l.weightGrad}) {
+            if (r == &l.inputGrad && i == 0) {
+                continue; // the input's gradient is not computed
+            }
+            all += size;
+            other += *r == cpu::Bf16Route::Fp32 ? 0.0 : size;
+        }
+    }
+    const char* inF32 = devicerace::environmentSwitch("DEVICERACE_BF16_IN_F32");
+    if (other > 0.02 * all || (inF32 && std::string_view(inF32) == "0")) {
+        return;
+    }
+    m_inF32 = true;
+    for (auto& l : m_layers) {
+        l.forward = l.inputGrad = l.weightGrad = cpu::Bf16Route::Fp32;
+    }
+    m_routes = other > 0
+                   ? fmt::format("fp32 for every GEMM, on bf16 values kept in fp32 storage (timed: {}, the "
+                                 "other routes' shapes {:.1f}% of the arithmetic)",
+                                 m_routes, 100 * other / all)
+                   : fmt::format("fp32 for every GEMM, on bf16 values kept in fp32 storage (timed: {})", m_routes);
 }
 
 void DenseStep::fixShares(ShareBalancer& shares, std::int64_t workers) const {
@@ -255,7 +299,9 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
     auto prev = m_input.narrow(0, r0, n);
     if (s.bytes) {
         const auto in = m_layers.front().in;
-        if (m_bf16) {
+        if (m_inF32) {
+            cpu::bytesToBf16(s.bytes + r0 * in, inF32Ptr(prev), n * in, m_scale, m_shift);
+        } else if (m_bf16) {
             cpu::bytesToBf16(s.bytes + r0 * in, bf16Ptr(prev), n * in, m_scale, m_shift);
         } else {
             cpu::bytesToFloat(s.bytes + r0 * in, prev.data_ptr<float>(), n * in, m_scale, m_shift);
@@ -271,7 +317,12 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];
         auto out = l.act.narrow(0, r0, n);
-        if (m_bf16) {
+        if (m_inF32) {
+            float* sums = m_sums.data_ptr<float>() + r0 * m_sumsLd;
+            cpu::gemmF32({n, l.out, l.in, false, true}, f32Ptr(prev), l.in, f32Ptr(l.wWide), l.in, sums, m_sumsLd);
+            cpu::biasReluDropout(sums, m_sumsLd, inF32Ptr(out), l.b.data_ptr<float>(), n, l.out, l.relu, s.drop[i],
+                                 s.seeds[i], r0);
+        } else if (m_bf16) {
             float* sums = m_sums.data_ptr<float>() + r0 * m_sumsLd;
             cpu::gemmBf16Routed(l.forward, {n, l.out, l.in, false, true}, bf16Ptr(prev), l.in, bf16Ptr(l.wb), l.in,
                                 sums, m_sumsLd);
@@ -290,10 +341,15 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
         float* parts = last.biasParts.data() + block * last.out;
         auto& part = s.losses[static_cast<std::size_t>(block)];
         const auto offset = r * last.out;
-        part = m_bf16 ? cpu::softmaxCrossEntropy(bf16Ptr(last.act) + offset, s.labels + r, rows, last.out,
-                                                 bf16Ptr(last.grad) + offset, parts, s.rows)
-                      : cpu::softmaxCrossEntropy(last.act.data_ptr<float>() + offset, s.labels + r, rows, last.out,
-                                                 last.grad.data_ptr<float>() + offset, parts, s.rows);
+        if (m_inF32) {
+            part = cpu::softmaxCrossEntropy(inF32Ptr(last.act) + offset, s.labels + r, rows, last.out,
+                                            inF32Ptr(last.grad) + offset, parts, s.rows);
+        } else {
+            part = m_bf16 ? cpu::softmaxCrossEntropy(bf16Ptr(last.act) + offset, s.labels + r, rows, last.out,
+                                                     bf16Ptr(last.grad) + offset, parts, s.rows)
+                          : cpu::softmaxCrossEntropy(last.act.data_ptr<float>() + offset, s.labels + r, rows, last.out,
+                                                     last.grad.data_ptr<float>() + offset, parts, s.rows);
+        }
     });
     if (worker == 0) {
         s.forwardEnd = Clock::now();
@@ -306,6 +362,17 @@ void DenseStep::rowsPass(StepState& s, std::int64_t worker) {
         auto dBelow = lower.grad.narrow(0, r0, n);
         const float scale = s.drop[i - 1] > 0 ? 1.0f / (1.0f - s.drop[i - 1]) : 1.0f;
         const auto o = lower.out;
+        if (m_inF32) {
+            float* sums = m_sums.data_ptr<float>();
+            cpu::gemmF32({n, l.in, l.out, false, false}, f32Ptr(d), l.out, f32Ptr(l.wWide), l.in, sums + r0 * m_sumsLd,
+                         m_sumsLd);
+            eachBlock(r0, r1, [&](std::int64_t block, std::int64_t r, std::int64_t rows) {
+                cpu::reluDropoutBackward(sums + r * m_sumsLd, m_sumsLd, inF32Ptr(lower.grad) + r * o,
+                                         inF32Ptr(lower.act) + r * o, rows, o, scale,
+                                         lower.biasParts.data() + block * o);
+            });
+            continue;
+        }
         if (m_bf16) {
             float* sums = m_sums.data_ptr<float>();
             cpu::gemmBf16Routed(l.inputGrad, {n, l.in, l.out, false, false}, bf16Ptr(d), l.out, bf16Ptr(l.wb), l.in,
@@ -338,7 +405,10 @@ void DenseStep::unitsPass(StepState& s, std::int64_t worker) {
         // dW = d^T act_{l-1}, these units' rows of it, over the whole batch.
         const auto below = i > 0 ? m_layers[i - 1].act.narrow(0, 0, s.rows) : m_input.narrow(0, 0, s.rows);
         const auto weights = l.offset + o0 * l.in;
-        if (m_bf16) {
+        if (m_inF32) {
+            cpu::gemmF32({units, l.in, s.rows, true, false}, f32Ptr(l.grad) + o0, l.out, f32Ptr(below), l.in,
+                         l.gw.data_ptr<float>() + o0 * l.in, l.in);
+        } else if (m_bf16) {
             cpu::gemmBf16Routed(l.weightGrad, {units, l.in, s.rows, true, false}, bf16Ptr(l.grad) + o0, l.out,
                                 bf16Ptr(below), l.in, l.gw.data_ptr<float>() + o0 * l.in, l.in);
         } else {
@@ -391,6 +461,12 @@ void DenseStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& ge
     }
     const auto labels = y.contiguous();
     s.labels = labels.data_ptr<std::int64_t>();
+    if (m_inF32) {
+        // the weights' bf16 mirror (as the optimizer left it) widened once for the step's GEMMs
+        for (auto& l : m_layers) {
+            cpu::toFloat(bf16Ptr(l.wb), f32Ptr(l.wWide), l.wb.numel());
+        }
+    }
     // One seed per dropout layer in forward order, as laneDropout draws them.
     s.blocks = (s.rows + kBlockRows - 1) / kBlockRows;
     for (auto& l : m_layers) {

@@ -8,7 +8,10 @@
 // view, so evaluation, checkpoints and digests see them, updated by one optimizer pass.
 // bf16: fp32 master weights and a bf16 mirror the optimizer pass rewrites; activations and
 // their gradients in bf16; weight gradients converted to fp32 (MKL: summed in fp32, and the
-// bias, ReLU and dropout applied to fp32 sums before they round to bf16).
+// bias, ReLU and dropout applied to fp32 sums before they round to bf16). Where fp32 is the
+// fastest route for all but a sliver of the arithmetic (chooseRoutes), every GEMM runs in fp32
+// and the activations and gradients are bf16 values kept in fp32 storage (cpu::Bf16InF32): the
+// same values, without bf16 copies that each GEMM would widen again.
 // Several intra-op threads: two parallel regions a step, not one per op. In the first, each
 // thread takes a share of the batch's rows through the whole forward, the loss and the
 // input-gradient chain (all row-independent; bias gradients and the loss as partial sums of
@@ -73,6 +76,7 @@ private:
         float dropout = 0;
         at::Tensor w, b, gw, gb; // views of the flat params / grads
         at::Tensor wb;           // bf16: view of the mirror
+        at::Tensor wWide;        // bf16 in fp32 storage: the mirror widened, each step
         // bf16: the routes of its forward GEMM, its input-gradient GEMM and its weight-gradient GEMM
         cpu::Bf16Route forward = cpu::Bf16Route::OneDnn, inputGrad = cpu::Bf16Route::OneDnn,
                        weightGrad = cpu::Bf16Route::OneDnn;
@@ -101,6 +105,7 @@ private:
 
     std::vector<Layer> m_layers;
     bool m_bf16 = false;
+    bool m_inF32 = false; // bf16, every GEMM in fp32: activations and gradients as bf16 values in fp32 storage
     bool m_dropoutOff = false;
     bool m_split = true;     // several threads split each step's rows, then its units
     bool m_balance = true;   // the shares follow each thread's measured speed (else fixed)
