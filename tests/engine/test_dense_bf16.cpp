@@ -152,10 +152,41 @@ TEST(DenseBf16, OnlyABf16AutocastLaneWithRoutesTakesTheNode) {
     }
     Bf16Autocast autocast;
     EXPECT_TRUE(routedDenseFits(*fc, x));
-    EXPECT_FALSE(routedDenseFits(*fc, x.unsqueeze(0))) << "a 3-D input is the module's";
+    EXPECT_FALSE(routedDenseFits(*fc, x.unsqueeze(0))) << "the node takes rows (dense() flattens a 3-D input)";
     EXPECT_TRUE(torch::equal(dense(*fc, x, nullptr), fc->forward(x))) << "no routes: the module's forward";
     FastPaths plan;
     EXPECT_EQ(denseRoutesFor(plan), nullptr) << "a plan without the bf16-dense lever makes no routes";
     plan.bf16Dense = true;
     EXPECT_NE(denseRoutesFor(plan), nullptr);
+}
+
+// A transformer's layers in evaluation: dense() routes the rows of every leading index of a 3-D
+// input as one matrix, its output shaped as the module's and within bf16 rounding of autocast's
+// linear; an evaluation pass of fewer rows (a model sampling text, one length after another)
+// keeps autocast's linear and times no route; a training pass routes whatever its rows.
+TEST(DenseBf16, EvaluationRoutesTheRowsOfA3dInputAndLeavesFewRowsToAutocast) {
+    RouteScope scope("fp32");
+    auto gen = at::detail::createCPUGenerator(9);
+    torch::nn::Linear fc(48, 20);
+    Bf16Autocast autocast;
+    {
+        auto routes = makeDenseRoutes();
+        const torch::NoGradGuard noGrad;
+        const auto small = torch::randn({2, 30, 48}, gen);
+        EXPECT_TRUE(torch::equal(dense(*fc, small, routes.get()), fc->forward(small)));
+        EXPECT_TRUE(describeDenseRoutes(*routes).empty()) << describeDenseRoutes(*routes);
+        const auto x = torch::randn({4, 300, 48}, gen);
+        const auto y = dense(*fc, x, routes.get());
+        EXPECT_EQ(y.sizes(), (std::vector<std::int64_t>{4, 300, 20}));
+        EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+        EXPECT_EQ(describeDenseRoutes(*routes), "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)");
+        const auto want = fc->forward(x).to(at::kDouble);
+        const double scale = want.abs().max().item<double>();
+        EXPECT_LT((y.to(at::kDouble) - want).abs().max().item<double>(), scale / 64);
+    }
+    auto routes = makeDenseRoutes();
+    const auto few = torch::randn({3, 5, 48}, gen).requires_grad_();
+    dense(*fc, few, routes.get()).to(at::kFloat).sum().backward();
+    EXPECT_FALSE(describeDenseRoutes(*routes).empty()) << "training routes its few rows";
+    EXPECT_TRUE(few.grad().defined());
 }

@@ -135,6 +135,46 @@ TEST(GptStepLanes, EveryBf16GemmRouteFollowsTheFp32Course) {
     }
 }
 
+// A fused bf16 lane evaluates through the module, whose dense layers take their GEMM shapes'
+// routes as an autograd lane's do (autocast's oneDNN bf16 matmul ran at half the fp32 rate on a
+// Xeon without AMX, and evaluating took longer than training): the execution names them once
+// the first evaluation has chosen them, and the validation loss is autocast's, within rounding.
+TEST(GptStepLanes, ABf16LanesEvaluationRoutesItsDenseLayers) {
+    if (detail::readHostCpu().bf16Units.empty()) {
+        GTEST_SKIP() << "no bf16 units: the fused transformer step does not take bf16 lanes here";
+    }
+    test::TempDir dir;
+    auto data = sentences(dir);
+    const auto run = [&](bool routed) {
+        ::setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
+        if (!routed) {
+            ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
+        }
+        LaneRunSettings settings;
+        settings.workload = "char-gpt";
+        settings.data = data;
+        settings.steps = 3;
+        settings.seed = 5;
+        settings.warmupSteps = 0;
+        auto lane = makeLane(parseLaneSpec("cpu,threads=1,precision=bf16"), settings);
+        lane->start();
+        lane->wait();
+        ::unsetenv("DEVICERACE_BF16_DENSE");
+        ::unsetenv("DEVICERACE_BF16_ROUTE");
+        EXPECT_EQ(lane->summary().state, LaneState::Finished) << lane->summary().error;
+        const auto evals = test::evalsOf(*lane);
+        return std::pair{lane->summary().execution, evals.empty() ? -1.0 : evals.back().loss.value_or(-1.0)};
+    };
+    const auto [routed, routedLoss] = run(true);
+    const auto [autocast, autocastLoss] = run(false);
+    EXPECT_NE(routed.find("evaluation's dense layers' bf16 GEMMs: fp32 for every GEMM (DEVICERACE_BF16_ROUTE)"),
+              std::string::npos)
+        << routed;
+    EXPECT_EQ(autocast.find("dense layers' bf16 GEMMs"), std::string::npos) << autocast;
+    ASSERT_GT(routedLoss, 0);
+    EXPECT_NEAR(routedLoss, autocastLoss, 0.01 * autocastLoss);
+}
+
 // Two threads split each GEMM and loop: the same course as one.
 TEST(GptStepLanes, TwoThreadsFollowOneThread) {
     test::TempDir dir;

@@ -122,7 +122,26 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
     return fused && tunedWeightGradFits(conv, x) ? convolveTuned(conv, x) : conv.forward(x);
 }
 
+namespace {
+// Without gradients, fewer rows than this keep autocast's linear: each new shape's routes are timed
+// (~50-100 ms), and a model sampling text token by token makes a shape of every length.
+constexpr std::int64_t kMinRoutedEvalRows = 1024;
+} // namespace
+
 torch::Tensor dense(torch::nn::LinearImpl& fc, const torch::Tensor& x, DenseRoutes* routes) {
+    if (routes && !torch::GradMode::is_enabled() &&
+        x.numel() / std::max<std::int64_t>(1, x.size(-1)) < kMinRoutedEvalRows) {
+        return fc.forward(x);
+    }
+    if (routes && x.dim() > 2) { // [..., in]: the rows of every leading index, as one matrix
+        const auto rows = x.reshape({-1, x.size(-1)});
+        if (routedDenseFits(fc, rows)) {
+            auto sizes = x.sizes().vec();
+            sizes.back() = fc.weight.size(0);
+            return routedDense(*routes, fc, rows).view(sizes);
+        }
+        return fc.forward(x);
+    }
     return routes && routedDenseFits(fc, x) ? routedDense(*routes, fc, x) : fc.forward(x);
 }
 

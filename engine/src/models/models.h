@@ -150,9 +150,9 @@ std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, std
 /// is timed against im2col + GEMM (convolveTuned, kernels/autograd_nodes.h); otherwise the
 /// module's forward.
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
-/// fc(x): with `routes` and where it fits (routedDenseFits: under CPU bf16 autocast), the node whose
-/// GEMMs each take their shape's fastest route (routedDense, kernels/autograd_nodes.h); otherwise
-/// the module's forward.
+/// fc(x), x [rows, in] or [..., in]: with `routes` and where it fits (routedDenseFits: under CPU
+/// bf16 autocast), the node whose GEMMs each take their shape's fastest route (routedDense,
+/// kernels/autograd_nodes.h); otherwise the module's forward.
 torch::Tensor dense(torch::nn::LinearImpl& fc, const torch::Tensor& x, DenseRoutes* routes);
 /// The routes a network's dense layers take: made where the lane's plan has the bf16-dense lever.
 std::shared_ptr<DenseRoutes> denseRoutesFor(const FastPaths& fast);

@@ -43,14 +43,15 @@ struct GptBlock : torch::nn::Module {
             (*l)->bias.zero_();
         }
     }
-    torch::Tensor forward(const torch::Tensor& x, at::Generator& gen, bool hashed) {
+    // routes: a bf16 lane's dense layers by each GEMM shape's fastest route (models.h dense()).
+    torch::Tensor forward(const torch::Tensor& x, at::Generator& gen, bool hashed, DenseRoutes* routes) {
         const auto b = x.size(0), t = x.size(1), c = x.size(2);
-        auto qkv = attn->forward(ln1->forward(x)).split(c, 2);
+        auto qkv = dense(*attn, ln1->forward(x), routes).split(c, 2);
         auto heads = [&](const torch::Tensor& v) { return v.view({b, t, m_heads, c / m_heads}).transpose(1, 2); };
         auto y = causalAttention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
         y = y.transpose(1, 2).contiguous().view({b, t, c});
-        auto h = x + laneDropout(attnProj->forward(y), m_drop, is_training(), gen, hashed);
-        auto m = mlpProj->forward(F::gelu(fc->forward(ln2->forward(h))));
+        auto h = x + laneDropout(dense(*attnProj, y, routes), m_drop, is_training(), gen, hashed);
+        auto m = dense(*mlpProj, F::gelu(dense(*fc, ln2->forward(h), routes)), routes);
         return h + laneDropout(m, m_drop, is_training(), gen, hashed);
     }
     torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
@@ -65,6 +66,9 @@ struct CharGpt : Net {
     CharGpt(at::Generator initGen, const GptShape& s, std::int64_t vocabulary, const FastPaths& fast) : m_shape(s) {
         gen = std::move(initGen);
         hashedDropout = fast.hashedDropout && s.dropout > 0;
+        // a bf16 lane's dense layers, in evaluation (the fused step trains without them) and in
+        // an autograd lane's training
+        denseRoutes = denseRoutesFor(fast);
         wte = register_module("wte", torch::nn::Embedding(vocabulary, s.width));
         wpe = register_module("wpe", torch::nn::Embedding(s.context, s.width));
         {
@@ -98,7 +102,7 @@ struct CharGpt : Net {
         auto pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
         auto h = laneDropout(wte->forward(x) + wpe->forward(pos), m_shape.dropout, is_training(), gen, hashedDropout);
         for (auto& block : blocks) {
-            h = block->forward(h, gen, hashedDropout);
+            h = block->forward(h, gen, hashedDropout, denseRoutes.get());
         }
         return at::linear(lnF->forward(h), wte->weight);
     }

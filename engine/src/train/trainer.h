@@ -165,6 +165,7 @@ private:
     std::unique_ptr<LaneOptimizer> m_optimizer;
     // CPU lanes of dense networks and GPTs: the hand-fused step (train/fused/fused_step.h), its outputs.
     std::unique_ptr<FusedStep> m_fusedStep;
+    bool m_evalRoutesDescribed = false; // a fused step's evaluation has chosen its dense layers' routes
     torch::Tensor m_fusedLoss, m_fusedCorrect;
     std::string m_fusedStepOff; // why a dense network or GPT does not take it (shown in the execution)
     // A bf16 CPU lane on a CPU whose bf16 peak measured below its fp32 one: "bf16 slower than fp32

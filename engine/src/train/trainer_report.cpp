@@ -274,8 +274,10 @@ void Trainer::describeExecution() {
     if (m_model->denseRoutes) {
         // (kernels/dense_bf16_node.cpp: each GEMM shape's route, chosen at its first use)
         const auto routes = describeDenseRoutes(*m_model->denseRoutes);
-        text += ", dense layers' bf16 GEMMs: " +
-                (routes.empty() ? std::string("each shape's fastest route, timed at its first use") : routes);
+        // (a fused step trains without the modules' dense layers: only the evaluation runs them)
+        text +=
+            std::string(m_fusedStep ? ", evaluation's dense layers' bf16 GEMMs: " : ", dense layers' bf16 GEMMs: ") +
+            (routes.empty() ? std::string("each shape's fastest route, timed at its first use") : routes);
     }
     if (m_model->tokenLstm) {
         text += ", LSTM over token ids (input as a row gather, gates in one pass)";
