@@ -510,6 +510,46 @@ TEST(ConvWeightGrad, ABf16ConvolutionOnItsBf16ValuesInFp32GivesTheBf16Gradients)
     at::autocast::set_autocast_enabled(at::kCPU, false);
 }
 
+// A bf16 lane evaluates a convolution as it trains it: where its arithmetic is the bf16 values in
+// fp32, the evaluation's forward (no gradients) runs that too, its output autocast's bf16 of the
+// same sums, not oneDNN's bf16 convolution (half the fp32 rate on a Xeon without AMX); where it is
+// bf16, or outside a bf16 lane, the module's forward.
+TEST(ConvWeightGrad, ABf16LaneEvaluatesAConvolutionInItsTrainingArithmetic) {
+    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    }
+    auto conv = makeConv(3, 8, 3, 1, true);
+    auto gen = at::detail::createCPUGenerator(17);
+    const auto x = torch::randn({5, 3, 12, 12}, gen).contiguous(at::MemoryFormat::ChannelsLast);
+    const torch::NoGradGuard noGrad;
+    EXPECT_TRUE(torch::equal(convolve(*conv, x, true), conv->forward(x))) << "fp32: the module's";
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    const auto autocast = conv->forward(x);
+    torch::Tensor inFp32, onBf16, unfused;
+    {
+        Bf16ConvMode mode("fp32");
+        inFp32 = convolve(*conv, x, true);
+        unfused = convolve(*conv, x, false);
+    }
+    {
+        Bf16ConvMode mode("bf16");
+        onBf16 = convolve(*conv, x, true);
+    }
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    at::autocast::clear_cache();
+    const auto widened = [](const torch::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); };
+    const auto want = at::convolution(widened(x), widened(conv->weight), widened(conv->bias), {1, 1}, {1, 1}, {1, 1},
+                                      false, {0, 0}, 1)
+                          .to(at::kBFloat16);
+    ASSERT_EQ(inFp32.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(torch::equal(inFp32, want)) << "the bf16 values' fp32 convolution, rounded once";
+    const double scale = autocast.abs().max().item<double>();
+    EXPECT_LE((inFp32.to(at::kDouble) - autocast.to(at::kDouble)).abs().max().item<double>(), scale / 64);
+    EXPECT_TRUE(torch::equal(onBf16, autocast)) << "bf16 arithmetic: the module's forward";
+    EXPECT_TRUE(torch::equal(unfused, autocast)) << "no fast paths: the module's forward";
+}
+
 // The arithmetic of a bf16 lane's convolution is timed per shape only where this CPU's bf16 peak
 // measured below its fp32 one, kept in the machine's file beside the weight-gradient picks, and
 // followed from there.

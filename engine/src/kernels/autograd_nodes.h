@@ -60,6 +60,11 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
 /// kept per machine, kernels/conv_wgrad.h), oneDNN's otherwise; its forward and input gradient
 /// stay oneDNN's (under bf16 autocast in bf16, the casts autocast would make done in the node).
 at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+/// conv(x) in evaluation (no gradients) on a bf16 autocast lane, where its training convolution of
+/// the same geometry (any batch) chose its bf16 values in fp32 arithmetic: the same arithmetic,
+/// the output rounded to bf16 as autocast's. Undefined where that does not apply (the caller runs
+/// the module's forward).
+at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
 
 /// A lane's bf16 dense-layer GEMM routes (one kernels/bf16_routes.h router on its threads).
 struct DenseRoutes;

@@ -592,6 +592,41 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
            x.size(2) + 2 * (**pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (**pad)[1] >= o.kernel_size()->at(1);
 }
 
+at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
+    const auto& o = conv.options;
+    const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
+    if (torch::GradMode::is_enabled() || !bf16AutocastWithKernel() || !x.is_cpu() || x.dim() != 4 ||
+        (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
+        conv.weight.scalar_type() != at::kFloat || !pad || o.groups() != 1 || (*o.dilation())[0] != 1 ||
+        (*o.dilation())[1] != 1 || o.transposed() ||
+        !std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+        return {};
+    }
+    const std::vector<std::int64_t> padStride{(**pad)[0], (**pad)[1], (*o.stride())[0], (*o.stride())[1]};
+    const auto g = geometryOf(x, conv.weight, padStride);
+    const int threads = at::get_num_threads();
+    const auto forced = forcedArith();
+    bool inFp32 = forced == Arith::Bf16ValuesInFp32;
+    if (!forced) {
+        std::lock_guard lock(g_arithMutex);
+        for (const auto& [key, arith] : g_arith) { // the training shapes' choices, whatever their batch
+            const auto& [n, c, h, w, oc, kh, kw, ph, pw, sh, sw, t, bf16] = key;
+            if (c == g.c && h == g.h && w == g.w && oc == g.oc && kh == g.kh && kw == g.kw && ph == g.ph &&
+                pw == g.pw && sh == g.sh && sw == g.sw && t == threads) {
+                inFp32 = arith == Arith::Bf16ValuesInFp32;
+                break;
+            }
+        }
+    }
+    if (!inFp32) {
+        return {};
+    }
+    countFastPath();
+    const auto b = conv.bias.defined() ? std::optional<at::Tensor>(bf16Values(conv.bias)) : std::nullopt;
+    return at::convolution(bf16Values(x), bf16Values(conv.weight), b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1)
+        .to(at::kBFloat16);
+}
+
 at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
     countFastPath();
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());

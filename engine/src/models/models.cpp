@@ -119,13 +119,22 @@ std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, std
 }
 
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {
-    return fused && tunedWeightGradFits(conv, x) ? convolveTuned(conv, x) : conv.forward(x);
+    if (fused && tunedWeightGradFits(conv, x)) {
+        return convolveTuned(conv, x);
+    }
+    if (fused) {
+        if (auto y = evaluateAsTrained(conv, x); y.defined()) {
+            return y;
+        }
+    }
+    return conv.forward(x);
 }
 
 namespace {
 // Without gradients, fewer rows than this keep autocast's linear: each new shape's routes are timed
-// (~50-100 ms), and a model sampling text token by token makes a shape of every length.
-constexpr std::int64_t kMinRoutedEvalRows = 1024;
+// (~50-100 ms), and a model sampling text token by token makes a shape of every length (char-gpt's
+// up to 64 rows). Evaluation batches are larger (fashion-cnn's ~1,000 images).
+constexpr std::int64_t kMinRoutedEvalRows = 256;
 } // namespace
 
 torch::Tensor dense(torch::nn::LinearImpl& fc, const torch::Tensor& x, DenseRoutes* routes) {
