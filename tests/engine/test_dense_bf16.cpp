@@ -162,8 +162,10 @@ TEST(DenseBf16, OnlyABf16AutocastLaneWithRoutesTakesTheNode) {
 
 // A transformer's layers in evaluation: dense() routes the rows of every leading index of a 3-D
 // input as one matrix, its output shaped as the module's and within bf16 rounding of autocast's
-// linear; an evaluation pass of fewer rows (a model sampling text, one length after another)
-// keeps autocast's linear and times no route; a training pass routes whatever its rows.
+// linear; on the fp32 route the output is the bf16 values of the fp32 sums (plus the bias) in an
+// fp32 tensor, rounded once; a weight of no module (a tied head) likewise. An evaluation pass of
+// fewer rows (a model sampling text, one length after another) keeps autocast's linear and times
+// no route; a training pass routes whatever its rows.
 TEST(DenseBf16, EvaluationRoutesTheRowsOfA3dInputAndLeavesFewRowsToAutocast) {
     RouteScope scope("fp32");
     auto gen = at::detail::createCPUGenerator(9);
@@ -178,11 +180,19 @@ TEST(DenseBf16, EvaluationRoutesTheRowsOfA3dInputAndLeavesFewRowsToAutocast) {
         const auto x = torch::randn({4, 300, 48}, gen);
         const auto y = dense(*fc, x, routes.get());
         EXPECT_EQ(y.sizes(), (std::vector<std::int64_t>{4, 300, 20}));
-        EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+        ASSERT_EQ(y.scalar_type(), at::kFloat);
+        EXPECT_TRUE(torch::equal(y, y.to(at::kBFloat16).to(at::kFloat))) << "bf16 values";
         EXPECT_EQ(describeDenseRoutes(*routes), "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)");
         const auto want = fc->forward(x).to(at::kDouble);
         const double scale = want.abs().max().item<double>();
         EXPECT_LT((y.to(at::kDouble) - want).abs().max().item<double>(), scale / 64);
+        const auto bf16Values = [](const torch::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); };
+        const auto sums = at::matmul(bf16Values(x), bf16Values(fc->weight).t()) + fc->bias;
+        EXPECT_LT((y - bf16Values(sums)).abs().max().item<double>(), scale / 128) << "the fp32 sums rounded once";
+        const auto head = dense(fc->weight, {}, x, routes.get());
+        EXPECT_TRUE(torch::equal(head, bf16Values(head)));
+        EXPECT_LT((head.to(at::kDouble) - (want - fc->bias.to(at::kDouble))).abs().max().item<double>(), scale / 64)
+            << "a weight of no module, no bias";
     }
     auto routes = makeDenseRoutes();
     const auto few = torch::randn({3, 5, 48}, gen).requires_grad_();

@@ -324,6 +324,20 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
                         "not exposed here), so bf16 cannot pay here: its GEMMs took fp32 for every GEMM shape (15) "
                         "(the fastest timed on this CPU at 2 threads), and the conversions to bf16 and back come on "
                         "top; it reached 48% of this CPU's fp32 peak (the higher, which it is held to), fp32 57%.");
+    // Its inputs kept in fp32 storage: no conversions, the roundings.
+    slower.execution = "fused dense step (bf16 GEMMs with fp32 sums: fp32 for every GEMM, on bf16 values kept in fp32 "
+                       "storage (timed: fp32 for 6 of 8 GEMM shapes, AVX-512 BF16 kernel for 2 (the fastest timed on "
+                       "this CPU at 2 threads x 2 workers), the other routes' shapes 0.6% of the arithmetic); fp32 "
+                       "master weights), bf16 slower than fp32 on this CPU (bf16 peak 178 against fp32 332 GFLOP/s at "
+                       "2 threads)";
+    lines = explainBf16Lanes({fp32, slower});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("so bf16 cannot pay here: its GEMMs took fp32 for every GEMM, on bf16 values kept in fp32 "
+                            "storage (timed: fp32 for 6 of 8 GEMM shapes, AVX-512 BF16 kernel for 2 (the fastest timed "
+                            "on this CPU at 2 threads x 2 workers), the other routes' shapes 0.6% of the arithmetic), "
+                            "and rounding their inputs to bf16 comes on top;"),
+              std::string::npos)
+        << lines[0];
     // The same CPU, an autocast lane (its convolutions run on the slower bf16 units).
     auto slowerAutocast = cpuLane("bf16", Precision::Bf16, 220,
                                   "autograd step (not a GPT), fused AdamW, bf16 autocast, bf16 slower than fp32 on "

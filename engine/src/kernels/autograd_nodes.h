@@ -75,13 +75,19 @@ std::string describeDenseRoutes(const DenseRoutes& routes);
 /// Whether routedDense takes `fc` and `x`: under CPU bf16 autocast, x a 2-D float or bf16 CPU
 /// tensor, fp32 parameters.
 bool routedDenseFits(const torch::nn::LinearImpl& fc, const at::Tensor& x);
+/// The same for a weight [out, in] and a bias (undefined: none) that are not a module's (a tied head).
+bool routedDenseFits(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x);
 /// fc(x) under bf16 autocast as one node whose three GEMMs (the forward, the input's and the
 /// weight's gradients: bf16 operands, fp32 sums) each take the route timed fastest for its shape
 /// on this CPU and thread count (MKL's or oneDNN's bf16 GEMM, the AVX-512 BF16 kernel, or the bf16
 /// values widened to fp32), kept in the route cache: on a CPU whose bf16 arithmetic is slower
 /// than its fp32 the dense layers stop paying the slower rate. Output bf16 as autocast's (the
 /// bias added to the fp32 sums before the rounding); the weight's gradient fp32 from the sums.
+/// Without gradients (evaluation), where the forward's route is fp32: the output is those bf16
+/// values in an fp32 tensor (the same values; the ops after it then skip autocast's bf16 kernels
+/// and casts, and a routed layer after it rounds its input again, a no-op).
 at::Tensor routedDense(DenseRoutes& routes, torch::nn::LinearImpl& fc, const at::Tensor& x);
+at::Tensor routedDense(DenseRoutes& routes, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x);
 
 /// torch::nn::LSTM's final hidden state over one_hot(tokens) (one layer, one direction, no
 /// initial state; gates [i, f, g, o]) on a CPU in fp32, the one-hot input as a row gather and

@@ -294,6 +294,13 @@ DR_CLONES void rmspropRange(float* p, const float* g, float* sq, std::int64_t n,
 DR_CLONES void toBf16Range(const float* s, Bf16* d, std::int64_t n) { convertBody(s, d, n); }
 DR_CLONES void toFloatRange(const Bf16* s, float* d, std::int64_t n) { convertBody(s, d, n); }
 DR_CLONES void roundRange(const float* s, Bf16InF32* d, std::int64_t n) { convertBody(s, d, n); }
+DR_CLONES void roundInPlaceRange(float* x, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+        Bf16InF32 r;
+        store(r, x[i]);
+        x[i] = r.v;
+    }
+}
 DR_CLONES void bytesToFloatRange(const std::uint8_t* s, float* d, std::int64_t n, float a, float b) {
     bytesBody(s, d, n, a, b);
 }
@@ -423,6 +430,9 @@ void toBf16(const float* src, Bf16* dst, std::int64_t n) {
 }
 void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { roundRange(src + b, dst + b, e - b); });
+}
+void roundToBf16InPlace(float* x, std::int64_t n) {
+    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { roundInPlaceRange(x + b, e - b); });
 }
 void toFloat(const Bf16* src, float* dst, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { toFloatRange(src + b, dst + b, e - b); });

@@ -114,6 +114,8 @@ void toBf16(const float* src, Bf16* dst, std::int64_t n);
 void toFloat(const Bf16* src, float* dst, std::int64_t n);
 /// dst = src rounded to bf16 (nearest even), kept in fp32 storage: widen(toBf16(src)); parallel.
 void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n);
+/// The same in place: x becomes its bf16 values (no second buffer to allocate and write); parallel.
+void roundToBf16InPlace(float* x, std::int64_t n);
 
 /// dst = src * scale + shift, from bytes (image pixels) to floats; parallel.
 void bytesToFloat(const std::uint8_t* src, float* dst, std::int64_t n, float scale, float shift);

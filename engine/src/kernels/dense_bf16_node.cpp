@@ -15,6 +15,7 @@
 
 #include "kernels/autograd_nodes.h"
 #include "kernels/bf16_routes.h"
+#include "kernels/cpu_kernels.h"
 #include "kernels/fast_paths.h"
 
 namespace devicerace::detail {
@@ -113,13 +114,52 @@ std::string describeDenseRoutes(const DenseRoutes& routes) {
 }
 
 bool routedDenseFits(const torch::nn::LinearImpl& fc, const at::Tensor& x) {
-    return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16 &&
-           x.is_cpu() && x.dim() == 2 && x.size(0) > 0 &&
-           (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && fc.weight.is_cpu() &&
-           fc.weight.scalar_type() == at::kFloat && (!fc.bias.defined() || fc.bias.scalar_type() == at::kFloat);
+    return routedDenseFits(fc.weight, fc.bias, x);
 }
 
+bool routedDenseFits(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
+    return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16 &&
+           x.is_cpu() && x.dim() == 2 && x.size(0) > 0 &&
+           (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && weight.is_cpu() &&
+           weight.dim() == 2 && weight.scalar_type() == at::kFloat &&
+           (!bias.defined() || bias.scalar_type() == at::kFloat);
+}
+
+namespace {
+// `t` rounded to bf16, the values kept in a new contiguous fp32 tensor (the engine's loops, not
+// ATen's casts).
+at::Tensor bf16ValuesInF32(const at::Tensor& t) {
+    const auto src = t.contiguous();
+    auto out = at::empty(src.sizes(), src.options().dtype(at::kFloat));
+    if (src.scalar_type() == at::kBFloat16) {
+        cpu::toFloat(bf16Data(src), out.data_ptr<float>(), src.numel());
+    } else {
+        cpu::roundToBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16InF32*>(out.data_ptr<float>()), src.numel());
+    }
+    return out;
+}
+
+// An evaluation's forward on the fp32 route: x W^T + b in fp32 on the bf16 values, rounded once,
+// the bf16 values returned in fp32.
+at::Tensor evaluateInF32(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
+    const NoAutocast off;
+    const auto xr = bf16ValuesInF32(x), wr = bf16ValuesInF32(weight);
+    const auto m = xr.size(0), k = xr.size(1), n = wr.size(0);
+    auto sums = at::empty({m, n}, xr.options());
+    cpu::gemmF32(shapesOf(m, n, k)[0], xr.data_ptr<float>(), k, wr.data_ptr<float>(), k, sums.data_ptr<float>(), n);
+    if (bias.defined()) {
+        sums.add_(bias);
+    }
+    cpu::roundToBf16InPlace(sums.data_ptr<float>(), sums.numel());
+    return sums;
+}
+} // namespace
+
 at::Tensor routedDense(DenseRoutes& routes, torch::nn::LinearImpl& fc, const at::Tensor& x) {
+    return routedDense(routes, fc.weight, fc.bias, x);
+}
+
+at::Tensor routedDense(DenseRoutes& routes, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {
     countFastPath();
     std::vector<std::int64_t> chosen;
     const bool training = torch::GradMode::is_enabled();
@@ -129,7 +169,7 @@ at::Tensor routedDense(DenseRoutes& routes, torch::nn::LinearImpl& fc, const at:
         if (!routes.router) {
             routes.router = std::make_unique<cpu::Bf16Router>(at::get_num_threads());
         }
-        const auto shapes = shapesOf(x.size(0), fc.weight.size(0), x.size(1));
+        const auto shapes = shapesOf(x.size(0), weight.size(0), x.size(1));
         // without gradients (evaluation) only the forward's shape is routed, and timed
         const auto forward = static_cast<std::int64_t>(routes.router->route(shapes[0]));
         chosen = {forward, forward, forward};
@@ -138,8 +178,11 @@ at::Tensor routedDense(DenseRoutes& routes, torch::nn::LinearImpl& fc, const at:
             chosen[2] = static_cast<std::int64_t>(routes.router->route(shapes[2]));
         }
     }
-    const bool withBias = fc.bias.defined();
-    return DenseBf16Routed::apply(x, fc.weight, withBias ? fc.bias : fc.weight, withBias, std::move(chosen));
+    if (!training && static_cast<Bf16Route>(chosen[0]) == Bf16Route::Fp32) {
+        return evaluateInF32(weight, bias, x);
+    }
+    const bool withBias = bias.defined();
+    return DenseBf16Routed::apply(x, weight, withBias ? bias : weight, withBias, std::move(chosen));
 }
 
 } // namespace devicerace::detail

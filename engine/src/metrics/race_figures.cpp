@@ -311,21 +311,25 @@ std::string bf16Cause(const LaneSummary& bf16) {
         const auto close = e.find(')', open);
         const auto measured = e.substr(open, close == std::string::npos ? close : close - open);
         const auto routes = gemmRoutesOf(e);
+        // the fused steps' bf16 values in fp32 storage: no conversions, only the roundings
+        const bool keptInFp32 = e.find("kept in fp32 storage") != std::string::npos;
         const bool convsInFp32 = e.find("convolutions on their bf16 values in fp32") != std::string::npos;
         const auto dense = denseRoutesOf(e);
         const auto denseText = dense.empty() ? std::string() : fmt::format(", its dense layers' GEMMs took {}", dense);
         return fmt::format(
             "this CPU's bf16 arithmetic is slower than its fp32 ({}), so bf16 cannot pay here{}", measured,
-            !routes.empty()  ? fmt::format(": its GEMMs took {}, and the conversions to bf16 and back "
+            !routes.empty() && keptInFp32
+                ? fmt::format(": its GEMMs took {}, and rounding their inputs to bf16 comes on top", routes)
+            : !routes.empty() ? fmt::format(": its GEMMs took {}, and the conversions to bf16 and back "
                                             "come on top",
-                                           routes)
-            : convsInFp32    ? fmt::format(": its convolutions ran on their bf16 values in fp32 where timed "
-                                              "faster{}, and the casts to bf16 and back come on top",
-                                           denseText)
-            : !dense.empty() ? fmt::format(": its dense layers' GEMMs took {}, its other bf16 layers run at the "
-                                           "slower rate",
-                                           dense)
-                             : std::string(": its bf16 layers run at the slower rate"));
+                                            routes)
+            : convsInFp32     ? fmt::format(": its convolutions ran on their bf16 values in fp32 where timed "
+                                                "faster{}, and the casts to bf16 and back come on top",
+                                            denseText)
+            : !dense.empty()  ? fmt::format(": its dense layers' GEMMs took {}, its other bf16 layers run at the "
+                                             "slower rate",
+                                            dense)
+                              : std::string(": its bf16 layers run at the slower rate"));
     }
     if (e.find("bf16 emulated") != std::string::npos) {
         return "this CPU has no bf16 units (neither AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its "

@@ -135,23 +135,34 @@ namespace {
 // (~50-100 ms), and a model sampling text token by token makes a shape of every length (char-gpt's
 // up to 64 rows). Evaluation batches are larger (fashion-cnn's ~1,000 images).
 constexpr std::int64_t kMinRoutedEvalRows = 256;
+
+// The routed node's output, or undefined where it does not take x (the caller's linear runs).
+torch::Tensor routed(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x,
+                     DenseRoutes* routes) {
+    const auto rows = x.numel() / std::max<std::int64_t>(1, x.size(-1));
+    if (!routes || (!torch::GradMode::is_enabled() && rows < kMinRoutedEvalRows)) {
+        return {};
+    }
+    // [..., in]: the rows of every leading index, as one matrix
+    const auto matrix = x.dim() > 2 ? x.reshape({-1, x.size(-1)}) : x;
+    if (!routedDenseFits(weight, bias, matrix)) {
+        return {};
+    }
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.size(0);
+    return routedDense(*routes, weight, bias, matrix).view(sizes);
+}
 } // namespace
 
+torch::Tensor dense(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x,
+                    DenseRoutes* routes) {
+    auto y = routed(weight, bias, x, routes);
+    return y.defined() ? y : at::linear(x, weight, bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt);
+}
+
 torch::Tensor dense(torch::nn::LinearImpl& fc, const torch::Tensor& x, DenseRoutes* routes) {
-    if (routes && !torch::GradMode::is_enabled() &&
-        x.numel() / std::max<std::int64_t>(1, x.size(-1)) < kMinRoutedEvalRows) {
-        return fc.forward(x);
-    }
-    if (routes && x.dim() > 2) { // [..., in]: the rows of every leading index, as one matrix
-        const auto rows = x.reshape({-1, x.size(-1)});
-        if (routedDenseFits(fc, rows)) {
-            auto sizes = x.sizes().vec();
-            sizes.back() = fc.weight.size(0);
-            return routedDense(*routes, fc, rows).view(sizes);
-        }
-        return fc.forward(x);
-    }
-    return routes && routedDenseFits(fc, x) ? routedDense(*routes, fc, x) : fc.forward(x);
+    auto y = routed(fc.weight, fc.bias, x, routes);
+    return y.defined() ? y : fc.forward(x);
 }
 
 std::shared_ptr<DenseRoutes> denseRoutesFor(const FastPaths& fast) {

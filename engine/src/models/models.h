@@ -154,6 +154,9 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
 /// bf16 autocast), the node whose GEMMs each take their shape's fastest route (routedDense,
 /// kernels/autograd_nodes.h); otherwise the module's forward.
 torch::Tensor dense(torch::nn::LinearImpl& fc, const torch::Tensor& x, DenseRoutes* routes);
+/// The same for a weight [out, in] and a bias (undefined: none) of no module (a tied output head).
+torch::Tensor dense(const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& x,
+                    DenseRoutes* routes);
 /// The routes a network's dense layers take: made where the lane's plan has the bf16-dense lever.
 std::shared_ptr<DenseRoutes> denseRoutesFor(const FastPaths& fast);
 /// Keras' default initialisation: Glorot-uniform weights, zero biases.

@@ -104,7 +104,7 @@ struct CharGpt : Net {
         for (auto& block : blocks) {
             h = block->forward(h, gen, hashedDropout, denseRoutes.get());
         }
-        return at::linear(lnF->forward(h), wte->weight);
+        return dense(wte->weight, {}, lnF->forward(h), denseRoutes.get()); // the tied head
     }
     GptShape m_shape;
     torch::nn::Embedding wte{nullptr}, wpe{nullptr};
