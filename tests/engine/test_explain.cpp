@@ -269,6 +269,13 @@ TEST(ExplainSummary, TheRankTheOthersWaitForIsNamed) {
 
 namespace {
 
+// explainBf16Lanes(lanes) is one why-line, and it says `text`.
+void expectOneWhyLineSays(const std::vector<LaneSummary>& lanes, const std::string& text) {
+    const auto lines = explainBf16Lanes(lanes);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find(text), std::string::npos) << lines[0];
+}
+
 LaneSummary cpuLane(const std::string& name, Precision precision, double rate, std::string execution) {
     LaneSummary l;
     l.name = name;
@@ -330,32 +337,23 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
                        "this CPU at 2 threads x 2 workers), the other routes' shapes 0.6% of the arithmetic); fp32 "
                        "master weights), bf16 slower than fp32 on this CPU (bf16 peak 178 against fp32 332 GFLOP/s at "
                        "2 threads)";
-    lines = explainBf16Lanes({fp32, slower});
-    ASSERT_EQ(lines.size(), 1u);
-    EXPECT_NE(lines[0].find("so bf16 cannot pay here: its GEMMs took fp32 for every GEMM, on bf16 values kept in fp32 "
-                            "storage (timed: fp32 for 6 of 8 GEMM shapes, AVX-512 BF16 kernel for 2 (the fastest timed "
-                            "on this CPU at 2 threads x 2 workers), the other routes' shapes 0.6% of the arithmetic), "
-                            "and rounding their inputs to bf16 comes on top;"),
-              std::string::npos)
-        << lines[0];
+    expectOneWhyLineSays({fp32, slower},
+                         "so bf16 cannot pay here: its GEMMs took fp32 for every GEMM, on bf16 values kept in fp32 "
+                         "storage (timed: fp32 for 6 of 8 GEMM shapes, AVX-512 BF16 kernel for 2 (the fastest timed "
+                         "on this CPU at 2 threads x 2 workers), the other routes' shapes 0.6% of the arithmetic), "
+                         "and rounding their inputs to bf16 comes on top;");
     // The same CPU, an autocast lane (its convolutions run on the slower bf16 units).
     auto slowerAutocast = cpuLane("bf16", Precision::Bf16, 220,
                                   "autograd step (not a GPT), fused AdamW, bf16 autocast, bf16 slower than fp32 on "
                                   "this CPU (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread)");
-    lines = explainBf16Lanes({fp32, slowerAutocast});
-    ASSERT_EQ(lines.size(), 1u);
-    EXPECT_NE(lines[0].find("slower than its fp32 (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread), so bf16 cannot "
-                            "pay here: its bf16 layers run at the slower rate"),
-              std::string::npos)
-        << lines[0];
+    expectOneWhyLineSays({fp32, slowerAutocast},
+                         "slower than its fp32 (bf16 peak 89 against fp32 160 GFLOP/s at 1 thread), so bf16 cannot "
+                         "pay here: its bf16 layers run at the slower rate");
     slowerAutocast.execution +=
         ", convolutions on their bf16 values in fp32 arithmetic where timed faster than in bf16";
-    lines = explainBf16Lanes({fp32, slowerAutocast});
-    ASSERT_EQ(lines.size(), 1u);
-    EXPECT_NE(lines[0].find("so bf16 cannot pay here: its convolutions ran on their bf16 values in fp32 where timed "
-                            "faster, and the casts to bf16 and back come on top"),
-              std::string::npos)
-        << lines[0];
+    expectOneWhyLineSays({fp32, slowerAutocast},
+                         "so bf16 cannot pay here: its convolutions ran on their bf16 values in fp32 where timed "
+                         "faster, and the casts to bf16 and back come on top");
     // Its dense layers' GEMMs, each shape on its fastest route (the route summary without its
     // parenthesis); before the first step has routed them, nothing said of them.
     auto denseAutocast = slowerAutocast;

@@ -13,6 +13,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -127,6 +130,28 @@ void compareSteps(std::int64_t seq, bool bf16, const std::string& workload = "ch
 } // namespace
 
 // The step's attention: the causal tiles (AVX-512 CPUs) or bmm (the others), forced either way.
+// A bf16 step for 3 sequences, built with each (variable, value) of `env` set (a step reads them
+// when it is built).
+std::unique_ptr<GptStep> bf16StepWith(Net& net, std::initializer_list<std::pair<const char*, const char*>> env) {
+    for (const auto& [name, value] : env) {
+        setenv(name, value, 1);
+    }
+    auto step = std::make_unique<GptStep>(net, 3, kContext, true);
+    for (const auto& [name, value] : env) {
+        unsetenv(name);
+    }
+    return step;
+}
+
+// The same new weights for each of `steps`, as an optimizer leaves them (the bf16 mirror included).
+void shiftWeights(at::Generator& gen, std::initializer_list<GptStep*> steps) {
+    const auto shift = torch::randn((*steps.begin())->flat().params.sizes(), gen) * 0.05;
+    for (GptStep* step : steps) {
+        step->flat().params.add_(shift);
+        step->flat().syncMirror();
+    }
+}
+
 class AttentionRoute {
 public:
     explicit AttentionRoute(const char* route) { setenv("DEVICERACE_CPU_ATTENTION", route, 1); }
@@ -244,22 +269,16 @@ TEST(GptStep, TheFp32RoutesWidenedOperandsAreEachStepsOwn) {
         GTEST_SKIP() << "this LibTorch exports no MKL bf16 GEMM";
     }
     auto netA = charGpt(), netB = charGpt();
-    setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
-    GptStep widened(*netA, 3, kContext, true);
-    setenv("DEVICERACE_BF16_ROUTE", "mkl", 1);
-    GptStep direct(*netB, 3, kContext, true);
-    unsetenv("DEVICERACE_BF16_ROUTE");
+    auto widenedStep = bf16StepWith(*netA, {{"DEVICERACE_BF16_ROUTE", "fp32"}});
+    auto directStep = bf16StepWith(*netB, {{"DEVICERACE_BF16_ROUTE", "mkl"}});
+    auto &widened = *widenedStep, &direct = *directStep;
     const auto data = tokens(3, kContext);
     const auto x = data.narrow(1, 0, kContext), y = data.narrow(1, 1, kContext);
     auto gen = at::detail::createCPUGenerator(5);
     for (int s = 0; s < 3; ++s) {
         SCOPED_TRACE(s);
-        if (s > 0) { // new weights, as an optimizer leaves them (mirror included)
-            const auto shift = torch::randn(widened.flat().params.sizes(), gen) * 0.05;
-            for (GptStep* step : {&widened, &direct}) {
-                step->flat().params.add_(shift);
-                step->flat().syncMirror();
-            }
+        if (s > 0) {
+            shiftWeights(gen, {&widened, &direct});
         }
         const auto a = fusedStep(widened, x, y, netA->gen);
         const auto b = fusedStep(direct, x, y, netB->gen);
@@ -281,22 +300,15 @@ TEST(GptStep, Bf16InputsKeptInFp32StorageGiveTheWidenedStepsValues) {
         SCOPED_TRACE(route);
         AttentionRoute forced(route);
         auto netA = charGpt(), netB = charGpt();
-        setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
-        GptStep kept(*netA, 3, kContext, true);
-        setenv("DEVICERACE_BF16_IN_F32", "0", 1);
-        GptStep widened(*netB, 3, kContext, true);
-        unsetenv("DEVICERACE_BF16_IN_F32");
-        unsetenv("DEVICERACE_BF16_ROUTE");
+        auto keptStep = bf16StepWith(*netA, {{"DEVICERACE_BF16_ROUTE", "fp32"}});
+        auto widenedStep = bf16StepWith(*netB, {{"DEVICERACE_BF16_ROUTE", "fp32"}, {"DEVICERACE_BF16_IN_F32", "0"}});
+        auto &kept = *keptStep, &widened = *widenedStep;
         const auto data = tokens(3, kContext);
         auto gen = at::detail::createCPUGenerator(7);
         for (int s = 0; s < 4; ++s) {
             SCOPED_TRACE(s);
             if (s > 0) {
-                const auto shift = torch::randn(kept.flat().params.sizes(), gen) * 0.05;
-                for (GptStep* step : {&kept, &widened}) {
-                    step->flat().params.add_(shift);
-                    step->flat().syncMirror();
-                }
+                shiftWeights(gen, {&kept, &widened});
             }
             const auto rows = s == 3 ? 2 : 3;
             const auto x = data.narrow(0, 0, rows).narrow(1, 0, kContext);
