@@ -137,7 +137,8 @@ TEST(DenseStep, TheEnvironmentSwitchKeepsTheOptimizerFused) {
 // Two threads split each step's batch rows (forward, loss, input gradients), then its units
 // (weight and bias gradients, RMSprop): the same curve as one thread. The bias gradients and
 // the loss are sums of fixed blocks of rows added in block order, and dropout drops the same
-// units, so only the GEMMs' rounding could differ (on the CPUs measured, MKL's did not).
+// units, and each worker's GEMMs run on its own thread (kernels/mkl_gemm.h SerialMkl), so only the
+// GEMMs' rounding of a product of other sizes could differ.
 TEST(DenseStep, TwoThreadsFollowOneThread) {
     test::TempDir dir;
     auto data = noisyImages(dir, 600);

@@ -213,6 +213,7 @@ double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers) {
             return;
         }
         at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
+            const SerialMkl serial; // as the fused steps' workers run their GEMMs
             for (auto w = begin; w < end; ++w) {
                 once(static_cast<int>(w));
             }

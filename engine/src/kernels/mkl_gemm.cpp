@@ -1,6 +1,7 @@
 // MKL's bf16 GEMM through the loader (see mkl_gemm.h).
 #include "kernels/mkl_gemm.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
 #include <limits>
@@ -28,6 +29,15 @@ GemmBf16 gemm() {
     return fn;
 }
 
+// The C interface (MKL_SET_NUM_THREADS_LOCAL, the Fortran one, takes a pointer): the thread's new
+// count, 0 for the global one; returns the previous.
+using SetLocalThreads = int (*)(int);
+
+SetLocalThreads setLocalThreads() {
+    static const auto fn = reinterpret_cast<SetLocalThreads>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+    return fn;
+}
+
 int checked(std::int64_t v) {
     if (v < 0 || v > std::numeric_limits<int>::max()) {
         throw std::length_error("a GEMM dimension beyond MKL's 32-bit interface");
@@ -36,6 +46,23 @@ int checked(std::int64_t v) {
 }
 
 } // namespace
+
+SerialMkl::SerialMkl() {
+    // ATen sets a thread's MKL count to the intra-op count at the thread's first parallel_for
+    // (at::init_num_threads): done first, or a region worker's first loop would undo the setting
+    // below (the first step's GEMMs on a new OpenMP worker ran on 2 threads, MKL_VERBOSE showed).
+    at::internal::lazy_init_num_threads();
+    if (const auto fn = setLocalThreads()) {
+        m_previous = fn(1);
+        m_set = true;
+    }
+}
+
+SerialMkl::~SerialMkl() {
+    if (m_set) {
+        setLocalThreads()(m_previous);
+    }
+}
 
 bool haveMklBf16Gemm() { return gemm() != nullptr; }
 

@@ -15,8 +15,9 @@
 
 #include "devicerace/environment.h"
 #include "devicerace/errors.h"
-#include "kernels/cpu_kernels.h"
 #include "devices/cpu_info.h"
+#include "kernels/cpu_kernels.h"
+#include "kernels/mkl_gemm.h"
 #include "train/lane_optimizer.h"
 
 namespace devicerace::detail {
@@ -177,8 +178,9 @@ void eachBlock(std::int64_t r0, std::int64_t r1, const F& f) {
 }
 
 // work(w) for every worker w < workers, one per thread of one parallel region (a thread runs
-// several where the region got fewer threads). One worker runs on the calling thread outside
-// any region, so the ops inside keep their own threading.
+// several where the region got fewer threads), each worker's GEMMs on its own thread: so a row's
+// bits do not follow the shares. One worker runs on the calling thread outside any region, so the
+// ops inside keep their own threading.
 template <class F>
 void eachWorker(std::int64_t workers, const F& work) {
     if (workers == 1) {
@@ -186,6 +188,7 @@ void eachWorker(std::int64_t workers, const F& work) {
         return;
     }
     at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
+        const cpu::SerialMkl serial;
         for (auto w = begin; w < end; ++w) {
             work(w);
         }
