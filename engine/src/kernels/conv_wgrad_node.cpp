@@ -42,6 +42,7 @@
 #include "kernels/bf16_conv_wgrad.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/fast_paths.h"
+#include "kernels/node_casts.h"
 #include "util/file_util.h"
 
 namespace devicerace::detail {
@@ -384,17 +385,12 @@ bool ownIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy,
 // half its FMAs' rate) every product is still one of bf16 values, exact in fp32.
 enum class Arith : std::int64_t { Fp32 = 0, Bf16 = 1, Bf16ValuesInFp32 = 2 };
 
-// A tensor's values rounded to bf16, as fp32 (x from the layer before is bf16 already).
-at::Tensor bf16Values(const at::Tensor& t) {
-    return t.scalar_type() == at::kBFloat16 ? t.to(at::kFloat) : t.to(at::kBFloat16).to(at::kFloat);
-}
-
 // One forward and backward (input and weight gradients, oneDNN's) of the convolution in `arith`,
 // the casts included: the trial the choice is made by.
 void convolutionTrial(const at::Tensor& x, const at::Tensor& w, const Geometry& g, Arith arith) {
     const bool widen = arith == Arith::Bf16ValuesInFp32;
-    const auto xc = widen ? bf16Values(x) : x.to(at::kBFloat16);
-    const auto wc = widen ? bf16Values(w) : w.to(at::kBFloat16);
+    const auto xc = widen ? bf16ValuesInF32(x) : x.to(at::kBFloat16);
+    const auto wc = widen ? bf16ValuesInF32(w) : w.to(at::kBFloat16);
     auto y = at::convolution(xc, wc, std::nullopt, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
     if (widen) {
         y = y.to(at::kBFloat16).to(at::kFloat); // autocast's bf16 output, and its gradient widened
@@ -456,11 +452,7 @@ Arith bf16Arithmetic(const at::Tensor& x, const at::Tensor& w, const Geometry& g
         return decide(pick == "fp32" ? Arith::Bf16ValuesInFp32 : Arith::Bf16);
     }
     torch::NoGradGuard noGrad;
-    struct NoAutocast { // the trial casts for itself
-        bool was = at::autocast::is_autocast_enabled(at::kCPU);
-        NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, false); }
-        ~NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, was); }
-    } noAutocast;
+    const NoAutocast noAutocast; // the trial casts for itself
     using Clock = std::chrono::steady_clock;
     const auto wall0 = Clock::now();
     const double cpu0 = threadCpuSeconds();
@@ -505,7 +497,9 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
                               std::int64_t arith) {
         const bool bf16 = static_cast<Arith>(arith) == Arith::Bf16;
         const bool widened = static_cast<Arith>(arith) == Arith::Bf16ValuesInFp32;
-        const auto cast = [&](const at::Tensor& t) { return bf16 ? t.to(at::kBFloat16) : widened ? bf16Values(t) : t; };
+        const auto cast = [&](const at::Tensor& t) {
+            return bf16 ? t.to(at::kBFloat16) : widened ? bf16ValuesInF32(t) : t;
+        };
         const auto xc = cast(x);
         const auto wc = cast(weight);
         ctx->save_for_backward({xc, wc});
@@ -570,12 +564,23 @@ void forgetConvChoices() {
 
 bool tunedWeightGradEnabled() { return mode() != Mode::Off; }
 
+namespace {
+// The convolutions the node computes: one group, a padding of zeros given in pixels, no
+// dilation, not transposed.
+bool plainConvolution(const torch::nn::Conv2dImpl& conv) {
+    const auto& o = conv.options;
+    return o.groups() == 1 && std::holds_alternative<torch::ExpandingArray<2>>(o.padding()) &&
+           (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && !o.transposed() &&
+           std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode());
+}
+} // namespace
+
 bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
-    if (!tunedWeightGradEnabled()) {
+    if (!tunedWeightGradEnabled() || !plainConvolution(conv)) {
         return false;
     }
     const auto& o = conv.options;
-    const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
+    const auto& pad = std::get<torch::ExpandingArray<2>>(o.padding());
     // fp32 outside autocast, or a bf16 autocast lane's (x fp32, or bf16 from the layer before)
     const bool autocast = at::autocast::is_autocast_enabled(at::kCPU);
     const bool bf16 = bf16AutocastWithKernel();
@@ -586,23 +591,19 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
            // a one-channel input with NCHW strides is channels_last-contiguous too, but oneDNN
            // then writes an NCHW output, and the GEMM's rows would need a transposed copy of its
            // gradient each step (lanes give it channels_last strides: channelsLastStrided)
-           x.suggest_memory_format() == at::MemoryFormat::ChannelsLast && o.groups() == 1 && pad &&
-           (*o.dilation())[0] == 1 && (*o.dilation())[1] == 1 && !o.transposed() &&
-           std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) &&
-           x.size(2) + 2 * (**pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (**pad)[1] >= o.kernel_size()->at(1);
+           x.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
+           x.size(2) + 2 * (*pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (*pad)[1] >= o.kernel_size()->at(1);
 }
 
 at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
-    const auto& o = conv.options;
-    const auto* pad = std::get_if<torch::ExpandingArray<2>>(&o.padding());
-    if (torch::GradMode::is_enabled() || !bf16AutocastWithKernel() || !x.is_cpu() || x.dim() != 4 ||
-        (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
-        conv.weight.scalar_type() != at::kFloat || !pad || o.groups() != 1 || (*o.dilation())[0] != 1 ||
-        (*o.dilation())[1] != 1 || o.transposed() ||
-        !std::holds_alternative<torch::enumtype::kZeros>(o.padding_mode())) {
+    if (torch::GradMode::is_enabled() || !bf16AutocastWithKernel() || !plainConvolution(conv) || !x.is_cpu() ||
+        x.dim() != 4 || (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
+        conv.weight.scalar_type() != at::kFloat) {
         return {};
     }
-    const std::vector<std::int64_t> padStride{(**pad)[0], (**pad)[1], (*o.stride())[0], (*o.stride())[1]};
+    const auto& o = conv.options;
+    const auto& pad = std::get<torch::ExpandingArray<2>>(o.padding());
+    const std::vector<std::int64_t> padStride{(*pad)[0], (*pad)[1], (*o.stride())[0], (*o.stride())[1]};
     const auto g = geometryOf(x, conv.weight, padStride);
     const int threads = at::get_num_threads();
     const auto forced = forcedArith();
@@ -622,8 +623,9 @@ at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
         return {};
     }
     countFastPath();
-    const auto b = conv.bias.defined() ? std::optional<at::Tensor>(bf16Values(conv.bias)) : std::nullopt;
-    return at::convolution(bf16Values(x), bf16Values(conv.weight), b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1)
+    const auto b = conv.bias.defined() ? std::optional<at::Tensor>(bf16ValuesInF32(conv.bias)) : std::nullopt;
+    return at::convolution(bf16ValuesInF32(x), bf16ValuesInF32(conv.weight), b, g.stride(), g.padding(), {1, 1}, false,
+                           {0, 0}, 1)
         .to(at::kBFloat16);
 }
 

@@ -17,6 +17,7 @@
 #include "kernels/bf16_routes.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/fast_paths.h"
+#include "kernels/node_casts.h"
 
 namespace devicerace::detail {
 
@@ -27,16 +28,6 @@ using cpu::Bf16Route;
 using cpu::GemmShape;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Autocast off for the node's own calls (its casts are explicit; the fp32 route's at::mm_out
-// must stay fp32), restored after.
-struct NoAutocast {
-    bool was = at::autocast::is_autocast_enabled(at::kCPU);
-    NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, false); }
-    ~NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, was); }
-    NoAutocast(const NoAutocast&) = delete;
-    NoAutocast& operator=(const NoAutocast&) = delete;
-};
 
 const Bf16* bf16Data(const at::Tensor& t) { return reinterpret_cast<const Bf16*>(t.data_ptr<at::BFloat16>()); }
 
@@ -126,19 +117,6 @@ bool routedDenseFits(const at::Tensor& weight, const at::Tensor& bias, const at:
 }
 
 namespace {
-// `t` rounded to bf16, the values kept in a new contiguous fp32 tensor (the engine's loops, not
-// ATen's casts).
-at::Tensor bf16ValuesInF32(const at::Tensor& t) {
-    const auto src = t.contiguous();
-    auto out = at::empty(src.sizes(), src.options().dtype(at::kFloat));
-    if (src.scalar_type() == at::kBFloat16) {
-        cpu::toFloat(bf16Data(src), out.data_ptr<float>(), src.numel());
-    } else {
-        cpu::roundToBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16InF32*>(out.data_ptr<float>()), src.numel());
-    }
-    return out;
-}
-
 // An evaluation's forward on the fp32 route: x W^T + b in fp32 on the bf16 values, rounded once,
 // the bf16 values returned in fp32.
 at::Tensor evaluateInF32(const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& x) {

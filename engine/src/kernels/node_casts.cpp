@@ -1,0 +1,30 @@
+// What the autograd nodes' bf16 paths share (see node_casts.h).
+#include "kernels/node_casts.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+
+#include "kernels/cpu_kernels.h"
+
+namespace devicerace::detail {
+
+NoAutocast::NoAutocast() : m_was(at::autocast::is_autocast_enabled(at::kCPU)) {
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+}
+
+NoAutocast::~NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, m_was); }
+
+at::Tensor bf16ValuesInF32(const at::Tensor& t) {
+    const auto src = t.is_non_overlapping_and_dense() ? t : t.contiguous();
+    // the same strides as a dense source: element i of the one is element i of the other in memory
+    auto out = at::empty_like(src, src.options().dtype(at::kFloat));
+    if (src.scalar_type() == at::kBFloat16) {
+        cpu::toFloat(reinterpret_cast<const cpu::Bf16*>(src.data_ptr<at::BFloat16>()), out.data_ptr<float>(),
+                     src.numel());
+    } else {
+        cpu::roundToBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16InF32*>(out.data_ptr<float>()), src.numel());
+    }
+    return out;
+}
+
+} // namespace devicerace::detail

@@ -1,0 +1,30 @@
+#pragma once
+// What the autograd nodes' bf16 paths share (kernels/*_node.cpp): autocast off for a node's own
+// calls, and a tensor's values rounded to bf16 but kept in fp32. LibTorch's types are only named
+// here (declared, not included), as in autograd_nodes.h. Lane thread only.
+
+namespace at {
+class Tensor;
+} // namespace at
+
+namespace devicerace::detail {
+
+/// CPU autocast off while it lives (a node's casts are explicit, and its fp32 GEMMs and
+/// convolutions must stay fp32), the thread's previous setting back after.
+class NoAutocast {
+public:
+    NoAutocast();
+    ~NoAutocast();
+    NoAutocast(const NoAutocast&) = delete;
+    NoAutocast& operator=(const NoAutocast&) = delete;
+
+private:
+    bool m_was = false;
+};
+
+/// `t`'s values rounded to bf16 (to nearest even), in a new fp32 tensor of `t`'s strides where `t`
+/// is dense (a channels_last activation stays channels_last), else contiguous: a bf16 tensor
+/// widened, an fp32 one rounded, by the engine's loops in one pass.
+at::Tensor bf16ValuesInF32(const at::Tensor& t);
+
+} // namespace devicerace::detail
