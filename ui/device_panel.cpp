@@ -121,6 +121,7 @@ void DevicePanel::setLaneCpu(const QList<std::tuple<QString, QColor, double>>& l
 }
 
 QString DevicePanel::liveText() const { return m_live->text(); }
+QString DevicePanel::laneCpuText() const { return m_lanes->text(); }
 QString DevicePanel::text() const { return m_static->text() + QLatin1Char('\n') + m_note->text(); }
 bool DevicePanel::blasWarningVisible() const { return !m_banner->isHidden(); }
 

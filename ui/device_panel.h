@@ -28,6 +28,8 @@ public:
     QString text() const;
     /// The live line as shown (CPU use, GPUs).
     QString liveText() const;
+    /// The lanes' CPU line as shown ("" between races).
+    QString laneCpuText() const;
     bool blasWarningVisible() const;
 
 private:

@@ -395,6 +395,10 @@ void MainWindow::setPaused(bool paused) {
 void MainWindow::onFinished() {
     m_dashboard->refresh();
     m_dashboard->refreshSummary();
+    // The device panel says the finished race's average now, not its last in-race reading (which
+    // a screenshot or an export taken at the finish would show until the next slow tick).
+    m_dashboard->devicePanel()->refreshLive(false);
+    m_dashboard->devicePanel()->setLaneCpu({});
     if (m_repeatTotal > 1) {
         // A stopped repeat is partial: it does not enter the spread.
         if (auto summary = m_race->summary(); summary && m_race->hasRace() && !m_stopRequested) {

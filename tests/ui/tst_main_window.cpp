@@ -213,8 +213,17 @@ private Q_SLOTS:
         w.show();
         w.setupPanel()->setRaceSpec(shortRace(150));
         QSignalSpy finished(&w, &MainWindow::raceFinished);
+        // What a screenshot or an export at the finish sees: the device panel already says the
+        // finished race's average CPU use, and no lane's live CPU line is left.
+        QString liveAtFinish, lanesAtFinish = QStringLiteral("unset");
+        connect(&w, &MainWindow::raceFinished, this, [&] {
+            liveAtFinish = w.dashboard()->devicePanel()->liveText();
+            lanesAtFinish = w.dashboard()->devicePanel()->laneCpuText();
+        });
         QVERIFY(w.startRace());
         QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+        QVERIFY2(liveAtFinish.startsWith(QStringLiteral("CPU use of the last race: ")), qPrintable(liveAtFinish));
+        QVERIFY2(lanesAtFinish.isEmpty(), qPrintable(lanesAtFinish));
         auto* dash = w.dashboard();
         QVERIFY(dash->throughputChart()->pointCount() > 0);
         QVERIFY(dash->lossChart()->pointCount() > 0);
