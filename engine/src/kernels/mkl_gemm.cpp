@@ -5,7 +5,10 @@
 #include <dlfcn.h>
 
 #include <limits>
+#include <string_view>
 #include <stdexcept>
+
+#include "devicerace/environment.h"
 
 namespace devicerace::detail::cpu {
 
@@ -47,7 +50,21 @@ int checked(std::int64_t v) {
 
 } // namespace
 
+namespace {
+// DEVICERACE_SERIAL_MKL=0 (benchmarks): the guard does nothing.
+bool serialMklOn() {
+    static const bool on = [] {
+        const char* v = devicerace::environmentSwitch("DEVICERACE_SERIAL_MKL");
+        return !(v && std::string_view(v) == "0");
+    }();
+    return on;
+}
+} // namespace
+
 SerialMkl::SerialMkl() {
+    if (!serialMklOn()) {
+        return;
+    }
     // ATen sets a thread's MKL count to the intra-op count at the thread's first parallel_for
     // (at::init_num_threads): done first, or a region worker's first loop would undo the setting
     // below (the first step's GEMMs on a new OpenMP worker ran on 2 threads, MKL_VERBOSE showed).

@@ -61,6 +61,9 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_PYTHON", "users", "the Python the framework lanes run on"},
     EnvironmentSwitch{"DEVICERACE_RENDEZVOUS_TIMEOUT", "users",
                       "seconds data-parallel ranks wait for each other (1-3600; default 60, 120 with remote ranks)"},
+    EnvironmentSwitch{"DEVICERACE_SERIAL_MKL", "benchmarks",
+                      "0: MKL, called by a worker of a parallel region, keeps the lane's thread count (and splits "
+                      "the sums of a product of few rows)"},
     EnvironmentSwitch{"DEVICERACE_SSH_CONFIG", "tests", "the ssh config file ssh lanes use (ssh -F)"},
     EnvironmentSwitch{"DEVICERACE_STARTUP_TIMING", "benchmarks",
                       "set: the window times its start to the first drawn frame (exit: then quits)"},
