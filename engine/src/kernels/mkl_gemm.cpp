@@ -5,8 +5,8 @@
 #include <dlfcn.h>
 
 #include <limits>
-#include <string_view>
 #include <stdexcept>
+#include <string_view>
 
 #include "devicerace/environment.h"
 
@@ -48,9 +48,6 @@ int checked(std::int64_t v) {
     return static_cast<int>(v);
 }
 
-} // namespace
-
-namespace {
 // DEVICERACE_SERIAL_MKL=0 (benchmarks): the guard does nothing.
 bool serialMklOn() {
     static const bool on = [] {
@@ -59,6 +56,7 @@ bool serialMklOn() {
     }();
     return on;
 }
+
 } // namespace
 
 SerialMkl::SerialMkl() {

@@ -23,8 +23,8 @@ void gemmBf16F32(bool transA, bool transB, std::int64_t m, std::int64_t n, std::
 /// count, MKL_Set_Num_Threads_Local, set to 1; the thread's previous setting back after). For
 /// each worker of a parallel region that calls a GEMM: this process's OpenMP allows nested
 /// regions, and MKL called inside one partitions a product for the lane's thread count, splitting
-/// the sums of a product of few rows (on an Emerald Rapids Xeon, under 60 of 784 columns), so a
-/// row's bits would follow how many rows its worker has. Nothing where MKL is not in this process.
+/// the sums of a product of few rows (on an Emerald Rapids Xeon: up to 56 rows of 784 columns), so
+/// a row's bits would follow how many rows its worker has. Nothing where MKL is not in this process.
 class SerialMkl {
 public:
     SerialMkl();
