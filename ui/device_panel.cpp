@@ -3,18 +3,10 @@
 #include <QDateTime>
 #include <QVBoxLayout>
 
-#include <sys/resource.h>
-
+#include "process_cpu.h"
 #include "summary_table.h"
 
 namespace devicerace::ui {
-
-double processCpuSeconds() {
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
 
 DevicePanel::DevicePanel(QWidget* parent) : QWidget(parent) {
     const auto& r = deviceReport();
@@ -67,7 +59,7 @@ DevicePanel::DevicePanel(QWidget* parent) : QWidget(parent) {
 }
 
 void DevicePanel::refreshLive(bool racing) {
-    const double cpu = processCpuSeconds();
+    const double cpu = processTreeCpuSeconds(); // the window and its lanes' worker processes
     const double wall = static_cast<double>(QDateTime::currentMSecsSinceEpoch()) / 1000.0;
     QString live;
     if (racing) {

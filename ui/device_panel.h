@@ -46,7 +46,4 @@ private:
     QString m_lastRace;
 };
 
-/// CPU seconds (user + system) this process has used so far.
-double processCpuSeconds();
-
 } // namespace devicerace::ui

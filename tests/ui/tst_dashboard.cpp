@@ -16,6 +16,7 @@
 #include "device_panel.h"
 #include "fake_recording.h"
 #include "main_window.h"
+#include "process_cpu.h"
 #include "charts/palette.h"
 #include "race_controller.h"
 #include "recording_menu.h"
@@ -99,6 +100,24 @@ private Q_SLOTS:
         QVERIFY2(match.captured(1).toInt() > 0, qPrintable(after));
         panel.refreshLive(false);
         QCOMPARE(panel.liveText(), after);
+    }
+
+    // A race's multi-thread CPU lanes may run in worker processes of their own: the race's CPU
+    // use counts them, alive and after they end, not only the window's process.
+    void theRacesCpuUseCountsItsWorkerProcesses() {
+        const double treeBefore = processTreeCpuSeconds(), selfBefore = processCpuSeconds();
+        QProcess busy;
+        busy.start(QStringLiteral("/bin/sh"), {QStringLiteral("-c"), QStringLiteral("while :; do :; done")});
+        QVERIFY(busy.waitForStarted());
+        // The live child's CPU time counts while it runs.
+        QTRY_VERIFY_WITH_TIMEOUT((processTreeCpuSeconds() - treeBefore) - (processCpuSeconds() - selfBefore) > 0.2,
+                                 20000);
+        const double whileAlive = processTreeCpuSeconds();
+        busy.kill();
+        QVERIFY(busy.waitForFinished());
+        // Reaped, its time moves to the waited-for children's: the sum does not fall back.
+        QVERIFY2(processTreeCpuSeconds() >= whileAlive - 0.02,
+                 qPrintable(QStringLiteral("%1 after, %2 before").arg(processTreeCpuSeconds()).arg(whileAlive)));
     }
 
     void hundredfoldRaceGetsALogAxis() {
