@@ -8,6 +8,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -185,6 +186,12 @@ TEST(CpuKernels, Bf16InF32PassesWriteTheBf16PassesValues) {
     const std::vector<std::int64_t> labels{3, 0, 36, 7};
     cpu::biasReluDropout(sums.data(), ld, zB.data(), bias.data(), rows, cols, false, 0.0f, 0);
     cpu::biasReluDropout(sums.data(), ld, zW.data(), bias.data(), rows, cols, false, 0.0f, 0);
+    std::vector<float> inPlace(rows * cols); // the evaluation's bias + rounding, in place on dense rows
+    for (std::int64_t r = 0; r < rows; ++r) {
+        std::copy_n(sums.data() + r * ld, cols, inPlace.data() + r * cols);
+    }
+    cpu::addBiasRoundingToBf16(inPlace.data(), bias.data(), rows, cols);
+    EXPECT_EQ(widened(zB), inPlace) << "bias + rounding in place";
     const auto ceB = cpu::softmaxCrossEntropy(zB.data(), labels.data(), rows, cols, gB.data(), dbB.data());
     const auto ceW = cpu::softmaxCrossEntropy(zW.data(), labels.data(), rows, cols, gW.data(), dbW.data());
     EXPECT_EQ(ceB.lossSum, ceW.lossSum);

@@ -301,6 +301,17 @@ DR_CLONES void roundInPlaceRange(float* x, std::int64_t n) {
         x[i] = r.v;
     }
 }
+DR_CLONES void biasRoundRows(float* x, const float* __restrict bias, std::int64_t r0, std::int64_t r1,
+                             std::int64_t cols) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+        float* __restrict xr = x + r * cols;
+        for (std::int64_t c = 0; c < cols; ++c) {
+            Bf16InF32 v;
+            store(v, xr[c] + bias[c]);
+            xr[c] = v.v;
+        }
+    }
+}
 DR_CLONES void bytesToFloatRange(const std::uint8_t* s, float* d, std::int64_t n, float a, float b) {
     bytesBody(s, d, n, a, b);
 }
@@ -433,6 +444,10 @@ void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n) {
 }
 void roundToBf16InPlace(float* x, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { roundInPlaceRange(x + b, e - b); });
+}
+void addBiasRoundingToBf16(float* x, const float* bias, std::int64_t rows, std::int64_t cols) {
+    at::parallel_for(0, rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, cols)),
+                     [&](std::int64_t b, std::int64_t e) { biasRoundRows(x, bias, b, e, cols); });
 }
 void toFloat(const Bf16* src, float* dst, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { toFloatRange(src + b, dst + b, e - b); });

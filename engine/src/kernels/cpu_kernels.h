@@ -116,6 +116,9 @@ void toFloat(const Bf16* src, float* dst, std::int64_t n);
 void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n);
 /// The same in place: x becomes its bf16 values (no second buffer to allocate and write); parallel.
 void roundToBf16InPlace(float* x, std::int64_t n);
+/// x = bf16(x + bias) in place, kept in fp32 storage (rows×cols, one bias per column): a GEMM's
+/// sums to a layer's bf16 output in one pass; parallel over rows.
+void addBiasRoundingToBf16(float* x, const float* bias, std::int64_t rows, std::int64_t cols);
 
 /// dst = src * scale + shift, from bytes (image pixels) to floats; parallel.
 void bytesToFloat(const std::uint8_t* src, float* dst, std::int64_t n, float scale, float shift);

@@ -126,9 +126,11 @@ at::Tensor evaluateInF32(const at::Tensor& weight, const at::Tensor& bias, const
     auto sums = at::empty({m, n}, xr.options());
     cpu::gemmF32(shapesOf(m, n, k)[0], xr.data_ptr<float>(), k, wr.data_ptr<float>(), k, sums.data_ptr<float>(), n);
     if (bias.defined()) {
-        sums.add_(bias);
+        const auto b = bias.contiguous();
+        cpu::addBiasRoundingToBf16(sums.data_ptr<float>(), b.data_ptr<float>(), m, n); // one pass
+    } else {
+        cpu::roundToBf16InPlace(sums.data_ptr<float>(), sums.numel());
     }
-    cpu::roundToBf16InPlace(sums.data_ptr<float>(), sums.numel());
     return sums;
 }
 } // namespace
