@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,7 @@
 #include "data/lane_data.h"
 #include "devicerace/peak_flops.h"
 #include "kernels/bf16_gemm.h"
+#include "kernels/node_casts.h"
 #include "kernels/conv_wgrad.h"
 #include "models/models.h"
 
@@ -166,6 +168,38 @@ struct ChoiceDir {
 };
 
 } // namespace
+
+// The nodes' casts (kernels/node_casts.h) by the engine's loops: ATen's `to` bit for bit, both
+// ways, ties to even and -0 included; a NaN stays a NaN (the engine writes bf16's quiet NaN 0x7FC0,
+// ATen's vectorised cast 0xFFFF); a channels_last tensor keeps its strides; a strided view comes
+// out contiguous with the same values.
+TEST(NodeCasts, TheEnginesCastsAreAtensBitForBitAndKeepTheStrides) {
+    auto gen = at::detail::createCPUGenerator(3);
+    auto x = at::randn({3, 5, 7, 9}, gen).contiguous(at::MemoryFormat::ChannelsLast);
+    float* first = x.data_ptr<float>(); // channels_last is dense: its storage in memory order
+    first[0] = 1.0f + 1.0f / 256;       // a tie: to even, 1.0
+    first[1] = 1.0f + 3.0f / 256;       // a tie: to even, 1 + 1/64
+    first[2] = std::numeric_limits<float>::quiet_NaN();
+    first[3] = -0.0f;
+    // the bits, in one order for both sides, each NaN as one NaN
+    const auto bits = [](const at::Tensor& t) {
+        const auto c = t.contiguous();
+        return c.masked_fill(c.isnan(), std::numeric_limits<float>::quiet_NaN())
+            .view(t.scalar_type() == at::kBFloat16 ? at::kShort : at::kInt);
+    };
+    const auto down = castFloat(x, true);
+    EXPECT_EQ(down.scalar_type(), at::kBFloat16);
+    EXPECT_EQ(down.strides(), x.strides());
+    const auto want = x.to(at::kBFloat16);
+    EXPECT_TRUE(at::equal(bits(down), bits(want)));
+    const auto up = castFloat(down, false);
+    EXPECT_EQ(up.scalar_type(), at::kFloat);
+    EXPECT_EQ(up.strides(), x.strides());
+    EXPECT_TRUE(at::equal(bits(up), bits(want.to(at::kFloat))));
+    const auto strided = x.narrow(3, 1, 4); // not dense
+    EXPECT_TRUE(at::equal(bits(castFloat(strided, true)), bits(strided.to(at::kBFloat16))));
+    EXPECT_TRUE(castFloat(x, false).is_same(x)); // nothing to cast
+}
 
 TEST(ConvWeightGrad, TheGemmPathGivesTheModulesGradients) {
     WgradMode gemm("gemm");

@@ -510,7 +510,7 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         const auto g = geometryOf(x, weight, padStride);
         const auto b = withBias ? std::optional<at::Tensor>(cast(bias)) : std::nullopt;
         const auto y = at::convolution(xc, wc, b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
-        return widened ? y.to(at::kBFloat16) : y;
+        return widened ? castFloat(y, true) : y;
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const auto saved = ctx->get_saved_variables();
@@ -518,12 +518,14 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         const auto& w = saved[1];
         const bool bf16 = ctx->saved_data["bf16"].toBool();
         const auto g = geometryOf(x, w, ctx->saved_data["padStride"].toIntVector());
-        const auto gy = grads[0].to(x.scalar_type()).contiguous(at::MemoryFormat::ChannelsLast);
+        const auto gy =
+            castFloat(grads[0], x.scalar_type() == at::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
         at::Tensor dx, dw, db;
         if (ctx->needs_input_grad(0)) {
             dx = std::get<0>(at::convolution_backward(gy, x, w, std::nullopt, g.stride(), g.padding(), {1, 1}, false,
-                                                      {0, 0}, 1, {true, false, false}))
-                     .to(static_cast<at::ScalarType>(ctx->saved_data["xType"].toInt()));
+                                                      {0, 0}, 1, {true, false, false}));
+            const auto xType = static_cast<at::ScalarType>(ctx->saved_data["xType"].toInt());
+            dx = xType == at::kBFloat16 || xType == at::kFloat ? castFloat(dx, xType == at::kBFloat16) : dx.to(xType);
         }
         if (ctx->needs_input_grad(1)) {
             at::Tensor tuned;

@@ -27,4 +27,21 @@ at::Tensor bf16ValuesInF32(const at::Tensor& t) {
     return out;
 }
 
+at::Tensor castFloat(const at::Tensor& t, bool toBf16) {
+    const auto want = toBf16 ? at::kBFloat16 : at::kFloat;
+    const auto from = t.scalar_type();
+    if (from == want || (from != at::kFloat && from != at::kBFloat16)) {
+        return t.to(want);
+    }
+    const auto src = t.is_non_overlapping_and_dense() ? t : t.contiguous();
+    auto out = at::empty_like(src, src.options().dtype(want));
+    if (toBf16) {
+        cpu::toBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16*>(out.data_ptr<at::BFloat16>()), src.numel());
+    } else {
+        cpu::toFloat(reinterpret_cast<const cpu::Bf16*>(src.data_ptr<at::BFloat16>()), out.data_ptr<float>(),
+                     src.numel());
+    }
+    return out;
+}
+
 } // namespace devicerace::detail

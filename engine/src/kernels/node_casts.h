@@ -27,4 +27,10 @@ private:
 /// widened, an fp32 one rounded, by the engine's loops in one pass.
 at::Tensor bf16ValuesInF32(const at::Tensor& t);
 
+/// `t` (fp32 or bf16) as bf16 (rounded to nearest even) or as fp32 (widened): ATen's `t.to(type)`
+/// by the engine's one-pass loops, in a new tensor of `t`'s strides where `t` is dense (else
+/// contiguous). Other types, or `t` already of `type`: ATen's `to` (the same tensor where no
+/// cast is needed).
+at::Tensor castFloat(const at::Tensor& t, bool toBf16);
+
 } // namespace devicerace::detail
