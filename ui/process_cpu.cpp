@@ -8,6 +8,7 @@
 #include <QFile>
 #include <QStringList>
 
+#include <map>
 #include <set>
 #include <vector>
 
@@ -30,19 +31,18 @@ QList<QByteArray> statFields(pid_t pid) {
     return close < 0 ? QList<QByteArray>() : text.mid(close + 2).split(' ');
 }
 
-// The direct children of `pid`: its threads' children files, else (a kernel without them) a scan
-// of every process's parent.
+// Whether this kernel lists each thread's children (/proc/PID/task/TID/children), asked once.
+bool haveChildrenFiles() {
+    static const bool have = QFile::exists(QStringLiteral("/proc/self/task/%1/children").arg(getpid()));
+    return have;
+}
+
+// The direct children of `pid`, from its threads' children files.
 std::vector<pid_t> childrenOf(pid_t pid) {
     std::vector<pid_t> out;
     const QDir tasks(QStringLiteral("/proc/%1/task").arg(pid));
-    bool haveFiles = false;
     for (const auto& tid : tasks.entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
-        const QString path = tasks.filePath(tid + QStringLiteral("/children"));
-        if (!QFile::exists(path)) {
-            continue;
-        }
-        haveFiles = true;
-        for (const auto& child : readSmallFile(path).split(' ')) {
+        for (const auto& child : readSmallFile(tasks.filePath(tid + QStringLiteral("/children"))).split(' ')) {
             bool ok = false;
             const auto id = child.trimmed().toInt(&ok);
             if (ok && id > 0) {
@@ -50,18 +50,20 @@ std::vector<pid_t> childrenOf(pid_t pid) {
             }
         }
     }
-    if (haveFiles) {
-        return out;
-    }
+    return out;
+}
+
+// Every process's children, from one scan of every process's parent (a kernel without the files).
+std::multimap<pid_t, pid_t> childrenByParent() {
+    std::multimap<pid_t, pid_t> out;
     for (const auto& entry : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
         bool ok = false;
         const auto id = entry.toInt(&ok);
         if (!ok) {
             continue;
         }
-        const auto f = statFields(id);
-        if (f.size() > 1 && f[1].toInt() == pid) { // field 4: the parent
-            out.push_back(id);
+        if (const auto f = statFields(id); f.size() > 1) { // field 4: the parent
+            out.emplace(static_cast<pid_t>(f[1].toInt()), id);
         }
     }
     return out;
@@ -83,7 +85,19 @@ double processTreeCpuSeconds() {
     if (ticks <= 0) {
         return total;
     }
-    std::vector<pid_t> pending = childrenOf(getpid());
+    const bool files = haveChildrenFiles();
+    const auto byParent = files ? std::multimap<pid_t, pid_t>() : childrenByParent();
+    const auto children = [&](pid_t pid) {
+        if (files) {
+            return childrenOf(pid);
+        }
+        std::vector<pid_t> out;
+        for (auto [it, end] = byParent.equal_range(pid); it != end; ++it) {
+            out.push_back(it->second);
+        }
+        return out;
+    };
+    std::vector<pid_t> pending = children(getpid());
     std::set<pid_t> seen;
     while (!pending.empty()) {
         const pid_t pid = pending.back();
@@ -98,7 +112,7 @@ double processTreeCpuSeconds() {
                 static_cast<double>(f[11].toLongLong() + f[12].toLongLong() + f[13].toLongLong() + f[14].toLongLong()) /
                 ticks;
         }
-        for (const auto child : childrenOf(pid)) {
+        for (const auto child : children(pid)) {
             pending.push_back(child);
         }
     }

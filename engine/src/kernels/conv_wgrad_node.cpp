@@ -393,12 +393,12 @@ void convolutionTrial(const at::Tensor& x, const at::Tensor& w, const Geometry& 
     const auto wc = widen ? bf16ValuesInF32(w) : w.to(at::kBFloat16);
     auto y = at::convolution(xc, wc, std::nullopt, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
     if (widen) {
-        y = y.to(at::kBFloat16).to(at::kFloat); // autocast's bf16 output, and its gradient widened
+        y = castFloat(castFloat(y, true), false); // the node's bf16 output, and its gradient widened
     }
     const auto grads = at::convolution_backward(y, xc, wc, std::nullopt, g.stride(), g.padding(), {1, 1}, false, {0, 0},
                                                 1, {true, true, false});
     if (widen) {
-        (void)std::get<0>(grads).to(x.scalar_type());
+        (void)castFloat(std::get<0>(grads), x.scalar_type() == at::kBFloat16); // the input's gradient, as the node
     }
 }
 
@@ -626,9 +626,9 @@ at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
     }
     countFastPath();
     const auto b = conv.bias.defined() ? std::optional<at::Tensor>(bf16ValuesInF32(conv.bias)) : std::nullopt;
-    return at::convolution(bf16ValuesInF32(x), bf16ValuesInF32(conv.weight), b, g.stride(), g.padding(), {1, 1}, false,
-                           {0, 0}, 1)
-        .to(at::kBFloat16);
+    return castFloat(at::convolution(bf16ValuesInF32(x), bf16ValuesInF32(conv.weight), b, g.stride(), g.padding(),
+                                     {1, 1}, false, {0, 0}, 1),
+                     true);
 }
 
 at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {

@@ -242,6 +242,10 @@ DR_CLONES void biasReluDropoutB(Bf16* x, const float* b, std::int64_t r, std::in
                                 std::uint64_t s, std::int64_t first) {
     biasReluDropoutBody(x, b, r, c, relu, p, s, first);
 }
+DR_CLONES void biasReluDropoutW(Bf16InF32* x, const float* b, std::int64_t r, std::int64_t c, bool relu, float p,
+                                std::uint64_t s, std::int64_t first) {
+    biasReluDropoutBody(x, b, r, c, relu, p, s, first);
+}
 DR_CLONES void biasReluDropoutFB(const float* in, std::int64_t ld, Bf16* out, const float* b, std::int64_t r,
                                  std::int64_t c, bool relu, float p, std::uint64_t s, std::int64_t first) {
     biasReluDropoutToBody(in, ld, out, b, r, c, relu, p, s, first);
@@ -299,17 +303,6 @@ DR_CLONES void roundInPlaceRange(float* x, std::int64_t n) {
         Bf16InF32 r;
         store(r, x[i]);
         x[i] = r.v;
-    }
-}
-DR_CLONES void biasRoundRows(float* x, const float* __restrict bias, std::int64_t r0, std::int64_t r1,
-                             std::int64_t cols) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-        float* __restrict xr = x + r * cols;
-        for (std::int64_t c = 0; c < cols; ++c) {
-            Bf16InF32 v;
-            store(v, xr[c] + bias[c]);
-            xr[c] = v.v;
-        }
     }
 }
 DR_CLONES void bytesToFloatRange(const std::uint8_t* s, float* d, std::int64_t n, float a, float b) {
@@ -447,7 +440,11 @@ void roundToBf16InPlace(float* x, std::int64_t n) {
 }
 void addBiasRoundingToBf16(float* x, const float* bias, std::int64_t rows, std::int64_t cols) {
     at::parallel_for(0, rows, std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, cols)),
-                     [&](std::int64_t b, std::int64_t e) { biasRoundRows(x, bias, b, e, cols); });
+                     [&](std::int64_t b, std::int64_t e) {
+                         // biasReluDropout's in-place rows, no relu or dropout, stored as bf16 values
+                         biasReluDropoutW(reinterpret_cast<Bf16InF32*>(x) + b * cols, bias, e - b, cols, false, 0.0f, 0,
+                                          b);
+                     });
 }
 void toFloat(const Bf16* src, float* dst, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { toFloatRange(src + b, dst + b, e - b); });

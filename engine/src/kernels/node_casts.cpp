@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
+#include <utility>
+
 #include "kernels/cpu_kernels.h"
 
 namespace devicerace::detail {
@@ -14,16 +16,22 @@ NoAutocast::NoAutocast() : m_was(at::autocast::is_autocast_enabled(at::kCPU)) {
 
 NoAutocast::~NoAutocast() { at::autocast::set_autocast_enabled(at::kCPU, m_was); }
 
+namespace {
+// A new tensor of type `type` shaped and strided as `t` where `t` is dense (element i of the one is
+// element i of the other in memory), else as `t` made contiguous; with that source.
+std::pair<at::Tensor, at::Tensor> denseSourceAndOut(const at::Tensor& t, at::ScalarType type) {
+    auto src = t.is_non_overlapping_and_dense() ? t : t.contiguous();
+    auto out = at::empty_like(src, src.options().dtype(type));
+    return {std::move(src), std::move(out)};
+}
+} // namespace
+
 at::Tensor bf16ValuesInF32(const at::Tensor& t) {
-    const auto src = t.is_non_overlapping_and_dense() ? t : t.contiguous();
-    // the same strides as a dense source: element i of the one is element i of the other in memory
-    auto out = at::empty_like(src, src.options().dtype(at::kFloat));
-    if (src.scalar_type() == at::kBFloat16) {
-        cpu::toFloat(reinterpret_cast<const cpu::Bf16*>(src.data_ptr<at::BFloat16>()), out.data_ptr<float>(),
-                     src.numel());
-    } else {
-        cpu::roundToBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16InF32*>(out.data_ptr<float>()), src.numel());
+    if (t.scalar_type() == at::kBFloat16) {
+        return castFloat(t, false);
     }
+    const auto [src, out] = denseSourceAndOut(t, at::kFloat);
+    cpu::roundToBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16InF32*>(out.data_ptr<float>()), src.numel());
     return out;
 }
 
@@ -33,8 +41,7 @@ at::Tensor castFloat(const at::Tensor& t, bool toBf16) {
     if (from == want || (from != at::kFloat && from != at::kBFloat16)) {
         return t.to(want);
     }
-    const auto src = t.is_non_overlapping_and_dense() ? t : t.contiguous();
-    auto out = at::empty_like(src, src.options().dtype(want));
+    const auto [src, out] = denseSourceAndOut(t, want);
     if (toBf16) {
         cpu::toBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16*>(out.data_ptr<at::BFloat16>()), src.numel());
     } else {
