@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -582,6 +583,81 @@ TEST(ConvWeightGrad, ABf16LaneEvaluatesAConvolutionInItsTrainingArithmetic) {
     EXPECT_LE((inFp32.to(at::kDouble) - autocast.to(at::kDouble)).abs().max().item<double>(), scale / 64);
     EXPECT_TRUE(torch::equal(onBf16, autocast)) << "bf16 arithmetic: the module's forward";
     EXPECT_TRUE(torch::equal(unfused, autocast)) << "no fast paths: the module's forward";
+}
+
+// A bf16 lane's convolution followed by the fused relu + pool + dropout (convolveReluPool): where the
+// convolution runs on its bf16 values in fp32, its fp32 output goes to the pool unrounded and the
+// pool rounds it as it reads it, with no cast node between them; outputs, input, weight and bias
+// gradients and the next dropout draw are those of the convolution's rounded output pooled, bit
+// for bit, in training (with and without dropout, either output layout) and in evaluation; with
+// bf16 arithmetic, or outside a bf16 lane, the two are the same path.
+TEST(ConvWeightGrad, ABf16ConvolutionHandsItsFp32OutputToThePoolUnrounded) {
+    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    }
+    struct Out {
+        torch::Tensor out, dx, dw, db;
+        std::uint64_t nextDraw;
+        std::string poolInput;
+    };
+    const auto pass = [](torch::nn::Conv2d& conv, const torch::Tensor& input, bool together, double p, bool flattenNext,
+                         bool training, bool bf16) {
+        conv->zero_grad();
+        auto gen = at::detail::createCPUGenerator(5);
+        auto x = input.clone(at::MemoryFormat::ChannelsLast).requires_grad_(training);
+        std::optional<torch::NoGradGuard> noGrad;
+        if (!training) {
+            noGrad.emplace();
+        }
+        at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+        at::autocast::set_autocast_enabled(at::kCPU, bf16);
+        auto out = together ? convolveReluPool(*conv, x, true, p, training, gen, true, true, flattenNext)
+                            : reluMaxPoolDropout(convolve(*conv, x, true), p, training, gen, true, true, flattenNext);
+        at::autocast::set_autocast_enabled(at::kCPU, false);
+        at::autocast::clear_cache();
+        Out r{out.detach().contiguous(), {}, {}, {}, dropoutSeed(gen), ""};
+        if (training) {
+            const auto& edge = out.grad_fn()->next_edges().at(0);
+            r.poolInput = edge.function ? edge.function->name() : "";
+            auto weight = torch::linspace(-1.0, 2.0, out.numel()).view(out.sizes()).to(out.scalar_type());
+            (out * weight).sum().backward();
+            r.dx = x.grad().clone();
+            r.dw = conv->weight.grad().clone();
+            r.db = conv->bias.grad().clone();
+        }
+        return r;
+    };
+    for (const char* arith : {"fp32", "bf16"}) {
+        Bf16ConvMode mode(arith);
+        for (const bool bf16 : {true, false}) {
+            for (const bool training : {true, false}) {
+                for (const double p : {0.0, 0.25}) {
+                    for (const bool flattenNext : {false, true}) {
+                        auto conv = makeConv(6, 16, 3, 1, true, 0);
+                        auto gen = at::detail::createCPUGenerator(23);
+                        const auto x = channelsLastStrided(torch::randn({3, 6, 11, 13}, gen));
+                        const auto apart = pass(conv, x, false, p, flattenNext, training, bf16);
+                        const auto together = pass(conv, x, true, p, flattenNext, training, bf16);
+                        const auto what = ::testing::Message()
+                                          << arith << " arithmetic" << (bf16 ? ", bf16 lane" : ", fp32 lane")
+                                          << (training ? ", training" : ", evaluation") << ", p " << p
+                                          << (flattenNext ? ", NCHW out" : "");
+                        EXPECT_EQ(together.out.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat) << what;
+                        EXPECT_TRUE(torch::equal(apart.out, together.out)) << what;
+                        EXPECT_EQ(apart.nextDraw, together.nextDraw) << what;
+                        if (training) {
+                            EXPECT_TRUE(torch::equal(apart.dx, together.dx)) << what;
+                            EXPECT_TRUE(torch::equal(apart.dw, together.dw)) << what;
+                            EXPECT_TRUE(torch::equal(apart.db, together.db)) << what;
+                            EXPECT_GT(together.dw.abs().sum().item<double>(), 0.0) << what;
+                            EXPECT_NE(together.poolInput.find("ConvTunedWeightGrad"), std::string::npos)
+                                << together.poolInput << ", " << what;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 // The arithmetic of a bf16 lane's convolution is timed per shape only where this CPU's bf16 peak

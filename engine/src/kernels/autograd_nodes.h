@@ -29,8 +29,10 @@ bool reluMaxPoolFits(const at::Tensor& x);
 /// dropout(max_pool2d(relu(x), 2)), NCHW or channels_last, in one pass each way
 /// (kernels/pool_kernels.h): the drop probability `p` with the counter-hash mask of `seed` (the
 /// units laneDropout's hashed masks drop; p = 0: no dropout). `nchwOut`: a channels_last
-/// input's output written in NCHW (the caller flattens it next).
-at::Tensor reluMaxPoolDropoutNode(const at::Tensor& x, double p, std::uint64_t seed, bool nchwOut);
+/// input's output written in NCHW (the caller flattens it next). `roundToBf16`: x is fp32 whose
+/// values are read rounded to bf16 (reluMaxPool2Rounding), the output bf16, x's gradient fp32.
+at::Tensor reluMaxPoolDropoutNode(const at::Tensor& x, double p, std::uint64_t seed, bool nchwOut,
+                                  bool roundToBf16 = false);
 
 /// Whether batchNormReluNode takes `bn` and `x`: training, affine, tracked statistics, fp32
 /// parameters, x a float or bf16 CPU tensor in channels_last.
@@ -59,12 +61,15 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
 /// backward-weights kernel for the shape, precision and thread count (timed once per process and
 /// kept per machine, kernels/conv_wgrad.h), oneDNN's otherwise; its forward and input gradient
 /// stay oneDNN's (under bf16 autocast in bf16, the casts autocast would make done in the node).
-at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+/// `unrounded`: where a bf16 lane's convolution runs in fp32 arithmetic, its fp32 output is
+/// returned as computed (the caller rounds it to bf16: reluMaxPoolDropoutNode's roundToBf16), and
+/// its gradient taken in fp32; an fp32 output of a bf16 lane's convolution says so.
+at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded = false);
 /// conv(x) in evaluation (no gradients) on a bf16 autocast lane, where its training convolution of
 /// the same geometry (any batch) chose its bf16 values in fp32 arithmetic: the same arithmetic,
 /// the output rounded to bf16 as autocast's. Undefined where that does not apply (the caller runs
-/// the module's forward).
-at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+/// the module's forward). `unrounded`: the fp32 output as computed, as convolveTuned's.
+at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded = false);
 
 /// A lane's bf16 dense-layer GEMM routes (one kernels/bf16_routes.h router on its threads).
 struct DenseRoutes;

@@ -491,10 +491,10 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
     // arith (Arith): Bf16 for a bf16 autocast lane's (autocast's casts, done here): x and the
     // weight in bf16 for oneDNN's forward and input gradient, the weight's gradient fp32 from the
     // start; Bf16ValuesInFp32 the same lane's on the bf16 values widened (fp32 kernels throughout,
-    // the output rounded to bf16).
+    // the output rounded to bf16, or with `unrounded` left fp32 for the caller to round).
     static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& bias, bool withBias, std::vector<std::int64_t> padStride,
-                              std::int64_t arith) {
+                              std::int64_t arith, bool unrounded) {
         const bool bf16 = static_cast<Arith>(arith) == Arith::Bf16;
         const bool widened = static_cast<Arith>(arith) == Arith::Bf16ValuesInFp32;
         const auto cast = [&](const at::Tensor& t) {
@@ -510,7 +510,7 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         const auto g = geometryOf(x, weight, padStride);
         const auto b = withBias ? std::optional<at::Tensor>(cast(bias)) : std::nullopt;
         const auto y = at::convolution(xc, wc, b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
-        return widened ? castFloat(y, true) : y;
+        return widened && !unrounded ? castFloat(y, true) : y;
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const auto saved = ctx->get_saved_variables();
@@ -538,7 +538,7 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
             db = gy.sum({0, 2, 3}, false, at::kFloat);
         }
-        return {dx, dw, db, {}, {}, {}};
+        return {dx, dw, db, {}, {}, {}, {}};
     }
 };
 
@@ -597,7 +597,7 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
            x.size(2) + 2 * (*pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (*pad)[1] >= o.kernel_size()->at(1);
 }
 
-at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
+at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded) {
     if (torch::GradMode::is_enabled() || !bf16AutocastWithKernel() || !plainConvolution(conv) || !x.is_cpu() ||
         x.dim() != 4 || (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
         conv.weight.scalar_type() != at::kFloat) {
@@ -626,12 +626,12 @@ at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
     }
     countFastPath();
     const auto b = conv.bias.defined() ? std::optional<at::Tensor>(bf16ValuesInF32(conv.bias)) : std::nullopt;
-    return castFloat(at::convolution(bf16ValuesInF32(x), bf16ValuesInF32(conv.weight), b, g.stride(), g.padding(),
-                                     {1, 1}, false, {0, 0}, 1),
-                     true);
+    auto y = at::convolution(bf16ValuesInF32(x), bf16ValuesInF32(conv.weight), b, g.stride(), g.padding(), {1, 1},
+                             false, {0, 0}, 1);
+    return unrounded ? y : castFloat(y, true);
 }
 
-at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
+at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded) {
     countFastPath();
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
     const auto& stride = conv.options.stride();
@@ -642,7 +642,7 @@ at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
         arith = bf16Arithmetic(x, conv.weight, geometryOf(x, conv.weight, padStride));
     }
     return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias,
-                                      std::move(padStride), static_cast<std::int64_t>(arith));
+                                      std::move(padStride), static_cast<std::int64_t>(arith), unrounded);
 }
 
 } // namespace devicerace::detail

@@ -15,6 +15,17 @@ struct Window {
     std::int64_t right, down;
 };
 
+// An fp32 input read as its bf16 rounding (kernel_inline.h's store(Bf16&)): a bf16 lane's
+// convolution output, computed in fp32 and rounded here rather than in a pass of its own.
+struct F32AsBf16 {
+    float v;
+};
+DR_INLINE float load(const F32AsBf16& v) {
+    Bf16 b;
+    store(b, v.v);
+    return load(b);
+}
+
 // One output: the slot of the window's first maximum after relu (kNoGradient when it is 0 or
 // dropped) and its value. Selects, no branches, so the channel loop vectorises.
 template <class T>
@@ -35,8 +46,8 @@ DR_INLINE float poolOne(const T* __restrict x, Window w, std::uint8_t& slot, boo
 
 // One NHWC input pixel's `channels` outputs: contiguous (NHWC output, from out + o) or `step`
 // apart (NCHW output, from out + base).
-template <class T, bool Drop, bool OutNhwc>
-DR_INLINE void poolPixel(const T* __restrict in, T* __restrict out, std::uint8_t* __restrict slot, Window w,
+template <class In, class Out, bool Drop, bool OutNhwc>
+DR_INLINE void poolPixel(const In* __restrict in, Out* __restrict out, std::uint8_t* __restrict slot, Window w,
                          std::int64_t channels, std::uint32_t base, std::uint32_t step, std::uint32_t threshold,
                          float scale, std::uint64_t seed) {
     for (std::int64_t c = 0; c < channels; ++c) {
@@ -48,8 +59,8 @@ DR_INLINE void poolPixel(const T* __restrict in, T* __restrict out, std::uint8_t
 }
 
 // One NCHW output row: `width` outputs of one plane, their windows two input rows.
-template <class T, bool Drop>
-DR_INLINE void poolRow(const T* __restrict in, T* __restrict out, std::uint8_t* __restrict slot, Window w,
+template <class In, class Out, bool Drop>
+DR_INLINE void poolRow(const In* __restrict in, Out* __restrict out, std::uint8_t* __restrict slot, Window w,
                        std::int64_t width, std::uint32_t base, std::uint32_t threshold, float scale,
                        std::uint64_t seed) {
     for (std::int64_t xo = 0; xo < width; ++xo) {
@@ -60,8 +71,8 @@ DR_INLINE void poolRow(const T* __restrict in, T* __restrict out, std::uint8_t* 
 }
 
 // Output rows [begin, end): a row is one (image, oh) in NHWC, one (image, channel, oh) in NCHW.
-template <class T, bool Drop>
-DR_INLINE void poolRows(const T* __restrict x, T* __restrict out, std::uint8_t* __restrict slot, const PoolShape& s,
+template <class In, class Out, bool Drop>
+DR_INLINE void poolRows(const In* __restrict x, Out* __restrict out, std::uint8_t* __restrict slot, const PoolShape& s,
                         std::int64_t begin, std::int64_t end, float p, float scale, std::uint64_t seed) {
     const std::int64_t oh = s.height / 2, ow = s.width / 2;
     const std::uint32_t threshold = keepThreshold(p);
@@ -70,29 +81,30 @@ DR_INLINE void poolRows(const T* __restrict x, T* __restrict out, std::uint8_t* 
             const std::int64_t image = r / oh, y = r % oh;
             const Window w{s.channels, s.width * s.channels};
             for (std::int64_t xo = 0; xo < ow; ++xo) {
-                const T* in = x + ((image * s.height + 2 * y) * s.width + 2 * xo) * s.channels;
+                const In* in = x + ((image * s.height + 2 * y) * s.width + 2 * xo) * s.channels;
                 const std::int64_t o = ((image * oh + y) * ow + xo) * s.channels;
                 // NCHW index of output (image, c, y, xo): ((image * C + c) * oh + y) * ow + xo.
                 const auto base = static_cast<std::uint32_t>((image * s.channels * oh + y) * ow + xo);
                 const auto step = static_cast<std::uint32_t>(oh * ow);
                 if (s.outNhwc) {
-                    poolPixel<T, Drop, true>(in, out + o, slot + o, w, s.channels, base, step, threshold, scale, seed);
+                    poolPixel<In, Out, Drop, true>(in, out + o, slot + o, w, s.channels, base, step, threshold, scale,
+                                                   seed);
                 } else {
-                    poolPixel<T, Drop, false>(in, out + base, slot + base, w, s.channels, base, step, threshold, scale,
-                                              seed);
+                    poolPixel<In, Out, Drop, false>(in, out + base, slot + base, w, s.channels, base, step, threshold,
+                                                    scale, seed);
                 }
             }
         } else {
             const std::int64_t plane = r / oh, y = r % oh;
-            poolRow<T, Drop>(x + (plane * s.height + 2 * y) * s.width, out + r * ow, slot + r * ow, Window{1, s.width},
-                             ow, static_cast<std::uint32_t>(r * ow), threshold, scale, seed);
+            poolRow<In, Out, Drop>(x + (plane * s.height + 2 * y) * s.width, out + r * ow, slot + r * ow,
+                                   Window{1, s.width}, ow, static_cast<std::uint32_t>(r * ow), threshold, scale, seed);
         }
     }
 }
 
 // One NHWC input pixel's window gradients from its `channels` outputs (laid out as in poolPixel).
-template <class T, bool OutNhwc>
-DR_INLINE void poolBackPixel(const T* __restrict dy, const std::uint8_t* __restrict slot, T* __restrict in,
+template <class Dy, class T, bool OutNhwc>
+DR_INLINE void poolBackPixel(const Dy* __restrict dy, const std::uint8_t* __restrict slot, T* __restrict in,
                              T* __restrict below, std::int64_t channels, std::int64_t step, float scale) {
     for (std::int64_t c = 0; c < channels; ++c) {
         const std::int64_t o = OutNhwc ? c : c * step;
@@ -105,8 +117,8 @@ DR_INLINE void poolBackPixel(const T* __restrict dy, const std::uint8_t* __restr
     }
 }
 
-template <class T>
-DR_INLINE void poolBackRows(const T* __restrict dy, const std::uint8_t* __restrict slot, T* __restrict dx,
+template <class Dy, class T>
+DR_INLINE void poolBackRows(const Dy* __restrict dy, const std::uint8_t* __restrict slot, T* __restrict dx,
                             const PoolShape& s, std::int64_t begin, std::int64_t end, float scale) {
     const std::int64_t oh = s.height / 2, ow = s.width / 2;
     for (std::int64_t r = begin; r < end; ++r) {
@@ -117,10 +129,10 @@ DR_INLINE void poolBackRows(const T* __restrict dy, const std::uint8_t* __restri
                 T* below = in + s.width * s.channels;
                 if (s.outNhwc) {
                     const std::int64_t o = ((image * oh + y) * ow + xo) * s.channels;
-                    poolBackPixel<T, true>(dy + o, slot + o, in, below, s.channels, 1, scale);
+                    poolBackPixel<Dy, T, true>(dy + o, slot + o, in, below, s.channels, 1, scale);
                 } else {
                     const std::int64_t base = (image * s.channels * oh + y) * ow + xo;
-                    poolBackPixel<T, false>(dy + base, slot + base, in, below, s.channels, oh * ow, scale);
+                    poolBackPixel<Dy, T, false>(dy + base, slot + base, in, below, s.channels, oh * ow, scale);
                 }
             }
         } else {
@@ -171,13 +183,13 @@ void zeroUncovered(T* dx, const PoolShape& s) {
 }
 
 // The dropout test hoisted out of the loops.
-template <class T>
-DR_INLINE void poolRowsOf(const T* x, T* out, std::uint8_t* slot, const PoolShape& s, std::int64_t b, std::int64_t e,
+template <class In, class Out>
+DR_INLINE void poolRowsOf(const In* x, Out* out, std::uint8_t* slot, const PoolShape& s, std::int64_t b, std::int64_t e,
                           float p, float scale, std::uint64_t seed) {
     if (p > 0.0f) {
-        poolRows<T, true>(x, out, slot, s, b, e, p, scale, seed);
+        poolRows<In, Out, true>(x, out, slot, s, b, e, p, scale, seed);
     } else {
-        poolRows<T, false>(x, out, slot, s, b, e, p, scale, seed);
+        poolRows<In, Out, false>(x, out, slot, s, b, e, p, scale, seed);
     }
 }
 
@@ -189,6 +201,10 @@ DR_CLONES void poolRowsB(const Bf16* x, Bf16* out, std::uint8_t* slot, const Poo
                          std::int64_t e, float p, float scale, std::uint64_t seed) {
     poolRowsOf(x, out, slot, s, b, e, p, scale, seed);
 }
+DR_CLONES void poolRowsR(const float* x, Bf16* out, std::uint8_t* slot, const PoolShape& s, std::int64_t b,
+                         std::int64_t e, float p, float scale, std::uint64_t seed) {
+    poolRowsOf(reinterpret_cast<const F32AsBf16*>(x), out, slot, s, b, e, p, scale, seed);
+}
 DR_CLONES void poolBackRowsF(const float* dy, const std::uint8_t* slot, float* dx, const PoolShape& s, std::int64_t b,
                              std::int64_t e, float scale) {
     poolBackRows(dy, slot, dx, s, b, e, scale);
@@ -196,6 +212,12 @@ DR_CLONES void poolBackRowsF(const float* dy, const std::uint8_t* slot, float* d
 DR_CLONES void poolBackRowsB(const Bf16* dy, const std::uint8_t* slot, Bf16* dx, const PoolShape& s, std::int64_t b,
                              std::int64_t e, float scale) {
     poolBackRows(dy, slot, dx, s, b, e, scale);
+}
+
+// dx rounded to bf16 as the bf16 pass's (a kept value's dy x scale), kept in fp32.
+DR_CLONES void poolBackRowsR(const Bf16* dy, const std::uint8_t* slot, float* dx, const PoolShape& s, std::int64_t b,
+                             std::int64_t e, float scale) {
+    poolBackRows(dy, slot, reinterpret_cast<Bf16InF32*>(dx), s, b, e, scale);
 }
 
 } // namespace
@@ -210,6 +232,11 @@ void reluMaxPool2(const Bf16* x, Bf16* out, std::uint8_t* slot, const PoolShape&
     at::parallel_for(0, outputRows(s), rowGrain(s),
                      [&](std::int64_t b, std::int64_t e) { poolRowsB(x, out, slot, s, b, e, p, scale, seed); });
 }
+void reluMaxPool2Rounding(const float* x, Bf16* out, std::uint8_t* slot, const PoolShape& s, float p, float scale,
+                          std::uint64_t seed) {
+    at::parallel_for(0, outputRows(s), rowGrain(s),
+                     [&](std::int64_t b, std::int64_t e) { poolRowsR(x, out, slot, s, b, e, p, scale, seed); });
+}
 void reluMaxPool2Backward(const float* dy, const std::uint8_t* slot, float* dx, const PoolShape& s, float scale) {
     zeroUncovered(dx, s);
     at::parallel_for(0, outputRows(s), rowGrain(s),
@@ -219,6 +246,13 @@ void reluMaxPool2Backward(const Bf16* dy, const std::uint8_t* slot, Bf16* dx, co
     zeroUncovered(dx, s);
     at::parallel_for(0, outputRows(s), rowGrain(s),
                      [&](std::int64_t b, std::int64_t e) { poolBackRowsB(dy, slot, dx, s, b, e, scale); });
+}
+
+void reluMaxPool2RoundingBackward(const Bf16* dy, const std::uint8_t* slot, float* dx, const PoolShape& s,
+                                  float scale) {
+    zeroUncovered(dx, s);
+    at::parallel_for(0, outputRows(s), rowGrain(s),
+                     [&](std::int64_t b, std::int64_t e) { poolBackRowsR(dy, slot, dx, s, b, e, scale); });
 }
 
 } // namespace devicerace::detail::cpu

@@ -30,8 +30,16 @@ void reluMaxPool2(const float* x, float* out, std::uint8_t* slot, const PoolShap
 void reluMaxPool2(const Bf16* x, Bf16* out, std::uint8_t* slot, const PoolShape& s, float p, float scale,
                   std::uint64_t seed);
 
+/// The bf16 output of an fp32 `x` read as its values rounded to bf16 (as x.to(bf16) before the
+/// bf16 pass): a bf16 lane's convolution computed in fp32 hands its output here unrounded, and
+/// its gradient comes back in fp32 (bf16 values), one cast pass fewer each way. `scale` in bf16.
+void reluMaxPool2Rounding(const float* x, Bf16* out, std::uint8_t* slot, const PoolShape& s, float p, float scale,
+                          std::uint64_t seed);
+
 /// dx (x's shape and layout, every element written) from dy (laid out as the output).
 void reluMaxPool2Backward(const float* dy, const std::uint8_t* slot, float* dx, const PoolShape& s, float scale);
 void reluMaxPool2Backward(const Bf16* dy, const std::uint8_t* slot, Bf16* dx, const PoolShape& s, float scale);
+/// reluMaxPool2Rounding's: a bf16 dy, the fp32 x's gradient (dy x scale rounded to bf16, as the bf16 pass).
+void reluMaxPool2RoundingBackward(const Bf16* dy, const std::uint8_t* slot, float* dx, const PoolShape& s, float scale);
 
 } // namespace devicerace::detail::cpu

@@ -8,6 +8,7 @@
 #include <torch/nn/modules/conv.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 
 #include <atomic>
 #include <cmath>
@@ -128,6 +129,30 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
         }
     }
     return conv.forward(x);
+}
+
+torch::Tensor convolveReluPool(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fusedConv, double p,
+                               bool training, at::Generator& gen, bool fusedPool, bool hashed, bool flattenNext) {
+    const bool bf16Autocast =
+        at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16;
+    if (!fusedConv || !fusedPool || !bf16Autocast) {
+        return reluMaxPoolDropout(convolve(conv, x, fusedConv), p, training, gen, fusedPool, hashed, flattenNext);
+    }
+    torch::Tensor y;
+    if (tunedWeightGradFits(conv, x)) {
+        y = convolveTuned(conv, x, true);
+    } else if (y = evaluateAsTrained(conv, x, true); !y.defined()) {
+        y = conv.forward(x);
+    }
+    if (y.scalar_type() != at::kFloat) { // the convolution's arithmetic is bf16: rounded already
+        return reluMaxPoolDropout(y, p, training, gen, fusedPool, hashed, flattenNext);
+    }
+    if (!reluMaxPoolFits(y)) {
+        return reluMaxPoolDropout(y.to(at::kBFloat16), p, training, gen, fusedPool, hashed, flattenNext);
+    }
+    const bool dropout = training && p > 0 && !dropoutOffForTests();
+    const auto seed = dropout ? dropoutSeed(gen) : 0;
+    return reluMaxPoolDropoutNode(y, dropout ? p : 0.0, seed, flattenNext, true);
 }
 
 namespace {

@@ -150,6 +150,13 @@ std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, std
 /// is timed against im2col + GEMM (convolveTuned, kernels/autograd_nodes.h); otherwise the
 /// module's forward.
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
+/// reluMaxPoolDropout(convolve(conv, x, fusedConv), p, ...): the same values, and where a bf16
+/// lane's convolution runs in fp32 arithmetic (the bf16 values widened) and the pool is fused, the
+/// convolution's fp32 output goes to the pool unrounded and the pool rounds it as it reads it (and
+/// its gradient comes back in fp32): two passes over the convolution's output fewer a step.
+torch::Tensor convolveReluPool(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fusedConv, double p,
+                               bool training, at::Generator& gen, bool fusedPool, bool hashed,
+                               bool flattenNext = false);
 /// fc(x), x [rows, in] or [..., in]: with `routes` and where it fits (routedDenseFits: under CPU
 /// bf16 autocast), the node whose GEMMs each take their shape's fastest route (routedDense,
 /// kernels/autograd_nodes.h); otherwise the module's forward.

@@ -51,8 +51,7 @@ struct MnistCnn : Net {
     }
     torch::Tensor forward(const torch::Tensor& x) override {
         auto h = convolve(*conv1, x, tunedConvs).relu_();
-        h = reluMaxPoolDropout(convolve(*conv2, h, tunedConvs), 0.25, is_training(), gen, fusedPool, hashedDropout,
-                               true)
+        h = convolveReluPool(*conv2, h, tunedConvs, 0.25, is_training(), gen, fusedPool, hashedDropout, true)
                 .flatten(1);
         h = laneDropout(dense(*fc1, h, denseRoutes.get()).relu_(), 0.5, is_training(), gen, hashedDropout);
         return dense(*fc2, h, denseRoutes.get());
@@ -81,9 +80,10 @@ struct CifarVgg : Net {
     }
     torch::Tensor forward(const torch::Tensor& x) override {
         auto h = convolve(*c1, x, tunedConvs).relu_();
-        h = reluMaxPoolDropout(convolve(*c2, h, tunedConvs), 0.25, is_training(), gen, fusedPool, hashedDropout);
-        h = convolve(*c4, convolve(*c3, h, tunedConvs).relu_(), tunedConvs);
-        h = reluMaxPoolDropout(h, 0.25, is_training(), gen, fusedPool, hashedDropout, true).flatten(1);
+        h = convolveReluPool(*c2, h, tunedConvs, 0.25, is_training(), gen, fusedPool, hashedDropout);
+        h = convolveReluPool(*c4, convolve(*c3, h, tunedConvs).relu_(), tunedConvs, 0.25, is_training(), gen, fusedPool,
+                             hashedDropout, true)
+                .flatten(1);
         h = laneDropout(dense(*fc1, h, denseRoutes.get()).relu_(), 0.5, is_training(), gen, hashedDropout);
         return dense(*fc2, h, denseRoutes.get());
     }
