@@ -77,7 +77,7 @@ double processCpuSeconds() {
     return seconds(ru.ru_utime) + seconds(ru.ru_stime);
 }
 
-double processTreeCpuSeconds() {
+double processTreeCpuSeconds(ChildLookup how) {
     rusage waited{};
     getrusage(RUSAGE_CHILDREN, &waited);
     double total = processCpuSeconds() + seconds(waited.ru_utime) + seconds(waited.ru_stime);
@@ -85,7 +85,7 @@ double processTreeCpuSeconds() {
     if (ticks <= 0) {
         return total;
     }
-    const bool files = haveChildrenFiles();
+    const bool files = how == ChildLookup::Auto ? haveChildrenFiles() : how == ChildLookup::ChildrenFiles;
     const auto byParent = files ? std::multimap<pid_t, pid_t>() : childrenByParent();
     const auto children = [&](pid_t pid) {
         if (files) {
