@@ -585,23 +585,21 @@ TEST(ConvWeightGrad, ABf16LaneEvaluatesAConvolutionInItsTrainingArithmetic) {
     EXPECT_TRUE(torch::equal(unfused, autocast)) << "no fast paths: the module's forward";
 }
 
-// A bf16 lane's convolution followed by the fused relu + pool + dropout (convolveReluPool): where the
-// convolution runs on its bf16 values in fp32, its fp32 output goes to the pool unrounded and the
-// pool rounds it as it reads it, with no cast node between them; outputs, input, weight and bias
-// gradients and the next dropout draw are those of the convolution's rounded output pooled, bit
-// for bit, in training (with and without dropout, either output layout) and in evaluation; with
-// bf16 arithmetic, or outside a bf16 lane, the two are the same path.
-TEST(ConvWeightGrad, ABf16ConvolutionHandsItsFp32OutputToThePoolUnrounded) {
-    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
-        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
-    }
+// A fused layer pair against its two calls apart (`together`, `apart`: forward(conv, x, p, gen,
+// flattenNext, training)), for each arithmetic of a bf16 lane's convolution (DEVICERACE_BF16_CONV
+// fp32 and bf16) and outside a bf16 lane, in training (dropout p 0 and 0.25, either output layout)
+// and in evaluation: outputs, input, weight and bias gradients and the next dropout draw the same
+// bit for bit; in training the output's node takes the convolution node's output directly
+// (`firstNode`: the output's node, `input`: the name the next edge must hold).
+template <class F, class G>
+void expectFusedAsApart(F&& apart, G&& together, std::optional<std::int64_t> poolSize) {
     struct Out {
         torch::Tensor out, dx, dw, db;
         std::uint64_t nextDraw;
-        std::string poolInput;
+        std::string edge;
     };
-    const auto pass = [](torch::nn::Conv2d& conv, const torch::Tensor& input, bool together, double p, bool flattenNext,
-                         bool training, bool bf16) {
+    const auto pass = [](torch::nn::Conv2d& conv, const torch::Tensor& input, auto&& forward, double p,
+                         bool flattenNext, bool training, bool bf16) {
         conv->zero_grad();
         auto gen = at::detail::createCPUGenerator(5);
         auto x = input.clone(at::MemoryFormat::ChannelsLast).requires_grad_(training);
@@ -611,14 +609,15 @@ TEST(ConvWeightGrad, ABf16ConvolutionHandsItsFp32OutputToThePoolUnrounded) {
         }
         at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
         at::autocast::set_autocast_enabled(at::kCPU, bf16);
-        auto out = together ? convolveReluPool(*conv, x, true, p, training, gen, true, true, flattenNext)
-                            : reluMaxPoolDropout(convolve(*conv, x, true), p, training, gen, true, true, flattenNext);
+        auto out = forward(*conv, x, p, gen, flattenNext, training);
         at::autocast::set_autocast_enabled(at::kCPU, false);
         at::autocast::clear_cache();
         Out r{out.detach().contiguous(), {}, {}, {}, dropoutSeed(gen), ""};
         if (training) {
-            const auto& edge = out.grad_fn()->next_edges().at(0);
-            r.poolInput = edge.function ? edge.function->name() : "";
+            r.edge = out.grad_fn()->name();
+            if (const auto& next = out.grad_fn()->next_edges(); !next.empty() && next[0].function) {
+                r.edge += " <- " + next[0].function->name();
+            }
             auto weight = torch::linspace(-1.0, 2.0, out.numel()).view(out.sizes()).to(out.scalar_type());
             (out * weight).sum().backward();
             r.dx = x.grad().clone();
@@ -631,33 +630,72 @@ TEST(ConvWeightGrad, ABf16ConvolutionHandsItsFp32OutputToThePoolUnrounded) {
         Bf16ConvMode mode(arith);
         for (const bool bf16 : {true, false}) {
             for (const bool training : {true, false}) {
-                for (const double p : {0.0, 0.25}) {
-                    for (const bool flattenNext : {false, true}) {
+                for (const double p : poolSize ? std::vector<double>{0.0, 0.25} : std::vector<double>{0.0}) {
+                    for (const bool flattenNext :
+                         poolSize ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
                         auto conv = makeConv(6, 16, 3, 1, true, 0);
                         auto gen = at::detail::createCPUGenerator(23);
                         const auto x = channelsLastStrided(torch::randn({3, 6, 11, 13}, gen));
-                        const auto apart = pass(conv, x, false, p, flattenNext, training, bf16);
-                        const auto together = pass(conv, x, true, p, flattenNext, training, bf16);
+                        const auto a = pass(conv, x, apart, p, flattenNext, training, bf16);
+                        const auto t = pass(conv, x, together, p, flattenNext, training, bf16);
                         const auto what = ::testing::Message()
                                           << arith << " arithmetic" << (bf16 ? ", bf16 lane" : ", fp32 lane")
                                           << (training ? ", training" : ", evaluation") << ", p " << p
                                           << (flattenNext ? ", NCHW out" : "");
-                        EXPECT_EQ(together.out.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat) << what;
-                        EXPECT_TRUE(torch::equal(apart.out, together.out)) << what;
-                        EXPECT_EQ(apart.nextDraw, together.nextDraw) << what;
+                        EXPECT_EQ(t.out.scalar_type(), bf16 ? at::kBFloat16 : at::kFloat) << what;
+                        EXPECT_TRUE(torch::equal(a.out, t.out)) << what;
+                        EXPECT_EQ(a.nextDraw, t.nextDraw) << what;
                         if (training) {
-                            EXPECT_TRUE(torch::equal(apart.dx, together.dx)) << what;
-                            EXPECT_TRUE(torch::equal(apart.dw, together.dw)) << what;
-                            EXPECT_TRUE(torch::equal(apart.db, together.db)) << what;
-                            EXPECT_GT(together.dw.abs().sum().item<double>(), 0.0) << what;
-                            EXPECT_NE(together.poolInput.find("ConvTunedWeightGrad"), std::string::npos)
-                                << together.poolInput << ", " << what;
+                            EXPECT_TRUE(torch::equal(a.dx, t.dx)) << what;
+                            EXPECT_TRUE(torch::equal(a.dw, t.dw)) << what;
+                            EXPECT_TRUE(torch::equal(a.db, t.db)) << what;
+                            EXPECT_GT(t.dw.abs().sum().item().toDouble(), 0.0) << what;
+                            // no cast node between the two: the convolution's node, or ATen's relu on it
+                            const bool direct = t.edge.find("ConvTunedWeightGrad") != std::string::npos &&
+                                                t.edge.find("ToCopy") == std::string::npos;
+                            EXPECT_TRUE(direct) << t.edge << ", " << what;
+                            if (!poolSize && bf16 && std::string_view(arith) == "fp32") {
+                                EXPECT_EQ(t.edge.find("Relu"), std::string::npos)
+                                    << "the node's own relu: " << t.edge << ", " << what;
+                            }
                         }
                     }
                 }
             }
         }
     }
+}
+
+// A bf16 lane's convolution followed by the fused relu + pool + dropout (convolveReluPool): where
+// the convolution runs on its bf16 values in fp32, its fp32 output goes to the pool unrounded and
+// the pool rounds it as it reads it; the values are those of the rounded output pooled.
+TEST(ConvWeightGrad, ABf16ConvolutionHandsItsFp32OutputToThePoolUnrounded) {
+    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    }
+    expectFusedAsApart(
+        [](torch::nn::Conv2dImpl& conv, const torch::Tensor& x, double p, at::Generator& gen, bool flattenNext,
+           bool training) {
+            return reluMaxPoolDropout(convolve(conv, x, true), p, training, gen, true, true, flattenNext);
+        },
+        [](torch::nn::Conv2dImpl& conv, const torch::Tensor& x, double p, at::Generator& gen, bool flattenNext,
+           bool training) { return convolveReluPool(conv, x, true, p, training, gen, true, true, flattenNext); },
+        2);
+}
+
+// A bf16 lane's convolution followed by a relu (convolveRelu): where the convolution runs on its
+// bf16 values in fp32, the rounding and the relu are the node's one pass, and the relu's gradient
+// its widening's; the values are autocast's output and ATen's relu_.
+TEST(ConvWeightGrad, ABf16ConvolutionRoundsAndRelusInOnePass) {
+    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    }
+    expectFusedAsApart([](torch::nn::Conv2dImpl& conv, const torch::Tensor& x, double, at::Generator&, bool,
+                          bool) { return convolve(conv, x, true).relu_(); },
+                       [](torch::nn::Conv2dImpl& conv, const torch::Tensor& x, double, at::Generator&, bool, bool) {
+                           return convolveRelu(conv, x, true);
+                       },
+                       std::nullopt);
 }
 
 // The arithmetic of a bf16 lane's convolution is timed per shape only where this CPU's bf16 peak

@@ -50,6 +50,17 @@ bool residualForkFits(const at::Tensor& x);
 /// one pass (kernels/norm_kernels.h) where autograd would add them with ATen's bf16 add.
 std::pair<at::Tensor, at::Tensor> residualForkNode(const at::Tensor& x, std::int64_t stride, std::int64_t pad);
 
+/// What convolveTuned and evaluateAsTrained return where a bf16 lane's convolution runs on its
+/// bf16 values in fp32 arithmetic (elsewhere AsAutocast's and Unrounded's are the same):
+/// - AsAutocast: the output rounded to bf16, as autocast's;
+/// - Unrounded: the fp32 output as computed, its gradient taken in fp32 (the caller rounds it:
+///   reluMaxPoolDropoutNode's roundToBf16); an fp32 output of a bf16 lane's convolution says so;
+/// - Relu: relu of AsAutocast's output, in any arithmetic; where the arithmetic is fp32, the
+///   rounding and the relu one pass forward (reluToBf16) and the relu's gradient and the widening
+///   one pass back (reluGradToFloat), where autocast's output, ATen's relu_ and its backward
+///   make four.
+enum class ConvOutput { AsAutocast, Unrounded, Relu };
+
 /// False when DEVICERACE_CONV_WGRAD=0 (benchmarks); "gemm" takes im2col + GEMM for every shape (tests).
 bool tunedWeightGradEnabled();
 /// Whether convolveTuned takes `conv` and `x`: training on a CPU, fp32 (or under bf16 autocast where
@@ -61,15 +72,13 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
 /// backward-weights kernel for the shape, precision and thread count (timed once per process and
 /// kept per machine, kernels/conv_wgrad.h), oneDNN's otherwise; its forward and input gradient
 /// stay oneDNN's (under bf16 autocast in bf16, the casts autocast would make done in the node).
-/// `unrounded`: where a bf16 lane's convolution runs in fp32 arithmetic, its fp32 output is
-/// returned as computed (the caller rounds it to bf16: reluMaxPoolDropoutNode's roundToBf16), and
-/// its gradient taken in fp32; an fp32 output of a bf16 lane's convolution says so.
-at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded = false);
+/// `out`: see ConvOutput.
+at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, ConvOutput out = ConvOutput::AsAutocast);
 /// conv(x) in evaluation (no gradients) on a bf16 autocast lane, where its training convolution of
 /// the same geometry (any batch) chose its bf16 values in fp32 arithmetic: the same arithmetic,
 /// the output rounded to bf16 as autocast's. Undefined where that does not apply (the caller runs
-/// the module's forward). `unrounded`: the fp32 output as computed, as convolveTuned's.
-at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded = false);
+/// the module's forward, and its relu where `out` is Relu). `out`: see ConvOutput.
+at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, ConvOutput out = ConvOutput::AsAutocast);
 
 /// A lane's bf16 dense-layer GEMM routes (one kernels/bf16_routes.h router on its threads).
 struct DenseRoutes;

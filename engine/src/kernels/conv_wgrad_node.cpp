@@ -491,10 +491,11 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
     // arith (Arith): Bf16 for a bf16 autocast lane's (autocast's casts, done here): x and the
     // weight in bf16 for oneDNN's forward and input gradient, the weight's gradient fp32 from the
     // start; Bf16ValuesInFp32 the same lane's on the bf16 values widened (fp32 kernels throughout,
-    // the output rounded to bf16, or with `unrounded` left fp32 for the caller to round).
+    // the output rounded to bf16, or as `output` says (ConvOutput: Unrounded left fp32, Relu the
+    // relu's bf16 output, its gradient masked as it widens).
     static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& bias, bool withBias, std::vector<std::int64_t> padStride,
-                              std::int64_t arith, bool unrounded) {
+                              std::int64_t arith, std::int64_t output) {
         const bool bf16 = static_cast<Arith>(arith) == Arith::Bf16;
         const bool widened = static_cast<Arith>(arith) == Arith::Bf16ValuesInFp32;
         const auto cast = [&](const at::Tensor& t) {
@@ -502,7 +503,7 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         };
         const auto xc = cast(x);
         const auto wc = cast(weight);
-        ctx->save_for_backward({xc, wc});
+        const bool relu = widened && static_cast<ConvOutput>(output) == ConvOutput::Relu;
         ctx->saved_data["bias"] = withBias;
         ctx->saved_data["padStride"] = padStride;
         ctx->saved_data["bf16"] = bf16;
@@ -510,7 +511,13 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         const auto g = geometryOf(x, weight, padStride);
         const auto b = withBias ? std::optional<at::Tensor>(cast(bias)) : std::nullopt;
         const auto y = at::convolution(xc, wc, b, g.stride(), g.padding(), {1, 1}, false, {0, 0}, 1);
-        return widened && !unrounded ? castFloat(y, true) : y;
+        if (relu) {
+            auto out = reluToBf16(y);
+            ctx->save_for_backward({xc, wc, out});
+            return out;
+        }
+        ctx->save_for_backward({xc, wc});
+        return widened && static_cast<ConvOutput>(output) == ConvOutput::AsAutocast ? castFloat(y, true) : y;
     }
     static variable_list backward(AutogradContext* ctx, variable_list grads) {
         const auto saved = ctx->get_saved_variables();
@@ -518,8 +525,9 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
         const auto& w = saved[1];
         const bool bf16 = ctx->saved_data["bf16"].toBool();
         const auto g = geometryOf(x, w, ctx->saved_data["padStride"].toIntVector());
-        const auto gy =
-            castFloat(grads[0], x.scalar_type() == at::kBFloat16).contiguous(at::MemoryFormat::ChannelsLast);
+        const auto gy = (saved.size() > 2 ? reluGradToFloat(grads[0], saved[2])
+                                          : castFloat(grads[0], x.scalar_type() == at::kBFloat16))
+                            .contiguous(at::MemoryFormat::ChannelsLast);
         at::Tensor dx, dw, db;
         if (ctx->needs_input_grad(0)) {
             dx = std::get<0>(at::convolution_backward(gy, x, w, std::nullopt, g.stride(), g.padding(), {1, 1}, false,
@@ -597,7 +605,7 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
            x.size(2) + 2 * (*pad)[0] >= o.kernel_size()->at(0) && x.size(3) + 2 * (*pad)[1] >= o.kernel_size()->at(1);
 }
 
-at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded) {
+at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, ConvOutput out) {
     if (torch::GradMode::is_enabled() || !bf16AutocastWithKernel() || !plainConvolution(conv) || !x.is_cpu() ||
         x.dim() != 4 || (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
         conv.weight.scalar_type() != at::kFloat) {
@@ -628,10 +636,10 @@ at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, b
     const auto b = conv.bias.defined() ? std::optional<at::Tensor>(bf16ValuesInF32(conv.bias)) : std::nullopt;
     auto y = at::convolution(bf16ValuesInF32(x), bf16ValuesInF32(conv.weight), b, g.stride(), g.padding(), {1, 1},
                              false, {0, 0}, 1);
-    return unrounded ? y : castFloat(y, true);
+    return out == ConvOutput::Unrounded ? y : out == ConvOutput::Relu ? reluToBf16(y) : castFloat(y, true);
 }
 
-at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool unrounded) {
+at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, ConvOutput out) {
     countFastPath();
     const auto& pad = std::get<torch::ExpandingArray<2>>(conv.options.padding());
     const auto& stride = conv.options.stride();
@@ -641,8 +649,11 @@ at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, bool 
     if (bf16AutocastWithKernel()) {
         arith = bf16Arithmetic(x, conv.weight, geometryOf(x, conv.weight, padStride));
     }
-    return ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias,
-                                      std::move(padStride), static_cast<std::int64_t>(arith), unrounded);
+    auto y =
+        ConvTunedWeightGrad::apply(x, conv.weight, withBias ? conv.bias : conv.weight, withBias, std::move(padStride),
+                                   static_cast<std::int64_t>(arith), static_cast<std::int64_t>(out));
+    // the node applies the relu only where it casts: elsewhere ATen's, as the module's caller would
+    return out == ConvOutput::Relu && arith != Arith::Bf16ValuesInFp32 ? y.relu_() : y;
 }
 
 } // namespace devicerace::detail

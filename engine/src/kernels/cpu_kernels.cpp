@@ -298,6 +298,21 @@ DR_CLONES void rmspropRange(float* p, const float* g, float* sq, std::int64_t n,
 DR_CLONES void toBf16Range(const float* s, Bf16* d, std::int64_t n) { convertBody(s, d, n); }
 DR_CLONES void toFloatRange(const Bf16* s, float* d, std::int64_t n) { convertBody(s, d, n); }
 DR_CLONES void roundRange(const float* s, Bf16InF32* d, std::int64_t n) { convertBody(s, d, n); }
+DR_CLONES void reluToBf16Range(const float* __restrict s, Bf16* __restrict d, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+        Bf16 r;
+        store(r, s[i]);
+        const float v = load(r);
+        store(d[i], v <= 0.0f ? 0.0f : v);
+    }
+}
+DR_CLONES void reluGradToFloatRange(const Bf16* __restrict dy, const Bf16* __restrict y, float* __restrict dx,
+                                    std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float g = load(dy[i]); // read before the test: GCC does not speculate a 16-bit load
+        dx[i] = load(y[i]) <= 0.0f ? 0.0f : g;
+    }
+}
 DR_CLONES void roundInPlaceRange(float* x, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) {
         Bf16InF32 r;
@@ -431,6 +446,13 @@ TeamCheck checkTeam(int threads) {
 
 void toBf16(const float* src, Bf16* dst, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { toBf16Range(src + b, dst + b, e - b); });
+}
+void reluToBf16(const float* src, Bf16* dst, std::int64_t n) {
+    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { reluToBf16Range(src + b, dst + b, e - b); });
+}
+void reluGradToFloat(const Bf16* dy, const Bf16* y, float* dx, std::int64_t n) {
+    at::parallel_for(0, n, kGrain,
+                     [&](std::int64_t b, std::int64_t e) { reluGradToFloatRange(dy + b, y + b, dx + b, e - b); });
 }
 void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { roundRange(src + b, dst + b, e - b); });

@@ -112,6 +112,11 @@ TeamCheck checkTeam(int threads);
 /// dst = bf16(src) (round to nearest even), and the way back; parallel.
 void toBf16(const float* src, Bf16* dst, std::int64_t n);
 void toFloat(const Bf16* src, float* dst, std::int64_t n);
+/// dst = relu(bf16(src)) (ATen's relu: v <= 0 gives 0, a NaN stays), and its gradient from the
+/// relu's bf16 output y and gradient dy, widened: dx = y <= 0 ? 0 : dy; parallel. A bf16 lane's
+/// convolution computed in fp32 to the next layer's bf16 input, and back, one pass each.
+void reluToBf16(const float* src, Bf16* dst, std::int64_t n);
+void reluGradToFloat(const Bf16* dy, const Bf16* y, float* dx, std::int64_t n);
 /// dst = src rounded to bf16 (nearest even), kept in fp32 storage: widen(toBf16(src)); parallel.
 void roundToBf16(const float* src, Bf16InF32* dst, std::int64_t n);
 /// The same in place: x becomes its bf16 values (no second buffer to allocate and write); parallel.

@@ -51,4 +51,22 @@ at::Tensor castFloat(const at::Tensor& t, bool toBf16) {
     return out;
 }
 
+at::Tensor reluToBf16(const at::Tensor& t) {
+    const auto [src, out] = denseSourceAndOut(t.scalar_type() == at::kFloat ? t : t.to(at::kFloat), at::kBFloat16);
+    cpu::reluToBf16(src.data_ptr<float>(), reinterpret_cast<cpu::Bf16*>(out.data_ptr<at::BFloat16>()), src.numel());
+    return out;
+}
+
+at::Tensor reluGradToFloat(const at::Tensor& dy, const at::Tensor& y) {
+    const auto [yd, dx] = denseSourceAndOut(y, at::kFloat);
+    // dy element i beside y's element i in memory
+    const auto g = dy.scalar_type() == at::kBFloat16 && dy.sizes() == yd.sizes() && dy.strides() == yd.strides()
+                       ? dy
+                       : at::empty_like(yd).copy_(dy);
+    const auto* gp = reinterpret_cast<const cpu::Bf16*>(g.data_ptr<at::BFloat16>());
+    cpu::reluGradToFloat(gp, reinterpret_cast<const cpu::Bf16*>(yd.data_ptr<at::BFloat16>()), dx.data_ptr<float>(),
+                         yd.numel());
+    return dx;
+}
+
 } // namespace devicerace::detail

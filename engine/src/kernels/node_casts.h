@@ -33,4 +33,10 @@ at::Tensor bf16ValuesInF32(const at::Tensor& t);
 /// cast is needed).
 at::Tensor castFloat(const at::Tensor& t, bool toBf16);
 
+/// relu(t.to(bf16)) for an fp32 `t` (cpu::reluToBf16, one pass), strided as castFloat's.
+at::Tensor reluToBf16(const at::Tensor& t);
+/// The gradient of reluToBf16's input, widened to fp32: `dy` where the bf16 output `y` is above 0,
+/// else 0 (cpu::reluGradToFloat, one pass), laid out as `y`.
+at::Tensor reluGradToFloat(const at::Tensor& dy, const at::Tensor& y);
+
 } // namespace devicerace::detail

@@ -131,6 +131,18 @@ torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool
     return conv.forward(x);
 }
 
+torch::Tensor convolveRelu(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused) {
+    if (fused && tunedWeightGradFits(conv, x)) {
+        return convolveTuned(conv, x, ConvOutput::Relu);
+    }
+    if (fused) {
+        if (auto y = evaluateAsTrained(conv, x, ConvOutput::Relu); y.defined()) {
+            return y;
+        }
+    }
+    return conv.forward(x).relu_();
+}
+
 torch::Tensor convolveReluPool(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fusedConv, double p,
                                bool training, at::Generator& gen, bool fusedPool, bool hashed, bool flattenNext) {
     const bool bf16Autocast =
@@ -140,8 +152,8 @@ torch::Tensor convolveReluPool(torch::nn::Conv2dImpl& conv, const torch::Tensor&
     }
     torch::Tensor y;
     if (tunedWeightGradFits(conv, x)) {
-        y = convolveTuned(conv, x, true);
-    } else if (y = evaluateAsTrained(conv, x, true); !y.defined()) {
+        y = convolveTuned(conv, x, ConvOutput::Unrounded);
+    } else if (y = evaluateAsTrained(conv, x, ConvOutput::Unrounded); !y.defined()) {
         y = conv.forward(x);
     }
     if (y.scalar_type() != at::kFloat) { // the convolution's arithmetic is bf16: rounded already

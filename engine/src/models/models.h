@@ -150,6 +150,9 @@ std::pair<torch::Tensor, torch::Tensor> forkResidual(const torch::Tensor& x, std
 /// is timed against im2col + GEMM (convolveTuned, kernels/autograd_nodes.h); otherwise the
 /// module's forward.
 torch::Tensor convolve(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
+/// convolve(conv, x, fused).relu_(): the same values; where a bf16 lane's convolution runs in fp32
+/// arithmetic, its rounding and the relu one pass forward and one back (ConvOutput::Relu).
+torch::Tensor convolveRelu(torch::nn::Conv2dImpl& conv, const torch::Tensor& x, bool fused);
 /// reluMaxPoolDropout(convolve(conv, x, fusedConv), p, ...): the same values, and where a bf16
 /// lane's convolution runs in fp32 arithmetic (the bf16 values widened) and the pool is fused, the
 /// convolution's fp32 output goes to the pool unrounded and the pool rounds it as it reads it (and

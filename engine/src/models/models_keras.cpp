@@ -50,7 +50,7 @@ struct MnistCnn : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = convolve(*conv1, x, tunedConvs).relu_();
+        auto h = convolveRelu(*conv1, x, tunedConvs);
         h = convolveReluPool(*conv2, h, tunedConvs, 0.25, is_training(), gen, fusedPool, hashedDropout, true)
                 .flatten(1);
         h = laneDropout(dense(*fc1, h, denseRoutes.get()).relu_(), 0.5, is_training(), gen, hashedDropout);
@@ -79,9 +79,9 @@ struct CifarVgg : Net {
         glorotInit(*this, gen);
     }
     torch::Tensor forward(const torch::Tensor& x) override {
-        auto h = convolve(*c1, x, tunedConvs).relu_();
+        auto h = convolveRelu(*c1, x, tunedConvs);
         h = convolveReluPool(*c2, h, tunedConvs, 0.25, is_training(), gen, fusedPool, hashedDropout);
-        h = convolveReluPool(*c4, convolve(*c3, h, tunedConvs).relu_(), tunedConvs, 0.25, is_training(), gen, fusedPool,
+        h = convolveReluPool(*c4, convolveRelu(*c3, h, tunedConvs), tunedConvs, 0.25, is_training(), gen, fusedPool,
                              hashedDropout, true)
                 .flatten(1);
         h = laneDropout(dense(*fc1, h, denseRoutes.get()).relu_(), 0.5, is_training(), gen, hashedDropout);
