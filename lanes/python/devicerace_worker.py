@@ -212,7 +212,7 @@ FIELD_TYPES = {"name": str, "threads": int, "batch": int, "lr": float, "precisio
                "channels_last": bool, "eval_batch": int, "wd": float, "momentum": float, "schedule": str,
                "lstm": str, "data": str, "augment": str, "fused": bool, "graph": bool, "resident": bool, "isolate": str,
                "cli": str, "fault": dict, "framework": str, "cmd": str, "workers": int, "backend": str,
-               "global_batch": str, "master": str, "instrument": bool, "logdir": str, "loss_tag": str,
+               "global_batch": str, "master": str, "instrument": bool, "printed": bool, "logdir": str, "loss_tag": str,
                "acc_tag": str, "quiet": float, "workdir": str, "copy": str}
 
 

@@ -18,7 +18,10 @@ On `start` it runs the command (an argv, never through a shell) in a session of 
     instruments PyTorch (devicerace/_torch.py);
   - logdir=DIR: DEVICERACE_LOGDIR, and DIR's TensorBoard event files read live (tb_watch.py).
 The command's stdout and stderr are its own (they never reach the protocol): kept as the lane's
-log tail, the stderr's last lines naming a failure.
+log tail, the stderr's last lines naming a failure. Rank 0's lines are matched for held-out
+figures (printed_metrics.py: "test accuracy 0.83", "val_loss: 0.41"), taken as evaluations at the
+time each was read unless printed=false, logdir= is given, or the script reports its own
+evaluations (lane.evaluate).
 
 The timing rules are the engine's: the lane clock starts at the first training step (what comes
 before it - imports, data, compilation - is "preparing", its length said as the time to the
@@ -34,8 +37,10 @@ import shutil
 import signal
 import sys
 import time
+from collections import deque
 
 import devicerace_worker as dw
+from printed_metrics import figures
 from script_processes import Command, Rapl, device_report, failure_lines, free_port, gpu_report
 
 NAME = "the script lane"
@@ -46,8 +51,14 @@ DEFAULT_QUIET_S = 120.0
 MAX_REPORT_LINE = 64 * 1024
 # Seconds between reads of a logdir.
 LOGDIR_POLL_S = 0.5
-ACCEPTED = ("name", "threads", "batch", "workers", "precision", "instrument", "logdir", "loss_tag", "acc_tag",
-            "quiet", "workdir", "fault")
+# Seconds a printed figure waits before it is taken: a report the script sent before printing
+# (lane.evaluate) is read first, and then the printed one is left out.
+PRINTED_HOLD_S = 0.3
+# Figures taken lately that a line printing the same again does not repeat (the same line on
+# stdout and stderr, a progress bar's postfix shown each epoch).
+PRINTED_REPEATS = 4
+ACCEPTED = ("name", "threads", "batch", "workers", "precision", "instrument", "printed", "logdir", "loss_tag",
+            "acc_tag", "quiet", "workdir", "fault")
 IGNORED = ("framework", "cost", "isolate", "cli", "copy")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "TF_NUM_INTRAOP_THREADS")
@@ -86,6 +97,11 @@ class ScriptLane:
         self.batch = spec.get("batch")
         self.quiet = spec.get("quiet", DEFAULT_QUIET_S)
         self.instrument = spec.get("instrument", True)
+        self.read_prints = spec.get("printed", True)
+        self.printed = deque()        # (time, accuracy, loss) from rank 0's printed lines
+        self.last_printed = deque(maxlen=PRINTED_REPEATS)  # the last (accuracy, loss) taken
+        self.reports = deque(maxlen=4096)  # (time, step, samples) of the step reports, for a printed figure's step
+        self.reported_evaluations = False  # the script reports its own (lane.evaluate)
         self.fault = spec.get("fault")
         self.workdir = os.path.expanduser(spec["workdir"]) if spec.get("workdir") else os.getcwd()
         self.logdir = spec.get("logdir")
@@ -273,7 +289,8 @@ class ScriptLane:
         os.set_blocking(read_fd, False)
         try:
             self.proc = Command(self.command, self.workdir, self.base_env(), self.ranks,
-                                self.rank_env(free_port() if self.ranks > 1 else 0), self.cpu_sets(), write_fd)
+                                self.rank_env(free_port() if self.ranks > 1 else 0), self.cpu_sets(), write_fd,
+                                self.on_printed if self.read_prints and not self.watcher else None)
         finally:
             os.close(write_fd)
         self.meter.load = dw.MachineLoad(own=self.cpu_seconds)
@@ -345,12 +362,15 @@ class ScriptLane:
             if self.watcher and time.monotonic() >= next_logdir:
                 next_logdir = time.monotonic() + LOGDIR_POLL_S
                 self.read_logdir()
+            self.take_printed(time.monotonic() - PRINTED_HOLD_S)
             if self.steps_limit and self.step >= self.steps_limit:
                 self.proc.stop()
                 return "finished", f"finished at step {self.step:,} (--steps {self.steps_limit:,}; the command was stopped)"
             ended = self.proc.ended()
             if ended is not None:
                 self.drain(read_fd)
+                self.proc.read_all(0)
+                self.take_printed(math.inf)
                 if self.watcher:
                     self.read_logdir()
                 return self.end(*ended)
@@ -467,6 +487,8 @@ class ScriptLane:
             t = self.number(m, "time")
             if t is None:
                 return self.refuse("an evaluation without a time")
+            if self.number(m, "accuracy") is not None or self.number(m, "loss") is not None:
+                self.reported_evaluations = True
             self.evaluation(t, self.number(m, "accuracy"), self.number(m, "loss"), self.number(m, "seconds"),
                             m.get("text") if isinstance(m.get("text"), str) else "")
         else:
@@ -496,6 +518,7 @@ class ScriptLane:
     def progress(self, step, samples, t, loss, phases):
         """A step report (`samples` already the lane's: lane_samples)."""
         self.last_progress = time.monotonic()
+        self.reports.append((t, step, samples if samples is not None else self.samples))
         m = self.meter
         if self.first_time is None:
             self.first_time = t
@@ -560,7 +583,10 @@ class ScriptLane:
             self.energy.take()  # the next interval's energy starts here
         m.emit(s)
 
-    def evaluation(self, t, accuracy, loss, seconds, text):
+    def evaluation(self, t, accuracy, loss, seconds, text, restart_interval=True, at=None):
+        """An evaluation at `t`, after step `at` ((step, samples); default: the last reported);
+        `restart_interval`: the next throughput interval starts after it (a printed figure leaves
+        the interval alone: the hooks, where there are, have left the evaluation's time out)."""
         self.last_progress = time.monotonic()
         if self.first_time is None:
             return  # an evaluation before any training step: nothing to place it after
@@ -571,18 +597,44 @@ class ScriptLane:
                 self.refuse(f"an accuracy of {accuracy:g} (expected a fraction)")
                 accuracy = None
         # The next throughput interval starts after the evaluation (its energy too).
-        self.last = (self.step, self.samples if self.last and self.last[1] is not None else None, t)
-        if getattr(self, "energy", None):
-            self.energy.take()
+        if restart_interval:
+            self.last = (self.step, self.samples if self.last and self.last[1] is not None else None, t)
+            if getattr(self, "energy", None):
+                self.energy.take()
         if accuracy is None and loss is None:
             return  # an evaluation the hooks saw (a module's eval() to train()): only its time is left out
         m = self.meter
         s = m.base("eval")
+        if at is not None:
+            s["step"], s["samples"] = at
         s["t"] = self.lane_time(t)
         s["loss"], s["accuracy"], s["interval_s"] = loss, accuracy, seconds
         if text:
             s["text"] = text
         m.emit(s)
+
+    # Printed figures ----------------------------------------------------------------------------
+
+    def on_printed(self, text, t):
+        """A line rank 0 printed (on its reader's thread): its held-out figures, if it names any."""
+        accuracy, loss = figures(text)
+        if accuracy is not None or loss is not None:
+            self.printed.append((t, accuracy, loss))
+
+    def take_printed(self, before):
+        """The printed figures read before `before`, as evaluations at the time each was read;
+        none once the script reports its own evaluations, and figures printed again unchanged
+        (on stdout and stderr, or a progress bar's postfix) only once."""
+        ready = []
+        while self.printed and self.printed[0][0] <= before:
+            ready.append(self.printed.popleft())
+        for t, accuracy, loss in sorted(ready):  # two readers' lines, in the order they were read
+            if self.reported_evaluations or (accuracy, loss) in self.last_printed:
+                continue
+            self.last_printed.append((accuracy, loss))
+            # the step last reported before the line was read (a figure is taken a little later)
+            at = next(((step, samples) for when, step, samples in reversed(self.reports) if when <= t), None)
+            self.evaluation(t, accuracy, loss, None, "", restart_interval=False, at=at)
 
     # TensorBoard scalars -------------------------------------------------------------------------
 

@@ -126,9 +126,10 @@ class Output:
     """One stream of one process: read on a thread of its own (the command never blocks on a
     full pipe), the last lines kept, a few lines a second passed on to the lane's log."""
 
-    def __init__(self, stream, label):
+    def __init__(self, stream, label, on_line=None):
         self.stream = stream
         self.label = label
+        self.on_line = on_line  # on_line(text, monotonic time read), on this reader's thread
         self.tail = deque(maxlen=TAIL_LINES)
         self.lines = 0
         self.thread = threading.Thread(target=self._read, daemon=True, name=f"devicerace-{label}")
@@ -139,6 +140,8 @@ class Output:
         for raw in iter(lambda: self.stream.readline(65536), b""):
             text = raw.decode("utf-8", "replace").rstrip("\r\n").split("\r")[-1]
             self.tail.append(text)
+            if self.on_line:
+                self.on_line(text, time.monotonic())
             self.lines += 1
             now = int(time.monotonic())
             if now != second:
@@ -202,7 +205,8 @@ def failure_lines(lines):
 class Command:
     """The command's processes (one per rank), each in a session of its own."""
 
-    def __init__(self, argv, cwd, base_env, ranks, rank_env, cpus_of, report_fd):
+    def __init__(self, argv, cwd, base_env, ranks, rank_env, cpus_of, report_fd, on_line=None):
+        """on_line(text, time): each line rank 0 prints, stdout and stderr."""
         self.procs, self.outputs = [], []
         self.started = time.monotonic()
         for rank in range(ranks):
@@ -227,7 +231,8 @@ class Command:
                     pass
             label = "rank %d" % rank if ranks > 1 else "script"
             self.procs.append(p)
-            self.outputs.append((Output(p.stdout, label + " stdout"), Output(p.stderr, label + " stderr")))
+            watch = on_line if rank == 0 else None
+            self.outputs.append((Output(p.stdout, label + " stdout", watch), Output(p.stderr, label + " stderr", watch)))
 
     def signal(self, sig):
         for p in self.procs:
@@ -264,6 +269,12 @@ class Command:
         if all(c is not None for c in codes):
             return 0, 0
         return None
+
+    def read_all(self, rank, timeout=2.0):
+        """Wait (up to `timeout` seconds) until rank's output has been read to its end."""
+        deadline = time.monotonic() + timeout
+        for o in self.outputs[rank]:
+            o.thread.join(max(0.0, deadline - time.monotonic()))
 
     def stderr_tail(self, rank):
         out, err = self.outputs[rank]

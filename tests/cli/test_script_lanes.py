@@ -178,6 +178,20 @@ class UnchangedPyTorch(RaceTest):
         self.assertGreaterEqual(race.lane("mine")["steps"], 150)  # stopped at its first report past 150
         self.assertIn("mine", race.summary["speedup"])
 
+    def test_the_evaluations_it_prints_are_the_lanes(self):
+        # The script prints its test loss and accuracy at steps 300 and 600 (and again, the same
+        # figures, after its last step): two evaluations at those steps, the script's own figures.
+        race = self.race(["cpu,threads=1"], train("--eval-every", "300", steps=600))
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        evals = race.of("cpu·1", "eval")
+        self.assertEqual([e["step"] for e in evals], [300, 600], evals)
+        self.assertAlmostEqual(lane["final_test_accuracy"], own["accuracy"], places=6)
+        self.assertTrue(all(e["loss"] is not None and 0 < e["loss"] < 3 for e in evals), evals)
+        race = self.race(["cpu,threads=1,printed=false"], train("--eval-every", "300", steps=600))
+        self.assertFinished(race, "cpu·1")
+        self.assertEqual([e for e in race.of("cpu·1", "eval") if e["accuracy"] is not None], [])
+
     def test_instrument_off_leaves_the_script_unreported(self):
         race = self.race(["cpu,threads=1,instrument=off,quiet=20"], train(steps=50))
         self.assertEqual(race.r.returncode, 1, race)

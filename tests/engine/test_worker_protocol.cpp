@@ -447,7 +447,8 @@ TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
         "slurm://me@login1:2222/cuda:0-7,workers=2,backend=nccl,nodes=8,partition=gpu,time=20,queue=1800,port=29555,"
         "name=cluster",
         "attach://10.0.0.5:29400/cpu,threads=4,token_file=/run/job.token,name=job",
-        "cpu,threads=2,framework=script,instrument=false,logdir=runs/a,loss_tag=train/loss,acc_tag=val.*acc,quiet=30,"
+        "cpu,threads=2,framework=script,instrument=false,printed=false,logdir=runs/a,loss_tag=train/"
+        "loss,acc_tag=val.*acc,quiet=30,"
         "workdir=/srv/train,copy=/home/me/train,name=mine",
     };
     std::set<std::string> covered;

@@ -5,6 +5,7 @@ environment, and the figures against the script's own. The CLI's races of real t
 are tests/cli/test_script_lanes.py.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -51,6 +52,75 @@ STEPPER = textwrap.dedent("""
     with open(out, "w") as f:
         json.dump(ends, f)
 """)
+
+# An unchanged PyTorch loop (the lane's hooks count its steps) that prints its evaluations (with
+# "api", it reports its steps and evaluations through `import devicerace` too): at steps 20, 40 and 60 a line with
+# a training accuracy (never taken) and the held-out figures, on stdout and again on stderr (a
+# figure printed again unchanged); at the end pytorch/examples' MNIST line.
+PRINTER = textwrap.dedent("""
+    import sys
+    import time
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    if sys.argv[1] == "api":
+        import devicerace
+        lane = devicerace.lane()
+    for step in range(1, 61):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if sys.argv[1] == "api":
+            lane.step(samples=8, loss=loss)
+        if step % 20 == 0:
+            model.eval()
+            acc = step / 100
+            model.train()
+            if sys.argv[1] == "api":
+                lane.evaluate(accuracy=acc, loss=2.0)
+            line = f"step {step}: train accuracy 0.99, test accuracy {acc:.2f}, test loss {2 - acc:.3f}"
+            print(line)
+            print(line, file=sys.stderr)
+            time.sleep(0.2)  # the next steps come after the lines are read (a real step takes that long)
+    print("Test set: Average loss: 0.5000, Accuracy: 9000/10000 (90%)")
+""")
+
+
+class PrintedFigures(unittest.TestCase):
+    """lanes/python/printed_metrics.py: the held-out figures of a printed line."""
+
+    def test_the_lines_scripts_and_frameworks_print(self):
+        import printed_metrics
+        cases = {
+            "step 200: loss 0.523, test accuracy 0.835": (0.835, None),
+            "938/938 - 3s - loss: 0.52 - accuracy: 0.81 - val_accuracy: 0.8512 - val_loss: 0.4123": (0.8512, 0.4123),
+            "{'eval_loss': 0.41, 'eval_accuracy': 0.85, 'epoch': 1.0}": (0.85, 0.41),
+            "Test set: Average loss: 0.0319, Accuracy: 9898/10000 (99%)": (0.9898, 0.0319),
+            "Validation set: Average loss: 0.0319, Accuracy: 98.5%": (0.985, 0.0319),
+            "Epoch 1: val/acc=0.77 val/loss=0.61": (0.77, 0.61),
+            "test acc 85.1%": (0.851, None),
+            "Validation Loss = 0.4": (None, 0.4),
+            "dev_loss=1e-3": (None, 0.001),
+            # training figures, and held-out words without a figure after them, are not taken
+            "train accuracy 0.9, train loss 0.3": (None, None),
+            "loss: 0.52 - accuracy: 0.81": (None, None),
+            "val_acc_best: 0.9": (None, None),
+            "test loss decreased from 0.5 to 0.4": (None, None),
+            "evaluation took 3.2 s": (None, None),
+            "invalid accuracy 0.3": (None, None),
+            "": (None, None),
+        }
+        for line, want in cases.items():
+            got = printed_metrics.figures(line)
+            for g, w in zip(got, want):
+                if w is None:
+                    self.assertIsNone(g, line)
+                else:
+                    self.assertAlmostEqual(g, w, places=9, msg=line)
 
 
 class ScriptLaneTest(unittest.TestCase):
@@ -239,6 +309,30 @@ class ScriptLaneTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(out) as f:
             self.assertEqual(len(json.load(f)), 50)
+
+    def test_printed_figures_are_evaluations_at_the_step_they_follow(self):
+        script = os.path.join(self.dir, "printer.py")
+        with open(script, "w") as f:
+            f.write(PRINTER)
+        lane, samples = self.run_lane([PYTHON, script, "print"])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        evals = [s for s in samples if s["kind"] == "eval"]
+        # once each (stdout and stderr, and each line twice, give one), at the step printed after
+        self.assertEqual([(e["step"], e["accuracy"], e["loss"]) for e in evals],
+                         [(20, 0.2, 1.8), (40, 0.4, 1.6), (60, 0.6, 1.4), (60, 0.9, 0.5)])
+        trains = [s for s in samples if s["kind"] == "train"]
+        for e in evals[:3]:  # on the lane clock after the step's report, before the next one's
+            self.assertGreaterEqual(e["t"], max(s["t"] for s in trains if s["step"] <= e["step"]))
+            self.assertLessEqual(e["t"], min([s["t"] for s in trains if s["step"] > e["step"]] or [math.inf]))
+        # Reported evaluations (lane.evaluate) are the lane's; the printed ones are left out.
+        lane, samples = self.run_lane([PYTHON, script, "api"])
+        evals = [s for s in samples if s["kind"] == "eval"]
+        self.assertEqual([(e["step"], e["accuracy"], e["loss"]) for e in evals],
+                         [(20, 0.2, 2.0), (40, 0.4, 2.0), (60, 0.6, 2.0)])
+        # printed=false reads none.
+        lane, samples = self.run_lane([PYTHON, script, "print"], printed=False)
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        self.assertEqual([s for s in samples if s["kind"] == "eval"], [])
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])

@@ -144,13 +144,14 @@ def main():
             if writer is not None:
                 writer.add_scalar("test/accuracy", acc, step)
                 writer.add_scalar("test/loss", vloss, step)
+            print(f"step {step}: test loss {vloss:.6f}, test accuracy {acc:.6f}")
     acc, vloss = evaluate()
     if lane is not None:
         lane.evaluate(accuracy=acc, loss=vloss)
     if writer is not None:
         writer.add_scalar("test/accuracy", acc, a.steps)
         writer.close()
-    print(f"trained {a.steps} steps, test accuracy {acc:.3f}")
+    print(f"trained {a.steps} steps, test loss {vloss:.6f}, test accuracy {acc:.6f}")
     if a.out:
         try:
             cpus = len(os.sched_getaffinity(0))

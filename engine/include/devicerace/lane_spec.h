@@ -76,6 +76,7 @@ struct LaneSpec {
     // Script lanes (framework=script: the race's command, a user's own training; README "Race your
     // own training"):
     std::optional<bool> instrument;     // the PyTorch hooks in the script's Python (default true)
+    std::optional<bool> printed;        // held-out figures read from the script's printed lines (default true)
     std::optional<std::string> logdir;  // read the TensorBoard event files the script writes there
     std::optional<std::string> lossTag; // logdir: the training loss's tag (a regular expression)
     std::optional<std::string> accTag;  // logdir: the evaluation accuracy's tag (a regular expression)

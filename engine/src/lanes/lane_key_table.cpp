@@ -343,6 +343,10 @@ const std::vector<KeyCodec>& keyCodecs() {
         t.push_back(boolKey(info("instrument", "true", "script lanes",
                                  "count PyTorch's optimizer steps and backward() losses in the script's Python"),
                             &LaneSpec::instrument));
+        t.push_back(boolKey(info("printed", "true", "script lanes",
+                                 "read test and validation accuracy and loss from the lines the script prints "
+                                 "(test accuracy 0.83, val_loss: 0.41, 'eval_accuracy': 0.85)"),
+                            &LaneSpec::printed));
         t.push_back(textKey(info("logdir", "none", "script lanes",
                                  "read the TensorBoard scalars the script writes in this folder (relative: to "
                                  "workdir); the script finds it in $DEVICERACE_LOGDIR"),

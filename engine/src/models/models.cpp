@@ -85,16 +85,23 @@ torch::Tensor laneDropout(const torch::Tensor& x, double p, bool training, at::G
 // The fast paths' one-pass nodes where the lane takes them and the inputs fit
 // (kernels/autograd_nodes.h); otherwise what a LibTorch user writes.
 
+namespace {
+// The one-pass node, its dropout's seed drawn where laneDropout draws it (one per dropout).
+torch::Tensor reluPoolNode(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool flattenNext,
+                           bool roundToBf16) {
+    const bool dropout = training && p > 0 && !dropoutOffForTests();
+    const auto seed = dropout ? dropoutSeed(gen) : 0;
+    return reluMaxPoolDropoutNode(x, dropout ? p : 0.0, seed, flattenNext, roundToBf16);
+}
+} // namespace
+
 torch::Tensor reluMaxPoolDropout(const torch::Tensor& x, double p, bool training, at::Generator& gen, bool fused,
                                  bool hashed, bool flattenNext) {
     if (!fused || !reluMaxPoolFits(x)) {
         namespace F = torch::nn::functional;
         return laneDropout(F::max_pool2d(x.relu(), F::MaxPool2dFuncOptions(2)), p, training, gen, hashed);
     }
-    const bool dropout = training && p > 0 && !dropoutOffForTests();
-    // One seed per dropout, drawn where laneDropout draws it.
-    const auto seed = dropout ? dropoutSeed(gen) : 0;
-    return reluMaxPoolDropoutNode(x, dropout ? p : 0.0, seed, flattenNext);
+    return reluPoolNode(x, p, training, gen, flattenNext, false);
 }
 
 torch::Tensor batchNormRelu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual,
@@ -162,9 +169,7 @@ torch::Tensor convolveReluPool(torch::nn::Conv2dImpl& conv, const torch::Tensor&
     if (!reluMaxPoolFits(y)) {
         return reluMaxPoolDropout(y.to(at::kBFloat16), p, training, gen, fusedPool, hashed, flattenNext);
     }
-    const bool dropout = training && p > 0 && !dropoutOffForTests();
-    const auto seed = dropout ? dropoutSeed(gen) : 0;
-    return reluMaxPoolDropoutNode(y, dropout ? p : 0.0, seed, flattenNext, true);
+    return reluPoolNode(y, p, training, gen, flattenNext, true);
 }
 
 namespace {
