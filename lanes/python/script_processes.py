@@ -232,7 +232,8 @@ class Command:
             label = "rank %d" % rank if ranks > 1 else "script"
             self.procs.append(p)
             watch = on_line if rank == 0 else None
-            self.outputs.append((Output(p.stdout, label + " stdout", watch), Output(p.stderr, label + " stderr", watch)))
+            self.outputs.append((Output(p.stdout, label + " stdout", watch),
+                                 Output(p.stderr, label + " stderr", watch)))
 
     def signal(self, sig):
         for p in self.procs:
