@@ -64,7 +64,7 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
         out.error = p.errorText();
         return out;
     }
-    if (p.isSet(QStringLiteral("help")) || p.isSet(QStringLiteral("version"))) {
+    if (p.isSet(QStringLiteral("help")) || p.isSet(QStringLiteral("help-all")) || p.isSet(QStringLiteral("version"))) {
         p.process(arguments); // prints and exits
     }
     out.start = p.isSet(start);

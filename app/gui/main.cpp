@@ -1,4 +1,6 @@
 // devicerace: the race window.
+#include <algorithm>
+
 #include <QApplication>
 #include <QDir>
 #include <QFileInfo>
@@ -182,8 +184,14 @@ int main(int argc, char** argv) {
     }
     const bool screenshot = args.contains(QStringLiteral("--screenshot"));
     const bool video = args.contains(QStringLiteral("--video"));
-    if ((screenshot || video) && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
-        qputenv("QT_QPA_PLATFORM", "offscreen"); // a screenshot or a video needs no screen
+    // The options before a training command's --: help and the version print on any terminal.
+    const QStringList own = args.mid(0, args.contains(QStringLiteral("--")) ? args.indexOf(QStringLiteral("--")) : -1);
+    const bool printOnly = std::any_of(own.begin(), own.end(), [](const QString& a) {
+        return a == QLatin1String("-h") || a == QLatin1String("--help") || a == QLatin1String("-?") ||
+               a == QLatin1String("--help-all") || a == QLatin1String("-v") || a == QLatin1String("--version");
+    });
+    if ((screenshot || video || printOnly) && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
+        qputenv("QT_QPA_PLATFORM", "offscreen"); // a screenshot, a video or the help needs no screen
     }
     if (!displayAvailable()) {
         std::fprintf(stderr, "devicerace: no display found (DISPLAY/WAYLAND_DISPLAY unset). Run races headless with "

@@ -262,6 +262,19 @@ class WindowDocTest(unittest.TestCase):
                               doc_options(window_section(self.sections)), "`devicerace --help`")
         self.assertFalse(problems, "\n" + "\n".join(problems))
 
+    def test_the_windows_help_and_version_print_without_a_display(self):
+        """On a terminal without a screen (ssh, a container) the window's help and version print and
+        exit 0; none of them opens a window."""
+        bare = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+        for option, says in (("--help", "--screenshot"), ("-h", "--screenshot"), ("--help-all", "-platform"),
+                             ("--version", project_version())):
+            with self.subTest(option=option):
+                r = subprocess.run([GUI, option], capture_output=True, text=True, timeout=60,
+                                   env=dict(bare, OMP_WAIT_POLICY="PASSIVE"))
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertIn(says, r.stdout)
+                self.assertNotIn("no display", r.stderr)
+
     def test_window_version_is_the_projects(self):
         r = run(GUI, "--version")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
