@@ -71,6 +71,7 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
     horizontalHeaderItem(2)->setText(lm ? tr("tokens/s") : tr("samples/s"));
     horizontalHeaderItem(4)->setText(lm ? tr("val acc") : tr("test acc"));
     auto dash = QStringLiteral("–");
+    m_rowColours.assign(summary.lanes.size(), RowColours{});
     for (int r = 0; r < rowCount(); ++r) {
         const auto& l = summary.lanes[static_cast<std::size_t>(r)];
         const QString status = l.error.empty() || l.state == LaneState::Finished
@@ -126,24 +127,50 @@ void SummaryTable::showSummary(const RaceSummary& summary, const std::vector<Lan
                 }
                 item->setToolTip(tip);
             }
-            if (c == 0 && r < static_cast<int>(lanes.size())) {
-                // Readable on the row's own background (alternate rows are another shade).
-                const auto background =
-                    palette().color(alternatingRowColors() && r % 2 ? QPalette::AlternateBase : QPalette::Base);
-                item->setForeground(readableOn(lanes[static_cast<std::size_t>(r)].color, background));
-            }
-            if (c == kDataColumn) {
-                item->setForeground(l.synthetic ? QColor(160, 90, 0) : palette().color(QPalette::Text));
-            }
             if (c == kStatusColumn) {
-                const bool bad = l.state == LaneState::Failed || l.state == LaneState::Diverged;
-                item->setForeground(bad ? QColor(200, 50, 50) : palette().color(QPalette::Text));
                 item->setToolTip(status);
             }
         }
+        m_rowColours[static_cast<std::size_t>(r)] = {
+            r < static_cast<int>(lanes.size()) ? lanes[static_cast<std::size_t>(r)].color : QColor(), l.synthetic,
+            l.state == LaneState::Failed || l.state == LaneState::Diverged};
     }
+    colourRows();
     fitColumns();
     fitHeight();
+}
+
+void SummaryTable::colourRows() {
+    const auto rows = std::min(rowCount(), static_cast<int>(m_rowColours.size()));
+    for (int r = 0; r < rows; ++r) {
+        const auto& colours = m_rowColours[static_cast<std::size_t>(r)];
+        // Readable on the row's own background (alternate rows are another shade), in either theme.
+        const QColor background =
+            palette().color(alternatingRowColors() && r % 2 ? QPalette::AlternateBase : QPalette::Base);
+        const QColor text = palette().color(QPalette::Text);
+        for (int c = 0; c < columnCount(); ++c) {
+            auto* item = this->item(r, c);
+            if (!item) {
+                continue;
+            }
+            QColor fg = text;
+            if (c == 0 && colours.lane.isValid()) {
+                fg = readableOn(colours.lane, background);
+            } else if (c == kDataColumn && colours.synthetic) {
+                fg = readableOn(QColor(160, 90, 0), background); // synthetic data: amber
+            } else if (c == kStatusColumn && colours.bad) {
+                fg = readableOn(QColor(200, 50, 50), background); // failed or diverged: red
+            }
+            item->setForeground(fg);
+        }
+    }
+}
+
+void SummaryTable::changeEvent(QEvent* event) {
+    QTableWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) {
+        colourRows();
+    }
 }
 
 void SummaryTable::fitColumns() {

@@ -39,8 +39,20 @@ public:
 
 protected:
     void resizeEvent(QResizeEvent* event) override;
+    /// A new palette (the theme toggled after a race) colours the text again for it.
+    void changeEvent(QEvent* event) override;
 
 private:
+    // Each row's text colours for the table's current palette: the lane's own colour, made
+    // readable on the row's background, and the data and status columns' warnings.
+    void colourRows();
+    struct RowColours {
+        QColor lane;
+        bool synthetic = false;
+        bool bad = false;
+    };
+    std::vector<RowColours> m_rowColours;
+
     // Every column in the table's width: where their contents are wider, the widest of the
     // columns that may wrap (device, status, data, scaling) narrow, down to their header's
     // width or kMinWrapWidth, and their rows grow to show the wrapped lines — nothing cut or

@@ -172,6 +172,53 @@ private Q_SLOTS:
             }
         }
     }
+
+    // Every cell, the warnings in the data and status columns included (synthetic data, a failed
+    // lane), reads at 4.5:1 or better in the theme the window has now: also when the theme
+    // changed after the race was shown (the status and data columns stayed near-black on the
+    // dark theme).
+    void everyCellReadsAfterTheThemeChanges() {
+        for (const bool darkFirst : {false, true}) {
+            SummaryTable table;
+            table.setPalette(darkFirst ? darkPalette() : QApplication::palette());
+            RaceSummary s;
+            std::vector<LaneInfo> lanes;
+            for (int i = 0; i < 4; ++i) {
+                LaneSummary l;
+                l.name = "lane " + std::to_string(i);
+                l.datasetName = i % 2 ? "synthetic" : "Fashion-MNIST";
+                l.synthetic = i % 2 == 1;
+                l.state = i == 2 ? LaneState::Failed : LaneState::Finished;
+                l.error = i == 2 ? "failed: out of memory" : "";
+                s.lanes.push_back(l);
+                LaneInfo info;
+                info.name = QString::fromStdString(l.name);
+                info.color = laneColor(i);
+                lanes.push_back(info);
+            }
+            table.showSummary(s, lanes);
+            table.setPalette(darkFirst ? QApplication::palette() : darkPalette());
+            for (int r = 0; r < table.rowCount(); ++r) {
+                const QColor bg = table.palette().color(r % 2 ? QPalette::AlternateBase : QPalette::Base);
+                for (int c = 0; c < table.columnCount(); ++c) {
+                    const QColor fg = table.item(r, c)->foreground().color();
+                    QVERIFY2(contrastRatio(fg, bg) >= 4.5,
+                             qPrintable(QStringLiteral("%1 theme after %2, row %3 column %4 (\"%5\"): %6 on %7, %8:1")
+                                            .arg(darkFirst ? QStringLiteral("light") : QStringLiteral("dark"),
+                                                 darkFirst ? QStringLiteral("dark") : QStringLiteral("light"))
+                                            .arg(r)
+                                            .arg(c)
+                                            .arg(table.item(r, c)->text(), fg.name(), bg.name())
+                                            .arg(contrastRatio(fg, bg), 0, 'f', 1)));
+                }
+            }
+            // The warnings keep their hue: red for a failed lane, amber for synthetic data.
+            const QColor failed = table.item(2, SummaryTable::kStatusColumn)->foreground().color();
+            const QColor synthetic = table.item(1, SummaryTable::kDataColumn)->foreground().color();
+            QVERIFY2(failed.hslHue() <= 15 || failed.hslHue() >= 345, qPrintable(failed.name()));
+            QVERIFY2(synthetic.hslHue() >= 25 && synthetic.hslHue() <= 50, qPrintable(synthetic.name()));
+        }
+    }
 };
 
 QTEST_MAIN(TstSummaryTable)

@@ -431,21 +431,32 @@ private Q_SLOTS:
         QTest::addColumn<int>("width");
         QTest::addColumn<bool>("presentation");
         QTest::addColumn<bool>("maximized");
-        QTest::newRow("1280x720 normal") << 1280 << false << false;
-        QTest::newRow("1280x720 presentation") << 1280 << true << false;
-        QTest::newRow("1920x1080 normal") << 1920 << false << false;
-        QTest::newRow("1920x1080 normal maximized") << 1920 << false << true;
-        QTest::newRow("1920x1080 presentation") << 1920 << true << false;
+        // The other theme of each mode: the dark window a user chose, presentation's light theme
+        // for a bright room (key T).
+        QTest::addColumn<bool>("otherTheme");
+        QTest::newRow("1280x720 normal") << 1280 << false << false << false;
+        QTest::newRow("1280x720 normal dark") << 1280 << false << false << true;
+        QTest::newRow("1280x720 presentation") << 1280 << true << false << false;
+        QTest::newRow("1280x720 presentation light") << 1280 << true << false << true;
+        QTest::newRow("1920x1080 normal") << 1920 << false << false << false;
+        QTest::newRow("1920x1080 normal maximized") << 1920 << false << true << false;
+        QTest::newRow("1920x1080 presentation") << 1920 << true << false << false;
+        QTest::newRow("1920x1080 presentation light") << 1920 << true << false << true;
     }
     void nothingElided() {
         QFETCH(int, width);
         QFETCH(bool, presentation);
         QFETCH(bool, maximized);
+        QFETCH(bool, otherTheme);
         auto w = openOn(width);
         QVERIFY(w);
         QVERIFY(screenOf(width)->availableGeometry().contains(w->frameGeometry()));
         if (maximized) {
             w->showMaximized();
+        }
+        if (otherTheme) {
+            w->setDarkTheme(!presentation);
+            w->setPresentationDark(!presentation);
         }
         w->setPresentation(presentation);
         QTest::qWait(100);
