@@ -3,6 +3,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -15,6 +16,7 @@
 #include "devicerace/workload.h"
 #include "devicerace/errors.h"
 #include "background_task.h"
+#include "charts/palette.h"
 #include "devicerace/frameworks.h"
 #include "lanes_table.h"
 #include "script_picker.h"
@@ -42,7 +44,7 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     form->addRow(m_presetRace);
     m_presetNotes = new QLabel(this);
     m_presetNotes->setWordWrap(true);
-    m_presetNotes->setStyleSheet(QStringLiteral("color:#a05a00"));
+    m_presetNotes->setObjectName(QStringLiteral("presetNotes"));
     m_presetNotes->setVisible(false);
     form->addRow(m_presetNotes);
     m_workload = new QComboBox(this);
@@ -63,8 +65,9 @@ SetupPanel::SetupPanel(QWidget* parent) : QWidget(parent) {
     m_workloadInfo = new QLabel(this);
     m_workloadInfo->setWordWrap(true);
     m_workloadInfo->setTextFormat(Qt::PlainText); // a rich-text label asks for 9 lines where 3 do
-    m_workloadInfo->setStyleSheet(QStringLiteral("color:gray"));
+    m_workloadInfo->setObjectName(QStringLiteral("workloadInfo"));
     form->addRow(m_workloadInfo);
+    colourNotes();
     m_data = new QComboBox(this);
     m_data->addItem(tr("default (real where available)"), QString());
     m_data->addItem(tr("real"), QStringLiteral("real"));
@@ -427,6 +430,24 @@ void SetupPanel::showTargetKind(const WorkloadInfo& w, std::optional<double> val
                               : tr("The race's clock stops at each lane's first test accuracy at or above this"));
     m_target->setRange(0.01, loss ? 20.0 : 1.0);
     m_target->setValue(value.value_or(loss ? *w.defaultTargetLoss : w.defaultTarget));
+}
+
+void SetupPanel::colourNotes() {
+    const QColor background = palette().color(QPalette::Window);
+    const auto colour = [&](QLabel* label, const QColor& hue) {
+        QPalette p = label->palette();
+        p.setColor(QPalette::WindowText, readableOn(hue, background));
+        label->setPalette(p);
+    };
+    colour(m_presetNotes, QColor(0xa0, 0x5a, 0x00));
+    colour(m_workloadInfo, QColor(0x80, 0x80, 0x80));
+}
+
+void SetupPanel::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) {
+        colourNotes();
+    }
 }
 
 } // namespace devicerace::ui

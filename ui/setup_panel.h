@@ -67,9 +67,14 @@ public:
 
 protected:
     void resizeEvent(QResizeEvent* event) override;
+    /// A new palette (the theme) colours the notes again for it.
+    void changeEvent(QEvent* event) override;
 
 private:
     void updateWorkloadInfo();
+    // The preset's notes (amber) and the workload's description (grey), readable at 4.5:1 on the
+    // panel's background in either theme.
+    void colourNotes();
     void fitWrappedLabels();
     void checkFrameworksInBackground(const RacePlan& plan);
     QStringList m_asking; // frameworks being asked about off the GUI thread

@@ -7,6 +7,7 @@
 #include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>
@@ -448,7 +449,25 @@ private Q_SLOTS:
         QVERIFY(!name->isEnabled());
         QCOMPARE(name->palette().color(QPalette::Disabled, QPalette::Text),
                  p.color(QPalette::Disabled, QPalette::Text));
-        w.setDarkTheme(false);
+        // The setup's notes (the workload's description, a preset's notes) read at 4.5:1 in
+        // both themes, whichever came first (grey read 3.4:1 on the light panel, amber 3.2:1 on
+        // the dark one).
+        w.setupPanel()->setEditable(true);
+        for (const bool dark : {false, true, false}) {
+            w.setDarkTheme(dark);
+            const QColor bg = w.setupPanel()->palette().color(QPalette::Window);
+            for (const char* note : {"workloadInfo", "presetNotes"}) {
+                auto* label = w.setupPanel()->findChild<QLabel*>(QString::fromLatin1(note));
+                QVERIFY2(label, note);
+                const QColor fg = label->palette().color(QPalette::WindowText);
+                QVERIFY2(
+                    contrastRatio(fg, bg) >= 4.5,
+                    qPrintable(QStringLiteral("%1, %2 theme: %3 on %4, %5:1")
+                                   .arg(QString::fromLatin1(note),
+                                        dark ? QStringLiteral("dark") : QStringLiteral("light"), fg.name(), bg.name())
+                                   .arg(contrastRatio(fg, bg), 0, 'f', 1)));
+            }
+        }
     }
 
     void closesWithinASecondWhenIdle() {
