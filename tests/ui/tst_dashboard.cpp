@@ -22,6 +22,7 @@
 #include "recording_menu.h"
 #include "summary_table.h"
 #include "race_strip.h"
+#include "theme.h"
 
 #include <signal.h>
 
@@ -522,6 +523,44 @@ private Q_SLOTS:
             }
         }
         QVERIFY(seen);
+    }
+
+    // Every text of the strip, a failed lane's reason and the note under the lanes included,
+    // reads at 4.5:1 or better on either theme (the failure's red read 3.6:1 on the light one and
+    // 3.9:1 on the dark one).
+    void aFailedLaneAndTheNoteReadOnEitherTheme() {
+        for (const bool dark : {false, true}) {
+            RaceStrip strip;
+            if (dark) {
+                strip.setPalette(darkPalette());
+            }
+            strip.resize(1280, 300);
+            StripRow ok{QStringLiteral("cpu·1"),    laneColor(0), 0.6,  QStringLiteral("done 0:41"),
+                        QStringLiteral("baseline"), 1.0,          false};
+            StripRow failed{QStringLiteral("cpu·2"),
+                            laneColor(1),
+                            0.1,
+                            QStringLiteral("failed: killed by signal 9"),
+                            QString(),
+                            std::nullopt,
+                            true};
+            strip.setRows({ok, failed});
+            strip.setBadge(QStringLiteral("⚠ live lanes share 2 CPU cores"));
+            const QColor bg = strip.palette().color(QPalette::Window);
+            int checked = 0;
+            for (const auto& t : strip.texts()) {
+                QVERIFY2(contrastRatio(t.color, bg) >= 4.5,
+                         qPrintable(QStringLiteral("%1 theme, \"%2\": %3 on %4, %5:1")
+                                        .arg(dark ? QStringLiteral("dark") : QStringLiteral("light"), t.text,
+                                             t.color.name(), bg.name())
+                                        .arg(contrastRatio(t.color, bg), 0, 'f', 1)));
+                if (t.text == failed.status) {
+                    QVERIFY2(t.color.hslHue() <= 15 || t.color.hslHue() >= 345, qPrintable(t.color.name()));
+                }
+                ++checked;
+            }
+            QVERIFY(checked >= 5); // two names, two statuses, a speedup, the note
+        }
     }
 
     void openShowsCompleteStartReplaysStopStops() {
