@@ -249,6 +249,9 @@ int runRepeats(const RaceOptions& options) {
         if (!options.recordDir.empty()) {
             one.recordDir = (std::filesystem::path(options.recordDir) / fmt::format("repeat-{}", r)).string();
         }
+        if (r > 1) {
+            one.firstRaceNote.clear(); // said before the first repeat
+        }
         auto result = runOne(options.spec, one);
         if (result.status == 2 || !result.summary) {
             return 2;
@@ -432,11 +435,21 @@ int runRace(RaceOptions options) {
                 options.spec.steps = first.steps;
             }
         }
+        if (!scriptRace) {
+            // With --workload or --live the first race's own note would be untrue: say what runs.
+            std::vector<std::string> lanes;
+            for (const auto& lane : first.lanes) {
+                lanes.push_back(formatLaneSpec(lane));
+            }
+            options.firstRaceNote =
+                options.workloadGiven || options.spec.fair != first.fair
+                    ? fmt::format("no --lane given: {} on the first race's lanes, {}{}", options.spec.workload,
+                                  fmt::join(lanes, " against "),
+                                  options.spec.fair ? ", each lane alone on the machine (fair mode)" : "")
+                    : first.note;
+        }
         if (!options.planOnly) {
             startAgainWaitingAsTheRaceNeeds(options);
-            if (!scriptRace) {
-                fmt::print("note: {}\n", first.note);
-            }
         }
     }
     if (options.planOnly) {
@@ -569,6 +582,9 @@ RaceResult runOne(const RaceSpec& raceSpec, const RaceOptions& options) {
     const auto& report = deviceReport();
     if (auto warning = blasWarning(report); !warning.empty()) {
         fmt::print(stderr, "{}\n", warning);
+    }
+    if (!options.firstRaceNote.empty()) {
+        fmt::print("note: {}\n", options.firstRaceNote);
     }
     const auto& spec = race->spec();
     const auto lanes = race->lanes();

@@ -16,10 +16,13 @@ struct RaceOptions {
     std::string jsonFile, csvFile, jsonlFile;
     std::string recordDir; // write a recording (manifest + JSON lines per lane) as the race runs
     bool quiet = false;
-    bool planOnly = false;         // --plan: print the resolved race as JSON, run nothing
-    bool live = false;             // --live: lanes at once, even where the default race is fair
-    bool workloadGiven = false;    // --workload was given (else the first race's, without --lane)
-    int repeats = 1;               // --repeat N: the whole race N times, fresh lanes each time
+    bool planOnly = false;      // --plan: print the resolved race as JSON, run nothing
+    bool live = false;          // --live: lanes at once, even where the default race is fair
+    bool workloadGiven = false; // --workload was given (else the first race's, without --lane)
+    int repeats = 1;            // --repeat N: the whole race N times, fresh lanes each time
+    /// What the race is when no --lane chose it (the first race, or the given workload on its
+    /// lanes): printed once the race is set up, so never beside an error.
+    std::string firstRaceNote;
     std::vector<std::string> argv; // the command line, to start again with OMP_WAIT_POLICY set
 };
 

@@ -347,6 +347,23 @@ class Listings(unittest.TestCase):
         self.assertEqual(mlp["workload"], "fashion-mlp")
         self.assertTrue(mlp["fair"])
         self.assertIn("exclude", run("race", "--plan", "--fair", "--live").stderr)
+        # The note says what runs: the given workload on the first race's lanes, live where --live
+        # asked, and nothing beside an error.
+        r = run("race", "--workload", "fashion-mlp", "--steps", "2", "--train-limit", "256", "--test-limit", "64")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("note: no --lane given: fashion-mlp on the first race's lanes, cpu,threads=1 against "
+                      "cpu,threads=", r.stdout)
+        self.assertIn("(fair mode)", r.stdout)
+        self.assertNotIn("fashion-cnn", r.stdout)
+        r = run("race", "--workload", "fashion-mlp", "--steps", "2", "--train-limit", "256", "--test-limit", "64",
+                "--live")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("note: no --lane given: fashion-mlp on the first race's lanes", r.stdout)
+        self.assertNotIn("(fair mode)", r.stdout.splitlines()[0])
+        r = run("race", "--workload", "no-such-workload")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown workload 'no-such-workload'", r.stderr)
+        self.assertNotIn("note:", r.stdout)
 
     def test_one_device_report_shape(self):
         """`devices --json`, a worker's hello and a recording's manifest describe a machine alike."""
