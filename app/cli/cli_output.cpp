@@ -7,12 +7,36 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "devicerace/peak_flops.h"
 #include "devicerace/workload.h"
 
 namespace devicerace::cli {
+
+namespace {
+
+// Columns as wide as what they hold (a name's "·" is one column): "cpu·2·keras-tensorflow",
+// "gpubox·cuda:0·bf16" and the user's own names keep the table aligned.
+std::size_t columns(const std::string& text) {
+    std::size_t n = 0;
+    for (const char c : text) {
+        n += (static_cast<unsigned char>(c) & 0xC0) != 0x80; // UTF-8: count the first byte of each
+    }
+    return n;
+}
+
+template <typename Lanes>
+std::size_t laneColumn(const Lanes& lanes, std::size_t least = 12) {
+    std::size_t width = least;
+    for (const auto& l : lanes) {
+        width = std::max(width, columns(l.name));
+    }
+    return width;
+}
+
+} // namespace
 
 using nlohmann::json;
 
@@ -214,7 +238,8 @@ std::string explainText(const RaceSummary& s) {
     if (!any) {
         return {};
     }
-    std::string out = fmt::format("\n{:<12} {:>14} {:>7} {:>9}  {}\n", "lane", "achieved", "of peak", "ms/step",
+    const auto w = laneColumn(s.lanes);
+    std::string out = fmt::format("\n{:<{}} {:>14} {:>7} {:>9}  {}\n", "lane", w, "achieved", "of peak", "ms/step",
                                   "where a step's time goes");
     for (const auto& l : s.lanes) {
         double step = 0;
@@ -225,7 +250,7 @@ std::string explainText(const RaceSummary& s) {
         if (l.inputBound && l.dataShare) {
             where += fmt::format("  input-bound ({:.0f}% waiting for data)", *l.dataShare * 100);
         }
-        out += fmt::format("{:<12} {:>14} {:>7} {:>9}  {}\n", l.name,
+        out += fmt::format("{:<{}} {:>14} {:>7} {:>9}  {}\n", l.name, w,
                            l.achievedFlopsPerSec ? flopRate(*l.achievedFlopsPerSec) : "-",
                            l.utilization ? fmt::format("{:.1f}%", *l.utilization * 100) : "-",
                            step > 0 ? fmt::format("{:.2f}", step * 1e3) : "-", where.empty() ? "-" : where);
@@ -282,14 +307,14 @@ std::string repeatsText(const RepeatSummary& r) {
     const double perSample = first.tokensPerSample > 0 ? static_cast<double>(first.tokensPerSample) : 1.0;
     std::string out = fmt::format("\n{} repeats of the race, fresh lanes each time (median ± one standard deviation)\n",
                                   r.repeats.size());
-    out +=
-        fmt::format("{:<12} {:>22} {:>20} {:>16}  {}\n", "lane", first.tokensPerSample > 0 ? "tokens/s" : "samples/s",
-                    "range", "t→target", "speedup over the first lane");
+    out += fmt::format("{:<{}} {:>22} {:>20} {:>16}  {}\n", "lane", laneColumn(r.lanes),
+                       first.tokensPerSample > 0 ? "tokens/s" : "samples/s", "range", "t→target",
+                       "speedup over the first lane");
     for (const auto& lane : r.lanes) {
         const auto& s = lane.samplesPerSec;
         const auto& t = lane.timeToTargetSeconds;
         out += fmt::format(
-            "{:<12} {:>22} {:>20} {:>16}  {}\n", lane.name,
+            "{:<{}} {:>22} {:>20} {:>16}  {}\n", lane.name, laneColumn(r.lanes),
             s ? fmt::format("{} ± {}", groupThousands(s->median * perSample), groupThousands(s->stddev * perSample))
               : "-",
             s ? fmt::format("{}–{}", groupThousands(s->min * perSample), groupThousands(s->max * perSample)) : "-",
@@ -309,7 +334,12 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
     const bool lm = s.tokensPerSample > 0;
     // The language models' extra columns; other workloads keep the table as it was.
     auto seqs = [lm](const std::string& v) { return lm ? fmt::format(" {:>10}", v) : std::string(); };
-    out += fmt::format("{:<12} {:<8} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", "device",
+    const auto w = laneColumn(s.lanes);
+    std::size_t dw = 8;
+    for (const auto& l : s.lanes) {
+        dw = std::max(dw, columns(l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device));
+    }
+    out += fmt::format("{:<{}} {:<{}} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", w, "device", dw,
                        lm ? "tokens/s" : "samples/s", seqs("seqs/s"), "steps/s", "acc", lm ? "  val loss" : "",
                        target.loss       ? fmt::format("t→≤{:.2f}", *target.loss)
                        : target.accuracy ? fmt::format("t→{:.2f}", *target.accuracy)
@@ -323,8 +353,8 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
         auto sp = s.speedup.find(l.name);
         const auto rate = lm ? l.tokensPerSec : l.samplesPerSec;
         out += fmt::format(
-            "{:<12} {:<8} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}{}\n", l.name,
-            l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device,
+            "{:<{}} {:<{}} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}{}\n", l.name, w,
+            l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device, dw,
             rate ? groupThousands(*rate) : "-", seqs(l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-"),
             l.stepsPerSec ? fmt::format("{:.1f}", *l.stepsPerSec) : "-",
             l.finalTestAccuracy ? fmt::format("{:.4f}", *l.finalTestAccuracy) : "-",
@@ -351,8 +381,8 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
     }
     if (scaling) {
         // Seed 002's figures: speedup against the fewest workers, efficiency = speedup ÷ N.
-        out += fmt::format("\n{:<12} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", "lane", "workers", "global batch",
-                           "samples/s", "speedup", "efficiency", "allreduce", "per worker samples/s");
+        out += fmt::format("\n{:<{}} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", "lane", w, "workers",
+                           "global batch", "samples/s", "speedup", "efficiency", "allreduce", "per worker samples/s");
         for (const auto& l : s.lanes) {
             if (l.workers == 0) {
                 continue;
@@ -364,7 +394,7 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
                 }
                 perWorker += groupThousands(r);
             }
-            out += fmt::format("{:<12} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", l.name, l.workers,
+            out += fmt::format("{:<{}} {:>7} {:>12} {:>10} {:>8} {:>11} {:>10}  {}\n", l.name, w, l.workers,
                                groupThousands(static_cast<double>(l.batch)),
                                l.samplesPerSec ? groupThousands(*l.samplesPerSec) : "-",
                                l.scalingSpeedup ? fmt::format("{:.2f}x", *l.scalingSpeedup) : "-",
@@ -375,12 +405,12 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
     }
     out += explainText(s);
     if (costs) {
-        out += fmt::format("\n{:<12} {:>8} {:>10} {:>12} {:>12}\n", "lane", "$/hour", "cost", "$→target", "cost ×");
+        out += fmt::format("\n{:<{}} {:>8} {:>10} {:>12} {:>12}\n", "lane", w, "$/hour", "cost", "$→target", "cost ×");
         for (const auto& l : s.lanes) {
             auto money = [](const std::optional<double>& v) {
                 return v ? fmt::format("${:.4f}", *v) : std::string("-");
             };
-            out += fmt::format("{:<12} {:>8} {:>10} {:>12} {:>12}\n", l.name,
+            out += fmt::format("{:<{}} {:>8} {:>10} {:>12} {:>12}\n", l.name, w,
                                l.costPerHour ? fmt::format("{:.2f}", *l.costPerHour) : "-", money(l.totalCostUsd),
                                money(l.costToTargetUsd),
                                l.costVsBaseline ? fmt::format("{:.2f}x", *l.costVsBaseline) : "-");

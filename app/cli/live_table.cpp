@@ -20,6 +20,12 @@ void LiveView::addLane(std::string name, std::int64_t totalSteps) {
     LaneRow row;
     row.name = std::move(name);
     row.totalSteps = totalSteps;
+    // The name column as wide as the widest name ("·" is one column), at least 10.
+    std::size_t width = 0;
+    for (const char c : row.name) {
+        width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    }
+    m_nameWidth = std::max(m_nameWidth, width);
     m_rows.push_back(std::move(row));
 }
 
@@ -62,19 +68,21 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
         case SampleKind::Eval:
             row.accuracy = s.accuracy;
             if (m_mode != LiveMode::Table) {
-                fmt::print(m_out, "{:<10} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  {} {:.4f}  {} {:.4f}\n",
-                           row.name, s.step, s.epoch, s.time, m_tokensPerSample > 0 ? "val loss" : "test loss",
-                           s.loss.value_or(NAN), m_tokensPerSample > 0 ? "next-char acc" : "test acc",
-                           s.accuracy.value_or(NAN));
+                fmt::print(m_out, "{:<{}} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  {} {:.4f}  {} {:.4f}\n",
+                           row.name, m_nameWidth, s.step, s.epoch, s.time,
+                           m_tokensPerSample > 0 ? "val loss" : "test loss", s.loss.value_or(NAN),
+                           m_tokensPerSample > 0 ? "next-char acc" : "test acc", s.accuracy.value_or(NAN));
                 if (!s.text.empty() && m_tokensPerSample > 0) {
-                    fmt::print(m_out, "{:<10} writes: {}\n", row.name, oneLine(s.text));
+                    fmt::print(m_out, "{:<{}} writes: {}\n", row.name, m_nameWidth, oneLine(s.text));
                 } else if (!s.text.empty()) {
                     // Generated text keeps its line breaks, indented under the lane.
                     std::string text = s.text;
-                    for (std::size_t p = text.find('\n'); p != std::string::npos; p = text.find('\n', p + 12)) {
-                        text.replace(p, 1, "\n           ");
+                    const std::string indent = "\n" + std::string(m_nameWidth + 1, ' ');
+                    for (std::size_t p = text.find('\n'); p != std::string::npos;
+                         p = text.find('\n', p + indent.size())) {
+                        text.replace(p, 1, indent);
                     }
-                    fmt::print(m_out, "{:<10} sample: {}\n", row.name, text);
+                    fmt::print(m_out, "{:<{}} sample: {}\n", row.name, m_nameWidth, text);
                 }
             }
             break;
@@ -83,7 +91,7 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
             row.message = s.message;
             if (m_mode != LiveMode::Table && s.state != LaneState::Running && s.state != LaneState::Preparing &&
                 s.state != LaneState::Evaluating) {
-                fmt::print(m_out, "{:<10} {}\n", row.name, stateText(s.state, s.message));
+                fmt::print(m_out, "{:<{}} {}\n", row.name, m_nameWidth, stateText(s.state, s.message));
             }
             break;
         }
@@ -122,8 +130,8 @@ std::string LiveView::rowText(const LaneRow& row) const {
                           : std::nullopt;
     // A lane whose length is not known (a script's own) shows its step alone.
     const std::string of = row.totalSteps > 0 ? fmt::format("/{}", row.totalSteps) : std::string();
-    return fmt::format("{:<10} {} {:>3.0f}%  step {:>6}{:<7} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name,
-                       progressBar(fraction, kBarWidth), fraction * 100, row.step, of,
+    return fmt::format("{:<{}} {} {:>3.0f}%  step {:>6}{:<7} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name,
+                       m_nameWidth, progressBar(fraction, kBarWidth), fraction * 100, row.step, of,
                        rate ? groupThousands(*rate) : std::string("-"),
                        m_tokensPerSample > 0 ? "tokens/s" : "samples/s",
                        row.loss ? fmt::format("{:.4f}", *row.loss) : std::string("-"),

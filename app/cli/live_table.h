@@ -52,6 +52,7 @@ private:
     int m_drawnLines = 0;
     double m_lastLines = -1e9;
     std::int64_t m_tokensPerSample = 0;
+    std::size_t m_nameWidth = 10; // the lane column: the widest name, at least 10
 };
 
 } // namespace devicerace::cli

@@ -470,6 +470,24 @@ class Listings(unittest.TestCase):
 
 @unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")
 class RealRaces(unittest.TestCase):
+    def test_long_lane_names_keep_the_tables_aligned(self):
+        """A name wider than the lane column (a framework lane's, a user's own) widens the column in
+        the live lines and in every table, so each column starts at one place."""
+        r = run("race", "--workload", "fashion-mlp", "--steps", "3", "--train-limit", "512", "--test-limit", "64",
+                "--lane", "cpu,threads=1", "--lane", "cpu,threads=1,name=the·slowest·lane·of·the·race")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        width = len("the·slowest·lane·of·the·race")  # the widest name, in characters
+        tables = [i for i, l in enumerate(lines) if l.startswith("lane ")]
+        self.assertGreaterEqual(len(tables), 2, r.stdout)  # the summary and the explanation
+        for i in tables:
+            self.assertEqual(lines[i][:width + 1], "lane".ljust(width + 1), lines[i])
+            for row, name in zip(lines[i + 1:i + 3], ("cpu·1", "the·slowest·lane·of·the·race")):
+                self.assertEqual(row[:width + 1], name.ljust(width + 1), f"{lines[i]!r}\n{row!r}")
+                self.assertNotEqual(row[width + 1:width + 2], "", row)
+        events = [l for l in lines if " eval  step" in l]
+        self.assertEqual(len({l.index(" eval  step") for l in events}), 1, events)
+
     def test_two_lanes_write_every_output(self):
         with tempfile.TemporaryDirectory() as d:
             out = {k: os.path.join(d, f"r.{k}") for k in ("json", "csv", "jsonl")}

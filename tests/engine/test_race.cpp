@@ -10,6 +10,7 @@
 #include "devicerace/device_info.h"
 #include "devicerace/errors.h"
 #include "devicerace/race.h"
+#include "devicerace/race_plan.h"
 #include "test_util.h"
 
 using namespace devicerace;
@@ -286,4 +287,24 @@ TEST(RaceNaming, DefaultNamesAreUniqueAndReadable) {
     EXPECT_EQ(lanes[0]->spec().name, "cpu·1");
     EXPECT_EQ(lanes[1]->spec().name, "cpu·1#2");
     EXPECT_EQ(lanes[2]->spec().name, "cpu·2");
+}
+
+// A framework lane's default name says which framework it runs, beside DeviceRace's own lane on
+// the same device ("cpu·2", "cpu·2·pytorch", "cpu·2·bf16·keras-jax"); a name given stays as it is.
+TEST(RaceNaming, AFrameworkLaneIsNamedForItsFramework) {
+    RaceSpec spec;
+    spec.lanes = {cpuLane(2), cpuLane(2), cpuLane(2), cpuLane(2), cpuLane(2)};
+    spec.lanes[1].framework = "pytorch";
+    spec.lanes[2].framework = "keras-jax";
+    spec.lanes[2].precision = Precision::Bf16;
+    spec.lanes[3].framework = "pytorch";
+    spec.lanes[4].framework = "pytorch";
+    spec.lanes[4].name = "eager";
+    const auto plan = resolveRace(spec);
+    ASSERT_EQ(plan.spec.lanes.size(), 5u);
+    EXPECT_EQ(plan.spec.lanes[0].name, "cpu·2");
+    EXPECT_EQ(plan.spec.lanes[1].name, "cpu·2·pytorch");
+    EXPECT_EQ(plan.spec.lanes[2].name, "cpu·2·bf16·keras-jax");
+    EXPECT_EQ(plan.spec.lanes[3].name, "cpu·2·pytorch#2");
+    EXPECT_EQ(plan.spec.lanes[4].name, "eager");
 }

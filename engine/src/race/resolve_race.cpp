@@ -30,10 +30,12 @@ namespace devicerace {
 
 namespace {
 
-// "cpu·1", "cpu·2", "cuda:0"; duplicates get "#2", "#3".
+// "cpu·1", "cpu·2", "cuda:0"; a framework lane adds its framework ("cpu·2·pytorch",
+// "cpu·2·keras-jax"); duplicates get "#2", "#3".
 void nameLanes(std::vector<LaneSpec>& lanes) {
     std::set<std::string> used;
     for (auto& lane : lanes) {
+        const bool named = !lane.name.empty();
         if (lane.name.empty() && !lane.launcher.empty()) {
             // "slurm·cpu×2", "slurm·cuda×16", "attach·10.0.0.5:29400": the launcher and the ranks.
             if (lane.launcher == "slurm") {
@@ -86,6 +88,9 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
             if (lane.precision != Precision::Fp32) {
                 lane.name += "·" + toString(lane.precision);
             }
+        }
+        if (!named && lane.framework && *lane.framework != "devicerace" && *lane.framework != "script") {
+            lane.name += "·" + *lane.framework; // a script lane runs the user's command: no framework of ours
         }
         std::string base = lane.name;
         for (int k = 2; used.count(lane.name); ++k) {
