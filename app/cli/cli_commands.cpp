@@ -518,11 +518,14 @@ int runExport(const ExportOptions& o) {
             const auto& s = rec.samples.at(lane.name);
             all.insert(all.end(), s.begin(), s.end());
         }
+        // Every file written is named, with its lane where a file holds one.
         if (!o.csvFile.empty()) {
             writeFileAtomically(o.csvFile, samplesToCsv(all));
+            fmt::print("wrote {}\n", o.csvFile);
         }
         if (!o.jsonFile.empty()) {
             writeFileAtomically(o.jsonFile, summaryToJson(summarizeRecording(rec)));
+            fmt::print("wrote {}\n", o.jsonFile);
         }
         if (!o.tensorboardDir.empty()) {
             for (const auto& f : writeTensorBoard(rec, o.tensorboardDir)) {
@@ -534,6 +537,7 @@ int runExport(const ExportOptions& o) {
             for (std::size_t i = 0; i < rec.lanes.size(); ++i) {
                 const auto file = i == 0 ? o.dawnbenchFile : fmt::format("{}.lane-{}", o.dawnbenchFile, i + 1);
                 writeFileAtomically(file, dawnbenchTsv(rec, rec.lanes[i].name));
+                fmt::print("wrote {} ({})\n", file, rec.lanes[i].name);
             }
         }
     } catch (const Error& e) {

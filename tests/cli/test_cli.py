@@ -656,6 +656,10 @@ class RealRaces(unittest.TestCase):
                     self.assertEqual(a[key], b[key], key)
                 self.assertIsNotNone(a["utilization"])
             self.assertTrue(read(out["tsv"]).startswith("epoch\thours\ttop1Accuracy"))
+            # Every file written is named; the second lane's DAWNBench TSV with its lane.
+            for path in (out["json"], out["csv"], f"{out['tsv']} (cpu·1)", f"{out['tsv']}.lane-2 (b)"):
+                self.assertIn(f"wrote {path}\n", r.stdout)
+            self.assertTrue(read(out["tsv"] + ".lane-2").startswith("epoch\thours\ttop1Accuracy"))
             # TensorBoard's own reader accepts the event files.
             try:
                 from tensorboard.backend.event_processing import event_file_loader
