@@ -124,7 +124,9 @@ class ScriptLane:
         if self.logdir:
             self.open_logdir()
         self.steps_limit = c["steps"]
-        self.meter = dw.Meter(session.emit, self.label, 0, c["warmup"])
+        # A GPU lane's peak memory: what rank 0's script reports (its tensors on the lane's GPUs).
+        self.peak_memory = None
+        self.meter = dw.Meter(session.emit, self.label, 0, c["warmup"], lambda: self.peak_memory)
         self.ready = {"batch": (self.batch or 0) * self.ranks, "total_steps": self.steps_limit or 0,
                       "threads": self.threads or 0,
                       "dataset": {"name": "the script's own", "source": " ".join(self.command)[:400],
@@ -479,6 +481,9 @@ class ScriptLane:
             samples = self.lane_samples(step, samples)
             if step < self.step or (samples is not None and samples < self.samples):
                 return self.refuse(f"counters went back: step {step} after {self.step}")
+            memory = self.number(m, "memory", True)
+            if memory is not None and memory >= 0:
+                self.peak_memory = max(self.peak_memory or 0, memory)
             loss = m.get("loss")
             if m.get("loss_reported") and self.number(m, "loss") is None:
                 self.refuse(f"a non-finite loss at step {step} (not plotted)")

@@ -123,6 +123,26 @@ class PrintedFigures(unittest.TestCase):
                     self.assertAlmostEqual(g, w, places=9, msg=line)
 
 
+# A GPU lane's script as the reports see it, without a GPU: PyTorch's CUDA statistics stood in for
+# (started, one device, a peak that grows to 30 MB and stays), the lane's device as a GPU lane
+# sets it; with "unstarted", CUDA never starts. It reports its steps through `import devicerace`.
+GPU_MEMORY = textwrap.dedent("""
+    import os, sys, time, types
+    os.environ["DEVICERACE_DEVICE"] = "cuda:0"
+    peak = [0]
+    started = sys.argv[1] != "unstarted"
+    cuda = types.SimpleNamespace(is_initialized=lambda: started, device_count=lambda: 1,
+                                 max_memory_allocated=lambda i: peak[0])
+    sys.modules["torch"] = types.SimpleNamespace(cuda=cuda, Tensor=type("Tensor", (), {}))
+    import devicerace
+    lane = devicerace.lane()
+    for step in range(1, 61):
+        peak[0] = 1_000_000 * min(step, 30)
+        time.sleep(0.01)
+        lane.step(samples=8, loss=1.0)
+""")
+
+
 class ScriptLaneTest(unittest.TestCase):
     def check(self, s):
         """docs/EVENTS.md's schema as a script lane fills it: a script may not say its accuracy or
@@ -333,6 +353,23 @@ class ScriptLaneTest(unittest.TestCase):
         lane, samples = self.run_lane([PYTHON, script, "print"], printed=False)
         self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
         self.assertEqual([s for s in samples if s["kind"] == "eval"], [])
+
+    def test_a_gpu_lanes_peak_memory_is_the_scripts_tensors(self):
+        """On a GPU lane the script's reports carry PyTorch's peak of allocated GPU memory, which the
+        lane's samples give as memory_bytes (the summary's peak memory), the highest so far; before
+        the script starts CUDA, none (a report never starts it)."""
+        script = os.path.join(self.dir, "gpu_memory.py")
+        with open(script, "w") as f:
+            f.write(GPU_MEMORY)
+        lane, samples = self.run_lane([PYTHON, script, "started"])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        memory = [s["memory_bytes"] for s in samples if s["kind"] == "train"]
+        self.assertTrue(memory and all(m is not None for m in memory), memory)
+        self.assertEqual(memory, sorted(memory))
+        self.assertEqual(memory[-1], 30_000_000)
+        lane, samples = self.run_lane([PYTHON, script, "unstarted"])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        self.assertEqual({s["memory_bytes"] for s in samples}, {None})
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])

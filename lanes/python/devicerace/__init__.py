@@ -136,10 +136,28 @@ class Lane:
         if self._phases:
             message["phases"] = self._phases
             self._phases = {}
+        memory = self._peak_memory()
+        if memory is not None:
+            message["memory"] = memory
         self._losses = []
         self._reported_step = self._step
         self._channel.send(message)
         self._next_report = t + self._channel.interval
+
+    def _peak_memory(self):
+        """On a GPU lane whose script has started CUDA in PyTorch: the most memory its tensors
+        have held on the lane's GPUs at once (PyTorch's caching allocator, as DeviceRace's own GPU
+        lanes count it), in bytes. None on a CPU lane, before CUDA starts, or without PyTorch: a
+        report never starts CUDA itself."""
+        if not (self._device or "").startswith("cuda"):
+            return None
+        torch = sys.modules.get("torch")
+        try:
+            if torch is None or not torch.cuda.is_initialized():
+                return None
+            return max(int(torch.cuda.max_memory_allocated(i)) for i in range(torch.cuda.device_count()))
+        except Exception:  # noqa: BLE001 - a figure the report can go without
+            return None
 
     def _flush(self):
         if self._step > self._reported_step:
