@@ -27,6 +27,22 @@ LaneSummary parallelLane(const std::string& name, int workers, double rate, doub
     return l;
 }
 
+// A summary of `count` lanes named "lane N", each in its palette colour, with their infos.
+std::pair<RaceSummary, std::vector<LaneInfo>> namedLanes(int count) {
+    RaceSummary s;
+    std::vector<LaneInfo> lanes;
+    for (int i = 0; i < count; ++i) {
+        LaneSummary l;
+        l.name = "lane " + std::to_string(i);
+        s.lanes.push_back(l);
+        LaneInfo info;
+        info.name = QString::fromStdString(l.name);
+        info.color = laneColor(i);
+        lanes.push_back(info);
+    }
+    return {s, lanes};
+}
+
 } // namespace
 
 class TstSummaryTable : public QObject {
@@ -147,17 +163,7 @@ private Q_SLOTS:
             if (dark) {
                 table.setPalette(darkPalette());
             }
-            RaceSummary s;
-            std::vector<LaneInfo> lanes;
-            for (int i = 0; i < 8; ++i) {
-                LaneSummary l;
-                l.name = "lane " + std::to_string(i);
-                s.lanes.push_back(l);
-                LaneInfo info;
-                info.name = QString::fromStdString(l.name);
-                info.color = laneColor(i);
-                lanes.push_back(info);
-            }
+            const auto [s, lanes] = namedLanes(8);
             table.showSummary(s, lanes);
             QVERIFY(table.alternatingRowColors());
             for (int r = 0; r < 8; ++r) {
@@ -181,20 +187,13 @@ private Q_SLOTS:
         for (const bool darkFirst : {false, true}) {
             SummaryTable table;
             table.setPalette(darkFirst ? darkPalette() : QApplication::palette());
-            RaceSummary s;
-            std::vector<LaneInfo> lanes;
-            for (int i = 0; i < 4; ++i) {
-                LaneSummary l;
-                l.name = "lane " + std::to_string(i);
+            auto [s, lanes] = namedLanes(4);
+            for (std::size_t i = 0; i < s.lanes.size(); ++i) {
+                auto& l = s.lanes[i];
                 l.datasetName = i % 2 ? "synthetic" : "Fashion-MNIST";
                 l.synthetic = i % 2 == 1;
                 l.state = i == 2 ? LaneState::Failed : LaneState::Finished;
                 l.error = i == 2 ? "failed: out of memory" : "";
-                s.lanes.push_back(l);
-                LaneInfo info;
-                info.name = QString::fromStdString(l.name);
-                info.color = laneColor(i);
-                lanes.push_back(info);
             }
             table.showSummary(s, lanes);
             table.setPalette(darkFirst ? QApplication::palette() : darkPalette());
