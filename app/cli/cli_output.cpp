@@ -15,11 +15,7 @@
 
 namespace devicerace::cli {
 
-namespace {
-
-// Columns as wide as what they hold (a name's "·" is one column): "cpu·2·keras-tensorflow",
-// "gpubox·cuda:0·bf16" and the user's own names keep the table aligned.
-std::size_t columns(const std::string& text) {
+std::size_t textColumns(const std::string& text) {
     std::size_t n = 0;
     for (const char c : text) {
         n += (static_cast<unsigned char>(c) & 0xC0) != 0x80; // UTF-8: count the first byte of each
@@ -27,11 +23,15 @@ std::size_t columns(const std::string& text) {
     return n;
 }
 
+namespace {
+
+// Columns as wide as what they hold: "cpu·2·keras-tensorflow", "gpubox·cuda:0·bf16" and the
+// user's own names keep the table aligned.
 template <typename Lanes>
 std::size_t laneColumn(const Lanes& lanes, std::size_t least = 12) {
     std::size_t width = least;
     for (const auto& l : lanes) {
-        width = std::max(width, columns(l.name));
+        width = std::max(width, textColumns(l.name));
     }
     return width;
 }
@@ -337,7 +337,7 @@ std::string summaryText(const RaceSummary& s, const QualityTarget& target) {
     const auto w = laneColumn(s.lanes);
     std::size_t dw = 8;
     for (const auto& l : s.lanes) {
-        dw = std::max(dw, columns(l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device));
+        dw = std::max(dw, textColumns(l.host.empty() ? l.device : parseSshTarget(l.host).host + "/" + l.device));
     }
     out += fmt::format("{:<{}} {:<{}} {:>10}{} {:>8} {:>7}{} {:>9} {:>10} {:>8}  {}\n", "lane", w, "device", dw,
                        lm ? "tokens/s" : "samples/s", seqs("seqs/s"), "steps/s", "acc", lm ? "  val loss" : "",

@@ -10,6 +10,9 @@
 
 namespace devicerace::cli {
 
+/// The columns `text` takes on a terminal: its characters (UTF-8; "·" is one), for the tables'
+/// widths.
+std::size_t textColumns(const std::string& text);
 /// "finished", "failed: <why>", or the message alone when it already starts with the state.
 std::string stateText(LaneState state, const std::string& message);
 

@@ -20,12 +20,7 @@ void LiveView::addLane(std::string name, std::int64_t totalSteps) {
     LaneRow row;
     row.name = std::move(name);
     row.totalSteps = totalSteps;
-    // The name column as wide as the widest name ("·" is one column), at least 10.
-    std::size_t width = 0;
-    for (const char c : row.name) {
-        width += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-    }
-    m_nameWidth = std::max(m_nameWidth, width);
+    m_nameWidth = std::max(m_nameWidth, textColumns(row.name)); // the name column: the widest name
     m_rows.push_back(std::move(row));
 }
 
