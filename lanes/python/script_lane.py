@@ -340,6 +340,7 @@ class ScriptLane:
             if session.stop_requested:
                 self.proc.stop()
                 self.drain(read_fd)
+                self.settle_printed()
                 return "stopped", ""
             if session.pause_requested and paused_at is None:
                 self.proc.signal(signal.SIGSTOP)
@@ -367,12 +368,12 @@ class ScriptLane:
             self.take_printed(time.monotonic() - PRINTED_HOLD_S)
             if self.steps_limit and self.step >= self.steps_limit:
                 self.proc.stop()
+                self.settle_printed()
                 return "finished", f"finished at step {self.step:,} (--steps {self.steps_limit:,}; the command was stopped)"
             ended = self.proc.ended()
             if ended is not None:
                 self.drain(read_fd)
-                self.proc.read_all(0)
-                self.take_printed(math.inf)
+                self.settle_printed()
                 if self.watcher:
                     self.read_logdir()
                 return self.end(*ended)
@@ -625,6 +626,12 @@ class ScriptLane:
         accuracy, loss = figures(text)
         if accuracy is not None or loss is not None:
             self.printed.append((t, accuracy, loss))
+
+    def settle_printed(self):
+        """Once the command has ended or been stopped: rank 0's output read to its end, and every
+        figure it printed taken (none waits out PRINTED_HOLD_S: nothing more will come)."""
+        self.proc.read_all(0)
+        self.take_printed(math.inf)
 
     def take_printed(self, before):
         """The printed figures read before `before`, as evaluations at the time each was read;

@@ -21,11 +21,11 @@ from lane_harness import LANES, PYTHON, STATES, Lane, engine_config  # noqa: E40
 PROGRAM = os.path.join(LANES, "script_lane.py")
 
 
-def config(command, **fields):
+def config(command, steps=None, **fields):
     lane = {"device": "cpu", "threads": 1, "name": "mine", "framework": "script"}
     lane.update(fields)
     return engine_config({"workload": "script", "lane": "mine", "lane_fields": lane, "data": None, "data_dir": "",
-                          "train_limit": None, "test_limit": None, "epochs": None, "steps": None, "target": None,
+                          "train_limit": None, "test_limit": None, "epochs": None, "steps": steps, "target": None,
                           "seed": 0, "eval_every": 0, "warmup": 3, "report_interval": 0.05, "fail_at_step": 0,
                           "command": command}, {})
 
@@ -163,11 +163,11 @@ class ScriptLaneTest(unittest.TestCase):
         with open(self.script, "w") as f:
             f.write(STEPPER)
 
-    def run_lane(self, command, control=None, **fields):
+    def run_lane(self, command, control=None, steps=None, **fields):
         lane = Lane([PYTHON, PROGRAM])
         self.addCleanup(lane.close)
         self.assertEqual(lane.next()["type"], "hello")
-        lane.send(config(command, **fields))
+        lane.send(config(command, steps, **fields))
         ready, _ = lane.until(lambda m: m["type"] in ("ready", "error"))
         self.assertEqual(ready["type"], "ready", ready)
         lane.send({"type": "start", "id": 1})
@@ -370,6 +370,28 @@ class ScriptLaneTest(unittest.TestCase):
         lane, samples = self.run_lane([PYTHON, script, "unstarted"])
         self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
         self.assertEqual({s["memory_bytes"] for s in samples}, {None})
+
+    def test_a_figure_printed_just_before_the_last_step_is_kept(self):
+        """A lane that --steps stops (or the user stops) takes the figures its script printed in the
+        moment before, where the figures of a running script wait PRINTED_HOLD_S for a repeat."""
+        script = os.path.join(self.dir, "last_print.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent("""
+                import time
+                import devicerace
+                lane = devicerace.lane()
+                for step in range(1, 100000):
+                    time.sleep(0.01)
+                    if step == 30:
+                        print("step 30: test accuracy 0.75, test loss 0.6", flush=True)
+                        time.sleep(0.05)  # read before the report that reaches --steps
+                    lane.step(samples=8, loss=1.0)
+            """))
+        lane, samples = self.run_lane([PYTHON, script], steps=30)
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        evals = [s for s in samples if s["kind"] == "eval"]
+        self.assertEqual([(s["accuracy"], s["loss"]) for s in evals], [(0.75, 0.6)], samples[-6:])
+        self.assertLessEqual(evals[0]["step"], 30)
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])
