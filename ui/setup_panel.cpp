@@ -436,7 +436,9 @@ void SetupPanel::colourNotes() {
     const QColor background = palette().color(QPalette::Window);
     const auto colour = [&](QLabel* label, const QColor& hue) {
         QPalette p = label->palette();
-        p.setColor(QPalette::WindowText, readableOn(hue, background));
+        // 4.8:1 asked: small antialiased text draws a little lighter than its colour (4.49:1
+        // measured in the drawn pixels of a 4.5:1 grey).
+        p.setColor(QPalette::WindowText, readableOn(hue, background, 4.8));
         label->setPalette(p);
     };
     colour(m_presetNotes, QColor(0xa0, 0x5a, 0x00));

@@ -459,7 +459,22 @@ private Q_SLOTS:
             for (const char* note : {"workloadInfo", "presetNotes"}) {
                 auto* label = w.setupPanel()->findChild<QLabel*>(QString::fromLatin1(note));
                 QVERIFY2(label, note);
-                const QColor fg = label->palette().color(QPalette::WindowText);
+                if (label->text().isEmpty()) {
+                    label->setText(QStringLiteral("GPU lane left out: no CUDA device here"));
+                }
+                label->resize(label->sizeHint());
+                // The text as drawn (a colour set any way, palette or style sheet): of the fully
+                // opaque pixels, the one farthest from the panel's background.
+                const QImage drawn = label->grab().toImage().convertToFormat(QImage::Format_ARGB32);
+                QColor fg = bg;
+                for (int y = 0; y < drawn.height(); ++y) {
+                    for (int x = 0; x < drawn.width(); ++x) {
+                        const QColor c = drawn.pixelColor(x, y);
+                        if (c.alpha() == 255 && contrastRatio(c, bg) > contrastRatio(fg, bg)) {
+                            fg = c;
+                        }
+                    }
+                }
                 QVERIFY2(
                     contrastRatio(fg, bg) >= 4.5,
                     qPrintable(QStringLiteral("%1, %2 theme: %3 on %4, %5:1")
