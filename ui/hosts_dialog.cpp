@@ -1,6 +1,7 @@
 #include "hosts_dialog.h"
 
 #include <QDialogButtonBox>
+#include <QEvent>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -8,6 +9,7 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include "charts/palette.h"
 #include "remote_hosts.h"
 
 namespace devicerace::ui {
@@ -68,7 +70,8 @@ HostsDialog::HostsDialog(QWidget* parent)
     buttons->addWidget(check);
     buttons->addStretch();
     layout->addLayout(buttons);
-    m_error->setStyleSheet(QStringLiteral("color:#c0392b"));
+    m_error->setObjectName(QStringLiteral("hostsError"));
+    colourError();
     m_error->setWordWrap(true);
     layout->addWidget(m_error);
     auto* box = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
@@ -143,6 +146,19 @@ bool HostsDialog::apply() {
     } catch (const std::exception& e) {
         m_error->setText(QString::fromStdString(e.what()));
         return false;
+    }
+}
+
+void HostsDialog::colourError() {
+    QPalette p = m_error->palette();
+    p.setColor(QPalette::WindowText, failureOn(palette().color(QPalette::Window)));
+    m_error->setPalette(p);
+}
+
+void HostsDialog::changeEvent(QEvent* event) {
+    QDialog::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) {
+        colourError(); // the theme changed: the message stays readable
     }
 }
 

@@ -16,7 +16,11 @@ public:
     /// entry does not parse.
     bool apply();
 
+protected:
+    void changeEvent(QEvent* event) override;
+
 private:
+    void colourError();
     void fill();
     void refreshStatus();
 

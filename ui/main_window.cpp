@@ -172,7 +172,11 @@ void MainWindow::showReady() {
                                  : tr("Ready: press Start or Space to race %1").arg(names.join(tr(" vs "))));
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+    if (m_darkApplied) {
+        applyApplicationTheme(false); // the application outlives its window (tests, the video export)
+    }
+}
 
 void MainWindow::setInitialSize(QSize size) {
     resize(size);
@@ -429,11 +433,8 @@ void MainWindow::onFinished() {
 }
 
 void MainWindow::applyTheme(bool dark) {
-    if (dark) {
-        setPalette(darkPalette());
-    } else {
-        setPalette(QApplication::palette());
-    }
+    applyApplicationTheme(dark);
+    m_darkApplied = dark;
     m_dashboard->setDark(dark);
 }
 

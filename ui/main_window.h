@@ -115,6 +115,7 @@ private:
     bool m_presentation = false;
     bool m_dark = false;
     bool m_presentationDark = true;
+    bool m_darkApplied = false; // the application palette is dark (set back when the window goes)
     QAction* m_space = nullptr;
     QAction* m_themeKey = nullptr;
     bool m_record = true;

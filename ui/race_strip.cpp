@@ -268,7 +268,7 @@ std::vector<StripText> RaceStrip::texts() const {
         out.push_back({row.name, QRect(6, y, nameW, h), f.big, readableOn(row.color, palette().color(QPalette::Window)),
                        Qt::AlignVCenter | Qt::AlignLeft});
         StripText status{row.status, QRect(statusX, y, statusW, h), f.base,
-                         row.failed ? readableOn(QColor(220, 70, 70), palette().color(QPalette::Window)) : text,
+                         row.failed ? failureOn(palette().color(QPalette::Window)) : text,
                          Qt::AlignVCenter | Qt::AlignLeft};
         if (base.horizontalAdvance(row.status) > statusW) {
             // Too long for one line (a failure's reason): two lines in a smaller font, word-wrapped;
@@ -291,11 +291,9 @@ std::vector<StripText> RaceStrip::texts() const {
     if (!m_badge.isEmpty()) {
         // A note (the shared cores, why a lane is slower) wraps onto as many lines as it needs.
         const int y = 4 + static_cast<int>(m_rows.size()) * h;
-        out.push_back(
-            {m_badge, QRect(6, y, width() - 12, badgeHeight()), f.base,
-             readableOn(palette().color(QPalette::Window).lightness() < 128 ? QColor(255, 196, 64) : QColor(160, 90, 0),
-                        palette().color(QPalette::Window)),
-             Qt::AlignVCenter | Qt::AlignLeft | Qt::TextWordWrap});
+        out.push_back({m_badge, QRect(6, y, width() - 12, badgeHeight()), f.base,
+                       warningOn(palette().color(QPalette::Window)),
+                       Qt::AlignVCenter | Qt::AlignLeft | Qt::TextWordWrap});
     }
     return out;
 }

@@ -157,9 +157,9 @@ void SummaryTable::colourRows() {
             if (c == 0 && colours.lane.isValid()) {
                 fg = readableOn(colours.lane, background);
             } else if (c == kDataColumn && colours.synthetic) {
-                fg = readableOn(QColor(160, 90, 0), background); // synthetic data: amber
+                fg = warningOn(background); // synthetic data
             } else if (c == kStatusColumn && colours.bad) {
-                fg = readableOn(QColor(200, 50, 50), background); // failed or diverged: red
+                fg = failureOn(background); // failed or diverged
             }
             item->setForeground(fg);
         }

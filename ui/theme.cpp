@@ -1,5 +1,10 @@
 #include "theme.h"
 
+#include <QApplication>
+#include <QToolTip>
+
+#include <optional>
+
 namespace devicerace::ui {
 
 QPalette darkPalette() {
@@ -33,6 +38,35 @@ QPalette darkPalette() {
     p.setColor(QPalette::Disabled, QPalette::Button, QColor(36, 36, 40));
     p.setColor(QPalette::Disabled, QPalette::PlaceholderText, QColor(96, 96, 102));
     return p;
+}
+
+namespace {
+struct Light {
+    QPalette application;
+    QPalette toolTip;
+};
+std::optional<Light>& light() {
+    static std::optional<Light> saved;
+    return saved;
+}
+} // namespace
+
+QPalette lightPalette() { return light() ? light()->application : QApplication::palette(); }
+
+void applyApplicationTheme(bool dark) {
+    if (!light()) {
+        light() = Light{QApplication::palette(), QToolTip::palette()};
+    }
+    if (dark) {
+        const QPalette p = darkPalette();
+        QApplication::setPalette(p);
+        QToolTip::setPalette(p);
+    } else {
+        QApplication::setPalette(light()->application);
+        QToolTip::setPalette(light()->toolTip);
+    }
+    // Qt posts the change to the widgets: delivered now, the window reads its new palette at once.
+    QCoreApplication::sendPostedEvents(nullptr, QEvent::ApplicationPaletteChange);
 }
 
 } // namespace devicerace::ui

@@ -119,7 +119,7 @@ VideoResult exportVideo(const VideoOptions& o, const std::function<bool(int, int
     race.setReplayTime(0);
     Dashboard dashboard(&race);
     dashboard.setAttribute(Qt::WA_DontShowOnScreen);
-    dashboard.setPalette(o.dark ? darkPalette() : QApplication::palette());
+    dashboard.setPalette(o.dark ? darkPalette() : lightPalette());
     dashboard.setAutoFillBackground(true);
     dashboard.resize(o.size);
     dashboard.setPresentation(true, std::max(1.0, o.size.height() / kPixelsPerFontScale));

@@ -4,11 +4,13 @@
 #include <QAbstractItemView>
 #include <QComboBox>
 #include <QDirIterator>
+#include <QFileDialog>
 #include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
@@ -16,6 +18,7 @@
 #include <QSvgRenderer>
 #include <QTemporaryDir>
 #include <QToolBar>
+#include <QToolTip>
 #include <QStandardPaths>
 #include <QtCharts/QChart>
 
@@ -24,7 +27,9 @@
 #include "charts/metric_chart.h"
 #include "charts/safe_chart_view.h"
 #include "dashboard.h"
+#include "drawn_text.h"
 #include "exporter.h"
+#include "hosts_dialog.h"
 #include "device_panel.h"
 #include "devicerace/device_info.h"
 #include "devicerace/tensorboard.h"
@@ -463,18 +468,7 @@ private Q_SLOTS:
                     label->setText(QStringLiteral("GPU lane left out: no CUDA device here"));
                 }
                 label->resize(label->sizeHint());
-                // The text as drawn (a colour set any way, palette or style sheet): of the fully
-                // opaque pixels, the one farthest from the panel's background.
-                const QImage drawn = label->grab().toImage().convertToFormat(QImage::Format_ARGB32);
-                QColor fg = bg;
-                for (int y = 0; y < drawn.height(); ++y) {
-                    for (int x = 0; x < drawn.width(); ++x) {
-                        const QColor c = drawn.pixelColor(x, y);
-                        if (c.alpha() == 255 && contrastRatio(c, bg) > contrastRatio(fg, bg)) {
-                            fg = c;
-                        }
-                    }
-                }
+                const QColor fg = drawnText(*label, bg).text;
                 QVERIFY2(
                     contrastRatio(fg, bg) >= 4.5,
                     qPrintable(QStringLiteral("%1, %2 theme: %3 on %4, %5:1")
@@ -551,6 +545,52 @@ private Q_SLOTS:
                 w.race()->histories()[0].state == LaneState::Evaluating);
         w.stopRace();
         QTRY_VERIFY_WITH_TIMEOUT(w.race()->finished(), 20000);
+    }
+
+    // The dialogs the window opens (Hosts, a message box, a file picker) and its tooltips take
+    // the window's theme: a top-level window does not inherit its parent's palette, so on the
+    // dark theme they opened light. Closing the window gives the application its light palette back.
+    void dialogsAndTooltipsFollowTheWindowsTheme() {
+        const QColor darkWindow = darkPalette().color(QPalette::Window);
+        const QColor lightWindow = QApplication::palette().color(QPalette::Window);
+        QVERIFY(lightWindow != darkWindow);
+        const auto drawnBackground = [](QWidget& dialog) {
+            dialog.resize(dialog.sizeHint());
+            return dialog.grab().toImage().pixelColor(2, 2);
+        };
+        {
+            MainWindow w;
+            w.show();
+            for (const bool dark : {true, false, true}) {
+                w.setDarkTheme(dark);
+                const QColor want = dark ? darkWindow : lightWindow;
+                HostsDialog hosts(&w);
+                QMessageBox box(QMessageBox::Warning, QStringLiteral("DeviceRace"), QStringLiteral("a message"),
+                                QMessageBox::Ok, &w);
+                QFileDialog files(&w);
+                files.setOption(QFileDialog::DontUseNativeDialog);
+                for (QWidget* dialog : std::initializer_list<QWidget*>{&hosts, &box, &files}) {
+                    const QString what = QString::fromLatin1(dialog->metaObject()->className()) +
+                                         (dark ? QStringLiteral(", dark") : QStringLiteral(", light"));
+                    QVERIFY2(dialog->palette().color(QPalette::Window) == want, qPrintable(what));
+                    QVERIFY2(drawnBackground(*dialog) == want,
+                             qPrintable(what + QStringLiteral(": drew ") + drawnBackground(*dialog).name()));
+                    const QColor text = dialog->palette().color(QPalette::WindowText);
+                    QVERIFY2(contrastRatio(text, want) >= 4.5, qPrintable(what));
+                }
+                QCOMPARE(QToolTip::palette().color(QPalette::ToolTipBase),
+                         dark ? darkPalette().color(QPalette::ToolTipBase)
+                              : lightPalette().color(QPalette::ToolTipBase));
+            }
+            // Presentation mode has its own theme (dark by default): the dialogs follow it too.
+            w.setDarkTheme(false);
+            w.setPresentation(true);
+            QCOMPARE(HostsDialog(&w).palette().color(QPalette::Window), darkWindow);
+            w.setPresentation(false);
+            QCOMPARE(HostsDialog(&w).palette().color(QPalette::Window), lightWindow);
+            w.setDarkTheme(true);
+        }
+        QCOMPARE(QApplication::palette().color(QPalette::Window), lightWindow);
     }
 
     void themeAndLastRacePersist() {

@@ -15,7 +15,10 @@
 #include <fstream>
 #include <sys/stat.h>
 
+#include "charts/palette.h"
+#include "drawn_text.h"
 #include "hosts_dialog.h"
+#include "theme.h"
 #include "lanes_table.h"
 #include "remote_hosts.h"
 
@@ -146,6 +149,19 @@ private Q_SLOTS:
             said = said || label->text().contains(QStringLiteral("may not start with '-'"));
         }
         QVERIFY(said);
+        // The message reads on either theme (its fixed red was 3.1:1 on the dark one).
+        auto* error = dialog.findChild<QLabel*>(QStringLiteral("hostsError"));
+        QVERIFY(error);
+        error->resize(error->sizeHint());
+        for (const QPalette& theme : {darkPalette(), lightPalette()}) {
+            dialog.setPalette(theme);
+            const QColor bg = dialog.palette().color(QPalette::Window);
+            const DrawnText drawn = drawnText(*error);
+            QCOMPARE(drawn.background, bg); // shown on the dialog's background
+            const QColor fg = drawn.text;
+            QVERIFY2(contrastRatio(fg, bg) >= 4.5, qPrintable(fg.name() + QStringLiteral(" on ") + bg.name()));
+            QVERIFY2(fg.hslHue() <= 15 || fg.hslHue() >= 345, qPrintable(fg.name())); // still red
+        }
     }
 
     void cleanupTestCase() { RemoteHosts::instance().setHosts({}); }

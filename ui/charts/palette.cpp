@@ -47,4 +47,12 @@ QColor readableOn(const QColor& color, const QColor& background, double minRatio
     return target;
 }
 
+QColor warningOn(const QColor& background, double minRatio) {
+    return readableOn(background.lightness() < 128 ? QColor(255, 196, 64) : QColor(160, 90, 0), background, minRatio);
+}
+
+QColor failureOn(const QColor& background, double minRatio) {
+    return readableOn(background.lightness() < 128 ? QColor(235, 90, 90) : QColor(200, 50, 50), background, minRatio);
+}
+
 } // namespace devicerace::ui

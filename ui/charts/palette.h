@@ -12,5 +12,10 @@ double contrastRatio(const QColor& a, const QColor& b);
 /// `color`, lightened or darkened just enough to reach `minRatio` against `background`
 /// (the hue stays recognisable): lane names in the strip, the table and exports.
 QColor readableOn(const QColor& color, const QColor& background, double minRatio = 4.5);
+/// The warning amber (synthetic data, a preset's notes, the stage's note under the lanes),
+/// readable on `background`: a bright amber on dark backgrounds, a deep one on light.
+QColor warningOn(const QColor& background, double minRatio = 4.5);
+/// The failure red (a failed or diverged lane), readable on `background`.
+QColor failureOn(const QColor& background, double minRatio = 4.5);
 
 } // namespace devicerace::ui
