@@ -577,6 +577,12 @@ private Q_SLOTS:
                              qPrintable(what + QStringLiteral(": drew ") + drawnBackground(*dialog).name()));
                     const QColor text = dialog->palette().color(QPalette::WindowText);
                     QVERIFY2(contrastRatio(text, want) >= 4.5, qPrintable(what));
+                    // DEVICERACE_LAYOUT_SHOTS=DIR keeps a picture of each dialog to look at.
+                    if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+                        const QString name = QString::fromLatin1(dialog->metaObject()->className());
+                        dialog->grab().save(shots + QLatin1Char('/') + name.section(QStringLiteral("::"), -1) +
+                                            (dark ? QStringLiteral("-dark.png") : QStringLiteral("-light.png")));
+                    }
                 }
                 QCOMPARE(QToolTip::palette().color(QPalette::ToolTipBase),
                          dark ? darkPalette().color(QPalette::ToolTipBase)
