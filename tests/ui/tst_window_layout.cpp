@@ -440,6 +440,7 @@ private Q_SLOTS:
         QTest::newRow("1280x720 presentation light") << 1280 << true << false << true;
         QTest::newRow("1920x1080 normal") << 1920 << false << false << false;
         QTest::newRow("1920x1080 normal maximized") << 1920 << false << true << false;
+        QTest::newRow("1920x1080 normal dark") << 1920 << false << false << true;
         QTest::newRow("1920x1080 presentation") << 1920 << true << false << false;
         QTest::newRow("1920x1080 presentation light") << 1920 << true << false << true;
     }
