@@ -192,6 +192,23 @@ class UnchangedPyTorch(RaceTest):
         self.assertFinished(race, "cpu·1")
         self.assertEqual([e for e in race.of("cpu·1", "eval") if e["accuracy"] is not None], [])
 
+    def test_a_slow_data_loader_makes_its_lane_input_bound(self):
+        # The script waits for its DataLoader's batches, 8 ms more a batch in lane "slow": the
+        # lane's data phase is the script's own wait, and that lane alone reads input-bound.
+        race = self.race(["cpu,threads=1,name=slow", "cpu,threads=1,name=fast"],
+                         train("--loader", "--data-delay-ms", "8", "--delay-lane", "slow", steps=200), "--fair")
+        self.assertFinished(race, "slow", "fast")
+        slow, fast = race.lane("slow"), race.lane("fast")
+        self.assertTrue(slow["input_bound"], slow["step_breakdown"])
+        self.assertFalse(fast["input_bound"], fast["step_breakdown"])
+        self.assertIn("data", fast["step_breakdown"])
+        own = race.own("slow")
+        script_wait = own["data_seconds"] / own["steps"]
+        self.assertGreater(script_wait, 0.008)
+        self.assertLess(abs(slow["step_breakdown"]["data"] / script_wait - 1), 0.25,
+                        (slow["step_breakdown"], script_wait))
+        self.assertIn("input-bound", race.r.stdout)
+
     def test_instrument_off_leaves_the_script_unreported(self):
         race = self.race(["cpu,threads=1,instrument=off,quiet=20"], train(steps=50))
         self.assertEqual(race.r.returncode, 1, race)

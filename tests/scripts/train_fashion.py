@@ -13,6 +13,10 @@ race holds a lane of each: raise (a ZeroDivisionError at step 30), kill (SIGKILL
 becomes NaN from step 30), badreports (raw lines on the report channel: not JSON, a step that
 goes back, a non-finite time), nostep (exits 0 before training), quiet (sleeps before training).
 --out FILE's "{lane}" becomes the lane's name.
+
+--loader reads the batches through a torch.utils.data.DataLoader; --data-delay-ms N makes each
+of its batches take N ms longer (a slow input pipeline), in every lane or, with --delay-lane NAME,
+in that lane only. The script's own time waiting for batches goes to --out as "data_seconds".
 """
 import argparse
 import gzip
@@ -64,6 +68,9 @@ def main():
     p.add_argument("--logdir", default=os.environ.get("DEVICERACE_LOGDIR", "runs"))
     p.add_argument("--out", default="")
     p.add_argument("--fault-by-lane", action="store_true")
+    p.add_argument("--loader", action="store_true")
+    p.add_argument("--data-delay-ms", type=float, default=0.0)
+    p.add_argument("--delay-lane", default="")
     a = p.parse_args()
     fault = os.environ.get("DEVICERACE_LANE", "") if a.fault_by_lane else ""
     a.raise_at = 30 if fault == "raise" else 0
@@ -109,9 +116,29 @@ def main():
 
     model.train()
     n = x.shape[0]
+    delay = a.data_delay_ms / 1000 if a.delay_lane in ("", os.environ.get("DEVICERACE_LANE")) else 0.0
+
+    class Batches(torch.utils.data.Dataset):
+        def __len__(self):
+            return a.steps
+
+        def __getitem__(self, k):
+            if delay:
+                time.sleep(delay)
+            i = (k * a.batch) % (n - a.batch)
+            return x[i:i + a.batch], y[i:i + a.batch]
+
+    batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None)) if a.loader else None
+    data_seconds = 0.0
     for step in range(1, a.steps + 1):
-        i = ((step - 1) * a.batch) % (n - a.batch)
-        xb, yb = x[i:i + a.batch].to(device), y[i:i + a.batch].to(device)
+        if batches is not None:
+            started = time.monotonic()
+            xb, yb = next(batches)
+            data_seconds += time.monotonic() - started
+            xb, yb = xb.to(device), yb.to(device)
+        else:
+            i = ((step - 1) * a.batch) % (n - a.batch)
+            xb, yb = x[i:i + a.batch].to(device), y[i:i + a.batch].to(device)
         loss = F.cross_entropy(model(xb), yb)
         if a.nan_at and step >= a.nan_at:
             loss = loss * float("nan")
@@ -158,7 +185,7 @@ def main():
         except AttributeError:
             cpus = os.cpu_count()
         with open(a.out, "w") as f:
-            json.dump({"steps": a.steps, "samples": samples, "ends": ends, "threads": torch.get_num_threads(),
+            json.dump({"steps": a.steps, "samples": samples, "ends": ends, "data_seconds": data_seconds, "threads": torch.get_num_threads(),
                        "cpus": cpus, "cuda": torch.cuda.is_available(), "device": device, "accuracy": acc,
                        "env": {k: os.environ.get(k) for k in ("DEVICERACE_DEVICE", "CUDA_VISIBLE_DEVICES",
                                                               "OMP_NUM_THREADS", "DEVICERACE_LANE")}}, f)

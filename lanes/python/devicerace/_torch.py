@@ -10,8 +10,11 @@ training"): installed when the script imports torch, in a race's lane only (site
   or the tokens of a language model whose logits are flattened to (B*T, V).
 - Evaluations: the time between a module's `eval()` and its `train()` is left out of the
   throughput intervals (what it measured is not visible here).
-- Phases: on the CPU, the seconds in `backward()` and in the optimizer's step; the rest of a
-  step (data, forward) is "other". On a GPU those calls only queue work, so no phases are said.
+- Phases: on the CPU, the seconds spent waiting for a `torch.utils.data.DataLoader`'s next
+  batch ("data": what makes a lane input-bound, as for the built-in lanes; outside evaluations),
+  in `backward()` and in the optimizer's step; the rest of a step (the forward pass, the loss, a
+  batch the script makes itself) is "other". On a GPU those calls only queue work, so no phases
+  are said.
 """
 import time
 
@@ -37,6 +40,7 @@ class _State:
     pending_known = True
     pending_losses = []   # their losses, detached (read at report points only)
     on_cpu = True
+    device_known = False  # the first backward() has said where the lane trains
     optimizer_started = None
     eval_started = None
 
@@ -82,6 +86,7 @@ def install(torch):
             if self.numel() == 1:
                 state.pending_losses.append(self.detach())
                 state.on_cpu = not self.is_cuda
+                state.device_known = True
                 if state.batch is None:
                     state.pending_known = False
                 else:
@@ -126,6 +131,27 @@ def install(torch):
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     _hooks[:] = [(register_optimizer_step_pre_hook, before_step), (register_optimizer_step_post_hook, after_step)]
     _hooks[:] = [(register, hook, register(hook)) for register, hook in _hooks]
+
+    try:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+    except ImportError:  # a PyTorch without it: no data phase
+        _BaseDataLoaderIter = None
+    if _BaseDataLoaderIter is not None:
+        loader_next = _BaseDataLoaderIter.__next__
+
+        def next_batch(self):
+            # Training batches only: a test loader read during an evaluation is the evaluation's.
+            if not (state.device_known and state.on_cpu and state.eval_started is None and lane._source != "api"):
+                return loader_next(self)
+            started = time.perf_counter()
+            try:
+                return loader_next(self)
+            finally:
+                lane._add_phase("data", time.perf_counter() - started)
+
+        next_batch.__doc__ = loader_next.__doc__
+        _BaseDataLoaderIter.__next__ = next_batch
+        _swaps.append((_BaseDataLoaderIter, "__next__", loader_next, next_batch))
 
     module_train = torch.nn.Module.train
 
