@@ -103,13 +103,26 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
     if (baseline >= 0 && baseline < static_cast<int>(hist.size())) {
         baseRate = rate(hist[static_cast<std::size_t>(baseline)]);
     }
+    // A lane whose length only its command knows (a script without --steps) is measured against
+    // the steps such a lane finished with: the same command, so in a fair race the lanes after
+    // the first show their progress. Until one finishes, the bar stays empty and the status
+    // counts steps.
+    std::int64_t unknownLength = 0;
+    for (std::size_t i = 0; i < lanes.size() && i < hist.size(); ++i) {
+        if (lanes[i].totalSteps <= 0 && hist[i].state == LaneState::Finished) {
+            unknownLength = std::max(unknownLength, hist[i].lastStep);
+        }
+    }
     for (std::size_t i = 0; i < lanes.size() && i < hist.size(); ++i) {
         const auto& lane = lanes[i];
         const auto& h = hist[i];
         StripRow row;
         row.name = lane.name;
         row.color = lane.color;
-        row.progress = lane.totalSteps > 0 ? static_cast<double>(h.lastStep) / static_cast<double>(lane.totalSteps) : 0;
+        const std::int64_t length = lane.totalSteps > 0 ? lane.totalSteps : unknownLength;
+        row.progress = h.state == LaneState::Finished ? 1.0
+                       : length > 0                   ? static_cast<double>(h.lastStep) / static_cast<double>(length)
+                                                      : 0.0;
         const QString acc = h.lastAccuracy ? QStringLiteral(" · acc %1").arg(*h.lastAccuracy, 0, 'f', 3) : QString();
         switch (h.state) {
         case LaneState::Pending: row.status = QObject::tr("waiting"); break;
@@ -122,6 +135,10 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         case LaneState::Running: {
             if (h.lastStep < warmupSteps) {
                 row.status = QObject::tr("warm-up (not measured)");
+                break;
+            }
+            if (lane.totalSteps <= 0) { // a script that alone knows its length: no epoch, no ETA
+                row.status = QObject::tr("step %1").arg(h.lastStep) + acc;
                 break;
             }
             double eta = NAN;

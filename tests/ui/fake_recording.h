@@ -30,6 +30,7 @@ struct FakeLane {
     double watts = 0; // > 0: each train sample carries the energy of its interval
     // A data-parallel lane: each rank's breakdown in every train sample (rank 0 reports for all).
     std::vector<std::map<std::string, double>> rankBreakdowns = {};
+    bool lengthKnown = true; // false: total_steps 0, as a script lane's whose command alone knows it
 };
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
@@ -43,7 +44,8 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
     QJsonArray manifestLanes;
     for (const auto& lane : lanes) {
         const QString file = lane.name + QStringLiteral(".jsonl");
-        const auto totalSteps = static_cast<qint64>(lane.samplesPerSec * lane.seconds / kBatch);
+        const auto totalSteps =
+            lane.lengthKnown ? static_cast<qint64>(lane.samplesPerSec * lane.seconds / kBatch) : qint64{0};
         QJsonObject entry{{QStringLiteral("name"), lane.name},         {QStringLiteral("file"), file},
                           {QStringLiteral("spec"), lane.device},       {QStringLiteral("device"), lane.device},
                           {QStringLiteral("total_steps"), totalSteps}, {QStringLiteral("batch"), kBatch}};

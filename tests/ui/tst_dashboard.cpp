@@ -695,6 +695,42 @@ private Q_SLOTS:
         QVERIFY(!chart->zoomed());
         QVERIFY(drawnXExtent(chart).first < 5);
     }
+
+    // A script that alone knows its length (no --steps): before any such lane finishes the bars
+    // stay empty and the status counts steps (it read "epoch 1 · ETA --:--"); a finished lane's
+    // bar is full (it stayed empty), and a lane of the same command still running is measured
+    // against the steps the finished one took.
+    void aScriptLaneOfUnknownLengthShowsItsProgress() {
+        QTemporaryDir dir;
+        FakeLane first{QStringLiteral("first")};
+        first.seconds = 30;
+        first.lengthKnown = false;
+        FakeLane second{QStringLiteral("second")};
+        second.samplesPerSec = 500; // the same 30,000 samples in twice the time
+        second.seconds = 60;
+        second.lengthKnown = false;
+        QVERIFY(writeFakeRecording(dir.path(), {first, second}));
+        RaceController race;
+        QString error;
+        QVERIFY2(race.addRecording(dir.path(), &error), qPrintable(error));
+        race.setReplayTime(20);
+        race.poll();
+        auto rows = stripRows(race, 0, 0);
+        QCOMPARE(rows.size(), std::size_t(2));
+        for (const auto& row : rows) {
+            QCOMPARE(row.progress, 0.0);
+            QVERIFY2(row.status.startsWith(QStringLiteral("step ")) && !row.status.contains(QStringLiteral("ETA")),
+                     qPrintable(row.status));
+        }
+        race.setReplayTime(45);
+        race.poll();
+        rows = stripRows(race, 0, 0);
+        QCOMPARE(rows[0].progress, 1.0);
+        QVERIFY2(rows[0].status.startsWith(QStringLiteral("done")), qPrintable(rows[0].status));
+        const double expected = (500.0 * 45 / 128) / (1000.0 * 30 / 128); // its steps over first's: 0.75
+        QVERIFY2(std::abs(rows[1].progress - expected) < 0.02, qPrintable(QString::number(rows[1].progress)));
+        QVERIFY2(rows[1].status.startsWith(QStringLiteral("step ")), qPrintable(rows[1].status));
+    }
 };
 
 QTEST_MAIN(TestDashboard)
