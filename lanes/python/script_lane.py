@@ -126,6 +126,8 @@ class ScriptLane:
         self.steps_limit = c["steps"]
         # A GPU lane's peak memory: what rank 0's script reports (its tensors on the lane's GPUs).
         self.peak_memory = None
+        # The FLOPs per sample the instrumentation counted over one step, and its precision.
+        self.flops = None
         self.meter = dw.Meter(session.emit, self.label, 0, c["warmup"], lambda: self.peak_memory)
         self.ready = {"batch": (self.batch or 0) * self.ranks, "total_steps": self.steps_limit or 0,
                       "threads": self.threads or 0,
@@ -282,6 +284,9 @@ class ScriptLane:
         parts.append("reports: " + ", or ".join(ways))
         if self.batch:
             parts.append(f"samples = steps × batch {self.batch}")
+        if self.flops:
+            parts.append(f"{self.flops[0] / 1e6:,.1f} MFLOP a sample in {self.flops[1]}, counted by PyTorch's "
+                         "FlopCounterMode over one step")
         return "; ".join(parts)
 
     def run(self, session):
@@ -489,6 +494,8 @@ class ScriptLane:
             if m.get("loss_reported") and self.number(m, "loss") is None:
                 self.refuse(f"a non-finite loss at step {step} (not plotted)")
             self.progress(step, samples, t, self.number(m, "loss"), m.get("phases"))
+            if isinstance(m.get("flops"), dict) and self.flops is None:
+                self.take_flops(m["flops"], t)
         elif kind == "eval":
             t = self.number(m, "time")
             if t is None:
@@ -520,6 +527,20 @@ class ScriptLane:
         if samples is not None and self.ranks > 1:
             samples *= self.ranks
         return samples
+
+    def take_flops(self, flops, t):
+        """Rank 0's count of one step's FLOPs (devicerace._torch): the engine learns the precision
+        it ran in (to pick the peak "% of peak" divides by), then a running state carries the count,
+        as a built-in lane's does; the execution text says where it came from."""
+        per_sample, precision = self.number(flops, "per_sample"), flops.get("precision")
+        if per_sample is None or per_sample <= 0 or precision not in ("fp32", "bf16", "fp16"):
+            return self.refuse(f"a FLOP count that is not one: {flops!r:.120}")
+        self.flops = (per_sample, precision)
+        self.session.send({"type": "flops", "per_sample": per_sample, "precision": precision})
+        s = self.meter.base("state")
+        s.update({"state": "running", "message": "", "t": self.lane_time(t), "flops_per_sample": per_sample})
+        self.meter.emit(s)
+        self.session.execution(self.describe())
 
     def progress(self, step, samples, t, loss, phases):
         """A step report (`samples` already the lane's: lane_samples)."""

@@ -133,7 +133,15 @@ class UnchangedPyTorch(RaceTest):
             phases = lane["step_breakdown"]
             self.assertIn("optimizer", phases)
             self.assertIn("other", phases)
+            # PyTorch counted one step's FLOPs (784-256-10: 818,176 a sample), so the lane has an
+            # achieved FLOP/s against this machine's peak for its threads, as a built-in lane does.
+            self.assertEqual(lane["flops_per_sample"], 818176)
+            self.assertIn(f"{threads} thread", lane["peak_source"])
+            self.assertGreater(lane["utilization"], 0)
+            self.assertAlmostEqual(lane["achieved_flops_per_sec"], 818176 * lane["samples_per_sec"], delta=1)
+            self.assertIn("FlopCounterMode", lane["execution"])
         self.assertIn("cpu·2", race.summary["speedup"])
+        self.assertIn("FLOPs per sample counted by PyTorch over one step of the script", race.r.stdout)
 
     def test_a_recording_replays_and_exports_without_running_the_command(self):
         rec = tempfile.mkdtemp(prefix="devicerace-script-rec-")

@@ -143,6 +143,39 @@ GPU_MEMORY = textwrap.dedent("""
 """)
 
 
+# An unchanged PyTorch loop (the hooks count it) whose FLOPs are known: 784-256-10 at batch 32,
+# per sample 2 x (784x256 + 256x10) forward, as much again for the weights' gradients, and the
+# second layer's input gradient (the first layer's input needs none): 818,176. The way it trains
+# is argv[1]: fp32; bf16 (forward and loss under CPU autocast); eval (an evaluation inside the
+# first counted step, which is then counted again); compiled (torch.compile said to have compiled
+# a frame: its counter stood in for, so nothing is counted).
+FLOPS = textwrap.dedent("""
+    import sys, time, torch
+    import torch.nn.functional as F
+    way = sys.argv[1]
+    if way == "compiled":
+        import torch._dynamo
+        torch._dynamo.utils.counters["frames"]["ok"] += 1
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.rand(32, 784), torch.randint(0, 10, (32,))
+    for step in range(1, 41):
+        if way == "eval" and step == 4:
+            model.eval()
+            with torch.no_grad():
+                model(torch.rand(500, 784))
+            model.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=way == "bf16"):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(0.005)
+""")
+FLOPS_PER_SAMPLE = 2 * (784 * 256 + 256 * 10) * 2 + 2 * 256 * 10
+
+
 class ScriptLaneTest(unittest.TestCase):
     def check(self, s):
         """docs/EVENTS.md's schema as a script lane fills it: a script may not say its accuracy or
@@ -172,10 +205,12 @@ class ScriptLaneTest(unittest.TestCase):
         self.assertEqual(ready["type"], "ready", ready)
         lane.send({"type": "start", "id": 1})
         samples = []
+        self.messages = []
         while True:
             m = lane.next()
             if m is None:
                 break
+            self.messages.append(m)
             if m["type"] == "sample":
                 self.check(m["sample"])
                 samples.append((time.monotonic(), m["sample"]))
@@ -370,6 +405,30 @@ class ScriptLaneTest(unittest.TestCase):
         lane, samples = self.run_lane([PYTHON, script, "unstarted"])
         self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
         self.assertEqual({s["memory_bytes"] for s in samples}, {None})
+
+    def test_an_unchanged_scripts_flops_are_counted_over_one_step(self):
+        """PyTorch's FlopCounterMode over one warm-up step gives the lane its FLOPs per sample, with
+        the precision the loss saw, first to the engine ("flops", to pick the peak), then in a
+        running state as a built-in lane's; never across an evaluation, never in compiled code."""
+        script = os.path.join(self.dir, "flops.py")
+        with open(script, "w") as f:
+            f.write(FLOPS)
+        for way, precision in (("fp32", "fp32"), ("bf16", "bf16"), ("eval", "fp32"), ("compiled", None)):
+            lane, samples = self.run_lane([PYTHON, script, way])
+            self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+            sent = [m for m in self.messages if m["type"] == "flops"]
+            counted = [s["flops_per_sample"] for s in samples if s.get("flops_per_sample") is not None]
+            if precision is None:
+                self.assertEqual((sent, counted), ([], []), way)
+                continue
+            self.assertEqual([(m["per_sample"], m["precision"]) for m in sent], [(FLOPS_PER_SAMPLE, precision)], way)
+            self.assertEqual(counted, [FLOPS_PER_SAMPLE], way)
+            flops_at = self.messages.index(sent[0])
+            later = [m for m in self.messages[flops_at:] if m["type"] == "sample" and
+                     m["sample"].get("flops_per_sample") is not None]
+            self.assertEqual(len(later), 1, way)  # the state follows the engine's message
+            texts = [m["text"] for m in self.messages if m["type"] == "execution"]
+            self.assertIn(f"0.8 MFLOP a sample in {precision}, counted by PyTorch's FlopCounterMode", texts[-1])
 
     def test_a_figure_printed_just_before_the_last_step_is_kept(self):
         """A lane that --steps stops (or the user stops) takes the figures its script printed in the

@@ -144,10 +144,16 @@ Race::Race(RaceSpec requested, LaneFactory factory) : m_impl(std::make_unique<Im
     m_impl->plan = plan;
     // The CPU peaks "% of peak" divides by, measured now if this machine has none cached: never
     // while lanes train (the calibration would measure the race, and slow it).
+    // A script lane's arithmetic is its script's: fp32, or bf16 under autocast where this CPU has
+    // bf16 units (its "% of peak" takes the peak of what its FLOP count saw).
+    const bool bf16Units = !deviceReport().cpu.bf16Units.empty();
     for (const auto& lane : plan.lanes) {
         if (lane.localThreads > 0) {
             try {
                 (void)cpuPeakFlops(lane.spec.precision, lane.localThreads);
+                if (lane.spec.framework == "script" && bf16Units && lane.localCpuProcesses == 1) {
+                    (void)cpuPeakFlops(Precision::Bf16, lane.localThreads);
+                }
             } catch (const std::exception&) {
                 // The lane then reports no peak; the race still runs.
             }

@@ -10,12 +10,14 @@
 
 #include <atomic>
 #include <future>
+#include <map>
 #include <cstdlib>
 #include <thread>
 
 #include "devicerace/errors.h"
 #include "devicerace/format.h"
 #include "metrics/sample_json.h"
+#include "train/run_plan.h"
 #include "workers/launch_spec.h"
 #include "workers/script_copy.h"
 #include "workers/worker_connection.h"
@@ -80,6 +82,7 @@ struct WorkerLane::Impl {
                 auto s = detail::sampleFromJson(m.body.at("sample"));
                 s.lane = spec.name; // the parent's name, whatever the worker wrote
                 explainFrameworkLane(s);
+                peakOfScriptLane(s);
                 record->push(std::move(s));
             } catch (const std::exception& e) {
                 failure = fmt::format("the worker sent a malformed sample: {}", e.what());
@@ -92,6 +95,13 @@ struct WorkerLane::Impl {
             if (auto it = m.body.find("text"); it != m.body.end() && it->is_string()) {
                 record->setExecution(it->get<std::string>());
             }
+        } else if (m.type == "flops") {
+            // A script lane counted one step's FLOPs: the peak of the arithmetic it ran in.
+            const auto precision = m.body.value("precision", std::string());
+            const auto it = scriptPeaks.find(precision == "bf16"   ? Precision::Bf16
+                                             : precision == "fp16" ? Precision::Fp16
+                                                                   : Precision::Fp32);
+            scriptPeak = it != scriptPeaks.end() ? std::optional<PeakFlops>(it->second) : std::nullopt;
         } else if (m.type == "error") {
             workerError = m.body.value("message", std::string("(no message)"));
         }
@@ -115,6 +125,50 @@ struct WorkerLane::Impl {
         }
     }
     bool explained = false;
+
+    // A script lane's FLOPs are counted by its own PyTorch (devicerace._torch, one step under
+    // FlopCounterMode), after its "flops" message names the precision: the running state that
+    // carries them gets this machine's peak for that precision, prepared with the lane (never
+    // measured while lanes train). Local lanes of one process only: a remote one's peak is its
+    // host's, and a data-parallel one's would be the ranks' together.
+    void peakOfScriptLane(MetricSample& s) {
+        if (s.kind == SampleKind::State && s.flopsPerSample && !s.peakFlopsPerSec && scriptPeak &&
+            scriptPeak->flopsPerSec > 0) {
+            s.peakFlopsPerSec = scriptPeak->flopsPerSec;
+            s.peakSource = scriptPeak->source;
+        }
+    }
+    void prepareScriptPeaks() {
+        if (!spec.framework || *spec.framework != "script" || !spec.host.empty() || spec.workers.value_or(1) > 1 ||
+            endpoint) {
+            return;
+        }
+        try {
+            if (spec.device == "cpu") {
+                const int threads = spec.threads.value_or(detail::defaultCpuThreads());
+                scriptPeaks[Precision::Fp32] = cpuPeakFlops(Precision::Fp32, threads);
+                if (!deviceReport().cpu.bf16Units.empty()) {
+                    scriptPeaks[Precision::Bf16] = cpuPeakFlops(Precision::Bf16, threads);
+                }
+                // fp16 on a CPU: held to the fp32 figure (no fp16 calibration; a peak must not be low).
+                scriptPeaks[Precision::Fp16] = scriptPeaks[Precision::Fp32];
+            } else {
+                const auto& gpus = deviceReport().gpus;
+                const auto index = spec.device.size() > 5 ? std::stoi(spec.device.substr(5)) : 0;
+                if (index >= 0 && static_cast<std::size_t>(index) < gpus.size()) {
+                    for (const auto p : {Precision::Fp32, Precision::Bf16, Precision::Fp16}) {
+                        if (auto peak = gpuDatasheetPeak(gpus[static_cast<std::size_t>(index)].name, p)) {
+                            scriptPeaks[p] = *peak;
+                        }
+                    }
+                }
+            }
+        } catch (const std::exception&) {
+            // No peak: the lane still shows its achieved FLOP/s.
+        }
+    }
+    std::map<Precision, PeakFlops> scriptPeaks;
+    std::optional<PeakFlops> scriptPeak;
 
     // Starts the worker, checks its hello, sends the lane, waits until it was accepted.
     // Throws UsageError saying what went wrong.
@@ -199,13 +253,14 @@ struct WorkerLane::Impl {
             spec.threads = ready.threads;
         }
         prepareFrameworkExplanation();
+        prepareScriptPeaks();
     }
 
     // A framework lane (another framework's program on this machine) sends no FLOP count or peak:
     // it trains the same network (parameter counts are checked at start-up), so the engine's count
     // and this machine's peak for its precision and threads make its utilisation comparable.
     // Counted here, while preparing (the peak is cached by the race), never while lanes train.
-    // A script lane's network is the user's: no count of its FLOPs (it says its own energy).
+    // A script lane counts its own FLOPs (devicerace._torch) and says its own energy: see peakOfScriptLane.
     bool frameworkHere() const {
         return spec.framework && *spec.framework != "devicerace" && *spec.framework != "script" && spec.host.empty();
     }

@@ -50,6 +50,8 @@ class Lane:
         # losses since its last call as (sum, count), for a script or callback that reports its
         # steps without a loss (the Hugging Face callback).
         self._hook_losses = None
+        # The instrumentation's count of one step's FLOPs ({"per_sample", "precision"}), sent once.
+        self._flops = None
         self._reported_step = 0
         if self.in_race:
             atexit.register(self._flush)  # the steps since the last report point, at a normal exit
@@ -136,6 +138,8 @@ class Lane:
         if self._phases:
             message["phases"] = self._phases
             self._phases = {}
+        if self._flops is not None:
+            message["flops"], self._flops = self._flops, None
         memory = self._peak_memory()
         if memory is not None:
             message["memory"] = memory

@@ -10,12 +10,19 @@ training"): installed when the script imports torch, in a race's lane only (site
   or the tokens of a language model whose logits are flattened to (B*T, V).
 - Evaluations: the time between a module's `eval()` and its `train()` is left out of the
   throughput intervals (what it measured is not visible here).
+- FLOPs: one training step in the warm-up (the one after the third optimizer step) runs under
+  PyTorch's FlopCounterMode: its matrix products, convolutions and attention (a multiply-add is 2
+  FLOPs, as DeviceRace counts its own networks) over the step's samples are the lane's FLOPs per
+  sample, sent once with the precision its loss saw (bf16 under autocast), so the lane has an
+  achieved FLOP/s and a "% of peak". Not where torch.compile has compiled anything (the counter's
+  dispatch mode would meet the compiled code), and not across an evaluation (counted again).
 - Phases: on the CPU, the seconds spent waiting for a `torch.utils.data.DataLoader`'s next
   batch ("data": what makes a lane input-bound, as for the built-in lanes; outside evaluations),
   in `backward()` and in the optimizer's step; the rest of a step (the forward pass, the loss, a
   batch the script makes itself) is "other". On a GPU those calls only queue work, so no phases
   are said.
 """
+import sys
 import time
 
 import devicerace
@@ -43,6 +50,15 @@ class _State:
     device_known = False  # the first backward() has said where the lane trains
     optimizer_started = None
     eval_started = None
+    flop_mode = None      # the FlopCounterMode of the step being counted, while it runs
+    flop_tries = 0
+    flop_spoiled = False  # an evaluation ran inside the counted step: counted again
+    flop_precision = "fp32"
+
+# The optimizer step after which one step's FLOPs are counted: inside the warm-up (whose 20 steps
+# the figures leave out), past the first steps' one-off work (lazy modules, allocator growth).
+_FLOP_STEP = 3
+_FLOP_TRIES = 3
 
 
 def install(torch):
@@ -65,6 +81,8 @@ def install(torch):
         def loss(input, *args, **kwargs):
             try:
                 state.batch = input.shape[0] if input.dim() > 0 else 1
+                if state.flop_mode is not None:
+                    state.flop_precision = _precision(torch, input)
             except Exception:
                 state.batch = None
             return original(input, *args, **kwargs)
@@ -118,6 +136,7 @@ def install(torch):
 
     def after_step(optimizer, args, kwargs):
         if lane._source == "api":
+            _end_flop_count(state)  # the script took over: never leave the counter on
             return
         lane._take_over("torch")
         if state.on_cpu and state.optimizer_started is not None:
@@ -127,6 +146,7 @@ def install(torch):
         state.pending_losses = []
         state.pending_samples, state.pending_known = 0, True
         lane._count(samples, losses, 1)
+        _count_flops(torch, lane, state, samples)
 
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     _hooks[:] = [(register_optimizer_step_pre_hook, before_step), (register_optimizer_step_post_hook, after_step)]
@@ -160,6 +180,7 @@ def install(torch):
         if lane._source != "api" and lane._step > 0:
             if not mode and state.eval_started is None:
                 state.eval_started = devicerace.now()
+                state.flop_spoiled = state.flop_mode is not None
                 lane._flush()  # the interval ends at the last step before the evaluation
             elif mode and state.eval_started is not None:
                 started, state.eval_started = state.eval_started, None
@@ -169,6 +190,68 @@ def install(torch):
     train.__doc__ = module_train.__doc__
     torch.nn.Module.train = train
     _swaps.append((torch.nn.Module, "train", module_train, train))
+
+
+def _precision(torch, tensor):
+    """The arithmetic a loss's input came from: autocast's dtype where it is on, else the tensor's."""
+    dtype = tensor.dtype
+    try:
+        if torch.is_autocast_enabled(tensor.device.type):
+            dtype = torch.get_autocast_dtype(tensor.device.type)
+    except Exception:
+        pass
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
+def _compiled():
+    """torch.compile has compiled something in this process (or that cannot be told)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    try:
+        return sys.modules["torch._dynamo"].utils.counters["frames"]["ok"] > 0
+    except Exception:
+        return True
+
+
+def _end_flop_count(state):
+    """Leaves the FlopCounterMode of the step being counted; the mode, or None."""
+    mode, state.flop_mode = state.flop_mode, None
+    if mode is not None:
+        try:
+            mode.__exit__(None, None, None)
+        except Exception:
+            state.flop_tries = _FLOP_TRIES
+            return None
+    return mode
+
+
+def _count_flops(torch, lane, state, samples):
+    """At an optimizer step's end: ends the counted step (its FLOPs per sample to the lane), or
+    starts counting the next one once the warm-up is past its first steps."""
+    mode = _end_flop_count(state)
+    if mode is not None:
+        spoiled, state.flop_spoiled = state.flop_spoiled, False
+        if spoiled or not samples:
+            return  # an evaluation inside it, or samples not seen: the next step is counted
+        try:
+            total = mode.get_total_flops()
+        except Exception:
+            total = 0
+        state.flop_tries = _FLOP_TRIES
+        if total > 0:
+            lane._flops = {"per_sample": total / samples, "precision": state.flop_precision}
+        return
+    if state.flop_tries >= _FLOP_TRIES or lane._step < _FLOP_STEP or state.eval_started is not None or _compiled():
+        return
+    state.flop_tries += 1
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+        counter = FlopCounterMode(display=False)
+        counter.__enter__()
+    except Exception:
+        state.flop_tries = _FLOP_TRIES
+        return
+    state.flop_mode, state.flop_spoiled, state.flop_precision = counter, False, "fp32"
 
 
 def set_enabled(on):
