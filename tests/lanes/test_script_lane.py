@@ -148,7 +148,8 @@ GPU_MEMORY = textwrap.dedent("""
 # second layer's input gradient (the first layer's input needs none): 818,176. The way it trains
 # is argv[1]: fp32; bf16 (forward and loss under CPU autocast); eval (an evaluation inside the
 # first counted step, which is then counted again); compiled (torch.compile said to have compiled
-# a frame: its counter stood in for, so nothing is counted).
+# a frame: its counter stood in for, so nothing is counted); badformula (PyTorch's FLOP formula
+# for the dense layers' addmm raises: the script trains on, nothing is counted).
 FLOPS = textwrap.dedent("""
     import sys, time, torch
     import torch.nn.functional as F
@@ -156,6 +157,11 @@ FLOPS = textwrap.dedent("""
     if way == "compiled":
         import torch._dynamo
         torch._dynamo.utils.counters["frames"]["ok"] += 1
+    if way == "badformula":
+        from torch.utils import flop_counter
+        def broken(*args, **kwargs):
+            raise ValueError("a shape this formula does not expect")
+        flop_counter.flop_registry[torch.ops.aten.addmm] = broken
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -413,13 +419,15 @@ class ScriptLaneTest(unittest.TestCase):
         script = os.path.join(self.dir, "flops.py")
         with open(script, "w") as f:
             f.write(FLOPS)
-        for way, precision in (("fp32", "fp32"), ("bf16", "bf16"), ("eval", "fp32"), ("compiled", None)):
+        for way, precision in (("fp32", "fp32"), ("bf16", "bf16"), ("eval", "fp32"), ("compiled", None),
+                               ("badformula", None)):
             lane, samples = self.run_lane([PYTHON, script, way])
             self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
             sent = [m for m in self.messages if m["type"] == "flops"]
             counted = [s["flops_per_sample"] for s in samples if s.get("flops_per_sample") is not None]
             if precision is None:
                 self.assertEqual((sent, counted), ([], []), way)
+                self.assertEqual(samples[-1]["step"], 40, way)  # trained to its end all the same
                 continue
             self.assertEqual([(m["per_sample"], m["precision"]) for m in sent], [(FLOPS_PER_SAMPLE, precision)], way)
             self.assertEqual(counted, [FLOPS_PER_SAMPLE], way)

@@ -213,6 +213,30 @@ def _compiled():
         return True
 
 
+_counter_class = None
+
+
+def _flop_counter():
+    """PyTorch's FlopCounterMode, made never to raise into the script: an op whose FLOP formula
+    fails (a shape it does not expect) marks the count failed (not sent) and the op's result stands."""
+    global _counter_class
+    if _counter_class is None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        class Counter(FlopCounterMode):
+            failed = False
+
+            def _count_flops(self, func_packet, out, args, kwargs):
+                try:
+                    return super()._count_flops(func_packet, out, args, kwargs)
+                except Exception:
+                    self.failed = True
+                    return out
+
+        _counter_class = Counter
+    return _counter_class
+
+
 def _end_flop_count(state):
     """Leaves the FlopCounterMode of the step being counted; the mode, or None."""
     mode, state.flop_mode = state.flop_mode, None
@@ -234,7 +258,7 @@ def _count_flops(torch, lane, state, samples):
         if spoiled or not samples:
             return  # an evaluation inside it, or samples not seen: the next step is counted
         try:
-            total = mode.get_total_flops()
+            total = 0 if mode.failed else mode.get_total_flops()
         except Exception:
             total = 0
         state.flop_tries = _FLOP_TRIES
@@ -245,8 +269,7 @@ def _count_flops(torch, lane, state, samples):
         return
     state.flop_tries += 1
     try:
-        from torch.utils.flop_counter import FlopCounterMode
-        counter = FlopCounterMode(display=False)
+        counter = _flop_counter()(display=False)
         counter.__enter__()
     except Exception:
         state.flop_tries = _FLOP_TRIES
