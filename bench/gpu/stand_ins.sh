@@ -7,8 +7,9 @@
 #              race's title when the preset has several; char-gpt-h100's style). To ship one, copy
 #              it into resources/presets/recordings/ and name it in that race's "stand_in".
 #   scripts    script lanes on CUDA: examples/fashion_mlp.py unchanged on cuda:0 beside cpu (the
-#              GPU lane's peak memory comes from PyTorch's allocator), and a script that raises on
-#              cuda:0 beside one that finishes (the other lane's result is kept)
+#              GPU lane's peak memory from PyTorch's allocator, its FLOPs from FlopCounterMode
+#              against the GPU's datasheet peak), and a script that raises on cuda:0 beside one
+#              that finishes (the other lane's result is kept)
 # Each part has its own time limit and refreshes $OUT (at most 8 files come back).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -24,7 +25,8 @@ for l in json.load(open(sys.argv[1]))["lanes"]:
     mem = l.get("peak_memory_bytes")
     print(f"{l['name']:<20} {l['status']:<9} {l.get('samples_per_sec') or 0:>10,.0f}/s "
           f"{l.get('steps_per_sec') or 0:>8,.1f} steps/s acc={l.get('final_test_accuracy')} "
-          f"peak_mem={mem if mem is None else f'{mem / 1e6:.1f} MB'} | {l.get('error') or ''}")
+          f"peak_mem={mem if mem is None else f'{mem / 1e6:.1f} MB'} flops/sample={l.get('flops_per_sample')} "
+          f"util={l.get('utilization')} data={l.get('data_share')} | {l.get('error') or ''}")
 PYEOF
 }
 GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
