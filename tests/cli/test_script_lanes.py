@@ -287,6 +287,22 @@ class FrameworkCallbacks(RaceTest):
         self.assertAlmostEqual(lane["final_test_loss"], own["eval_loss"], places=4)
         self.assertTrue(any(s["loss"] for s in race.of("cpu·1", "train")))
 
+    @unittest.skipUnless(has("transformers"), "transformers is not installed (scripts/setup --frameworks)")
+    def test_hugging_face_trainer_unchanged(self):
+        # The same Trainer without the callback: the hooks count its steps and tokens, its
+        # DataLoader's wait and one step's FLOPs, and its printed eval line (transformers 5 quotes
+        # the values: {'eval_loss': '4.708', ...}) is the lane's evaluation.
+        race = self.race(["cpu,threads=1"], [PYTHON, "hf_trainer.py", "--unchanged", "--steps", "60", "--out",
+                                             "{dir}/cpu·1.json", "--dir", "{dir}"], timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        self.assertEqual(lane["steps"], own["steps"])
+        self.assertEqual(lane["samples"] % lane["steps"], 0)  # the tokens of each step's batch
+        self.assertAlmostEqual(lane["final_test_loss"], own["eval_loss"], delta=1e-3 * own["eval_loss"])
+        self.assertGreater(lane["flops_per_sample"], 0)
+        self.assertGreater(lane["utilization"], 0)
+        self.assertIn("data", lane["step_breakdown"])
+
     @unittest.skipUnless(has("lightning"), "lightning is not installed (scripts/setup --frameworks)")
     def test_lightning_trainer(self):
         race = self.race(["cpu,threads=1"], [PYTHON, "lightning_fit.py", "--out", "{dir}/cpu·1.json"], timeout=600)

@@ -99,6 +99,11 @@ class PrintedFigures(unittest.TestCase):
             "step 200: loss 0.523, test accuracy 0.835": (0.835, None),
             "938/938 - 3s - loss: 0.52 - accuracy: 0.81 - val_accuracy: 0.8512 - val_loss: 0.4123": (0.8512, 0.4123),
             "{'eval_loss': 0.41, 'eval_accuracy': 0.85, 'epoch': 1.0}": (0.85, 0.41),
+            # transformers 5 prints its logs' values quoted
+            "{'eval_loss': '4.708', 'eval_runtime': '0.0106', 'eval_samples_per_second': '3015', 'epoch': '1'}":
+                (None, 4.708),
+            "{'eval_loss': '0.41', 'eval_accuracy': '0.8512'}": (0.8512, 0.41),
+            "{'loss': '4.709', 'grad_norm': '0.7366', 'learning_rate': '3.5e-05', 'epoch': '0.3333'}": (None, None),
             "Test set: Average loss: 0.0319, Accuracy: 9898/10000 (99%)": (0.9898, 0.0319),
             "Validation set: Average loss: 0.0319, Accuracy: 98.5%": (0.985, 0.0319),
             "Epoch 1: val/acc=0.77 val/loss=0.61": (0.77, 0.61),

@@ -1,6 +1,7 @@
 """A user's Hugging Face Trainer run with DeviceRace's callback: a tiny GPT-2 built from a config
 (random weights, no download) trained on random tokens for --steps steps, evaluated at the end.
-Writes its own counts to --out FILE (JSON)."""
+--unchanged leaves the callback out (the script as its user wrote it: the hooks count it, and its
+printed eval_loss is the evaluation). Writes its own counts to --out FILE (JSON)."""
 import argparse
 import json
 import os
@@ -8,14 +9,17 @@ import os
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-import devicerace.transformers
-
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=40)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--out", default="")
 p.add_argument("--dir", default=os.environ.get("TMPDIR", "/tmp"))
+p.add_argument("--unchanged", action="store_true")
 a = p.parse_args()
+callbacks = []
+if not a.unchanged:
+    import devicerace.transformers
+    callbacks.append(devicerace.transformers.Callback())
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -36,7 +40,7 @@ args = TrainingArguments(output_dir=os.path.join(a.dir, "hf-out"), max_steps=a.s
                          logging_steps=10, save_strategy="no", use_cpu=not torch.cuda.is_available(),
                          dataloader_num_workers=0, disable_tqdm=True)
 trainer = Trainer(model=model, args=args, train_dataset=Tokens(a.steps * a.batch), eval_dataset=Tokens(32),
-                  callbacks=[devicerace.transformers.Callback()])
+                  callbacks=callbacks)
 trainer.train()
 metrics = trainer.evaluate()
 if a.out:
