@@ -6,6 +6,7 @@ print them, e.g.
     ... - loss: 0.52 - val_accuracy: 0.8512 - val_loss: 0.4123     Keras fit()
     {'eval_loss': 0.41, 'eval_accuracy': 0.85, 'epoch': 1.0}       a Hugging Face Trainer
     {'eval_loss': '0.41', 'eval_runtime': '0.01', 'epoch': '1'}    ... of transformers 5
+    │         val_loss          │    0.4123     │                  Lightning's validate() table
     Test set: Average loss: 0.0319, Accuracy: 9898/10000 (99%)     pytorch/examples' MNIST
 
 Only figures named for held-out data count (test, val, valid, validation, eval, dev): a training
@@ -16,10 +17,11 @@ import re
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _HELD_OUT = r"(?:test|val|valid|validation|eval|evaluation|dev)"
 _ACCURACY = r"(?:accuracy|acc|top[-_ ]?1)"
-# "val_accuracy: 0.85", "test acc 85.1%", "'eval_loss': 0.41", "Validation Loss = 0.4", and the
-# quoted values of transformers 5's log lines ("'eval_loss': '4.708'")
+# "val_accuracy: 0.85", "test acc 85.1%", "'eval_loss': 0.41", "Validation Loss = 0.4", the
+# quoted values of transformers 5's log lines ("'eval_loss': '4.708'"), and a table's row
+# ("│ val_loss │ 0.41 │", Lightning's validate() and test() results with rich; "| val_loss | 0.41 |")
 _NAMED = re.compile(r"(?<![A-Za-z])" + _HELD_OUT + r"[\s_\-/.]*(?:set[\s_\-/.:]*)?(?:average[\s_\-]*)?(" +
-                    _ACCURACY + r"|loss)(?![A-Za-z_])['\"]?\s*[:=]?\s*['\"]?" + _NUMBER + r"(\s*%)?",
+                    _ACCURACY + r"|loss)(?![A-Za-z_])['\"]?\s*[:=|\u2502\u2503]?\s*['\"]?" + _NUMBER + r"(\s*%)?",
                     re.IGNORECASE)
 # A line about a held-out set ("Test set: Average loss: 0.0319, Accuracy: 9898/10000 (99%)"): its
 # figures need not be next to the set's name.

@@ -311,6 +311,19 @@ class FrameworkCallbacks(RaceTest):
         self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
         self.assertIsNotNone(lane["final_test_accuracy"])
 
+    @unittest.skipUnless(has("lightning"), "lightning is not installed (scripts/setup --frameworks)")
+    def test_lightning_trainer_unchanged(self):
+        # Without the callback: the hooks count it, and trainer.validate()'s results table
+        # ("│ val_acc │ 0.1328125 │") is the lane's last evaluation, its figures exactly.
+        race = self.race(["cpu,threads=1"], [PYTHON, "lightning_fit.py", "--unchanged", "--out", "{dir}/cpu·1.json"],
+                         timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertAlmostEqual(lane["final_test_accuracy"], own["val_acc"], places=6)
+        self.assertAlmostEqual(lane["final_test_loss"], own["val_loss"], places=6)
+        self.assertGreater(lane["flops_per_sample"], 0)
+
 
 class DataParallelScript(RaceTest):
     def test_an_unmodified_ddp_script_as_workers_2(self):

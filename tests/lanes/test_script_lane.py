@@ -104,6 +104,11 @@ class PrintedFigures(unittest.TestCase):
                 (None, 4.708),
             "{'eval_loss': '0.41', 'eval_accuracy': '0.8512'}": (0.8512, 0.41),
             "{'loss': '4.709', 'grad_norm': '0.7366', 'learning_rate': '3.5e-05', 'epoch': '0.3333'}": (None, None),
+            # a results table's rows: Lightning's validate() and test() with rich, a Markdown table
+            "│          val_acc          │         0.1328125         │": (0.1328125, None),
+            "│         val_loss          │    2.2474870681762695     │": (None, 2.2474870681762695),
+            "┃      Validate metric      ┃       DataLoader 0        ┃": (None, None),
+            "| test_loss | 0.41 |": (None, 0.41),
             "Test set: Average loss: 0.0319, Accuracy: 9898/10000 (99%)": (0.9898, 0.0319),
             "Validation set: Average loss: 0.0319, Accuracy: 98.5%": (0.985, 0.0319),
             "Epoch 1: val/acc=0.77 val/loss=0.61": (0.77, 0.61),
