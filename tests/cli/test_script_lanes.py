@@ -328,8 +328,8 @@ class FrameworkCallbacks(RaceTest):
 class DataParallelScript(RaceTest):
     def test_an_unmodified_ddp_script_as_workers_2(self):
         race = self.race(["cpu,threads=1,workers=2"], [PYTHON, "ddp_torch.py", "--out", "{dir}/ddp.json"])
-        self.assertFinished(race, "cpu·1")
-        lane = race.lane("cpu·1")
+        self.assertFinished(race, "cpu·1×2")  # named for its ranks, as a data-parallel lane
+        lane = race.lane("cpu·1×2")
         with open(f"{race.dir}/ddp.json") as f:
             own = json.load(f)
         self.assertEqual(own["world"], 2)

@@ -308,3 +308,23 @@ TEST(RaceNaming, AFrameworkLaneIsNamedForItsFramework) {
     EXPECT_EQ(plan.spec.lanes[3].name, "cpu·2·pytorch#2");
     EXPECT_EQ(plan.spec.lanes[4].name, "eager");
 }
+
+// A script lane of N processes (workers=N: an unmodified DDP script) is named for its ranks as
+// DeviceRace's data-parallel lanes are ("cpu·1×2"); it read "cpu·1", a one-process lane's name.
+// A race of the user's command says nothing of DeviceRace's data (it said "script races on real
+// Fashion-MNIST, padded/resized and channel-expanded to ").
+TEST(RaceNaming, ADataParallelScriptLaneIsNamedForItsRanks) {
+    RaceSpec spec;
+    spec.workload = "script";
+    spec.command = {"python3", "train.py"};
+    spec.lanes = {cpuLane(1), cpuLane(1), cpuLane(1)};
+    spec.lanes[1].workers = 2;
+    spec.lanes[2].workers = 2;
+    spec.lanes[2].name = "ddp";
+    const auto plan = resolveRace(spec);
+    ASSERT_EQ(plan.spec.lanes.size(), 3u);
+    EXPECT_EQ(plan.spec.lanes[0].name, "cpu·1");
+    EXPECT_EQ(plan.spec.lanes[1].name, "cpu·1×2");
+    EXPECT_EQ(plan.spec.lanes[2].name, "ddp");
+    EXPECT_EQ(plan.dataNote, "");
+}

@@ -92,6 +92,10 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
         if (!named && lane.framework && *lane.framework != "devicerace" && *lane.framework != "script") {
             lane.name += "·" + *lane.framework; // a script lane runs the user's command: no framework of ours
         }
+        if (!named && lane.framework == "script" && lane.launcher.empty() && lane.workers.value_or(1) > 1) {
+            // workers=N: N processes of the command, named for its ranks as a data-parallel lane is
+            lane.name += fmt::format("×{}", *lane.workers);
+        }
         std::string base = lane.name;
         for (int k = 2; used.count(lane.name); ++k) {
             lane.name = fmt::format("{}#{}", base, k);
@@ -442,9 +446,12 @@ RacePlan resolveRace(const RaceSpec& in, const PlanOptions& options) {
     std::optional<LanePlanner> planner;
     if (workload) {
         planner.emplace(spec, *workload);
-        // The race's own data (its first lane's): the note, and a missing data set said once.
+        // The race's own data (its first lane's): the note, and a missing data set said once. A
+        // race of the user's command has none of DeviceRace's (the script loads its own).
         try {
-            out.dataNote = planner->data(spec.lanes.empty() ? LaneSpec{} : spec.lanes.front()).note;
+            if (spec.workload != kScriptWorkload) {
+                out.dataNote = planner->data(spec.lanes.empty() ? LaneSpec{} : spec.lanes.front()).note;
+            }
         } catch (const std::exception&) {
             // said by the lanes that need it
         }
