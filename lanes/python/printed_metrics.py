@@ -8,6 +8,7 @@ print them, e.g.
     {'eval_loss': '0.41', 'eval_runtime': '0.01', 'epoch': '1'}    ... of transformers 5
     │         val_loss          │    0.4123     │                  Lightning's validate() table
     Test set: Average loss: 0.0319, Accuracy: 9898/10000 (99%)     pytorch/examples' MNIST
+     * Acc@1 76.130 Acc@5 92.862                                    pytorch/examples' ImageNet
 
 Only figures named for held-out data count (test, val, valid, validation, eval, dev): a training
 accuracy or loss is never taken for one. Nothing read is ever run; a line is only matched.
@@ -30,6 +31,10 @@ _SET_LOSS = re.compile(r"(?<![A-Za-z])loss(?![A-Za-z_])\W{0,3}" + _NUMBER, re.IG
 _SET_FRACTION = re.compile(r"(?<![A-Za-z])" + _ACCURACY + r"(?![A-Za-z_])\W{0,3}(\d+)\s*/\s*(\d+)", re.IGNORECASE)
 _SET_ACCURACY = re.compile(r"(?<![A-Za-z])" + _ACCURACY + r"(?![A-Za-z_])\W{0,3}" + _NUMBER + r"(\s*%)?",
                            re.IGNORECASE)
+
+# pytorch/examples' ImageNet main.py: its validation's summary, in percent (" * Acc@1 76.130 Acc@5
+# 92.862"); the running figures of its "Test: [ 10/196]" lines are not an evaluation's result.
+_TOP1_SUMMARY = re.compile(r"^\s*\*\s*Acc@1\s+" + _NUMBER + r"\s+Acc@5\s+" + _NUMBER + r"\s*$")
 
 
 def _value(number, percent):
@@ -55,4 +60,6 @@ def figures(line):
                 accuracy = int(m.group(1)) / int(m.group(2))
             elif (m := _SET_ACCURACY.search(line)) is not None:
                 accuracy = _value(m.group(1), m.group(2))
+    if accuracy is None and (m := _TOP1_SUMMARY.match(line)) is not None:
+        accuracy = float(m.group(1)) / 100
     return accuracy, loss

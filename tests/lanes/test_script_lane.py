@@ -109,6 +109,11 @@ class PrintedFigures(unittest.TestCase):
             "│         val_loss          │    2.2474870681762695     │": (None, 2.2474870681762695),
             "┃      Validate metric      ┃       DataLoader 0        ┃": (None, None),
             "| test_loss | 0.41 |": (None, 0.41),
+            # pytorch/examples' ImageNet main.py: the validation's summary, not its running lines
+            " * Acc@1 76.130 Acc@5 92.862": (0.7613, None),
+            " *   Acc@1 76.130 Acc@5 92.862": (0.7613, None),  # its ProgressMeter.display_summary()
+            "Test: [ 10/196]\tTime  0.123 ( 0.456)\tLoss 9.0e-01 (1.0e+00)\tAcc@1  78.12 ( 76.42)\tAcc@5  93.75 ( 92.90)":
+                (None, None),
             "Test set: Average loss: 0.0319, Accuracy: 9898/10000 (99%)": (0.9898, 0.0319),
             "Validation set: Average loss: 0.0319, Accuracy: 98.5%": (0.985, 0.0319),
             "Epoch 1: val/acc=0.77 val/loss=0.61": (0.77, 0.61),
