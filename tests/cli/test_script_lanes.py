@@ -202,9 +202,11 @@ class UnchangedPyTorch(RaceTest):
 
     def test_a_slow_data_loader_makes_its_lane_input_bound(self):
         # The script waits for its DataLoader's batches, 8 ms more a batch in lane "slow": the
-        # lane's data phase is the script's own wait, and that lane alone reads input-bound.
+        # lane's data phase is the script's own wait, and that lane alone reads input-bound. Its
+        # forward passes take 3 ms more: the lane's forward phase is the script's own forward.
         race = self.race(["cpu,threads=1,name=slow", "cpu,threads=1,name=fast"],
-                         train("--loader", "--data-delay-ms", "8", "--delay-lane", "slow", steps=200), "--fair")
+                         train("--loader", "--data-delay-ms", "8", "--delay-lane", "slow", "--forward-delay-ms", "3",
+                               steps=200), "--fair")
         self.assertFinished(race, "slow", "fast")
         slow, fast = race.lane("slow"), race.lane("fast")
         self.assertTrue(slow["input_bound"], slow["step_breakdown"])
@@ -216,6 +218,11 @@ class UnchangedPyTorch(RaceTest):
         self.assertLess(abs(slow["step_breakdown"]["data"] / script_wait - 1), 0.25,
                         (slow["step_breakdown"], script_wait))
         self.assertIn("input-bound", race.r.stdout)
+        for lane, own in ((slow, race.own("slow")), (fast, race.own("fast"))):
+            script_forward = own["forward_seconds"] / own["steps"]
+            self.assertGreater(script_forward, 0.003)
+            self.assertLess(abs(lane["step_breakdown"]["forward"] / script_forward - 1), 0.25,
+                            (lane["name"], lane["step_breakdown"], script_forward))
 
     def test_instrument_off_leaves_the_script_unreported(self):
         race = self.race(["cpu,threads=1,instrument=off,quiet=20"], train(steps=50))

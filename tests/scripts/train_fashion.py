@@ -17,6 +17,8 @@ goes back, a non-finite time), nostep (exits 0 before training), quiet (sleeps b
 --loader reads the batches through a torch.utils.data.DataLoader; --data-delay-ms N makes each
 of its batches take N ms longer (a slow input pipeline), in every lane or, with --delay-lane NAME,
 in that lane only. The script's own time waiting for batches goes to --out as "data_seconds".
+--forward-delay-ms N makes each forward pass N ms longer; its own forward time (the network and
+the loss) goes to --out as "forward_seconds".
 """
 import argparse
 import gzip
@@ -71,6 +73,7 @@ def main():
     p.add_argument("--loader", action="store_true")
     p.add_argument("--data-delay-ms", type=float, default=0.0)
     p.add_argument("--delay-lane", default="")
+    p.add_argument("--forward-delay-ms", type=float, default=0.0)
     a = p.parse_args()
     fault = os.environ.get("DEVICERACE_LANE", "") if a.fault_by_lane else ""
     a.raise_at = 30 if fault == "raise" else 0
@@ -129,7 +132,7 @@ def main():
             return x[i:i + a.batch], y[i:i + a.batch]
 
     batches = iter(torch.utils.data.DataLoader(Batches(), batch_size=None)) if a.loader else None
-    data_seconds = 0.0
+    data_seconds = forward_seconds = 0.0
     for step in range(1, a.steps + 1):
         if batches is not None:
             started = time.monotonic()
@@ -139,7 +142,11 @@ def main():
         else:
             i = ((step - 1) * a.batch) % (n - a.batch)
             xb, yb = x[i:i + a.batch].to(device), y[i:i + a.batch].to(device)
+        started = time.monotonic()
+        if a.forward_delay_ms:
+            time.sleep(a.forward_delay_ms / 1000)
         loss = F.cross_entropy(model(xb), yb)
+        forward_seconds += time.monotonic() - started
         if a.nan_at and step >= a.nan_at:
             loss = loss * float("nan")
         opt.zero_grad()
@@ -185,7 +192,8 @@ def main():
         except AttributeError:
             cpus = os.cpu_count()
         with open(a.out, "w") as f:
-            json.dump({"steps": a.steps, "samples": samples, "ends": ends, "data_seconds": data_seconds, "threads": torch.get_num_threads(),
+            json.dump({"steps": a.steps, "samples": samples, "ends": ends, "data_seconds": data_seconds,
+                       "forward_seconds": forward_seconds, "threads": torch.get_num_threads(),
                        "cpus": cpus, "cuda": torch.cuda.is_available(), "device": device, "accuracy": acc,
                        "env": {k: os.environ.get(k) for k in ("DEVICERACE_DEVICE", "CUDA_VISIBLE_DEVICES",
                                                               "OMP_NUM_THREADS", "DEVICERACE_LANE")}}, f)

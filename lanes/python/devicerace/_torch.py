@@ -17,10 +17,12 @@ training"): installed when the script imports torch, in a race's lane only (site
   achieved FLOP/s and a "% of peak". Not where torch.compile has compiled anything (the counter's
   dispatch mode would meet the compiled code), and not across an evaluation (counted again).
 - Phases: on the CPU, the seconds spent waiting for a `torch.utils.data.DataLoader`'s next
-  batch ("data": what makes a lane input-bound, as for the built-in lanes; outside evaluations),
-  in `backward()` and in the optimizer's step; the rest of a step (the forward pass, the loss, a
-  batch the script makes itself) is "other". On a GPU those calls only queue work, so no phases
-  are said.
+  batch ("data": what makes a lane input-bound, as for the built-in lanes; outside evaluations);
+  "forward" (with the loss), from the later of the last training batch's arrival, the last
+  optimizer step's or backward()'s end to the end of the last loss function before backward()
+  (a loss outside torch.nn.functional leaves it to "other"); backward(); the optimizer's step;
+  the rest of a step (a batch the script slices itself, zero_grad, logging) is "other". On a GPU
+  those calls only queue work, so no phases are said.
 """
 import sys
 import time
@@ -50,6 +52,8 @@ class _State:
     device_known = False  # the first backward() has said where the lane trains
     optimizer_started = None
     eval_started = None
+    forward_from = None   # when the step's forward could start (perf_counter), while timing phases
+    loss_end = None       # the end of the last loss function since then
     flop_mode = None      # the FlopCounterMode of the step being counted, while it runs
     flop_tries = 0
     flop_spoiled = False  # an evaluation ran inside the counted step: counted again
@@ -85,7 +89,9 @@ def install(torch):
                     state.flop_precision = _precision(torch, input)
             except Exception:
                 state.batch = None
-            return original(input, *args, **kwargs)
+            result = original(input, *args, **kwargs)
+            state.loss_end = time.perf_counter()
+            return result
 
         loss.__wrapped__ = original
         loss.__name__ = original.__name__
@@ -98,8 +104,16 @@ def install(torch):
 
     tensor_backward = torch.Tensor.backward
 
+    def timing():
+        # Phases are timed on a CPU lane the hooks report, outside evaluations.
+        return state.device_known and state.on_cpu and state.eval_started is None and lane._source != "api"
+
     def backward(self, *args, **kwargs):
         started = time.perf_counter()
+        if timing() and state.forward_from is not None and state.loss_end is not None \
+                and state.loss_end > state.forward_from:
+            lane._add_phase("forward", state.loss_end - state.forward_from)
+        state.loss_end = None
         try:
             if self.numel() == 1:
                 state.pending_losses.append(self.detach())
@@ -113,8 +127,10 @@ def install(torch):
         except Exception:
             pass
         result = tensor_backward(self, *args, **kwargs)
+        ended = time.perf_counter()
         if state.on_cpu and lane._source != "api":
-            lane._add_phase("backward", time.perf_counter() - started)
+            lane._add_phase("backward", ended - started)
+        state.forward_from = ended  # a next micro-batch's forward (gradient accumulation) starts here
         return result
 
     def losses_since():
@@ -147,6 +163,7 @@ def install(torch):
         state.pending_samples, state.pending_known = 0, True
         lane._count(samples, losses, 1)
         _count_flops(torch, lane, state, samples)
+        state.forward_from = time.perf_counter()
 
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     _hooks[:] = [(register_optimizer_step_pre_hook, before_step), (register_optimizer_step_post_hook, after_step)]
@@ -161,13 +178,14 @@ def install(torch):
 
         def next_batch(self):
             # Training batches only: a test loader read during an evaluation is the evaluation's.
-            if not (state.device_known and state.on_cpu and state.eval_started is None and lane._source != "api"):
+            if not timing():
                 return loader_next(self)
             started = time.perf_counter()
             try:
                 return loader_next(self)
             finally:
-                lane._add_phase("data", time.perf_counter() - started)
+                state.forward_from = time.perf_counter()
+                lane._add_phase("data", state.forward_from - started)
 
         next_batch.__doc__ = loader_next.__doc__
         _BaseDataLoaderIter.__next__ = next_batch
@@ -184,6 +202,7 @@ def install(torch):
                 lane._flush()  # the interval ends at the last step before the evaluation
             elif mode and state.eval_started is not None:
                 started, state.eval_started = state.eval_started, None
+                state.forward_from, state.loss_end = time.perf_counter(), None  # the evaluation is not a forward
                 lane._evaluation(None, None, None, started=started)
         return module_train(self, mode)
 
