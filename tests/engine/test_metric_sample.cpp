@@ -387,6 +387,18 @@ TEST(Explain, SlowerLanesWithMoreResourcesSayWhy) {
     why = explainSlowerLanes({quiet, busy}, true, "fashion-mlp");
     ASSERT_EQ(why.size(), 1u);
     EXPECT_NE(why[0].find("split two ways"), std::string::npos) << why[0];
+    // Its steps mostly waited for their input: more threads do not shorten that (it read as
+    // the step size's or the cores', which the data phase contradicts).
+    auto starved = uneven, fed = one;
+    starved.inputBound = true;
+    starved.dataShare = 0.83;
+    fed.dataShare = 0.80;
+    why = explainSlowerLanes({fed, starved}, true, "script");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("it waited for its input 83% of each step (the data phase; 80% for cpu·1), time its 2 "
+                          "threads do not shorten"),
+              std::string::npos)
+        << why[0];
     // Live mode: the lanes shared the cores.
     why = explainSlowerLanes({one, two}, false, "fashion-mlp");
     ASSERT_EQ(why.size(), 1u);
@@ -402,6 +414,14 @@ TEST(Explain, SlowerLanesWithMoreResourcesSayWhy) {
     ASSERT_EQ(why.size(), 1u);
     EXPECT_NE(why[0].find("cuda:0 runs at 0.50× the speed of cpu·1"), std::string::npos) << why[0];
     EXPECT_NE(why[0].find("too small to keep the GPU busy"), std::string::npos) << why[0];
+    auto starvedGpu = rated("cuda:0", "cuda:0", std::nullopt, 14500);
+    starvedGpu.inputBound = true;
+    starvedGpu.dataShare = 0.6;
+    why = explainSlowerLanes({one, starvedGpu}, true, "fashion-mlp");
+    ASSERT_EQ(why.size(), 1u);
+    EXPECT_NE(why[0].find("it waited for its input 60% of each step (the data phase), the GPU idle meanwhile"),
+              std::string::npos)
+        << why[0];
     // More data-parallel ranks, slower: the allreduce share says why.
     auto r1 = rated("1 rank", "cpu", 1, 10000), r4 = rated("4 ranks", "cpu", 1, 8000);
     r1.workers = 1;

@@ -203,6 +203,14 @@ std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, doubl
                                "waited on vCPUs that were not running",
                                head, *more.stealShare * 100, fewer.stealShare.value_or(0) * 100, fewer.name);
         }
+        // Its input: steps that mostly wait for their data gain little from more compute threads.
+        if (more.inputBound && more.dataShare) {
+            const auto other =
+                fewer.dataShare ? fmt::format("; {:.0f}% for {}", *fewer.dataShare * 100, fewer.name) : std::string();
+            return fmt::format("{}: it waited for its input {:.0f}% of each step (the data phase{}), time its {} "
+                               "threads do not shorten: the input pipeline, not the arithmetic, sets its pace",
+                               head, *more.dataShare * 100, other, *more.threads);
+        }
         // Then the step's work shares: they found its threads at unequal speeds.
         constexpr double kUneven = 0.85;
         if (more.threadSpeeds.size() > 1) {
@@ -240,6 +248,11 @@ std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, doubl
     }
     // A GPU slower than a CPU.
     if (onGpu(more) && onCpu(fewer)) {
+        if (more.inputBound && more.dataShare) {
+            return fmt::format("{}: it waited for its input {:.0f}% of each step (the data phase), the GPU idle "
+                               "meanwhile: the input pipeline, not the GPU, sets its pace",
+                               head, *more.dataShare * 100);
+        }
         const std::string step =
             more.samplesPerSec && more.batch > 0
                 ? fmt::format(" (a step takes {})", durationText(static_cast<double>(more.batch) / *more.samplesPerSec))
