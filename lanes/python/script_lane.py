@@ -280,7 +280,7 @@ class ScriptLane:
             ways.append(f"TensorBoard scalars from {self.logdir}")
         ways.append("devicerace.lane() / callbacks")
         if self.instrument:
-            ways.append("PyTorch's optimizer steps and backward() losses (instrument=on)")
+            ways.append("PyTorch's optimizer steps and backward() losses, Keras' fit() (instrument=on)")
         parts.append("reports: " + ", or ".join(ways))
         if self.batch:
             parts.append(f"samples = steps × batch {self.batch}")

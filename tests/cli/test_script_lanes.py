@@ -267,10 +267,10 @@ class ReportingScripts(RaceTest):
 @unittest.skipUnless(has("keras") and (has("jax") or has("tensorflow")), "Keras 3 with JAX or TensorFlow is not "
                      "installed (scripts/setup --frameworks)")
 class FrameworkCallbacks(RaceTest):
-    def keras(self, backend):
+    def keras(self, backend, *extra):
         if not has(backend):
             self.skipTest(f"{backend} is not installed (scripts/setup --frameworks)")
-        race = self.race(["cpu,threads=1"], [PYTHON, "keras_fit.py", "--out", "{dir}/{lane}.json".replace(
+        race = self.race(["cpu,threads=1"], [PYTHON, "keras_fit.py", *extra, "--out", "{dir}/{lane}.json".replace(
             "{lane}", "cpu·1")], environment=env(KERAS_BACKEND=backend), timeout=600)
         self.assertFinished(race, "cpu·1")
         lane, own = race.lane("cpu·1"), race.own("cpu·1")
@@ -283,6 +283,11 @@ class FrameworkCallbacks(RaceTest):
 
     def test_keras_fit_on_tensorflow(self):
         self.keras("tensorflow")
+
+    def test_an_unchanged_keras_fit(self):
+        # No callback in the script: DeviceRace adds its own to fit() (batch size 32, fit's
+        # argument), with the same figures as the script that names it.
+        self.keras("jax" if has("jax") else "tensorflow", "--unchanged")
 
     @unittest.skipUnless(has("transformers"), "transformers is not installed (scripts/setup --frameworks)")
     def test_hugging_face_trainer(self):

@@ -1,5 +1,6 @@
 """A user's Keras 3 fit() with DeviceRace's callback (any backend: KERAS_BACKEND=jax, tensorflow,
 torch), on random tensors: a small MLP, one epoch of --steps batches, a validation run at the end.
+--unchanged leaves the callback out (the script as its user wrote it: DeviceRace adds it to fit).
 Writes its own counts to --out FILE (JSON)."""
 import argparse
 import json
@@ -8,13 +9,16 @@ import os
 import numpy as np
 import keras
 
-import devicerace.keras
-
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--out", default="")
+p.add_argument("--unchanged", action="store_true")
 a = p.parse_args()
+callbacks = []
+if not a.unchanged:
+    import devicerace.keras
+    callbacks.append(devicerace.keras.Callback(batch_size=a.batch))
 
 rng = np.random.default_rng(0)
 x = rng.random((a.steps * a.batch, 64), dtype=np.float32)
@@ -23,7 +27,7 @@ model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation=
 model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               metrics=["accuracy"])
 history = model.fit(x, y, batch_size=a.batch, epochs=1, validation_data=(x[:256], y[:256]), verbose=0,
-                    callbacks=[devicerace.keras.Callback(batch_size=a.batch)])
+                    callbacks=callbacks)
 if a.out:
     with open(a.out, "w") as f:
         json.dump({"steps": a.steps, "samples": a.steps * a.batch, "backend": keras.backend.backend(),

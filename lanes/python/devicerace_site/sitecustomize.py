@@ -1,7 +1,7 @@
 """DeviceRace's start-up hook for a script lane's Python (on PYTHONPATH only inside a race,
-and only with instrument=on, the default): instruments PyTorch when the script imports it
-(devicerace/_torch.py), then runs the sitecustomize this one shadows, if any. Imports nothing
-heavy: a script that never imports torch pays a few microseconds.
+and only with instrument=on, the default): instruments PyTorch and Keras when the script imports
+them (devicerace/_torch.py, devicerace/_keras.py), then runs the sitecustomize this one shadows,
+if any. Imports nothing heavy: a script that imports neither pays a few microseconds.
 """
 import importlib.abc
 import importlib.machinery
@@ -24,17 +24,34 @@ def _chain():
         sys.stderr.write(f"devicerace: the shadowed sitecustomize failed: {type(e).__name__}: {e}\n")
 
 
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when `torch` is imported, it lets the other finders find it and
-    instruments the module once its own import has finished."""
+# The frameworks instrumented, by module name: (devicerace's module that does it, what to call it).
+_WATCHED = {"torch": ("_torch", "PyTorch"), "keras": ("_keras", "Keras")}
+
+
+def _instrument(name, module):
+    part, label = _WATCHED[name]
+    try:
+        getattr(__import__("devicerace", fromlist=[part]), part).install(module)
+    except Exception as e:
+        sys.stderr.write(f"devicerace: {label} could not be instrumented: {type(e).__name__}: {e}\n")
+
+
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when a watched framework is imported, it lets the other finders find
+    it and instruments the module once its own import has finished (each once)."""
+
+    def __init__(self, names):
+        self.names = set(names)
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name not in self.names:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
+        self.names.discard(name)
+        if not self.names:
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
@@ -42,11 +59,7 @@ class _TorchWatcher(importlib.abc.MetaPathFinder):
 
         def exec_and_instrument(module):
             exec_module(module)
-            try:
-                from devicerace import _torch
-                _torch.install(module)
-            except Exception as e:
-                sys.stderr.write(f"devicerace: PyTorch could not be instrumented: {type(e).__name__}: {e}\n")
+            _instrument(name, module)
 
         spec.loader.exec_module = exec_and_instrument
         return spec
@@ -54,11 +67,14 @@ class _TorchWatcher(importlib.abc.MetaPathFinder):
 
 def _install():
     if os.environ.get("DEVICERACE_REPORT_FD") and os.environ.get("DEVICERACE_INSTRUMENT", "on") != "off":
-        if "torch" in sys.modules:
-            from devicerace import _torch
-            _torch.install(sys.modules["torch"])
-        else:
-            sys.meta_path.insert(0, _TorchWatcher())
+        waiting = []
+        for name in _WATCHED:
+            if name in sys.modules:
+                _instrument(name, sys.modules[name])
+            else:
+                waiting.append(name)
+        if waiting:
+            sys.meta_path.insert(0, _ImportWatcher(waiting))
 
 
 _chain()
