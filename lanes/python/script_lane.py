@@ -284,7 +284,9 @@ class ScriptLane:
         parts.append("reports: " + ", or ".join(ways))
         if self.batch:
             parts.append(f"samples = steps × batch {self.batch}")
-        if self.flops:
+        if self.flops and self.flops[0] is None:
+            parts.append(f"FLOPs not counted: {self.flops[1]}")
+        elif self.flops:
             parts.append(f"{self.flops[0] / 1e6:,.1f} MFLOP a sample in {self.flops[1]}, counted by PyTorch's "
                          "FlopCounterMode over one step")
         return "; ".join(parts)
@@ -532,6 +534,10 @@ class ScriptLane:
         """Rank 0's count of one step's FLOPs (devicerace._torch): the engine learns the precision
         it ran in (to pick the peak "% of peak" divides by), then a running state carries the count,
         as a built-in lane's does; the execution text says where it came from."""
+        if isinstance(flops.get("not_counted"), str):
+            # Why there is no count: the execution text says it, so "% of peak" reads "–" for a reason.
+            self.flops = (None, flops["not_counted"][:200])
+            return self.session.execution(self.describe())
         per_sample, precision = self.number(flops, "per_sample"), flops.get("precision")
         if per_sample is None or per_sample <= 0 or precision not in ("fp32", "bf16", "fp16"):
             return self.refuse(f"a FLOP count that is not one: {flops!r:.120}")

@@ -443,6 +443,9 @@ class ScriptLaneTest(unittest.TestCase):
             if precision is None:
                 self.assertEqual((sent, counted), ([], []), way)
                 self.assertEqual(samples[-1]["step"], 40, way)  # trained to its end all the same
+                if way == "compiled":  # the execution text says why there is no count
+                    texts = [m["text"] for m in self.messages if m["type"] == "execution"]
+                    self.assertIn("FLOPs not counted: torch.compile has compiled code", texts[-1])
                 continue
             self.assertEqual([(m["per_sample"], m["precision"]) for m in sent], [(FLOPS_PER_SAMPLE, precision)], way)
             self.assertEqual(counted, [FLOPS_PER_SAMPLE], way)

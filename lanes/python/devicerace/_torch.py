@@ -284,7 +284,11 @@ def _count_flops(torch, lane, state, samples):
         if total > 0:
             lane._flops = {"per_sample": total / samples, "precision": state.flop_precision}
         return
-    if state.flop_tries >= _FLOP_TRIES or lane._step < _FLOP_STEP or state.eval_started is not None or _compiled():
+    if state.flop_tries >= _FLOP_TRIES or lane._step < _FLOP_STEP or state.eval_started is not None:
+        return
+    if _compiled():
+        state.flop_tries = _FLOP_TRIES
+        lane._flops = {"not_counted": "torch.compile has compiled code in this script"}
         return
     state.flop_tries += 1
     try:
