@@ -18,6 +18,10 @@ QString formatDuration(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0) {
         return QStringLiteral("--:--");
     }
+    if (seconds < 9.95) {
+        // A lane done in under ten seconds (a short demo race) read "done 0:00".
+        return QStringLiteral("%1 s").arg(seconds, 0, 'f', 1);
+    }
     const auto s = static_cast<long long>(std::llround(seconds));
     if (s >= 3600) {
         return QStringLiteral("%1:%2:%3")

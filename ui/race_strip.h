@@ -32,7 +32,7 @@ QString headlineText(const std::vector<StripRow>& rows, int baseline);
 /// A lane's throughput against the baseline's, as the strip says it: "1.9× cpu·1", "41× cpu·1",
 /// and below half the baseline's "24× slower than cuda:0" (never "0.0×").
 QString speedupText(double ratio, const QString& baseline);
-/// "1:05", "1:02:03"
+/// "4.2 s" under ten seconds, then "1:05", "1:02:03"
 QString formatDuration(double seconds);
 
 /// One piece of text the strip draws, where, and in which font (layout is testable).

@@ -731,6 +731,17 @@ private Q_SLOTS:
         QVERIFY2(std::abs(rows[1].progress - expected) < 0.02, qPrintable(QString::number(rows[1].progress)));
         QVERIFY2(rows[1].status.startsWith(QStringLiteral("step ")), qPrintable(rows[1].status));
     }
+
+    // Durations on the strip and in the table: tenths of a second under ten seconds (a short
+    // demo lane read "done 0:00"), then minutes and hours.
+    void durationsReadAtTheirScale() {
+        QCOMPARE(formatDuration(0.47), QStringLiteral("0.5 s"));
+        QCOMPARE(formatDuration(9.9), QStringLiteral("9.9 s"));
+        QCOMPARE(formatDuration(9.97), QStringLiteral("0:10"));
+        QCOMPARE(formatDuration(65), QStringLiteral("1:05"));
+        QCOMPARE(formatDuration(3723), QStringLiteral("1:02:03"));
+        QCOMPARE(formatDuration(-1), QStringLiteral("--:--"));
+    }
 };
 
 QTEST_MAIN(TestDashboard)
