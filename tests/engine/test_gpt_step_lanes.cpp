@@ -175,12 +175,12 @@ TEST(GptStepLanes, ABf16LanesEvaluationRoutesItsDenseLayers) {
     EXPECT_NEAR(routedLoss, autocastLoss, 0.01 * autocastLoss);
 }
 
-// Two threads split each GEMM and loop: the same course as one.
+// Two threads split each step's sequences, one share a thread: the same course as one.
 TEST(GptStepLanes, TwoThreadsFollowOneThread) {
     test::TempDir dir;
     auto data = sentences(dir);
     const auto one = curve("cpu,threads=1", data);
     const auto two = curve("cpu,threads=2", data);
-    EXPECT_NE(two.execution.find("each GEMM and loop split over 2 threads"), std::string::npos) << two.execution;
+    EXPECT_NE(two.execution.find("each step's sequences split over 2 threads"), std::string::npos) << two.execution;
     expectSameSteps(one, two, 2e-3);
 }

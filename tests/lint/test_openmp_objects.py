@@ -17,7 +17,8 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENGINE_SRC = os.path.join(ROOT, "engine", "src")
-CALL = re.compile(r"\bparallel_for\s*\(")
+# parallel_for itself, or the fused steps' eachWorker (train/fused/each_worker.h), which opens one.
+CALL = re.compile(r"\b(?:parallel_for|eachWorker)\s*\(")
 
 
 def sources_with_parallel_for(src_dir=ENGINE_SRC):

@@ -175,12 +175,13 @@ DR_CLONES void addRowsBiasRange(const float* __restrict x, const float* __restri
 // The same with y + bias through dropout (the hashed mask of element r·cols + c).
 DR_CLONES void addRowsBiasDropoutRange(const float* __restrict x, const float* __restrict y,
                                        const float* __restrict bias, std::int64_t r0, std::int64_t r1,
-                                       std::int64_t cols, float p, std::uint64_t seed, float* __restrict out) {
+                                       std::int64_t cols, float p, std::uint64_t seed, std::int64_t firstRow,
+                                       float* __restrict out) {
     const std::uint32_t threshold = keepThreshold(p);
     const float scale = 1.0f / (1.0f - p);
     for (std::int64_t r = r0; r < r1; ++r) {
         for (std::int64_t c = 0; c < cols; ++c) {
-            const auto index = static_cast<std::uint32_t>(r * cols + c);
+            const auto index = static_cast<std::uint32_t>((firstRow + r) * cols + c);
             const float keep = maskBits(seed, index) >= threshold ? scale : 0.0f;
             out[r * cols + c] = x[r * cols + c] + (y[r * cols + c] + bias[c]) * keep;
         }
@@ -478,10 +479,10 @@ void layerNormParamGrads(const float* dy, const float* x, const float* mean, con
 }
 
 void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t rows, std::int64_t cols, float* out,
-                 float p, std::uint64_t seed) {
+                 float p, std::uint64_t seed, std::int64_t firstRow) {
     rowsParallel(rows, cols, [&](std::int64_t b, std::int64_t e) {
         if (p > 0) {
-            addRowsBiasDropoutRange(x, y, bias, b, e, cols, p, seed, out);
+            addRowsBiasDropoutRange(x, y, bias, b, e, cols, p, seed, firstRow, out);
         } else {
             addRowsBiasRange(x, y, bias, b, e, cols, out);
         }
@@ -493,9 +494,9 @@ void addBias(float* x, const float* bias, std::int64_t rows, std::int64_t cols) 
         biasReluDropout(x + b * cols, bias, e - b, cols, /*relu=*/false, 0.0f, 0);
     });
 }
-void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out) {
+void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out, std::int64_t first) {
     at::parallel_for(0, n, kGrain,
-                     [&](std::int64_t b, std::int64_t e) { dropoutRange(in + b, b, e - b, p, seed, out + b); });
+                     [&](std::int64_t b, std::int64_t e) { dropoutRange(in + b, first + b, e - b, p, seed, out + b); });
 }
 namespace {
 // f(c0, c1) over column blocks of 64 (4 cache lines a row), tasks of about kGrain values.

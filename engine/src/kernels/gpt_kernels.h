@@ -26,14 +26,15 @@ void layerNormParamGrads(const float* dy, const float* x, const float* mean, con
                          std::int64_t cols, float* dgamma, float* dbeta);
 
 /// out = x + dropout(y + bias) (rows×cols, one bias per column; dropout: the hashed mask of
-/// element r·cols + c under `seed`, as laneDropout draws it, kept values × 1/(1-p); p = 0: none).
-/// Parallel.
+/// element (firstRow + r)·cols + c under `seed`, as laneDropout draws it, kept values × 1/(1-p);
+/// p = 0: none; firstRow: where these rows start in the whole batch). Parallel.
 void addRowsBias(const float* x, const float* y, const float* bias, std::int64_t rows, std::int64_t cols, float* out,
-                 float p = 0, std::uint64_t seed = 0);
+                 float p = 0, std::uint64_t seed = 0, std::int64_t firstRow = 0);
 /// x += bias in place (rows×cols, one bias per column). Parallel.
 void addBias(float* x, const float* bias, std::int64_t rows, std::int64_t cols);
-/// out = dropout(in) over n values with the same masks (out may be in). Parallel.
-void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out);
+/// out = dropout(in) over n values with the same masks, value i's that of element first + i (out
+/// may be in). Parallel.
+void dropoutValues(const float* in, std::int64_t n, float p, std::uint64_t seed, float* out, std::int64_t first = 0);
 /// out = column sums of x (rows×cols, overwritten); with `copy`, also copy = bf16(x) in the same
 /// pass (a gradient that is both a bias's and a bf16 GEMM's input). Parallel over columns.
 void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy = nullptr);

@@ -47,6 +47,9 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_FUSED_CELL", "benchmarks", "0: torch::nn::LSTMCell instead of the one-pass cell"},
     EnvironmentSwitch{"DEVICERACE_FUSED_NORM", "benchmarks",
                       "0: ATen's batch norm, add and relu instead of the one-pass ones"},
+    EnvironmentSwitch{"DEVICERACE_GPT_SPLIT", "benchmarks",
+                      "0: the fused transformer step runs the whole batch, each GEMM and loop on the lane's threads, "
+                      "instead of each thread its share of the sequences"},
     EnvironmentSwitch{"DEVICERACE_HELLO_TIMEOUT", "users", "seconds a worker lane waits for its worker's hello"},
     EnvironmentSwitch{"DEVICERACE_HOST_MEMORY_LIMIT", "tests",
                       "the most host memory the lanes' tensors may take (bytes, or with K, M, G): a lane past it "

@@ -1,5 +1,6 @@
 // The fused dense step (see dense_step.h).
 #include "train/fused/dense_step.h"
+#include "train/fused/each_worker.h"
 #include "train/step_timer.h"
 
 #include <ATen/Functions.h>
@@ -175,24 +176,6 @@ void eachBlock(std::int64_t r0, std::int64_t r1, const F& f) {
     for (auto r = r0; r < r1; r += kBlockRows) {
         f(r / kBlockRows, r, std::min(kBlockRows, r1 - r));
     }
-}
-
-// work(w) for every worker w < workers, one per thread of one parallel region (a thread runs
-// several where the region got fewer threads), each worker's GEMMs on its own thread: so a row's
-// bits do not follow the shares. One worker runs on the calling thread outside any region, so the
-// ops inside keep their own threading.
-template <class F>
-void eachWorker(std::int64_t workers, const F& work) {
-    if (workers == 1) {
-        work(0);
-        return;
-    }
-    at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
-        const cpu::SerialMkl serial;
-        for (auto w = begin; w < end; ++w) {
-            work(w);
-        }
-    });
 }
 
 } // namespace

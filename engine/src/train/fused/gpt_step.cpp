@@ -1,5 +1,6 @@
 // The fused transformer step (see gpt_step.h).
 #include "train/fused/gpt_step.h"
+#include "train/fused/each_worker.h"
 #include "train/step_timer.h"
 
 #include <ATen/Functions.h>
@@ -93,8 +94,13 @@ std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Devic
 
 GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) : m_bf16(bf16) {
     torch::NoGradGuard noGrad;
+    const int threads = at::get_num_threads();
+    const char* split = environmentSwitch("DEVICERACE_GPT_SPLIT");
+    if (threads > 1 && !(split && std::string_view(split) == "0")) {
+        m_maxWorkers = std::min<std::int64_t>(threads, maxBatch);
+    }
     if (bf16) {
-        m_router = std::make_unique<cpu::Bf16Router>(at::get_num_threads());
+        m_router = std::make_shared<cpu::Bf16Router>(threads, static_cast<int>(m_maxWorkers));
         const char* inF32 = environmentSwitch("DEVICERACE_BF16_IN_F32");
         m_inF32Allowed = !(inF32 && std::string_view(inF32) == "0");
     }
@@ -120,8 +126,6 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
             m_decayed += list == &decayed ? t.numel() : 0;
         }
     }
-    const auto f = at::TensorOptions().dtype(at::kFloat);
-    const auto act = at::TensorOptions().dtype(bf16 ? at::kBFloat16 : at::kFloat);
     m_flat = FlatParams(total, bf16);
     std::int64_t offset = 0;
     // The module's parameters become views of the flat buffer; the matrices get a bf16 mirror.
@@ -152,8 +156,61 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     m_lnFw = take(view.lnFWeight, false);
     m_lnFb = take(view.lnFBias, false);
     m_flat.syncMirror();
+    // Each worker's part is at most this many sequences (workersFor, step).
+    const auto share = (maxBatch + m_maxWorkers - 1) / m_maxWorkers;
+    allocate(share);
+    for (std::int64_t w = 1; w < m_maxWorkers; ++w) {
+        m_workers.push_back(std::unique_ptr<GptStep>(new GptStep(*this, share)));
+    }
+}
 
-    const auto n = maxBatch * seq, c = m_width, bh = maxBatch * m_heads, d = c / m_heads;
+GptStep::GptStep(GptStep& primary, std::int64_t sequences)
+    : m_bf16(primary.m_bf16), m_inF32Allowed(primary.m_inF32Allowed), m_router(primary.m_router),
+      m_dropout(primary.m_dropout), m_maxBatch(sequences), m_seq(primary.m_seq), m_heads(primary.m_heads),
+      m_width(primary.m_width), m_vocabulary(primary.m_vocabulary), m_decayed(primary.m_decayed) {
+    torch::NoGradGuard noGrad;
+    m_flat.params = primary.m_flat.params;
+    m_flat.mirror = primary.m_flat.mirror;
+    m_flat.grads = at::zeros_like(primary.m_flat.grads);
+    // The primary's parameters, each with the gradient at the same place in this worker's buffer.
+    const float* base = primary.m_flat.grads.data_ptr<float>();
+    const auto mine = [&](const Param& p) {
+        Param q = p;
+        q.g = m_flat.grads.narrow(0, p.g.data_ptr<float>() - base, p.g.numel()).view(p.g.sizes());
+        return q;
+    };
+    m_wte = mine(primary.m_wte);
+    m_wpe = mine(primary.m_wpe);
+    m_lnFw = mine(primary.m_lnFw);
+    m_lnFb = mine(primary.m_lnFb);
+    m_blocks.resize(primary.m_blocks.size());
+    for (std::size_t i = 0; i < m_blocks.size(); ++i) {
+        auto& k = m_blocks[i];
+        const auto& p = primary.m_blocks[i];
+        for (auto [mineOf, theirs] : {std::pair{&k.ln1w, &p.ln1w},
+                                      {&k.ln1b, &p.ln1b},
+                                      {&k.attnW, &p.attnW},
+                                      {&k.attnB, &p.attnB},
+                                      {&k.projW, &p.projW},
+                                      {&k.projB, &p.projB},
+                                      {&k.ln2w, &p.ln2w},
+                                      {&k.ln2b, &p.ln2b},
+                                      {&k.fcW, &p.fcW},
+                                      {&k.fcB, &p.fcB},
+                                      {&k.mlpW, &p.mlpW},
+                                      {&k.mlpB, &p.mlpB}}) {
+            *mineOf = mine(*theirs);
+        }
+    }
+    allocate(sequences);
+}
+
+void GptStep::allocate(std::int64_t sequences) {
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    const auto act = at::TensorOptions().dtype(m_bf16 ? at::kBFloat16 : at::kFloat);
+    const auto seq = m_seq;
+    const bool bf16 = m_bf16;
+    const auto n = sequences * seq, c = m_width, bh = sequences * m_heads, d = c / m_heads;
     m_tiles = cpu::tiledAttentionPays(d);
     const auto pRow = m_tiles ? cpu::attentionRowStride(seq) : seq;
     for (auto& k : m_blocks) {
@@ -372,7 +429,7 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
         throw Error(fmt::format("a token outside the network's vocabulary of {}", m_vocabulary));
     }
     if (m_dropout > 0) {
-        cpu::dropoutValues(f32(m_h[0]), n * c, m_dropout, m_seeds[0], f32(m_h[0]));
+        cpu::dropoutValues(f32(m_h[0]), n * c, m_dropout, m_seeds[0], f32(m_h[0]), m_firstRow * c);
     }
     for (std::size_t l = 0; l < m_blocks.size(); ++l) {
         auto& k = m_blocks[l];
@@ -383,21 +440,21 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
         attentionForward(k, batch, seq);
         auto o = rowsOf(m_narrow, n);
         gemm(rowsOf(k.y, n), weight(k.projW).t(), o);
-        cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid), m_dropout, seedOf(l, 0));
+        cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid), m_dropout, seedOf(l, 0), m_firstRow);
         withAct(k.m, m_inF32, [&](auto* out) {
             cpu::layerNormRows(f32(k.mid), n, c, f32(k.ln2w.w), f32(k.ln2b.w), out, f32(k.mean2), f32(k.rstd2));
         });
         gemm(rowsOf(k.m, n), weight(k.fcW).t(), rowsOf(k.f, n));
         withAct(k.g, m_inF32, [&](auto* out) { cpu::biasGelu(f32(k.f), f32(k.fcB.w), n, 4 * c, out); });
         gemm(rowsOf(k.g, n), weight(k.mlpW).t(), o);
-        cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]), m_dropout, seedOf(l, 1));
+        cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]), m_dropout, seedOf(l, 1), m_firstRow);
     }
     withAct(m_z, m_inF32, [&](auto* out) {
         cpu::layerNormRows(f32(m_h.back()), n, c, f32(m_lnFw.w), f32(m_lnFb.w), out, f32(m_meanF), f32(m_rstdF));
     });
     gemm(rowsOf(m_z, n), weight(m_wte).t(), rowsOf(m_logits, n));
-    const auto ce =
-        cpu::tokenCrossEntropy(f32(m_logits), m_targets.data_ptr<std::int64_t>(), n, m_vocabulary, f32(m_dlogits), n);
+    const auto ce = cpu::tokenCrossEntropy(f32(m_logits), m_targets.data_ptr<std::int64_t>(), n, m_vocabulary,
+                                           f32(m_dlogits), m_meanOver);
     if (ce.badLabel) {
         throw Error(fmt::format("a target token outside the network's vocabulary of {}", m_vocabulary));
     }
@@ -448,7 +505,7 @@ void GptStep::backward(std::int64_t batch, std::int64_t seq) {
                                  f32(k.ln1w.g), f32(k.ln1b.g));
     }
     if (m_dropout > 0) {
-        cpu::dropoutValues(f32(dh), n * c, m_dropout, m_seeds[0], f32(dh));
+        cpu::dropoutValues(f32(dh), n * c, m_dropout, m_seeds[0], f32(dh), m_firstRow * c);
     }
     cpu::embedTokensBackward(f32(dh), m_tokens.data_ptr<std::int64_t>(), seq, batch, seq, c, f32(m_wte.g),
                              f32(m_wpe.g));
@@ -462,9 +519,11 @@ at::Tensor GptStep::throughDropout(const at::Tensor& grad, std::uint64_t seed) c
         return grad;
     }
     auto out = m_masked.narrow(0, 0, grad.size(0));
-    cpu::dropoutValues(f32(grad), grad.numel(), m_dropout, seed, f32(out));
+    cpu::dropoutValues(f32(grad), grad.numel(), m_dropout, seed, f32(out), m_firstRow * grad.size(1));
     return out;
 }
+
+std::int64_t GptStep::workersFor(std::int64_t batch) const { return std::min(m_maxWorkers, batch); }
 
 void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
                    at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
@@ -482,20 +541,70 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
             m_seeds.push_back(dropoutSeed(gen));
         }
     }
-    m_tokens.narrow(0, 0, n).view({batch, seq}).copy_(x);
-    m_targets.narrow(0, 0, n).view({batch, seq}).copy_(y);
+    // Worker w's sequences [first[w], first[w + 1]); each part's masks and loss are the batch's.
+    const auto workers = workersFor(batch);
+    std::vector<std::int64_t> first(static_cast<std::size_t>(workers) + 1);
+    for (std::int64_t w = 0; w <= workers; ++w) {
+        first[static_cast<std::size_t>(w)] = batch * w / workers;
+    }
+    const auto sequencesOf = [&](std::int64_t w) {
+        return first[static_cast<std::size_t>(w) + 1] - first[static_cast<std::size_t>(w)];
+    };
+    for (std::int64_t w = 0; w < workers; ++w) {
+        auto& s = part(w);
+        const auto b0 = first[static_cast<std::size_t>(w)], rows = sequencesOf(w) * seq;
+        if (w > 0) {
+            s.m_seeds = m_seeds;
+        }
+        s.m_firstRow = b0 * seq;
+        s.m_meanOver = n;
+        s.m_tokens.narrow(0, 0, rows).view({sequencesOf(w), seq}).copy_(x.narrow(0, b0, sequencesOf(w)));
+        s.m_targets.narrow(0, 0, rows).view({sequencesOf(w), seq}).copy_(y.narrow(0, b0, sequencesOf(w)));
+    }
     if (timer) {
         timer->mark(Phase::Data);
     }
+    std::vector<double> lossSums(static_cast<std::size_t>(workers), 0.0);
+    std::vector<std::int64_t> rights(static_cast<std::size_t>(workers), 0);
+    const auto forwardOf = [&](std::int64_t w) {
+        part(w).forward(sequencesOf(w), seq, lossSums[static_cast<std::size_t>(w)],
+                        rights[static_cast<std::size_t>(w)]);
+    };
+    if (workers > 1 && m_routedSplits.count({batch, seq}) > 0) {
+        // One region: each worker's forward and backward on its own thread (worker 0 on this one).
+        eachWorker(workers, [&](std::int64_t w) {
+            forwardOf(w);
+            if (w == 0 && timer) {
+                timer->mark(Phase::Forward);
+            }
+            part(w).backward(sequencesOf(w), seq);
+        });
+    } else {
+        // One part, or a split's first step of this shape: part by part on the lane's threads.
+        for (std::int64_t w = 0; w < workers; ++w) {
+            forwardOf(w);
+        }
+        if (timer) {
+            timer->mark(Phase::Forward);
+        }
+        for (std::int64_t w = 0; w < workers; ++w) {
+            part(w).backward(sequencesOf(w), seq);
+        }
+        if (workers > 1) {
+            m_routedSplits.insert({batch, seq});
+        }
+    }
     double lossSum = 0;
     std::int64_t right = 0;
-    forward(batch, seq, lossSum, right);
+    for (std::int64_t w = 0; w < workers; ++w) {
+        lossSum += lossSums[static_cast<std::size_t>(w)];
+        right += rights[static_cast<std::size_t>(w)];
+        if (w > 0) {
+            m_flat.grads.add_(part(w).m_flat.grads);
+        }
+    }
     loss.fill_(lossSum / static_cast<double>(n));
     correct.fill_(right);
-    if (timer) {
-        timer->mark(Phase::Forward);
-    }
-    backward(batch, seq);
     if (timer) {
         timer->mark(Phase::Backward);
     }
@@ -507,7 +616,9 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
         // shapes then run in fp32 too.
         m_routesSettled = true;
         if (m_inF32Allowed && m_router->onlyFp32()) {
-            keepGemmInputsInF32();
+            for (std::int64_t w = 0; w < m_maxWorkers; ++w) {
+                part(w).keepGemmInputsInF32();
+            }
         }
     }
     if (timer) {
@@ -531,6 +642,11 @@ std::string GptStep::describe() const {
 
 std::string GptStep::describeThreads() const {
     const int threads = at::get_num_threads();
+    if (m_maxWorkers > 1) {
+        return fmt::format("each step's sequences split over {} threads, each running its share's forward and "
+                           "backward on its own, their gradients summed",
+                           m_maxWorkers);
+    }
     return threads > 1 ? fmt::format("each GEMM and loop split over {} threads", threads) : "";
 }
 

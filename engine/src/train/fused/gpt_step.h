@@ -10,7 +10,11 @@
 // Attention: fp32 in both precisions (as causalAttention does at short sequences), the scores
 // of every head by one batched GEMM (at::bmm), the weights kept for the backward.
 // Parameters: one flat fp32 buffer, the matrices and embeddings first (the decaying ones), that
-// the model's tensors view. Threads: the GEMMs' and the loops' own (no fused regions).
+// the model's tensors view. Threads: on several, the batch's sequences split into one share a
+// thread, each worker running its share's forward and backward on its own thread (its GEMMs on
+// MKL's one thread) into its own gradient buffer, the workers' gradients summed before the
+// optimizer: one parallel region a step. DEVICERACE_GPT_SPLIT=0: the whole batch, each GEMM and
+// loop on the lane's threads (a region each).
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -23,7 +27,9 @@
 
 #include "devicerace/lane_spec.h"
 #include <map>
+#include <set>
 #include <tuple>
+#include <utility>
 
 #include "models/models.h"
 #include "train/fused/fused_step.h"
@@ -59,6 +65,15 @@ public:
 private:
     /// A parameter: its flat fp32 view, its gradient's and (bf16, matrices) its mirror's.
     using Param = FlatParams::Slice;
+    /// A worker of a split step (workers 1..W-1): `primary`'s weights, bf16 mirror, GEMM routes
+    /// and shape, its own activations for `sequences` sequences and its own gradient buffer.
+    GptStep(GptStep& primary, std::int64_t sequences);
+    /// The activation and scratch buffers for a part of `sequences` sequences.
+    void allocate(std::int64_t sequences);
+    /// The workers a batch of `batch` sequences splits into (1: none, the lane's threads run it).
+    std::int64_t workersFor(std::int64_t batch) const;
+    /// Worker w (0: this step itself).
+    GptStep& part(std::int64_t w) { return w == 0 ? *this : *m_workers[static_cast<std::size_t>(w) - 1]; }
     /// One block's parameters and what its forward keeps for the backward.
     struct Block {
         Param ln1w, ln1b, attnW, attnB, projW, projB, ln2w, ln2b, fcW, fcB, mlpW, mlpB;
@@ -110,9 +125,18 @@ private:
     bool m_routesSettled = false; // bf16: the first step has chosen every full batch's route
     bool m_inF32Allowed = true;   // DEVICERACE_BF16_IN_F32 is not 0
     bool m_inF32 = false;         // bf16, every route fp32: the GEMM inputs in fp32 storage (keepGemmInputsInF32)
-    std::unique_ptr<cpu::Bf16Router> m_router; // bf16: each GEMM shape's route, chosen at its first use
-    float m_dropout = 0;                       // after the embeddings and each block's two branches
-    std::vector<std::uint64_t> m_seeds;        // this step's dropout seeds (see seedOf)
+    std::shared_ptr<cpu::Bf16Router> m_router;       // bf16: each GEMM shape's route, chosen at its first use
+                                                     // (shared by the workers)
+    std::vector<std::unique_ptr<GptStep>> m_workers; // workers 1..W-1 of a split step
+    std::int64_t m_maxWorkers = 1;                   // the most a batch splits into (1: no split)
+    std::int64_t m_firstRow = 0;                     // where this part's rows start in the batch (its dropout masks')
+    std::int64_t m_meanOver = 0;                     // the batch's tokens, which the loss averages over
+    // (batch, seq) shapes whose split step has run once worker by worker outside a region, so that
+    // each GEMM shape was routed (timed with the workers side by side) where nothing else runs:
+    // from then on the workers run in one region, where the router is only read.
+    std::set<std::pair<std::int64_t, std::int64_t>> m_routedSplits;
+    float m_dropout = 0;                // after the embeddings and each block's two branches
+    std::vector<std::uint64_t> m_seeds; // this step's dropout seeds (see seedOf)
     std::int64_t m_maxBatch = 0, m_seq = 0, m_heads = 0, m_width = 0, m_vocabulary = 0;
     std::int64_t m_decayed = 0;
     FlatParams m_flat;
