@@ -12,6 +12,10 @@ a race's ms/step). The optimizer is in (the gradient's norm for clipping, LibTor
 pass over the flat parameter buffer, which writes the bf16 mirror in bf16); the embedding is left
 out. bf16 on a CPU without AMX is MKL's emulation, said in the header.
 
+On several threads the step itself splits the batch's sequences, each thread running its share
+alone (train/fused/gpt_step.h); the budget times each loop and GEMM on the whole batch with
+--threads threads, so on 2 or more it is for shares, not the step's rates.
+
 With --race, one fair race of the workload (a lane a precision, --threads threads, --race-steps
 steps) runs through the CLI too (its bf16 GEMMs by MKL, DEVICERACE_BF16_ROUTE=mkl, as here), and each
 precision's budget is set against the race's ms a step and its forward / backward / optimizer
