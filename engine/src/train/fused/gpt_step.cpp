@@ -643,8 +643,7 @@ std::string GptStep::describe() const {
 std::string GptStep::describeThreads() const {
     const int threads = at::get_num_threads();
     if (m_maxWorkers > 1) {
-        return fmt::format("each step's sequences split over {} threads, each running its share's forward and "
-                           "backward on its own, their gradients summed",
+        return fmt::format("each step's sequences split over {} threads, one share a thread, their gradients summed",
                            m_maxWorkers);
     }
     return threads > 1 ? fmt::format("each GEMM and loop split over {} threads", threads) : "";
