@@ -8,7 +8,6 @@ known, and the lane shows steps/s.
 """
 import devicerace
 
-_installed = False
 # fit's parameters in order, as Keras 3 declares them (a positional batch_size or callbacks).
 _FIT_ORDER = ("x", "y", "batch_size", "epochs", "verbose", "callbacks")
 
@@ -24,14 +23,9 @@ def _batch_size(arguments):
 
 
 def install(keras):
-    """Wraps `keras.Model.fit` (just imported) for the lane. Idempotent."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Wraps `keras.Model.fit` (just imported) for the lane: called once, in a race's lane
+    (sitecustomize._instrument)."""
     lane = devicerace.lane()
-    if not lane.in_race:
-        return
     model_fit = keras.Model.fit
 
     def fit(self, *args, **kwargs):

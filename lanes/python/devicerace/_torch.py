@@ -36,7 +36,6 @@ _LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
            "hinge_embedding_loss", "cosine_embedding_loss", "margin_ranking_loss", "triplet_margin_loss",
            "ctc_loss")
 
-_installed = False
 # What install() replaced, and its replacements: (owner, attribute, original, wrapped), and the
 # optimizer hooks' handles (set_enabled swaps them; bench/script_overhead.py times both ways).
 _swaps = []
@@ -66,14 +65,9 @@ _FLOP_TRIES = 3
 
 
 def install(torch):
-    """Hooks `torch` (just imported) for the lane. Idempotent."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Hooks `torch` (just imported) for the lane: called once, in a race's lane
+    (sitecustomize._instrument)."""
     lane = devicerace.lane()
-    if not lane.in_race:
-        return
     state = _State()
     functional = torch.nn.functional
 

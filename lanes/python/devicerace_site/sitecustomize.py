@@ -26,12 +26,18 @@ def _chain():
 
 # The frameworks instrumented, by module name: (devicerace's module that does it, what to call it).
 _WATCHED = {"torch": ("_torch", "PyTorch"), "keras": ("_keras", "Keras")}
+_instrumented = set()  # the names done (each install runs once a process, in a race's lane only)
 
 
 def _instrument(name, module):
+    if name in _instrumented:
+        return
+    _instrumented.add(name)
     part, label = _WATCHED[name]
     try:
-        getattr(__import__("devicerace", fromlist=[part]), part).install(module)
+        devicerace = __import__("devicerace", fromlist=[part])
+        if devicerace.lane().in_race:
+            getattr(devicerace, part).install(module)
     except Exception as e:
         sys.stderr.write(f"devicerace: {label} could not be instrumented: {type(e).__name__}: {e}\n")
 
