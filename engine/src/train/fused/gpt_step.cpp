@@ -525,6 +525,26 @@ at::Tensor GptStep::throughDropout(const at::Tensor& grad, std::uint64_t seed) c
 
 std::int64_t GptStep::workersFor(std::int64_t batch) const { return std::min(m_maxWorkers, batch); }
 
+void GptStep::sumWorkersGradients(std::int64_t workers) {
+    if (workers < 2) {
+        return;
+    }
+    // One pass: each value read once from every worker's buffer (W - 1 additions would read this
+    // step's buffer W - 1 times), in worker order whatever the threads.
+    std::vector<const float*> theirs;
+    for (std::int64_t w = 1; w < workers; ++w) {
+        theirs.push_back(f32(part(w).m_flat.grads));
+    }
+    float* mine = f32(m_flat.grads);
+    at::parallel_for(0, m_flat.grads.numel(), 1 << 14, [&](std::int64_t begin, std::int64_t end) {
+        for (const float* other : theirs) {
+            for (auto i = begin; i < end; ++i) {
+                mine[i] += other[i];
+            }
+        }
+    });
+}
+
 void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
                    at::Tensor& loss, at::Tensor& correct, StepTimer* timer) {
     const auto batch = x.size(0), seq = x.size(1);
@@ -599,10 +619,8 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
     for (std::int64_t w = 0; w < workers; ++w) {
         lossSum += lossSums[static_cast<std::size_t>(w)];
         right += rights[static_cast<std::size_t>(w)];
-        if (w > 0) {
-            m_flat.grads.add_(part(w).m_flat.grads);
-        }
     }
+    sumWorkersGradients(workers);
     loss.fill_(lossSum / static_cast<double>(n));
     correct.fill_(right);
     if (timer) {

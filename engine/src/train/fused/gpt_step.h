@@ -72,6 +72,8 @@ private:
     void allocate(std::int64_t sequences);
     /// The workers a batch of `batch` sequences splits into (1: none, the lane's threads run it).
     std::int64_t workersFor(std::int64_t batch) const;
+    /// Adds workers 1..workers-1's gradients into this step's (the flat buffer the optimizer reads).
+    void sumWorkersGradients(std::int64_t workers);
     /// Worker w (0: this step itself).
     GptStep& part(std::int64_t w) { return w == 0 ? *this : *m_workers[static_cast<std::size_t>(w) - 1]; }
     /// One block's parameters and what its forward keeps for the backward.
