@@ -205,6 +205,36 @@ TEST(GptStep, ASplitBatchMatchesAutogradWithDropout) {
     EXPECT_NE(compareSteps(kContext, true).find("sequences split over 2 threads"), std::string::npos); // bf16
 }
 
+// The step's own evaluation gives the module's in eval mode: the summed loss and the hits, without
+// dropout (char-gpt-6l's 0.2), over more sequences than the step's batch (chunks of 2, 2 and 1,
+// each split over two threads).
+TEST(GptStep, EvaluatesAsTheModuleDoesWithoutDropout) {
+    const Threads two(2);
+    auto fusedNet = charGpt("char-gpt-6l");
+    auto referenceNet = charGpt("char-gpt-6l");
+    GptStep step(*fusedNet, 2, 256, false);
+    const auto data = tokens(5, 64);
+    const auto x = data.narrow(1, 0, 64), y = data.narrow(1, 1, 64);
+    const auto fused = step.evaluate(x, y);
+    ASSERT_TRUE(fused.has_value());
+    EXPECT_TRUE(step.evaluates());
+    torch::NoGradGuard noGrad;
+    referenceNet->eval();
+    const auto logits = referenceNet->forward(x);
+    const double loss =
+        torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}),
+                                             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
+    EXPECT_NEAR(fused->lossSum, loss, 1e-5 * loss);
+    EXPECT_EQ(fused->correct, logits.argmax(-1).eq(y).sum().item<std::int64_t>());
+    // Nothing learned, nothing drawn: the same figures (within MKL's rounding: a shape's first pass
+    // runs its GEMMs on the lane's threads, later ones on each worker's one).
+    const auto again = step.evaluate(x, y);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_NEAR(again->lossSum, fused->lossSum, 1e-6 * fused->lossSum);
+    EXPECT_EQ(again->correct, fused->correct);
+}
+
 // The tiles against torch's causal attention in double, each ISA's tiles this CPU runs: sequences
 // that end mid-tile (8 or 4 rows; 70 rows end in tiles of 4 and 2) and mid-vector (16 or 8
 // columns), heads of 16, 32, 48, 64 and 128 (tiles of 1, 2 and 3 vectors and the heads-of-64

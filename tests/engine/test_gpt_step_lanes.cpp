@@ -146,6 +146,7 @@ TEST(GptStepLanes, ABf16LanesEvaluationRoutesItsDenseLayers) {
     test::TempDir dir;
     auto data = sentences(dir);
     const auto run = [&](bool routed) {
+        ::setenv("DEVICERACE_FUSED_EVAL", "0", 1); // the module evaluates, not the fused step's forward
         ::setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
         if (!routed) {
             ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
@@ -161,6 +162,7 @@ TEST(GptStepLanes, ABf16LanesEvaluationRoutesItsDenseLayers) {
         lane->wait();
         ::unsetenv("DEVICERACE_BF16_DENSE");
         ::unsetenv("DEVICERACE_BF16_ROUTE");
+        ::unsetenv("DEVICERACE_FUSED_EVAL");
         EXPECT_EQ(lane->summary().state, LaneState::Finished) << lane->summary().error;
         const auto evals = test::evalsOf(*lane);
         return std::pair{lane->summary().execution, evals.empty() ? -1.0 : evals.back().loss.value_or(-1.0)};

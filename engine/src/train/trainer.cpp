@@ -345,7 +345,7 @@ LaneOutcome Trainer::loop() {
         if ((evalDue || (last && lastEvalStep != m_step)) && isReporter()) {
             evaluate(); // data-parallel: rank 0 evaluates; the others wait in their next step
             lastEvalStep = m_step;
-            if (m_fusedStep && m_model->denseRoutes && !m_evalRoutesDescribed) {
+            if (m_fusedStep && m_model->denseRoutes && !fusedEvaluation() && !m_evalRoutesDescribed) {
                 m_evalRoutesDescribed = true;
                 describeExecution(); // the evaluation's dense-layer routes, chosen in its first pass
             }

@@ -132,6 +132,8 @@ private:
     std::optional<LaneOutcome> report();
 
     void evaluate();
+    /// The fused step evaluates the lane (its own forward), not the module.
+    bool fusedEvaluation() const;
     // A new throughput interval: after an evaluation or a pause (neither counts in one).
     void restartInterval();
 

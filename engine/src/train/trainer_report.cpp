@@ -4,7 +4,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <string_view>
 
+#include "devicerace/environment.h"
 #include "devices/cpu_info.h"
 
 namespace devicerace::detail {
@@ -132,12 +134,20 @@ void Trainer::evaluate() {
     const std::int64_t n = m_data.testX.size(0);
     auto lossSum = torch::zeros({}, torch::TensorOptions().device(m_dev));
     auto correct = torch::zeros({}, torch::TensorOptions().device(m_dev).dtype(torch::kLong));
+    const bool fused = fusedEvaluation();
     for (std::int64_t i = 0; i < n; i += m_ctx.evalBatch) {
         const auto take = std::min(m_ctx.evalBatch, n - i);
         auto x = m_data.testX.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
         x = prepareInput(x, m_data, m_workload->info.inputShape, m_ctx.channelsLast);
         auto y = m_data.testY.narrow(0, i, take).to(m_dev, /*non_blocking=*/true);
         splitTargets(x, y);
+        if (fused) {
+            if (const auto r = m_fusedStep->evaluate(x, y)) {
+                lossSum += r->lossSum;
+                correct += r->correct;
+                continue;
+            }
+        }
         AutocastScope autocast(m_ctx.spec.precision, m_dev.type());
         auto logits = m_model->forward(x).to(torch::kFloat32);
         lossSum += lossOf(logits, y, true);
@@ -162,6 +172,12 @@ void Trainer::evaluate() {
     emitState(LaneState::Running, {});
     // Evaluation is on the lane clock (time to accuracy) but not in throughput intervals.
     restartInterval();
+}
+
+bool Trainer::fusedEvaluation() const {
+    // DEVICERACE_FUSED_EVAL=0: the module evaluates (A/B, tests of its evaluation routes).
+    const char* on = environmentSwitch("DEVICERACE_FUSED_EVAL");
+    return m_fusedStep && m_fusedStep->evaluates() && !(on && std::string_view(on) == "0");
 }
 
 void Trainer::restartInterval() {
@@ -271,7 +287,10 @@ void Trainer::describeExecution() {
             text += ", convolutions on their bf16 values in fp32 arithmetic where timed faster than in bf16";
         }
     }
-    if (m_model->denseRoutes) {
+    if (fusedEvaluation()) {
+        text += ", evaluated by the fused step's own forward";
+    }
+    if (m_model->denseRoutes && !fusedEvaluation()) {
         // (kernels/dense_bf16_node.cpp: each GEMM shape's route, chosen at its first use)
         const auto routes = describeDenseRoutes(*m_model->denseRoutes);
         // (a fused step trains without the modules' dense layers: only the evaluation runs them)

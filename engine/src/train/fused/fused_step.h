@@ -57,6 +57,19 @@ public:
     virtual void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer,
                       at::Tensor& loss, at::Tensor& correct, StepTimer* timer) = 0;
 
+    /// The summed loss and the right predictions of an evaluation pass.
+    struct Evaluation {
+        double lossSum = 0;
+        std::int64_t correct = 0;
+    };
+    /// Evaluates a batch as the lane stores it by the step's own forward (no dropout, nothing
+    /// learned); nullopt where the step does not, and the module evaluates.
+    virtual std::optional<Evaluation> evaluate(const at::Tensor& /*x*/, const at::Tensor& /*y*/) {
+        return std::nullopt;
+    }
+    /// Whether evaluate() evaluates (the lane's batches of its own workload).
+    virtual bool evaluates() const { return false; }
+
     /// "fused dense step (bf16 GEMMs, fp32 master weights)" and the like (the lane's execution).
     virtual std::string describe() const = 0;
     /// How several threads share a step; empty on one thread.

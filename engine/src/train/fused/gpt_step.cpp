@@ -428,8 +428,9 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
                           c, f32(m_h[0]))) {
         throw Error(fmt::format("a token outside the network's vocabulary of {}", m_vocabulary));
     }
-    if (m_dropout > 0) {
-        cpu::dropoutValues(f32(m_h[0]), n * c, m_dropout, m_seeds[0], f32(m_h[0]), m_firstRow * c);
+    const float dropout = m_training ? m_dropout : 0.0f;
+    if (dropout > 0) {
+        cpu::dropoutValues(f32(m_h[0]), n * c, dropout, m_seeds[0], f32(m_h[0]), m_firstRow * c);
     }
     for (std::size_t l = 0; l < m_blocks.size(); ++l) {
         auto& k = m_blocks[l];
@@ -440,14 +441,14 @@ void GptStep::forward(std::int64_t batch, std::int64_t seq, double& lossSum, std
         attentionForward(k, batch, seq);
         auto o = rowsOf(m_narrow, n);
         gemm(rowsOf(k.y, n), weight(k.projW).t(), o);
-        cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid), m_dropout, seedOf(l, 0), m_firstRow);
+        cpu::addRowsBias(x, f32(o), f32(k.projB.w), n, c, f32(k.mid), dropout, seedOf(l, 0), m_firstRow);
         withAct(k.m, m_inF32, [&](auto* out) {
             cpu::layerNormRows(f32(k.mid), n, c, f32(k.ln2w.w), f32(k.ln2b.w), out, f32(k.mean2), f32(k.rstd2));
         });
         gemm(rowsOf(k.m, n), weight(k.fcW).t(), rowsOf(k.f, n));
         withAct(k.g, m_inF32, [&](auto* out) { cpu::biasGelu(f32(k.f), f32(k.fcB.w), n, 4 * c, out); });
         gemm(rowsOf(k.g, n), weight(k.mlpW).t(), o);
-        cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]), m_dropout, seedOf(l, 1), m_firstRow);
+        cpu::addRowsBias(f32(k.mid), f32(o), f32(k.mlpB.w), n, c, f32(m_h[l + 1]), dropout, seedOf(l, 1), m_firstRow);
     }
     withAct(m_z, m_inF32, [&](auto* out) {
         cpu::layerNormRows(f32(m_h.back()), n, c, f32(m_lnFw.w), f32(m_lnFb.w), out, f32(m_meanF), f32(m_rstdF));
@@ -552,7 +553,6 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
         throw Error(fmt::format("a batch of {} x {} tokens; the fused transformer step was built for {} x {}", batch,
                                 seq, m_maxBatch, m_seq));
     }
-    const auto n = batch * seq;
     // One seed per dropout in the module's forward order (the embeddings', then each block's
     // attention and MLP outputs'), as laneDropout draws them.
     m_seeds.clear();
@@ -561,6 +561,52 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
             m_seeds.push_back(dropoutSeed(gen));
         }
     }
+    double lossSum = 0;
+    std::int64_t right = 0;
+    runParts(x, y, true, lossSum, right, timer);
+    loss.fill_(lossSum / static_cast<double>(batch * seq));
+    correct.fill_(right);
+    if (timer) {
+        timer->mark(Phase::Backward);
+    }
+    optimizer.step();
+    if (m_bf16 && !m_routesSettled) {
+        // Every GEMM shape of a full batch has its route now. If each is fp32, the loops write the
+        // GEMMs' inputs as bf16 values in fp32 storage from the next step on: the same values and
+        // sums, without a bf16 copy written here and widened again there. A smaller last batch's
+        // shapes then run in fp32 too.
+        m_routesSettled = true;
+        if (m_inF32Allowed && m_router->onlyFp32()) {
+            for (std::int64_t w = 0; w < m_maxWorkers; ++w) {
+                part(w).keepGemmInputsInF32();
+            }
+        }
+    }
+    if (timer) {
+        timer->mark(Phase::Optimizer);
+    }
+}
+
+std::optional<FusedStep::Evaluation> GptStep::evaluate(const at::Tensor& x, const at::Tensor& y) {
+    const auto seq = x.size(1);
+    if (x.dim() != 2 || y.sizes() != x.sizes() || seq > m_seq || seq > m_wpe.w.size(0)) {
+        return std::nullopt; // (the module evaluates it)
+    }
+    Evaluation out;
+    for (std::int64_t i = 0; i < x.size(0); i += m_maxBatch) {
+        const auto take = std::min(m_maxBatch, x.size(0) - i);
+        double lossSum = 0;
+        std::int64_t right = 0;
+        runParts(x.narrow(0, i, take), y.narrow(0, i, take), false, lossSum, right, nullptr);
+        out.lossSum += lossSum;
+        out.correct += right;
+    }
+    return out;
+}
+
+void GptStep::runParts(const at::Tensor& x, const at::Tensor& y, bool train, double& lossSum, std::int64_t& right,
+                       StepTimer* timer) {
+    const auto batch = x.size(0), seq = x.size(1), n = batch * seq;
     // Worker w's sequences [first[w], first[w + 1]); each part's masks and loss are the batch's.
     const auto workers = workersFor(batch);
     std::vector<std::int64_t> first(static_cast<std::size_t>(workers) + 1);
@@ -573,9 +619,10 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
     for (std::int64_t w = 0; w < workers; ++w) {
         auto& s = part(w);
         const auto b0 = first[static_cast<std::size_t>(w)], rows = sequencesOf(w) * seq;
-        if (w > 0) {
+        if (w > 0 && train) {
             s.m_seeds = m_seeds;
         }
+        s.m_training = train;
         s.m_firstRow = b0 * seq;
         s.m_meanOver = n;
         s.m_tokens.narrow(0, 0, rows).view({sequencesOf(w), seq}).copy_(x.narrow(0, b0, sequencesOf(w)));
@@ -597,50 +644,31 @@ void GptStep::step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen,
             if (w == 0 && timer) {
                 timer->mark(Phase::Forward);
             }
-            part(w).backward(sequencesOf(w), seq);
+            if (train) {
+                part(w).backward(sequencesOf(w), seq);
+            }
         });
     } else {
-        // One part, or a split's first step of this shape: part by part on the lane's threads.
+        // One part, or a split's first pass of this shape: part by part on the lane's threads.
         for (std::int64_t w = 0; w < workers; ++w) {
             forwardOf(w);
         }
         if (timer) {
             timer->mark(Phase::Forward);
         }
-        for (std::int64_t w = 0; w < workers; ++w) {
+        for (std::int64_t w = 0; w < workers && train; ++w) {
             part(w).backward(sequencesOf(w), seq);
         }
         if (workers > 1) {
             m_routedSplits.insert({batch, seq});
         }
     }
-    double lossSum = 0;
-    std::int64_t right = 0;
     for (std::int64_t w = 0; w < workers; ++w) {
         lossSum += lossSums[static_cast<std::size_t>(w)];
         right += rights[static_cast<std::size_t>(w)];
     }
-    sumWorkersGradients(workers);
-    loss.fill_(lossSum / static_cast<double>(n));
-    correct.fill_(right);
-    if (timer) {
-        timer->mark(Phase::Backward);
-    }
-    optimizer.step();
-    if (m_bf16 && !m_routesSettled) {
-        // Every GEMM shape of a full batch has its route now. If each is fp32, the loops write the
-        // GEMMs' inputs as bf16 values in fp32 storage from the next step on: the same values and
-        // sums, without a bf16 copy written here and widened again there. A smaller last batch's
-        // shapes then run in fp32 too.
-        m_routesSettled = true;
-        if (m_inF32Allowed && m_router->onlyFp32()) {
-            for (std::int64_t w = 0; w < m_maxWorkers; ++w) {
-                part(w).keepGemmInputsInF32();
-            }
-        }
-    }
-    if (timer) {
-        timer->mark(Phase::Optimizer);
+    if (train) {
+        sumWorkersGradients(workers);
     }
 }
 

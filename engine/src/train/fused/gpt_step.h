@@ -59,6 +59,10 @@ public:
     /// `x`: [B, T] token ids (T <= seq), `y`: [B, T] next tokens (views with any row stride).
     void step(const at::Tensor& x, const at::Tensor& y, at::Generator& gen, LaneOptimizer& optimizer, at::Tensor& loss,
               at::Tensor& correct, StepTimer* timer = nullptr) override;
+    /// The loss and next-token hits over `x` → `y` ([B, T] token ids, any B), by the step's own
+    /// forward in chunks of its batch (the workers' split included), without dropout.
+    std::optional<Evaluation> evaluate(const at::Tensor& x, const at::Tensor& y) override;
+    bool evaluates() const override { return true; }
     std::string describe() const override;
     std::string describeThreads() const override;
 
@@ -90,6 +94,10 @@ private:
         at::Tensor f, g;            // the GELU's slope at the MLP's pre-activation (fp32), its output (a GEMM input)
     };
 
+    /// A batch of `x` → `y` through each worker's share: forward, and with `train` dropout, the
+    /// backward and the workers' gradients summed; the loss summed over its tokens and the hits.
+    void runParts(const at::Tensor& x, const at::Tensor& y, bool train, double& lossSum, std::int64_t& right,
+                  StepTimer* timer);
     void forward(std::int64_t batch, std::int64_t seq, double& lossSum, std::int64_t& correct);
     void backward(std::int64_t batch, std::int64_t seq);
     void attentionForward(Block& k, std::int64_t batch, std::int64_t seq);
@@ -131,6 +139,7 @@ private:
                                                      // (shared by the workers)
     std::vector<std::unique_ptr<GptStep>> m_workers; // workers 1..W-1 of a split step
     std::int64_t m_maxWorkers = 1;                   // the most a batch splits into (1: no split)
+    bool m_training = true;                          // this pass learns (dropout on); an evaluation's does not
     std::int64_t m_firstRow = 0;                     // where this part's rows start in the batch (its dropout masks')
     std::int64_t m_meanOver = 0;                     // the batch's tokens, which the loss averages over
     // (batch, seq) shapes whose split step has run once worker by worker outside a region, so that
