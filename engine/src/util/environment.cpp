@@ -45,11 +45,11 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_DENSE_STEP", "benchmarks", "0: no fused dense step (autograd, fused optimizer)"},
     EnvironmentSwitch{"DEVICERACE_FASHION_MNIST", "users", "the Fashion-MNIST folder (default: Debian's package)"},
     EnvironmentSwitch{"DEVICERACE_FUSED_CELL", "benchmarks", "0: torch::nn::LSTMCell instead of the one-pass cell"},
-    EnvironmentSwitch{"DEVICERACE_FUSED_NORM", "benchmarks",
-                      "0: ATen's batch norm, add and relu instead of the one-pass ones"},
     EnvironmentSwitch{"DEVICERACE_FUSED_EVAL", "tests",
                       "0: a lane with the fused transformer step evaluates through its module (autograd-free "
                       "ATen ops, the dense layers' evaluation routes) instead of the step's own forward"},
+    EnvironmentSwitch{"DEVICERACE_FUSED_NORM", "benchmarks",
+                      "0: ATen's batch norm, add and relu instead of the one-pass ones"},
     EnvironmentSwitch{"DEVICERACE_GPT_SPLIT", "benchmarks",
                       "0: the fused transformer step runs the whole batch, each GEMM and loop on the lane's threads, "
                       "instead of each thread its share of the sequences"},
