@@ -2,6 +2,7 @@
 // loop over rows around a per-ISA clone (DR_CLONES) of an always-inline body, as in
 // cpu_kernels.cpp, so the bodies vectorise for the CPU at hand.
 #include "kernels/gpt_kernels.h"
+#include "kernels/bf16_narrow.h"
 #include "kernels/kernel_inline.h"
 #include "kernels/vec_inline.h"
 
@@ -114,6 +115,15 @@ DR_CLONES void layerNormF(const float* x, std::int64_t r0, std::int64_t r1, std:
 }
 DR_CLONES void layerNormB(const float* x, std::int64_t r0, std::int64_t r1, std::int64_t cols, const float* gamma,
                           const float* beta, Bf16* out, float* mean, float* rstd) {
+    constexpr std::int64_t kRowMax = 4096;
+    if (cols <= kRowMax && haveBf16NarrowInstruction()) { // each row in fp32, then narrowed (bf16_narrow.h)
+        float row[kRowMax];
+        for (std::int64_t r = r0; r < r1; ++r) {
+            layerNormBody(x + r * cols, 0, 1, cols, gamma, beta, row, mean + r, rstd + r);
+            narrowToBf16(row, out + r * cols, cols);
+        }
+        return;
+    }
     layerNormBody(x, r0, r1, cols, gamma, beta, out, mean, rstd);
 }
 DR_CLONES void layerNormW(const float* x, std::int64_t r0, std::int64_t r1, std::int64_t cols, const float* gamma,
@@ -258,8 +268,10 @@ DR_INLINE void biasGeluBody(float* __restrict x, const float* __restrict bias, s
     // bf16 in chunks through a float buffer: a loop that also stores bf16 gets half-width vectors.
     // Chunks of 512 (2 kB), not 64: char-gpt's 512-wide rows in one go. float goes straight out
     // (through the buffer, GCC copies each chunk with `rep movsq`).
+    // With AVX-512 BF16 each chunk is narrowed by its instruction (bf16_narrow.h).
     constexpr std::int64_t kChunk = 512;
     float gelu[kChunk];
+    const bool narrow = haveBf16NarrowInstruction();
     for (std::int64_t r = r0; r < r1; ++r) {
         float* __restrict xr = x + r * cols;
         T* __restrict o = out + r * cols;
@@ -279,6 +291,12 @@ DR_INLINE void biasGeluBody(float* __restrict x, const float* __restrict bias, s
                 const Normal nv = normalAt(v);
                 gelu[c] = v * nv.cdf;
                 xr[c0 + c] = nv.cdf + v * nv.pdf;
+            }
+            if constexpr (std::is_same_v<T, Bf16>) {
+                if (narrow) {
+                    narrowToBf16(gelu, o + c0, n);
+                    continue;
+                }
             }
             for (std::int64_t c = 0; c < n; ++c) {
                 store(o[c0 + c], gelu[c]);
@@ -510,8 +528,11 @@ void columnBlocks(std::int64_t rows, std::int64_t cols, const F& f) {
 }
 } // namespace
 void columnSums(const float* x, std::int64_t rows, std::int64_t cols, float* out, Bf16* copy) {
+    const bool narrow = copy && haveBf16NarrowInstruction();
     columnBlocks(rows, cols, [&](std::int64_t c0, std::int64_t c1) {
-        if (copy) {
+        if (narrow) {
+            columnSumsNarrowing(x, rows, cols, c0, c1, out, copy);
+        } else if (copy) {
             columnSumsB(x, rows, cols, c0, c1, out, copy);
         } else {
             columnSumsF(x, rows, cols, c0, c1, out);

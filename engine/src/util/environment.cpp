@@ -22,6 +22,9 @@ constexpr std::array kSwitches = {
     EnvironmentSwitch{"DEVICERACE_BF16_IN_F32", "benchmarks",
                       "0: a bf16 fused step (transformer, dense) whose GEMMs run in fp32 still writes their inputs "
                       "as bf16 and widens them, not as bf16 values in fp32 storage"},
+    EnvironmentSwitch{"DEVICERACE_BF16_NARROW", "benchmarks",
+                      "0: the fused transformer step's bf16 copies by the integer rounding, not AVX-512 BF16's "
+                      "conversion instruction"},
     EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
                       "mkl, onednn, avx512 or fp32: every bf16 GEMM of the fused steps and of a bf16 lane's dense "
                       "layers by that route instead of the fastest timed one (measure: time them)"},
