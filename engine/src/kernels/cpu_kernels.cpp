@@ -4,6 +4,7 @@
 // with -fno-math-errno and -fno-trapping-math (engine/CMakeLists.txt) so that sqrt and selects
 // vectorise.
 #include "kernels/cpu_kernels.h"
+#include "kernels/bf16_narrow.h"
 #include "kernels/kernel_inline.h"
 
 #include <ATen/Parallel.h>
@@ -445,7 +446,14 @@ TeamCheck checkTeam(int threads) {
 }
 
 void toBf16(const float* src, Bf16* dst, std::int64_t n) {
-    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { toBf16Range(src + b, dst + b, e - b); });
+    const bool narrow = haveBf16NarrowInstruction(); // AVX-512 BF16's conversion (bf16_narrow.h)
+    at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) {
+        if (narrow) {
+            narrowToBf16(src + b, dst + b, e - b);
+        } else {
+            toBf16Range(src + b, dst + b, e - b);
+        }
+    });
 }
 void reluToBf16(const float* src, Bf16* dst, std::int64_t n) {
     at::parallel_for(0, n, kGrain, [&](std::int64_t b, std::int64_t e) { reluToBf16Range(src + b, dst + b, e - b); });
