@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "devices/bf16_route_cache.h"
+#include "kernels/bf16_amx_gemm.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/bf16_routes.h"
 #include "kernels/cpu_kernels.h"
@@ -142,9 +143,9 @@ TEST(Bf16Routes, TheEnvironmentForcesOneRouteOrIsRefused) {
         cpu::Bf16Router router(1);
         FAIL() << "a route name it does not know was taken";
     } catch (const std::invalid_argument& e) {
-        EXPECT_NE(
-            std::string(e.what()).find("DEVICERACE_BF16_ROUTE=fastest: expected mkl, onednn, avx512, fp32 or measure"),
-            std::string::npos)
+        EXPECT_NE(std::string(e.what()).find(
+                      "DEVICERACE_BF16_ROUTE=fastest: expected mkl, onednn, amx, avx512, fp32 or measure"),
+                  std::string::npos)
             << e.what();
     }
 }
@@ -152,14 +153,17 @@ TEST(Bf16Routes, TheEnvironmentForcesOneRouteOrIsRefused) {
 // Each route's product equals the fp32 product of the same bf16 inputs (the MKL, AVX-512 BF16
 // and fp32 routes sum in fp32; oneDNN's result is rounded to bf16 once), for every transpose and
 // strided rows: an odd k within one block of the AVX-512 kernel's, an odd k over two blocks with n
-// over three of its panels, and an even k over three blocks (its rows read in place).
+// over three of its panels, and an even k over three blocks (its rows read in place); for the AMX
+// kernel, whole blocks of 32 rows with k a multiple of 32 (a's rows read in place) over two blocks
+// of k, with an edge panel of c, and with strided rows.
 TEST(Bf16Routes, EveryRouteComputesTheProduct) {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
     struct Shape {
         std::int64_t m, n, k, pad;
     };
-    for (const auto [m, n, k, pad] : {Shape{37, 29, 53, 3}, Shape{21, 70, 517, 1}, Shape{16, 33, 600, 0}}) {
+    for (const auto [m, n, k, pad] : {Shape{37, 29, 53, 3}, Shape{21, 70, 517, 1}, Shape{16, 33, 600, 0},
+                                      Shape{64, 40, 544, 0}, Shape{96, 64, 128, 2}}) {
         SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
         for (const bool ta : {false, true}) {
             for (const bool tb : {false, true}) {
@@ -238,6 +242,40 @@ TEST(Bf16Routes, TheOwnKernelIsARouteWhereTheCpuHasAvx512Bf16) {
         FAIL() << "the AVX-512 BF16 kernel was forced on a CPU without it";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("this CPU has no AVX-512 BF16"), std::string::npos) << e.what();
+    }
+}
+
+// The engine's AMX kernel is a route exactly where the CPU's flags show AMX-BF16 and AMX-TILE (with
+// AVX-512 BF16 for its packing) and Linux grants the tiles; forcing it elsewhere is refused.
+TEST(Bf16Routes, TheAmxKernelIsARouteWhereTheCpuHasAmx) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, flags;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("flags", 0) == 0) {
+            flags = " " + line.substr(line.find(':') + 1) + " ";
+            break;
+        }
+    }
+    bool has = !flags.empty();
+    for (const char* word : {" amx_bf16 ", " amx_tile ", " avx512_bf16 ", " avx512bw "}) {
+        has = has && flags.find(word) != std::string::npos;
+    }
+    EXPECT_EQ(cpu::haveAmxBf16Gemm(), has); // a Linux that refuses AMX would show no amx flags
+    const auto routes = cpu::availableBf16Routes();
+    EXPECT_EQ(std::find(routes.begin(), routes.end(), Bf16Route::Amx) != routes.end(), has);
+    EXPECT_EQ(cpu::bf16RouteFromKey("amx"), Bf16Route::Amx);
+    CacheDir cache;
+    ForcedRoute forced("amx");
+    if (has) {
+        cpu::Bf16Router router(1);
+        EXPECT_EQ(router.route({64, 64, 64, false, true}), Bf16Route::Amx);
+        return;
+    }
+    try {
+        cpu::Bf16Router router(1);
+        FAIL() << "the AMX kernel was forced on a CPU without it";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("this CPU has no AMX"), std::string::npos) << e.what();
     }
 }
 

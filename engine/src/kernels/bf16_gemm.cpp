@@ -27,69 +27,6 @@ namespace devicerace::detail::cpu {
 
 namespace {
 
-// r[i][j] -> r[j][i] for 16 x 16 32-bit words: pairs, then quads within each 128-bit lane, then
-// the lanes across registers.
-DR_AVX512_BF16 void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    __m512i u[16];
-    for (int g = 0; g < 16; g += 4) {
-        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-    }
-    // u[4g + q]'s lane l holds column 4l + q of rows 4g..4g+3.
-    for (int q = 0; q < 4; ++q) {
-        const __m512i x0 = _mm512_shuffle_i32x4(u[q], u[4 + q], 0x44);
-        const __m512i x1 = _mm512_shuffle_i32x4(u[q], u[4 + q], 0xEE);
-        const __m512i x2 = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0x44);
-        const __m512i x3 = _mm512_shuffle_i32x4(u[8 + q], u[12 + q], 0xEE);
-        r[q] = _mm512_shuffle_i32x4(x0, x2, 0x88);
-        r[4 + q] = _mm512_shuffle_i32x4(x0, x2, 0xDD);
-        r[8 + q] = _mm512_shuffle_i32x4(x1, x3, 0x88);
-        r[12 + q] = _mm512_shuffle_i32x4(x1, x3, 0xDD);
-    }
-}
-
-// b's columns [j0, j0 + cols) over k [k0, k0 + 2 pairs) into panel [pair][32 columns].
-DR_AVX512_BF16 void packB(bool transB, const std::uint16_t* b, std::int64_t ldb, std::int64_t k, std::int64_t k0,
-                          std::int64_t pairs, std::int64_t j0, std::int64_t cols, std::uint32_t* panel) {
-    if (!transB) {
-        // b stored [k x n]: rows kk and kk + 1 interleaved, 32 columns at once.
-        const __mmask32 mask = cols >= 32 ? ~__mmask32{0} : (__mmask32{1} << cols) - 1;
-        for (std::int64_t p = 0; p < pairs; ++p) {
-            const auto kk = k0 + 2 * p;
-            const std::uint16_t* row = b + kk * ldb + j0;
-            const __m512i x = _mm512_maskz_loadu_epi16(mask, row);
-            const __m512i y = kk + 1 < k ? _mm512_maskz_loadu_epi16(mask, row + ldb) : _mm512_setzero_si512();
-            storePairs(x, y, panel + p * kCols);
-        }
-        return;
-    }
-    // b stored [n x k]: each column's pairs are contiguous in its row; 16 columns x 16 pairs at a
-    // time transposed (as 32-bit words) into the panel.
-    for (std::int64_t jb = 0; jb < kCols; jb += 16) {
-        for (std::int64_t p0 = 0; p0 < pairs; p0 += 16) {
-            const auto count = std::min<std::int64_t>(16, pairs - p0);
-            const auto valid = std::min<std::int64_t>(32, k - (k0 + 2 * p0)); // bf16 values in a row's segment
-            const __mmask32 mask = valid >= 32 ? ~__mmask32{0} : (__mmask32{1} << valid) - 1;
-            __m512i r[16];
-            for (std::int64_t i = 0; i < 16; ++i) {
-                r[i] = jb + i < cols ? _mm512_maskz_loadu_epi16(mask, b + (j0 + jb + i) * ldb + k0 + 2 * p0)
-                                     : _mm512_setzero_si512();
-            }
-            transpose16(r);
-            for (std::int64_t c = 0; c < count; ++c) {
-                _mm512_storeu_si512(panel + (p0 + c) * kCols + jb, r[c]);
-            }
-        }
-    }
-}
-
 struct Buffers {
     std::vector<std::uint32_t> b; // this thread's packed b panels of the block
     std::vector<std::uint32_t> a; // this thread's packed a tiles of the block

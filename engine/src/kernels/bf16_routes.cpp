@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "devices/bf16_route_cache.h"
+#include "kernels/bf16_amx_gemm.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/mkl_gemm.h"
@@ -29,9 +30,10 @@ struct RouteRow {
     const char* key;  // the cache's and DEVICERACE_BF16_ROUTE's
 };
 // In the enum's order.
-constexpr std::array<RouteRow, 4> kRoutes = {
+constexpr std::array<RouteRow, 5> kRoutes = {
     RouteRow{Bf16Route::Mkl, "MKL bf16", "mkl"}, RouteRow{Bf16Route::OneDnn, "oneDNN bf16", "onednn"},
-    RouteRow{Bf16Route::Fp32, "fp32", "fp32"}, RouteRow{Bf16Route::Avx512, "AVX-512 BF16 kernel", "avx512"}};
+    RouteRow{Bf16Route::Fp32, "fp32", "fp32"}, RouteRow{Bf16Route::Avx512, "AVX-512 BF16 kernel", "avx512"},
+    RouteRow{Bf16Route::Amx, "AMX kernel", "amx"}};
 
 constexpr double kTrialSeconds = 0.002; // one trial's calls last about this long
 constexpr int kMaxCallsPerTrial = 1000;
@@ -85,13 +87,16 @@ std::optional<Bf16Route> forcedRoute() {
     const auto r = bf16RouteFromKey(env);
     if (!r) {
         throw std::invalid_argument(
-            fmt::format("DEVICERACE_BF16_ROUTE={}: expected mkl, onednn, avx512, fp32 or measure", env));
+            fmt::format("DEVICERACE_BF16_ROUTE={}: expected mkl, onednn, amx, avx512, fp32 or measure", env));
     }
     if (*r == Bf16Route::Mkl && !haveMklBf16Gemm()) {
         throw std::invalid_argument("DEVICERACE_BF16_ROUTE=mkl: this LibTorch has no MKL bf16 GEMM");
     }
     if (*r == Bf16Route::Avx512 && !haveAvx512Bf16Gemm()) {
         throw std::invalid_argument("DEVICERACE_BF16_ROUTE=avx512: this CPU has no AVX-512 BF16");
+    }
+    if (*r == Bf16Route::Amx && !haveAmxBf16Gemm()) {
+        throw std::invalid_argument("DEVICERACE_BF16_ROUTE=amx: this CPU has no AMX (or Linux did not grant it)");
     }
     return r;
 }
@@ -117,6 +122,9 @@ std::vector<Bf16Route> availableBf16Routes() {
         out.push_back(Bf16Route::Mkl);
     }
     out.push_back(Bf16Route::OneDnn);
+    if (haveAmxBf16Gemm()) {
+        out.push_back(Bf16Route::Amx);
+    }
     if (haveAvx512Bf16Gemm()) {
         out.push_back(Bf16Route::Avx512);
     }
@@ -133,6 +141,7 @@ void gemmBf16Routed(Bf16Route route, const GemmShape& s, const Bf16* a, std::int
     switch (route) {
     case Bf16Route::Mkl: gemmBf16F32(s.transA, s.transB, s.m, s.n, s.k, a, lda, b, ldb, 0.0f, c, ldc); return;
     case Bf16Route::Avx512: gemmBf16Avx512(s.transA, s.transB, s.m, s.n, s.k, a, lda, b, ldb, c, ldc); return;
+    case Bf16Route::Amx: gemmBf16Amx(s.transA, s.transB, s.m, s.n, s.k, a, lda, b, ldb, c, ldc); return;
     case Bf16Route::OneDnn: {
         auto& result = scratch().result;
         result.resize(static_cast<std::size_t>(s.m * s.n));
@@ -254,8 +263,14 @@ Bf16Route Bf16Router::decide(const GemmShape& shape) {
     if (m_forced) {
         return *m_forced;
     }
-    const auto key = bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape));
+    // The candidates are in the key: a choice made before a route existed (or where one was not
+    // available) is timed again, not kept.
     const auto available = availableBf16Routes();
+    std::string candidates;
+    for (const auto r : available) {
+        candidates += (candidates.empty() ? " of " : ",") + std::string(bf16RouteKey(r));
+    }
+    const auto key = bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape) + candidates);
     if (const auto kept = cachedBf16Route(key)) {
         if (const auto r = bf16RouteFromKey(*kept);
             r && std::find(available.begin(), available.end(), *r) != available.end()) {

@@ -24,17 +24,18 @@ enum class Bf16Route {
     OneDnn, // at::mm on bf16 tensors (oneDNN): a bf16 result, widened to fp32
     Fp32,   // both inputs widened to fp32, at::mm in fp32 (MKL's sgemm)
     Avx512, // the engine's own AVX-512 BF16 GEMM (kernels/bf16_gemm.h): fp32 sums in place
+    Amx,    // the engine's own AMX GEMM (kernels/bf16_amx_gemm.h): fp32 sums in place
 };
 
-/// "MKL bf16", "oneDNN bf16", "fp32", "AVX-512 BF16 kernel".
+/// "MKL bf16", "oneDNN bf16", "fp32", "AVX-512 BF16 kernel", "AMX kernel".
 const char* bf16RouteName(Bf16Route route);
-/// The lowercase names the cache and DEVICERACE_BF16_ROUTE use: "mkl", "onednn", "fp32", "avx512".
+/// The lowercase names the cache and DEVICERACE_BF16_ROUTE use: "mkl", "onednn", "fp32", "avx512", "amx".
 const char* bf16RouteKey(Bf16Route route);
 std::optional<Bf16Route> bf16RouteFromKey(std::string_view key);
 
 /// The routes this process can take, in order of preference on a tie: MKL's only where the
 /// LibTorch in this process exports it (haveMklBf16Gemm), the engine's own kernel only on a CPU
-/// with AVX-512 BF16 (haveAvx512Bf16Gemm).
+/// with AVX-512 BF16 (haveAvx512Bf16Gemm), its AMX kernel only where AMX runs (haveAmxBf16Gemm).
 std::vector<Bf16Route> availableBf16Routes();
 
 struct GemmShape {

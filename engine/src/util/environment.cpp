@@ -26,7 +26,7 @@ constexpr std::array kSwitches = {
                       "0: the fused transformer step's bf16 copies by the integer rounding, not AVX-512 BF16's "
                       "conversion instruction"},
     EnvironmentSwitch{"DEVICERACE_BF16_ROUTE", "tests",
-                      "mkl, onednn, avx512 or fp32: every bf16 GEMM of the fused steps and of a bf16 lane's dense "
+                      "mkl, onednn, amx, avx512 or fp32: every bf16 GEMM of the fused steps and of a bf16 lane's dense "
                       "layers by that route instead of the fastest timed one (measure: time them)"},
     EnvironmentSwitch{"DEVICERACE_BREAKDOWN", "benchmarks", "0: no step breakdown timing (its cost measured alone)"},
     EnvironmentSwitch{"DEVICERACE_CACHE_DIR", "users",
