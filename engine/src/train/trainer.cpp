@@ -249,6 +249,9 @@ void Trainer::setUpFusedStep(const OptimizerSettings& opt) {
         return;
     }
     countFastPath();
+    // DEVICERACE_FUSED_EVAL=0: the module evaluates (A/B, tests of its evaluation routes).
+    const char* fusedEval = environmentSwitch("DEVICERACE_FUSED_EVAL");
+    m_fusedEvaluation = m_fusedStep->evaluates() && !(fusedEval && std::string_view(fusedEval) == "0");
     m_optimizer = makeFlatOptimizer(m_workload->optimizer, m_fusedStep->flat(), opt, m_fusedStep->decayedCount());
     m_fusedLoss = torch::zeros({}, torch::kFloat32);
     m_fusedCorrect = torch::zeros({}, torch::kLong);

@@ -167,6 +167,7 @@ private:
     std::unique_ptr<LaneOptimizer> m_optimizer;
     // CPU lanes of dense networks and GPTs: the hand-fused step (train/fused/fused_step.h), its outputs.
     std::unique_ptr<FusedStep> m_fusedStep;
+    bool m_fusedEvaluation = false;     // the fused step evaluates (DEVICERACE_FUSED_EVAL read once, with the step)
     bool m_evalRoutesDescribed = false; // a fused step's evaluation has chosen its dense layers' routes
     torch::Tensor m_fusedLoss, m_fusedCorrect;
     std::string m_fusedStepOff; // why a dense network or GPT does not take it (shown in the execution)

@@ -174,11 +174,7 @@ void Trainer::evaluate() {
     restartInterval();
 }
 
-bool Trainer::fusedEvaluation() const {
-    // DEVICERACE_FUSED_EVAL=0: the module evaluates (A/B, tests of its evaluation routes).
-    const char* on = environmentSwitch("DEVICERACE_FUSED_EVAL");
-    return m_fusedStep && m_fusedStep->evaluates() && !(on && std::string_view(on) == "0");
-}
+bool Trainer::fusedEvaluation() const { return m_fusedStep && m_fusedEvaluation; }
 
 void Trainer::restartInterval() {
     m_intervalStart = Clock::now();
