@@ -21,8 +21,8 @@ namespace {
 
 // 2: the oneDNN route widens its result with the engine's own loop (format 1's timings are of
 // ATen's copy, so they are timed again). 3: the engine's own AVX-512 BF16 kernel is a route (a
-// format 2 choice never timed it).
-constexpr int kFormat = 3;
+// format 2 choice never timed it). 4: its AMX kernel is a route.
+constexpr int kFormat = 4;
 constexpr std::uint64_t kMaxBytes = 1u << 20;
 std::mutex g_mutex;
 

@@ -263,14 +263,8 @@ Bf16Route Bf16Router::decide(const GemmShape& shape) {
     if (m_forced) {
         return *m_forced;
     }
-    // The candidates are in the key: a choice made before a route existed (or where one was not
-    // available) is timed again, not kept.
+    const auto key = bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape));
     const auto available = availableBf16Routes();
-    std::string candidates;
-    for (const auto r : available) {
-        candidates += (candidates.empty() ? " of " : ",") + std::string(bf16RouteKey(r));
-    }
-    const auto key = bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape) + candidates);
     if (const auto kept = cachedBf16Route(key)) {
         if (const auto r = bf16RouteFromKey(*kept);
             r && std::find(available.begin(), available.end(), *r) != available.end()) {
