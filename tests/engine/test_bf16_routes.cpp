@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <random>
 #include <stdexcept>
@@ -56,6 +57,23 @@ std::vector<float> floats(const std::vector<cpu::Bf16>& v) {
     std::vector<float> out(v.size());
     cpu::toFloat(v.data(), out.data(), static_cast<std::int64_t>(v.size()));
     return out;
+}
+
+// Whether /proc/cpuinfo's first "flags" line holds every one of `words`.
+bool cpuFlagsHave(std::initializer_list<const char*> words) {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, flags;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("flags", 0) == 0) {
+            flags = " " + line.substr(line.find(':') + 1) + " ";
+            break;
+        }
+    }
+    bool has = !flags.empty();
+    for (const char* word : words) {
+        has = has && flags.find(" " + std::string(word) + " ") != std::string::npos;
+    }
+    return has;
 }
 
 } // namespace
@@ -214,18 +232,7 @@ TEST(Bf16Routes, EveryRouteComputesTheProduct) {
 // The engine's own AVX-512 BF16 kernel is a route exactly where the CPU's flags show AVX-512 BF16
 // (with the AVX-512 parts it uses); forcing it elsewhere is refused with the reason.
 TEST(Bf16Routes, TheOwnKernelIsARouteWhereTheCpuHasAvx512Bf16) {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line, flags;
-    while (std::getline(cpuinfo, line)) {
-        if (line.rfind("flags", 0) == 0) {
-            flags = " " + line.substr(line.find(':') + 1) + " ";
-            break;
-        }
-    }
-    bool has = !flags.empty();
-    for (const char* word : {" avx512f ", " avx512bw ", " avx512vl ", " avx512_bf16 "}) {
-        has = has && flags.find(word) != std::string::npos;
-    }
+    const bool has = cpuFlagsHave({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"});
     EXPECT_EQ(cpu::haveAvx512Bf16Gemm(), has);
     const auto routes = cpu::availableBf16Routes();
     EXPECT_EQ(std::find(routes.begin(), routes.end(), Bf16Route::Avx512) != routes.end(), has);
@@ -248,18 +255,7 @@ TEST(Bf16Routes, TheOwnKernelIsARouteWhereTheCpuHasAvx512Bf16) {
 // The engine's AMX kernel is a route exactly where the CPU's flags show AMX-BF16 and AMX-TILE (with
 // AVX-512 BF16 for its packing) and Linux grants the tiles; forcing it elsewhere is refused.
 TEST(Bf16Routes, TheAmxKernelIsARouteWhereTheCpuHasAmx) {
-    std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line, flags;
-    while (std::getline(cpuinfo, line)) {
-        if (line.rfind("flags", 0) == 0) {
-            flags = " " + line.substr(line.find(':') + 1) + " ";
-            break;
-        }
-    }
-    bool has = !flags.empty();
-    for (const char* word : {" amx_bf16 ", " amx_tile ", " avx512_bf16 ", " avx512bw "}) {
-        has = has && flags.find(word) != std::string::npos;
-    }
+    const bool has = cpuFlagsHave({"amx_bf16", "amx_tile", "avx512_bf16", "avx512bw"});
     EXPECT_EQ(cpu::haveAmxBf16Gemm(), has); // a Linux that refuses AMX would show no amx flags
     const auto routes = cpu::availableBf16Routes();
     EXPECT_EQ(std::find(routes.begin(), routes.end(), Bf16Route::Amx) != routes.end(), has);

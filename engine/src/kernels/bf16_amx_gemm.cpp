@@ -14,8 +14,6 @@
 // route only where haveAmxBf16Gemm().
 #include "kernels/bf16_amx_gemm.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -72,17 +70,6 @@ Buffers& buffers() {
     thread_local Buffers s;
     return s;
 }
-
-struct Problem {
-    bool transA, transB;
-    std::int64_t m, n, k;
-    const std::uint16_t* a;
-    std::int64_t lda;
-    const std::uint16_t* b;
-    std::int64_t ldb;
-    float* c;
-    std::int64_t ldc;
-};
 
 // a's rows [i0, i0 + rows) over k [k0, k0 + width) into out [32 rows][padded] (zeros past them).
 DR_AMX void packRows(const Problem& g, std::int64_t i0, std::int64_t rows, std::int64_t k0, std::int64_t width,
@@ -193,12 +180,6 @@ DR_AMX void gemmPart(const Problem& g, std::int64_t t0, std::int64_t t1, std::in
     _tile_release();
 }
 
-// How much longer the slowest of `parts` even shares of `units` runs than an exact share.
-double imbalance(std::int64_t units, std::int64_t parts) {
-    parts = std::min(parts, units);
-    return static_cast<double>((units + parts - 1) / parts * parts) / static_cast<double>(units);
-}
-
 bool cpuHasAmxBf16() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
@@ -224,36 +205,9 @@ bool haveAmxBf16Gemm() {
 
 void gemmBf16Amx(bool transA, bool transB, std::int64_t m, std::int64_t n, std::int64_t k, const Bf16* a,
                  std::int64_t lda, const Bf16* b, std::int64_t ldb, float* c, std::int64_t ldc) {
-    if (m <= 0 || n <= 0) {
-        return;
-    }
-    if (k <= 0) {
-        for (std::int64_t i = 0; i < m; ++i) {
-            std::fill_n(c + i * ldc, n, 0.0f);
-        }
-        return;
-    }
-    const Problem g{transA, transB,
-                    m,      n,
-                    k,      reinterpret_cast<const std::uint16_t*>(a),
-                    lda,    reinterpret_cast<const std::uint16_t*>(b),
-                    ldb,    c,
-                    ldc};
-    const auto blocks = (m + kBlock - 1) / kBlock, panels = (n + kCols - 1) / kCols;
-    const std::int64_t threads = at::in_parallel_region() ? 1 : std::max(1, at::get_num_threads());
-    const bool byPanels = imbalance(panels, threads) < imbalance(blocks, threads);
-    const auto units = byPanels ? panels : blocks;
-    const auto parts = std::min(threads, units);
-    at::parallel_for(0, parts, 1, [&](std::int64_t begin, std::int64_t end) {
-        for (auto p = begin; p < end; ++p) {
-            const auto u0 = p * units / parts, u1 = (p + 1) * units / parts;
-            if (byPanels) {
-                gemmPart(g, 0, blocks, u0, u1);
-            } else {
-                gemmPart(g, u0, u1, 0, panels);
-            }
-        }
-    });
+    runGemm({transA, transB, m, n, k, reinterpret_cast<const std::uint16_t*>(a), lda,
+             reinterpret_cast<const std::uint16_t*>(b), ldb, c, ldc},
+            kBlock, gemmPart);
 }
 
 #else

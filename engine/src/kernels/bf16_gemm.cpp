@@ -36,17 +36,6 @@ Buffers& buffers() {
     return s;
 }
 
-struct Problem {
-    bool transA, transB;
-    std::int64_t m, n, k;
-    const std::uint16_t* a;
-    std::int64_t lda;
-    const std::uint16_t* b;
-    std::int64_t ldb;
-    float* c;
-    std::int64_t ldc;
-};
-
 // c's tiles [t0, t1) x panels [q0, q1), every block of k, on the calling thread.
 void gemmPart(const Problem& g, std::int64_t t0, std::int64_t t1, std::int64_t q0, std::int64_t q1) {
     const bool inPlaceA = !g.transA && g.k % 2 == 0; // a's rows hold k's pairs as they are
@@ -89,12 +78,6 @@ void gemmPart(const Problem& g, std::int64_t t0, std::int64_t t1, std::int64_t q
     }
 }
 
-// How much longer the slowest of `parts` even shares of `units` runs than an exact share.
-double imbalance(std::int64_t units, std::int64_t parts) {
-    parts = std::min(parts, units);
-    return static_cast<double>((units + parts - 1) / parts * parts) / static_cast<double>(units);
-}
-
 } // namespace
 
 bool haveAvx512Bf16Gemm() {
@@ -105,33 +88,9 @@ bool haveAvx512Bf16Gemm() {
 
 void gemmBf16Avx512(bool transA, bool transB, std::int64_t m, std::int64_t n, std::int64_t k, const Bf16* a,
                     std::int64_t lda, const Bf16* b, std::int64_t ldb, float* c, std::int64_t ldc) {
-    if (m <= 0 || n <= 0) {
-        return;
-    }
-    if (k <= 0) {
-        for (std::int64_t i = 0; i < m; ++i) {
-            std::fill_n(c + i * ldc, n, 0.0f);
-        }
-        return;
-    }
-    const auto* a16 = reinterpret_cast<const std::uint16_t*>(a);
-    const auto* b16 = reinterpret_cast<const std::uint16_t*>(b);
-    const Problem g{transA, transB, m, n, k, a16, lda, b16, ldb, c, ldc};
-    const auto tiles = (m + kRows - 1) / kRows, panels = (n + kCols - 1) / kCols;
-    const std::int64_t threads = at::in_parallel_region() ? 1 : std::max(1, at::get_num_threads());
-    const bool byPanels = imbalance(panels, threads) < imbalance(tiles, threads);
-    const auto units = byPanels ? panels : tiles;
-    const auto parts = std::min(threads, units);
-    at::parallel_for(0, parts, 1, [&](std::int64_t begin, std::int64_t end) {
-        for (auto p = begin; p < end; ++p) {
-            const auto u0 = p * units / parts, u1 = (p + 1) * units / parts;
-            if (byPanels) {
-                gemmPart(g, 0, tiles, u0, u1);
-            } else {
-                gemmPart(g, u0, u1, 0, panels);
-            }
-        }
-    });
+    runGemm({transA, transB, m, n, k, reinterpret_cast<const std::uint16_t*>(a), lda,
+             reinterpret_cast<const std::uint16_t*>(b), ldb, c, ldc},
+            kRows, gemmPart);
 }
 
 #else
@@ -142,5 +101,44 @@ void gemmBf16Avx512(bool, bool, std::int64_t, std::int64_t, std::int64_t, const 
                     std::int64_t, float*, std::int64_t) {}
 
 #endif
+
+namespace {
+// How much longer the slowest of `parts` even shares of `units` runs than an exact share.
+double imbalance(std::int64_t units, std::int64_t parts) {
+    parts = std::min(parts, units);
+    return static_cast<double>((units + parts - 1) / parts * parts) / static_cast<double>(units);
+}
+} // namespace
+
+bool gemmWithoutProduct(std::int64_t m, std::int64_t n, std::int64_t k, float* c, std::int64_t ldc) {
+    if (m <= 0 || n <= 0) {
+        return true;
+    }
+    if (k > 0) {
+        return false;
+    }
+    for (std::int64_t i = 0; i < m; ++i) {
+        std::fill_n(c + i * ldc, n, 0.0f);
+    }
+    return true;
+}
+
+void eachGemmPart(std::int64_t rowBlocks, std::int64_t panels,
+                  const std::function<void(std::int64_t, std::int64_t, std::int64_t, std::int64_t)>& part) {
+    const std::int64_t threads = at::in_parallel_region() ? 1 : std::max(1, at::get_num_threads());
+    const bool byPanels = imbalance(panels, threads) < imbalance(rowBlocks, threads);
+    const auto units = byPanels ? panels : rowBlocks;
+    const auto parts = std::min(threads, units);
+    at::parallel_for(0, parts, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (auto p = begin; p < end; ++p) {
+            const auto u0 = p * units / parts, u1 = (p + 1) * units / parts;
+            if (byPanels) {
+                part(0, rowBlocks, u0, u1);
+            } else {
+                part(u0, u1, 0, panels);
+            }
+        }
+    });
+}
 
 } // namespace devicerace::detail::cpu

@@ -4,6 +4,7 @@
 // library call's fixed cost. One of the routes a fused step's bf16 GEMM may take
 // (kernels/bf16_routes.h), taken only at the shapes where it is timed fastest. Torch-free header.
 #include <cstdint>
+#include <functional>
 
 #include "kernels/cpu_kernels.h"
 
@@ -18,5 +19,14 @@ bool haveAvx512Bf16Gemm();
 /// where haveAvx512Bf16Gemm().
 void gemmBf16Avx512(bool transA, bool transB, std::int64_t m, std::int64_t n, std::int64_t k, const Bf16* a,
                     std::int64_t lda, const Bf16* b, std::int64_t ldb, float* c, std::int64_t ldc);
+
+/// The engine's GEMM kernels' shared frame (this one and the AMX kernel's): whether there is no
+/// product to run (m or n ≤ 0: nothing written; k ≤ 0: c's m x n zeros written).
+bool gemmWithoutProduct(std::int64_t m, std::int64_t n, std::int64_t k, float* c, std::int64_t ldc);
+/// c's `rowBlocks` x `panels` split over the lane's intra-op threads (one inside a parallel region)
+/// by ranges of row blocks or of panels, whichever splits more evenly: part(r0, r1, q0, q1) for
+/// each thread's range, in one parallel region.
+void eachGemmPart(std::int64_t rowBlocks, std::int64_t panels,
+                  const std::function<void(std::int64_t, std::int64_t, std::int64_t, std::int64_t)>& part);
 
 } // namespace devicerace::detail::cpu

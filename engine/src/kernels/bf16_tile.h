@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/avx512_bf16_target.h"
+#include "kernels/bf16_gemm.h"
 
 #ifdef DR_BF16_GEMM
 namespace devicerace::detail::cpu {
@@ -18,6 +19,29 @@ constexpr std::int64_t kRows = 8;          // rows of a tile: one broadcast pair
 constexpr std::int64_t kCols = 32;         // columns of a tile: two vectors of 16 sums
 constexpr std::int64_t kPairs = 128;       // pairs of k a block: a b panel of 16 KB, an a tile of 4 KB
 constexpr std::int64_t kTilesPerBlock = 8; // tiles of a that pass one b panel in turn
+
+// One GEMM as the engine's kernels take it: c [m x n] = a' b', a and b bf16 bits as stored.
+struct Problem {
+    bool transA, transB;
+    std::int64_t m, n, k;
+    const std::uint16_t* a;
+    std::int64_t lda;
+    const std::uint16_t* b;
+    std::int64_t ldb;
+    float* c;
+    std::int64_t ldc;
+};
+
+// The kernels' frame: no product (gemmWithoutProduct), else part(g, r0, r1, q0, q1) over c's
+// blocks of `rowsPerBlock` rows and its panels of kCols columns, split by eachGemmPart.
+template <class Part>
+void runGemm(const Problem& g, std::int64_t rowsPerBlock, const Part& part) {
+    if (gemmWithoutProduct(g.m, g.n, g.k, g.c, g.ldc)) {
+        return;
+    }
+    eachGemmPart((g.m + rowsPerBlock - 1) / rowsPerBlock, (g.n + kCols - 1) / kCols,
+                 [&](std::int64_t r0, std::int64_t r1, std::int64_t q0, std::int64_t q1) { part(g, r0, r1, q0, q1); });
+}
 
 inline std::uint32_t pairOf(std::uint16_t lo, std::uint16_t hi) {
     return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
