@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Where a fused transformer step's time goes, loop by loop: every loop and GEMM the engine's fused
 GPT step (engine/src/train/fused/gpt_step.cpp) runs, timed alone at a workload's shape on the built
-engine library (ctypes), times the calls a step makes, in fp32 and in bf16 (the step's bf16 GEMMs
-are MKL's cblas_gemm_bf16bf16f32 with fp32 sums; its loops write bf16 where a GEMM reads).
+engine library (ctypes), times the calls a step makes, in fp32 and in bf16 (the bf16 GEMMs timed
+here are MKL's cblas_gemm_bf16bf16f32 with fp32 sums; a lane's step takes, per shape, the route
+timed fastest on the CPU, the engine's own AMX or AVX-512 BF16 kernel included, and names them in
+its execution; its loops write bf16 where a GEMM reads).
 
 The budget says which part a precision change can speed up: bf16 makes the GEMMs faster on a CPU
 with AMX, not the loops around them, so the loops' share bounds bf16 / fp32 for the whole step
@@ -31,8 +33,9 @@ Usage: bench/gpt_step_budget.py [--workload char-gpt|char-gpt-6l] [--precision f
                                 [--race [--race-steps N] [--cli PATH]] [--gemm-routes]
 
 With --gemm-routes (the default on a CPU with AMX, for bf16), every GEMM of the step is timed in bf16
-by MKL (the step's route) and by oneDNN (torch.mm), beside fp32's sgemm: which library runs the
-step's small-K products faster on that CPU.
+by MKL and by oneDNN (torch.mm), beside fp32's sgemm: which library runs the step's small-K
+products faster on that CPU (the engine's own kernels are not timed here: a race's execution
+names the routes its step took).
 """
 import argparse
 import ctypes
