@@ -267,7 +267,8 @@ class Listings(unittest.TestCase):
             counts = [int(n) for n in re.findall(r" (\d+)(?:,|$)", listed.group(1))]
             self.assertEqual(sum(counts), 8, listed.group(1))
             # Each route by the name the lane's execution gives it, with the cache's own count.
-            names = {"mkl": "MKL bf16", "onednn": "oneDNN bf16", "avx512": "AVX-512 BF16 kernel", "fp32": "fp32"}
+            names = {"mkl": "MKL bf16", "onednn": "oneDNN bf16", "amx": "AMX kernel", "avx512": "AVX-512 BF16 kernel",
+                     "fp32": "fp32"}
             taken = {}
             for entry in routes.values():
                 taken[entry["route"]] = taken.get(entry["route"], 0) + 1
