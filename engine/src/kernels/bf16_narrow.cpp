@@ -3,7 +3,6 @@
 #include "kernels/bf16_narrow.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string_view>
 
 #include "devicerace/environment.h"

@@ -271,7 +271,7 @@ DR_INLINE void biasGeluBody(float* __restrict x, const float* __restrict bias, s
     // With AVX-512 BF16 each chunk is narrowed by its instruction (bf16_narrow.h).
     constexpr std::int64_t kChunk = 512;
     float gelu[kChunk];
-    const bool narrow = haveBf16NarrowInstruction();
+    const bool narrow = std::is_same_v<T, Bf16> && haveBf16NarrowInstruction();
     for (std::int64_t r = r0; r < r1; ++r) {
         float* __restrict xr = x + r * cols;
         T* __restrict o = out + r * cols;

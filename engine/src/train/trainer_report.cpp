@@ -4,9 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
-#include <string_view>
 
-#include "devicerace/environment.h"
 #include "devices/cpu_info.h"
 
 namespace devicerace::detail {
@@ -174,7 +172,7 @@ void Trainer::evaluate() {
     restartInterval();
 }
 
-bool Trainer::fusedEvaluation() const { return m_fusedStep && m_fusedEvaluation; }
+bool Trainer::fusedEvaluation() const { return m_fusedEvaluation; }
 
 void Trainer::restartInterval() {
     m_intervalStart = Clock::now();
