@@ -72,9 +72,15 @@ public:
     QString repeatSummaryText() const { return m_repeatText; }
     /// Resizes the window, kept inside the screen's available area.
     void setInitialSize(QSize size);
-    /// Restores the last race and layout from QSettings (false when there is none).
+    /// Restores the last race and layout from QSettings (false when there is no race saved).
     bool restoreSettings();
+    /// Restores the window's own settings alone (its geometry and theme), not the race: a window
+    /// opened with a race on its command line keeps the user's theme.
+    void restoreWindowSettings();
     void saveSettings() const;
+    /// Off: the window leaves QSettings as they were (a --screenshot run must not replace the
+    /// user's last race, geometry or theme with its own).
+    void setSavesSettings(bool on) { m_savesSettings = on; }
 
 Q_SIGNALS:
     void raceFinished();
@@ -115,6 +121,7 @@ private:
     bool m_presentation = false;
     bool m_dark = false;
     bool m_presentationDark = true;
+    bool m_savesSettings = true;
     bool m_darkApplied = false; // the application palette is dark (set back when the window goes)
     QAction* m_space = nullptr;
     QAction* m_themeKey = nullptr;

@@ -81,11 +81,16 @@ QString MainWindow::exportTensorBoard(const QString& dir) {
     return {};
 }
 
-bool MainWindow::restoreSettings() {
+void MainWindow::restoreWindowSettings() {
     QSettings s;
     restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
     fitToScreen(); // saved on a bigger screen, perhaps
     setDarkTheme(s.value(QStringLiteral("window/dark"), false).toBool());
+}
+
+bool MainWindow::restoreSettings() {
+    restoreWindowSettings();
+    QSettings s;
     if (!s.contains(QStringLiteral("race/workload"))) {
         return false;
     }
@@ -122,6 +127,9 @@ bool MainWindow::restoreSettings() {
 }
 
 void MainWindow::saveSettings() const {
+    if (!m_savesSettings) {
+        return;
+    }
     QSettings s;
     s.setValue(QStringLiteral("window/geometry"), saveGeometry());
     s.setValue(QStringLiteral("window/dark"), m_dark);

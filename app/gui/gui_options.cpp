@@ -58,8 +58,14 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
         QStringLiteral("window-size"),
         QStringLiteral("The window's first size, e.g. 1920x1080 (kept inside the screen; a --screenshot has it whole)"),
         QStringLiteral("SIZE"));
-    p.addOptions({workload, lane,   epochs, steps,  evalEvery, data,  fair,       live,      start,    present,
-                  shot,     replay, speed,  record, noRecord,  video, videoSpeed, videoSize, videoFps, windowSize});
+    const QCommandLineOption theme(
+        QStringLiteral("theme"),
+        QStringLiteral("light or dark, in normal and presentation mode (default: the theme last chosen; "
+                       "presentation mode dark)"),
+        QStringLiteral("THEME"));
+    p.addOptions({workload, lane,  epochs,     steps,     evalEvery, data,       fair,
+                  live,     start, present,    shot,      replay,    speed,      record,
+                  noRecord, video, videoSpeed, videoSize, videoFps,  windowSize, theme});
     if (!p.parse(arguments)) {
         out.error = p.errorText();
         return out;
@@ -113,6 +119,14 @@ GuiOptions parseGuiOptions(const QStringList& arguments) {
                 QStringLiteral("--window-size %1: expected WIDTHxHEIGHT, e.g. 1920x1080").arg(p.value(windowSize));
             return out;
         }
+    }
+    if (p.isSet(theme)) {
+        const QString t = p.value(theme).toLower();
+        if (t != QStringLiteral("light") && t != QStringLiteral("dark")) {
+            out.error = QStringLiteral("--theme %1: expected light or dark").arg(p.value(theme));
+            return out;
+        }
+        out.dark = t == QStringLiteral("dark");
     }
     if (!out.video.isEmpty() && out.replays.isEmpty()) {
         out.error = QStringLiteral("--video renders recordings: give one or more --replay DIR");

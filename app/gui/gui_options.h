@@ -24,6 +24,7 @@ struct GuiOptions {
     double videoSpeed = 10; // race seconds per video second
     double videoFps = 30;
     QSize videoSize{1280, 720};
+    std::optional<bool> dark; // --theme dark / light: the window's theme, normal and presentation mode
     QSize windowSize; // --window-size: the window's first size (kept inside the screen; with --screenshot, as asked)
     QString error;    // non-empty: bad usage, print and exit 2
 };

@@ -216,10 +216,19 @@ int main(int argc, char** argv) {
         return renderVideo(options);
     }
     devicerace::ui::MainWindow window;
+    if (screenshot) {
+        window.setSavesSettings(false); // the same picture whatever was saved, and nothing saved
+    } else if (options.race) {
+        window.restoreWindowSettings(); // the user's theme and geometry; the race is the command line's
+    } else {
+        window.restoreSettings();
+    }
     if (options.race) {
         window.setupPanel()->setRaceSpec(*options.race);
-    } else if (!screenshot) {
-        window.restoreSettings();
+    }
+    if (options.dark) {
+        window.setDarkTheme(*options.dark);
+        window.setPresentationDark(*options.dark);
     }
     window.setRecording(options.record, options.recordDir);
     if (options.windowSize.isValid() && screenshot) {

@@ -42,6 +42,15 @@ private Q_SLOTS:
 
     // --steps alone keeps the first race as the window opens it (it used to turn fair mode off);
     // --live races the lanes at once; lanes given on the command line race live unless --fair.
+    // --theme: the window's theme for both modes; anything but light or dark is refused by name.
+    void themeIsLightOrDark() {
+        QVERIFY(!parse({}).dark);
+        QCOMPARE(parse({QStringLiteral("--theme"), QStringLiteral("dark")}).dark, std::optional<bool>(true));
+        QCOMPARE(parse({QStringLiteral("--theme"), QStringLiteral("Light")}).dark, std::optional<bool>(false));
+        const auto bad = parse({QStringLiteral("--theme"), QStringLiteral("blue")});
+        QCOMPARE(bad.error, QStringLiteral("--theme blue: expected light or dark"));
+    }
+
     void theFirstRaceKeepsItsModeWithLengthOptions() {
         const bool fair = defaultRace().fair;
         auto o = parse({QStringLiteral("--steps"), QStringLiteral("300")});

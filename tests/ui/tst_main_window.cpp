@@ -623,6 +623,33 @@ private Q_SLOTS:
         again.saveSettings();
     }
 
+    // A window opened with a race on its command line restores the user's theme but not the
+    // saved race; a window that does not save settings (a --screenshot run) leaves them as they were.
+    void windowSettingsRestoreAloneAndAScreenshotSavesNothing() {
+        {
+            MainWindow w;
+            w.setDarkTheme(true);
+            w.setupPanel()->setRaceSpec(shortRace(77));
+            w.saveSettings();
+        }
+        {
+            MainWindow w;
+            w.setupPanel()->setRaceSpec(shortRace(33));
+            w.restoreWindowSettings();
+            QVERIFY(w.darkTheme());
+            QCOMPARE(w.setupPanel()->raceSpec().steps.value_or(0), std::int64_t(33));
+            w.setSavesSettings(false);
+            w.setDarkTheme(false);
+            w.saveSettings();
+        }
+        QSettings s;
+        QVERIFY(s.value(QStringLiteral("window/dark")).toBool());
+        QCOMPARE(s.value(QStringLiteral("race/steps")).toLongLong(), 77);
+        MainWindow again;
+        again.setDarkTheme(false);
+        again.saveSettings();
+    }
+
     // Space starts and pauses in normal mode from anywhere but a text field: from the focused
     // preset list (which used to open instead) and after a click on a chart (which did nothing).
     void spaceStartsAndPausesFromAnywhereButATextField() {

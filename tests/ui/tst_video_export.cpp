@@ -4,6 +4,7 @@
 // clear error without ffmpeg.
 #include <QtTest>
 
+#include <QDir>
 #include <QFile>
 #include <QImage>
 #include <QProcess>
@@ -217,6 +218,49 @@ private Q_SLOTS:
             QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
             QCOMPARE(QImage(out).size(), size);
         }
+    }
+
+    // --theme picks the picture's theme in both modes, and a --screenshot run leaves the user's
+    // saved settings (last race, geometry, theme) exactly as they were.
+    void screenshotTakesTheThemeAskedAndLeavesTheSettings() {
+        const QString config = m_dir.filePath(QStringLiteral("config"));
+        QVERIFY(QDir().mkpath(config + QStringLiteral("/DeviceRace")));
+        const QString conf = config + QStringLiteral("/DeviceRace/DeviceRace.conf");
+        const QByteArray saved = "[race]\nworkload=fashion-cnn\nsteps=5\n\n[window]\ndark=true\n";
+        {
+            QFile f(conf);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(saved);
+        }
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+        env.insert(QStringLiteral("XDG_CONFIG_HOME"), config);
+        const QString out = m_dir.filePath(QStringLiteral("themed.png"));
+        for (const bool presentation : {false, true}) {
+            for (const QString theme : {QStringLiteral("dark"), QStringLiteral("light")}) {
+                QProcess p;
+                p.setProcessEnvironment(env);
+                QStringList args{QStringLiteral("--replay"),       m_recording,
+                                 QStringLiteral("--replay-speed"), QStringLiteral("0"),
+                                 QStringLiteral("--theme"),        theme,
+                                 QStringLiteral("--window-size"),  QStringLiteral("1280x720"),
+                                 QStringLiteral("--screenshot"),   out};
+                if (presentation) {
+                    args << QStringLiteral("--presentation");
+                }
+                p.start(QStringLiteral(DEVICERACE_GUI_BIN), args);
+                QVERIFY(p.waitForFinished(120000));
+                QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+                const int lightness = QImage(out).pixelColor(2, 2).lightness();
+                QVERIFY2(theme == QStringLiteral("dark") ? lightness < 80 : lightness > 200,
+                         qPrintable(QStringLiteral("%1 theme%2: background lightness %3")
+                                        .arg(theme, presentation ? QStringLiteral(", presentation") : QString())
+                                        .arg(lightness)));
+            }
+        }
+        QFile f(conf);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QCOMPARE(f.readAll(), saved);
     }
 
     void missingEncoderIsAClearError() {
