@@ -162,16 +162,19 @@ GPU_MEMORY = textwrap.dedent("""
 # per sample 2 x (784x256 + 256x10) forward, as much again for the weights' gradients, and the
 # second layer's input gradient (the first layer's input needs none): 818,176. The way it trains
 # is argv[1]: fp32; bf16 (forward and loss under CPU autocast); eval (an evaluation inside the
-# first counted step, which is then counted again); compiled (torch.compile said to have compiled
-# a frame: its counter stood in for, so nothing is counted); badformula (PyTorch's FLOP formula
-# for the dense layers' addmm raises: the script trains on, nothing is counted).
+# first counted step, which is then counted again); compiled (the model torch.compile'd, with
+# AOTAutograd's eager backend: Dynamo's frames and a compiled backward, without Inductor's C++
+# build; counted as eager); compiled-old (a compiled frame stood in for on a PyTorch said to be
+# 2.4: nothing is counted, and the execution says why); badformula (PyTorch's FLOP formula for the
+# dense layers' addmm raises: the script trains on, nothing is counted).
 FLOPS = textwrap.dedent("""
     import sys, time, torch
     import torch.nn.functional as F
     way = sys.argv[1]
-    if way == "compiled":
+    if way == "compiled-old":
         import torch._dynamo
         torch._dynamo.utils.counters["frames"]["ok"] += 1
+        torch.__version__ = "2.4.1"
     if way == "badformula":
         from torch.utils import flop_counter
         def broken(*args, **kwargs):
@@ -180,6 +183,8 @@ FLOPS = textwrap.dedent("""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if way == "compiled":
+        model = torch.compile(model, backend="aot_eager")
     x, y = torch.rand(32, 784), torch.randint(0, 10, (32,))
     for step in range(1, 41):
         if way == "eval" and step == 4:
@@ -193,6 +198,9 @@ FLOPS = textwrap.dedent("""
         loss.backward()
         opt.step()
         time.sleep(0.005)
+    if way == "compiled":  # the counter's filter is gone: the script's own warning shows
+        import warnings
+        warnings.warn("Using `torch.compile(module)` when there are global hooks on modules: the script's own")
 """)
 FLOPS_PER_SAMPLE = 2 * (784 * 256 + 256 * 10) * 2 + 2 * 256 * 10
 
@@ -430,12 +438,14 @@ class ScriptLaneTest(unittest.TestCase):
     def test_an_unchanged_scripts_flops_are_counted_over_one_step(self):
         """PyTorch's FlopCounterMode over one warm-up step gives the lane its FLOPs per sample, with
         the precision the loss saw, first to the engine ("flops", to pick the peak), then in a
-        running state as a built-in lane's; never across an evaluation, never in compiled code."""
+        running state as a built-in lane's; a compiled model's step as its eager one (without
+        PyTorch's warning about the counter's global hooks); never across an evaluation; not
+        compiled code on a PyTorch older than the one checked."""
         script = os.path.join(self.dir, "flops.py")
         with open(script, "w") as f:
             f.write(FLOPS)
-        for way, precision in (("fp32", "fp32"), ("bf16", "bf16"), ("eval", "fp32"), ("compiled", None),
-                               ("badformula", None)):
+        for way, precision in (("fp32", "fp32"), ("bf16", "bf16"), ("eval", "fp32"), ("compiled", "fp32"),
+                               ("compiled-old", None), ("badformula", None)):
             lane, samples = self.run_lane([PYTHON, script, way])
             self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
             sent = [m for m in self.messages if m["type"] == "flops"]
@@ -443,10 +453,14 @@ class ScriptLaneTest(unittest.TestCase):
             if precision is None:
                 self.assertEqual((sent, counted), ([], []), way)
                 self.assertEqual(samples[-1]["step"], 40, way)  # trained to its end all the same
-                if way == "compiled":  # the execution text says why there is no count
+                if way == "compiled-old":  # the execution text says why there is no count
                     texts = [m["text"] for m in self.messages if m["type"] == "execution"]
-                    self.assertIn("FLOPs not counted: torch.compile has compiled code", texts[-1])
+                    self.assertIn("FLOPs not counted: torch.compile has compiled code in this script, and "
+                                  "PyTorch 2.4.1 is older than 2.11, where counting it was checked", texts[-1])
                 continue
+            self.assertNotIn("global hooks on modules (e.g.", lane.stderr(), way)
+            if way == "compiled":
+                self.assertIn("global hooks on modules: the script's own", lane.stderr())
             self.assertEqual([(m["per_sample"], m["precision"]) for m in sent], [(FLOPS_PER_SAMPLE, precision)], way)
             self.assertEqual(counted, [FLOPS_PER_SAMPLE], way)
             flops_at = self.messages.index(sent[0])

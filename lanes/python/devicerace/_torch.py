@@ -14,8 +14,11 @@ training"): installed when the script imports torch, in a race's lane only (site
   PyTorch's FlopCounterMode: its matrix products, convolutions and attention (a multiply-add is 2
   FLOPs, as DeviceRace counts its own networks) over the step's samples are the lane's FLOPs per
   sample, sent once with the precision its loss saw (bf16 under autocast), so the lane has an
-  achieved FLOP/s and a "% of peak". Not where torch.compile has compiled anything (the counter's
-  dispatch mode would meet the compiled code), and not across an evaluation (counted again).
+  achieved FLOP/s and a "% of peak". A torch.compile'd model is counted too: while a dispatch
+  mode is on the stack, Dynamo runs the compiled frames' Python eagerly (PyTorch 2.11 checked:
+  the same count as eager, no recompilation), so the counted step is one eager step. On an older
+  PyTorch, a script that compiled anything is not counted. Never across an evaluation (counted
+  again).
 - Phases: on the CPU, the seconds spent waiting for a `torch.utils.data.DataLoader`'s next
   batch ("data": what makes a lane input-bound, as for the built-in lanes; outside evaluations);
   "forward" (with the loss), from the later of the last training batch's arrival, the last
@@ -26,6 +29,7 @@ training"): installed when the script imports torch, in a race's lane only (site
 """
 import sys
 import time
+import warnings
 
 import devicerace
 
@@ -226,6 +230,42 @@ def _compiled():
         return True
 
 
+# The first PyTorch whose compiled frames were checked to run eagerly under the FLOP counter.
+_COMPILED_COUNTED_FROM = (2, 11)
+
+
+def _counts_compiled(torch):
+    """This PyTorch counts a compiled model's step as its eager one (its version, major.minor)."""
+    try:
+        major, minor = (int(part) for part in str(torch.__version__).split(".")[:2])
+    except Exception:
+        return False
+    return (major, minor) >= _COMPILED_COUNTED_FROM
+
+
+# PyTorch warns when a compiled module runs while global module hooks exist: the counter's own
+# (its module tracker), for the counted step only. Not the script's warning to see.
+_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+
+
+def _quiet_compiled_hooks_warning(on):
+    """Adds (True) or removes (False) the filter of the counter's global-hooks warning."""
+    entry = ("ignore", _HOOKS_WARNING, UserWarning)
+    if on:
+        warnings.filterwarnings(*entry)
+        return
+    try:
+        for i, f in enumerate(warnings.filters):
+            if f[0] == entry[0] and f[2] is entry[2] and getattr(f[1], "pattern", None) == _HOOKS_WARNING:
+                del warnings.filters[i]
+                mutated = getattr(warnings, "_filters_mutated", None)  # (the module's cache of them)
+                if mutated is not None:
+                    mutated()
+                return
+    except Exception:
+        pass  # a Python whose filters are not this list: the filter stays
+
+
 _counter_class = None
 
 
@@ -259,6 +299,8 @@ def _end_flop_count(state):
         except Exception:
             state.flop_tries = _FLOP_TRIES
             return None
+        finally:
+            _quiet_compiled_hooks_warning(False)
     return mode
 
 
@@ -280,15 +322,19 @@ def _count_flops(torch, lane, state, samples):
         return
     if state.flop_tries >= _FLOP_TRIES or lane._step < _FLOP_STEP or state.eval_started is not None:
         return
-    if _compiled():
+    if _compiled() and not _counts_compiled(torch):
         state.flop_tries = _FLOP_TRIES
-        lane._flops = {"not_counted": "torch.compile has compiled code in this script"}
+        lane._flops = {"not_counted": f"torch.compile has compiled code in this script, and PyTorch "
+                                      f"{torch.__version__} is older than "
+                                      f"{'.'.join(map(str, _COMPILED_COUNTED_FROM))}, where counting it was checked"}
         return
     state.flop_tries += 1
     try:
         counter = _flop_counter()(display=False)
+        _quiet_compiled_hooks_warning(True)
         counter.__enter__()
     except Exception:
+        _quiet_compiled_hooks_warning(False)
         state.flop_tries = _FLOP_TRIES
         return
     state.flop_mode, state.flop_spoiled, state.flop_precision = counter, False, "fp32"
