@@ -110,11 +110,12 @@ TEST(BatchNormRelu, MatchesTheModuleAddAndReluInFp32) {
 
 // bf16 activations, fp32 parameters (as CPU autocast runs a convolution's output through batch
 // norm): the fused pass rounds once, at its output, so it follows fp32 arithmetic on the same
-// bf16 inputs within bf16 rounding. 16 and 32 channels take the AVX-512 BF16 leaves where the CPU
-// has them, 24 the portable ones.
+// bf16 inputs within bf16 rounding. 16, 32 and 64 channels take the AVX-512 BF16 leaves where the
+// CPU has them, 24 the portable ones; the 144 rows are several 4 KB pieces of the elementwise
+// passes with a short one last.
 TEST(BatchNormRelu, FollowsFp32ArithmeticInBf16) {
     auto gen = at::detail::createCPUGenerator(4);
-    for (const std::int64_t channels : {32, 24, 16}) {
+    for (const std::int64_t channels : {32, 24, 16, 64}) {
         const std::vector<std::int64_t> shape{4, channels, 6, 6};
         const auto x = (torch::randn(shape, gen) + 2.0).to(torch::kBFloat16).to(torch::kFloat);
         for (const bool withResidual : {true, false}) {

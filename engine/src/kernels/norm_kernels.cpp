@@ -179,13 +179,33 @@ void moments(const T* x, NormShape s, double* mean, double* var,
     }
 }
 
+// Rows per call of an elementwise leaf: ~4 KB of each tensor. The AVX-512 BF16 leaves go over
+// their rows once per 16 channels; on a thread's whole share (MBs) each of those passes came from
+// beyond L2, on 4 KB the later ones read L1 (the backward leaf, 2 threads, caches cold: 1.62x at
+// 32 channels, 1.45x at 64, 1.33x at 256; the fp32 leaves go row by row and lose nothing).
+template <class T>
+std::int64_t leafRows(NormShape s) {
+    return std::max<std::int64_t>(1, 4096 / (std::max<std::int64_t>(1, s.channels) * std::int64_t(sizeof(T))));
+}
+
+// Calls f(first row, rows) for [r0, r1) in pieces of leafRows.
+template <class T, class F>
+void eachLeafRows(NormShape s, std::int64_t r0, std::int64_t r1, const F& f) {
+    const std::int64_t per = leafRows<T>(s);
+    for (std::int64_t r = r0; r < r1; r += per) {
+        f(r, std::min(per, r1 - r));
+    }
+}
+
 // The row-split passes, for either storage type; `leaf` is its per-ISA clone.
 template <class T, class Leaf>
 void normalizeReluRows(const T* x, const T* residual, T* y, NormShape s, const float* mean, const float* a,
                        const float* b, Leaf leaf) {
     const std::int64_t c = s.channels;
     at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
-        leaf(x + r0 * c, residual ? residual + r0 * c : nullptr, y + r0 * c, r1 - r0, c, mean, a, b);
+        eachLeafRows<T>(s, r0, r1, [&](std::int64_t r, std::int64_t rows) {
+            leaf(x + r * c, residual ? residual + r * c : nullptr, y + r * c, rows, c, mean, a, b);
+        });
     });
 }
 
@@ -202,8 +222,10 @@ template <class T, class Leaf>
 void gradRows(const T* dy, const T* y, const T* x, T* dx, T* dres, NormShape s, NormGradCoefficients k, Leaf leaf) {
     const std::int64_t c = s.channels;
     at::parallel_for(0, s.rows, rowGrain(s), [&](std::int64_t r0, std::int64_t r1) {
-        const std::int64_t o = r0 * c;
-        leaf(dy + o, y + o, x + o, dx + o, dres ? dres + o : nullptr, r1 - r0, c, k.a, k.c0, k.c1, k.mean);
+        eachLeafRows<T>(s, r0, r1, [&](std::int64_t r, std::int64_t rows) {
+            const std::int64_t o = r * c;
+            leaf(dy + o, y + o, x + o, dx + o, dres ? dres + o : nullptr, rows, c, k.a, k.c0, k.c1, k.mean);
+        });
     });
 }
 
