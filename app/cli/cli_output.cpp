@@ -257,12 +257,12 @@ std::string explainText(const RaceSummary& s) {
     }
     for (const auto& l : s.lanes) {
         if (l.peakFlopsPerSec) {
-            out += fmt::format("  peak of {}: {} ({}){}\n", l.name, flopRate(*l.peakFlopsPerSec), l.peakSource,
-                               l.flopsPerSample
-                                   ? fmt::format(" · {:.3g} FLOPs per sample counted {}", *l.flopsPerSample,
-                                                 l.kind == LaneKind::External ? "by PyTorch over one step of the script"
-                                                                              : "from the network")
-                                   : "");
+            out += fmt::format(
+                "  peak of {}: {} ({}){}\n", l.name, flopRate(*l.peakFlopsPerSec), l.peakSource,
+                l.flopsPerSample ? fmt::format(" · {:.3g} FLOPs per sample counted {}", *l.flopsPerSample,
+                                               l.kind == LaneKind::External ? "for the script (its execution says how)"
+                                                                            : "from the network")
+                                 : "");
         }
     }
     // Energy: one line when no lane could be measured for one reason, else a line per lane.

@@ -78,6 +78,15 @@ def script_name(command):
 # The lane.
 # ---------------------------------------------------------------------------------------------
 
+
+def flop_text(flops):
+    """FLOPs as the execution text says them: "0.8 MFLOP", "20.2 kFLOP", "4.12 GFLOP"."""
+    if flops >= 1e9:
+        return f"{flops / 1e9:,.2f} GFLOP"
+    if flops >= 1e5:
+        return f"{flops / 1e6:,.1f} MFLOP"
+    return f"{flops / 1e3:,.1f} kFLOP"
+
 class ScriptLane:
     def __init__(self, config, session):
         c = dw.parse_config(config)
@@ -287,8 +296,7 @@ class ScriptLane:
         if self.flops and self.flops[0] is None:
             parts.append(f"FLOPs not counted: {self.flops[1]}")
         elif self.flops:
-            parts.append(f"{self.flops[0] / 1e6:,.1f} MFLOP a sample in {self.flops[1]}, counted by PyTorch's "
-                         "FlopCounterMode over one step")
+            parts.append(f"{flop_text(self.flops[0])} a sample in {self.flops[1]}, {self.flops[2]}")
         return "; ".join(parts)
 
     def run(self, session):
@@ -541,7 +549,8 @@ class ScriptLane:
         per_sample, precision = self.number(flops, "per_sample"), flops.get("precision")
         if per_sample is None or per_sample <= 0 or precision not in ("fp32", "bf16", "fp16"):
             return self.refuse(f"a FLOP count that is not one: {flops!r:.120}")
-        self.flops = (per_sample, precision)
+        how = flops.get("how") if isinstance(flops.get("how"), str) else "counted by PyTorch's FlopCounterMode over one step"
+        self.flops = (per_sample, precision, how[:300])
         self.session.send({"type": "flops", "per_sample": per_sample, "precision": precision})
         s = self.meter.base("state")
         s.update({"state": "running", "message": "", "t": self.lane_time(t), "flops_per_sample": per_sample})

@@ -141,7 +141,7 @@ class UnchangedPyTorch(RaceTest):
             self.assertAlmostEqual(lane["achieved_flops_per_sec"], 818176 * lane["samples_per_sec"], delta=1)
             self.assertIn("FlopCounterMode", lane["execution"])
         self.assertIn("cpu·2", race.summary["speedup"])
-        self.assertIn("FLOPs per sample counted by PyTorch over one step of the script", race.r.stdout)
+        self.assertIn("FLOPs per sample counted for the script (its execution says how)", race.r.stdout)
 
     def test_a_recording_replays_and_exports_without_running_the_command(self):
         rec = tempfile.mkdtemp(prefix="devicerace-script-rec-")
@@ -277,6 +277,10 @@ class FrameworkCallbacks(RaceTest):
         self.assertEqual(own["backend"], backend)
         self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
         self.assertAlmostEqual(lane["final_test_accuracy"], own["val_accuracy"], places=5)
+        # The FLOPs from the model's layers: 64-64-10, the first layer's input without a gradient.
+        self.assertEqual(lane["flops_per_sample"], 2 * (64 * 64 * 2 + 64 * 10 * 3))
+        self.assertIn("20.2 kFLOP a sample in fp32, counted from the Keras model's layers (Dense)", lane["execution"])
+        self.assertGreater(lane["peak_flops_per_sec"], 0)  # the peak a longer race's utilisation divides by
 
     def test_keras_fit_on_jax(self):
         self.keras("jax")

@@ -1,0 +1,151 @@
+"""A script lane's FLOPs per sample (lanes/python/devicerace/_keras_flops.py, devicerace/_torch.py):
+a Keras model counted from its layers, checked against PyTorch's FlopCounterMode over one
+train_on_batch of the same model on Keras' torch backend where that counter is right, and
+against figures worked out by hand where it is not (it has no formula for the CPU's fused
+attention, and counts a grouped convolution's weight gradient once per group).
+
+Run as: .venv/bin/python tests/lanes/test_flop_counts.py (skipped, saying so, without Keras).
+"""
+import importlib.util
+import os
+import sys
+import unittest
+
+os.environ["KERAS_BACKEND"] = "torch"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lanes", "python"))
+
+HAVE_KERAS = all(importlib.util.find_spec(m) is not None for m in ("keras", "torch"))
+if HAVE_KERAS:
+    import keras
+    import numpy as np
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from devicerace import _keras_flops
+
+BATCH = 4
+
+
+def torch_count(model, x):
+    """PyTorch's FlopCounterMode over one train_on_batch (after a first one), a sample."""
+    y = np.zeros((len(x),), dtype="int64")
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.train_on_batch(x, y)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model.train_on_batch(x, y)
+    return counter.get_total_flops() / len(x)
+
+
+def images(*shape):
+    return np.random.default_rng(0).random((BATCH, *shape), dtype=np.float32)
+
+
+@unittest.skipUnless(HAVE_KERAS, "Keras 3 and PyTorch are not installed (scripts/setup --frameworks)")
+class KerasFlops(unittest.TestCase):
+    def counted(self, model):
+        c = _keras_flops.count(model)
+        self.assertIn("per_sample", c, c)
+        return c
+
+    def test_dense_and_convolutions_as_pytorch_counts_them(self):
+        # The first layer's input needs no gradient (only the weights'), every later one's does.
+        mlp = keras.Sequential([keras.Input((784,)), keras.layers.Dense(256, activation="relu"),
+                                keras.layers.Dense(10)])
+        c = self.counted(mlp)
+        self.assertEqual(c["per_sample"], 2 * (784 * 256 * 2 + 256 * 10 * 3))
+        self.assertEqual(c["per_sample"], torch_count(mlp, images(784)))
+        self.assertEqual((c["precision"], c["how"]), ("fp32", "counted from the Keras model's layers (Dense)"))
+        inp = keras.Input((28, 28, 3))
+        x = keras.layers.Conv2D(8, 3, strides=2, padding="same", activation="relu")(inp)
+        x = keras.layers.Conv2D(16, 3)(x)
+        x = keras.layers.Conv2DTranspose(4, 3, strides=2)(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        conv = keras.Model(inp, keras.layers.Dense(10)(x))
+        self.assertEqual(self.counted(conv)["per_sample"], torch_count(conv, images(28, 28, 3)))
+
+    def test_recurrent_layers_nested_models_and_an_embedding(self):
+        # The recurrent state's gradient goes through the recurrent kernel at every step but the
+        # first, whether or not the layer's input needs one; an embedding trains, so what follows
+        # it needs input gradients; a Sequential inside is counted by its own graph.
+        inp = keras.Input((20,))
+        x = keras.layers.Embedding(50, 16)(inp)
+        x = keras.layers.Bidirectional(keras.layers.LSTM(12, return_sequences=True))(x)
+        x = keras.layers.GRU(10)(x)
+        head = keras.Sequential([keras.Input((10,)), keras.layers.Dense(32, activation="relu"),
+                                 keras.layers.Dense(10)])
+        model = keras.Model(inp, head(x))
+        c = self.counted(model)
+        tokens = np.random.default_rng(0).integers(0, 50, (BATCH, 20))
+        self.assertEqual(c["per_sample"], torch_count(model, tokens))
+        self.assertEqual(c["how"], "counted from the Keras model's layers (Bidirectional(LSTM), GRU, Dense)")
+        inp = keras.Input((20, 16))
+        lstm = keras.Model(inp, keras.layers.Dense(10)(keras.layers.LSTM(12)(inp)))
+        recurrent = 12 * 48  # the kernels: 16 x 4·12 on the input, 12 x 4·12 on the state
+        self.assertEqual(self.counted(lstm)["per_sample"],
+                         2 * (20 * (16 * 48 * 2 + recurrent * 3) - recurrent + 12 * 10 * 3))
+        self.assertEqual(self.counted(lstm)["per_sample"], torch_count(lstm, images(20, 16)))
+
+    def test_attention_and_grouped_convolutions_by_hand(self):
+        # Self-attention, 2 heads of 8 on 20 tokens of 16: q, k, v projections (their input the
+        # data's: no input gradient), the output projection (its input the context: a gradient),
+        # scores and context (both operands' gradients). PyTorch's counter leaves the fused CPU
+        # attention out: it reads the scores and context short.
+        inp = keras.Input((20, 16))
+        x = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(inp, inp)
+        attention = keras.Model(inp, keras.layers.Dense(10)(keras.layers.Flatten()(x)))
+        projections, output, between, dense = 3 * 20 * 16 * 16, 20 * 16 * 16, 20 * 20 * 2 * 16, 320 * 10
+        expected = 2 * (projections * 2 + output * 3 + between * 3 + dense * 3)
+        self.assertEqual(self.counted(attention)["per_sample"], expected)
+        self.assertEqual(torch_count(attention, images(20, 16)), expected - 2 * between * 3)
+        # Depthwise 3x3 on 11x11x16 (9x9 out), then separable: depthwise 3x3 (7x7 out) and a
+        # pointwise 16 -> 8; PyTorch's counter multiplies a grouped weight gradient by the groups.
+        inp = keras.Input((11, 11, 16))
+        x = keras.layers.DepthwiseConv2D(3)(inp)
+        x = keras.layers.SeparableConv2D(8, 3)(x)
+        grouped = keras.Model(inp, keras.layers.Dense(10)(keras.layers.Flatten()(x)))
+        depthwise, separable, dense = 9 * 16 * 81, (9 * 16 + 16 * 8) * 49, 7 * 7 * 8 * 10
+        self.assertEqual(self.counted(grouped)["per_sample"], 2 * (depthwise * 2 + separable * 3 + dense * 3))
+
+    def test_what_it_cannot_count_is_said(self):
+        class Scaled(keras.layers.Layer):  # weights it has no formula for
+            def build(self, shape):
+                self.w = self.add_weight(shape=(shape[-1], shape[-1]))
+
+            def call(self, x):
+                return keras.ops.matmul(x, self.w)
+
+        inp = keras.Input((8,))
+        unknown = keras.Model(inp, keras.layers.Dense(2)(Scaled()(inp)))
+        self.assertEqual(_keras_flops.count(unknown),
+                         {"not_counted": "the Keras model's FLOPs: a layer with weights it has no formula for (Scaled)"})
+
+        class Subclassed(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.dense = keras.layers.Dense(2)
+
+            def call(self, x):
+                return self.dense(x)
+
+        sub = Subclassed()
+        sub(np.zeros((1, 8), dtype="float32"))
+        self.assertIn("Subclassed is a subclassed model", _keras_flops.count(sub)["not_counted"])
+        # A weightless layer that may compute anything is counted as 0 and named.
+        inp = keras.Input((8,))
+        x = keras.layers.Lambda(lambda t: t * 2)(inp)
+        lam = keras.Model(inp, keras.layers.Dense(2)(keras.layers.Dropout(0.1)(x)))
+        c = self.counted(lam)
+        self.assertEqual(c["per_sample"], 2 * 8 * 2 * 2)
+        self.assertEqual(c["how"], "counted from the Keras model's layers (Dense); counted as 0: Lambda")
+
+    def test_mixed_bf16_is_said(self):
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        try:
+            model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+            self.assertEqual(self.counted(model)["precision"], "bf16")
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
