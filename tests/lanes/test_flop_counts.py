@@ -1,5 +1,6 @@
 """A script lane's FLOPs per sample (lanes/python/devicerace/_keras_flops.py, devicerace/_torch.py):
-a Keras model counted from its layers, checked against PyTorch's FlopCounterMode over one
+the counter a PyTorch script's step runs under, on the CPU's fused attention and a grouped
+convolution; a Keras model counted from its layers, checked against PyTorch's FlopCounterMode over one
 train_on_batch of the same model on Keras' torch backend where that counter is right, and
 against figures worked out by hand where it is not (it has no formula for the CPU's fused
 attention, and counts a grouped convolution's weight gradient once per group).
@@ -145,6 +146,44 @@ class KerasFlops(unittest.TestCase):
             self.assertEqual(self.counted(model)["precision"], "bf16")
         finally:
             keras.mixed_precision.set_global_policy("float32")
+
+
+@unittest.skipUnless(importlib.util.find_spec("torch") is not None, "PyTorch is not installed")
+class TorchScriptFlops(unittest.TestCase):
+    def test_the_cpus_fused_attention_and_a_grouped_convolution_are_counted_right(self):
+        """The counter a PyTorch script's step runs under (devicerace/_torch.py) counts the CPU's
+        fused attention as PyTorch counts the GPU's (the backward recomputes the scores: 5 products
+        against the forward's 2), and a depthwise convolution's weight gradient once, not per group
+        (PyTorch's own counter: 0 for the attention, x16 for the weight gradient here)."""
+        import torch
+        import torch.nn.functional as F
+
+        from devicerace import _torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.dw = torch.nn.Conv2d(16, 16, 3, groups=16)
+                self.qkv = torch.nn.Linear(8, 24)
+                self.out = torch.nn.Linear(9 * 9 * 16 + 20 * 8, 10)
+
+            def forward(self, image, seq):
+                a = self.dw(image)
+                q, k, v = self.qkv(seq).view(len(seq), 20, 3, 2, 4).permute(2, 0, 3, 1, 4)
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(len(seq), -1)
+                return self.out(torch.cat([a.flatten(1), o], 1))
+
+        net, batch = Net(), 4
+        counter = _torch._flop_counter()(display=False)
+        with counter:
+            loss = F.cross_entropy(net(torch.rand(batch, 16, 11, 11), torch.rand(batch, 20, 8)),
+                                   torch.zeros(batch, dtype=torch.long))
+            loss.backward()
+        self.assertFalse(counter.failed)
+        depthwise, qkv, product, out = 9 * 16 * 81, 20 * 8 * 24, 20 * 20 * 2 * 4, (9 * 9 * 16 + 20 * 8) * 10
+        # The data's layers: forward and weight gradient; attention: 2 products, then 5; the head: 3.
+        expected = 2 * (depthwise * 2 + qkv * 2 + product * (2 + 5) + out * 3)
+        self.assertEqual(counter.get_total_flops() / batch, expected)
 
 
 if __name__ == "__main__":

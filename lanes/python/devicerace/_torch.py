@@ -279,6 +279,9 @@ def _flop_counter():
         class Counter(FlopCounterMode):
             failed = False
 
+            def __init__(self, **kwargs):
+                super().__init__(custom_mapping=_counter_fixes(), **kwargs)
+
             def _count_flops(self, func_packet, out, args, kwargs):
                 try:
                     return super()._count_flops(func_packet, out, args, kwargs)
@@ -288,6 +291,46 @@ def _flop_counter():
 
         _counter_class = Counter
     return _counter_class
+
+
+def _counter_fixes():
+    """FLOP formulas PyTorch's counter lacks or gets wrong ({op: raw formula}), each kept only
+    where this PyTorch has the op and the formulas it reuses:
+    - the CPU's fused attention (`_scaled_dot_product_flash_attention_for_cpu`, what
+      F.scaled_dot_product_attention runs on a CPU: Hugging Face's models, Keras' attention) and
+      its backward, which it counts as 0: as the GPU's fused attention is counted;
+    - a grouped convolution's weight gradient, which it counts once per group (its formula
+      ignores `groups`): a depthwise layer's x channels."""
+    import torch
+    from torch.utils import flop_counter as fc
+
+    fixes = {}
+    aten = torch.ops.aten
+
+    def raw(formula):
+        formula._get_raw = True  # called with the op's own arguments (FlopCounterMode's custom_mapping)
+        return formula
+
+    if hasattr(fc, "sdpa_flop_count") and hasattr(fc, "sdpa_backward_flop_count"):
+        if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+            fixes[aten._scaled_dot_product_flash_attention_for_cpu] = raw(
+                lambda q, k, v, *args, out_val=None, **kwargs: fc.sdpa_flop_count(q.shape, k.shape, v.shape))
+        if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward"):
+            fixes[aten._scaled_dot_product_flash_attention_for_cpu_backward] = raw(
+                lambda grad, q, k, v, *args, out_val=None, **kwargs: fc.sdpa_backward_flop_count(
+                    grad.shape, q.shape, k.shape, v.shape))
+    if hasattr(fc, "conv_backward_flop"):
+        def conv_backward(*args, out_val=None, **kwargs):
+            groups, mask = max(1, int(args[9])), list(args[10])
+            flops = 0
+            if mask[0]:
+                flops += fc.conv_backward_flop(*args[:10], [True, False, False], out_val=out_val)
+            if mask[1]:
+                flops += fc.conv_backward_flop(*args[:10], [False, True, False], out_val=out_val) // groups
+            return flops
+
+        fixes[aten.convolution_backward] = raw(conv_backward)
+    return fixes
 
 
 def _end_flop_count(state):
