@@ -402,35 +402,29 @@ CrossEntropy softmaxCrossEntropy(const Bf16InF32* logits, const std::int64_t* la
 
 namespace {
 
-// Values an optimizer's chunk updates before the conversion instruction writes their bf16
-// mirror: the chunk's weights are read back from L1 (4 KB).
+// Weights RMSprop updates before AVX-512 BF16's conversion writes their bf16 mirror: the chunk's
+// weights are read back from L1 (4 KB).
 constexpr std::int64_t kMirrorChunk = 1024;
-
-// update(begin, n, mirror) over [begin, end): the bf16 mirror written by the update's own loop
-// (the integer rounding), or, where the CPU has AVX-512 BF16's conversion, chunk by chunk after it
-// (RMSprop + mirror 1.06x / 1.05x on 1 / 2 threads of an AMX Xeon: bench/optimizer_ab.py).
-template <class Update>
-void withMirror(std::int64_t begin, std::int64_t end, const float* p, Bf16* mirror, bool narrow, const Update& update) {
-    if (!mirror || !narrow) {
-        update(begin, end - begin, mirror ? mirror + begin : nullptr);
-        return;
-    }
-    for (auto c = begin; c < end; c += kMirrorChunk) {
-        const auto n = std::min(kMirrorChunk, end - c);
-        update(c, n, nullptr);
-        narrowToBf16(p + c, mirror + c, n);
-    }
-}
 
 } // namespace
 
+// The mirror is written by the loop's integer rounding, or, where the CPU has AVX-512 BF16's
+// conversion, chunk by chunk after the update (RMSprop + mirror 1.06x / 1.05x on 1 / 2 threads of
+// an AMX Xeon: bench/optimizer_ab.py).
 void rmspropStep(float* p, const float* g, float* sq, std::int64_t n, float lr, float alpha, float eps, float wd,
                  Bf16* mirror) {
     const bool narrow = mirror && haveBf16NarrowInstruction();
     at::parallel_for(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-        withMirror(begin, end, p, mirror, narrow, [&](std::int64_t b, std::int64_t count, Bf16* m) {
-            rmspropRange(p + b, g + b, sq + b, count, lr, alpha, eps, wd, m);
-        });
+        if (!narrow) {
+            rmspropRange(p + begin, g + begin, sq + begin, end - begin, lr, alpha, eps, wd,
+                         mirror ? mirror + begin : nullptr);
+            return;
+        }
+        for (auto c = begin; c < end; c += kMirrorChunk) {
+            const auto count = std::min(kMirrorChunk, end - c);
+            rmspropRange(p + c, g + c, sq + c, count, lr, alpha, eps, wd, nullptr);
+            narrowToBf16(p + c, mirror + c, count);
+        }
     });
 }
 
