@@ -279,8 +279,32 @@ TEST(Bf16Routes, TheAmxKernelIsARouteWhereTheCpuHasAmx) {
 TEST(Bf16Routes, TheRealTimerTimesEveryRoute) {
     for (const auto route : cpu::availableBf16Routes()) {
         for (const int workers : {1, 2}) {
-            const double s = cpu::timeBf16Route(route, {48, 64, 32, false, true}, workers);
-            EXPECT_TRUE(std::isfinite(s) && s > 0.0) << cpu::bf16RouteName(route) << ": " << s;
+            for (const auto caches : {cpu::TrialCaches::Warm, cpu::TrialCaches::Cold}) {
+                const double s = cpu::timeBf16Route(route, {48, 64, 32, false, true}, workers, caches);
+                EXPECT_TRUE(std::isfinite(s) && s > 0.0) << cpu::bf16RouteName(route) << ": " << s;
+            }
         }
     }
+}
+
+// A step that times its routes with cold caches (the transformer's) keeps its choices apart from
+// a warm-timed one's at the same shape, and says how it timed them.
+TEST(Bf16Routes, AColdTrialIsAChoiceOfItsOwn) {
+    CacheDir cache;
+    const cpu::GemmShape shape{768, 384, 128, false, true};
+    cpu::Bf16Router warm(2, 2, fastestIs(Bf16Route::Fp32));
+    EXPECT_EQ(warm.route(shape), Bf16Route::Fp32);
+    int calls = 0;
+    cpu::Bf16Router cold(2, 2, fastestIs(Bf16Route::OneDnn, &calls), cpu::TrialCaches::Cold);
+    EXPECT_EQ(cold.route(shape), Bf16Route::OneDnn); // timed, not the warm choice read back
+    EXPECT_GT(calls, 0);
+    EXPECT_EQ(cold.summary(), "oneDNN bf16 for every GEMM shape (1) (the fastest timed on this CPU at 2 threads x 2 "
+                              "workers, caches cold as a step leaves them)");
+    cpu::Bf16Router again(2, 2, fastestIs(Bf16Route::Fp32, &calls), cpu::TrialCaches::Cold);
+    calls = 0;
+    EXPECT_EQ(again.route(shape), Bf16Route::OneDnn); // the cold choice read back
+    EXPECT_EQ(calls, 0);
+    std::ifstream in(bf16RouteCacheFile());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("768x384x128 NT cold"), std::string::npos) << text;
 }

@@ -200,7 +200,31 @@ RouteChoice pickBf16Route(const std::vector<Bf16Route>& candidates, const std::f
     return out;
 }
 
-double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers) {
+namespace {
+
+// What a cold trial reads between calls, per worker: past the L2 of the cores this project meets
+// (1-2 MB), a short read from L3.
+constexpr std::size_t kEvictFloats = std::size_t(1) << 20; // 4 MB
+constexpr int kColdCalls = 12;
+
+// Each of `workers` threads of one parallel region reads (and writes) its own part of a buffer
+// past L2: the caches as a step's loops leave them for its next GEMM.
+void evictCaches(int workers) {
+    static std::vector<float> buffer;
+    buffer.resize(kEvictFloats * static_cast<std::size_t>(workers), 0.0f);
+    at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (auto w = begin; w < end; ++w) {
+            float* part = buffer.data() + kEvictFloats * static_cast<std::size_t>(w);
+            for (std::size_t i = 0; i < kEvictFloats; i += 16) { // a line in, a line dirty
+                part[i] += 1.0f;
+            }
+        }
+    });
+}
+
+} // namespace
+
+double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, TrialCaches caches) {
     workers = std::max(1, workers);
     const auto aRows = shape.transA ? shape.k : shape.m, aCols = shape.transA ? shape.m : shape.k;
     const auto bRows = shape.transB ? shape.n : shape.k, bCols = shape.transB ? shape.k : shape.n;
@@ -230,6 +254,16 @@ double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers) {
     };
     using Clock = std::chrono::steady_clock;
     call(); // warm: packing buffers, the library's first-call set-up, the scratch
+    if (caches == TrialCaches::Cold) {
+        double total = 0;
+        for (int i = 0; i < kColdCalls; ++i) {
+            evictCaches(workers);
+            const auto start = Clock::now();
+            call();
+            total += std::chrono::duration<double>(Clock::now() - start).count();
+        }
+        return total / kColdCalls;
+    }
     auto t0 = Clock::now();
     call();
     const double first = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -241,12 +275,12 @@ double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers) {
     return std::chrono::duration<double>(Clock::now() - t0).count() / calls;
 }
 
-Bf16Router::Bf16Router(int threads, int workers, Timer timer)
-    : m_threads(std::max(1, threads)), m_workers(std::max(1, workers)), m_timer(std::move(timer)),
+Bf16Router::Bf16Router(int threads, int workers, Timer timer, TrialCaches caches)
+    : m_threads(std::max(1, threads)), m_workers(std::max(1, workers)), m_caches(caches), m_timer(std::move(timer)),
       m_forced(forcedRoute()) {
     if (!m_timer) {
         const int w = m_workers;
-        m_timer = [w](Bf16Route r, const GemmShape& s) { return timeBf16Route(r, s, w); };
+        m_timer = [w, caches](Bf16Route r, const GemmShape& s) { return timeBf16Route(r, s, w, caches); };
     }
 }
 
@@ -263,7 +297,9 @@ Bf16Route Bf16Router::decide(const GemmShape& shape) {
     if (m_forced) {
         return *m_forced;
     }
-    const auto key = bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape));
+    // A cold trial's choice is kept apart from a warm one's at the same shape.
+    const auto key =
+        bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape) + (m_caches == TrialCaches::Cold ? " cold" : ""));
     const auto available = availableBf16Routes();
     if (const auto kept = cachedBf16Route(key)) {
         if (const auto r = bf16RouteFromKey(*kept);
@@ -311,7 +347,8 @@ std::string Bf16Router::summary() const {
             out += fmt::format(", {} for {}", bf16RouteName(r), n);
         }
     }
-    return out + fmt::format(" (the fastest timed on this CPU at {})", threads);
+    return out + fmt::format(" (the fastest timed on this CPU at {}{})", threads,
+                             m_caches == TrialCaches::Cold ? ", caches cold as a step leaves them" : "");
 }
 
 } // namespace devicerace::detail::cpu

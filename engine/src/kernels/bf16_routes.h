@@ -79,10 +79,17 @@ struct RouteChoice {
 RouteChoice pickBf16Route(const std::vector<Bf16Route>& candidates, const std::function<double(Bf16Route)>& seconds,
                           int trials = 3);
 
-/// Seconds of one trial of `route` at `shape`: enough calls on random operands to last ~2 ms,
-/// per call. `workers` > 1 runs that many of the GEMMs at once, one per thread of one parallel
-/// region (a fused dense step's split: each worker's share with one thread).
-double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers);
+/// How a route's trial leaves the caches between its calls.
+/// - Warm: call after call on the same operands (a dense step's GEMMs follow one another).
+/// - Cold: before each call every worker reads a buffer past its core's L2, and only the calls are
+///   timed (a transformer step's GEMMs sit between loops that take the caches: there the warm
+///   timings gave MKL shapes that the step ran faster on the engine's kernel).
+enum class TrialCaches { Warm, Cold };
+
+/// Seconds of one trial of `route` at `shape`, per call: warm, enough calls on random operands to
+/// last ~2 ms; cold, 12 calls. `workers` > 1 runs that many of the GEMMs at once, one per thread of
+/// one parallel region (a fused step's split: each worker's share with one thread).
+double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, TrialCaches caches = TrialCaches::Warm);
 
 /// One step's bf16 GEMM routes: each shape's route, decided at its first use from the cache
 /// (devices/bf16_route_cache.h), else by timing every available route (then cached), unless
@@ -91,9 +98,9 @@ class Bf16Router {
 public:
     using Timer = std::function<double(Bf16Route, const GemmShape&)>;
     /// `threads`: the intra-op threads the GEMMs run on (or, with `workers` > 1, the workers that
-    /// each run one share with one thread); part of the cache key. `timer`: the trial a choice is
-    /// made by (default: timeBf16Route); tests pass a fake.
-    explicit Bf16Router(int threads, int workers = 1, Timer timer = {});
+    /// each run one share with one thread); part of the cache key, as a cold trial is. `timer`:
+    /// the trial a choice is made by (default: timeBf16Route with `caches`); tests pass a fake.
+    explicit Bf16Router(int threads, int workers = 1, Timer timer = {}, TrialCaches caches = TrialCaches::Warm);
 
     Bf16Route route(const GemmShape& shape);
     /// The route DEVICERACE_BF16_ROUTE names for every shape, if it names one.
@@ -107,6 +114,7 @@ public:
 private:
     int m_threads;
     int m_workers;
+    TrialCaches m_caches;
     Timer m_timer;
     std::optional<Bf16Route> m_forced;
     using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool>; // m, n, k, transA, transB

@@ -100,7 +100,10 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
         m_maxWorkers = std::min<std::int64_t>(threads, maxBatch);
     }
     if (bf16) {
-        m_router = std::make_shared<cpu::Bf16Router>(threads, static_cast<int>(m_maxWorkers));
+        // Timed with cold caches: the step's GEMMs sit between loops that take them (warm timings
+        // gave MKL weight-gradient shapes that the step ran faster on the AMX kernel: ENGINEERING.md).
+        m_router = std::make_shared<cpu::Bf16Router>(threads, static_cast<int>(m_maxWorkers), cpu::Bf16Router::Timer{},
+                                                     cpu::TrialCaches::Cold);
         const char* inF32 = environmentSwitch("DEVICERACE_BF16_IN_F32");
         m_inF32Allowed = !(inF32 && std::string_view(inF32) == "0");
     }
