@@ -210,7 +210,7 @@ constexpr int kColdCalls = 12;
 // Each of `workers` threads of one parallel region reads (and writes) its own part of a buffer
 // past L2: the caches as a step's loops leave them for its next GEMM.
 void evictCaches(int workers) {
-    static std::vector<float> buffer;
+    thread_local std::vector<float> buffer; // the calling lane's: two lanes may time at once
     buffer.resize(kEvictFloats * static_cast<std::size_t>(workers), 0.0f);
     at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
         for (auto w = begin; w < end; ++w) {
