@@ -212,9 +212,10 @@ constexpr int kColdCalls = 12;
 void evictCaches(int workers) {
     thread_local std::vector<float> buffer; // the calling lane's: two lanes may time at once
     buffer.resize(kEvictFloats * static_cast<std::size_t>(workers), 0.0f);
+    float* data = buffer.data(); // (inside the region `buffer` would name each worker's own)
     at::parallel_for(0, workers, 1, [&](std::int64_t begin, std::int64_t end) {
         for (auto w = begin; w < end; ++w) {
-            float* part = buffer.data() + kEvictFloats * static_cast<std::size_t>(w);
+            float* part = data + kEvictFloats * static_cast<std::size_t>(w);
             for (std::size_t i = 0; i < kEvictFloats; i += 16) { // a line in, a line dirty
                 part[i] += 1.0f;
             }
