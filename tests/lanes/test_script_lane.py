@@ -7,6 +7,7 @@ are tests/cli/test_script_lanes.py.
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -221,6 +222,7 @@ class ScriptLaneTest(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="devicerace-script-lane-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.script = os.path.join(self.dir, "stepper.py")
         with open(self.script, "w") as f:
             f.write(STEPPER)
