@@ -120,17 +120,20 @@ class KerasFlops(unittest.TestCase):
         self.assertEqual(_keras_flops.count(unknown),
                          {"not_counted": "the Keras model's FLOPs: a layer with weights it has no formula for (Scaled)"})
 
-        class Subclassed(keras.Model):
+        class Untraceable(keras.Model):  # a call that needs values, not shapes
             def __init__(self):
                 super().__init__()
                 self.dense = keras.layers.Dense(2)
 
             def call(self, x):
-                return self.dense(x)
+                return self.dense(x) * float(keras.ops.convert_to_numpy(x).max())
 
-        sub = Subclassed()
+        sub = Untraceable()
         sub(np.zeros((1, 8), dtype="float32"))
-        self.assertIn("Subclassed is a subclassed model", _keras_flops.count(sub)["not_counted"])
+        self.assertIn("Untraceable is a subclassed model whose call could not be traced on symbolic inputs",
+                      _keras_flops.count(sub)["not_counted"])
+        never = Untraceable()
+        self.assertIn("not built", _keras_flops.count(never)["not_counted"])
         # A weightless layer that may compute anything is counted as 0 and named.
         inp = keras.Input((8,))
         x = keras.layers.Lambda(lambda t: t * 2)(inp)
@@ -138,6 +141,66 @@ class KerasFlops(unittest.TestCase):
         c = self.counted(lam)
         self.assertEqual(c["per_sample"], 2 * 8 * 2 * 2)
         self.assertEqual(c["how"], "counted from the Keras model's layers (Dense); counted as 0: Lambda")
+
+    def test_subclassed_models_and_custom_blocks_are_traced(self):
+        """A subclassed model is counted from its call run on symbolic inputs of its first batch's
+        shape, a custom block (weights all its sublayers') from its call on its own inputs: as
+        PyTorch counts a train_on_batch of them, with a raw matrix product of activations in."""
+
+        class Block(keras.layers.Layer):  # a residual pair of dense layers, self-attention by matmul
+            def __init__(self, width):
+                super().__init__()
+                self.qk = keras.layers.Dense(2 * width)
+                self.out = keras.layers.Dense(width)
+
+            def call(self, x):
+                q, k = keras.ops.split(self.qk(x), 2, axis=-1)
+                scores = keras.ops.softmax(keras.ops.matmul(q, keras.ops.transpose(k, (0, 2, 1))))
+                return x + self.out(keras.ops.matmul(scores, x))
+
+        class Net(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.embed = keras.layers.Dense(16)
+                self.block = Block(16)
+                self.conv = keras.layers.Conv1D(8, 3)
+                self.drop = keras.layers.Dropout(0.2)
+                self.head = keras.layers.Dense(10)
+
+            def call(self, x, training=False):
+                h = self.block(self.embed(x))
+                h = self.drop(keras.ops.relu(self.conv(h)), training=training)
+                return self.head(keras.ops.reshape(h, (-1, 18 * 8)))
+
+        net = Net()
+        x = images(20, 6)
+        net(x)
+        c = self.counted(net)
+        self.assertEqual(c["per_sample"], torch_count(net, x))
+        embed, qk, scores, context, out, conv, head = (20 * 6 * 16, 20 * 16 * 32, 20 * 20 * 16, 20 * 20 * 16,
+                                                       20 * 16 * 16, 18 * 3 * 16 * 8, 18 * 8 * 10)
+        self.assertEqual(c["per_sample"], 2 * (embed * 2 + (qk + scores + context + out + conv + head) * 3))
+        self.assertEqual(c["how"], "counted from the Keras model's layers (Dense, Matmul, Conv1D)")
+
+        # The same block inside a functional model, on token embeddings (integer inputs).
+        inp = keras.Input((20,), dtype="int32")
+        h = Block(16)(keras.layers.Embedding(50, 16)(inp))
+        functional = keras.Model(inp, keras.layers.Dense(10)(keras.layers.Flatten()(h)))
+        tokens = np.random.default_rng(0).integers(0, 50, (BATCH, 20))
+        self.assertEqual(self.counted(functional)["per_sample"], torch_count(functional, tokens))
+
+        class Tokens(keras.Model):  # subclassed, on integer inputs
+            def __init__(self):
+                super().__init__()
+                self.embed = keras.layers.Embedding(50, 16)
+                self.head = keras.layers.Dense(10)
+
+            def call(self, x):
+                return self.head(keras.ops.mean(self.embed(x), axis=1))
+
+        text = Tokens()
+        text(tokens)
+        self.assertEqual(self.counted(text)["per_sample"], 2 * 16 * 10 * 3)
 
     def test_mixed_bf16_is_said(self):
         keras.mixed_precision.set_global_policy("mixed_bfloat16")

@@ -5,12 +5,17 @@ DeviceRace counts matrix products, convolutions and attention, a multiply-add as
 counts its own networks: a layer's forward, its weights' gradients (as much again, where the
 weights train) and its input's gradient (as much again, unless nothing before it trains: the
 first dense or convolution layer on the data). The shapes are those the model's graph holds (a
-functional or Sequential model, nested models included); a subclassed model has none until it
-runs, and is not counted. A layer with weights that is not in the tables below is not counted
-either (the whole model is then not counted: a part would mislead), and a layer without weights
-that is not known to compute nothing (a Lambda, a custom layer, a raw op) is counted as 0 and
-named.
+functional or Sequential model, nested models included). A subclassed model has no graph: its
+`call` is run once more on symbolic inputs of the shape its first batch built it with, which
+makes the graph of the layers and ops it calls (nothing is computed, no weight is made); a custom
+layer whose weights are all its sublayers' (a transformer block) is read the same way, on the
+shapes of its call. A layer with weights of its own that is not in the tables below is not
+counted (the whole model is then not counted: a part would mislead); a layer without weights
+that is not known to compute nothing (a Lambda, a custom layer) and a raw op that computes
+products without a formula here (einsum, a raw convolution) are counted as 0 and named. A raw
+matrix product of two activations and keras.ops' attention are counted.
 """
+import inspect
 import math
 
 # Layers with weights whose arithmetic DeviceRace does not count (lookups, normalisations,
@@ -110,6 +115,35 @@ def _recurrent(op, steps, kind):
     return _Parts(kind, outer=x, inner=h, extra=-first)
 
 
+_FORMULAS = {"Dense", "EinsumDense", "BaseSeparableConv", "BaseConvTranspose", "BaseConv", "BaseDepthwiseConv",
+             "Bidirectional", "RNN", "MultiHeadAttention", "Attention", "AdditiveAttention"}
+
+
+def _known(op):
+    """Whether _layer has a formula for the layer, or knows it computes nothing."""
+    names = _mro_names(op)
+    return bool(names & (_FORMULAS | _ZERO_WITH_WEIGHTS))
+
+
+# Raw ops (keras.ops in a subclassed model's or custom layer's call) that compute products: the
+# others (elementwise, shapes, reductions, normalisations) count 0 and go unnamed.
+_PRODUCT_OPS = {"Matmul", "Einsum", "Dot", "Tensordot", "Inner", "Outer", "Vdot", "Kron", "Conv", "ConvTranspose",
+                "DepthwiseConv", "SeparableConv", "DotProductAttention", "Correlate"}
+
+
+def _raw_op(op, ins, outs):
+    """Multiply-adds a sample of a raw op's forward that DeviceRace counts (a matrix product of
+    two activations, attention), or 0; its backward is the forward again for each of its first two
+    operands that needs a gradient."""
+    kind = type(op).__name__
+    if kind == "Matmul" and len(ins) == 2 and len(ins[0]) >= 2 and len(ins[1]) >= 2:
+        return _size(outs[0]) * list(ins[0])[-1]
+    if kind == "DotProductAttention" and len(ins) >= 3 and len(ins[0]) == 4:
+        (_, tq, heads, d), (_, tk, _, dv) = list(ins[0]), list(ins[2])
+        return tq * tk * heads * (d + dv)
+    return 0
+
+
 def _layer(op, ins, outs):
     """The _Parts of one call of `op` (input and output shapes), or None: it computes nothing
     DeviceRace counts. Raises NotCounted for a layer with weights it has no formula for."""
@@ -162,6 +196,55 @@ def _graph(model):
     return (fn, by_depth) if by_depth else (None, None)
 
 
+def _own_variables(op):
+    return list(getattr(op, "_trainable_variables", [])) + list(getattr(op, "_non_trainable_variables", []))
+
+
+def _is_container(op):
+    """A custom layer or subclassed model whose weights are all its sublayers': read by tracing
+    its call."""
+    sublayers = getattr(op, "_layers", None) or []
+    return bool(sublayers) and not _own_variables(op)
+
+
+def _traced(op, args, kwargs):
+    """The graph of `op.call` run on symbolic arguments (KerasTensors): (inputs, Function). A
+    layer not built yet (one the first batch did not reach) would make weights here: refused."""
+    import keras
+    from keras.src.ops.function import Function
+
+    for layer in op._flatten_layers(include_self=False):
+        if not layer.built:
+            raise NotCounted(f"{type(layer).__name__} in {type(op).__name__} was not built by the first batch")
+    kwargs = dict(kwargs)
+    if "training" in inspect.signature(op.call).parameters:
+        kwargs["training"] = True  # dropout and the like as a training step runs them
+    inputs = [t for t in keras.tree.flatten((args, kwargs)) if isinstance(t, keras.KerasTensor)]
+    outputs = op.call(*args, **kwargs)
+    return inputs, Function(inputs, outputs)
+
+
+def _trace_model(model):
+    """A subclassed model's graph, traced on symbolic inputs of its first batch's shapes."""
+    import keras
+
+    shapes = getattr(model, "_build_shapes_dict", None)
+    if not shapes or len(shapes) != 1:
+        raise NotCounted(f"{type(model).__name__} is a subclassed model not built by one input")
+    shape = next(iter(shapes.values()))
+    errors = []
+    for dtype in ("float32", "int32"):  # a first batch's dtype is not kept: images, then tokens
+        try:
+            args = keras.tree.map_shape_structure(lambda s: keras.KerasTensor((None, *tuple(s)[1:]), dtype), shape)
+            return _traced(model, (args,), {})[1]
+        except NotCounted:
+            raise
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+    raise NotCounted(f"{type(model).__name__} is a subclassed model whose call could not be traced "
+                     f"on symbolic inputs ({errors[0]})"[:300])
+
+
 class _Count:
     def __init__(self):
         self.mults = 0          # multiply-adds of a training step, a sample
@@ -174,11 +257,16 @@ class _Count:
 
 
 def _walk(model, count, inputs_need_grad):
-    fn, by_depth = _graph(model)
+    fn, _ = _graph(model)
     if fn is None:
-        raise NotCounted(f"{type(model).__name__} is a subclassed model: its layers' shapes are not known "
-                         "before they run")
-    grad = {id(t) for t in fn.inputs if inputs_need_grad}
+        fn = _trace_model(model)
+    _walk_graph(fn, count, fn.inputs if inputs_need_grad else [])
+
+
+def _walk_graph(fn, count, needing_grad):
+    """Adds a graph's calls to `count`; `needing_grad`: those of its inputs that need a gradient."""
+    by_depth = fn._nodes_by_depth
+    grad = {id(t) for t in needing_grad}
     for depth in sorted(by_depth, reverse=True):
         for node in by_depth[depth]:
             op = node.operation
@@ -189,8 +277,17 @@ def _walk(model, count, inputs_need_grad):
             trains = bool(getattr(op, "trainable_weights", None))
             if _graph(op)[0] is not None:  # a nested model: its own graph, with this call's grads
                 _walk(op, count, needs)
-            elif "Layer" not in _mro_names(op):
-                count.note(count.left_out, type(op).__name__)  # a raw op (keras.ops on symbolic tensors)
+            elif "Layer" in _mro_names(op) and _is_container(op) and not _known(op):
+                inputs, sub = _traced(op, node.arguments.args, node.arguments.kwargs)
+                _walk_graph(sub, count, [t for t in inputs if id(t) in grad])
+            elif "Layer" not in _mro_names(op):  # a raw op (keras.ops on symbolic tensors)
+                kind = type(op).__name__
+                mults = _raw_op(op, [t.shape for t in ins], [t.shape for t in outs])
+                if mults:
+                    count.mults += mults * (1 + sum(id(t) in grad for t in ins[:2]))
+                    count.note(count.kinds, kind)
+                elif kind in _PRODUCT_OPS:
+                    count.note(count.left_out, kind)
             else:
                 counted = _layer(op, [t.shape for t in ins], [t.shape for t in outs])
                 if counted is None:
