@@ -505,6 +505,9 @@ std::optional<RaceSummary> RaceController::summary() const {
                 out.explanations.push_back(l.name + ": " + l.slowestRank); // as finishRaceSummary words it
             }
         }
+        for (auto& why : explainUnmeasuredLanes(out.lanes)) { // each lane's own: any run
+            out.explanations.push_back(std::move(why));
+        }
     }
     for (auto& [index, device] : shownDevices) {
         out.lanes[index].device = std::move(device);

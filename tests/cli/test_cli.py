@@ -632,6 +632,31 @@ class RealRaces(unittest.TestCase):
             self.assertTrue(why[0].startswith("why: b runs at 0.40× the speed of cpu·1: "), why[0])
             self.assertIn("too small to keep the GPU busy", why[0])
 
+    def test_a_lane_that_never_left_its_warmup_says_why_it_has_no_speed(self):
+        # 5 steps against the 20 of the warm-up: no speed, and the race and its replay say why; a
+        # recording without the warm-up's length (written before manifests kept it) says it too.
+        with tempfile.TemporaryDirectory() as d:
+            rec = os.path.join(d, "rec")
+            r = run("race", "--lane", "cpu,threads=1", "--lane", "cpu,threads=1,name=b", "--steps", "5", *SMALL,
+                    "--record", rec)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            line = ("why: cpu·1 and b have no speed: their 5 steps were all warm-up, which is left out of the "
+                    "speed (the first 20 steps of a lane: --warmup-steps); race more steps, or lower --warmup-steps.")
+            self.assertIn(line, r.stdout.splitlines())
+            replayed = run("replay", rec)
+            self.assertEqual(replayed.returncode, 0, replayed.stderr)
+            self.assertIn(line, replayed.stdout.splitlines())
+            manifest_path = os.path.join(rec, "manifest.json")
+            manifest = json.loads(read(manifest_path))
+            self.assertEqual(manifest.pop("warmup_steps"), 20)
+            with open(manifest_path, "w", encoding="utf-8") as f:
+                json.dump(manifest, f)
+            older = run("replay", rec)
+            why = [w for w in older.stdout.splitlines() if w.startswith("why: ")]
+            self.assertEqual(len(why), 2, older.stdout)
+            self.assertRegex(why[0], r"^why: cpu·1 has no speed: its 5 steps took [0-9.]+ m?s, and every interval "
+                                     r"they were timed in began in the warm-up")
+
     def test_record_replay_export(self):
         with tempfile.TemporaryDirectory() as d:
             rec = os.path.join(d, "rec")

@@ -419,3 +419,52 @@ TEST(ExplainSummary, ALanePastItsPeakShowsAHundredPercentAndSaysWhy) {
     const std::vector<MetricSample> under = {running(1e8, 1e11), train(10, 800, false, {})};
     EXPECT_TRUE(explainPeaksExceeded(std::vector<LaneSummary>{summarize(spec, 100, under, {})}).empty());
 }
+
+// A lane that finished without a speed says why: all warm-up, or no interval timed after it.
+TEST(ExplainSummary, ALaneWithoutASpeedSaysWhy) {
+    using Samples = std::vector<MetricSample>;
+    using Lanes = std::vector<LaneSummary>;
+    LaneSpec spec;
+    spec.name = "cpu·1";
+    MetricSample finished;
+    finished.kind = SampleKind::State;
+    finished.state = LaneState::Finished;
+    auto quick = summarize(spec, 100, Samples{train(15, 800, true, {}), finished}, {});
+    ASSERT_FALSE(quick.stepsPerSec);
+    quick.wallSeconds = 2.5;
+    auto lines = explainUnmeasuredLanes(Lanes{quick}); // from a recording: the warm-up's length unknown
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0], "cpu·1 has no speed: its 15 steps took 2.5 s, and every interval they were timed in began "
+                        "in the warm-up, which is left out of the speed (--warmup-steps); race more steps.");
+    quick.warmupSteps = 20; // as a race fills it
+    lines = explainUnmeasuredLanes(Lanes{quick});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0], "cpu·1 has no speed: its 15 steps were all warm-up, which is left out of the speed (the "
+                        "first 20 steps of a lane: --warmup-steps); race more steps, or lower --warmup-steps.");
+    // A script's 400 steps in one report interval that began in the warm-up.
+    auto script = summarize(spec, 100, Samples{train(1, 800, true, {}), train(400, 800, true, {}), finished}, {});
+    script.kind = LaneKind::External;
+    script.wallSeconds = 0.34;
+    script.warmupSteps = 20;
+    lines = explainUnmeasuredLanes(Lanes{script});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0], "cpu·1 has no speed: its 400 steps took 340 ms, and no timed interval began after the "
+                        "warm-up (the first 20 steps) before it finished (its program reports its steps every 0.1 "
+                        "s, and a speed is timed from one report to the next); race more steps.");
+    // Lanes with the same steps, all warm-up: one sentence.
+    auto two = quick;
+    two.name = "cpu·2";
+    RaceSummary race;
+    race.lanes = Lanes{quick, two};
+    finishRaceSummary(race);
+    ASSERT_EQ(race.explanations.size(), 1u);
+    EXPECT_EQ(race.explanations[0].rfind("cpu·1 and cpu·2 have no speed: their 15 steps were all warm-up", 0), 0u)
+        << race.explanations[0];
+    // Measured, failed or without a step: nothing to say.
+    const auto measured =
+        summarize(spec, 100, Samples{train(10, 800, true, {}), train(40, 800, false, {}), finished}, {});
+    MetricSample failed = finished;
+    failed.state = LaneState::Failed;
+    const auto broken = summarize(spec, 100, Samples{train(5, 800, true, {}), failed}, {});
+    EXPECT_TRUE(explainUnmeasuredLanes(Lanes{measured, broken, summarize(spec, 100, Samples{finished}, {})}).empty());
+}

@@ -27,8 +27,8 @@ struct RaceSummary {
     std::vector<std::string> command;
     std::vector<LaneSummary> lanes;
     std::map<std::string, double> speedup; // lane name -> samples/sec ratio to the first lane
-    /// Why a lane is slower than one it should beat, or past its peak (explainSlowerLanes,
-    /// explainBf16Lanes, explainPeaksExceeded).
+    /// Why a lane is slower than one it should beat, past its peak, or without a speed
+    /// (explainSlowerLanes, explainBf16Lanes, explainPeaksExceeded, explainUnmeasuredLanes).
     std::vector<std::string> explanations;
 };
 
@@ -74,5 +74,8 @@ std::vector<std::string> explainSlowerLanes(const std::vector<LaneSummary>& lane
 std::vector<std::string> explainBf16Lanes(const std::vector<LaneSummary>& lanes);
 /// Lanes that reached more than their peak (shown as 100%): the peak was measured low.
 std::vector<std::string> explainPeaksExceeded(const std::vector<LaneSummary>& lanes);
+/// Lanes that finished (or were stopped) after some steps without a measured speed: their steps
+/// all fell in the warm-up, or no timed interval began after it (a quick script's reports).
+std::vector<std::string> explainUnmeasuredLanes(const std::vector<LaneSummary>& lanes);
 
 } // namespace devicerace

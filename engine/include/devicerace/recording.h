@@ -44,6 +44,7 @@ struct Recording {
     int vocabulary = 0;                 // token data (manifest format 2 on; 0 where not written)
     std::vector<std::string> tokenText; // each id's text: a language model's alphabet
     bool fair = false;
+    std::int64_t warmupSteps = 0; // the steps left out of the speed (0: not written, before manifests had it)
     std::optional<double> targetAccuracy;
     std::optional<double> targetLoss;
     std::string startedAt; // ISO 8601, UTC

@@ -40,6 +40,9 @@ void finishRaceSummary(RaceSummary& s) {
     for (auto& line : explainPeaksExceeded(s.lanes)) {
         s.explanations.push_back(std::move(line));
     }
+    for (auto& line : explainUnmeasuredLanes(s.lanes)) {
+        s.explanations.push_back(std::move(line));
+    }
     for (const auto& l : s.lanes) {
         if (!l.slowestRank.empty()) {
             s.explanations.push_back(fmt::format("{}: {}", l.name, l.slowestRank));
@@ -142,6 +145,11 @@ std::string durationText(double seconds) {
     return ms >= 10  ? fmt::format("{:.0f} ms", ms)
            : ms >= 1 ? fmt::format("{:.1f} ms", ms)
                      : fmt::format("{:.2f} ms", ms);
+}
+
+// "1 step", "1,200 steps"
+std::string stepsText(std::int64_t n) {
+    return n == 1 ? std::string("1 step") : groupThousands(static_cast<double>(n)) + " steps";
 }
 
 std::string timesText(int n) {
@@ -416,6 +424,55 @@ std::vector<std::string> explainPeaksExceeded(const std::vector<LaneSummary>& la
                 l.name, 100 * *l.achievedFlopsPerSec / *l.peakFlopsPerSec, groupThousands(*l.peakFlopsPerSec / 1e9),
                 l.peakSource));
         }
+    }
+    return out;
+}
+
+std::vector<std::string> explainUnmeasuredLanes(const std::vector<LaneSummary>& lanes) {
+    std::vector<std::string> out;
+    // Lanes whose steps were all warm-up, by their steps and warm-up: one sentence each.
+    std::vector<std::pair<std::pair<std::int64_t, std::int64_t>, std::vector<std::string>>> allWarmup;
+    for (const auto& l : lanes) {
+        if ((l.state != LaneState::Finished && l.state != LaneState::Stopped) || l.steps <= 0 || l.stepsPerSec) {
+            continue;
+        }
+        if (l.warmupSteps <= 0) { // a recording: the warm-up's length is not kept
+            out.push_back(fmt::format("{} has no speed: its {} took {}, and every interval they were timed in began "
+                                      "in the warm-up, which is left out of the speed (--warmup-steps); race more "
+                                      "steps.",
+                                      l.name, stepsText(l.steps), durationText(l.wallSeconds)));
+        } else if (l.steps <= l.warmupSteps) {
+            const std::pair key{l.steps, l.warmupSteps};
+            auto it = std::find_if(allWarmup.begin(), allWarmup.end(), [&](const auto& g) { return g.first == key; });
+            if (it == allWarmup.end()) {
+                allWarmup.push_back({key, {}});
+                it = allWarmup.end() - 1;
+            }
+            it->second.push_back(l.name);
+        } else {
+            out.push_back(fmt::format(
+                "{} has no speed: its {} took {}, and no timed interval began after the warm-up (the first {}) "
+                "before it finished{}; race more steps.",
+                l.name, stepsText(l.steps), durationText(l.wallSeconds), stepsText(l.warmupSteps),
+                l.kind == LaneKind::External ? " (its program reports its steps every 0.1 s, and a speed is timed "
+                                               "from one report to the next)"
+                                             : ""));
+        }
+    }
+    for (const auto& [key, names] : allWarmup) {
+        std::string who = names.front();
+        for (std::size_t i = 1; i < names.size(); ++i) {
+            who += (i + 1 == names.size() ? " and " : ", ") + names[i];
+        }
+        const auto [steps, warmup] = key;
+        const bool one = names.size() == 1;
+        out.insert(out.begin(),
+                   fmt::format("{} {} no speed: {} {} all warm-up, which is left out of the speed (the first {} of "
+                               "a lane: --warmup-steps); race more steps, or lower --warmup-steps.",
+                               who, one ? "has" : "have",
+                               steps == 1 ? std::string(one ? "its one step" : "one step each")
+                                          : (one ? "its " : "their ") + stepsText(steps),
+                               steps == 1 ? "was" : "were", stepsText(warmup)));
     }
     return out;
 }

@@ -305,6 +305,7 @@ RaceSummary Race::summary() const {
     out.ompWaitPolicy = wait ? wait : "";
     for (const auto& lane : m_impl->lanes) {
         out.lanes.push_back(lane->summary());
+        out.lanes.back().warmupSteps = m_impl->spec.warmupSteps;
     }
     finishRaceSummary(out);
     return out;

@@ -70,6 +70,7 @@ RecordingWriter::RecordingWriter(const fs::path& dir, const Race& race) : m_dir(
         }
     }
     m["mode"] = race.spec().fair ? "fair" : "live";
+    m["warmup_steps"] = race.spec().warmupSteps;
     m["target_accuracy"] = orNull(race.spec().targetAccuracy);
     m["target_loss"] = orNull(race.spec().targetLoss);
     m["started_at"] = isoNow();
@@ -148,6 +149,9 @@ Recording readRecording(const fs::path& dir) {
             r.tokenText = d["tokens"].get<std::vector<std::string>>();
         }
         r.fair = m.value("mode", std::string("live")) == "fair";
+        if (const auto it = m.find("warmup_steps"); it != m.end() && it->is_number_integer() && *it >= 0) {
+            r.warmupSteps = it->get<std::int64_t>();
+        }
         if (m.contains("target_accuracy") && m["target_accuracy"].is_number()) {
             r.targetAccuracy = m["target_accuracy"].get<double>();
         }
@@ -274,6 +278,7 @@ LaneSummary summarizeRecordedLane(const Recording& r, const RecordedLane& lane, 
     spec.device = lane.device.empty() ? spec.device : lane.device;
     spec.costPerHour = lane.costPerHour;
     auto s = running.summary(spec, lane.batch, {r.targetAccuracy, r.targetLoss});
+    s.warmupSteps = r.warmupSteps;
     s.datasetName = r.dataset;
     s.synthetic = r.synthetic;
     if (played >= r.samples.at(lane.name).size() && !isTerminal(s.state)) {
