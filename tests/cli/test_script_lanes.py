@@ -294,6 +294,18 @@ class FrameworkCallbacks(RaceTest):
         # argument), with the same figures as the script that names it.
         self.keras("jax" if has("jax") else "tensorflow", "--unchanged")
 
+    @unittest.skipUnless(has("jax"), "JAX is not installed (scripts/setup --frameworks)")
+    def test_a_plain_jax_loop_counts_its_steps_flops(self):
+        race = self.race(["cpu,threads=1"], [PYTHON, "jax_train.py", "--out", "{dir}/cpu·1.json"], timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("cpu·1")
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertAlmostEqual(lane["final_test_accuracy"], own["accuracy"], places=4)  # its printed line
+        # 64-64-10 from the step's jaxpr: the data's layer without an input gradient.
+        self.assertEqual(lane["flops_per_sample"], 2 * (64 * 64 * 2 + 64 * 10 * 3))
+        self.assertIn("20.2 kFLOP a sample in fp32, counted from the JAX step's jaxpr (dot_general)",
+                      lane["execution"])
+
     @unittest.skipUnless(has("transformers"), "transformers is not installed (scripts/setup --frameworks)")
     def test_hugging_face_trainer(self):
         race = self.race(["cpu,threads=1"], [PYTHON, "hf_trainer.py", "--out", "{dir}/cpu·1.json", "--dir", "{dir}"],

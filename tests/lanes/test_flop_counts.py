@@ -1,4 +1,5 @@
-"""A script lane's FLOPs per sample (lanes/python/devicerace/_keras_flops.py, devicerace/_torch.py):
+"""A script lane's FLOPs per sample (lanes/python/devicerace/_keras_flops.py, devicerace/_torch.py,
+devicerace/_jax_flops.py): a JAX step's from its jaxpr, against figures worked out by hand;
 the counter a PyTorch script's step runs under, on the CPU's fused attention and a grouped
 convolution; a Keras model counted from its layers, checked against PyTorch's FlopCounterMode over one
 train_on_batch of the same model on Keras' torch backend where that counter is right, and
@@ -247,6 +248,102 @@ class TorchScriptFlops(unittest.TestCase):
         # The data's layers: forward and weight gradient; attention: 2 products, then 5; the head: 3.
         expected = 2 * (depthwise * 2 + qkv * 2 + product * (2 + 5) + out * 3)
         self.assertEqual(counter.get_total_flops() / batch, expected)
+
+
+@unittest.skipUnless(importlib.util.find_spec("jax") is not None, "JAX is not installed (scripts/setup --frameworks)")
+class JaxStepFlops(unittest.TestCase):
+    """A JAX step's products counted from its jaxpr (devicerace/_jax_flops.py), the backward
+    pass's as autodiff wrote them, against figures worked out by hand."""
+
+    def test_dense_convolutions_and_a_scan(self):
+        import jax
+        import jax.numpy as jnp
+
+        from devicerace import _jax_flops
+
+        def mlp_loss(w, x, y):
+            return jnp.mean((jnp.tanh(x @ w["a"]) @ w["b"] - y) ** 2)
+
+        @jax.jit
+        def step(w, x, y):
+            loss, g = jax.value_and_grad(mlp_loss)(w, x, y)
+            return jax.tree.map(lambda p, d: p - 0.1 * d, w, g), loss
+
+        w = {"a": jnp.ones((784, 256)), "b": jnp.ones((256, 10))}
+        c = _jax_flops.count(step, (w, jnp.ones((32, 784)), jnp.ones((32, 10))), {}, 32)
+        # The data's layer: forward and weight gradient; the next: its input's gradient too.
+        self.assertEqual(c["per_sample"], 2 * (784 * 256 * 2 + 256 * 10 * 3))
+        self.assertEqual((c["precision"], c["how"]), ("fp32", "counted from the JAX step's jaxpr (dot_general)"))
+
+        # 3x3 convolution 3 -> 8 channels on 12x12 (10x10 out), then a depthwise 3x3 (8x8 out): its
+        # gradients are convolutions JAX writes with groups; the depthwise one's input gradient too.
+        def conv(x, k, groups=1, stride=1, padding="VALID"):
+            return jax.lax.conv_general_dilated(x, k, (stride, stride), padding,
+                                                dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)
+
+        def conv_loss(k, x):
+            return jnp.sum(conv(jax.nn.relu(conv(x, k["a"])), k["b"], 8) ** 2)
+
+        k = {"a": jnp.ones((3, 3, 3, 8)), "b": jnp.ones((3, 3, 1, 8))}
+        c = _jax_flops.count(jax.grad(conv_loss), (k, jnp.ones((4, 12, 12, 3))), {}, 4)
+        first, depthwise = 10 * 10 * 8 * 3 * 9, 8 * 8 * 8 * 9
+        self.assertEqual(c["per_sample"], 2 * (first * 2 + depthwise * 3))
+
+        # Same padding, stride 2 then a valid convolution: the input gradients as many products as
+        # the forwards (JAX writes them dilated by the stride, or padded past the kernel's reach).
+        def strided_loss(k, x):
+            h = jax.nn.relu(conv(x, k["a"], padding="SAME"))
+            h = conv(h, k["b"], stride=2, padding="SAME")
+            return jnp.sum(conv(h, k["c"]) ** 2)
+
+        k = {"a": jnp.ones((3, 3, 4, 4)), "b": jnp.ones((3, 3, 4, 8)), "c": jnp.ones((3, 3, 8, 8))}
+        c = _jax_flops.count(jax.grad(strided_loss), (k, jnp.ones((2, 16, 16, 4))), {}, 2)
+        same, strided, valid = 16 * 16 * 4 * 4 * 9, 8 * 8 * 8 * 4 * 9, 6 * 6 * 8 * 8 * 9
+        self.assertEqual(c["per_sample"], 2 * (same * 2 + (strided + valid) * 3))
+
+        # A recurrent layer by lax.scan over 20 steps: each step's products counted 20 times (the
+        # state's gradient at every step: the scan's backward runs its body whole).
+        def rnn_loss(w, xs):
+            def cell(h, x):
+                h = jnp.tanh(x @ w["x"] + h @ w["h"])
+                return h, h
+
+            h, _ = jax.lax.scan(cell, jnp.zeros((xs.shape[1], 12)), xs)
+            return jnp.sum(h)
+
+        w = {"x": jnp.ones((16, 12)), "h": jnp.ones((12, 12))}
+        c = _jax_flops.count(jax.grad(rnn_loss), (w, jnp.ones((20, 4, 16))), {}, 4)
+        self.assertEqual(c["per_sample"], 2 * 20 * (16 * 12 * 2 + 12 * 12 * 3))
+
+    def test_bf16_branches_loops_and_what_is_not_counted(self):
+        import jax
+        import jax.numpy as jnp
+
+        from devicerace import _jax_flops
+
+        x16, w16 = jnp.ones((8, 64), jnp.bfloat16), jnp.ones((64, 32), jnp.bfloat16)
+        c = _jax_flops.count(lambda x, w: x @ w, (x16, w16), {}, 8)
+        self.assertEqual((c["per_sample"], c["precision"]), (2 * 64 * 32, "bf16"))
+        # A cond counts its costliest branch.
+        branchy = lambda p, x, w: jax.lax.cond(p, lambda: (x @ w) @ w.T, lambda: x)  # noqa: E731
+        x, w = jnp.ones((8, 64)), jnp.ones((64, 32))
+        self.assertEqual(_jax_flops.count(branchy, (True, x, w), {}, 8)["per_sample"], 2 * 64 * 32 * 2)
+        # A while loop of products: its trips are not known.
+        looped = lambda x, w: jax.lax.while_loop(lambda v: v[0, 0] < 100, lambda v: v @ w, x)  # noqa: E731
+        self.assertEqual(_jax_flops.count(looped, (jnp.ones((8, 8)), jnp.ones((8, 8))), {}, 8),
+                         {"not_counted": "the JAX step's FLOPs: a while_loop computes products, and its trip count "
+                                         "is not known before it runs"})
+        self.assertIn("no matrix product", _jax_flops.count(lambda x: x * 2, (x,), {}, 8)["not_counted"])
+        self.assertIn("samples must be", _jax_flops.count(lambda x: x @ x.T, (x,), {}, 0)["not_counted"])
+        self.assertIn("could not be counted", _jax_flops.count(lambda x: float(x.sum()), (x,), {}, 8)["not_counted"])
+
+    def test_outside_a_race_nothing_is_traced(self):
+        import devicerace.jax
+
+        def never(*args):
+            raise AssertionError("traced outside a race")
+
+        self.assertIsNone(devicerace.jax.count_flops(never, 1, samples=1))
 
 
 if __name__ == "__main__":

@@ -6,13 +6,15 @@
     ...
     lane.step(samples=len(x), loss=loss)      # after each optimizer step
     lane.evaluate(accuracy=acc, loss=val_loss)  # after an evaluation
+    lane.flops(per_sample=3.2e6)              # optional: a step's FLOPs a sample, for % of peak
 
 Values may be Python numbers, PyTorch tensors, NumPy or JAX arrays: they are kept as they are
 and read (synchronising the device) only at report points, about ten times a second. Outside a
 race, and in every rank but rank 0 of a data-parallel lane, each call is a cheap no-op, so the
 same script runs anywhere. Ready-made callbacks: devicerace.keras.Callback (Keras 3, any
 backend), devicerace.transformers.Callback (Hugging Face Trainer), devicerace.lightning.Callback
-(Lightning Trainer). Standard library only; no framework is imported here.
+(Lightning Trainer); devicerace.jax.count_flops counts a JAX step's FLOPs for lane.flops.
+Standard library only; no framework is imported here.
 """
 import atexit
 import os
@@ -83,6 +85,22 @@ class Lane:
         took (seconds). Evaluations are on the lane's clock but outside its throughput."""
         self._take_over("api")
         self._evaluation(accuracy, loss, seconds, text)
+
+    def flops(self, per_sample, precision="fp32", how="as the script counts them"):
+        """One training step's FLOPs a sample (forward and backward; a multiply-add is 2, as
+        DeviceRace counts its own networks), in `precision` ("fp32", "bf16" or "fp16": the peak
+        "% of peak" divides by), for the lane's achieved FLOP/s and % of peak; `how` is said in
+        its execution text. The lane takes the first count it is given."""
+        if not self.in_race:
+            return
+        try:
+            n = float(per_sample)
+        except (TypeError, ValueError):
+            n = float("nan")
+        if not n > 0 or n == float("inf") or precision not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"devicerace: lane.flops(per_sample={per_sample!r:.40}, precision={precision!r:.20}): "
+                             "a positive number of FLOPs, in fp32, bf16 or fp16")
+        self._flops = {"per_sample": n, "precision": precision, "how": str(how)[:300]}
 
     # The accounting shared with the automatic instrumentation (devicerace._torch) -------------
 
