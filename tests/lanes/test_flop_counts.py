@@ -337,6 +337,34 @@ class JaxStepFlops(unittest.TestCase):
         self.assertIn("samples must be", _jax_flops.count(lambda x: x @ x.T, (x,), {}, 0)["not_counted"])
         self.assertIn("could not be counted", _jax_flops.count(lambda x: float(x.sum()), (x,), {}, 8)["not_counted"])
 
+    def test_a_scripts_own_count_goes_with_its_next_report(self):
+        import devicerace
+
+        class Pipe:  # the report pipe of a lane in a race
+            active, interval = True, 0.0
+
+            def __init__(self):
+                self.sent = []
+
+            def send(self, message):
+                self.sent.append(message)
+                return True
+
+        pipe = Pipe()
+        lane = devicerace.Lane(pipe)
+        for bad in (0, -1, float("nan"), float("inf"), "many"):
+            with self.assertRaisesRegex(ValueError, "a positive number of FLOPs"):
+                lane.flops(bad)
+        with self.assertRaisesRegex(ValueError, "in fp32, bf16 or fp16"):
+            lane.flops(1e6, precision="int8")
+        lane.flops(3.2e6, "bf16")
+        lane.step(samples=32, loss=1.0)
+        lane.step(samples=32, loss=0.9)
+        steps = [m for m in pipe.sent if m["t"] == "step"]
+        self.assertEqual(steps[0]["flops"], {"per_sample": 3.2e6, "precision": "bf16",
+                                             "how": "as the script counts them"})
+        self.assertNotIn("flops", steps[1])  # sent once
+
     def test_outside_a_race_nothing_is_traced(self):
         import devicerace.jax
 
