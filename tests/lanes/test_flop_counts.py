@@ -190,18 +190,22 @@ class KerasFlops(unittest.TestCase):
         tokens = np.random.default_rng(0).integers(0, 50, (BATCH, 20))
         self.assertEqual(self.counted(functional)["per_sample"], torch_count(functional, tokens))
 
-        class Tokens(keras.Model):  # subclassed, on integer inputs
+        class Tokens(keras.Model):  # subclassed, on integer inputs, its output layer the embedding's
             def __init__(self):
                 super().__init__()
                 self.embed = keras.layers.Embedding(50, 16)
-                self.head = keras.layers.Dense(10)
+                self.mix = keras.layers.Dense(16)
 
             def call(self, x):
-                return self.head(keras.ops.mean(self.embed(x), axis=1))
+                h = self.mix(keras.ops.mean(self.embed(x), axis=1))
+                return keras.ops.matmul(h, keras.ops.transpose(self.embed.embeddings))
 
         text = Tokens()
         text(tokens)
-        self.assertEqual(self.counted(text)["per_sample"], 2 * 16 * 10 * 3)
+        c = self.counted(text)
+        # The tied output: forward, the embedding's gradient, the input's.
+        self.assertEqual(c["per_sample"], 2 * (16 * 16 * 3 + 16 * 50 * 3))
+        self.assertEqual(c["per_sample"], torch_count(text, tokens))
 
     def test_mixed_bf16_is_said(self):
         keras.mixed_precision.set_global_policy("mixed_bfloat16")

@@ -131,16 +131,35 @@ _PRODUCT_OPS = {"Matmul", "Einsum", "Dot", "Tensordot", "Inner", "Outer", "Vdot"
                 "DepthwiseConv", "SeparableConv", "DotProductAttention", "Correlate"}
 
 
-def _raw_op(op, ins, outs):
-    """Multiply-adds a sample of a raw op's forward that DeviceRace counts (a matrix product of
-    two activations, attention), or 0; its backward is the forward again for each of its first two
-    operands that needs a gradient."""
+def _needs_grad(x, grad):
+    """Whether a raw op's operand gets a gradient: a tensor downstream of a trainable weight, a
+    trainable weight, or a backend tensor the call made from its weights outside the graph (a
+    tied embedding's transpose used as an output layer); not a NumPy constant."""
+    import keras
+
+    if isinstance(x, keras.KerasTensor):
+        return id(x) in grad
+    if isinstance(x, keras.Variable):
+        return bool(getattr(x, "trainable", False))
+    return not isinstance(x, (int, float)) and type(x).__module__.split(".")[0] != "numpy"
+
+
+def _raw_op(op, args, outs, grad):
+    """A training step's multiply-adds a sample of a raw op that DeviceRace counts, or 0: a matrix
+    product (of two activations, or of an activation and a weight: forward, then as much again
+    for each operand that gets a gradient) and keras.ops' attention (scores and context, three
+    times where its inputs get gradients)."""
     kind = type(op).__name__
-    if kind == "Matmul" and len(ins) == 2 and len(ins[0]) >= 2 and len(ins[1]) >= 2:
-        return _size(outs[0]) * list(ins[0])[-1]
-    if kind == "DotProductAttention" and len(ins) >= 3 and len(ins[0]) == 4:
-        (_, tq, heads, d), (_, tk, _, dv) = list(ins[0]), list(ins[2])
-        return tq * tk * heads * (d + dv)
+    if kind == "Matmul" and len(args) >= 2:
+        a, b = args[0], args[1]
+        sa, sb = getattr(a, "shape", None), getattr(b, "shape", None)
+        if sa is None or sb is None or len(sa) < 2 or len(sb) < 2:
+            return 0
+        return _size(outs[0]) * sa[-1] * (1 + _needs_grad(a, grad) + _needs_grad(b, grad))
+    if kind == "DotProductAttention" and len(args) >= 3 and len(getattr(args[0], "shape", ())) == 4:
+        (_, tq, heads, d), (_, tk, _, dv) = list(args[0].shape), list(args[2].shape)
+        needs = any(_needs_grad(x, grad) for x in args[:3])
+        return tq * tk * heads * (d + dv) * (3 if needs else 1)
     return 0
 
 
@@ -282,9 +301,9 @@ def _walk_graph(fn, count, needing_grad):
                 _walk_graph(sub, count, [t for t in inputs if id(t) in grad])
             elif "Layer" not in _mro_names(op):  # a raw op (keras.ops on symbolic tensors)
                 kind = type(op).__name__
-                mults = _raw_op(op, [t.shape for t in ins], [t.shape for t in outs])
+                mults = _raw_op(op, list(node.arguments.args), [t.shape for t in outs], grad)
                 if mults:
-                    count.mults += mults * (1 + sum(id(t) in grad for t in ins[:2]))
+                    count.mults += mults
                     count.note(count.kinds, kind)
                 elif kind in _PRODUCT_OPS:
                     count.note(count.left_out, kind)
