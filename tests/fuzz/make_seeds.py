@@ -78,7 +78,7 @@ machine2 = {"cpu": {"model": "AMD EPYC", "physical_cores": 4, "logical_cpus": 8,
             "cuda_available": True, "cuda_unavailable_reason": "", "torch": "2.11.0", "torch_cuda": "13.0",
             "cudnn": "91000", "nvml_driver": "580.65", "host": "box"}
 manifest2 = {k: v for k, v in manifest.items() if k != "device"}
-manifest2.update(format=2, machine=machine2,
+manifest2.update(format=2, machine=machine2, warmup_steps=20,
                  lanes=[dict(manifest["lanes"][0], machine=None), dict(manifest["lanes"][1], machine=machine2)])
 write("manifest", "valid-2.json", json.dumps(manifest2, indent=1))
 write("manifest", "no-lanes.json", json.dumps({**manifest, "lanes": []}))
