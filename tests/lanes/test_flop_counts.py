@@ -1,5 +1,6 @@
 """A script lane's FLOPs per sample (lanes/python/devicerace/_keras_flops.py, devicerace/_torch.py,
-devicerace/_jax_flops.py): a JAX step's from its jaxpr, against figures worked out by hand;
+devicerace/_jax_flops.py, devicerace/_tf_flops.py): a JAX step's from its jaxpr and a
+TensorFlow step's from its graph, against figures worked out by hand;
 the counter a PyTorch script's step runs under, on the CPU's fused attention and a grouped
 convolution; a Keras model counted from its layers, checked against PyTorch's FlopCounterMode over one
 train_on_batch of the same model on Keras' torch backend where that counter is right, and
@@ -376,6 +377,56 @@ class JaxStepFlops(unittest.TestCase):
             raise AssertionError("traced outside a race")
 
         self.assertIsNone(devicerace.jax.count_flops(never, 1, samples=1))
+
+
+@unittest.skipUnless(importlib.util.find_spec("tensorflow") is not None, "TensorFlow is not installed")
+class TensorFlowStepFlops(unittest.TestCase):
+    """A tf.GradientTape step's products counted from its graph (devicerace/_tf_flops.py), against
+    figures worked out by hand: the gradients the tape made, less those TensorFlow prunes."""
+
+    def test_dense_convolutions_and_a_bounded_loop(self):
+        import tensorflow as tf
+
+        from devicerace import _tf_flops
+
+        w = {"conv": tf.Variable(tf.ones((3, 3, 4, 8))), "depthwise": tf.Variable(tf.ones((3, 3, 8, 1))),
+             "head": tf.Variable(tf.ones((6 * 6 * 8, 12))), "state": tf.Variable(tf.ones((12, 12)))}
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                h = tf.nn.relu(tf.nn.conv2d(x, w["conv"], 2, "SAME"))  # 16x16x4 -> 8x8x8
+                h = tf.nn.depthwise_conv2d(h, w["depthwise"], [1, 1, 1, 1], "VALID")  # -> 6x6x8
+                s = tf.reshape(h, (-1, 6 * 6 * 8)) @ w["head"]
+                _, s = tf.while_loop(lambda i, s: i < 5, lambda i, s: (i + 1, tf.tanh(s @ w["state"])), (0, s),
+                                     maximum_iterations=5)
+                loss = tf.reduce_sum(s)
+            grads = tape.gradient(loss, list(w.values()))
+            for v, g in zip(w.values(), grads):
+                v.assign_sub(0.1 * g)
+            return loss
+
+        c = _tf_flops.count(step, (tf.ones((2, 16, 16, 4)),), {}, 2)
+        conv, depthwise, head, state = 8 * 8 * 8 * 4 * 9, 6 * 6 * 8 * 9, 288 * 12, 12 * 12
+        # The data's convolution: forward and filter gradient (its input gradient is pruned).
+        self.assertEqual(c["per_sample"], 2 * (conv * 2 + (depthwise + head + 5 * state) * 3))
+        self.assertEqual(c["precision"], "fp32")
+        self.assertTrue(c["how"].startswith("counted from the TensorFlow step's graph (Conv2D, "), c["how"])
+
+    def test_branches_unbounded_loops_and_bf16(self):
+        import tensorflow as tf
+
+        from devicerace import _tf_flops
+
+        x, w = tf.ones((8, 64)), tf.ones((64, 32))
+        branchy = tf.function(lambda p, x, w: tf.cond(p, lambda: (x @ w) @ tf.transpose(w), lambda: x))
+        self.assertEqual(_tf_flops.count(branchy, (tf.constant(True), x, w), {}, 8)["per_sample"], 2 * 64 * 32 * 2)
+        looped = lambda x, w: tf.while_loop(lambda v: v[0, 0] < 100, lambda v: [v @ w], [x])  # noqa: E731
+        self.assertEqual(_tf_flops.count(looped, (tf.ones((8, 8)), tf.ones((8, 8))), {}, 8),
+                         {"not_counted": "the TensorFlow step's FLOPs: a while_loop computes products, and its trip "
+                                         "count is not known before it runs"})
+        c = _tf_flops.count(lambda a, b: a @ b, (tf.ones((8, 64), tf.bfloat16), tf.ones((64, 32), tf.bfloat16)), {}, 8)
+        self.assertEqual((c["per_sample"], c["precision"]), (2 * 64 * 32, "bf16"))
+        self.assertIn("no matrix product", _tf_flops.count(lambda a: a * 2, (x,), {}, 8)["not_counted"])
 
 
 if __name__ == "__main__":
