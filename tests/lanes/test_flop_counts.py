@@ -338,6 +338,15 @@ class JaxStepFlops(unittest.TestCase):
         self.assertEqual(_jax_flops.count(looped, (jnp.ones((8, 8)), jnp.ones((8, 8))), {}, 8),
                          {"not_counted": "the JAX step's FLOPs: a while_loop computes products, and its trip count "
                                          "is not known before it runs"})
+        # A training flag: a jitted step's static argument, or a Python scalar given to a plain one.
+        from functools import partial
+
+        @partial(jax.jit, static_argnames="train")
+        def flagged(x, w, train=False):
+            return x @ w if train else x
+
+        self.assertEqual(_jax_flops.count(flagged, (x, w), {"train": True}, 8)["per_sample"], 2 * 64 * 32)
+        self.assertEqual(_jax_flops.count(flagged.__wrapped__, (x, w, True), {}, 8)["per_sample"], 2 * 64 * 32)
         self.assertIn("no matrix product", _jax_flops.count(lambda x: x * 2, (x,), {}, 8)["not_counted"])
         self.assertIn("samples must be", _jax_flops.count(lambda x: x @ x.T, (x,), {}, 0)["not_counted"])
         self.assertIn("could not be counted", _jax_flops.count(lambda x: float(x.sum()), (x,), {}, 8)["not_counted"])

@@ -9,6 +9,7 @@ a `cond` by its costliest branch. A `while_loop` whose body computes products is
 (its trip count is not known before it runs), nor a call into compiled code of its own (Pallas,
 a custom call), which counts 0.
 """
+import functools
 import math
 
 
@@ -105,6 +106,20 @@ def _walk(jaxpr, count, times):
                     _walk(sub, count, n)
 
 
+def _jaxpr(jax, fn, args, kwargs):
+    """The function's jaxpr for these arguments: a jitted function's own trace (its static
+    arguments as it declares them), else make_jaxpr's, Python scalars held static (a `training`
+    flag branches in Python)."""
+    if hasattr(fn, "trace"):
+        return fn.trace(*args, **kwargs).jaxpr.jaxpr
+    scalar = (bool, int, float, str, type(None))
+    static = tuple(i for i, a in enumerate(args) if isinstance(a, scalar))
+    fixed = {k: v for k, v in kwargs.items() if isinstance(v, scalar)}
+    rest = {k: v for k, v in kwargs.items() if k not in fixed}
+    target = functools.partial(fn, **fixed) if fixed else fn
+    return jax.make_jaxpr(target, static_argnums=static)(*args, **rest).jaxpr
+
+
 def count(fn, args, kwargs, samples):
     """{"per_sample", "precision", "how"} of one call of `fn(*args, **kwargs)` over `samples`
     examples, or {"not_counted": why}. Never raises."""
@@ -114,7 +129,7 @@ def count(fn, args, kwargs, samples):
         if not isinstance(samples, int) or samples <= 0:
             raise NotCounted(f"samples must be a positive whole number (it was {samples!r:.40})")
         c = _Count()
-        _walk(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr, c, 1)
+        _walk(_jaxpr(jax, fn, args, kwargs), c, 1)
         if c.total() <= 0:
             raise NotCounted("the step computes no matrix product or convolution")
         dtype = max(c.by_dtype, key=c.by_dtype.get)
