@@ -12,6 +12,7 @@
 #include "devicerace/lane.h"
 #include "devicerace/race.h"
 #include "devicerace/workload.h"
+#include "workers/workload_schema.h"
 
 namespace devicerace {
 
@@ -109,6 +110,12 @@ std::vector<Lane*> Race::lanes() const { noRace("lanes"); }
 } // namespace devicerace
 
 namespace devicerace::detail {
+
+// FAKE (real ones: src/workers/workload_schema.cpp, built from the model registry): a config
+// message carries them to the lane programs, and no parser here reads them back. The entry
+// names the workload (unknown names throw UsageError, as the real one); the constants are fixed.
+nlohmann::json workloadSchemaEntry(const std::string& name) { return {{"name", findWorkload(name).name}}; }
+nlohmann::json sharedConstants() { return {{"fuzz_build", true}}; }
 
 // REPLACEMENT (real one: src/data/data_util.cpp, renamed away in this build by
 // tests/fuzz/CMakeLists.txt): loads every time instead of caching per path, so each fuzz
