@@ -10,7 +10,10 @@
 
 #include "kernels/cpu_kernels.h"
 
-#if defined(__x86_64__) && defined(__has_attribute)
+// Not under ThreadSanitizer: GCC instruments the clones' ifunc resolvers, which the dynamic loader
+// runs while relocating the engine, before TSan's runtime is up, and every TSan binary crashed at
+// load (in libtsan, from _dl_relocate_object). TSan builds run the default clone alone.
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 // "avx2" leaves FMA out (GCC's avx2 target does not imply it): "arch=x86-64-v3" would fuse the
 // AVX2 clones' multiplies and adds, but measured within noise on whole races (AMD EPYC),
