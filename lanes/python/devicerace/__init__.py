@@ -102,6 +102,18 @@ class Lane:
                              "a positive number of FLOPs, in fp32, bf16 or fp16")
         self._flops = {"per_sample": n, "precision": precision, "how": str(how)[:300]}
 
+    def _count_step(self, counter, step, args, kwargs, samples):
+        """A framework counter's count of one step (devicerace.jax, devicerace.tensorflow), given
+        to the lane, or why there is none (its execution text says it); None outside a race."""
+        if not self.in_race:
+            return None
+        counted = counter(step, args, kwargs, samples)
+        if "per_sample" in counted:
+            self.flops(counted["per_sample"], counted["precision"], counted["how"])
+        else:
+            self._flops = counted
+        return counted
+
     # The accounting shared with the automatic instrumentation (devicerace._torch) -------------
 
     def _take_over(self, source):

@@ -12,12 +12,7 @@ a custom call), which counts 0.
 import functools
 import math
 
-
-class NotCounted(Exception):
-    """Why the FLOPs are not counted (a sentence for the lane's execution text)."""
-
-
-_PRECISIONS = {"bfloat16": "bf16", "float16": "fp16"}
+from devicerace._step_flops import Count, NotCounted, step_count
 
 
 def _dot(eqn):
@@ -61,40 +56,23 @@ def _subjaxprs(value):
         yield value.jaxpr
 
 
-class _Count:
-    def __init__(self):
-        self.by_dtype = {}  # multiply-adds by the products' input dtype
-        self.kinds = []
-
-    def add(self, kind, dtype, mults, times):
-        self.by_dtype[dtype] = self.by_dtype.get(dtype, 0) + mults * times
-        if kind not in self.kinds:
-            self.kinds.append(kind)
-
-    def total(self):
-        return sum(self.by_dtype.values())
-
-
 def _walk(jaxpr, count, times):
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         if name == "dot_general":
-            count.add("dot_general", str(eqn.invars[0].aval.dtype), _dot(eqn), times)
+            count.add("dot_general", str(eqn.invars[0].aval.dtype), _dot(eqn) * times)
         elif name == "conv_general_dilated":
-            count.add("conv_general_dilated", str(eqn.invars[0].aval.dtype), _conv(eqn), times)
+            count.add("conv_general_dilated", str(eqn.invars[0].aval.dtype), _conv(eqn) * times)
         elif name == "cond":
             branches = []
             for branch in _subjaxprs(eqn.params["branches"]):
-                c = _Count()
+                c = Count()
                 _walk(branch, c, times)
                 branches.append(c)
-            costliest = max(branches, key=_Count.total, default=None)
-            if costliest is not None:
-                for dtype, mults in costliest.by_dtype.items():
-                    count.by_dtype[dtype] = count.by_dtype.get(dtype, 0) + mults
-                count.kinds += [k for k in costliest.kinds if k not in count.kinds]
+            if branches:
+                count.merge(max(branches, key=Count.total), 1)
         elif name == "while":
-            inner = _Count()
+            inner = Count()
             for sub in _subjaxprs(eqn.params.get("body_jaxpr")):
                 _walk(sub, inner, 1)
             if inner.total():
@@ -123,19 +101,10 @@ def _jaxpr(jax, fn, args, kwargs):
 def count(fn, args, kwargs, samples):
     """{"per_sample", "precision", "how"} of one call of `fn(*args, **kwargs)` over `samples`
     examples, or {"not_counted": why}. Never raises."""
-    try:
+
+    def walk(c):
         import jax
 
-        if not isinstance(samples, int) or samples <= 0:
-            raise NotCounted(f"samples must be a positive whole number (it was {samples!r:.40})")
-        c = _Count()
         _walk(_jaxpr(jax, fn, args, kwargs), c, 1)
-        if c.total() <= 0:
-            raise NotCounted("the step computes no matrix product or convolution")
-        dtype = max(c.by_dtype, key=c.by_dtype.get)
-        how = f"counted from the JAX step's jaxpr ({', '.join(c.kinds)})"
-        return {"per_sample": 2 * c.total() / samples, "precision": _PRECISIONS.get(dtype, "fp32"), "how": how}
-    except NotCounted as e:
-        return {"not_counted": f"the JAX step's FLOPs: {e}"}
-    except Exception as e:  # a function that cannot be traced: no count, never an error
-        return {"not_counted": f"the JAX step's FLOPs could not be counted ({type(e).__name__}: {e})"[:200]}
+
+    return step_count("JAX", "jaxpr", walk, samples)

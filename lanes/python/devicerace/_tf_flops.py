@@ -11,12 +11,7 @@ that is known before it runs, and is not counted otherwise if its body computes 
 """
 import math
 
-
-class NotCounted(Exception):
-    """Why the FLOPs are not counted (a sentence for the lane's execution text)."""
-
-
-_PRECISIONS = {"bfloat16": "bf16", "float16": "fp16"}
+from devicerace._step_flops import Count, NotCounted, step_count
 
 
 def _shape(t):
@@ -89,25 +84,6 @@ def _attr_functions(op, names):
             yield op.graph._get_function(a.name)
 
 
-class _Count:
-    def __init__(self):
-        self.by_dtype = {}
-        self.kinds = []
-
-    def add(self, kind, dtype, mults):
-        self.by_dtype[dtype] = self.by_dtype.get(dtype, 0) + mults
-        if kind not in self.kinds:
-            self.kinds.append(kind)
-
-    def merge(self, other, times):
-        for dtype, mults in other.by_dtype.items():
-            self.by_dtype[dtype] = self.by_dtype.get(dtype, 0) + mults * times
-        self.kinds += [k for k in other.kinds if k not in self.kinds]
-
-    def total(self):
-        return sum(self.by_dtype.values())
-
-
 def _live(graph):
     """The ops whose results the function uses: back from its outputs and its stateful ops (a
     variable's update). A gradient function makes every input's gradient, and TensorFlow prunes
@@ -134,7 +110,7 @@ def _walk(graph, count):
         if mults:
             count.add(kind, op.outputs[0].dtype.name, mults)  # TensorFlow's products: out in their inputs' type
         elif kind in ("While", "StatelessWhile"):
-            body = _Count()
+            body = Count()
             for fn in _attr_functions(op, ["body"]):
                 _walk(fn.graph, body)
             if body.total():
@@ -145,11 +121,11 @@ def _walk(graph, count):
         elif kind in ("If", "StatelessIf", "Case", "StatelessCase"):
             branches = []
             for fn in _attr_functions(op, ["then_branch", "else_branch", "branches"]):
-                c = _Count()
+                c = Count()
                 _walk(fn.graph, c)
                 branches.append(c)
             if branches:
-                count.merge(max(branches, key=_Count.total), 1)
+                count.merge(max(branches, key=Count.total), 1)
         else:
             for fn in _attr_functions(op, ["f"]):
                 _walk(fn.graph, count)
@@ -158,20 +134,11 @@ def _walk(graph, count):
 def count(fn, args, kwargs, samples):
     """{"per_sample", "precision", "how"} of one call of `fn(*args, **kwargs)` over `samples`
     examples, or {"not_counted": why}. Never raises."""
-    try:
+
+    def walk(c):
         import tensorflow as tf
 
-        if not isinstance(samples, int) or samples <= 0:
-            raise NotCounted(f"samples must be a positive whole number (it was {samples!r:.40})")
         function = fn if hasattr(fn, "get_concrete_function") else tf.function(fn)
-        c = _Count()
         _walk(function.get_concrete_function(*args, **kwargs).graph, c)
-        if c.total() <= 0:
-            raise NotCounted("the step computes no matrix product or convolution")
-        dtype = max(c.by_dtype, key=c.by_dtype.get)
-        how = f"counted from the TensorFlow step's graph ({', '.join(c.kinds)})"
-        return {"per_sample": 2 * c.total() / samples, "precision": _PRECISIONS.get(dtype, "fp32"), "how": how}
-    except NotCounted as e:
-        return {"not_counted": f"the TensorFlow step's FLOPs: {e}"}
-    except Exception as e:  # a function that cannot be traced: no count, never an error
-        return {"not_counted": f"the TensorFlow step's FLOPs could not be counted ({type(e).__name__}: {e})"[:200]}
+
+    return step_count("TensorFlow", "graph", walk, samples)

@@ -16,12 +16,4 @@ from devicerace import _tf_flops
 
 
 def count_flops(step, *args, samples, **kwargs):
-    lane = devicerace.lane()
-    if not lane.in_race:
-        return None
-    counted = _tf_flops.count(step, args, kwargs, samples)
-    if "per_sample" in counted:
-        lane.flops(counted["per_sample"], counted["precision"], counted["how"])
-    else:
-        lane._flops = counted  # why it is not counted: said in the execution text
-    return counted
+    return devicerace.lane()._count_step(_tf_flops.count, step, args, kwargs, samples)
