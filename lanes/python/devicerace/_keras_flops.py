@@ -35,6 +35,10 @@ class NotCounted(Exception):
     """Why the model's FLOPs are not counted (a sentence for the lane's execution text)."""
 
 
+class NoFormula(NotCounted):
+    """A layer with weights that _layer has no formula for (a custom block is traced instead)."""
+
+
 def _mro_names(op):
     return {cls.__name__ for cls in type(op).__mro__}
 
@@ -115,16 +119,6 @@ def _recurrent(op, steps, kind):
     return _Parts(kind, outer=x, inner=h, extra=-first)
 
 
-_FORMULAS = {"Dense", "EinsumDense", "BaseSeparableConv", "BaseConvTranspose", "BaseConv", "BaseDepthwiseConv",
-             "Bidirectional", "RNN", "MultiHeadAttention", "Attention", "AdditiveAttention"}
-
-
-def _known(op):
-    """Whether _layer has a formula for the layer, or knows it computes nothing."""
-    names = _mro_names(op)
-    return bool(names & (_FORMULAS | _ZERO_WITH_WEIGHTS))
-
-
 # Raw ops (keras.ops in a subclassed model's or custom layer's call) that compute products: the
 # others (elementwise, shapes, reductions, normalisations) count 0 and go unnamed.
 _PRODUCT_OPS = {"Matmul", "Einsum", "Dot", "Tensordot", "Inner", "Outer", "Vdot", "Kron", "Conv", "ConvTranspose",
@@ -203,7 +197,7 @@ def _layer(op, ins, outs):
         return _Parts(kind, between=tq * tv * d * 2)
     if names & _ZERO_WITH_WEIGHTS or not getattr(op, "weights", None):
         return None
-    raise NotCounted(f"a layer with weights it has no formula for ({kind})")
+    raise NoFormula(f"a layer with weights it has no formula for ({kind})")
 
 
 def _graph(model):
@@ -296,9 +290,6 @@ def _walk_graph(fn, count, needing_grad):
             trains = bool(getattr(op, "trainable_weights", None))
             if _graph(op)[0] is not None:  # a nested model: its own graph, with this call's grads
                 _walk(op, count, needs)
-            elif "Layer" in _mro_names(op) and _is_container(op) and not _known(op):
-                inputs, sub = _traced(op, node.arguments.args, node.arguments.kwargs)
-                _walk_graph(sub, count, [t for t in inputs if id(t) in grad])
             elif "Layer" not in _mro_names(op):  # a raw op (keras.ops on symbolic tensors)
                 kind = type(op).__name__
                 mults = _raw_op(op, list(node.arguments.args), [t.shape for t in outs], grad)
@@ -308,14 +299,22 @@ def _walk_graph(fn, count, needing_grad):
                 elif kind in _PRODUCT_OPS:
                     count.note(count.left_out, kind)
             else:
-                counted = _layer(op, [t.shape for t in ins], [t.shape for t in outs])
-                if counted is None:
-                    kind = type(op).__name__
-                    if not kind.startswith(_ZERO_KNOWN_PREFIXES) and not getattr(op, "weights", None):
-                        count.note(count.left_out, kind)
+                try:
+                    counted = _layer(op, [t.shape for t in ins], [t.shape for t in outs])
+                except NoFormula:
+                    if not _is_container(op):
+                        raise
+                    # a custom block whose weights are all its sublayers': its call, traced
+                    inputs, sub = _traced(op, node.arguments.args, node.arguments.kwargs)
+                    _walk_graph(sub, count, [t for t in inputs if id(t) in grad])
                 else:
-                    count.mults += counted.training(trains, needs)
-                    count.note(count.kinds, counted.kind)
+                    if counted is None:
+                        kind = type(op).__name__
+                        if not kind.startswith(_ZERO_KNOWN_PREFIXES) and not getattr(op, "weights", None):
+                            count.note(count.left_out, kind)
+                    else:
+                        count.mults += counted.training(trains, needs)
+                        count.note(count.kinds, counted.kind)
             if trains or needs:
                 grad.update(id(t) for t in outs)
 
