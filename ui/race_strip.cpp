@@ -312,7 +312,7 @@ std::vector<StripText> RaceStrip::texts() const {
     if (!m_badge.isEmpty()) {
         // A note (the shared cores, why a lane is slower) wraps onto as many lines as it needs.
         const int y = 4 + static_cast<int>(m_rows.size()) * h;
-        out.push_back({m_badge, QRect(6, y, width() - 12, badgeHeight()), f.base,
+        out.push_back({keepOptionsWhole(m_badge), QRect(6, y, width() - 12, badgeHeight()), f.base,
                        warningOn(palette().color(QPalette::Window)),
                        Qt::AlignVCenter | Qt::AlignLeft | Qt::TextWordWrap});
     }
@@ -332,6 +332,27 @@ std::vector<QRect> RaceStrip::bars() const {
     return out;
 }
 
+QString keepOptionsWhole(const QString& text) {
+    QString out;
+    out.reserve(text.size() + 8);
+    bool inOption = false;
+    for (qsizetype i = 0; i < text.size(); ++i) {
+        const QChar c = text[i];
+        if (c.isSpace()) {
+            inOption = false;
+        } else if (!inOption && c == u'-' && i + 2 < text.size() && text[i + 1] == u'-' && text[i + 2].isLetter() &&
+                   (i == 0 || text[i - 1].isSpace() || text[i - 1] == u'(' || text[i - 1] == u'"' ||
+                    text[i - 1] == u'\'')) {
+            inOption = true;
+        }
+        out += c;
+        if (inOption && c == u'-') {
+            out += QChar(0x2060);
+        }
+    }
+    return out;
+}
+
 void RaceStrip::setBadge(const QString& text) {
     if (text == m_badge) {
         return;
@@ -347,8 +368,8 @@ int RaceStrip::badgeHeight() const {
         return 0;
     }
     const auto f = stripFonts(font(), m_fontScale * fitScale());
-    const QRect need =
-        QFontMetrics(f.base).boundingRect(QRect(0, 0, std::max(100, width() - 12), 100000), Qt::TextWordWrap, m_badge);
+    const QRect need = QFontMetrics(f.base).boundingRect(QRect(0, 0, std::max(100, width() - 12), 100000),
+                                                         Qt::TextWordWrap, keepOptionsWhole(m_badge));
     return std::max(rowHeight(), need.height() + 6);
 }
 

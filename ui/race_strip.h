@@ -34,6 +34,9 @@ QString headlineText(const std::vector<StripRow>& rows, int baseline);
 QString speedupText(double ratio, const QString& baseline);
 /// "4.2 s" under ten seconds, then "1:05", "1:02:03"
 QString formatDuration(double seconds);
+/// `text` as drawn word-wrapped: a command-line option ("--warmup-steps") is never broken at one
+/// of its hyphens (a word joiner, U+2060, follows each of them; it draws as nothing).
+QString keepOptionsWhole(const QString& text);
 
 /// One piece of text the strip draws, where, and in which font (layout is testable).
 struct StripText {

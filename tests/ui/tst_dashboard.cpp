@@ -6,6 +6,7 @@
 #include <QMenu>
 #include <QMouseEvent>
 #include <QTemporaryDir>
+#include <QTextLayout>
 #include <QtCharts/QChart>
 
 #include "breakdown_bars.h"
@@ -206,6 +207,47 @@ private Q_SLOTS:
         QCOMPARE(both->lanes.size(), std::size_t{3});
         QCOMPARE(both->explanations.size(), std::size_t{1});
         QCOMPARE(QString::fromStdString(both->explanations.front()), why);
+    }
+
+    // A why-line that names an option ("--warmup-steps") wraps between words, never at one of the
+    // option's hyphens, at any width: the reader must be able to type what it says.
+    void anOptionInTheNoteIsNeverBrokenAtItsHyphens() {
+        const QString why = QStringLiteral(
+            "Why? cpu·1 and cpu·2 have no speed: their 15 steps were all warm-up, which is left out of the "
+            "speed (the first 20 steps of a lane: --warmup-steps); race more steps, or lower --warmup-steps.");
+        QCOMPARE(keepOptionsWhole(why).remove(QChar(0x2060)), why);
+        QCOMPARE(keepOptionsWhole(QStringLiteral("warm-up, cpu·1-x, a - b")),
+                 QStringLiteral("warm-up, cpu·1-x, a - b")); // only options are held together
+        const auto breaksAtAHyphen = [](const QString& text, const QFont& font, int width) {
+            QTextLayout layout(text, font);
+            QTextOption option;
+            option.setWrapMode(QTextOption::WordWrap);
+            layout.setTextOption(option);
+            layout.beginLayout();
+            bool broken = false;
+            for (QTextLine line = layout.createLine(); line.isValid(); line = layout.createLine()) {
+                line.setLineWidth(width);
+                const QString piece = text.mid(line.textStart(), line.textLength()).remove(QChar(0x2060));
+                const qsizetype end = line.textStart() + line.textLength();
+                const qsizetype word = piece.lastIndexOf(u' ') + 1; // an option's hyphen, not warm-up's
+                broken |= piece.endsWith(u'-') && piece.mid(word).startsWith(QStringLiteral("--")) &&
+                          end < text.size() && text[end].isLetter();
+            }
+            layout.endLayout();
+            return broken;
+        };
+        RaceStrip strip;
+        strip.setBadge(why);
+        bool rawBreaks = false;
+        for (int width = 160; width <= 900; width += 3) {
+            strip.resize(width, 400);
+            const StripText note = strip.texts().back();
+            QVERIFY(note.text.contains(QChar(0x2060)));
+            QVERIFY2(!breaksAtAHyphen(note.text, note.font, note.rect.width()),
+                     qPrintable(QStringLiteral("broken at a hyphen at %1 px").arg(width)));
+            rawBreaks |= breaksAtAHyphen(why, note.font, note.rect.width());
+        }
+        QVERIFY2(rawBreaks, "no width breaks the plain text at a hyphen: the check above proves nothing");
     }
 
     // A PNG taken in the same turn of the event loop that set a long why-line (a --screenshot as

@@ -39,8 +39,8 @@ struct LaneSummary {
     std::optional<double> samplesPerSec; // median over the intervals after warm-up
     std::optional<double> stepsPerSec;   // median over the intervals after warm-up
     std::int64_t measuredSamples = 0;    // samples in the intervals after warm-up
-    std::int64_t warmupSteps = 0;        // the first steps, left out of the speed (0: unknown, a recording)
     double measuredSeconds = 0;          // their total length
+    std::int64_t warmupSteps = 0;        // the first steps, left out of the speed (0: unknown, a recording)
     std::optional<double> finalTestAccuracy;
     std::optional<double> finalTestLoss;       // the last evaluation's loss (language models: validation loss)
     std::optional<double> tokensPerSec;        // language models: samplesPerSec x tokens per example
