@@ -41,6 +41,7 @@ from collections import deque
 
 import devicerace_worker as dw
 from printed_metrics import figures
+from script_file import python_script_of, script_file_problem
 from script_processes import Command, Rapl, device_report, failure_lines, free_port, gpu_report
 
 NAME = "the script lane"
@@ -66,9 +67,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 def script_name(command):
     """The word a message names the command by: the script of `python3 train.py`, else the program."""
-    words = [w for w in command[1:] if not w.startswith("-")]
-    if words and re.search(r"python[0-9.]*$", os.path.basename(command[0])) and words[0] != "-m":
-        return os.path.basename(words[0])
+    script = python_script_of(command)
+    if script is not None:
+        return os.path.basename(script)
     if len(command) > 2 and command[1] == "-m":
         return command[2]
     return os.path.basename(command[0]) if command else "the command"
@@ -165,17 +166,18 @@ class ScriptLane:
                                      "interpreter first: -- python3 train.py)")
         elif shutil.which(program) is None:
             raise dw.LaneRefused(f"{program}: command not found {self.where()} (not on PATH)")
-        # python3 SCRIPT: the script must be there (a remote host without it fails here, not at start).
-        if re.search(r"python[0-9.]*$", os.path.basename(program)):
-            args = self.command[1:]
-            while args and args[0].startswith("-") and args[0] not in ("-m", "-c", "-"):
-                args = args[1:]
-            if args and args[0] not in ("-m", "-c", "-"):
-                path = os.path.join(self.workdir, os.path.expanduser(args[0]))
-                if not os.path.isfile(path):
-                    hint = (" (copy it there: copy=DIR, or rsync; README, \"Race your own training\")"
-                            if os.environ.get("SSH_CONNECTION") else "")
-                    raise dw.LaneRefused(f"{args[0]}: no such file in {self.workdir} {self.where()}{hint}")
+        # python3 SCRIPT: the script must be there (a remote host without it fails here, not at start),
+        # and be something Python runs (script_file.py).
+        script = python_script_of(self.command)
+        if script is not None:
+            path = os.path.join(self.workdir, os.path.expanduser(script))
+            if not os.path.exists(path):
+                hint = (" (copy it there: copy=DIR, or rsync; README, \"Race your own training\")"
+                        if os.environ.get("SSH_CONNECTION") else "")
+                raise dw.LaneRefused(f"{script}: no such file in {self.workdir} {self.where()}{hint}")
+            problem = script_file_problem(script, path, os.path.basename(program))
+            if problem:
+                raise dw.LaneRefused(problem)
 
     def check_device(self):
         if self.device.startswith("cuda"):

@@ -6,10 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-
-#include <unistd.h>
 
 #include "devicerace/device_info.h"
 #include "devicerace/lane_spec.h"
@@ -18,7 +14,6 @@
 #include "devicerace/summary.h"
 #include "devicerace/workload.h"
 #include "race/script_cpus.h"
-#include "race/script_file.h"
 #include "workers/protocol.h"
 
 using namespace devicerace;
@@ -74,77 +69,6 @@ TEST(ScriptLanes, ProblemsAreSaidBeforeAnythingRuns) {
         mentions(resolveRace(scriptRace({"cpu,copy=/tmp"}), {false}), "copy= copies a folder to an ssh:// host"));
     EXPECT_TRUE(mentions(resolveRace(scriptRace({"cpu,framework=pytorch"}), {false}), "runs script lanes only"));
     EXPECT_TRUE(mentions(resolveRace(scriptRace({"cpu+cpu"}), {false}), "runs on one device of one machine"));
-}
-
-TEST(ScriptLanes, ThePythonScriptIsTheFirstWordAfterPythonsOwnOptions) {
-    using detail::pythonScriptOf;
-    EXPECT_EQ(pythonScriptOf({"python3", "train.py", "--epochs", "1"}), "train.py");
-    EXPECT_EQ(pythonScriptOf({"/opt/venv/bin/python3.11", "-u", "-X", "dev", "-Wignore", "t.py"}), "t.py");
-    EXPECT_EQ(pythonScriptOf({"python", "-W", "ignore", "-uB", "--", "-odd-name.py"}), "-odd-name.py");
-    EXPECT_EQ(pythonScriptOf({"python3", "-Xfrozen_modules=off", "t.py"}), "t.py");
-    EXPECT_FALSE(pythonScriptOf({"python3", "-m", "torch.distributed.run", "t.py"})); // a module runs
-    EXPECT_FALSE(pythonScriptOf({"python3", "-uc", "print(1)"}));
-    EXPECT_FALSE(pythonScriptOf({"python3", "-"}));
-    EXPECT_FALSE(pythonScriptOf({"python3", "--version"}));
-    EXPECT_FALSE(pythonScriptOf({"./train.sh", "train.py"})); // not Python: its own business
-    EXPECT_FALSE(pythonScriptOf({"pythonista", "train.py"}));
-}
-
-// A script that is not there, a notebook, or a binary is refused before any lane starts, with what
-// to do; a folder with a __main__.py, a compiled file and a zip archive are what Python runs.
-TEST(ScriptLanes, AScriptPythonCannotRunIsRefusedBeforeTheRace) {
-    namespace fs = std::filesystem;
-    const fs::path dir = fs::temp_directory_path() / ("devicerace-script-file-" + std::to_string(::getpid()));
-    fs::create_directories(dir / "pkg");
-    const auto write = [&](const std::string& name, const std::string& text) {
-        std::ofstream(dir / name, std::ios::binary) << text;
-    };
-    write("train.py", "print('hello')\n");
-    write("train.ipynb",
-          "{\n \"cells\": [{\"cell_type\": \"code\", \"source\": [\"import torch\"]}],\n \"nbformat\": 4\n}\n");
-    write("renamed.txt", " {\"cells\": [], \"metadata\": {}, \"nbformat\": 4}");
-    write("model.pt", std::string("PK\x03\x04", 4) + std::string("\0\0data", 6)); // a zip: Python runs those
-    write("weights.bin", std::string("\x7f"
-                                     "ELF\0\0\0",
-                                     7));
-    write("cached.pyc", std::string("\x55\x0d\x0d\x0a\0\0\0\0", 8));
-    write("pkg/__main__.py", "print(1)\n");
-    fs::create_directories(dir / "empty");
-    const auto problem = [&](std::vector<std::string> command, const std::string& in = "") {
-        return detail::scriptFileProblem(command, in.empty() ? dir.string() : in).value_or("");
-    };
-    EXPECT_EQ(problem({"python3", "train.py"}), "");
-    EXPECT_EQ(problem({"python3", "pkg"}), "");
-    EXPECT_EQ(problem({"python3", "model.pt"}), "");
-    EXPECT_EQ(problem({"python3", "cached.pyc"}), "");
-    EXPECT_EQ(problem({"python3", (dir / "train.py").string()}, "/"), ""); // absolute: the folder is not used
-    EXPECT_EQ(problem({"python3", "-m", "nowhere"}), "");
-    EXPECT_EQ(problem({"python3", "trian.py"}), "trian.py: no such file in " + dir.string() +
-                                                    " (the lane's workdir), so python3 would have nothing to run");
-    const std::string notebook = problem({"python3", "train.ipynb", "--epochs", "1"});
-    EXPECT_NE(notebook.find("train.ipynb is a Jupyter notebook, which python3 cannot run"), std::string::npos)
-        << notebook;
-    EXPECT_NE(notebook.find("jupyter nbconvert --to script train.ipynb"), std::string::npos) << notebook;
-    EXPECT_NE(notebook.find("race train.py"), std::string::npos) << notebook;
-    EXPECT_NE(problem({"python3", "renamed.txt"}).find("is a Jupyter notebook"), std::string::npos);
-    EXPECT_NE(problem({"python3", "weights.bin"}).find("weights.bin: a binary file, not a Python script"),
-              std::string::npos);
-    EXPECT_NE(problem({"python3", "empty"}).find("a folder without a __main__.py"), std::string::npos);
-
-    // In a race: said once for lanes in the same folder, nothing started.
-    auto race = scriptRace({"cpu,threads=1,workdir=" + dir.string(), "cpu,threads=1,workdir=" + dir.string()});
-    race.command = {"python3", "train.ipynb"};
-    const auto plan = resolveRace(race, {false});
-    EXPECT_FALSE(plan.ok());
-    EXPECT_EQ(std::count_if(plan.problems.begin(), plan.problems.end(),
-                            [](const std::string& p) { return p.find("Jupyter notebook") != std::string::npos; }),
-              1);
-    race.command = {"python3", "train.py"};
-    EXPECT_TRUE(resolveRace(race, {false}).ok()) << resolveRace(race, {false}).problems.front();
-    race.lanes = {parseLaneSpec("ssh://gpu-box/cpu")}; // the host checks its own files
-    race.command = {"python3", "train.ipynb"};
-    EXPECT_FALSE(mentions(resolveRace(race, {false}), "Jupyter notebook"));
-    fs::remove_all(dir);
 }
 
 TEST(ScriptLanes, ACudaLaneNeedsAGpuHere) {

@@ -20,6 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lane_harness import LANES, PYTHON, STATES, Lane, engine_config  # noqa: E402
 
 PROGRAM = os.path.join(LANES, "script_lane.py")
+sys.path.insert(0, LANES)
+from script_file import python_script_of, script_file_problem  # noqa: E402
 
 
 def config(command, steps=None, **fields):
@@ -204,6 +206,49 @@ FLOPS = textwrap.dedent("""
         warnings.warn("Using `torch.compile(module)` when there are global hooks on modules: the script's own")
 """)
 FLOPS_PER_SAMPLE = 2 * (784 * 256 + 256 * 10) * 2 + 2 * 256 * 10
+
+
+class ScriptFile(unittest.TestCase):
+    """lanes/python/script_file.py: the script of a Python command, and what stops Python running it."""
+
+    def test_the_script_is_the_first_word_after_pythons_own_options(self):
+        self.assertEqual(python_script_of(["python3", "train.py", "--epochs", "1"]), "train.py")
+        self.assertEqual(python_script_of(["/opt/venv/bin/python3.11", "-u", "-X", "dev", "-Wignore", "t.py"]), "t.py")
+        self.assertEqual(python_script_of(["python", "-W", "ignore", "-uB", "--", "-odd.py"]), "-odd.py")
+        self.assertEqual(python_script_of(["python3", "--check-hash-based-pycs", "never", "t.py"]), "t.py")
+        for none in (["python3", "-m", "torch.distributed.run", "t.py"], ["python3", "-uc", "print(1)"],
+                     ["python3", "-"], ["python3", "--version"], ["python3"], ["./train.sh", "train.py"],
+                     ["pythonista", "train.py"], []):
+            self.assertIsNone(python_script_of(none), none)
+
+    def test_what_python_cannot_run_is_said_with_what_to_do(self):
+        d = tempfile.mkdtemp(prefix="devicerace-script-file-")
+        self.addCleanup(shutil.rmtree, d, True)
+
+        def put(name, data):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+            return os.path.join(d, name)
+
+        def problem(name, data=None):
+            path = put(name, data) if data is not None else os.path.join(d, name)
+            return script_file_problem(name, path, "python3") or ""
+
+        self.assertEqual(problem("train.py", b"import torch\n"), "")
+        self.assertEqual(problem("model.zip", b"PK\x03\x04\0\0data"), "")  # Python runs zip archives
+        self.assertEqual(problem("cached.pyc", b"\x55\x0d\x0d\x0a\0\0\0\0"), "")
+        os.makedirs(os.path.join(d, "pkg"))
+        put("pkg/__main__.py", b"print(1)\n")
+        self.assertEqual(problem("pkg"), "")
+        os.makedirs(os.path.join(d, "empty"))
+        self.assertIn("empty: a folder without a __main__.py", problem("empty"))
+        notebook = problem("train.ipynb", b'{\n "cells": [{"cell_type": "code", "source": ["import torch"]}],\n'
+                                          b' "nbformat": 4\n}\n')
+        self.assertIn("train.ipynb is a Jupyter notebook, which python3 cannot run", notebook)
+        self.assertIn("jupyter nbconvert --to script train.ipynb", notebook)
+        self.assertIn("and race train.py", notebook)
+        self.assertIn("is a Jupyter notebook", problem("renamed.txt", b' {"cells": [], "nbformat": 4}'))
+        self.assertIn("weights.bin: a binary file, not a Python script", problem("weights.bin", b"\x7fELF\0\0\0"))
 
 
 class ScriptLaneTest(unittest.TestCase):
@@ -493,6 +538,18 @@ class ScriptLaneTest(unittest.TestCase):
         evals = [s for s in samples if s["kind"] == "eval"]
         self.assertEqual([(s["accuracy"], s["loss"]) for s in evals], [(0.75, 0.6)], samples[-6:])
         self.assertLessEqual(evals[0]["step"], 30)
+
+    def test_a_notebook_is_refused_before_the_race(self):
+        notebook = os.path.join(self.dir, "train.ipynb")
+        with open(notebook, "w") as f:
+            json.dump({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, f)
+        lane = Lane([PYTHON, PROGRAM])
+        self.addCleanup(lane.close)
+        lane.next()
+        lane.send(config([PYTHON, notebook, "--epochs", "1"]))
+        m, _ = lane.until(lambda m: m["type"] in ("ready", "error"))
+        self.assertEqual(m["type"], "error")
+        self.assertIn("train.ipynb is a Jupyter notebook", m["message"])
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])

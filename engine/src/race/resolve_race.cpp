@@ -23,7 +23,6 @@
 #include "distributed/parallel_lane.h"
 #include "train/run_plan.h"
 #include "workers/child_process.h"
-#include "race/script_file.h"
 #include "workers/script_copy.h"
 #include "workers/worker_connection.h"
 
@@ -235,15 +234,6 @@ void planScriptLanes(RaceSpec& spec, std::vector<std::string>& problems) {
             problems.push_back(fmt::format("{}: not executable (chmod +x it, or name its interpreter first: -- "
                                            "python3 {})",
                                            program, program));
-        }
-    }
-    std::set<std::string> said; // lanes in the same folder share one sentence
-    for (const auto& lane : spec.lanes) {
-        if (lane.framework == "script" && lane.host.empty() && lane.launcher.empty()) {
-            if (auto problem = detail::scriptFileProblem(spec.command, lane.workdir.value_or(""));
-                problem && said.insert(*problem).second) {
-                problems.push_back(std::move(*problem));
-            }
         }
     }
 }
