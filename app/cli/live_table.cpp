@@ -63,16 +63,27 @@ void LiveView::update(std::size_t index, const std::vector<MetricSample>& sample
         case SampleKind::Eval:
             row.accuracy = s.accuracy;
             if (m_mode != LiveMode::Table) {
-                fmt::print(m_out, "{:<{}} eval  step {:>6}  epoch {:5.2f}  t {:7.1f}s  {} {:.4f}  {} {:.4f}\n",
-                           row.name, m_nameWidth, s.step, s.epoch, s.time,
-                           m_tokensPerSample > 0 ? "val loss" : "test loss", s.loss.value_or(NAN),
-                           m_tokensPerSample > 0 ? "next-char acc" : "test acc", s.accuracy.value_or(NAN));
+                // A script's evaluation may lack its epoch (its data set's size is its own), its loss
+                // or its accuracy (it printed one figure): those are left out, never shown as nan.
+                std::string line = fmt::format("{:<{}} eval  step {:>6}", row.name, m_nameWidth, s.step);
+                if (s.epoch > 0) {
+                    line += fmt::format("  epoch {:5.2f}", s.epoch);
+                }
+                line += fmt::format("  t {:7.1f}s", s.time);
+                if (s.loss) {
+                    line += fmt::format("  {} {:.4f}", m_tokensPerSample > 0 ? "val loss" : "test loss", *s.loss);
+                }
+                if (s.accuracy) {
+                    line +=
+                        fmt::format("  {} {:.4f}", m_tokensPerSample > 0 ? "next-char acc" : "test acc", *s.accuracy);
+                }
+                fmt::print(m_out, "{}\n", line);
                 if (!s.text.empty() && m_tokensPerSample > 0) {
                     fmt::print(m_out, "{:<{}} writes: {}\n", row.name, m_nameWidth, oneLine(s.text));
                 } else if (!s.text.empty()) {
                     // Generated text keeps its line breaks, indented under the lane.
                     std::string text = s.text;
-                    const std::string indent = "\n" + std::string(m_nameWidth + 1, ' ');
+                    const std::string indent = std::string(1, '\n').append(m_nameWidth + 1, ' ');
                     for (std::size_t p = text.find('\n'); p != std::string::npos;
                          p = text.find('\n', p + indent.size())) {
                         text.replace(p, 1, indent);
@@ -115,7 +126,9 @@ std::string LiveView::rowText(const LaneRow& row) const {
         const double eta = row.stepsPerSec && *row.stepsPerSec > 0 && row.totalSteps > 0
                                ? (row.totalSteps - row.step) / *row.stepsPerSec
                                : NAN;
-        status = row.state == LaneState::Paused ? "paused" : "ETA " + formatEta(eta);
+        status = row.state == LaneState::Paused ? "paused"
+                 : row.totalSteps > 0           ? "ETA " + formatEta(eta)
+                                                : "running"; // a script's own length: no ETA to give
     } else {
         status = stateText(row.state, row.state == LaneState::Finished ? std::string() : row.message);
     }
@@ -125,9 +138,12 @@ std::string LiveView::rowText(const LaneRow& row) const {
                           : std::nullopt;
     // A lane whose length is not known (a script's own) shows its step alone.
     const std::string of = row.totalSteps > 0 ? fmt::format("/{}", row.totalSteps) : std::string();
-    return fmt::format("{:<{}} {} {:>3.0f}%  step {:>6}{:<7} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name,
-                       m_nameWidth, progressBar(fraction, kBarWidth), fraction * 100, row.step, of,
-                       rate ? groupThousands(*rate) : std::string("-"),
+    // ... and no progress: an empty bar at 0% all race long would say it is not moving.
+    const std::string progress = row.totalSteps > 0
+                                     ? fmt::format("{} {:>3.0f}%", progressBar(fraction, kBarWidth), fraction * 100)
+                                     : std::string(kBarWidth + 5, ' ');
+    return fmt::format("{:<{}} {}  step {:>6}{:<7} {:>9} {}  loss {:>7}  acc {:>6}  {}", row.name, m_nameWidth,
+                       progress, row.step, of, rate ? groupThousands(*rate) : std::string("-"),
                        m_tokensPerSample > 0 ? "tokens/s" : "samples/s",
                        row.loss ? fmt::format("{:.4f}", *row.loss) : std::string("-"),
                        row.accuracy ? fmt::format("{:.4f}", *row.accuracy) : std::string("-"), status);
