@@ -42,7 +42,8 @@ from collections import deque
 import devicerace_worker as dw
 from printed_metrics import figures
 from script_file import python_script_of, script_file_problem
-from script_processes import Command, Rapl, device_report, failure_lines, free_port, gpu_report
+from script_processes import (Command, Rapl, descendants, device_report, failure_lines, free_port, gpu_report,
+                              stat_of)
 
 NAME = "the script lane"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -104,6 +105,7 @@ class ScriptLane:
         self.device = spec["device"]
         self.threads = spec.get("threads")
         self.ranks = spec.get("workers", 1)
+        self.launched_ranks = 1  # a launcher in the command (torchrun --nproc-per-node N): its ranks
         self.batch = spec.get("batch")
         self.quiet = spec.get("quiet", DEFAULT_QUIET_S)
         self.instrument = spec.get("instrument", True)
@@ -286,6 +288,9 @@ class ScriptLane:
                          "CPU affinity)")
         if self.ranks > 1:
             parts.append(f"{self.ranks} ranks with torchrun's environment (rank 0 reports)")
+        if self.launched_ranks > 1:
+            parts.append(f"{self.launched_ranks} ranks started by the command's own launcher (rank 0 reports; "
+                         "samples are its × the ranks)")
         ways = []
         if self.logdir:
             ways.append(f"TensorBoard scalars from {self.logdir}")
@@ -306,12 +311,17 @@ class ScriptLane:
         self.meter.state("preparing")
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
+        # The lane keeps its own write end open for the race: the channel never reads as ended while
+        # a launcher's rank 0 may still reopen it by path (after the launcher closed its copy).
         try:
             self.proc = Command(self.command, self.workdir, self.base_env(), self.ranks,
                                 self.rank_env(free_port() if self.ranks > 1 else 0), self.cpu_sets(), write_fd,
+                                f"/proc/{os.getpid()}/fd/{read_fd}",
                                 self.on_printed if self.read_prints and not self.watcher else None)
-        finally:
+        except BaseException:
             os.close(write_fd)
+            os.close(read_fd)
+            raise
         self.meter.load = dw.MachineLoad(own=self.cpu_seconds)
         self.meter.load.read()
         try:
@@ -319,6 +329,7 @@ class ScriptLane:
         finally:
             if self.proc.ended() is None:
                 self.proc.stop()
+            os.close(write_fd)
             os.close(read_fd)
             # The final state sample stands at the last thing the script reported (its exit, or
             # the stop, is not training time).
@@ -326,17 +337,14 @@ class ScriptLane:
             self.meter.t = lambda now=None: end
 
     def cpu_seconds(self):
-        """CPU seconds of this process and the command's (each rank with its reaped children)."""
+        """CPU seconds of this process and the command's: each rank with its reaped children, and
+        the live processes below them (a launcher's ranks)."""
         total = time.process_time()
         proc = getattr(self, "proc", None)
-        for p in proc.procs if proc else ():
-            try:
-                with open(f"/proc/{p.pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += sum(int(v) for v in fields[11:15]) / self.meter.load.hz  # utime stime cutime cstime
-            except (OSError, ValueError, IndexError):
-                pass
-        return total
+        pids = [p.pid for p in proc.procs] if proc else []
+        ticks = [st[2] for st in map(stat_of, pids) if st]
+        ticks += [t for _, t in descendants(pids).values()]
+        return total + sum(ticks) / self.meter.load.hz
 
     def supervise(self, session, read_fd):
         self.splitter = dw.LineSplitter(MAX_REPORT_LINE)
@@ -485,6 +493,14 @@ class ScriptLane:
 
     def on_report(self, m):
         kind = m["type"]
+        if kind == "hello" and not self.watcher:
+            world = self.number(m, "world", True)
+            if world and 1 < world <= 4096 and self.ranks == 1 and self.launched_ranks != world:
+                # Rank 0 of the command's own launcher (torchrun, accelerate launch): each rank
+                # trains on its share, as with workers=N.
+                self.launched_ranks = world
+                self.session.execution(self.describe())
+            return
         if kind == "hello" or self.watcher:
             return  # with logdir= the TensorBoard scalars are the lane's one source
         source = m.get("source")
@@ -536,8 +552,8 @@ class ScriptLane:
         names it, and rank 0's examples × the ranks (a DistributedSampler gives each its share)."""
         if self.batch:
             samples = step * self.batch
-        if samples is not None and self.ranks > 1:
-            samples *= self.ranks
+        if samples is not None and self.ranks * self.launched_ranks > 1:
+            samples *= self.ranks * self.launched_ranks
         return samples
 
     def take_flops(self, flops, t):

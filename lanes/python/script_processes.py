@@ -202,20 +202,77 @@ def failure_lines(lines):
     return " | ".join(" ".join(l.split()) for l in lines[-3:])
 
 
+def stat_of(pid):
+    """(ppid, pgid, CPU ticks of the process and its reaped children) of `pid`, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[2]), sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _children(pid):
+    """The children of `pid`: its threads' /proc children lists (Linux 3.5+ with
+    CONFIG_PROC_CHILDREN), else a scan of /proc."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out, listed = [], False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+            listed = True
+        except (OSError, ValueError):
+            pass
+    if listed:
+        return out
+    kids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = stat_of(int(name))
+            if st and st[0] == pid:
+                kids.append(int(name))
+    return kids
+
+
+def descendants(pids):
+    """{pid: (pgid, CPU ticks)} of every live process below `pids` (not `pids` themselves): the
+    processes a launcher in the command started (`accelerate launch`, `torchrun`), which may sit
+    in sessions of their own (torchrun starts each rank with start_new_session)."""
+    out, todo = {}, list(pids)
+    while todo:
+        for child in _children(todo.pop()):
+            st = stat_of(child)
+            if st and child not in out:
+                out[child] = st[1:]
+                todo.append(child)
+    return out
+
+
 class Command:
     """The command's processes (one per rank), each in a session of its own."""
 
-    def __init__(self, argv, cwd, base_env, ranks, rank_env, cpus_of, report_fd, on_line=None):
-        """on_line(text, time): each line rank 0 prints, stdout and stderr."""
+    def __init__(self, argv, cwd, base_env, ranks, rank_env, cpus_of, report_fd, report_path, on_line=None):
+        """report_fd: the report pipe's write end, which rank 0 inherits; report_path: a path that
+        opens the same pipe while the lane runs (/proc/PID/fd/N of the lane's read end).
+        on_line(text, time): each line rank 0 prints, stdout and stderr."""
         self.procs, self.outputs = [], []
         self.started = time.monotonic()
         for rank in range(ranks):
             env = dict(base_env)
             env.update(rank_env(rank))
             if rank == 0:
-                env["DEVICERACE_REPORT_FD"] = str(report_fd)
+                # The pipe by number, and by identity and path for the processes a launcher in the
+                # command starts without it (devicerace/_channel.py).
+                st = os.fstat(report_fd)
+                env.update({"DEVICERACE_REPORT_FD": str(report_fd), "DEVICERACE_REPORT_PIPE": f"{st.st_dev}:{st.st_ino}",
+                            "DEVICERACE_REPORT_PATH": report_path})
             else:
-                env.pop("DEVICERACE_REPORT_FD", None)
+                for key in ("DEVICERACE_REPORT_FD", "DEVICERACE_REPORT_PIPE", "DEVICERACE_REPORT_PATH"):
+                    env.pop(key, None)
             try:
                 p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True,
@@ -236,12 +293,16 @@ class Command:
                                  Output(p.stderr, label + " stderr", watch)))
 
     def signal(self, sig):
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, sig)
-                except OSError:
-                    pass
+        """`sig` to each rank's process group, and to the groups of the processes below them (a
+        launcher's ranks in sessions of their own): a pause stops them all, a stop ends them all."""
+        live = [p.pid for p in self.procs if p.poll() is None]
+        groups = dict.fromkeys(live)
+        groups.update(dict.fromkeys(pgid for pgid, _ in descendants(live).values()))
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except OSError:
+                pass
 
     def kill(self):
         self.signal(signal.SIGKILL)

@@ -366,6 +366,34 @@ class DataParallelScript(RaceTest):
         self.assertEqual(lane["samples"], own["samples"] * 2)  # rank 0's examples x the 2 ranks
 
 
+class Launchers(RaceTest):
+    """A command that starts the training through a launcher of its own: the launcher's process
+    closes the report pipe it inherited, so rank 0 reopens it by identity (devicerace/_channel.py)."""
+
+    @unittest.skipUnless(has("accelerate"), "accelerate is not installed (scripts/setup --frameworks)")
+    def test_accelerate_launch(self):
+        race = self.race(["cpu,threads=1"], [PYTHON, "-m", "accelerate.commands.launch", "--cpu", "--num_processes",
+                                             "1", "accelerate_loop.py", "--out", "{dir}/own.json"], timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("own")
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertAlmostEqual(lane["final_test_accuracy"], own["accuracy"], places=4)  # accelerator.print's line
+        self.assertEqual(lane["flops_per_sample"], 2 * (784 * 256 * 2 + 256 * 10 * 3))  # the data has no gradient
+        self.assertIn("data", lane["step_breakdown"])
+
+    def test_torchrun_with_two_ranks(self):
+        race = self.race(["cpu,threads=1"], [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                             "ddp_torch.py", "--out", "{dir}/ddp.json"], timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane = race.lane("cpu·1")
+        with open(f"{race.dir}/ddp.json") as f:
+            own = json.load(f)
+        self.assertEqual(own["world"], 2)
+        self.assertEqual(lane["steps"], own["steps"])
+        self.assertEqual(lane["samples"], own["samples"] * 2)  # rank 0's examples x the launcher's 2 ranks
+        self.assertIn("2 ranks started by the command's own launcher", lane["execution"])
+
+
 class BadInput(RaceTest):
     def test_command_not_found_is_refused_before_the_race(self):
         race = self.race(["cpu"], ["no-such-python-here", "train.py"])

@@ -56,6 +56,22 @@ STEPPER = textwrap.dedent("""
         json.dump(ends, f)
 """)
 
+# A launcher as torchrun is one: it starts WORLD ranks of a script (RANK, WORLD_SIZE) with
+# subprocess.Popen, each in a session of its own, closing what it inherited; rank 0 finds another
+# file (DECOY) at the number DEVICERACE_REPORT_FD names. Rank r > 0 writes its OUT as OUT.rankR.
+LAUNCHER = textwrap.dedent("""
+    import os, subprocess, sys
+    world, decoy, script, steps, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+    number = int(os.environ["DEVICERACE_REPORT_FD"])
+    fd = os.open(decoy, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, number)
+    ranks = [subprocess.Popen([sys.executable, script, steps, out if r == 0 else f"{out}.rank{r}"],
+                              env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(world)),
+                              start_new_session=True, pass_fds=(number,) if r == 0 else ())
+             for r in range(world)]
+    sys.exit(max(p.wait() for p in ranks))
+""")
+
 # An unchanged PyTorch loop (the lane's hooks count its steps) that prints its evaluations (with
 # "api", it reports its steps and evaluations through `import devicerace` too): at steps 20, 40 and 60 a line with
 # a training accuracy (never taken) and the held-out figures, on stdout and again on stderr (a
@@ -318,6 +334,35 @@ class ScriptLaneTest(unittest.TestCase):
         median = sorted(rates)[len(rates) // 2]
         self.assertLess(max(rates), 3 * median)  # no interval shrank by the pause (1.5 s of a 0.05 s one)
         self.assertGreater(min(rates), median / 5)  # nor grew by it
+
+    def test_a_launchers_ranks_report_pause_and_count_as_the_lanes(self):
+        # torchrun / accelerate launch in the command: rank 0 reopens the report pipe by its
+        # identity (its inherited number is another file), rank 1 stays silent, the lane counts
+        # both ranks' samples, and a pause stops ranks in sessions of their own.
+        launcher, decoy = os.path.join(self.dir, "launch.py"), os.path.join(self.dir, "decoy")
+        with open(launcher, "w") as f:
+            f.write(LAUNCHER)
+        out = os.path.join(self.dir, "ends.json")
+        paused = {}
+
+        def control(lane, s):
+            if s["kind"] == "train" and s["step"] >= 40 and "at" not in paused:
+                paused["at"] = time.monotonic()
+                lane.send({"type": "pause"})
+                time.sleep(1.5)
+                lane.send({"type": "resume"})
+
+        lane, samples = self.run_lane([PYTHON, launcher, "2", decoy, self.script, "200", out], control)
+        final = samples[-1]
+        self.assertEqual(final["state"], "finished", lane.stderr())
+        self.assertEqual((final["step"], final["samples"]), (200, 200 * 8 * 2))
+        self.assertEqual(os.path.getsize(decoy), 0)  # nothing went to the file at the pipe's old number
+        for ends_file in (out, out + ".rank1"):
+            with open(ends_file) as f:
+                ends = json.load(f)
+            self.assertGreater(max(b - a for a, b in zip(ends, ends[1:])), 1.2, ends_file)  # both were stopped
+        execution = [m["text"] for m in self.messages if m["type"] == "execution"][-1]
+        self.assertIn("2 ranks started by the command's own launcher", execution)
 
     def test_the_environment_of_a_cpu_lane(self):
         out = os.path.join(self.dir, "ends.json")

@@ -157,7 +157,10 @@ class Lane:
         t = t if t is not None else now()
         if not self._hello_sent:
             self._hello_sent = True
-            self._channel.send({"t": "hello", "pid": os.getpid(), "source": self._source})
+            hello = {"t": "hello", "pid": os.getpid(), "source": self._source}
+            if self._channel.launched:  # rank 0 of the command's own launcher: its ranks
+                hello["world"] = self.world_size
+            self._channel.send(hello)
         hooked = self._hook_losses() if self._hook_losses is not None else None
         if not self._losses and hooked:
             self._losses = hooked

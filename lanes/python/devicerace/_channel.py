@@ -1,7 +1,7 @@
 """The report channel from a user's training process to its DeviceRace lane (script_lane.py).
 
 The lane starts the user's command with DEVICERACE_REPORT_FD naming the write end of a pipe it
-reads; each report is one JSON object per line (at most a few hundred bytes, so one write is
+reads (and the pipe's identity and a path to it, for the processes a launcher starts); each report is one JSON object per line (at most a few hundred bytes, so one write is
 atomic), sent only at report points. The user's stdout and stderr stay the user's own: nothing
 here writes to them. Outside a race (no DEVICERACE_REPORT_FD) every call is a cheap no-op.
 Standard library only.
@@ -23,19 +23,45 @@ def _env_float(name, default, low, high):
         return default
 
 
+def _pipe_id(fd):
+    """"device:inode" of the open file `fd`, or None when it is not open."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 class Channel:
-    """The write end of the report pipe, or nothing (outside a race, or another rank's process)."""
+    """The write end of the report pipe, or nothing (outside a race, or another rank's process).
+
+    The command's own process inherits the pipe as DEVICERACE_REPORT_FD. A process its launcher
+    started (`accelerate launch`, `torchrun`, `python -m torch.distributed.run`: their
+    subprocess.Popen closes inherited descriptors) finds that number closed, or another file in
+    its place, so the pipe is known by its identity (DEVICERACE_REPORT_PIPE, "device:inode") and
+    reopened through the lane's own descriptor of it (DEVICERACE_REPORT_PATH, /proc/PID/fd/N).
+    Of a launcher's ranks, only RANK 0 reports; `launched` says a launcher's process reports."""
 
     def __init__(self):
         self.fd = None
         self.broken = False
-        fd = os.environ.get("DEVICERACE_REPORT_FD", "")
-        if fd.isdigit():
+        self.launched = False
+        env = os.environ
+        want = env.get("DEVICERACE_REPORT_PIPE", "")
+        fd = env.get("DEVICERACE_REPORT_FD", "")
+        if env.get("RANK", "0") not in ("", "0"):
+            pass  # another rank: rank 0 reports for the lane
+        elif fd.isdigit() and _pipe_id(int(fd)) is not None and (not want or _pipe_id(int(fd)) == want):
+            self.fd = int(fd)
+        elif want and env.get("DEVICERACE_REPORT_PATH"):
             try:
-                os.fstat(int(fd))
-                self.fd = int(fd)
+                opened = os.open(env["DEVICERACE_REPORT_PATH"], os.O_WRONLY | os.O_CLOEXEC)
             except OSError:
-                self.fd = None
+                opened = None
+            if opened is not None and _pipe_id(opened) == want:
+                self.fd, self.launched = opened, True
+            elif opened is not None:
+                os.close(opened)
         self.interval = _env_float("DEVICERACE_REPORT_INTERVAL", _DEFAULT_INTERVAL, 0.01, 60.0)
 
     @property
