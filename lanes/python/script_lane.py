@@ -289,8 +289,8 @@ class ScriptLane:
         if self.ranks > 1:
             parts.append(f"{self.ranks} ranks with torchrun's environment (rank 0 reports)")
         if self.launched_ranks > 1:
-            parts.append(f"{self.launched_ranks} ranks started by the command's own launcher (rank 0 reports; "
-                         "samples are its × the ranks)")
+            parts.append(f"{self.launched_ranks} ranks started by the command itself (a launcher or a spawn; rank 0 "
+                         "reports, samples are its × the ranks)")
         ways = []
         if self.logdir:
             ways.append(f"TensorBoard scalars from {self.logdir}")
@@ -496,8 +496,8 @@ class ScriptLane:
         if kind == "hello" and not self.watcher:
             world = self.number(m, "world", True)
             if world and 1 < world <= 4096 and self.ranks == 1 and self.launched_ranks != world:
-                # Rank 0 of the command's own launcher (torchrun, accelerate launch): each rank
-                # trains on its share, as with workers=N.
+                # Rank 0 of ranks the command started itself (torchrun, accelerate launch,
+                # torch.multiprocessing.spawn): each rank trains on its share, as with workers=N.
                 self.launched_ranks = world
                 self.session.execution(self.describe())
             return

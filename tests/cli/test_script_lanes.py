@@ -367,8 +367,9 @@ class DataParallelScript(RaceTest):
 
 
 class Launchers(RaceTest):
-    """A command that starts the training through a launcher of its own: the launcher's process
-    closes the report pipe it inherited, so rank 0 reopens it by identity (devicerace/_channel.py)."""
+    """A command that starts its training ranks itself, through a launcher or a spawn: the
+    launcher's process closes the report pipe it inherited, so rank 0 reopens it by identity
+    (devicerace/_channel.py), and the other ranks stay silent."""
 
     @unittest.skipUnless(has("accelerate"), "accelerate is not installed (scripts/setup --frameworks)")
     def test_accelerate_launch(self):
@@ -391,7 +392,20 @@ class Launchers(RaceTest):
         self.assertEqual(own["world"], 2)
         self.assertEqual(lane["steps"], own["steps"])
         self.assertEqual(lane["samples"], own["samples"] * 2)  # rank 0's examples x the launcher's 2 ranks
-        self.assertIn("2 ranks started by the command's own launcher", lane["execution"])
+        self.assertIn("2 ranks started by the command itself", lane["execution"])
+
+
+    def test_a_script_that_spawns_its_ranks(self):
+        # torch.multiprocessing.spawn: no RANK in the ranks' environment, so each rank's report
+        # checks torch.distributed's rank, and rank 0 says the world size.
+        race = self.race(["cpu,threads=1"], [PYTHON, "ddp_torch.py", "--spawn", "2", "--out", "{dir}/ddp.json"],
+                         timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane = race.lane("cpu·1")
+        with open(f"{race.dir}/ddp.json") as f:
+            own = json.load(f)
+        self.assertEqual((own["world"], lane["steps"]), (2, own["steps"]))
+        self.assertEqual(lane["samples"], own["samples"] * 2)
 
 
 class BadInput(RaceTest):

@@ -362,7 +362,7 @@ class ScriptLaneTest(unittest.TestCase):
                 ends = json.load(f)
             self.assertGreater(max(b - a for a, b in zip(ends, ends[1:])), 1.2, ends_file)  # both were stopped
         execution = [m["text"] for m in self.messages if m["type"] == "execution"][-1]
-        self.assertIn("2 ranks started by the command's own launcher", execution)
+        self.assertIn("2 ranks started by the command itself", execution)
 
     def test_the_environment_of_a_cpu_lane(self):
         out = os.path.join(self.dir, "ends.json")

@@ -157,9 +157,16 @@ class Lane:
         t = t if t is not None else now()
         if not self._hello_sent:
             self._hello_sent = True
+            rank, world = self._process_group()
+            if rank != 0:
+                # A rank the script started itself (torch.multiprocessing.spawn, without RANK set):
+                # rank 0 reports for the lane.
+                self.in_race = False
+                self._channel.close()
+                return
             hello = {"t": "hello", "pid": os.getpid(), "source": self._source}
-            if self._channel.launched:  # rank 0 of the command's own launcher: its ranks
-                hello["world"] = self.world_size
+            if world > 1:  # the lane counts rank 0's samples × the ranks (unless it started them)
+                hello["world"] = world
             self._channel.send(hello)
         hooked = self._hook_losses() if self._hook_losses is not None else None
         if not self._losses and hooked:
@@ -180,6 +187,17 @@ class Lane:
         self._reported_step = self._step
         self._channel.send(message)
         self._next_report = t + self._channel.interval
+
+    def _process_group(self):
+        """(rank, world size) of this process: torch.distributed's once it is initialized (a
+        script that spawns its ranks itself sets no RANK), else torchrun's variables."""
+        dist = sys.modules.get("torch.distributed")
+        try:
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                return dist.get_rank(), dist.get_world_size()
+        except Exception:  # noqa: BLE001 - the variables then
+            pass
+        return self.rank, self.world_size
 
     def _peak_memory(self):
         """On a GPU lane whose script has started CUDA in PyTorch: the most memory its tensors

@@ -40,12 +40,13 @@ class Channel:
     subprocess.Popen closes inherited descriptors) finds that number closed, or another file in
     its place, so the pipe is known by its identity (DEVICERACE_REPORT_PIPE, "device:inode") and
     reopened through the lane's own descriptor of it (DEVICERACE_REPORT_PATH, /proc/PID/fd/N).
-    Of a launcher's ranks, only RANK 0 reports; `launched` says a launcher's process reports."""
+    Of a launcher's ranks, only RANK 0 reports (and of ranks a script spawns itself, rank 0 of
+    torch.distributed: the lane's first report checks it)."""
 
     def __init__(self):
         self.fd = None
         self.broken = False
-        self.launched = False
+        self.reopened = False
         env = os.environ
         want = env.get("DEVICERACE_REPORT_PIPE", "")
         fd = env.get("DEVICERACE_REPORT_FD", "")
@@ -59,10 +60,17 @@ class Channel:
             except OSError:
                 opened = None
             if opened is not None and _pipe_id(opened) == want:
-                self.fd, self.launched = opened, True
+                self.fd, self.reopened = opened, True
             elif opened is not None:
                 os.close(opened)
         self.interval = _env_float("DEVICERACE_REPORT_INTERVAL", _DEFAULT_INTERVAL, 0.01, 60.0)
+
+    def close(self):
+        """Report no more (another rank's process, found once it runs)."""
+        if self.fd is not None and not self.broken:
+            self.broken = True
+            if self.reopened:
+                os.close(self.fd)
 
     @property
     def active(self):
