@@ -23,6 +23,22 @@ bool isPython(const QString& program) {
     return python.match(QFileInfo(program).fileName()).hasMatch();
 }
 
+// A word as QProcess::splitCommand reads it back: "..." groups, a literal quote is three of them.
+QString quoted(QString word) {
+    if (word.isEmpty() || word.contains(QRegularExpression(QStringLiteral("[\\s\"]")))) {
+        word = QLatin1Char('"') + word.replace(QStringLiteral("\""), QStringLiteral("\"\"\"")) + QLatin1Char('"');
+    }
+    return word;
+}
+
+QString joined(const std::vector<std::string>& words, std::size_t from, std::size_t to) {
+    QStringList out;
+    for (std::size_t k = from; k < to; ++k) {
+        out << quoted(QString::fromStdString(words[k]));
+    }
+    return out.join(QLatin1Char(' '));
+}
+
 } // namespace
 
 QString defaultInterpreter() {
@@ -51,7 +67,9 @@ ScriptPicker::ScriptPicker(QWidget* parent) : QWidget(parent) {
     m_args->setToolTip(tr("The script's arguments (quotes as in a shell; nothing is expanded)"));
     m_interpreter = new QLineEdit(defaultInterpreter(), this);
     m_interpreter->setObjectName(QStringLiteral("scriptInterpreter"));
-    m_interpreter->setToolTip(tr("The program that runs the script (empty: the script is a program itself)"));
+    m_interpreter->setToolTip(tr("The program that runs the script, with its options: python3, python3 -u, "
+                                 "accelerate launch, torchrun --nproc-per-node 2 (empty: the script is a "
+                                 "program itself)"));
     grid->addWidget(new QLabel(tr("Script"), this), 0, 0);
     grid->addWidget(m_script, 0, 1);
     grid->addWidget(browse, 0, 2);
@@ -81,8 +99,14 @@ std::vector<std::string> ScriptPicker::command() const {
         return {};
     }
     std::vector<std::string> out;
-    if (const QString interpreter = m_interpreter->text().trimmed(); !interpreter.isEmpty()) {
+    // The interpreter may be a launcher with its options (accelerate launch, torchrun
+    // --nproc-per-node 2): its words, unless it is one program whose path has spaces.
+    if (const QString interpreter = m_interpreter->text().trimmed(); QFileInfo(interpreter).isFile()) {
         out.push_back(interpreter.toStdString());
+    } else {
+        for (const auto& word : QProcess::splitCommand(interpreter)) {
+            out.push_back(word.toStdString());
+        }
     }
     out.push_back(script.toStdString());
     for (const auto& arg : QProcess::splitCommand(m_args->text())) {
@@ -92,26 +116,23 @@ std::vector<std::string> ScriptPicker::command() const {
 }
 
 void ScriptPicker::setCommand(const std::vector<std::string>& command) {
-    std::size_t i = 0;
-    if (!command.empty() && isPython(QString::fromStdString(command[0])) && command.size() > 1) {
-        m_interpreter->setText(QString::fromStdString(command[0]));
-        i = 1;
-    } else if (!command.empty()) {
-        m_interpreter->clear(); // a program of its own (./train.sh)
-    } else {
+    // The script is the first .py word after the program (what comes before it, the interpreter
+    // and its options or a launcher: python3 -u, accelerate launch, torchrun --nproc-per-node 2),
+    // else the word after a Python, else the program itself (./train.sh).
+    std::size_t script = 0;
+    for (std::size_t k = 1; k < command.size() && script == 0; ++k) {
+        script = QString::fromStdString(command[k]).endsWith(QStringLiteral(".py")) ? k : 0;
+    }
+    if (script == 0 && command.size() > 1 && isPython(QString::fromStdString(command[0]))) {
+        script = 1;
+    }
+    if (command.empty()) {
         m_interpreter->setText(defaultInterpreter());
+    } else {
+        m_interpreter->setText(joined(command, 0, script)); // empty: a program of its own
     }
-    m_script->setCurrentText(i < command.size() ? QString::fromStdString(command[i]) : QString());
-    QStringList args;
-    for (std::size_t k = i + 1; k < command.size(); ++k) {
-        QString a = QString::fromStdString(command[k]);
-        // QProcess::splitCommand's quoting: "..." groups, a literal quote is three of them.
-        if (a.isEmpty() || a.contains(QRegularExpression(QStringLiteral("[\\s\"]")))) {
-            a = QLatin1Char('"') + a.replace(QStringLiteral("\""), QStringLiteral("\"\"\"")) + QLatin1Char('"');
-        }
-        args << a;
-    }
-    m_args->setText(args.join(QLatin1Char(' ')));
+    m_script->setCurrentText(script < command.size() ? QString::fromStdString(command[script]) : QString());
+    m_args->setText(command.empty() ? QString() : joined(command, script + 1, command.size()));
 }
 
 void ScriptPicker::remember() {

@@ -185,6 +185,41 @@ private Q_SLOTS:
         QCOMPARE(w.setupPanel()->raceSpec().command, spec.command);
     }
 
+    // A launcher in front of the script (accelerate launch, torchrun, python3 -m
+    // torch.distributed.run) goes in the Interpreter field, options and all, and round-trips.
+    void aLauncherIsTheInterpreterWithItsOptions() {
+        ui::MainWindow w;
+        const std::vector<std::vector<std::string>> commands = {
+            {"accelerate", "launch", "--cpu", "train.py", "--epochs", "1"},
+            {"torchrun", "--nproc-per-node", "2", "train.py"},
+            {"/usr/bin/python3", "-m", "torch.distributed.run", "--nproc-per-node", "2", "my train.py", "--lr", "3e-4"},
+            {"python3", "-u", "train.py"},
+            {"./train.sh", "--fast"},
+            {"python3", "-c", "import devicerace"},
+        };
+        auto* interpreter = w.setupPanel()->findChild<QLineEdit*>(QStringLiteral("scriptInterpreter"));
+        auto* args = w.setupPanel()->findChild<QLineEdit*>(QStringLiteral("scriptArgs"));
+        QVERIFY(interpreter && args);
+        for (const auto& command : commands) {
+            RaceSpec spec;
+            spec.workload = kScriptWorkload;
+            spec.command = command;
+            w.setupPanel()->setRaceSpec(spec);
+            QCOMPARE(w.setupPanel()->raceSpec().command, command);
+        }
+        RaceSpec spec;
+        spec.workload = kScriptWorkload;
+        spec.command = {"torchrun", "--nproc-per-node", "2", "train.py"};
+        w.setupPanel()->setRaceSpec(spec);
+        QCOMPARE(interpreter->text(), QStringLiteral("torchrun --nproc-per-node 2"));
+        // Typed as a user would: the launcher's words, the script, its arguments.
+        interpreter->setText(QStringLiteral("accelerate launch --num_processes 1"));
+        args->setText(QStringLiteral("--epochs 2"));
+        QCOMPARE(
+            w.setupPanel()->raceSpec().command,
+            (std::vector<std::string>{"accelerate", "launch", "--num_processes", "1", "train.py", "--epochs", "2"}));
+    }
+
     void aScriptThatCountsOnlyStepsIsChartedInStepsPerSecond() {
         // A script whose batch cannot be seen reports steps alone: the throughput chart shows
         // steps/s by itself, and the summary's steps/s is the script's.
