@@ -546,7 +546,14 @@ QString RaceController::command() const {
                                : (m_recordings.empty() ? std::vector<std::string>{} : m_recordings.front()->command);
     QStringList out;
     for (const auto& w : words) {
-        out << QString::fromStdString(w);
+        QString word = QString::fromStdString(w);
+        // The program and a script by their file names (what a presenter says: "accelerate
+        // launch train.py", not the virtual environment's path); the rest as typed.
+        if ((out.isEmpty() || word.endsWith(QStringLiteral(".py"))) && word.contains(QLatin1Char('/')) &&
+            !word.startsWith(QLatin1Char('-'))) {
+            word = word.mid(word.lastIndexOf(QLatin1Char('/')) + 1);
+        }
+        out << word;
     }
     return out.join(QLatin1Char(' '));
 }

@@ -97,7 +97,8 @@ public:
     QString datasetLabel() const;
     /// The race's workload (or the first recording's when only recordings are shown).
     QString workload() const;
-    /// A script race's command, as the user named it (the live race's, or the first recording's).
+    /// A script race's command as the title shows it: the program and the script by their file
+    /// names, the rest as typed (the live race's, or the first recording's).
     QString command() const;
     /// Language models: tokens scored per example (throughput shown in tokens/s); 0 otherwise
     /// or for a recording of a workload this build does not know.

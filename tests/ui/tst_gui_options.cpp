@@ -245,6 +245,9 @@ private Q_SLOTS:
         QVERIFY(rate);
         QCOMPARE(rate->currentText(), QStringLiteral("steps/s"));
         QVERIFY(w.dashboard()->throughputChart()->pointCount() > 0);
+        // The title names the program by its file name, not the path it was found at.
+        QVERIFY2(w.windowTitle().startsWith(QStringLiteral("DeviceRace — your command: python3 -c import time")),
+                 qPrintable(w.windowTitle()));
     }
 
     void aCommandNeedsTheDoubleDash() {
