@@ -56,7 +56,8 @@ ScriptPicker::ScriptPicker(QWidget* parent) : QWidget(parent) {
     m_script->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     m_script->setMinimumContentsLength(12);
     m_script->lineEdit()->setPlaceholderText(tr("train.py"));
-    m_script->setToolTip(tr("Your training script, run once per lane with the lane's device and threads"));
+    m_script->setToolTip(tr("Your training script or Jupyter notebook, run once per lane with the lane's device and "
+                            "threads"));
     m_script->addItems(QSettings().value(kRecentKey).toStringList());
     m_script->setCurrentIndex(-1);
     auto* browse = new QPushButton(tr("Browse…"), this);
@@ -87,7 +88,7 @@ ScriptPicker::ScriptPicker(QWidget* parent) : QWidget(parent) {
 void ScriptPicker::browse() {
     const QString start = m_script->currentText().isEmpty() ? QString() : QFileInfo(m_script->currentText()).path();
     const QString file = QFileDialog::getOpenFileName(this, tr("Your training script"), start,
-                                                      tr("Python scripts (*.py);;All files (*)"));
+                                                      tr("Python scripts and notebooks (*.py *.ipynb);;All files (*)"));
     if (!file.isEmpty()) {
         m_script->setCurrentText(file);
     }
@@ -116,12 +117,13 @@ std::vector<std::string> ScriptPicker::command() const {
 }
 
 void ScriptPicker::setCommand(const std::vector<std::string>& command) {
-    // The script is the first .py word after the program (what comes before it, the interpreter
+    // The script is the first .py (or .ipynb) word after the program (what comes before it, the interpreter
     // and its options or a launcher: python3 -u, accelerate launch, torchrun --nproc-per-node 2),
     // else the word after a Python, else the program itself (./train.sh).
     std::size_t script = 0;
     for (std::size_t k = 1; k < command.size() && script == 0; ++k) {
-        script = QString::fromStdString(command[k]).endsWith(QStringLiteral(".py")) ? k : 0;
+        const QString word = QString::fromStdString(command[k]);
+        script = word.endsWith(QStringLiteral(".py")) || word.endsWith(QStringLiteral(".ipynb")) ? k : 0;
     }
     if (script == 0 && command.size() > 1 && isPython(QString::fromStdString(command[0]))) {
         script = 1;

@@ -2,8 +2,8 @@
 
 A script lane checks its command before the race (script_lane.py, `check_command`), here or on an
 ssh:// host: `python3 -u train.py --epochs 1` runs train.py, and a file that is not there, a
-Jupyter notebook or a binary would otherwise start the lane only for Python to fail in it (or, for
-a notebook, to evaluate its JSON as a dict and exit 0 having trained nothing).
+binary or a folder without __main__.py would otherwise start the lane only for Python to fail in
+it. (A Jupyter notebook is run through a script of its cells: notebook_script.py.)
 """
 import os
 import re
@@ -11,20 +11,19 @@ import re
 PYTHON = re.compile(r"python[0-9.]*")
 
 
-def python_script_of(command):
-    """The script argument of `command` when its program is a Python interpreter (python, python3,
+def python_script_index(command):
+    """Where in `command` the script is when its program is a Python interpreter (python, python3,
     python3.11, with or without a folder), after Python's own options; None for `-c`, `-m`, `-`
     (stdin), `--help`-like options and any other program."""
     if not command or not PYTHON.fullmatch(os.path.basename(command[0])):
         return None
-    args = command[1:]
-    i = 0
-    while i < len(args):
-        a = args[i]
+    i = 1
+    while i < len(command):
+        a = command[i]
         if a == "--":
-            return args[i + 1] if i + 1 < len(args) else None
+            return i + 1 if i + 1 < len(command) else None
         if len(a) < 2 or not a.startswith("-"):
-            return None if a == "-" else a  # "-": the script comes on stdin
+            return None if a == "-" else i  # "-": the script comes on stdin
         if a.startswith("--"):  # --check-hash-based-pycs MODE takes a value; --help, --version run nothing
             if a != "--check-hash-based-pycs":
                 return None
@@ -40,10 +39,17 @@ def python_script_of(command):
     return None
 
 
+def python_script_of(command):
+    """The script a Python `command` runs (python_script_index), or None."""
+    i = python_script_index(command)
+    return None if i is None else command[i]
+
+
 def script_file_problem(script, path, program):
     """What stops `program` (python3) from running `script`, found at `path`, in the words a user
     needs, or None: a file of text, a compiled file, a zip archive or a folder with a __main__.py
-    is what Python runs. A missing file is the caller's to word (it knows where it looked)."""
+    is what Python runs. A missing file is the caller's to word (it knows where it looked), and a
+    notebook is not a problem (notebook_script.py)."""
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "__main__.py")):
             return None
@@ -53,12 +59,6 @@ def script_file_problem(script, path, program):
             head = f.read(4096)
     except OSError as e:
         return f"{script}: cannot be read ({e.strerror})"
-    text = head.lstrip()
-    if path.endswith(".ipynb") or (text.startswith(b"{") and b'"cells"' in head):
-        as_py = os.path.splitext(script)[0] + ".py"
-        return (f"{script} is a Jupyter notebook, which {program} cannot run: export its code as a script "
-                f"(jupyter nbconvert --to script {script}, or in Jupyter: File > Save and Export Notebook As > "
-                f"Executable Script) and race {as_py}")
     if path.endswith(".pyc") or head.startswith(b"PK\x03\x04"):
         return None  # Python runs compiled files and zip archives (with a __main__.py inside)
     if b"\0" in head:

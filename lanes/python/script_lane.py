@@ -29,6 +29,7 @@ first step), the warm-up steps' intervals are greyed, throughput is taken over r
 between steps as the script's own clock saw them, evaluations are outside those intervals, and
 paused time (SIGSTOP/SIGCONT of the command's process groups) is left out.
 """
+import atexit
 import math
 import os
 import re
@@ -36,12 +37,14 @@ import select
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections import deque
 
 import devicerace_worker as dw
+from notebook_script import NotebookError, is_notebook, write_notebook_script
 from printed_metrics import figures
-from script_file import python_script_of, script_file_problem
+from script_file import python_script_index, python_script_of, script_file_problem
 from script_processes import (Command, Rapl, descendants, device_report, failure_lines, free_port, gpu_report,
                               stat_of)
 
@@ -99,6 +102,8 @@ class ScriptLane:
             raise dw.LaneRefused("a script lane needs its command: the words after -- (devicerace-cli race "
                                  "--lane cpu -- python3 train.py)")
         self.config, self.spec, self.command = c, spec, list(command)
+        self.argv = self.command  # what runs: the command, or for a notebook the script of its cells
+        self.notebook = None      # a notebook's (code cells, lines left out)
         self.session = session
         self.name = script_name(self.command)
         self.label = spec.get("name") or c["lane"]
@@ -177,9 +182,32 @@ class ScriptLane:
                 hint = (" (copy it there: copy=DIR, or rsync; README, \"Race your own training\")"
                         if os.environ.get("SSH_CONNECTION") else "")
                 raise dw.LaneRefused(f"{script}: no such file in {self.workdir} {self.where()}{hint}")
+            if is_notebook(path):
+                return self.run_notebook(python_script_index(self.command), path)
             problem = script_file_problem(script, path, os.path.basename(program))
             if problem:
                 raise dw.LaneRefused(problem)
+            return
+        # A launcher's script (accelerate launch train.ipynb): a notebook is run the same way.
+        for i, word in enumerate(self.command[1:], start=1):
+            path = os.path.join(self.workdir, os.path.expanduser(word))
+            if word.endswith(".ipynb") and os.path.isfile(path):
+                return self.run_notebook(i, path)
+
+    def run_notebook(self, i, path):
+        """Python cannot run a notebook: the command runs a script of its code cells instead of
+        the notebook, word i (notebook_script.py), written to a folder of this lane's, removed
+        when it ends."""
+        name = os.path.basename(self.command[i])
+        folder = tempfile.mkdtemp(prefix="devicerace-notebook-")
+        atexit.register(shutil.rmtree, folder, True)
+        out = os.path.join(folder, name + ".py")
+        try:
+            cells, skipped = write_notebook_script(path, name, out)
+        except NotebookError as e:
+            raise dw.LaneRefused(str(e)) from None
+        self.argv = self.command[:i] + [out] + self.command[i + 1:]
+        self.notebook = (cells, skipped)
 
     def check_device(self):
         if self.device.startswith("cuda"):
@@ -283,6 +311,13 @@ class ScriptLane:
 
     def describe(self):
         parts = [f"your command: {' '.join(self.command)}"]
+        if self.notebook:
+            cells, skipped = self.notebook
+            run = f"its {cells} code cell{'s' if cells > 1 else ''} run in order in the notebook's folder"
+            if skipped:
+                more = f" and {len(skipped) - 6} more" if len(skipped) > 6 else ""
+                run += f", without what only IPython runs: {', '.join(skipped[:6])}{more}"
+            parts.append(run)
         if self.threads:
             parts.append(f"{self.threads} thread{'s' if self.threads > 1 else ''} (OMP/MKL/OpenBLAS/TF/XLA, "
                          "CPU affinity)")
@@ -314,7 +349,7 @@ class ScriptLane:
         # The lane keeps its own write end open for the race: the channel never reads as ended while
         # a launcher's rank 0 may still reopen it by path (after the launcher closed its copy).
         try:
-            self.proc = Command(self.command, self.workdir, self.base_env(), self.ranks,
+            self.proc = Command(self.argv, self.workdir, self.base_env(), self.ranks,
                                 self.rank_env(free_port() if self.ranks > 1 else 0), self.cpu_sets(), write_fd,
                                 f"/proc/{os.getpid()}/fd/{read_fd}",
                                 self.on_printed if self.read_prints and not self.watcher else None)

@@ -1,6 +1,6 @@
 """Script lanes: a user's own training command raced through the CLI, as a user would run it
 (devicerace-cli race --lane ... -- python3 train.py). Real scripts (tests/scripts/): a plain
-PyTorch loop unchanged, the same loop reporting through `import devicerace`, one that writes
+PyTorch loop unchanged, a Jupyter notebook, the same loop reporting through `import devicerace`, one that writes
 TensorBoard scalars, Keras 3 fit() on JAX and on TensorFlow, a Hugging Face Trainer, a Lightning
 Trainer, an unmodified DDP script as workers=2, a lane over a loopback sshd, and every fault a
 user's script can bring. The figures are held against the scripts' own counts and clocks.
@@ -200,6 +200,18 @@ class UnchangedPyTorch(RaceTest):
         self.assertFinished(race, "cpu·1")
         self.assertEqual([e for e in race.of("cpu·1", "eval") if e["accuracy"] is not None], [])
 
+    def test_a_notebook_races_as_it_is(self):
+        # A Jupyter notebook with a magic, a shell escape, help and display(): its code cells run
+        # in its folder (its sibling module imports), its printed accuracy is the lane's.
+        race = self.race(["cpu,threads=1"], [PYTHON, "fashion_notebook.ipynb", "600", "{dir}/own.json"])
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("own")
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertAlmostEqual(lane["final_test_accuracy"], own["accuracy"], places=4)
+        self.assertEqual(lane["flops_per_sample"], 2 * (784 * 128 * 2 + 128 * 10 * 3))
+        self.assertIn("its 4 code cells run in order in the notebook's folder, without what only IPython runs: "
+                      "%matplotlib inline (cell 1), !pip install torch (cell 1), model? (cell 2)", lane["execution"])
+
     def test_a_slow_data_loader_makes_its_lane_input_bound(self):
         # The script waits for its DataLoader's batches, 8 ms more a batch in lane "slow": the
         # lane's data phase is the script's own wait, and that lane alone reads input-bound. Its
@@ -381,6 +393,13 @@ class Launchers(RaceTest):
         self.assertAlmostEqual(lane["final_test_accuracy"], own["accuracy"], places=4)  # accelerator.print's line
         self.assertEqual(lane["flops_per_sample"], 2 * (784 * 256 * 2 + 256 * 10 * 3))  # the data has no gradient
         self.assertIn("data", lane["step_breakdown"])
+        # A notebook given to the launcher runs as its cells, as one given to Python does.
+        race = self.race(["cpu,threads=1"], [PYTHON, "-m", "accelerate.commands.launch", "--cpu", "--num_processes",
+                                             "1", "fashion_notebook.ipynb", "400", "{dir}/own.json"], timeout=600)
+        self.assertFinished(race, "cpu·1")
+        lane, own = race.lane("cpu·1"), race.own("own")
+        self.assertEqual((lane["steps"], lane["samples"]), (own["steps"], own["samples"]))
+        self.assertIn("its 4 code cells run in order", lane["execution"])
 
     def test_torchrun_with_two_ranks(self):
         race = self.race(["cpu,threads=1"], [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2",

@@ -21,6 +21,7 @@ from lane_harness import LANES, PYTHON, STATES, Lane, engine_config  # noqa: E40
 
 PROGRAM = os.path.join(LANES, "script_lane.py")
 sys.path.insert(0, LANES)
+from notebook_script import NotebookError, is_notebook, notebook_cells  # noqa: E402
 from script_file import python_script_of, script_file_problem  # noqa: E402
 
 
@@ -258,13 +259,67 @@ class ScriptFile(unittest.TestCase):
         self.assertEqual(problem("pkg"), "")
         os.makedirs(os.path.join(d, "empty"))
         self.assertIn("empty: a folder without a __main__.py", problem("empty"))
-        notebook = problem("train.ipynb", b'{\n "cells": [{"cell_type": "code", "source": ["import torch"]}],\n'
-                                          b' "nbformat": 4\n}\n')
-        self.assertIn("train.ipynb is a Jupyter notebook, which python3 cannot run", notebook)
-        self.assertIn("jupyter nbconvert --to script train.ipynb", notebook)
-        self.assertIn("and race train.py", notebook)
-        self.assertIn("is a Jupyter notebook", problem("renamed.txt", b' {"cells": [], "nbformat": 4}'))
         self.assertIn("weights.bin: a binary file, not a Python script", problem("weights.bin", b"\x7fELF\0\0\0"))
+
+
+def notebook(cells, language="python", nbformat=4):
+    """A notebook as Jupyter saves it: `cells` are ("code" | "markdown", source) pairs."""
+    return json.dumps({"cells": [{"cell_type": kind, "metadata": {}, "source": source.splitlines(True),
+                                  **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+                                 for kind, source in cells],
+                       "metadata": {"kernelspec": {"language": language, "name": language}},
+                       "nbformat": nbformat, "nbformat_minor": 5})
+
+
+class NotebookScript(unittest.TestCase):
+    """lanes/python/notebook_script.py: a notebook's code cells as the script a lane runs."""
+
+    def cells(self, text, name="train.ipynb"):
+        d = tempfile.mkdtemp(prefix="devicerace-notebook-test-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return notebook_cells(path, name)
+
+    def test_code_cells_run_and_what_only_ipython_runs_is_named(self):
+        cells, skipped = self.cells(notebook([
+            ("markdown", "# Training\n!not code"),
+            ("code", "%matplotlib inline\n!pip install torch\nimport math\nfiles = !ls\nmath?"),
+            ("code", "%%time\nx = 1\nif x:\n    %timeit math.sqrt(2)\ny = x + 1"),
+            ("code", "%%bash\necho hello"),
+            ("code", "z = 5 % 3\nw = z != 2\n"),
+        ]))
+        self.assertEqual([name for name, _ in cells], ["train.ipynb, cell 1", "train.ipynb, cell 2",
+                                                       "train.ipynb, cell 4"])  # cell 3 is bash
+        self.assertEqual(skipped, ["%matplotlib inline (cell 1)", "!pip install torch (cell 1)",
+                                   "files = !ls (cell 1)", "math? (cell 1)", "%timeit math.sqrt(2) (cell 2)",
+                                   "%%bash (cell 3)"])
+        scope = {}
+        for name, source in cells:
+            exec(compile(source, name, "exec"), scope)
+        self.assertEqual((scope["y"], scope["z"], scope["w"]), (2, 2, False))
+        self.assertEqual(cells[1][1].splitlines()[3], "    pass")  # the if block keeps a body
+        self.assertEqual(cells[1][1].splitlines()[4], "y = x + 1")  # and %%time's body its line numbers
+
+    def test_what_cannot_be_raced_is_said(self):
+        for text, said in ((notebook([("code", "x = (1,\n")]), "train.ipynb, cell 1, line 1"),
+                           (notebook([("code", "x <- 1")], language="R"), "a R notebook"),
+                           (notebook([("markdown", "# notes")]), "without code cells"),
+                           (json.dumps({"nbformat": 3, "worksheets": []}), "nbformat 3"),
+                           ("{not json", "not a notebook Jupyter could open")):
+            with self.assertRaises(NotebookError) as e:
+                self.cells(text)
+            self.assertIn(said, str(e.exception))
+
+    def test_a_notebook_is_known_by_its_name_or_its_cells(self):
+        d = tempfile.mkdtemp(prefix="devicerace-notebook-test-")
+        self.addCleanup(shutil.rmtree, d, True)
+        for name, text, expected in (("a.ipynb", "", True), ("renamed.txt", ' {"cells": [], "nbformat": 4}', True),
+                                     ("train.py", "import torch\n", False)):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+            self.assertEqual(is_notebook(os.path.join(d, name)), expected, name)
 
 
 class ScriptLaneTest(unittest.TestCase):
@@ -584,17 +639,28 @@ class ScriptLaneTest(unittest.TestCase):
         self.assertEqual([(s["accuracy"], s["loss"]) for s in evals], [(0.75, 0.6)], samples[-6:])
         self.assertLessEqual(evals[0]["step"], 30)
 
-    def test_a_notebook_is_refused_before_the_race(self):
-        notebook = os.path.join(self.dir, "train.ipynb")
-        with open(notebook, "w") as f:
-            json.dump({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, f)
-        lane = Lane([PYTHON, PROGRAM])
-        self.addCleanup(lane.close)
-        lane.next()
-        lane.send(config([PYTHON, notebook, "--epochs", "1"]))
-        m, _ = lane.until(lambda m: m["type"] in ("ready", "error"))
-        self.assertEqual(m["type"], "error")
-        self.assertIn("train.ipynb is a Jupyter notebook", m["message"])
+    def test_a_notebook_runs_as_its_cells_and_a_failing_cell_is_named(self):
+        # The stepper as a notebook: its cells run in the notebook's folder, with sys.argv.
+        stepper = STEPPER.split("\n")
+        cut = stepper.index("    ends = []") if "    ends = []" in stepper else stepper.index("ends = []")
+        path = os.path.join(self.dir, "stepper.ipynb")
+        with open(path, "w") as f:
+            f.write(notebook([("code", "%matplotlib inline\n" + "\n".join(stepper[:cut])),
+                              ("code", "\n".join(stepper[cut:]) + "\nimport os\nopen('cwd', 'w').write(os.getcwd())")]))
+        out = os.path.join(self.dir, "ends.json")
+        lane, samples = self.run_lane([PYTHON, path, "60", out])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        self.assertEqual((samples[-1]["step"], samples[-1]["samples"]), (60, 480))
+        with open(os.path.join(self.dir, "cwd")) as f:
+            self.assertEqual(f.read(), self.dir)  # the notebook's folder, as in Jupyter
+        execution = [m["text"] for m in self.messages if m["type"] == "execution"][-1]
+        self.assertIn("its 2 code cells run in order in the notebook's folder, without what only IPython runs: "
+                      "%matplotlib inline (cell 1)", execution)
+        with open(path, "w") as f:
+            f.write(notebook([("code", "x = 1"), ("markdown", "next"), ("code", "y = 2\nraise ValueError('no data')")]))
+        lane, samples = self.run_lane([PYTHON, path])
+        self.assertEqual(samples[-1]["state"], "failed")
+        self.assertIn("ValueError: no data (stepper.ipynb, cell 2, line 2)", samples[-1]["message"])
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])

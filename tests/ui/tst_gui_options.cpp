@@ -194,6 +194,7 @@ private Q_SLOTS:
             {"torchrun", "--nproc-per-node", "2", "train.py"},
             {"/usr/bin/python3", "-m", "torch.distributed.run", "--nproc-per-node", "2", "my train.py", "--lr", "3e-4"},
             {"python3", "-u", "train.py"},
+            {"accelerate", "launch", "train.ipynb", "--epochs", "1"},
             {"./train.sh", "--fast"},
             {"python3", "-c", "import devicerace"},
         };
