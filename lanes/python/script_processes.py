@@ -268,8 +268,8 @@ class Command:
                 # The pipe by number, and by identity and path for the processes a launcher in the
                 # command starts without it (devicerace/_channel.py).
                 st = os.fstat(report_fd)
-                env.update({"DEVICERACE_REPORT_FD": str(report_fd), "DEVICERACE_REPORT_PIPE": f"{st.st_dev}:{st.st_ino}",
-                            "DEVICERACE_REPORT_PATH": report_path})
+                env.update({"DEVICERACE_REPORT_FD": str(report_fd),
+                            "DEVICERACE_REPORT_PIPE": f"{st.st_dev}:{st.st_ino}", "DEVICERACE_REPORT_PATH": report_path})
             else:
                 for key in ("DEVICERACE_REPORT_FD", "DEVICERACE_REPORT_PIPE", "DEVICERACE_REPORT_PATH"):
                     env.pop(key, None)

@@ -1,8 +1,9 @@
 """The report channel from a user's training process to its DeviceRace lane (script_lane.py).
 
 The lane starts the user's command with DEVICERACE_REPORT_FD naming the write end of a pipe it
-reads (and the pipe's identity and a path to it, for the processes a launcher starts); each report is one JSON object per line (at most a few hundred bytes, so one write is
-atomic), sent only at report points. The user's stdout and stderr stay the user's own: nothing
+reads (and the pipe's identity and a path to it, for the processes a launcher starts); each
+report is one JSON object per line (at most a few hundred bytes, so one write is atomic), sent
+only at report points. The user's stdout and stderr stay the user's own: nothing
 here writes to them. Outside a race (no DEVICERACE_REPORT_FD) every call is a cheap no-op.
 Standard library only.
 """
