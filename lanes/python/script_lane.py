@@ -45,8 +45,8 @@ import devicerace_worker as dw
 from notebook_script import NotebookError, is_notebook, write_notebook_script
 from printed_metrics import figures
 from script_file import python_script_index, python_script_of, script_file_problem
-from script_processes import (Command, Rapl, descendants, device_report, failure_lines, free_port, gpu_report,
-                              stat_of)
+from script_processes import (Command, NvmlEnergy, Rapl, descendants, device_report, failure_lines, free_port,
+                              gpu_report, stat_of)
 
 NAME = "the script lane"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -209,9 +209,13 @@ class ScriptLane:
         self.argv = self.command[:i] + [out] + self.command[i + 1:]
         self.notebook = (cells, skipped)
 
+    def gpu_index(self):
+        """The lane's GPU as NVML and the engine number it ("cuda:1": 1, "cuda": 0)."""
+        return int(self.device[5:]) if self.device.startswith("cuda:") else 0
+
     def check_device(self):
         if self.device.startswith("cuda"):
-            index = int(self.device[5:]) if self.device.startswith("cuda:") else 0
+            index = self.gpu_index()
             gpus, reason = gpu_report()
             if gpus and index >= len(gpus):
                 raise dw.LaneRefused(f"lane '{self.label}': {self.device}: this machine has {len(gpus)} GPU(s)")
@@ -250,7 +254,7 @@ class ScriptLane:
             env["DEVICERACE_DEVICE"] = "cpu"
             env["CUDA_VISIBLE_DEVICES"] = ""
         else:
-            index = int(self.device[5:]) if self.device.startswith("cuda:") else 0
+            index = self.gpu_index()
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
             env["CUDA_VISIBLE_DEVICES"] = visible[index] if index < len(visible) else str(index)
             env["DEVICERACE_DEVICE"] = "cuda:0"
@@ -621,10 +625,9 @@ class ScriptLane:
             m.paused = 0.0
             m.load.read()
             self.meter.step, self.meter.samples = step, samples or 0
-            self.energy = Rapl() if self.device == "cpu" else None
+            self.energy = Rapl() if self.device == "cpu" else NvmlEnergy(self.gpu_index())
             running = m.base("state")
-            running.update({"state": "running", "message": "", "t": 0.0, "energy_source": (
-                self.energy.source if self.energy else "not measured for a script lane on a GPU")})
+            running.update({"state": "running", "message": "", "t": 0.0, "energy_source": self.energy.source})
             if m.load.cpus > 0:
                 running["machine_cpus"] = m.load.cpus
             m.emit(running)

@@ -1,8 +1,9 @@
 """What the script lane (script_lane.py) runs its user's command with: the machine as its hello
-describes it (no framework imported; GPUs as nvidia-smi lists them), the CPU packages' energy
-counters, and the command's processes: started without a shell, each in a session of its own,
+describes it (no framework imported; GPUs as nvidia-smi lists them), the CPU packages' and the
+GPUs' energy counters, and the command's processes: started without a shell, each in a session of its own,
 killed with the lane, their output read on threads of their own and kept as a tail.
 """
+import ctypes
 import os
 import re
 import shutil
@@ -116,6 +117,49 @@ class Rapl:
         for (path, span), a, b in zip(self.zones, last, now):
             total += b - a if b >= a else b + span - a  # the counter wrapped
         return total
+
+
+class NvmlEnergy:
+    """GPU `index`'s energy counter through NVML (nvmlDeviceGetTotalEnergyConsumption: millijoules
+    since the driver loaded, Volta and later), read as the engine's devices/energy.cpp reads it
+    for its own GPU lanes: `take()` gives the joules since its last call, None where there is no
+    counter; `source` says "NVML", or why not. DEVICERACE_NVML_LIBRARY names another library
+    (tests: a stand-in built from tests/lanes/fake_nvml.c)."""
+
+    def __init__(self, index):
+        self.last, self._count = None, None
+        name = os.environ.get("DEVICERACE_NVML_LIBRARY") or "libnvidia-ml.so.1"
+        unavailable = f"not measurable here: NVML ({os.path.basename(name)}) is not available"
+        try:
+            lib = ctypes.CDLL(name)
+            init, get = lib.nvmlInit_v2, lib.nvmlDeviceGetHandleByIndex_v2
+            energy = lib.nvmlDeviceGetTotalEnergyConsumption
+        except (OSError, AttributeError):
+            self.source = unavailable
+            return
+        get.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+        energy.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong)]
+        handle = ctypes.c_void_p()
+        if init() != 0 or get(index, ctypes.byref(handle)) != 0:
+            self.source = unavailable
+            return
+
+        def count():
+            mj = ctypes.c_ulonglong()
+            return mj.value / 1000.0 if energy(handle, ctypes.byref(mj)) == 0 else None
+
+        self.last = count()
+        if self.last is None:
+            self.source = f"not measurable here: GPU {index} reports no total energy through NVML"
+        else:
+            self.source, self._count = "NVML", count
+
+    def take(self):
+        if self._count is None:
+            return None
+        now, last = self._count(), self.last
+        self.last = now
+        return None if now is None or last is None else max(0.0, now - last)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -521,6 +521,36 @@ class ScriptLaneTest(unittest.TestCase):
         watts = sum(s["energy_joules"] for s in measured) / sum(s["interval_s"] for s in measured)
         self.assertAlmostEqual(watts, 100, delta=25)
 
+    def test_a_gpu_lane_reads_its_gpus_energy_through_nvml(self):
+        # NVML stood in for by a library whose GPU 0 draws 250 W and whose GPU 1 has no counter;
+        # no GPU is needed (without nvidia-smi the lane runs the script on cuda:N anyway).
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if not cc:
+            self.skipTest("no C compiler to build the NVML stand-in")
+        library = os.path.join(self.dir, "libfake-nvml.so")
+        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", library,
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_nvml.c")], check=True)
+        os.environ["DEVICERACE_NVML_LIBRARY"] = library
+        self.addCleanup(os.environ.pop, "DEVICERACE_NVML_LIBRARY")
+        out = os.path.join(self.dir, "ends.json")
+        for device, source in (("cuda:0", "NVML"), ("cuda:1", "not measurable here: GPU 1 reports no total energy "
+                                                              "through NVML")):
+            lane, samples = self.run_lane([PYTHON, self.script, "150", out], device=device)
+            self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+            running = next(s for s in samples if s["kind"] == "state" and s["state"] == "running")
+            self.assertEqual(running["energy_source"], source)
+            measured = [s for s in samples if s["kind"] == "train" and s.get("energy_joules") is not None]
+            if device == "cuda:1":
+                self.assertEqual(measured, [])
+                continue
+            self.assertGreater(len(measured), 3)
+            watts = sum(s["energy_joules"] for s in measured) / sum(s["interval_s"] for s in measured)
+            self.assertAlmostEqual(watts, 250, delta=60)
+        os.environ["DEVICERACE_NVML_LIBRARY"] = os.path.join(self.dir, "libnone.so")
+        lane, samples = self.run_lane([PYTHON, self.script, "40", out], device="cuda:0")
+        running = next(s for s in samples if s["kind"] == "state" and s["state"] == "running")
+        self.assertEqual(running["energy_source"], "not measurable here: NVML (libnone.so) is not available")
+
     def test_the_package_installs_and_is_a_no_op_outside_a_race(self):
         # pip install lanes/python (no index, no download), then a script that reports runs alone.
         target = os.path.join(self.dir, "site")
