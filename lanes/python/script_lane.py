@@ -381,8 +381,12 @@ class ScriptLane:
         total = time.process_time()
         proc = getattr(self, "proc", None)
         pids = [p.pid for p in proc.procs] if proc else []
-        ticks = [st[2] for st in map(stat_of, pids) if st]
-        ticks += [t for _, t in descendants(pids).values()]
+        # The processes below are looked for once a second (a kernel without /proc children
+        # lists makes it a scan of /proc); their times are read at every call.
+        now = time.monotonic()
+        if now >= getattr(self, "below_until", 0.0):
+            self.below, self.below_until = list(descendants(pids)), now + 1.0
+        ticks = [st[2] for st in map(stat_of, pids + self.below) if st]
         return total + sum(ticks) / self.meter.load.hz
 
     def supervise(self, session, read_fd):
