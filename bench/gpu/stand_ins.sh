@@ -8,8 +8,9 @@
 #              it into resources/presets/recordings/ and name it in that race's "stand_in".
 #   scripts    script lanes on CUDA: examples/fashion_mlp.py unchanged on cuda:0 beside cpu (the
 #              GPU lane's peak memory from PyTorch's allocator, its FLOPs from FlopCounterMode
-#              against the GPU's datasheet peak), and a script that raises on cuda:0 beside one
-#              that finishes (the other lane's result is kept)
+#              against the GPU's datasheet peak), a script that raises on cuda:0 beside one
+#              that finishes (the other lane's result is kept), and the example notebook under
+#              torchrun (a launcher's rank 0 reporting; the GPU's NVML energy)
 # Each part has its own time limit and refreshes $OUT (at most 8 files come back).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -26,7 +27,8 @@ for l in json.load(open(sys.argv[1]))["lanes"]:
     print(f"{l['name']:<20} {l['status']:<9} {l.get('samples_per_sec') or 0:>10,.0f}/s "
           f"{l.get('steps_per_sec') or 0:>8,.1f} steps/s acc={l.get('final_test_accuracy')} "
           f"peak_mem={mem if mem is None else f'{mem / 1e6:.1f} MB'} flops/sample={l.get('flops_per_sample')} "
-          f"util={l.get('utilization')} data={l.get('data_share')} | {l.get('error') or ''}")
+          f"util={l.get('utilization')} data={l.get('data_share')} energy={l.get('energy_joules')} "
+          f"| {l.get('error') or ''}")
 PYEOF
 }
 GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
@@ -79,6 +81,12 @@ PYEOF
     timeout 120 "$CLI" race --live --json "$W/dies.json" --lane "$DEVICE" --lane cpu,threads=2 \
         -- "$PY" "$W/dies_on_cuda.py" >"$W/dies.log" 2>&1
     { echo "a script that raises on cuda:0 beside cpu·2 (rc $?, 1 expected)"; summary "$W/dies.json" || tail -5 "$W/dies.log"; } | tee -a "$W/scripts.txt"
+    # The same example as a notebook, started through torchrun (one rank): the launcher's rank 0
+    # reports; the GPU lane's NVML energy, FLOPs and peak memory (energy= must not be None there).
+    FASHION_MNIST="$DEVICERACE_FASHION_MNIST" timeout 150 "$CLI" race --fair --steps 400 --json "$W/launch.json" \
+        --lane "$DEVICE" --lane cpu,threads=4 -- "$PY" -m torch.distributed.run --nproc-per-node 1 \
+        "$ROOT/examples/fashion_mlp.ipynb" >"$W/launch.log" 2>&1
+    { echo "fashion_mlp.ipynb under torchrun, $DEVICE against cpu·4 (rc $?)"; summary "$W/launch.json" || tail -5 "$W/launch.log"; } | tee -a "$W/scripts.txt"
     keep
 fi
 echo "== done ($(date +%T))"
