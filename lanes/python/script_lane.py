@@ -45,8 +45,8 @@ import devicerace_worker as dw
 from notebook_script import NotebookError, is_notebook, write_notebook_script
 from printed_metrics import figures
 from script_file import python_script_index, python_script_of, script_file_problem
-from script_processes import (Command, NvmlEnergy, Rapl, descendants, device_report, failure_lines, free_port,
-                              gpu_report, stat_of)
+from script_processes import (Command, NvmlEnergy, Rapl, become_subreaper, device_report, failure_lines,
+                              free_port, gpu_report, stat_of)
 
 NAME = "the script lane"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -348,6 +348,7 @@ class ScriptLane:
     def run(self, session):
         self.session.execution(self.describe())
         self.meter.state("preparing")
+        become_subreaper()
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
         # The lane keeps its own write end open for the race: the channel never reads as ended while
@@ -366,8 +367,7 @@ class ScriptLane:
         try:
             return self.supervise(session, read_fd)
         finally:
-            if self.proc.ended() is None:
-                self.proc.stop()
+            self.proc.stop()  # the command's processes, and what they left behind
             os.close(write_fd)
             os.close(read_fd)
             # The final state sample stands at the last thing the script reported (its exit, or
@@ -385,7 +385,7 @@ class ScriptLane:
         # lists makes it a scan of /proc); their times are read at every call.
         now = time.monotonic()
         if now >= getattr(self, "below_until", 0.0):
-            self.below, self.below_until = list(descendants(pids)), now + 1.0
+            self.below, self.below_until = list(proc.below()) if proc else [], now + 1.0
         ticks = [st[2] for st in map(stat_of, pids + self.below) if st]
         return total + sum(ticks) / self.meter.load.hz
 

@@ -1,7 +1,8 @@
 """What the script lane (script_lane.py) runs its user's command with: the machine as its hello
 describes it (no framework imported; GPUs as nvidia-smi lists them), the CPU packages' and the
-GPUs' energy counters, and the command's processes: started without a shell, each in a session of its own,
-killed with the lane, their output read on threads of their own and kept as a tail.
+GPUs' energy counters, and the command's processes: started without a shell, each in a session
+of its own, killed with the lane (with whatever they started), their output read on threads of
+their own and kept as a tail.
 """
 import ctypes
 import os
@@ -202,7 +203,6 @@ class Output:
 
 def _libc_prctl():
     try:
-        import ctypes
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
@@ -210,6 +210,15 @@ def _libc_prctl():
 
 _PRCTL = _libc_prctl()
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper():
+    """In the script lane: the processes the command leaves behind (a launcher's ranks once the
+    launcher is gone, a server a script started) become this process's children rather than
+    init's, so the lane still finds them (descendants) and ends them with itself."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _die_with_the_lane():
@@ -336,12 +345,24 @@ class Command:
             self.outputs.append((Output(p.stdout, label + " stdout", watch),
                                  Output(p.stderr, label + " stderr", watch)))
 
+    def below(self):
+        """{pid: (pgid, ticks)} of the processes below the ranks: the ranks' own, and those left
+        to this lane (a subreaper: become_subreaper) by a parent that ended."""
+        mine = {p.pid for p in self.procs}
+        orphans = [pid for pid in _children(os.getpid()) if pid not in mine]
+        out = descendants([p.pid for p in self.procs if p.poll() is None] + orphans)
+        for pid in orphans:
+            st = stat_of(pid)
+            if st:
+                out[pid] = st[1:]
+        return out
+
     def signal(self, sig):
         """`sig` to each rank's process group, and to the groups of the processes below them (a
         launcher's ranks in sessions of their own): a pause stops them all, a stop ends them all."""
-        live = [p.pid for p in self.procs if p.poll() is None]
-        groups = dict.fromkeys(live)
-        groups.update(dict.fromkeys(pgid for pgid, _ in descendants(live).values()))
+        groups = dict.fromkeys(p.pid for p in self.procs if p.poll() is None)
+        groups.update(dict.fromkeys(pgid for pgid, _ in self.below().values()))
+        groups.pop(os.getpgrp(), None)  # never the lane's own group
         for group in groups:
             try:
                 os.killpg(group, sig)
@@ -352,7 +373,10 @@ class Command:
         self.signal(signal.SIGKILL)
 
     def stop(self):
-        """SIGTERM every process group, SIGKILL what is left after TERM_GRACE_S; reaps them."""
+        """SIGTERM every process group, SIGKILL what is left after TERM_GRACE_S; reaps them. Also
+        once the command has ended: nothing it started outlives the lane."""
+        if all(p.poll() is not None for p in self.procs) and not self.below():
+            return
         self.signal(signal.SIGCONT)
         self.signal(signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
@@ -361,9 +385,27 @@ class Command:
                 p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+        while self._reap_orphans() and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.kill()
         for p in self.procs:
             p.wait()
+        while self._reap_orphans():
+            time.sleep(0.01)
+
+    def _reap_orphans(self):
+        """Reaps the lane's children that are not ranks (left to it as a subreaper); whether any
+        is still alive. Never waitpid(-1): that would take a rank's exit status from Popen."""
+        mine, alive = {p.pid for p in self.procs}, False
+        for pid in _children(os.getpid()):
+            if pid in mine:
+                continue
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            alive |= done == 0
+        return alive
 
     def ended(self):
         """(rank, returncode) of the first process that failed, or of rank 0 once every

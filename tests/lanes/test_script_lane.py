@@ -419,6 +419,39 @@ class ScriptLaneTest(unittest.TestCase):
         execution = [m["text"] for m in self.messages if m["type"] == "execution"][-1]
         self.assertIn("2 ranks started by the command itself", execution)
 
+    def test_nothing_the_command_started_outlives_its_lane(self):
+        # A script that leaves a process behind in a session of its own (a server, a launcher's
+        # rank whose launcher already exited): the lane ends it when the command is done.
+        script = os.path.join(self.dir, "leaves.py")
+        with open(script, "w") as f:
+            f.write(textwrap.dedent("""
+                import subprocess, sys
+                import devicerace
+                left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                        start_new_session=True)
+                open(sys.argv[1], "w").write(str(left.pid))
+                lane = devicerace.lane()
+                for step in range(30):
+                    lane.step(samples=8, loss=1.0)
+            """))
+        pid_file = os.path.join(self.dir, "left.pid")
+        lane, samples = self.run_lane([PYTHON, script, pid_file])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        with open(pid_file) as f:
+            pid = int(f.read())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break  # ended, its exit not yet collected
+            except OSError:
+                break  # ended and collected
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            self.fail("the process the command left behind is still running after its lane ended")
+
     def test_the_environment_of_a_cpu_lane(self):
         out = os.path.join(self.dir, "ends.json")
         lane, samples = self.run_lane([PYTHON, self.script, "10", out], threads=2, cost=1.5)
