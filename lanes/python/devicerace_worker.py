@@ -213,7 +213,7 @@ FIELD_TYPES = {"name": str, "threads": int, "batch": int, "lr": float, "precisio
                "lstm": str, "data": str, "augment": str, "fused": bool, "graph": bool, "resident": bool, "isolate": str,
                "cli": str, "fault": dict, "framework": str, "cmd": str, "workers": int, "backend": str,
                "global_batch": str, "master": str, "instrument": bool, "printed": bool, "logdir": str, "loss_tag": str,
-               "acc_tag": str, "quiet": float, "workdir": str, "copy": str}
+               "acc_tag": str, "quiet": float, "workdir": str, "copy": str, "args": str}
 
 
 def lane_fields(c, accepted, ignored, program="this lane"):

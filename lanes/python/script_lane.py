@@ -34,6 +34,7 @@ import math
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import sys
@@ -63,7 +64,7 @@ PRINTED_HOLD_S = 0.3
 # stdout and stderr, a progress bar's postfix shown each epoch).
 PRINTED_REPEATS = 4
 ACCEPTED = ("name", "threads", "batch", "workers", "precision", "instrument", "printed", "logdir", "loss_tag",
-            "acc_tag", "quiet", "workdir", "fault")
+            "acc_tag", "quiet", "workdir", "fault", "args")
 IGNORED = ("framework", "cost", "isolate", "cli", "copy")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
                     "VECLIB_MAXIMUM_THREADS", "TF_NUM_INTRAOP_THREADS")
@@ -101,7 +102,14 @@ class ScriptLane:
                 or not all(isinstance(w, str) and "\0" not in w for w in command)):
             raise dw.LaneRefused("a script lane needs its command: the words after -- (devicerace-cli race "
                                  "--lane cpu -- python3 train.py)")
-        self.config, self.spec, self.command = c, spec, list(command)
+        command = list(command)
+        if spec.get("args"):
+            # This lane's own words after the race's command (args=--compile): split as a shell would.
+            try:
+                command += shlex.split(str(spec["args"]))
+            except ValueError as e:
+                raise dw.LaneRefused(f"lane '{spec.get('name') or c['lane']}': args={spec['args']}: {e}") from None
+        self.config, self.spec, self.command = c, spec, command
         self.argv = self.command  # what runs: the command, or for a notebook the script of its cells
         self.notebook = None      # a notebook's (code cells, lines left out)
         self.session = session

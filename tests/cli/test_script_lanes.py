@@ -200,6 +200,20 @@ class UnchangedPyTorch(RaceTest):
         self.assertFinished(race, "cpu·1")
         self.assertEqual([e for e in race.of("cpu·1", "eval") if e["accuracy"] is not None], [])
 
+    def test_lanes_race_variants_of_the_command_with_args(self):
+        # args= adds this lane's own words to the command: the same script at two batch sizes.
+        race = self.race(["cpu,threads=1,name=b32,args=--batch 32", "cpu,threads=1,name=b128,args=--batch '128'"],
+                         train(steps=200), "--fair")
+        self.assertFinished(race, "b32", "b128")
+        for name, batch in (("b32", 32), ("b128", 128)):
+            lane, own = race.lane(name), race.own(name)
+            self.assertEqual((lane["steps"], lane["samples"]), (200, 200 * batch))
+            self.assertEqual(own["samples"], 200 * batch)
+            self.assertIn(f"--batch {batch}", lane["execution"])  # the lane's own command, as it ran
+        bad = self.race(["cpu,args=--name 'unclosed"], train(steps=20))
+        self.assertEqual(bad.r.returncode, 2, bad)
+        self.assertIn("args=--name 'unclosed: No closing quotation", bad.r.stderr)
+
     def test_a_notebook_races_as_it_is(self):
         # A Jupyter notebook with a magic, a shell escape, help and display(): its code cells run
         # in its folder (its sibling module imports), its printed accuracy is the lane's.

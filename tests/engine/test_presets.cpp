@@ -176,6 +176,14 @@ TEST(Presets, BadFilesAreRejectedClearly) {
                   .find("batch=0"),
               std::string::npos);
     EXPECT_THROW(loadPreset("no-such-preset"), UsageError);
+    // A file from someone else never adds words to a command, nor names one.
+    for (const std::string lane : {"cpu,args=--compile", "cpu,cmd=/bin/true", "cpu,workdir=/tmp"}) {
+        const auto msg =
+            message(R"({"format":1,"name":"x","races":[{"workload":"fashion-mlp","lanes":[")" + lane + R"("]}]})");
+        EXPECT_NE(msg.find("presets may not use cmd=, cli=, fault=, framework=script, copy=, workdir= or args="),
+                  std::string::npos)
+            << lane << ": " << msg;
+    }
 }
 
 // Found by fuzzing (tests/fuzz, target preset): "workers=powers" with no comma before it threw

@@ -69,6 +69,11 @@ TEST(ScriptLanes, ProblemsAreSaidBeforeAnythingRuns) {
         mentions(resolveRace(scriptRace({"cpu,copy=/tmp"}), {false}), "copy= copies a folder to an ssh:// host"));
     EXPECT_TRUE(mentions(resolveRace(scriptRace({"cpu,framework=pytorch"}), {false}), "runs script lanes only"));
     EXPECT_TRUE(mentions(resolveRace(scriptRace({"cpu+cpu"}), {false}), "runs on one device of one machine"));
+    mixed.lanes = {parseLaneSpec("cpu,args=--compile")};
+    EXPECT_TRUE(mentions(
+        resolveRace(mixed, {false}),
+        "lane cpu,args=--compile: args= adds words to the race's command (a script lane's); this lane runs the "
+        "built-in fashion-mlp workload"));
 }
 
 TEST(ScriptLanes, ACudaLaneNeedsAGpuHere) {
@@ -110,10 +115,12 @@ TEST(ScriptLanes, TheConfigCarriesTheCommandAndTheReadyMayNotKnowTheBatch) {
     s.workload = kScriptWorkload;
     s.command = {"python3", "train.py", "--lr", "3e-4"};
     s.cpus = {2, 3};
-    const auto m = detail::configMessage(parseLaneSpec("cpu,threads=2,framework=script,logdir=runs,quiet=30"), s);
+    const auto m = detail::configMessage(
+        parseLaneSpec("cpu,threads=2,framework=script,logdir=runs,quiet=30,args=--compile --batch 256"), s);
     EXPECT_EQ(m.at("command"), nlohmann::json(s.command));
     EXPECT_EQ(m.at("cpus"), nlohmann::json({2, 3}));
     EXPECT_EQ(m.at("lane_fields").at("logdir"), "runs");
+    EXPECT_EQ(m.at("lane_fields").at("args"), "--compile --batch 256"); // the lane program splits it
     EXPECT_EQ(m.at("lane_fields").at("quiet"), 30.0);
     const auto ready = detail::readyFromMessage(
         nlohmann::json{{"batch", 0}, {"total_steps", 0}, {"dataset", {{"name", "the script's own"}}}});

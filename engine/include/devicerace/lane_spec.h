@@ -83,6 +83,7 @@ struct LaneSpec {
     std::optional<double> quiet;        // seconds without a step before the lane fails (default 120)
     std::optional<std::string> workdir; // the folder the command runs in (ssh://: on that host)
     std::optional<std::string> copy;    // ssh://: a local folder copied to workdir before the race
+    std::optional<std::string> args;    // words added to the race's command for this lane (--compile)
     // Data-parallel lanes (docs/PARALLEL.md): one model, N ranks, gradients averaged by c10d.
     std::vector<LaneMember> members;      // the ranks' devices before `workers` multiplies them ("" = one device)
     std::optional<int> workers;           // ranks per listed device (a CPU lane: N processes of `threads` each)

@@ -376,6 +376,12 @@ const std::vector<KeyCodec>& keyCodecs() {
                             &LaneSpec::copy, [](std::string_view v, const std::string& text) {
                                 refuseControlCharacters("copy", v, text);
                             }));
+        t.push_back(textKey(info("args", "none", "script lanes",
+                                 "words added to the race's command for this lane, split as a shell would "
+                                 "(args=--compile, or args=--batch 256)"),
+                            &LaneSpec::args, [](std::string_view v, const std::string& text) {
+                                refuseControlCharacters("args", v, text);
+                            }));
         t.push_back(textKey(
             info("cmd", "none", "local lanes", "a program speaking the worker protocol (runs only with your consent)"),
             &LaneSpec::cmd,

@@ -96,11 +96,12 @@ std::vector<LaneSpec> expandLane(const std::string& text, std::vector<std::strin
     std::vector<LaneSpec> out;
     for (const auto& c : concrete) {
         auto spec = parseLaneSpec(c);
-        if (spec.cmd || spec.cli || spec.fault || spec.framework == "script" || spec.copy || spec.workdir) {
+        if (spec.cmd || spec.cli || spec.fault || spec.framework == "script" || spec.copy || spec.workdir ||
+            spec.args) {
             // A file from someone else never names a program to run (nor crashes a lane, nor
             // copies a folder to another machine).
-            throw UsageError(fmt::format("lane '{}': presets may not use cmd=, cli=, fault=, framework=script, copy= "
-                                         "or workdir=",
+            throw UsageError(fmt::format("lane '{}': presets may not use cmd=, cli=, fault=, framework=script, copy=, "
+                                         "workdir= or args=",
                                          c));
         }
         out.push_back(std::move(spec));

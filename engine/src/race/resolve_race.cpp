@@ -192,6 +192,10 @@ void planScriptLanes(RaceSpec& spec, std::vector<std::string>& problems) {
             problems.push_back(fmt::format("lane {}: a script lane runs on one device of one machine (workers=N: N "
                                            "processes of the command on it; slurm://: one node)",
                                            label));
+        } else if (lane.args && !script) {
+            problems.push_back(fmt::format("lane {}: args= adds words to the race's command (a script lane's); "
+                                           "this lane runs the built-in {} workload",
+                                           label, spec.workload));
         } else if (lane.copy && lane.host.empty()) {
             problems.push_back(
                 fmt::format("lane {}: copy= copies a folder to an ssh:// host; this lane runs here", label));
