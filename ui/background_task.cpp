@@ -15,7 +15,18 @@ QCoreApplication* g_app = nullptr; // the application calls are posted to; null 
 void postToGuiThread(std::function<void()> call) {
     std::lock_guard lock(g_mutex);
     if (g_app) {
-        QMetaObject::invokeMethod(g_app, std::move(call), Qt::QueuedConnection);
+        // The GUI thread takes the mutex this thread releases after posting before it runs the
+        // call: what the work wrote (the call and its result) is then ordered before the GUI
+        // thread reads it, in terms ThreadSanitizer sees. Qt's event queue orders them too, but
+        // through QtCore's own futex waits, which TSan does not see; it reported every race built
+        // here (lanes, their records) as written by the work's thread without ordering.
+        QMetaObject::invokeMethod(
+            g_app,
+            [call = std::move(call)] {
+                { std::lock_guard published(g_mutex); }
+                call();
+            },
+            Qt::QueuedConnection);
     }
 }
 
