@@ -39,6 +39,9 @@ def train(spawned_rank, a):
         loss.backward()
         opt.step()
         steps += 1
+    # The DDP model goes before its process group: freed after it (at this function's return),
+    # its reducer sometimes aborted the process ("terminate called without an active exception").
+    del model, opt
     dist.destroy_process_group()
     if rank == 0 and a.out:
         with open(a.out, "w") as f:
