@@ -449,7 +449,7 @@ TEST(LaneKeys, EveryKeyRoundTripsThroughTheWorkerProtocol) {
         "attach://10.0.0.5:29400/cpu,threads=4,token_file=/run/job.token,name=job",
         "cpu,threads=2,framework=script,instrument=false,printed=false,logdir=runs/a,loss_tag=train/"
         "loss,acc_tag=val.*acc,quiet=30,"
-        "workdir=/srv/train,copy=/home/me/train,name=mine",
+        "workdir=/srv/train,copy=/home/me/train,args=--compile --batch '256',name=mine",
     };
     std::set<std::string> covered;
     for (const auto& text : lanes) {
