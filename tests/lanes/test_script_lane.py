@@ -322,6 +322,21 @@ class NotebookScript(unittest.TestCase):
             self.assertEqual(is_notebook(os.path.join(d, name)), expected, name)
 
 
+def pause_once(at_step, seconds):
+    """A run_lane control that pauses the lane once, at its first training sample at or past
+    `at_step`, for `seconds`."""
+    paused = []
+
+    def control(lane, s):
+        if s["kind"] == "train" and s["step"] >= at_step and not paused:
+            paused.append(time.monotonic())
+            lane.send({"type": "pause"})
+            time.sleep(seconds)
+            lane.send({"type": "resume"})
+
+    return control
+
+
 class ScriptLaneTest(unittest.TestCase):
     def check(self, s):
         """docs/EVENTS.md's schema as a script lane fills it: a script may not say its accuracy or
@@ -367,15 +382,7 @@ class ScriptLaneTest(unittest.TestCase):
 
     def test_pause_stops_the_command_and_leaves_its_time_out(self):
         out = os.path.join(self.dir, "ends.json")
-        paused = {}
-
-        def control(lane, s):
-            if s["kind"] == "train" and s["step"] >= 40 and "at" not in paused:
-                paused["at"] = time.monotonic()
-                lane.send({"type": "pause"})
-                time.sleep(1.5)
-                lane.send({"type": "resume"})
-
+        control = pause_once(at_step=40, seconds=1.5)
         lane, samples = self.run_lane([PYTHON, self.script, "200", out], control)
         final = samples[-1]
         self.assertEqual(final["state"], "finished", lane.stderr())
@@ -398,15 +405,7 @@ class ScriptLaneTest(unittest.TestCase):
         with open(launcher, "w") as f:
             f.write(LAUNCHER)
         out = os.path.join(self.dir, "ends.json")
-        paused = {}
-
-        def control(lane, s):
-            if s["kind"] == "train" and s["step"] >= 40 and "at" not in paused:
-                paused["at"] = time.monotonic()
-                lane.send({"type": "pause"})
-                time.sleep(1.5)
-                lane.send({"type": "resume"})
-
+        control = pause_once(at_step=40, seconds=1.5)
         lane, samples = self.run_lane([PYTHON, launcher, "2", decoy, self.script, "200", out], control)
         final = samples[-1]
         self.assertEqual(final["state"], "finished", lane.stderr())
