@@ -119,6 +119,8 @@ class ScriptLane:
         self.threads = spec.get("threads")
         self.ranks = spec.get("workers", 1)
         self.launched_ranks = 1  # a launcher in the command (torchrun --nproc-per-node N): its ranks
+        self.steps_by_hand = False  # the script updates its weights itself: steps end at zero_grad()
+        self.trainer_processes = 1  # processes of the script's that report steps (summed when several)
         self.batch = spec.get("batch")
         self.quiet = spec.get("quiet", DEFAULT_QUIET_S)
         self.instrument = spec.get("instrument", True)
@@ -345,6 +347,13 @@ class ScriptLane:
         if self.instrument:
             ways.append("PyTorch's optimizer steps and backward() losses, Keras' fit() (instrument=on)")
         parts.append("reports: " + ", or ".join(ways))
+        if self.trainer_processes > 1:
+            parts.append(f"{self.trainer_processes} processes of the script's report steps (trainers it started "
+                         "itself without torch.distributed, as Hogwild's): the lane's steps and samples are "
+                         "their sum")
+        if self.steps_by_hand:
+            parts.append("steps: the backward() passes between a module's zero_grad() calls (the script updates "
+                         "its weights itself, no torch.optim optimizer)")
         if self.batch:
             parts.append(f"samples = steps × batch {self.batch}")
         if self.flops and self.flops[0] is None:
@@ -405,6 +414,8 @@ class ScriptLane:
         self.samples = 0
         self.refused = 0
         self.source = None
+        self.hint = None             # what the script's instrumentation said of its missing steps
+        self.process_counts = {}     # pid: (step, samples) of each process that reports
         self.paused_total = 0.0      # seconds paused, on the monotonic clock
         self.pauses = []             # (start, end) of each pause
         self.last_progress = time.monotonic()
@@ -472,7 +483,7 @@ class ScriptLane:
         self.fault = None
 
     def quiet_message(self):
-        how = "is it instrumented? (README, \"Race your own training\")"
+        how = self.hint or "is it instrumented? (README, \"Race your own training\")"
         if self.step == 0:
             return f"{self.name} reported no step in {self.quiet:.0f} s; {how}"
         return f"{self.name} reported no step for {self.quiet:.0f} s after step {self.step:,}"
@@ -485,8 +496,8 @@ class ScriptLane:
                                                           not self.watcher.files_seen else
                                                           "had no scalar matching the loss tag")
                         if self.watcher else "")
-                return "failed", (f"{who} exited (status 0) without reporting a training step{hint}; is it "
-                                  "instrumented? (README, \"Race your own training\")")
+                how = self.hint or "is it instrumented? (README, \"Race your own training\")"
+                return "failed", f"{who} exited (status 0) without reporting a training step{hint}; {how}"
             return "finished", ""
         tail = self.proc.stderr_tail(rank) or self.proc.output_tail(rank)
         why = failure_lines(tail)
@@ -554,6 +565,10 @@ class ScriptLane:
             return
         if kind == "hello" or self.watcher:
             return  # with logdir= the TensorBoard scalars are the lane's one source
+        if kind == "hint":
+            if isinstance(m.get("text"), str) and m["text"]:
+                self.hint = m["text"][:400]
+            return
         source = m.get("source")
         if kind == "step":
             step, t = self.number(m, "step", True), self.number(m, "time")
@@ -563,6 +578,12 @@ class ScriptLane:
             if source != self.source and self.source is not None and source == "api":
                 self.restart_count()  # the script's own reports take over from the hooks
             self.source = source
+            step, samples = self.processes_count(self.number(m, "pid", True), step, samples)
+            if step is None:
+                return self.refuse(f"a process's counters went back: {m!r:.120}")
+            if m.get("steps_by") == "zero_grad" and source == "torch" and not self.steps_by_hand:
+                self.steps_by_hand = True
+                self.session.execution(self.describe())
             samples = self.lane_samples(step, samples)
             if step < self.step or (samples is not None and samples < self.samples):
                 return self.refuse(f"counters went back: step {step} after {self.step}")
@@ -586,7 +607,27 @@ class ScriptLane:
         else:
             self.refuse(f"unknown report type {kind!r}")
 
+    def processes_count(self, pid, step, samples):
+        """The lane's steps and examples from one process's report: the processes that report
+        (trainers a script starts itself without torch.distributed, as Hogwild's share one model)
+        each count their own, and the lane is their sum. (None, None) if that process's count went
+        back."""
+        before = self.process_counts.get(pid)
+        if before is not None and (step < before[0] or (samples is not None and before[1] is not None and
+                                                        samples < before[1])):
+            return None, None
+        self.process_counts[pid] = (step, samples)
+        if len(self.process_counts) == 1:
+            return step, samples
+        if self.trainer_processes != len(self.process_counts):
+            self.trainer_processes = len(self.process_counts)
+            self.session.execution(self.describe())
+        counts = self.process_counts.values()
+        known = all(n is not None for _, n in counts)
+        return sum(s for s, _ in counts), sum(n for _, n in counts) if known else None
+
     def restart_count(self):
+        self.process_counts = {}
         self.step = self.samples = 0
         if self.last is not None:
             self.last = (0, 0, self.last[2])

@@ -225,6 +225,62 @@ FLOPS = textwrap.dedent("""
 FLOPS_PER_SAMPLE = 2 * (784 * 256 + 256 * 10) * 2 + 2 * 256 * 10
 
 
+# A script that updates its weights by hand, as pytorch/examples' word language model and
+# regression do (no torch.optim): "zero_grad" resets the gradients with the model's zero_grad()
+# at the top of each of its 40 steps, with an evaluation (eval() .. train()) after step 20;
+# "none" sets each gradient to None itself, which the lane cannot see as a step.
+BY_HAND = textwrap.dedent("""
+    import sys, torch
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    model = torch.nn.Linear(784, 10)
+    x, y = torch.randn(8, 784), torch.randint(0, 10, (8,))
+    for step in range(1, 61 if sys.argv[1] == "none" else 41):
+        if sys.argv[1] == "zero_grad":
+            model.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+                if sys.argv[1] == "none":
+                    p.grad = None
+        if step == 20:
+            model.eval()
+            model(x)
+            model.train()
+""")
+# Hogwild (pytorch/examples' mnist_hogwild): a script starts trainer processes itself
+# (torch.multiprocessing, spawned, no torch.distributed) that train one shared model, each
+# counting its own optimizer steps: 2 × 30 steps of batch 8.
+HOGWILD = textwrap.dedent("""
+    import torch
+    import torch.multiprocessing as mp
+    import torch.nn.functional as F
+
+    def train(model, seed):
+        torch.manual_seed(seed)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(8, 32), torch.randint(0, 4, (8,))
+        for _ in range(30):
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+
+    if __name__ == "__main__":
+        mp.set_start_method("spawn", force=True)
+        model = torch.nn.Linear(32, 4)
+        model.share_memory()
+        trainers = [mp.Process(target=train, args=(model, seed)) for seed in range(2)]
+        for p in trainers:
+            p.start()
+        for p in trainers:
+            p.join()
+""")
+
+BY_HAND_FLOPS = 2 * (2 * 784 * 10)  # the forward and the weight gradient (no input gradient)
+
+
 class ScriptFile(unittest.TestCase):
     """lanes/python/script_file.py: the script of a Python command, and what stops Python running it."""
 
@@ -723,6 +779,44 @@ class ScriptLaneTest(unittest.TestCase):
         lane, samples = self.run_lane([PYTHON, path])
         self.assertEqual(samples[-1]["state"], "failed")
         self.assertIn("ValueError: no data (stepper.ipynb, cell 2, line 2)", samples[-1]["message"])
+
+    def test_a_script_that_updates_its_weights_by_hand_steps_at_each_zero_grad(self):
+        """Without torch.optim, the backward() passes between a module's zero_grad() calls are a
+        step (the one before an evaluation ends at its eval(), the last at the script's exit), and
+        the execution text says so; a script whose steps cannot be seen fails saying what was
+        seen and how to report them."""
+        script = os.path.join(self.dir, "by_hand.py")
+        with open(script, "w") as f:
+            f.write(BY_HAND)
+        lane, samples = self.run_lane([PYTHON, script, "zero_grad"])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        train = [s for s in samples if s["kind"] == "train"]
+        self.assertEqual((train[-1]["step"], train[-1]["samples"]), (40, 320))
+        self.assertTrue(all(math.isfinite(s["loss"]) for s in train if s["loss"] is not None))
+        self.assertIn(20, [s["step"] for s in train])  # reported at the evaluation, its step counted by then
+        counted = [s["flops_per_sample"] for s in samples if s.get("flops_per_sample") is not None]
+        self.assertEqual(counted, [BY_HAND_FLOPS])
+        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
+        self.assertIn("steps: the backward() passes between a module's zero_grad() calls", texts[-1])
+
+        lane, samples = self.run_lane([PYTHON, script, "none"])
+        self.assertEqual(samples[-1]["state"], "failed")
+        self.assertIn("exited (status 0) without reporting a training step; its backward() ran 50 times, but no "
+                      "torch.optim optimizer stepped and no module's zero_grad() reset the gradients",
+                      samples[-1]["message"])
+        self.assertIn("devicerace.lane().step(samples=..., loss=...)", samples[-1]["message"])
+
+    def test_trainer_processes_the_script_starts_itself_are_counted_together(self):
+        script = os.path.join(self.dir, "hogwild.py")
+        with open(script, "w") as f:
+            f.write(HOGWILD)
+        lane, samples = self.run_lane([PYTHON, script])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        train = [s for s in samples if s["kind"] == "train"]
+        self.assertEqual((train[-1]["step"], train[-1]["samples"]), (60, 480))
+        self.assertNotIn("refused a report", lane.stderr())
+        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
+        self.assertIn("2 processes of the script's report steps", texts[-1])
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])

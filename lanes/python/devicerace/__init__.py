@@ -55,8 +55,15 @@ class Lane:
         # The instrumentation's count of one step's FLOPs ({"per_sample", "precision"}), sent once.
         self._flops = None
         self._reported_step = 0
+        # How the instrumentation counts steps where not by optimizer steps ("zero_grad": a script
+        # that updates its weights by hand), said with each step report.
+        self._steps_by = None
+        # What runs when this process ends normally, before the last report: the instrumentation's
+        # (a step by hand not yet counted), then the steps since the last report point.
+        self._at_exit = []
+        self._exit_pid = None  # the process whose end is watched (a forked trainer is another)
         if self.in_race:
-            atexit.register(self._flush)  # the steps since the last report point, at a normal exit
+            atexit.register(self._exit)
 
     @property
     def device(self):
@@ -132,6 +139,8 @@ class Lane:
         if not self.in_race:
             return
         t = now()
+        if self._exit_pid != os.getpid():
+            self._watch_exit()
         self._step += steps
         if samples is None:
             self._samples_known = False
@@ -172,9 +181,11 @@ class Lane:
         if not self._losses and hooked:
             self._losses = hooked
         loss = mean_loss(self._losses)
-        message = {"t": "step", "source": self._source, "step": self._step,
+        message = {"t": "step", "source": self._source, "pid": os.getpid(), "step": self._step,
                    "samples": self._samples if self._samples_known else None,
                    "loss": loss, "loss_reported": bool(self._losses), "time": self._last_step_time}
+        if self._steps_by:
+            message["steps_by"] = self._steps_by
         if self._phases:
             message["phases"] = self._phases
             self._phases = {}
@@ -187,6 +198,13 @@ class Lane:
         self._reported_step = self._step
         self._channel.send(message)
         self._next_report = t + self._channel.interval
+
+    def _hint(self, text):
+        """Tells the lane what the instrumentation saw of a script that reports no step yet (said
+        if the lane fails for want of one). Rank 0's only."""
+        if not self.in_race or self._process_group()[0] != 0:
+            return
+        self._channel.send({"t": "hint", "text": str(text)[:400]})
 
     def _process_group(self):
         """(rank, world size) of this process: torch.distributed's once it is initialized (a
@@ -213,6 +231,27 @@ class Lane:
             return max(int(torch.cuda.max_memory_allocated(i)) for i in range(torch.cuda.device_count()))
         except Exception:  # noqa: BLE001 - a figure the report can go without
             return None
+
+    def _exit(self):
+        if self._exit_pid not in (None, os.getpid()):
+            return  # a forked trainer's copy of its parent's registration (never its own count)
+        for hook in reversed(self._at_exit):
+            hook()
+        self._flush()
+        self._at_exit = []
+
+    def _watch_exit(self):
+        """A trainer process a script started itself with multiprocessing (Hogwild's) ends through
+        os._exit, which skips atexit: its last steps are reported by multiprocessing's own
+        finalizers, which its processes run at their end."""
+        self._exit_pid = os.getpid()
+        mp = sys.modules.get("multiprocessing")
+        try:
+            if mp is not None and mp.parent_process() is not None:
+                import multiprocessing.util
+                multiprocessing.util.Finalize(None, self._exit, exitpriority=0)
+        except Exception:  # noqa: BLE001 - the last interval is then lost, the rest stands
+            pass
 
     def _flush(self):
         if self._step > self._reported_step:

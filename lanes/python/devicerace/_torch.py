@@ -2,7 +2,11 @@
 training"): installed when the script imports torch, in a race's lane only (sitecustomize.py).
 
 - Steps: torch.optim's global step hooks count every optimizer step (any optimizer, any
-  training loop: plain, Hugging Face, Lightning).
+  training loop: plain, Hugging Face, Lightning). A script that updates its weights by hand (no
+  torch.optim: pytorch/examples' word language model and regression) resets its gradients with a
+  module's zero_grad() once a step: until an optimizer steps, the backward() passes before such a
+  reset (or before an evaluation, or the script's end) are one step. A script that does neither
+  is told, after _HINT_AFTER backward() passes, how to report its steps.
 - Loss: the scalar `backward()` is called on, kept on its device (a detached running sum) and
   read only at report points: no synchronisation per step.
 - Samples: the first dimension of the input of the last loss function called before
@@ -61,6 +65,16 @@ class _State:
     flop_tries = 0
     flop_spoiled = False  # an evaluation ran inside the counted step: counted again
     flop_precision = "fp32"
+    optimizer_seen = False  # a torch.optim optimizer has stepped: its steps are the lane's
+    by_hand = False       # steps counted at a module's zero_grad() (weights updated by hand)
+    backwards = 0         # backward() passes while no step was counted
+
+# backward() passes without an optimizer step or a module's zero_grad() before the lane is told
+# how such a script reports its steps (it fails later, after quiet= seconds without a step).
+_HINT_AFTER = 50
+_HINT = ("its backward() ran {n} times, but no torch.optim optimizer stepped and no module's zero_grad() "
+         "reset the gradients: a script that updates its weights by hand reports each step with "
+         "devicerace.lane().step(samples=..., loss=...), or calls model.zero_grad() once a step")
 
 # The optimizer step after which one step's FLOPs are counted: inside the warm-up (whose 20 steps
 # the figures leave out), past the first steps' one-off work (lazy modules, allocator growth).
@@ -114,6 +128,10 @@ def install(torch):
         state.loss_end = None
         try:
             if self.numel() == 1:
+                if not state.optimizer_seen and not state.by_hand and lane._source is None:
+                    state.backwards += 1
+                    if state.backwards == _HINT_AFTER:
+                        lane._hint(_HINT.format(n=_HINT_AFTER))
                 state.pending_losses.append(self.detach())
                 state.on_cpu = not self.is_cuda
                 state.device_known = True
@@ -146,15 +164,19 @@ def install(torch):
     _swaps.append((torch.Tensor, "backward", tensor_backward, backward))
 
     def before_step(optimizer, args, kwargs):
+        state.optimizer_seen = True
         state.optimizer_started = time.perf_counter()
 
     def after_step(optimizer, args, kwargs):
         if lane._source == "api":
             _end_flop_count(state)  # the script took over: never leave the counter on
             return
-        lane._take_over("torch")
         if state.on_cpu and state.optimizer_started is not None:
             lane._add_phase("optimizer", time.perf_counter() - state.optimizer_started)
+        end_step()
+
+    def end_step():
+        lane._take_over("torch")
         losses = state.pending_losses
         samples = state.pending_samples if state.pending_known and losses else None
         state.pending_losses = []
@@ -162,6 +184,34 @@ def install(torch):
         lane._count(samples, losses, 1)
         _count_flops(torch, lane, state, samples)
         state.forward_from = time.perf_counter()
+
+    def end_step_by_hand():
+        # The backward() passes since the last step were a step whose weights the script updated
+        # itself (no optimizer has stepped in this process).
+        if state.optimizer_seen or not state.pending_losses or lane._source == "api":
+            return
+        if not state.by_hand:
+            state.by_hand = True
+            lane._steps_by = "zero_grad"
+        end_step()
+
+    module_zero_grad = torch.nn.Module.zero_grad
+
+    def zero_grad(self, *args, **kwargs):
+        end_step_by_hand()
+        return module_zero_grad(self, *args, **kwargs)
+
+    zero_grad.__doc__ = module_zero_grad.__doc__
+    torch.nn.Module.zero_grad = zero_grad
+    _swaps.append((torch.nn.Module, "zero_grad", module_zero_grad, zero_grad))
+
+    def last_step_by_hand():
+        # The script's last step has no reset after it: counted at its exit, before the lane's
+        # last report.
+        if state.by_hand:
+            end_step_by_hand()
+
+    lane._at_exit.append(last_step_by_hand)
 
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     _hooks[:] = [(register_optimizer_step_pre_hook, before_step), (register_optimizer_step_post_hook, after_step)]
@@ -195,6 +245,8 @@ def install(torch):
         # Only the outermost call counts: Module.train recurses into the children.
         if lane._source != "api" and lane._step > 0:
             if not mode and state.eval_started is None:
+                if state.by_hand:
+                    end_step_by_hand()  # the step before the evaluation is not reset by then
                 state.eval_started = devicerace.now()
                 state.flop_spoiled = state.flop_mode is not None
                 lane._flush()  # the interval ends at the last step before the evaluation
