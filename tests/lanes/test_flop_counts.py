@@ -255,6 +255,32 @@ class TorchScriptFlops(unittest.TestCase):
         self.assertEqual(counter.get_total_flops() / batch, expected)
 
 
+    def test_a_fused_lstm_on_the_cpu_is_counted(self):
+        """nn.LSTM on a CPU runs as oneDNN's fused layer (`mkldnn_rnn_layer`, one a layer and
+        direction), which PyTorch's own counter counts as 0: each of its weight matrices over
+        every time step of every sequence, forward once, backward twice (the inputs' and hidden
+        state's gradients, the weights')."""
+        import torch
+        import torch.nn.functional as F
+
+        from devicerace import _torch
+
+        if not torch.backends.mkldnn.is_available():
+            self.skipTest("this PyTorch has no oneDNN: its LSTM is matrix products it counts itself")
+        batch, steps, features, hidden = 4, 28, 28, 64
+        lstm = torch.nn.LSTM(features, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        head = torch.nn.Linear(2 * hidden, 10)
+        counter = _torch._flop_counter()(display=False)
+        with counter:
+            out, _ = lstm(torch.rand(batch, steps, features))
+            F.cross_entropy(head(out[:, -1]), torch.zeros(batch, dtype=torch.long)).backward()
+        self.assertFalse(counter.failed)
+        gates = 4 * hidden
+        per_direction = gates * (features + hidden) + gates * (2 * hidden + hidden)  # layer 1, layer 2
+        expected = 2 * steps * 2 * per_direction * 3 + 2 * 2 * hidden * 10 * 3
+        self.assertEqual(counter.get_total_flops() / batch, expected)
+
+
 @unittest.skipUnless(importlib.util.find_spec("jax") is not None, "JAX is not installed (scripts/setup --frameworks)")
 class JaxStepFlops(unittest.TestCase):
     """A JAX step's products counted from its jaxpr (devicerace/_jax_flops.py), the backward

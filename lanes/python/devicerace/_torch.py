@@ -352,7 +352,13 @@ def _counter_fixes():
       F.scaled_dot_product_attention runs on a CPU: Hugging Face's models, Keras' attention) and
       its backward, which it counts as 0: as the GPU's fused attention is counted;
     - a grouped convolution's weight gradient, which it counts once per group (its formula
-      ignores `groups`): a depthwise layer's x channels."""
+      ignores `groups`): a depthwise layer's x channels;
+    - the fused recurrent layers it has no formula for, so counts as 0: oneDNN's on a CPU
+      (`mkldnn_rnn_layer`, one layer and direction a call: nn.LSTM's on a CPU) and cuDNN's on a GPU
+      (`_cudnn_rnn`, every layer: nn.LSTM's, nn.GRU's, nn.RNN's), each weight matrix a product over
+      every time step of every sequence (a multiply-add is 2); a backward pass as the forward's
+      products again for the inputs' and the hidden state's gradients, and once more where the
+      weights' gradients are asked for."""
     import torch
     from torch.utils import flop_counter as fc
 
@@ -382,6 +388,28 @@ def _counter_fixes():
             return flops
 
         fixes[aten.convolution_backward] = raw(conv_backward)
+
+    def recurrent(x, weights):
+        # Every time step of every sequence: x's dimensions but its features (packed sequences: its
+        # rows), times each weight matrix (the input's, the hidden state's, a projection's).
+        steps = x.numel() // max(1, x.shape[-1])
+        return 2 * steps * sum(w.numel() for w in weights if w is not None and w.dim() == 2)
+
+    if hasattr(aten, "mkldnn_rnn_layer"):
+        fixes[aten.mkldnn_rnn_layer] = raw(
+            lambda x, w0, w1, *args, out_val=None, **kwargs: recurrent(x, (w0, w1)))
+    if hasattr(aten, "mkldnn_rnn_layer_backward"):
+        fixes[aten.mkldnn_rnn_layer_backward] = raw(
+            lambda x, w1, w2, *args, out_val=None, **kwargs: 2 * recurrent(x, (w1, w2)))
+    if hasattr(aten, "_cudnn_rnn"):
+        fixes[aten._cudnn_rnn] = raw(lambda x, weights, *args, out_val=None, **kwargs: recurrent(x, weights))
+    if hasattr(aten, "_cudnn_rnn_backward"):
+        def cudnn_rnn_backward(x, weights, *args, out_val=None, **kwargs):
+            mask = kwargs.get("output_mask", args[-1] if args else None)
+            weight_grads = 1 if mask is None or bool(list(mask)[3]) else 0
+            return (1 + weight_grads) * recurrent(x, weights)
+
+        fixes[aten._cudnn_rnn_backward] = raw(cudnn_rnn_backward)
     return fixes
 
 
