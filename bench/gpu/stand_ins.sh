@@ -87,6 +87,24 @@ PYEOF
         --lane "$DEVICE" --lane cpu,threads=4 -- "$PY" -m torch.distributed.run --nproc-per-node 1 \
         "$ROOT/examples/fashion_mlp.ipynb" >"$W/launch.log" 2>&1
     { echo "fashion_mlp.ipynb under torchrun, $DEVICE against cpu·4 (rc $?)"; summary "$W/launch.json" || tail -5 "$W/launch.log"; } | tee -a "$W/scripts.txt"
+    # cuDNN's fused recurrent layers under the script counter (devicerace/_torch.py's
+    # _cudnn_rnn formulas, unchecked without a GPU): counted against the figure worked out by hand.
+    PYTHONPATH="$ROOT/lanes/python" timeout 120 "$PY" - >>"$W/scripts.txt" 2>&1 <<'PY'
+import torch, torch.nn.functional as F
+from devicerace import _torch
+B, T, I, H = 4, 28, 28, 64
+for kind, gates in (("LSTM", 4), ("GRU", 3), ("RNN", 1)):
+    rnn = getattr(torch.nn, kind)(I, H, num_layers=2, batch_first=True, bidirectional=True).cuda()
+    head = torch.nn.Linear(2 * H, 10).cuda()
+    counter = _torch._flop_counter()(display=False)
+    with counter:
+        out, _ = rnn(torch.rand(B, T, I, device="cuda"))
+        F.cross_entropy(head(out[:, -1]), torch.zeros(B, dtype=torch.long, device="cuda")).backward()
+    g = gates * H
+    expected = 2 * T * 2 * (g * (I + H) + g * 3 * H) * 3 + 2 * 2 * H * 10 * 3
+    got = counter.get_total_flops() / B
+    print(f"cuDNN {kind} FLOPs a sample: counted {got:.0f}, by hand {expected} ({'ok' if got == expected else 'DIFFERS'})")
+PY
     keep
 fi
 echo "== done ($(date +%T))"

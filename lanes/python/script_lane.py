@@ -416,6 +416,7 @@ class ScriptLane:
         self.source = None
         self.hint = None             # what the script's instrumentation said of its missing steps
         self.process_counts = {}     # pid: (step, samples) of each process that reports
+        self.held_report = None      # a report of several processes' too soon after the last
         self.paused_total = 0.0      # seconds paused, on the monotonic clock
         self.pauses = []             # (start, end) of each pause
         self.last_progress = time.monotonic()
@@ -667,7 +668,7 @@ class ScriptLane:
         self.meter.emit(s)
         self.session.execution(self.describe())
 
-    def progress(self, step, samples, t, loss, phases):
+    def progress(self, step, samples, t, loss, phases, final=False):
         """A step report (`samples` already the lane's: lane_samples)."""
         self.last_progress = time.monotonic()
         self.reports.append((t, step, samples if samples is not None else self.samples))
@@ -695,6 +696,13 @@ class ScriptLane:
         steps = step - last_step
         if steps <= 0 or dt <= 0:
             return
+        if self.trainer_processes > 1 and dt < self.config["report_interval"] / 2 and not final:
+            # Several processes report in turn, each its steps since its own last report: an
+            # interval closed by another's report just before would read their sum over a moment.
+            # Held (the counts are cumulative) until a later report, or the lane's end.
+            self.held_report = (step, samples, t, loss, phases)
+            return
+        self.held_report = None
         rates = {"steps": steps / dt}
         if samples is not None and last_samples is not None:
             rates["samples"] = (samples - last_samples) / dt
@@ -775,6 +783,8 @@ class ScriptLane:
     def settle_printed(self):
         """Once the command has ended or been stopped: rank 0's output read to its end, and every
         figure it printed taken (none waits out PRINTED_HOLD_S: nothing more will come)."""
+        if self.held_report is not None:
+            self.progress(*self.held_report, final=True)
         self.proc.read_all(0)
         self.take_printed(math.inf)
 

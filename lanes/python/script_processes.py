@@ -234,9 +234,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+# A terminal's control sequences (ECMA-48 CSI: colours, bold) and OSC titles.
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?)")
+
+
 def failure_lines(lines):
-    """What a failed script's stderr says, in a line: from the last traceback, its exception line
-    and the frame that raised it; else the last non-empty lines."""
+    """What a failed script's stderr says, in a line: from the last traceback, its exception's
+    first line (the type and the message's start: a message of several lines, as torch.load's
+    "Weights only load failed", ends in advice) and the frame that raised it; else the last
+    non-empty lines. Terminal escapes (colour, bold: torch.load's advice has some) are left out."""
+    lines = [_ESCAPES.sub("", l) for l in lines]
     lines = [l for l in lines if l.strip()]
     if not lines:
         return ""
@@ -250,8 +257,12 @@ def failure_lines(lines):
             m = re.match(r'File "([^"]+)", line (\d+)', frames[-1])
             if m:
                 where = f" ({os.path.basename(m.group(1))}, line {m.group(2)})"
+        last_frame = max((i for i, l in enumerate(block) if l.startswith("  File ")), default=-1)
+        raised = [l for l in block[last_frame + 1:] if not l.startswith(" ")]
+        if raised:
+            return " ".join(raised[0].split())[:300] + where
         if exception:
-            return " ".join(exception[-1].split()) + where
+            return " ".join(exception[-1].split())[:300] + where
     return " | ".join(" ".join(l.split()) for l in lines[-3:])
 
 

@@ -23,6 +23,7 @@ PROGRAM = os.path.join(LANES, "script_lane.py")
 sys.path.insert(0, LANES)
 from notebook_script import NotebookError, is_notebook, notebook_cells  # noqa: E402
 from script_file import python_script_of, script_file_problem  # noqa: E402
+from script_processes import failure_lines  # noqa: E402
 
 
 def config(command, steps=None, **fields):
@@ -279,6 +280,28 @@ HOGWILD = textwrap.dedent("""
 """)
 
 BY_HAND_FLOPS = 2 * (2 * 784 * 10)  # the forward and the weight gradient (no input gradient)
+
+
+class FailureLines(unittest.TestCase):
+    def test_a_failed_scripts_exception_is_its_type_and_the_frame_that_raised_it(self):
+        frames = ['Traceback (most recent call last):', '  File "/work/train.py", line 57, in <module>',
+                  '    data = torch.load("traindata.pt")', '           ^^^^^^^^^^^^^^^^^^^^^^^^^^',
+                  '  File "/venv/torch/serialization.py", line 1578, in load']
+        one = frames + ["RuntimeError: the script's own failure on the GPU, at step 50"]
+        self.assertEqual(failure_lines(one), "RuntimeError: the script's own failure on the GPU, at step 50 "
+                                             "(serialization.py, line 1578)")
+        # A message of several lines (torch.load's) ends in advice: its first line says what failed.
+        several = frames + ["_pickle.UnpicklingError: Weights only load failed. This file can still be "
+                            "\x1b[1mloaded\x1b[0m.",
+                            "(1) In PyTorch 2.6, we changed the default value of the `weights_only` argument.",
+                            "Check the documentation of torch.load to learn more about types accepted by default."]
+        self.assertEqual(failure_lines(several), "_pickle.UnpicklingError: Weights only load failed. This file "
+                                                 "can still be loaded. (serialization.py, line 1578)")
+        # Of chained exceptions, the last; without a traceback, the last lines.
+        chained = ["Traceback (most recent call last):", '  File "a.py", line 1', "KeyError: 'x'", "",
+                   "During handling of the above exception, another exception occurred:"] + one
+        self.assertTrue(failure_lines(chained).startswith("RuntimeError: the script's own failure"))
+        self.assertEqual(failure_lines(["loading", "Killed"]), "loading | Killed")
 
 
 class ScriptFile(unittest.TestCase):
