@@ -279,6 +279,29 @@ HOGWILD = textwrap.dedent("""
             p.join()
 """)
 
+# A GAN's loop (pytorch/examples' dcgan): each iteration a discriminator step on 8 real and 8
+# generated examples, then a generator step on 8, each with its own optimizer.
+GAN = textwrap.dedent("""
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    G, D = torch.nn.Linear(4, 16), torch.nn.Linear(16, 1)
+    opt_d, opt_g = torch.optim.SGD(D.parameters(), lr=0.01), torch.optim.SGD(G.parameters(), lr=0.01)
+    ones, zeros = torch.ones(8, 1), torch.zeros(8, 1)
+    for _ in range(30):
+        D.zero_grad()
+        F.binary_cross_entropy_with_logits(D(torch.randn(8, 16)), ones).backward()
+        fake = G(torch.randn(8, 4))
+        F.binary_cross_entropy_with_logits(D(fake.detach()), zeros).backward()
+        opt_d.step()
+        G.zero_grad()
+        F.binary_cross_entropy_with_logits(D(fake), ones).backward()
+        opt_g.step()
+""")
+# The discriminator's step: D forward and weight gradient on 16 examples, G forward on 8 (2048);
+# the generator's: D forward, weight and input gradients on 8, G's weight gradient (1792).
+GAN_FLOPS = (2048 + 1792) / 24
+
 BY_HAND_FLOPS = 2 * (2 * 784 * 10)  # the forward and the weight gradient (no input gradient)
 
 
@@ -828,6 +851,17 @@ class ScriptLaneTest(unittest.TestCase):
                       "torch.optim optimizer stepped and no module's zero_grad() reset the gradients",
                       samples[-1]["message"])
         self.assertIn("devicerace.lane().step(samples=..., loss=...)", samples[-1]["message"])
+
+    def test_a_loop_of_several_optimizers_is_counted_over_one_step_of_each(self):
+        script = os.path.join(self.dir, "gan.py")
+        with open(script, "w") as f:
+            f.write(GAN)
+        lane, samples = self.run_lane([PYTHON, script])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        train = [s for s in samples if s["kind"] == "train"]
+        self.assertEqual((train[-1]["step"], train[-1]["samples"]), (60, 30 * 24))
+        counted = [s["flops_per_sample"] for s in samples if s.get("flops_per_sample") is not None]
+        self.assertEqual(counted, [GAN_FLOPS])
 
     def test_trainer_processes_the_script_starts_itself_are_counted_together(self):
         script = os.path.join(self.dir, "hogwild.py")

@@ -67,6 +67,9 @@ class _State:
     flop_precision = "fp32"
     optimizer_seen = False  # a torch.optim optimizer has stepped: its steps are the lane's
     by_hand = False       # steps counted at a module's zero_grad() (weights updated by hand)
+    optimizers = ()       # the optimizers seen stepping (ids, a few): a GAN's discriminator's and generator's
+    flop_steps_left = 0   # steps the counted window still spans (one of each optimizer)
+    flop_samples = 0      # their samples so far (None: not seen)
     backwards = 0         # backward() passes while no step was counted
 
 # backward() passes without an optimizer step or a module's zero_grad() before the lane is told
@@ -165,6 +168,8 @@ def install(torch):
 
     def before_step(optimizer, args, kwargs):
         state.optimizer_seen = True
+        if len(state.optimizers) < 8 and id(optimizer) not in state.optimizers:
+            state.optimizers += (id(optimizer),)
         state.optimizer_started = time.perf_counter()
 
     def after_step(optimizer, args, kwargs):
@@ -428,13 +433,21 @@ def _end_flop_count(state):
 
 
 def _count_flops(torch, lane, state, samples):
-    """At an optimizer step's end: ends the counted step (its FLOPs per sample to the lane), or
-    starts counting the next one once the warm-up is past its first steps."""
+    """At an optimizer step's end: ends the counted window (its FLOPs per sample to the lane), or
+    starts counting the next one once the warm-up is past its first steps. The window spans one
+    step of each optimizer seen (a GAN's discriminator's and generator's steps do different work,
+    and the lane's samples count both)."""
+    if state.flop_mode is not None:
+        state.flop_samples = None if samples is None or state.flop_samples is None else state.flop_samples + samples
+        state.flop_steps_left -= 1
+        if state.flop_steps_left > 0:
+            return
     mode = _end_flop_count(state)
     if mode is not None:
         spoiled, state.flop_spoiled = state.flop_spoiled, False
+        samples = state.flop_samples
         if spoiled or not samples:
-            return  # an evaluation inside it, or samples not seen: the next step is counted
+            return  # an evaluation inside it, or samples not seen: the next window is counted
         try:
             total = 0 if mode.failed else mode.get_total_flops()
         except Exception:
@@ -461,6 +474,7 @@ def _count_flops(torch, lane, state, samples):
         state.flop_tries = _FLOP_TRIES
         return
     state.flop_mode, state.flop_spoiled, state.flop_precision = counter, False, "fp32"
+    state.flop_steps_left, state.flop_samples = max(1, len(state.optimizers)), 0
 
 
 def set_enabled(on):
