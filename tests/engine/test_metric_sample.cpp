@@ -399,6 +399,10 @@ TEST(Explain, SlowerLanesWithMoreResourcesSayWhy) {
                           "threads do not shorten"),
               std::string::npos)
         << why[0];
+    // A variant of the script (args=: another optimizer) is not the same work on more threads.
+    auto variant = two;
+    variant.args = "--use-optimizer";
+    EXPECT_TRUE(explainSlowerLanes({one, variant}, true, "script").empty());
     // Live mode: the lanes shared the cores.
     why = explainSlowerLanes({one, two}, false, "fashion-mlp");
     ASSERT_EQ(why.size(), 1u);

@@ -51,6 +51,7 @@ struct LaneSummary {
     std::optional<double> costToTargetUsd; // time to target x $/hour
     std::optional<double> costVsBaseline;  // costToTarget / the baseline lane's (seed 003's normalised cost)
     std::string execution;                 // how it trained: optimizer kernels, CUDA graph, data placement, precision
+    std::string args;                      // script lanes: the lane's own words after the race's command (args=)
     std::string datasetName;               // the data this lane trained on
     bool synthetic = false;
     // Data-parallel lanes (medians over the intervals after warm-up):

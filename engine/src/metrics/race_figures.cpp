@@ -164,6 +164,11 @@ std::string timesText(int n) {
 // Why `more` (more resources than `fewer`) is slower, or "" when the pair is not one we explain.
 std::string explainPair(const LaneSummary& fewer, const LaneSummary& more, double ratio, bool fair,
                         const std::string& workload) {
+    // Lanes that run different commands (args=: another optimizer, --compile) race variants of
+    // the script, not resources: which is faster is the race's answer, not something to explain.
+    if (more.args != fewer.args) {
+        return {};
+    }
     const auto head = fmt::format("{} runs at {} the speed of {}", more.name, ratioText(ratio), fewer.name);
     // Data-parallel ranks: more of them, slower.
     if (more.workers > 1 && fewer.workers >= 1 && more.workers > fewer.workers && onCpu(more) == onCpu(fewer)) {

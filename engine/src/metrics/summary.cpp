@@ -206,6 +206,7 @@ LaneSummary RunningSummary::summary(const LaneSpec& spec, std::int64_t batch, co
     out.kind = laneKind(spec);
     out.threads = spec.threads;
     out.precision = spec.precision;
+    out.args = spec.args.value_or("");
     out.batch = batch;
     out.costPerHour = spec.costPerHour;
     if (target.loss || target.accuracy) {
