@@ -274,6 +274,7 @@ void Dashboard::onRaceStarted() {
     m_accuracy->setMetric(tokens > 0 ? Metric::EvalLoss : Metric::Accuracy);
     m_accuracy->setTitle(tokens > 0 ? tr("Validation loss") : tr("Test accuracy"));
     m_accuracy->setTarget(m_race->tokensPerSample() > 0 ? std::nullopt : m_race->targetAccuracy());
+    m_qualityDecided = tokens > 0;
     {
         QStringList names;
         for (const auto& l : lanes) {
@@ -311,8 +312,31 @@ void Dashboard::chooseRateForScripts() {
     }
 }
 
+void Dashboard::chooseQualityForScripts() {
+    // Scripts whose evaluations say only a loss (a language model's, a VAE's): the quality chart
+    // shows it, where a "Test accuracy" chart would stay empty. A lane with an accuracy keeps it.
+    if (m_qualityDecided) {
+        return;
+    }
+    bool loss = false;
+    for (const auto& h : m_race->histories()) {
+        if (h.lastAccuracy) {
+            m_qualityDecided = true;
+            return;
+        }
+        loss = loss || h.lastEvalLoss.has_value();
+    }
+    if (loss) {
+        m_qualityDecided = true;
+        m_accuracy->setMetric(Metric::EvalLoss);
+        m_accuracy->setTitle(tr("Test loss"), tr("test loss"));
+        m_accuracy->setTarget(std::nullopt);
+    }
+}
+
 void Dashboard::refresh() {
     chooseRateForScripts();
+    chooseQualityForScripts();
     // Share of the GUI thread the charts may take; their frame rate drops below ~15 Hz only
     // when one refresh + paint costs more than ~16 ms.
     constexpr double kChartDuty = 0.25;

@@ -106,7 +106,9 @@ private:
     // The throughput chart went to steps/s by itself: the race's lanes report steps but no samples
     // (scripts whose batch cannot be seen); decided once per race, at the first rates.
     bool m_rateDecided = false, m_rateAuto = false;
+    bool m_qualityDecided = false; // the quality chart shows accuracy, or the test loss of scripts that say no accuracy
     void chooseRateForScripts();
+    void chooseQualityForScripts();
     QComboBox* m_baseline = nullptr;
     QString m_baselineName; // the lane last chosen in m_baseline ("" : none chosen yet)
     QSlider* m_smoothing = nullptr;

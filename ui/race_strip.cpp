@@ -79,17 +79,18 @@ QString headlineText(const std::vector<StripRow>& rows, int baseline) {
 }
 
 std::optional<double> projectedTimeToTarget(const LaneHistory& h, double target) {
-    for (std::size_t i = 0; i < h.evalAccuracy.size(); ++i) {
-        if (h.evalAccuracy[i] >= target) {
-            return h.evalTime[i];
+    const auto acc = finiteEvals(h.evalTime, h.evalAccuracy); // evaluations that said an accuracy
+    for (std::size_t i = 0; i < acc.y.size(); ++i) {
+        if (acc.y[i] >= target) {
+            return acc.x[i];
         }
     }
-    const std::size_t n = h.evalAccuracy.size();
+    const std::size_t n = acc.y.size();
     if (n < 2) {
         return std::nullopt;
     }
-    const double a1 = h.evalAccuracy[n - 2], a2 = h.evalAccuracy[n - 1];
-    const double t1 = h.evalTime[n - 2], t2 = h.evalTime[n - 1];
+    const double a1 = acc.y[n - 2], a2 = acc.y[n - 1];
+    const double t1 = acc.x[n - 2], t2 = acc.x[n - 1];
     if (a2 <= a1 || t2 <= t1) {
         return std::nullopt;
     }
@@ -127,7 +128,10 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
         row.progress = h.state == LaneState::Finished ? 1.0
                        : length > 0                   ? static_cast<double>(h.lastStep) / static_cast<double>(length)
                                                       : 0.0;
-        const QString acc = h.lastAccuracy ? QStringLiteral(" · acc %1").arg(*h.lastAccuracy, 0, 'f', 3) : QString();
+        // The latest evaluation's accuracy, or its loss where the lane says only that (a script's).
+        const QString acc = h.lastAccuracy   ? QStringLiteral(" · acc %1").arg(*h.lastAccuracy, 0, 'f', 3)
+                            : h.lastEvalLoss ? QStringLiteral(" · test loss %1").arg(*h.lastEvalLoss, 0, 'g', 4)
+                                             : QString();
         switch (h.state) {
         case LaneState::Pending: row.status = QObject::tr("waiting"); break;
         case LaneState::Preparing:

@@ -30,7 +30,8 @@ struct FakeLane {
     double watts = 0; // > 0: each train sample carries the energy of its interval
     // A data-parallel lane: each rank's breakdown in every train sample (rank 0 reports for all).
     std::vector<std::map<std::string, double>> rankBreakdowns = {};
-    bool lengthKnown = true; // false: total_steps 0, as a script lane's whose command alone knows it
+    bool lengthKnown = true;   // false: total_steps 0, as a script lane's whose command alone knows it
+    bool evalLossOnly = false; // evaluations say a loss and no accuracy (a script's language model)
 };
 
 // Writes the recording into `dir` (created); returns false when a file cannot be written.
@@ -93,6 +94,10 @@ inline bool writeFakeRecording(const QString& dir, const std::vector<FakeLane>& 
                 MetricSample e = s;
                 e.kind = SampleKind::Eval;
                 e.accuracy = 0.9 - 0.4 * std::exp(-3.0 * evalsDone / evaluations);
+                e.loss = 2.0 * std::exp(-1.0 * evalsDone / evaluations);
+                if (lane.evalLossOnly) {
+                    e.accuracy.reset();
+                }
                 e.samplesPerSec.reset();
                 e.stepsPerSec.reset();
                 e.text = lane.text.toStdString();

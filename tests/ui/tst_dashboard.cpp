@@ -774,6 +774,28 @@ private Q_SLOTS:
         QVERIFY2(rows[1].status.startsWith(QStringLiteral("step ")), qPrintable(rows[1].status));
     }
 
+    // Scripts whose evaluations say only a loss (a language model's): the quality chart draws
+    // their test loss, where "Test accuracy" stayed empty, and the strip says the latest.
+    void evaluationsWithOnlyALossAreChartedAsTheTestLoss() {
+        QTemporaryDir dir;
+        FakeLane lstm{QStringLiteral("lstm")}, transformer{QStringLiteral("transformer")};
+        lstm.evalLossOnly = transformer.evalLossOnly = true;
+        transformer.seconds = 40;
+        MainWindow w;
+        QVERIFY(replayFake(w, dir, {lstm, transformer}));
+        auto* chart = w.dashboard()->accuracyChart();
+        QTRY_COMPARE(chart->metric(), Metric::EvalLoss);
+        const auto [lo, hi] = drawnXExtent(chart);
+        QVERIFY2(lo <= 6 && hi >= 59, qPrintable(QStringLiteral("%1 .. %2").arg(lo).arg(hi))); // every evaluation
+        const auto rows = stripRows(*w.race(), 0, 0);
+        QVERIFY2(rows[0].status.contains(QStringLiteral("test loss 0.7358")), qPrintable(rows[0].status)); // 2/e
+        // A lane with an accuracy keeps the accuracy chart.
+        QTemporaryDir mixed;
+        FakeLane acc{QStringLiteral("acc")};
+        QVERIFY(replayFake(w, mixed, {acc, lstm}));
+        QTRY_COMPARE(chart->metric(), Metric::Accuracy);
+    }
+
     // Durations on the strip and in the table: tenths of a second under ten seconds (a short
     // demo lane read "done 0:00"), then minutes and hours.
     void durationsReadAtTheirScale() {

@@ -237,7 +237,7 @@ private Q_SLOTS:
         env.insert(QStringLiteral("XDG_CONFIG_HOME"), config);
         const QString out = m_dir.filePath(QStringLiteral("themed.png"));
         for (const bool presentation : {false, true}) {
-            for (const QString theme : {QStringLiteral("dark"), QStringLiteral("light")}) {
+            for (const QString& theme : {QStringLiteral("dark"), QStringLiteral("light")}) {
                 QProcess p;
                 p.setProcessEnvironment(env);
                 QStringList args{QStringLiteral("--replay"),       m_recording,

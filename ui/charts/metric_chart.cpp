@@ -304,9 +304,10 @@ void MetricChart::refresh(const std::vector<LaneHistory>& histories) {
             }
         }
         if (eval) {
-            s.smooth = decimateMinMax(xs, ys, lo, hi, buckets);
+            const auto points = finiteEvals(xs, ys);
+            s.smooth = decimateMinMax(points.x, points.y, lo, hi, buckets);
             grow(s.smooth);
-            updateBand(s, i, {xs, ys}, lo, hi, std::max(50, buckets / 6), 0, yScale);
+            updateBand(s, i, {points.x, points.y}, lo, hi, std::max(50, buckets / 6), 0, yScale);
             s.raw.clear();
             s.warm.clear();
             continue;

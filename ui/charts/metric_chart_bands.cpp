@@ -1,5 +1,7 @@
 #include "metric_chart.h"
 
+#include <deque>
+
 // MetricChart's bands across repeats (split from metric_chart.cpp).
 namespace devicerace::ui {
 
@@ -26,6 +28,7 @@ void MetricChart::updateBand(LaneSeries& s, std::size_t lane, BandCurve own, dou
     }
     const bool eval = isEval(m_metric);
     std::vector<BandCurve> curves;
+    std::deque<EvalPoints> evalPoints; // the other lanes' evaluations that have the figure (kept for the spans)
     if (!own.x.empty()) {
         curves.push_back(own);
     }
@@ -37,7 +40,9 @@ void MetricChart::updateBand(LaneSeries& s, std::size_t lane, BandCurve own, dou
         const auto& ys = yColumn(*other, m_metric);
         const std::size_t n = std::min(xs.size(), ys.size());
         if (eval) {
-            curves.push_back({std::span<const double>(xs.data(), n), std::span<const double>(ys.data(), n)});
+            const auto& points = evalPoints.emplace_back(
+                finiteEvals(std::span<const double>(xs.data(), n), std::span<const double>(ys.data(), n)));
+            curves.push_back({points.x, points.y});
             continue;
         }
         // Train curves as the line draws them: after the warm-up, smoothed alike.

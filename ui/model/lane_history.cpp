@@ -73,14 +73,20 @@ void LaneHistory::append(const MetricSample& s) {
         }
         break;
     case SampleKind::Eval:
-        if (finite(s.accuracy)) {
+        if (finite(s.accuracy) || finite(s.loss)) {
+            constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
             evalTime.push_back(s.time);
             evalStep.push_back(static_cast<double>(s.step));
             evalSamples.push_back(static_cast<double>(s.samples));
-            evalAccuracy.push_back(*s.accuracy);
-            evalLoss.push_back(finite(s.loss) ? *s.loss : (evalLoss.empty() ? 0.0 : evalLoss.back()));
+            evalAccuracy.push_back(finite(s.accuracy) ? *s.accuracy : kNone);
+            evalLoss.push_back(finite(s.loss) ? *s.loss : (evalLoss.empty() ? kNone : evalLoss.back()));
             evalCost.push_back(costPerHour ? s.time / 3600.0 * *costPerHour : 0.0);
-            lastAccuracy = s.accuracy;
+            if (finite(s.accuracy)) {
+                lastAccuracy = s.accuracy;
+            }
+            if (finite(s.loss)) {
+                lastEvalLoss = s.loss;
+            }
         }
         if (!s.text.empty()) {
             lastText = QString::fromStdString(s.text);
@@ -265,6 +271,18 @@ const std::vector<double>& yColumn(const LaneHistory& h, Metric metric) {
     case Metric::Accuracy: break;
     }
     return h.evalAccuracy;
+}
+
+EvalPoints finiteEvals(std::span<const double> xs, std::span<const double> ys) {
+    EvalPoints out;
+    const std::size_t n = std::min(xs.size(), ys.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        if (std::isfinite(ys[i])) {
+            out.x.push_back(xs[i]);
+            out.y.push_back(ys[i]);
+        }
+    }
+    return out;
 }
 
 QList<QPointF> decimateMinMax(std::span<const double> xs, std::span<const double> ys, double xMin, double xMax,

@@ -40,9 +40,11 @@ struct LaneHistory {
     // Train intervals
     std::vector<double> time, step, samples, samplesPerSec, stepsPerSec, loss, cost; // cost: USD so far
     std::vector<char> warmup;
-    // Evaluations
+    // Evaluations: each one with an accuracy or a loss (a script may report either alone). An
+    // accuracy it lacks is NaN (charts and the strip read the finite ones: finiteEvals); a
+    // non-finite loss repeats the previous one (the lane's state says why), or is NaN before one.
     std::vector<double> evalTime, evalStep, evalSamples, evalAccuracy, evalCost;
-    std::vector<double> evalLoss; // a non-finite loss repeats the previous one (the lane's state says why)
+    std::vector<double> evalLoss;
     // Learning-rate schedule boundaries: where the rate jumped (≥ 1.5× either way) between two
     // train samples (step schedules; a one-cycle ramp changes too smoothly to mark)
     std::vector<double> lrTime, lrStep, lrSamples, lrCost;
@@ -53,6 +55,7 @@ struct LaneHistory {
     double lastTime = 0;
     double lastEpoch = 0;
     std::optional<double> lastAccuracy;
+    std::optional<double> lastEvalLoss;
     QString lastText; // the text the latest evaluation generated (charlstm, char-gpt), else ""
     std::int64_t lastTextStep = 0;
     std::optional<double> recentSamplesPerSec; // last interval after warm-up
@@ -117,6 +120,13 @@ const std::vector<double>& xColumn(const LaneHistory& h, XAxis axis, bool eval);
 const std::vector<double>& lrColumn(const LaneHistory& h, XAxis axis);
 /// The y column for `metric` (Accuracy reads the evaluation columns).
 const std::vector<double>& yColumn(const LaneHistory& h, Metric metric);
+
+/// Evaluation points that have the figure charted (a script's evaluation may say only its
+/// accuracy or only its loss; the other is NaN), as parallel columns.
+struct EvalPoints {
+    std::vector<double> x, y;
+};
+EvalPoints finiteEvals(std::span<const double> xs, std::span<const double> ys);
 
 /// Keeps the points with x in [xMin, xMax] and reduces them to the first/last point plus the
 /// minimum and maximum of each of `buckets` equal x slices, in x order (<= 2 per bucket + 2).
