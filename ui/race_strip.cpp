@@ -3,6 +3,7 @@
 #include <QContextMenuEvent>
 #include <QPainter>
 
+#include <algorithm>
 #include <cmath>
 
 #include "charts/palette.h"
@@ -78,6 +79,15 @@ QString headlineText(const std::vector<StripRow>& rows, int baseline) {
     return QObject::tr("%1 and %2: neck and neck").arg(base.name, best->name);
 }
 
+namespace {
+// Four significant digits, zeros kept (7.200, 0.7358, 262.3): a loss that moves keeps its width.
+QString fourDigits(double v) {
+    const double a = std::abs(v);
+    const int decimals = a > 0 ? std::clamp(3 - static_cast<int>(std::floor(std::log10(a))), 0, 6) : 3;
+    return QString::number(v, 'f', decimals);
+}
+} // namespace
+
 std::optional<double> projectedTimeToTarget(const LaneHistory& h, double target) {
     const auto acc = finiteEvals(h.evalTime, h.evalAccuracy); // evaluations that said an accuracy
     for (std::size_t i = 0; i < acc.y.size(); ++i) {
@@ -130,7 +140,7 @@ std::vector<StripRow> stripRows(const RaceController& race, int baseline, std::i
                                                       : 0.0;
         // The latest evaluation's accuracy, or its loss where the lane says only that (a script's).
         const QString acc = h.lastAccuracy   ? QStringLiteral(" · acc %1").arg(*h.lastAccuracy, 0, 'f', 3)
-                            : h.lastEvalLoss ? QStringLiteral(" · test loss %1").arg(*h.lastEvalLoss, 0, 'g', 4)
+                            : h.lastEvalLoss ? QStringLiteral(" · test loss %1").arg(fourDigits(*h.lastEvalLoss))
                                              : QString();
         switch (h.state) {
         case LaneState::Pending: row.status = QObject::tr("waiting"); break;
