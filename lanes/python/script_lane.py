@@ -86,12 +86,15 @@ def script_name(command):
 
 
 def flop_text(flops):
-    """FLOPs as the execution text says them: "0.8 MFLOP", "20.2 kFLOP", "4.12 GFLOP"."""
+    """FLOPs as the execution text says them: "0.8 MFLOP", "20.2 kFLOP", "4.12 GFLOP", "24 FLOP"."""
     if flops >= 1e9:
         return f"{flops / 1e9:,.2f} GFLOP"
     if flops >= 1e5:
         return f"{flops / 1e6:,.1f} MFLOP"
-    return f"{flops / 1e3:,.1f} kFLOP"
+    if flops >= 100:
+        return f"{flops / 1e3:,.1f} kFLOP"
+    return f"{flops:,.0f} FLOP"
+
 
 class ScriptLane:
     def __init__(self, config, session):

@@ -862,6 +862,24 @@ class ScriptLaneTest(unittest.TestCase):
         self.assertEqual((train[-1]["step"], train[-1]["samples"]), (60, 30 * 24))
         counted = [s["flops_per_sample"] for s in samples if s.get("flops_per_sample") is not None]
         self.assertEqual(counted, [GAN_FLOPS])
+        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
+        self.assertIn("counted by PyTorch's FlopCounterMode over one step of each of its 2 optimizers", texts[-1])
+        # A loss of the script's own (forward-forward's): no batch seen, no count, and the text says why.
+        own = os.path.join(self.dir, "own_loss.py")
+        with open(own, "w") as f:
+            f.write(textwrap.dedent("""
+                import torch
+                model = torch.nn.Linear(16, 16)
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+                for _ in range(40):
+                    opt.zero_grad()
+                    torch.log1p(torch.exp(-model(torch.randn(8, 16)).pow(2).mean(1))).mean().backward()
+                    opt.step()
+            """))
+        lane, samples = self.run_lane([PYTHON, own])
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
+        self.assertIn("FLOPs not counted: the script's batch is not seen", texts[-1])
 
     def test_trainer_processes_the_script_starts_itself_are_counted_together(self):
         script = os.path.join(self.dir, "hogwild.py")

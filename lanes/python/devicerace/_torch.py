@@ -447,7 +447,12 @@ def _count_flops(torch, lane, state, samples):
         spoiled, state.flop_spoiled = state.flop_spoiled, False
         samples = state.flop_samples
         if spoiled or not samples:
-            return  # an evaluation inside it, or samples not seen: the next window is counted
+            # An evaluation inside it, or samples not seen: the next window is counted, or, after
+            # the last try for want of samples, the execution text says why there is no count.
+            if not spoiled and state.flop_tries >= _FLOP_TRIES:
+                lane._flops = {"not_counted": "the script's batch is not seen (its loss is not one of "
+                                              "torch.nn.functional's), so no FLOPs a sample"}
+            return
         try:
             total = 0 if mode.failed else mode.get_total_flops()
         except Exception:
@@ -455,6 +460,9 @@ def _count_flops(torch, lane, state, samples):
         state.flop_tries = _FLOP_TRIES
         if total > 0:
             lane._flops = {"per_sample": total / samples, "precision": state.flop_precision}
+            if len(state.optimizers) > 1:
+                lane._flops["how"] = (f"counted by PyTorch's FlopCounterMode over one step of each of its "
+                                      f"{len(state.optimizers)} optimizers")
         return
     if state.flop_tries >= _FLOP_TRIES or lane._step < _FLOP_STEP or state.eval_started is not None:
         return
