@@ -615,7 +615,10 @@ class ScriptLane:
         """The lane's steps and examples from one process's report: the processes that report
         (trainers a script starts itself without torch.distributed, as Hogwild's share one model)
         each count their own, and the lane is their sum. (None, None) if that process's count went
-        back."""
+        back. A report without a pid (written by hand, or an older devicerace package) is the
+        lane's count as it stands."""
+        if pid is None:
+            return step, samples
         before = self.process_counts.get(pid)
         if before is not None and (step < before[0] or (samples is not None and before[1] is not None and
                                                         samples < before[1])):
