@@ -251,6 +251,17 @@ BY_HAND = textwrap.dedent("""
             model(x)
             model.train()
 """)
+# A loss of the script's own, not one of torch.nn.functional's (forward-forward's): its batch is not seen.
+OWN_LOSS = textwrap.dedent("""
+    import torch
+    model = torch.nn.Linear(16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(40):
+        opt.zero_grad()
+        torch.log1p(torch.exp(-model(torch.randn(8, 16)).pow(2).mean(1))).mean().backward()
+        opt.step()
+""")
+
 # Hogwild (pytorch/examples' mnist_hogwild): a script starts trainer processes itself
 # (torch.multiprocessing, spawned, no torch.distributed) that train one shared model, each
 # counting its own optimizer steps: 2 × 30 steps of batch 8.
@@ -481,6 +492,20 @@ class ScriptLaneTest(unittest.TestCase):
                 if control:
                     control(lane, m["sample"])
         return lane, [s for _, s in samples]
+
+    def run_script(self, name, text, *args, **fields):
+        """Writes `text` as the script `name` in the test's folder and races it as the lane's command."""
+        script = os.path.join(self.dir, name)
+        with open(script, "w") as f:
+            f.write(text)
+        return self.run_lane([PYTHON, script, *args], **fields)
+
+    def finished_counts(self, lane, samples):
+        """The (step, samples) of a finished lane's last train sample, and its last execution text."""
+        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        train = [s for s in samples if s["kind"] == "train"]
+        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
+        return (train[-1]["step"], train[-1]["samples"]), texts[-1]
 
     def test_pause_stops_the_command_and_leaves_its_time_out(self):
         out = os.path.join(self.dir, "ends.json")
@@ -831,21 +856,17 @@ class ScriptLaneTest(unittest.TestCase):
         step (the one before an evaluation ends at its eval(), the last at the script's exit), and
         the execution text says so; a script whose steps cannot be seen fails saying what was
         seen and how to report them."""
-        script = os.path.join(self.dir, "by_hand.py")
-        with open(script, "w") as f:
-            f.write(BY_HAND)
-        lane, samples = self.run_lane([PYTHON, script, "zero_grad"])
-        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
+        lane, samples = self.run_script("by_hand.py", BY_HAND, "zero_grad")
+        counts, text = self.finished_counts(lane, samples)
+        self.assertEqual(counts, (40, 320))
         train = [s for s in samples if s["kind"] == "train"]
-        self.assertEqual((train[-1]["step"], train[-1]["samples"]), (40, 320))
         self.assertTrue(all(math.isfinite(s["loss"]) for s in train if s["loss"] is not None))
         self.assertIn(20, [s["step"] for s in train])  # reported at the evaluation, its step counted by then
         counted = [s["flops_per_sample"] for s in samples if s.get("flops_per_sample") is not None]
         self.assertEqual(counted, [BY_HAND_FLOPS])
-        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
-        self.assertIn("steps: the backward() passes between a module's zero_grad() calls", texts[-1])
+        self.assertIn("steps: the backward() passes between a module's zero_grad() calls", text)
 
-        lane, samples = self.run_lane([PYTHON, script, "none"])
+        lane, samples = self.run_script("by_hand.py", BY_HAND, "none")
         self.assertEqual(samples[-1]["state"], "failed")
         self.assertIn("exited (status 0) without reporting a training step; its backward() ran 50 times, but no "
                       "torch.optim optimizer stepped and no module's zero_grad() reset the gradients",
@@ -853,45 +874,22 @@ class ScriptLaneTest(unittest.TestCase):
         self.assertIn("devicerace.lane().step(samples=..., loss=...)", samples[-1]["message"])
 
     def test_a_loop_of_several_optimizers_is_counted_over_one_step_of_each(self):
-        script = os.path.join(self.dir, "gan.py")
-        with open(script, "w") as f:
-            f.write(GAN)
-        lane, samples = self.run_lane([PYTHON, script])
-        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
-        train = [s for s in samples if s["kind"] == "train"]
-        self.assertEqual((train[-1]["step"], train[-1]["samples"]), (60, 30 * 24))
+        lane, samples = self.run_script("gan.py", GAN)
+        counts, text = self.finished_counts(lane, samples)
+        self.assertEqual(counts, (60, 30 * 24))
         counted = [s["flops_per_sample"] for s in samples if s.get("flops_per_sample") is not None]
         self.assertEqual(counted, [GAN_FLOPS])
-        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
-        self.assertIn("counted by PyTorch's FlopCounterMode over one step of each of its 2 optimizers", texts[-1])
+        self.assertIn("counted by PyTorch's FlopCounterMode over one step of each of its 2 optimizers", text)
         # A loss of the script's own (forward-forward's): no batch seen, no count, and the text says why.
-        own = os.path.join(self.dir, "own_loss.py")
-        with open(own, "w") as f:
-            f.write(textwrap.dedent("""
-                import torch
-                model = torch.nn.Linear(16, 16)
-                opt = torch.optim.SGD(model.parameters(), lr=0.01)
-                for _ in range(40):
-                    opt.zero_grad()
-                    torch.log1p(torch.exp(-model(torch.randn(8, 16)).pow(2).mean(1))).mean().backward()
-                    opt.step()
-            """))
-        lane, samples = self.run_lane([PYTHON, own])
-        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
-        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
-        self.assertIn("FLOPs not counted: the script's batch is not seen", texts[-1])
+        _, text = self.finished_counts(*self.run_script("own_loss.py", OWN_LOSS))
+        self.assertIn("FLOPs not counted: the script's batch is not seen", text)
 
     def test_trainer_processes_the_script_starts_itself_are_counted_together(self):
-        script = os.path.join(self.dir, "hogwild.py")
-        with open(script, "w") as f:
-            f.write(HOGWILD)
-        lane, samples = self.run_lane([PYTHON, script])
-        self.assertEqual(samples[-1]["state"], "finished", lane.stderr())
-        train = [s for s in samples if s["kind"] == "train"]
-        self.assertEqual((train[-1]["step"], train[-1]["samples"]), (60, 480))
+        lane, samples = self.run_script("hogwild.py", HOGWILD)
+        counts, text = self.finished_counts(lane, samples)
+        self.assertEqual(counts, (60, 480))
         self.assertNotIn("refused a report", lane.stderr())
-        texts = [m["text"] for m in self.messages if m["type"] == "execution"]
-        self.assertIn("2 processes of the script's report steps", texts[-1])
+        self.assertIn("2 processes of the script's report steps", text)
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])
