@@ -21,7 +21,7 @@ from lane_harness import LANES, PYTHON, STATES, Lane, engine_config  # noqa: E40
 
 PROGRAM = os.path.join(LANES, "script_lane.py")
 sys.path.insert(0, LANES)
-from notebook_script import NotebookError, is_notebook, notebook_cells  # noqa: E402
+from notebook_script import RUN_HELPER, NotebookError, is_notebook, notebook_cells  # noqa: E402
 from script_file import python_script_of, script_file_problem  # noqa: E402
 from script_processes import failure_lines  # noqa: E402
 
@@ -414,6 +414,32 @@ class NotebookScript(unittest.TestCase):
         self.assertEqual((scope["y"], scope["z"], scope["w"]), (2, 2, False))
         self.assertEqual(cells[1][1].splitlines()[3], "    pass")  # the if block keeps a body
         self.assertEqual(cells[1][1].splitlines()[4], "y = x + 1")  # and %%time's body its line numbers
+
+    def test_run_lines_run_their_scripts_as_ipython_does(self):
+        """%run helper.py ARGS runs the script as __main__ with its arguments, its names then the
+        notebook's; -i gives it the notebook's names; a missing .py is found; -e ignores its exit;
+        a %run of a notebook or with $variables is left out and named."""
+        d = tempfile.mkdtemp(prefix="devicerace-notebook-test-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "helper.py"), "w") as f:
+            f.write("import sys\ndoubled = int(sys.argv[1]) * 2\nran_as = __name__\n")
+        with open(os.path.join(d, "uses_x.py"), "w") as f:
+            f.write("import sys\nseen = x + 1\nsys.exit(3)\n")
+        with open(os.path.join(d, "train.ipynb"), "w") as f:
+            f.write(notebook([("code", "x = 10\n%run helper.py 21\n%run other.ipynb\n%run $script"),
+                              ("code", "if doubled:\n    %run -i -e uses_x\ntotal = doubled + seen")]))
+        cells, skipped = notebook_cells(os.path.join(d, "train.ipynb"), "train.ipynb")
+        self.assertEqual(skipped, ["%run other.ipynb (cell 1)", "%run $script (cell 1)"])
+        scope = {}
+        exec(RUN_HELPER, scope)
+        here = os.getcwd()
+        os.chdir(d)
+        self.addCleanup(os.chdir, here)
+        argv = list(sys.argv)
+        for name, source in cells:
+            exec(compile(source, name, "exec"), scope)
+        self.assertEqual(sys.argv, argv)  # put back after each script
+        self.assertEqual((scope["doubled"], scope["ran_as"], scope["seen"], scope["total"]), (42, "__main__", 11, 53))
 
     def test_what_cannot_be_raced_is_said(self):
         for text, said in ((notebook([("code", "x = (1,\n")]), "train.ipynb, cell 1, line 1"),
