@@ -41,7 +41,11 @@ def train(spawned_rank, a):
         steps += 1
     # The DDP model goes before its process group: freed after it (at this function's return),
     # its reducer sometimes aborted the process ("terminate called without an active exception").
+    # The ranks meet before the group goes, so no rank tears it down while another's last
+    # collective is in flight (Gloo's work still holding tensors at exit aborted rank 0 about 1
+    # race in 8 without it).
     del model, opt
+    dist.barrier()
     dist.destroy_process_group()
     if rank == 0 and a.out:
         with open(a.out, "w") as f:
