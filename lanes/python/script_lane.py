@@ -700,13 +700,21 @@ class ScriptLane:
         last_step, last_samples, last_t = self.last
         dt = self.lane_time(t) - self.lane_time(last_t)
         steps = step - last_step
-        if steps <= 0 or dt <= 0:
-            return
-        if self.trainer_processes > 1 and dt < self.config["report_interval"] / 2 and not final:
-            # Several processes report in turn, each its steps since its own last report: an
+        if steps > 0 and self.trainer_processes > 1 and dt < self.config["report_interval"] / 2:
+            # Several processes report in turn, each its steps since its own last report (stamped
+            # with its own last step's time, which may be before another's last report): an
             # interval closed by another's report just before would read their sum over a moment.
-            # Held (the counts are cumulative) until a later report, or the lane's end.
-            self.held_report = (step, samples, t, loss, phases)
+            # Held (the counts are cumulative) until a later report; at the lane's end, the counts
+            # stand without an interval.
+            if not final:
+                self.held_report = (step, samples, t, loss, phases)
+                return
+            if dt <= 0:
+                self.held_report = None
+                self.emit_train(step, samples, last_t, loss, None, warmup=last_step < self.meter.warmup)
+                self.last = (step, samples, last_t)
+                return
+        if steps <= 0 or dt <= 0:
             return
         self.held_report = None
         rates = {"steps": steps / dt}

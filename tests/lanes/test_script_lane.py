@@ -313,6 +313,22 @@ GAN = textwrap.dedent("""
 # the generator's: D forward, weight and input gradients on 8, G's weight gradient (1792).
 GAN_FLOPS = (2048 + 1792) / 24
 
+# Two processes' reports written by hand, the last (pid 2's) stamped before the one before it.
+INTERLEAVED = textwrap.dedent("""
+    import json, os, time
+    fd = int(os.environ["DEVICERACE_REPORT_FD"])
+    t0 = time.monotonic()
+
+    def report(pid, step, t):
+        os.write(fd, (json.dumps({"t": "step", "source": "api", "pid": pid, "step": step, "samples": step * 8,
+                                  "time": t, "loss": 1.0, "loss_reported": True}) + "\\n").encode())
+
+    for step, at, late in ((1, 0.0, 0.0), (20, 0.3, 0.3), (30, 0.6, 0.55)):
+        time.sleep(max(0.0, t0 + at - time.monotonic()))
+        report(1, step, t0 + at)
+        report(2, step, t0 + late)
+""")
+
 BY_HAND_FLOPS = 2 * (2 * 784 * 10)  # the forward and the weight gradient (no input gradient)
 
 
@@ -916,6 +932,11 @@ class ScriptLaneTest(unittest.TestCase):
         self.assertEqual(counts, (60, 480))
         self.assertNotIn("refused a report", lane.stderr())
         self.assertIn("2 processes of the script's report steps", text)
+        # Each process stamps a report with its own last step's time: the last to arrive may be
+        # stamped before the one just read. Its counts still end the lane's.
+        _, samples = self.run_script("interleaved.py", INTERLEAVED)
+        counts, _ = self.finished_counts(lane, samples)
+        self.assertEqual(counts, (60, 480))
 
     def test_a_lane_key_it_does_not_take_is_refused(self):
         lane = Lane([PYTHON, PROGRAM])
