@@ -39,6 +39,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 
@@ -130,6 +131,7 @@ class ScriptLane:
         self.read_prints = spec.get("printed", True)
         self.printed = deque()        # (time, accuracy, loss) from rank 0's printed lines
         self.last_printed = deque(maxlen=PRINTED_REPEATS)  # the last (accuracy, loss) taken
+        self.previous_line = {}       # reader thread (stdout's, stderr's): the line it read before
         self.reports = deque(maxlen=4096)  # (time, step, samples) of the step reports, for a printed figure's step
         self.reported_evaluations = False  # the script reports its own (lane.evaluate)
         self.fault = spec.get("fault")
@@ -790,7 +792,9 @@ class ScriptLane:
 
     def on_printed(self, text, t):
         """A line rank 0 printed (on its reader's thread): its held-out figures, if it names any."""
-        accuracy, loss = figures(text)
+        reader = threading.get_ident()
+        accuracy, loss = figures(text, self.previous_line.get(reader, ""))
+        self.previous_line[reader] = text
         if accuracy is not None or loss is not None:
             self.printed.append((t, accuracy, loss))
 

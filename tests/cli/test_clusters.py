@@ -305,6 +305,14 @@ class AttachedJobs(unittest.TestCase):
         wait_for(lambda: listening(self.listen) or self.job.poll() is not None, 120, "rank 0 to listen")
         self.assertIsNone(self.job.poll(), self.job.stderr.read() if self.job.poll() is not None else "")
 
+    def job_log(self):
+        """torchrun's and its ranks' output, once the job has ended (for a failure's message)."""
+        try:
+            out, err = self.job.communicate(timeout=60)
+        except (subprocess.TimeoutExpired, ValueError):
+            return "(the job's log: not available)"
+        return f"the job's log:\n{out[-3000:]}{err[-3000:]}"
+
     def stop_job(self):
         if self.job.poll() is None:
             os.killpg(self.job.pid, signal.SIGTERM)
@@ -369,7 +377,8 @@ class AttachedJobs(unittest.TestCase):
         self.assertEqual(p.returncode, 1, out + err)
         lanes = lanes_of(summary)
         self.assertEqual(lanes["job"]["status"], "failed")
-        self.assertIn("lost a peer rank", lanes["job"]["error"])
+        self.assertIn("lost a peer rank", lanes["job"]["error"], self.job_log())
+        print(f"the attached lane: {lanes['job']['error']}", file=sys.stderr)
         self.assertEqual(lanes["survivor"]["status"], "finished")
 
     def test_a_job_without_a_token_does_not_listen(self):

@@ -107,7 +107,11 @@ PRINTER = textwrap.dedent("""
             print(line)
             print(line, file=sys.stderr)
             time.sleep(0.2)  # the next steps come after the lines are read (a real step takes that long)
-    print("Test set: Average loss: 0.5000, Accuracy: 9000/10000 (90%)")
+    # PyTorch's quickstart tutorial's lines: a heading, its figures below (a line on the other
+    # stream between them)
+    print("Test Error: ")
+    print("evaluated", file=sys.stderr)
+    print(f" Accuracy: {90.0:>0.1f}%, Avg loss: {0.5:>8f} \\n")
 """)
 
 
@@ -139,6 +143,12 @@ class PrintedFigures(unittest.TestCase):
             "Validation set: Average loss: 0.0319, Accuracy: 98.5%": (0.985, 0.0319),
             "Epoch 1: val/acc=0.77 val/loss=0.61": (0.77, 0.61),
             "test acc 85.1%": (0.851, None),
+            # an error rate: 1 - accuracy (pytorch/examples' forward-forward prints "test error:")
+            "test error: 0.0706": (0.9294, None),
+            "val_err=12.5%": (0.875, None),
+            "Test error rate = 3.2 %": (0.968, None),
+            "train error: 0.07": (None, None),
+            "test error decreased": (None, None),
             "Validation Loss = 0.4": (None, 0.4),
             "dev_loss=1e-3": (None, 0.001),
             # training figures, and held-out words without a figure after them, are not taken
@@ -150,13 +160,23 @@ class PrintedFigures(unittest.TestCase):
             "invalid accuracy 0.3": (None, None),
             "": (None, None),
         }
-        for line, want in cases.items():
-            got = printed_metrics.figures(line)
+        # (line, the line before it): a heading names the held-out set of the figures below it,
+        # as PyTorch's quickstart tutorial prints them
+        after = {
+            (" Accuracy: 64.1%, Avg loss: 1.089548 ", "Test Error: "): (0.641, 1.089548),
+            ("  loss: 0.4", "Validation:"): (None, 0.4),
+            (" Accuracy: 64.1%, Avg loss: 1.089548 ", "Epoch 3"): (None, None),
+            (" Accuracy: 64.1%", "test error: 0.2"): (None, None),
+            ("Test Error: ", ""): (None, None),
+        }
+        cases = {(line, ""): want for line, want in cases.items()} | after
+        for (line, previous), want in cases.items():
+            got = printed_metrics.figures(line, previous)
             for g, w in zip(got, want):
                 if w is None:
-                    self.assertIsNone(g, line)
+                    self.assertIsNone(g, (line, previous))
                 else:
-                    self.assertAlmostEqual(g, w, places=9, msg=line)
+                    self.assertAlmostEqual(g, w, places=9, msg=(line, previous))
 
 
 # A GPU lane's script as the reports see it, without a GPU: PyTorch's CUDA statistics stood in for

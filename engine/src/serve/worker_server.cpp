@@ -131,7 +131,11 @@ private:
             if (g_signal && !m_parentGone) {
                 m_parentGone = true;
                 if (!m_stopping) {
-                    stop(fmt::format("signal {}", g_signal.load()));
+                    const int sig = g_signal.load();
+                    stop(fmt::format("signal {}, {}", sig,
+                                     sig == SIGTERM  ? "SIGTERM"
+                                     : sig == SIGINT ? "SIGINT"
+                                                     : "SIGHUP"));
                 }
             }
             if (m_parentGone && m_lane && m_started && !isTerminal(m_lane->state()) &&
@@ -139,6 +143,8 @@ private:
                 std::fprintf(stderr, "devicerace-cli worker: the lane did not stop within %.0f s; leaving without it\n",
                              kOrphanStopGrace);
                 std::fflush(nullptr);
+                // Whoever still reads (a signal's sender need not be the parent) learns why.
+                m_out.send({{"type", "error"}, {"message", orphanMessage()}});
                 std::_Exit(1);
             }
             if (!inputOpen && !m_lane) {
@@ -213,7 +219,20 @@ private:
                     {"devices", devices}});
     }
 
+    // Why a worker left without its lane (it did not stop within kOrphanStopGrace).
+    std::string orphanMessage() const {
+        std::string text = fmt::format("the worker was stopped ({}) and its lane did not stop within {:.0f} s",
+                                       m_stopWhy, kOrphanStopGrace);
+        if (m_launched && m_launched->world > 1 && g_signal) {
+            text += fmt::format(": rank 0 of a {}-rank job was ended from outside, as torchrun and srun end every "
+                                "rank once one fails (the job's own log says which)",
+                                m_launched->world);
+        }
+        return text;
+    }
+
     void stop(const std::string& why) {
+        m_stopWhy = why;
         m_stopping = true;
         m_stopAt = Clock::now();
         if (m_lane) {
@@ -387,6 +406,7 @@ private:
     bool m_parentGone = false; // a signal, or the parent's connection closed, broken or silent
     Clock::time_point m_stopAt{};
     std::string m_execution;
+    std::string m_stopWhy;
 };
 
 } // namespace

@@ -1,5 +1,6 @@
 // A data-parallel rank: rendezvous, process group, bucketed gradient averaging (dist_group.h).
 #include "train/dist_group.h"
+#include "train/rank_liveness.h"
 
 #include <cstdlib>
 #include <ATen/Functions.h>
@@ -39,9 +40,14 @@ constexpr std::int64_t kBucketBytes = 25 << 20;
 // Flags appended to the first bucket: report, stop, pause.
 constexpr std::int64_t kFlags = 3;
 // How long one collective may take before Gloo gives up (rank 0's evaluation runs while the
-// others wait in their next step's allreduce). A rank that dies ends the others' collectives
-// at once (its sockets close); a rank that hangs is caught by the parent's supervision first.
+// others wait in their next step's allreduce). A rank that dies usually ends the others'
+// collectives at once (its sockets close), but not always: a send waiting for the dead rank's
+// receive stays (train/rank_liveness.h watches for that); a rank that hangs is caught by the
+// parent's supervision first.
 constexpr auto kCollectiveTimeout = std::chrono::minutes(30);
+// How often a rank waiting in a Gloo collective looks whether its peers' processes still exist:
+// Gloo does not always notice a dead peer (train/rank_liveness.h).
+constexpr auto kLivenessPoll = std::chrono::milliseconds(200);
 // Store keys (each lane has its own store).
 const std::string kGo = "devicerace/go";
 std::string joinedKey(int rank) { return fmt::format("devicerace/joined/{}", rank); }
@@ -79,9 +85,12 @@ struct DistGroup::Impl {
     };
 
     c10::Device device{c10::kCPU};
+    int rank = 0;
     std::string backendName;
     c10::intrusive_ptr<c10d::TCPStore> store;
     c10::intrusive_ptr<c10d::Backend> pg;
+    std::unique_ptr<RankLiveness> liveness; // Gloo: the other ranks' processes, watched
+    bool abandoned = false;                 // a collective still waits on a dead rank: the group cannot be destroyed
     std::vector<at::Tensor> params;
     std::vector<std::size_t> bucketOf, slotOf;
     std::vector<char> arrived;
@@ -92,6 +101,30 @@ struct DistGroup::Impl {
     std::array<at::Tensor, 2> hostFlags;
     std::array<bool, 2> hostFlagsSet{false, false};
     int flagSlot = 0;
+
+    // Waits for a collective; with Gloo, gives up once a rank it may wait on has ended (Gloo
+    // may not notice). Throws what the collective threw, or Error naming the rank that ended.
+    void await(const c10::intrusive_ptr<c10d::Work>& work) {
+        if (!liveness) {
+            work->wait();
+            return;
+        }
+        while (true) {
+            try {
+                work->wait(kLivenessPoll);
+                return;
+            } catch (const std::exception&) {
+                if (work->isCompleted()) {
+                    throw; // the collective's own failure
+                }
+            }
+            if (const auto lost = liveness->lostRank()) {
+                abandoned = true;
+                throw Error(
+                    fmt::format("rank {}'s process ended while rank {} waited for it in a collective", *lost, rank));
+            }
+        }
+    }
 
     void launchReady() {
         while (nextLaunch < buckets.size() && buckets[nextLaunch].pending == 0) {
@@ -117,6 +150,7 @@ DistGroup::DistGroup(const DistConfig& config, const c10::Device& device) : m_im
     m_rank = config.rank;
     m_world = config.world;
     d.device = device;
+    d.rank = m_rank;
     d.backendName = config.backend;
     const auto timeout = milliseconds(static_cast<std::int64_t>(config.timeoutSeconds * 1000));
     const auto where = fmt::format("{}:{}", config.storeHost, config.storePort);
@@ -176,6 +210,9 @@ DistGroup::DistGroup(const DistConfig& config, const c10::Device& device) : m_im
                                     config.timeoutSeconds, m_rank, where));
         }
     }
+    if (config.backend != "nccl" && m_world > 1) {
+        d.liveness = std::make_unique<RankLiveness>(*d.store, m_rank, m_world, config.storeHost, config.timeoutSeconds);
+    }
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("devicerace/pg", d.store);
     try {
         if (config.backend == "nccl") {
@@ -205,7 +242,14 @@ DistGroup::DistGroup(const DistConfig& config, const c10::Device& device) : m_im
     }
 }
 
-DistGroup::~DistGroup() = default;
+DistGroup::~DistGroup() {
+    if (m_impl->abandoned) {
+        // Destroying the group joins its threads, one of which waits for the dead rank until the
+        // collective timeout (30 minutes): the group is left to the process's end instead (a
+        // rank's process is about to end: its lane failed).
+        (void)m_impl->pg.release();
+    }
+}
 
 std::string DistGroup::describe() const {
     if (m_world == 1) {
@@ -233,7 +277,7 @@ void DistGroup::broadcast(const std::vector<at::Tensor>& tensors) {
                 flats.push_back(t.detach().reshape({-1}));
             }
             std::vector<at::Tensor> flat{at::cat(flats)};
-            m_impl->pg->broadcast(flat, c10d::BroadcastOptions{})->wait();
+            m_impl->await(m_impl->pg->broadcast(flat, c10d::BroadcastOptions{}));
             std::int64_t offset = 0;
             at::NoGradGuard noGrad;
             for (auto& t : group) {
@@ -338,7 +382,7 @@ void DistGroup::finishGradients() {
         }
         d.launchReady();
         for (auto& b : d.buckets) {
-            b.work->wait();
+            d.await(b.work);
         }
     } catch (const std::exception& e) {
         throw Error(peerLostMessage(e.what()));
@@ -393,7 +437,7 @@ std::vector<DistGroup::Stats> DistGroup::gather(const Stats& mine) {
     }
     std::vector<at::Tensor> tensors{d.device.is_cuda() ? table.to(d.device) : table};
     try {
-        d.pg->allreduce(tensors)->wait();
+        d.await(d.pg->allreduce(tensors));
     } catch (const std::exception& e) {
         throw Error(peerLostMessage(e.what()));
     }
