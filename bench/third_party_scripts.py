@@ -10,7 +10,11 @@ torchvision's MNIST reads, so nothing is downloaded); the word language model's 
 fortunes (`fortunes-min` or `fortunes`), split 80/10/10 by line, 6,000 lines to train on.
 
     .venv/bin/python bench/third_party_scripts.py --examples DIR [--only mnist,vae] [--threads 2] \\
-        [--json FILE]
+        [--quickstart FILE] [--json FILE]
+
+--quickstart adds a row for a copy of PyTorch's quickstart tutorial
+(pytorch/tutorials beginner_source/basics/quickstart_tutorial.py), whose FashionMNIST is this
+machine's; --examples may then be left out.
 
 Needs torchvision in .venv (`pip install torchvision==0.26.0 --no-deps` beside torch 2.11).
 Prints a Markdown table naming the CPU; the lanes run one at a time.
@@ -60,9 +64,13 @@ EXAMPLES = [
 ]
 
 
+# PyTorch's quickstart tutorial: (name, what it shows); its file is --quickstart's.
+QUICKSTART = ("quickstart_tutorial", "PyTorch's quickstart: its figures below a \"Test Error:\" heading")
+
+
 def prepare_data(scratch):
-    """The examples' data in the scratch folder: Fashion-MNIST as torchvision's MNIST/raw, the
-    fortunes corpus as train/valid/test.txt. Returns the folder."""
+    """The examples' data in the scratch folder: Fashion-MNIST as torchvision's MNIST/raw and
+    FashionMNIST/raw, the fortunes corpus as train/valid/test.txt. Returns the folder."""
     data = os.path.join(scratch, "data")
     raw = os.path.join(data, "MNIST", "raw")
     os.makedirs(raw)
@@ -76,6 +84,7 @@ def prepare_data(scratch):
             shutil.copy(path, raw)
         else:
             raise SystemExit(f"no Fashion-MNIST {name} in {FASHION} (DEVICERACE_FASHION_MNIST names the folder)")
+    shutil.copytree(raw, os.path.join(data, "FashionMNIST", "raw"))
     lines = []
     for path in sorted(glob.glob(os.path.join(FORTUNES, "*"))):
         if os.path.isfile(path) and not path.endswith((".dat", ".u8")):
@@ -121,14 +130,23 @@ def figure(v, fmt):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", required=True, help="a pytorch/examples checkout")
+    parser.add_argument("--examples", help="a pytorch/examples checkout")
+    parser.add_argument("--quickstart", help="a copy of PyTorch's quickstart_tutorial.py")
     parser.add_argument("--only", default="", help="comma-separated names of the table's rows")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", help="write the lanes' summaries here")
     opts = parser.parse_args()
+    if not opts.examples and not opts.quickstart:
+        parser.error("name a pytorch/examples checkout (--examples), the quickstart (--quickstart), or both")
     only = set(filter(None, opts.only.split(",")))
-    chosen = [e for e in EXAMPLES if not only or e[0] in only or e[1] in only]
+    chosen = [e for e in EXAMPLES if opts.examples and (not only or e[0] in only or e[1] in only)]
     scratch = tempfile.mkdtemp(prefix="devicerace-third-party-")
+    quickstart_root = os.path.join(scratch, "quickstart-source")
+    if opts.quickstart:
+        # its folder holds only the tutorial (raced from a copy, beside ./data, as the examples)
+        os.makedirs(os.path.join(quickstart_root, "quickstart"))
+        shutil.copy(opts.quickstart, os.path.join(quickstart_root, "quickstart"))
+        chosen.append((QUICKSTART[0], "quickstart", [os.path.basename(opts.quickstart)], [], QUICKSTART[1]))
     try:
         data = prepare_data(scratch)
         print(f"pytorch/examples as script lanes, cpu·{opts.threads}, one lane at a time; {cpu_model()}, "
@@ -138,10 +156,11 @@ def main():
         print("|---|---|---|---:|---:|---:|---:|---:|---|---|")
         results = []
         for name, folder, args, options, shows in chosen:
-            if not os.path.isdir(os.path.join(opts.examples, folder)):
+            root = quickstart_root if name == QUICKSTART[0] else opts.examples
+            if not os.path.isdir(os.path.join(root, folder)):
                 print(f"| {name} | {shows} | not in the checkout | | | | | | | |")
                 continue
-            lane, code, output = race(opts.examples, folder, args, options, data, opts.threads, scratch)
+            lane, code, output = race(root, folder, args, options, data, opts.threads, scratch)
             results.append({"example": name, "exit": code, "lane": lane})
             status = lane.get("status", f"no summary (exit {code}): {output.strip()[-200:]}")
             if lane.get("error"):
