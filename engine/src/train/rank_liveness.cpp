@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "devicerace/errors.h"
+#include "util/socket_line.h"
 
 namespace devicerace::detail {
 
@@ -120,30 +121,6 @@ bool sendAll(int fd, const std::string& s) {
     return true;
 }
 
-// The first line a connection sends ("TOKEN RANK"), within the deadline.
-std::optional<std::string> firstLine(int fd, Clock::time_point deadline) {
-    std::string line;
-    while (line.size() < 256) {
-        pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, remainingMs(deadline)) <= 0) {
-            return std::nullopt;
-        }
-        char c = 0;
-        const auto n = ::recv(fd, &c, 1, 0);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return std::nullopt;
-        }
-        if (c == '\n') {
-            return line;
-        }
-        line.push_back(c);
-    }
-    return std::nullopt;
-}
-
 std::string newToken() {
     std::random_device rd;
     return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
@@ -189,7 +166,7 @@ RankLiveness::RankLiveness(c10d::Store& store, int rank, int world, const std::s
         if (fd < 0) {
             continue;
         }
-        const auto line = firstLine(fd, deadline);
+        const auto line = readLineBefore(fd, deadline, 256); // "TOKEN RANK"
         const auto space = line ? line->find(' ') : std::string::npos;
         int who = -1;
         if (space != std::string::npos && line->substr(0, space) == token) {

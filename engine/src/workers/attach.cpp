@@ -22,6 +22,7 @@
 
 #include "devicerace/environment.h"
 #include "devicerace/errors.h"
+#include "util/socket_line.h"
 #include "workers/protocol.h"
 
 namespace devicerace::detail {
@@ -65,33 +66,8 @@ bool writeAll(int fd, std::string_view data) {
 }
 
 // One line from fd within `seconds` (without its newline); nullopt on timeout, EOF or overflow.
-// Reads byte by byte: what follows the line stays in the socket for the next reader.
 std::optional<std::string> readLine(int fd, int seconds) {
-    std::string line;
-    const auto deadline = Clock::now() + std::chrono::seconds(seconds);
-    while (line.size() < kMaxAuthLine) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        if (left <= 0) {
-            return std::nullopt;
-        }
-        pollfd p{fd, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(left)) <= 0) {
-            continue;
-        }
-        char c = 0;
-        const auto n = ::read(fd, &c, 1);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return std::nullopt;
-        }
-        if (c == '\n') {
-            return line;
-        }
-        line += c;
-    }
-    return std::nullopt;
+    return readLineBefore(fd, Clock::now() + std::chrono::seconds(seconds), kMaxAuthLine);
 }
 
 std::pair<std::string, std::string> splitAddress(const std::string& address, const std::string& defaultHost) {
