@@ -20,7 +20,7 @@ import devicerace_worker as dw
 # Seconds between SIGTERM and SIGKILL when the lane stops its command.
 TERM_GRACE_S = 5.0
 # Lines of each process's output kept for the log and the failure message.
-TAIL_LINES = 40
+TAIL_LINES = 100  # (a launcher's report of a failed rank, torchrun's, is about 40 lines)
 # Output lines per second passed on to the lane's log (the rest are counted, not shown).
 LOG_LINES_PER_S = 20
 
@@ -238,15 +238,49 @@ def free_port():
 _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?)")
 
 
+# torchrun's report of a failed rank: its "Root Cause" block's fields, its own log lines
+# ("E1207 14:53:50.717000 3956 torch/distributed/elastic/...") and its OMP_NUM_THREADS banner.
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_ROOT_FIELD = re.compile(r"^\s*(rank|exitcode|traceback)\s*:\s*(.*)$")
+_LAUNCHER_LOG = re.compile(r"^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+_LAUNCHER_BANNER = re.compile(r"^\*+$|^Setting OMP_NUM_THREADS environment variable for each process")
+
+
+def _launcher_failure(lines):
+    """torchrun's failure, said as the rank that failed first, how it ended (a signal, an exit
+    code) and what the ranks printed before the launcher's report; None without such a report.
+    (Its own exception, ChildFailedError, says nothing: its message is the report.)"""
+    at = max((i for i, l in enumerate(lines) if l.strip() == _ROOT_CAUSE), default=-1)
+    if at < 0:
+        return None
+    fields = {}
+    for l in lines[at + 1:]:
+        if l.startswith("="):
+            break
+        if (m := _ROOT_FIELD.match(l)) is not None:
+            fields.setdefault(m.group(1), m.group(2).strip())
+    rank = fields.get("rank", "?").split(" ")[0]
+    traceback = fields.get("traceback", "")
+    how = (f"killed by s{traceback.split(' received by')[0][1:]}" if traceback.startswith("Signal ")
+           else f"with exit code {fields.get('exitcode', '?').split(' ')[0]}")
+    # The ranks' words: the lines before the launcher's own traceback.
+    own = max((i for i, l in enumerate(lines[:at]) if l.startswith("Traceback (most recent call last)")), default=at)
+    said = failure_lines([l for l in lines[:own] if not _LAUNCHER_LOG.match(l) and not _LAUNCHER_BANNER.match(l)])
+    return f"rank {rank} ended first, {how}" + (f": {said}" if said else "")
+
+
 def failure_lines(lines):
     """What a failed script's stderr says, in a line: from the last traceback, its exception's
     first line (the type and the message's start: a message of several lines, as torch.load's
     "Weights only load failed", ends in advice) and the frame that raised it; else the last
-    non-empty lines. Terminal escapes (colour, bold: torch.load's advice has some) are left out."""
+    non-empty lines. Terminal escapes (colour, bold: torch.load's advice has some) are left out.
+    A launcher's report of a failed rank (torchrun's) names that rank and what it printed."""
     lines = [_ESCAPES.sub("", l) for l in lines]
     lines = [l for l in lines if l.strip()]
     if not lines:
         return ""
+    if (launcher := _launcher_failure(lines)) is not None:
+        return launcher
     last_tb = max((i for i, l in enumerate(lines) if l.startswith("Traceback (most recent call last)")), default=-1)
     if last_tb >= 0:
         block = lines[last_tb + 1:]

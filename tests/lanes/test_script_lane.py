@@ -373,6 +373,40 @@ class FailureLines(unittest.TestCase):
         self.assertTrue(failure_lines(chained).startswith("RuntimeError: the script's own failure"))
         self.assertEqual(failure_lines(["loading", "Killed"]), "loading | Killed")
 
+    def test_a_launchers_report_names_the_rank_that_failed_and_what_it_printed(self):
+        # torchrun's output when rank 1 fails: its own log lines, then its ChildFailedError, whose
+        # message is a report with the first failure as the "Root Cause".
+        def launcher(ranks_said, code, traceback):
+            return (["*****************************************",
+                     "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, ...",
+                     "*****************************************", "step 10"] + ranks_said +
+                    ["W1207 14:53:50.715000 3956 torch/distributed/elastic/multiprocessing/api.py:1012] Sending "
+                     "process 3962 closing signal SIGTERM",
+                     "E1207 14:53:50.717000 3956 torch/distributed/elastic/multiprocessing/api.py:986] failed "
+                     f"(exitcode: {code}) local_rank: 1 (pid: 3963) of binary: /venv/bin/python",
+                     "Traceback (most recent call last):",
+                     '  File "/venv/torch/distributed/launcher/api.py", line 317, in launch_agent',
+                     "    raise ChildFailedError(",
+                     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+                     "=" * 60, "train.py FAILED", "-" * 60, "Failures:", "[1]:",
+                     "  rank      : 0 (local_rank: 0)", "  exitcode  : -15 (pid: 3962)",
+                     "  traceback : Signal 15 (SIGTERM) received by PID 3962", "-" * 60,
+                     "Root Cause (first observed failure):", "[0]:", "  time      : 2026-12-07_14:53:50",
+                     "  host      : localhost", "  rank      : 1 (local_rank: 1)", f"  exitcode  : {code} (pid: 3963)",
+                     "  error_file: <N/A>", f"  traceback : {traceback}", "=" * 60])
+        raised = launcher(["Traceback (most recent call last):", '  File "/work/train.py", line 6, in <module>',
+                           "ValueError: rank 1's own failure"], 1,
+                          "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html")
+        self.assertEqual(failure_lines(raised),
+                         "rank 1 ended first, with exit code 1: ValueError: rank 1's own failure (train.py, line 6)")
+        aborted = launcher(["terminate called without an active exception"], -6,
+                           "Signal 6 (SIGABRT) received by PID 3963")
+        self.assertEqual(failure_lines(aborted),
+                         "rank 1 ended first, killed by signal 6 (SIGABRT): step 10 | terminate called without an "
+                         "active exception")
+        self.assertEqual(failure_lines(launcher([], -9, "Signal 9 (SIGKILL) received by PID 3963")[4:]),
+                         "rank 1 ended first, killed by signal 9 (SIGKILL)")
+
 
 class ScriptFile(unittest.TestCase):
     """lanes/python/script_file.py: the script of a Python command, and what stops Python running it."""
