@@ -132,10 +132,8 @@ private:
                 m_parentGone = true;
                 if (!m_stopping) {
                     const int sig = g_signal.load();
-                    stop(fmt::format("signal {}, {}", sig,
-                                     sig == SIGTERM  ? "SIGTERM"
-                                     : sig == SIGINT ? "SIGINT"
-                                                     : "SIGHUP"));
+                    const char* abbrev = sigabbrev_np(sig); // (as child_process.cpp names signals)
+                    stop(fmt::format("signal {} (SIG{})", sig, abbrev ? abbrev : "?"));
                 }
             }
             if (m_parentGone && m_lane && m_started && !isTerminal(m_lane->state()) &&
