@@ -98,6 +98,11 @@ class CpuSpeed(unittest.TestCase):
                                 "(DEVICERACE_BF16_ROUTE); fp32 master weights)"),
                          "fp32 for every GEMM (DEVICERACE_BF16_ROUTE)")
         self.assertEqual(routes("autograd step (not a GPT), fused Adam, bf16 autocast"), "autocast (ATen's ops)")
+        self.assertEqual(routes("fused dense step (bf16 GEMMs with fp32 sums: MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 "
+                                "(the fastest timed on this CPU at 1 thread); fp32 master weights), fused Adam, bf16 "
+                                "emulated (this CPU has neither AMX nor AVX-512 BF16)"),
+                         "MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 (the fastest timed on this CPU at 1 thread); "
+                         "emulated (no bf16 units)")
         self.assertEqual(routes("fused Adam, bf16 autocast, channels_last, dense layers' bf16 GEMMs: fp32 for 3 of 6 "
                                 "GEMM shapes, MKL bf16 for 3 (the fastest timed on this CPU at 2 threads), hashed "
                                 "dropout masks"),
@@ -140,7 +145,7 @@ class CpuSpeed(unittest.TestCase):
         self.assertEqual(self.mod.median_peaks(probes), {"fp32/1/a": 70e9, "fp32/2/a": 130e9})
 
     def test_the_goals_are_ratios_within_each_race(self):
-        specs = self.mod.lanes(2, "fashion-mlp", False)
+        specs = self.mod.lanes(2)
         rates = [{"DeviceRace, 1 thread": 100, "DeviceRace, 2 threads": 160, "Keras 3 on JAX, 1 thread": 80,
                   "Keras 3 on JAX, 2 threads": 100, "PyTorch lane, 2 threads": 50},
                  {"DeviceRace, 1 thread": 200, "DeviceRace, 2 threads": 300, "Keras 3 on JAX, 1 thread": 100,
@@ -152,13 +157,14 @@ class CpuSpeed(unittest.TestCase):
         self.assertEqual(ratios["DeviceRace / Keras-JAX, 2 threads"], [1.6, 1.2])
         self.assertEqual(ratios["DeviceRace 1 -> 2 threads"], [1.6, 1.5])
         self.assertEqual(ratios["DeviceRace / PyTorch lane, 2 threads"], [3.2])
-        self.assertNotIn("bf16 / fp32, 1 thread", ratios)  # no native bf16 lane in an emulated race
-        specs = self.mod.lanes(1, "fashion-mlp", False)  # one core: its "every core" lanes are 1-thread lanes
+        self.assertNotIn("bf16 / fp32, 1 thread", ratios)  # the bf16 lanes have no figure here
+        specs = self.mod.lanes(1)  # one core: its "every core" lanes are 1-thread lanes
         runs = [{label: {"samples_per_sec": 10.0} for label, _, _, _ in specs}]
-        self.assertEqual(list(self.mod.goal_ratios(specs, runs, 1)), ["DeviceRace / Keras-JAX, 1 thread"])
+        self.assertEqual(list(self.mod.goal_ratios(specs, runs, 1)),
+                         ["DeviceRace / Keras-JAX, 1 thread", "bf16 / fp32, 1 thread"])
 
     def test_plain_lanes_race_plain_libtorch_beside_the_pytorch_lane(self):
-        specs = self.mod.lanes(2, "fashion-cnn", True, plain=True)
+        specs = self.mod.lanes(2, plain=True)
         self.assertEqual({label: spec for label, spec, _, _ in specs}, {
             "plain LibTorch, 1 thread": "cpu,threads=1,fused=false",
             "plain LibTorch, 2 threads": "cpu,threads=2,fused=false",
@@ -172,7 +178,7 @@ class CpuSpeed(unittest.TestCase):
         self.assertEqual(ratios["fast paths / plain LibTorch, 2 threads"], [2.0])
 
     def test_flops_come_from_the_races_own_count(self):
-        specs = self.mod.lanes(2, "fashion-mlp", False)
+        specs = self.mod.lanes(2)
         runs = [{"DeviceRace, 1 thread": {"samples_per_sec": 10.0}, "DeviceRace, 2 threads": {"error": "x"}},
                 {"DeviceRace, 1 thread": {"flops_per_sample": 3209216.0}}]
         self.assertEqual(self.mod.flops_per_sample(specs, runs), 3209216.0)
@@ -184,12 +190,13 @@ class CpuSpeed(unittest.TestCase):
                          ["fashion-mlp", "fashion-cnn", "char-gpt", "cifar-resnet20"])
 
     def test_a_lease_races_devicerace_lanes_only_at_the_threads_asked(self):
-        labels = [label for label, _, _, _ in self.mod.lanes(16, "char-gpt", True, devicerace_only=True)]
+        labels = [label for label, _, _, _ in self.mod.lanes(16, devicerace_only=True)]
         self.assertEqual(labels, ["DeviceRace, 1 thread", "DeviceRace, 16 threads", "DeviceRace, 1 thread, bf16",
                                   "DeviceRace, 16 threads, bf16"])
-        specs = {label: spec for label, spec, _, _ in self.mod.lanes(2, "fashion-mlp", False, devicerace_only=True)}
+        specs = {label: spec for label, spec, _, _ in self.mod.lanes(2, devicerace_only=True)}
         self.assertEqual(specs, {"DeviceRace, 1 thread": "cpu,threads=1", "DeviceRace, 2 threads": "cpu,threads=2",
-                                 "DeviceRace, 1 thread, bf16 (emulated)": "cpu,threads=1,precision=bf16"})
+                                 "DeviceRace, 1 thread, bf16": "cpu,threads=1,precision=bf16",
+                                 "DeviceRace, 2 threads, bf16": "cpu,threads=2,precision=bf16"})
         import contextlib
         import io
         with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):  # argparse: no race starts
@@ -278,7 +285,7 @@ json.dump({"lanes": lanes, "omp_wait_policy": "unset"}, open(sys.argv[sys.argv.i
         self.assertEqual(result["cut"], ["stopped by SIGTERM during a race; that race is not counted",
                                          "fashion-cnn: not raced"])
         self.assertEqual([l["runs"] for l in result["workloads"]["fashion-mlp"]["lanes"]],
-                         [[100.0, 200.0], [101.0, 201.0], [102.0, 202.0]])  # fp32 1 and 2 threads, bf16 emulated
+                         [[100.0, 200.0], [101.0, 201.0], [102.0, 202.0], [103.0, 203.0]])  # fp32, bf16 (emulated)
         self.assertIn("## fashion-mlp", text)
         self.assertNotIn("## fashion-cnn", text)
 

@@ -26,6 +26,7 @@
 
 #include "data/lane_data.h"
 #include "devicerace/peak_flops.h"
+#include "devices/cpu_info.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/node_casts.h"
 #include "kernels/conv_wgrad.h"
@@ -40,6 +41,12 @@ struct WgradMode {
     explicit WgradMode(const char* v) { ::setenv("DEVICERACE_CONV_WGRAD", v, 1); }
     ~WgradMode() { ::unsetenv("DEVICERACE_CONV_WGRAD"); }
 };
+
+// Whether a bf16 autocast lane's convolutions take the node here: with the AVX-512 BF16 kernel, or
+// without bf16 units (then on their bf16 values in fp32).
+bool nodeTakesBf16() {
+    return devicerace::detail::cpu::haveAvx512Bf16Gemm() || devicerace::detail::readHostCpu().bf16Units.empty();
+}
 
 // DEVICERACE_BF16_CONV (a bf16 lane's convolutions' arithmetic) for a scope.
 struct Bf16ConvMode {
@@ -90,7 +97,7 @@ Grads runBf16(torch::nn::Conv2d& conv, const torch::Tensor& input, bool fused) {
     auto x = input.clone(at::MemoryFormat::ChannelsLast).requires_grad_(true);
     at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
     at::autocast::set_autocast_enabled(at::kCPU, true);
-    EXPECT_EQ(tunedWeightGradFits(*conv, x), devicerace::detail::cpu::haveAvx512Bf16Gemm());
+    EXPECT_EQ(tunedWeightGradFits(*conv, x), nodeTakesBf16());
     auto out = convolve(*conv, x, fused);
     if (fused) {
         EXPECT_NE(out.grad_fn()->name().find("ConvTunedWeightGrad"), std::string::npos) << out.grad_fn()->name();
@@ -491,8 +498,8 @@ TEST(ConvWeightGrad, APickTimedOnABusyCpuIsProvisional) {
 // rounding of the exact convolution of the bf16 values, and the gradients are those of the same
 // values in fp32 sums, as the bf16 path's are (its output and input gradient rounded to bf16).
 TEST(ConvWeightGrad, ABf16ConvolutionOnItsBf16ValuesInFp32GivesTheBf16Gradients) {
-    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
-        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    if (!nodeTakesBf16()) {
+        GTEST_SKIP() << "bf16 units without the AVX-512 BF16 kernel: a bf16 lane's convolutions are autocast's";
     }
     const Shape shapes[] = {{4, 16, 16, 12, 12, 3},
                             {3, 3, 16, 16, 15, 3, true},
@@ -550,8 +557,8 @@ TEST(ConvWeightGrad, ABf16ConvolutionOnItsBf16ValuesInFp32GivesTheBf16Gradients)
 // same sums, not oneDNN's bf16 convolution (half the fp32 rate on a Xeon without AMX); where it is
 // bf16, or outside a bf16 lane, the module's forward.
 TEST(ConvWeightGrad, ABf16LaneEvaluatesAConvolutionInItsTrainingArithmetic) {
-    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
-        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    if (!nodeTakesBf16()) {
+        GTEST_SKIP() << "bf16 units without the AVX-512 BF16 kernel: a bf16 lane's convolutions are autocast's";
     }
     auto conv = makeConv(3, 8, 3, 1, true);
     auto gen = at::detail::createCPUGenerator(17);
@@ -670,8 +677,8 @@ void expectFusedAsApart(F&& apart, G&& together, std::optional<std::int64_t> poo
 // the convolution runs on its bf16 values in fp32, its fp32 output goes to the pool unrounded and
 // the pool rounds it as it reads it; the values are those of the rounded output pooled.
 TEST(ConvWeightGrad, ABf16ConvolutionHandsItsFp32OutputToThePoolUnrounded) {
-    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
-        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    if (!nodeTakesBf16()) {
+        GTEST_SKIP() << "bf16 units without the AVX-512 BF16 kernel: a bf16 lane's convolutions are autocast's";
     }
     expectFusedAsApart(
         [](torch::nn::Conv2dImpl& conv, const torch::Tensor& x, double p, at::Generator& gen, bool flattenNext,
@@ -687,8 +694,8 @@ TEST(ConvWeightGrad, ABf16ConvolutionHandsItsFp32OutputToThePoolUnrounded) {
 // bf16 values in fp32, the rounding and the relu are the node's one pass, and the relu's gradient
 // its widening's; the values are autocast's output and ATen's relu_.
 TEST(ConvWeightGrad, ABf16ConvolutionRoundsAndRelusInOnePass) {
-    if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
-        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+    if (!nodeTakesBf16()) {
+        GTEST_SKIP() << "bf16 units without the AVX-512 BF16 kernel: a bf16 lane's convolutions are autocast's";
     }
     expectFusedAsApart([](torch::nn::Conv2dImpl& conv, const torch::Tensor& x, double, at::Generator&, bool,
                           bool) { return convolve(conv, x, true).relu_(); },
@@ -703,7 +710,8 @@ TEST(ConvWeightGrad, ABf16ConvolutionRoundsAndRelusInOnePass) {
 // followed from there.
 TEST(ConvWeightGrad, ABf16ConvolutionsArithmeticIsTimedOnlyWhereBf16IsSlower) {
     if (!devicerace::detail::cpu::haveAvx512Bf16Gemm()) {
-        GTEST_SKIP() << "this CPU has no AVX-512 BF16: a bf16 lane's convolutions are autocast's";
+        GTEST_SKIP() << "this CPU has no AVX-512 BF16: its bf16 convolutions are not timed "
+                        "(ABf16ConvolutionWithoutBf16UnitsRunsInFp32Untimed)";
     }
     const ChoiceDir dir;
     at::set_num_threads(1);
@@ -769,5 +777,34 @@ TEST(ConvWeightGrad, ABf16ConvolutionsArithmeticIsTimedOnlyWhereBf16IsSlower) {
         forgetConvChoices();
         const auto dw = runBf16(conv, input, true).dw;
         EXPECT_TRUE(torch::equal(dw, pick == std::string("fp32") ? widened.dw : onBf16.dw)) << "the file said " << pick;
+    }
+}
+
+// Without bf16 units (AMX or AVX-512 BF16) a bf16 lane's convolution runs on its bf16 values in
+// fp32, untimed: oneDNN's bf16 convolution is an emulation there (a fashion-cnn step ~12x slower
+// than fp32's on an AMD EPYC Zen 3). The same values as that arithmetic forced, and no arithmetic
+// choice in the machine's file.
+TEST(ConvWeightGrad, ABf16ConvolutionWithoutBf16UnitsRunsInFp32Untimed) {
+    if (!devicerace::detail::readHostCpu().bf16Units.empty()) {
+        GTEST_SKIP() << "this CPU has bf16 units: ABf16ConvolutionsArithmeticIsTimedOnlyWhereBf16IsSlower";
+    }
+    const ChoiceDir dir;
+    auto conv = makeConv(16, 16, 3, 1, true);
+    auto gen = at::detail::createCPUGenerator(29);
+    const auto input = channelsLastStrided(torch::randn({4, 16, 10, 10}, gen));
+    Grads widened;
+    {
+        Bf16ConvMode mode("fp32");
+        widened = runBf16(conv, input, true);
+    }
+    forgetConvChoices();
+    const auto chosen = runBf16(conv, input, true);
+    EXPECT_TRUE(torch::equal(chosen.out, widened.out));
+    EXPECT_TRUE(torch::equal(chosen.dw, widened.dw));
+    EXPECT_TRUE(torch::equal(chosen.dx, widened.dx));
+    if (std::filesystem::exists(convChoiceFile())) {
+        for (const auto& [key, pick] : ChoiceDir::read()["choices"].items()) {
+            EXPECT_EQ(key.find("|arithmetic"), std::string::npos) << key;
+        }
     }
 }

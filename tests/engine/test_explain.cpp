@@ -385,6 +385,36 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
     lines = explainBf16Lanes({fp32, emulated});
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_NE(lines[0].find("no bf16 units"), std::string::npos) << lines[0];
+    // No bf16 units, a fused step: the routes its GEMMs took there.
+    emulated.execution = "fused dense step (bf16 GEMMs with fp32 sums: MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 "
+                         "(the fastest timed on this CPU at 1 thread); fp32 master weights), fused Adam, bf16 emulated "
+                         "(this CPU has neither AMX nor AVX-512 BF16)";
+    emulated.utilization = 0.77;
+    auto fp32Measured = fp32;
+    fp32Measured.utilization = 0.83;
+    lines = explainBf16Lanes({fp32Measured, emulated});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("emulated on its fp32 units: its GEMMs took MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 "
+                            "(the fastest timed on this CPU at 1 thread), and the conversions to bf16 and back come on "
+                            "top"),
+              std::string::npos)
+        << lines[0];
+    EXPECT_NE(lines[0].find("; it reached 77% of this CPU's fp32 peak (an emulated bf16 lane's), fp32 83%"),
+              std::string::npos)
+        << lines[0];
+    // No bf16 units, an autograd lane: its convolutions in fp32, its dense layers' routes.
+    emulated.execution = "fused Adam, bf16 autocast, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16), "
+                         "channels_last, one-pass relu + max pool + dropout, convolutions on their bf16 values in "
+                         "fp32 arithmetic (no bf16 units), conv weight gradients by im2col + GEMM where timed faster "
+                         "than oneDNN, dense layers' bf16 GEMMs: MKL bf16 for every GEMM shape (6) (the fastest timed "
+                         "on this CPU at 1 thread), hashed dropout masks";
+    lines = explainBf16Lanes({fp32, emulated});
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("emulated on its fp32 units: its convolutions ran on their bf16 values in fp32, its dense "
+                            "layers' GEMMs took MKL bf16 for every GEMM shape (6), and the casts to bf16 and back come "
+                            "on top"),
+              std::string::npos)
+        << lines[0];
     // Faster, a tie, other threads or another machine: nothing to explain.
     EXPECT_TRUE(explainBf16Lanes({fp32, cpuLane("bf16", Precision::Bf16, 700, "")}).empty());
     EXPECT_TRUE(explainBf16Lanes({fp32, cpuLane("bf16", Precision::Bf16, 395, "")}).empty());

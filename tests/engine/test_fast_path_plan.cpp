@@ -6,6 +6,7 @@
 #include <string>
 
 #include "devicerace/lane_spec.h"
+#include "devices/cpu_info.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/fast_paths.h"
 
@@ -65,8 +66,10 @@ TEST_F(FastPathPlan, Bf16KeepsTheLeversThatHaveABf16Path) {
     ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
     EXPECT_FALSE(cpuLane(",precision=bf16").bf16Dense);
     ::unsetenv("DEVICERACE_BF16_DENSE");
-    // the weight gradients' bf16 path is the AVX-512 BF16 kernel's
-    EXPECT_EQ(bf16.convWeightGrad, devicerace::detail::cpu::haveAvx512Bf16Gemm());
+    // the convolutions' node: the weight gradients by the AVX-512 BF16 kernel, or, without bf16
+    // units, the convolutions on their bf16 values in fp32
+    EXPECT_EQ(bf16.convWeightGrad,
+              devicerace::detail::cpu::haveAvx512Bf16Gemm() || devicerace::detail::readHostCpu().bf16Units.empty());
     EXPECT_FALSE(bf16.tokenLstm);
     EXPECT_FALSE(cpuLane(",precision=bf16", true, false).onePassCells);
 }

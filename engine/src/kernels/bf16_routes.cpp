@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "devices/bf16_route_cache.h"
+#include "devices/cpu_info.h"
 #include "kernels/bf16_amx_gemm.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/cpu_kernels.h"
@@ -129,6 +130,14 @@ std::vector<Bf16Route> availableBf16Routes() {
         out.push_back(Bf16Route::Avx512);
     }
     out.push_back(Bf16Route::Fp32);
+    return out;
+}
+
+std::vector<Bf16Route> timedBf16Routes() {
+    auto out = availableBf16Routes();
+    if (readHostCpu().bf16Units.empty()) {
+        out.erase(std::remove(out.begin(), out.end(), Bf16Route::OneDnn), out.end());
+    }
     return out;
 }
 
@@ -301,7 +310,7 @@ Bf16Route Bf16Router::decide(const GemmShape& shape) {
     // A cold trial's choice is kept apart from a warm one's at the same shape.
     const auto key =
         bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape) + (m_caches == TrialCaches::Cold ? " cold" : ""));
-    const auto available = availableBf16Routes();
+    const auto available = timedBf16Routes();
     if (const auto kept = cachedBf16Route(key)) {
         if (const auto r = bf16RouteFromKey(*kept);
             r && std::find(available.begin(), available.end(), *r) != available.end()) {

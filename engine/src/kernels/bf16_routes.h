@@ -38,6 +38,11 @@ std::optional<Bf16Route> bf16RouteFromKey(std::string_view key);
 /// with AVX-512 BF16 (haveAvx512Bf16Gemm), its AMX kernel only where AMX runs (haveAmxBf16Gemm).
 std::vector<Bf16Route> availableBf16Routes();
 
+/// The routes a shape is timed on: the available ones, less oneDNN's on a CPU without bf16 units
+/// (AMX or AVX-512 BF16), where its emulation runs at ~1/80 of the fp32 GEMM (docs/ENGINEERING.md,
+/// "bf16 on CPUs"): one trial of it would take seconds, and it never wins.
+std::vector<Bf16Route> timedBf16Routes();
+
 struct GemmShape {
     std::int64_t m = 0, n = 0, k = 0;
     bool transA = false, transB = false;

@@ -315,6 +315,9 @@ std::string machineKey(const Geometry& g, int threads, bool bf16) {
 // gradient where this call computed it (while timing), else stays undefined.
 bool ownIsFaster(const at::Tensor& x, const at::Tensor& w, const at::Tensor& gy, const Geometry& g, bool bf16,
                  at::Tensor& result) {
+    if (bf16 && !cpu::haveAvx512Bf16Gemm()) {
+        return false; // bf16 arithmetic forced (DEVICERACE_BF16_CONV=bf16) where the kernel cannot run
+    }
     if (mode() == Mode::Gemm) {
         return true;
     }
@@ -422,9 +425,10 @@ std::optional<Arith> forcedArith() {
 std::mutex g_arithMutex; // the map
 std::map<ShapeKey, Arith> g_arith;
 
-// A bf16 lane's convolution: bf16 arithmetic, unless this CPU's bf16 is slower than its fp32 and
-// this shape ran faster on bf16 values in fp32 (fwd + bwd, the faster of two interleaved trials each), timed
-// once per machine and kept in conv-wgrad.json beside the weight-gradient picks.
+// A bf16 lane's convolution: bf16 arithmetic, unless this CPU has no bf16 units (bf16 values in
+// fp32, untimed), or its bf16 is slower than its fp32 and this shape ran faster on bf16 values in fp32 (fwd + bwd, the
+// faster of two interleaved trials each), timed once per machine and kept in conv-wgrad.json beside the weight-gradient
+// picks.
 Arith bf16Arithmetic(const at::Tensor& x, const at::Tensor& w, const Geometry& g) {
     if (const auto forced = forcedArith()) {
         return *forced;
@@ -442,6 +446,11 @@ Arith bf16Arithmetic(const at::Tensor& x, const at::Tensor& w, const Geometry& g
         g_arith.emplace(key, a);
         return a;
     };
+    if (readHostCpu().bf16Units.empty()) {
+        // No bf16 units: oneDNN's bf16 convolutions are an emulation (a bf16 fashion-cnn step took
+        // 1.9 s against fp32's 0.16 s on an AMD EPYC Zen 3), never the faster: nothing to time.
+        return decide(Arith::Bf16ValuesInFp32);
+    }
     if (cpuPeakFlops(Precision::Bf16, threads).slowerBf16FlopsPerSec <= 0) {
         return decide(Arith::Bf16); // bf16 units at least as fast as the fp32 ones: nothing to time
     }
@@ -550,10 +559,12 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
     }
 };
 
-// A bf16 autocast lane on a CPU with the AVX-512 BF16 kernel: its convolutions take the node too.
-bool bf16AutocastWithKernel() {
+// A bf16 autocast lane whose convolutions take the node: on a CPU with the AVX-512 BF16 kernel
+// (its weight gradients), or one without bf16 units (its convolutions on their bf16 values in fp32:
+// bf16Arithmetic).
+bool bf16AutocastTakesNode() {
     return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16 &&
-           cpu::haveAvx512Bf16Gemm();
+           (cpu::haveAvx512Bf16Gemm() || readHostCpu().bf16Units.empty());
 }
 
 } // namespace
@@ -593,7 +604,7 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
     const auto& pad = std::get<torch::ExpandingArray<2>>(o.padding());
     // fp32 outside autocast, or a bf16 autocast lane's (x fp32, or bf16 from the layer before)
     const bool autocast = at::autocast::is_autocast_enabled(at::kCPU);
-    const bool bf16 = bf16AutocastWithKernel();
+    const bool bf16 = bf16AutocastTakesNode();
     return torch::GradMode::is_enabled() && conv.weight.requires_grad() && x.is_cpu() && x.dim() == 4 &&
            (x.scalar_type() == at::kFloat || (bf16 && x.scalar_type() == at::kBFloat16)) &&
            conv.weight.scalar_type() == at::kFloat && (!conv.bias.defined() || conv.bias.scalar_type() == at::kFloat) &&
@@ -606,7 +617,7 @@ bool tunedWeightGradFits(const torch::nn::Conv2dImpl& conv, const at::Tensor& x)
 }
 
 at::Tensor evaluateAsTrained(torch::nn::Conv2dImpl& conv, const at::Tensor& x, ConvOutput out) {
-    if (torch::GradMode::is_enabled() || !bf16AutocastWithKernel() || !plainConvolution(conv) || !x.is_cpu() ||
+    if (torch::GradMode::is_enabled() || !bf16AutocastTakesNode() || !plainConvolution(conv) || !x.is_cpu() ||
         x.dim() != 4 || (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
         conv.weight.scalar_type() != at::kFloat) {
         return {};
@@ -646,7 +657,7 @@ at::Tensor convolveTuned(torch::nn::Conv2dImpl& conv, const at::Tensor& x, ConvO
     const bool withBias = conv.bias.defined();
     std::vector<std::int64_t> padStride{(*pad)[0], (*pad)[1], (*stride)[0], (*stride)[1]};
     auto arith = Arith::Fp32;
-    if (bf16AutocastWithKernel()) {
+    if (bf16AutocastTakesNode()) {
         arith = bf16Arithmetic(x, conv.weight, geometryOf(x, conv.weight, padStride));
     }
     auto y =

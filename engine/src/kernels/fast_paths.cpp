@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "devicerace/environment.h"
+#include "devices/cpu_info.h"
 #include "kernels/bf16_gemm.h"
 
 namespace devicerace::detail {
@@ -57,10 +58,12 @@ FastPaths decideFastPaths(const LaneSpec& spec, const std::string& device, bool 
     f.gptStep = true;
     f.reluPool = true;
     f.normRelu = channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_FUSED_NORM"));
-    // bf16: where the AVX-512 BF16 kernel can take the weight gradients (kernels/bf16_conv_wgrad.h)
-    const bool bf16Kernel = spec.precision == Precision::Bf16 && cpu::haveAvx512Bf16Gemm();
+    // bf16: where the AVX-512 BF16 kernel can take the weight gradients (kernels/bf16_conv_wgrad.h),
+    // or where there are no bf16 units (the convolutions on their bf16 values in fp32 kernels)
+    const bool bf16Node =
+        spec.precision == Precision::Bf16 && (cpu::haveAvx512Bf16Gemm() || readHostCpu().bf16Units.empty());
     f.convWeightGrad =
-        (fp32 || bf16Kernel) && channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD"));
+        (fp32 || bf16Node) && channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD"));
     f.bf16Dense =
         spec.precision == Precision::Bf16 && !switchedOff(devicerace::environmentSwitch("DEVICERACE_BF16_DENSE"));
     f.tokenLstm = fp32 && fusedLstm && !switchedOff(devicerace::environmentSwitch("DEVICERACE_TOKEN_LSTM"));

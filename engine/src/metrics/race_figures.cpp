@@ -358,8 +358,27 @@ std::string bf16Cause(const LaneSummary& bf16) {
                               : std::string(": its bf16 layers run at the slower rate"));
     }
     if (e.find("bf16 emulated") != std::string::npos) {
-        return "this CPU has no bf16 units (neither AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its "
-               "fp32 units";
+        constexpr std::string_view kEmulated =
+            "this CPU has no bf16 units (neither AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its fp32 "
+            "units";
+        // the fused steps' GEMMs, on the routes timed here (MKL's bf16 GEMM, fp32 on the bf16 values)
+        if (const auto routes = gemmRoutesOf(e); !routes.empty()) {
+            return fmt::format("{}: its GEMMs took {}, and the conversions to bf16 and back come on top", kEmulated,
+                               routes);
+        }
+        // an autograd lane's tuned convolutions and routed dense layers
+        const auto dense = denseRoutesOf(e);
+        const auto denseText = dense.empty() ? std::string() : fmt::format(", its dense layers' GEMMs took {}", dense);
+        if (e.find("convolutions on their bf16 values in fp32") != std::string::npos) {
+            return fmt::format("{}: its convolutions ran on their bf16 values in fp32{}, and the casts to bf16 and "
+                               "back come on top",
+                               kEmulated, denseText);
+        }
+        if (!dense.empty()) {
+            return fmt::format("{}: its dense layers' GEMMs took {}, its other bf16 layers run on the emulation",
+                               kEmulated, dense);
+        }
+        return std::string(kEmulated);
     }
     if (e.find("bf16 autocast") != std::string::npos) {
         return "it runs autocast, which casts every weight and the activations around the fp32 layers each step, "
@@ -405,7 +424,11 @@ std::vector<std::string> explainBf16Lanes(const std::vector<LaneSummary>& lanes)
         if (bf16.utilization && fp32->utilization) {
             // A bf16 lane is held to the fp32 peak where this CPU's bf16 one measured lower (cpuPeakFlops).
             const bool heldToFp32 = bf16.execution.find("bf16 slower than fp32 on this CPU") != std::string::npos;
-            line += heldToFp32
+            const bool emulated = bf16.execution.find("bf16 emulated") != std::string::npos;
+            line += emulated ? fmt::format("; it reached {:.0f}% of this CPU's fp32 peak (an emulated bf16 lane's), {} "
+                                           "{:.0f}%",
+                                           *bf16.utilization * 100, fp32->name, *fp32->utilization * 100)
+                    : heldToFp32
                         ? fmt::format("; it reached {:.0f}% of this CPU's fp32 peak (the higher, which it is held "
                                       "to), {} {:.0f}%",
                                       *bf16.utilization * 100, fp32->name, *fp32->utilization * 100)

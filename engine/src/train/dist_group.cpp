@@ -85,7 +85,6 @@ struct DistGroup::Impl {
     };
 
     c10::Device device{c10::kCPU};
-    int rank = 0;
     std::string backendName;
     c10::intrusive_ptr<c10d::TCPStore> store;
     c10::intrusive_ptr<c10d::Backend> pg;
@@ -120,8 +119,8 @@ struct DistGroup::Impl {
             }
             if (const auto lost = liveness->lostRank()) {
                 abandoned = true;
-                throw Error(
-                    fmt::format("rank {}'s process ended while rank {} waited for it in a collective", *lost, rank));
+                throw Error(fmt::format("rank {}'s process ended while rank {} waited for it in a collective", *lost,
+                                        liveness->rank()));
             }
         }
     }
@@ -150,7 +149,6 @@ DistGroup::DistGroup(const DistConfig& config, const c10::Device& device) : m_im
     m_rank = config.rank;
     m_world = config.world;
     d.device = device;
-    d.rank = m_rank;
     d.backendName = config.backend;
     const auto timeout = milliseconds(static_cast<std::int64_t>(config.timeoutSeconds * 1000));
     const auto where = fmt::format("{}:{}", config.storeHost, config.storePort);

@@ -1,6 +1,5 @@
 #include "train/rank_liveness.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "devicerace/errors.h"
+#include "util/socket_connect.h"
 #include "util/socket_line.h"
 
 namespace devicerace::detail {
@@ -74,33 +75,15 @@ int listenAnywhere(int backlog, int* port) {
 }
 
 int connectTo(const std::string& host, int port, Clock::time_point deadline) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    std::string last = "no address";
+    std::string why;
     while (true) {
-        addrinfo* found = nullptr;
-        const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-        if (rc != 0) {
-            last = ::gai_strerror(rc);
-        }
-        for (auto* a = found; a; a = a->ai_next) {
-            const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-            if (fd < 0) {
-                continue;
-            }
-            if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-                ::freeaddrinfo(found);
-                return fd;
-            }
-            last = std::strerror(errno);
-            ::close(fd);
-        }
-        if (found) {
-            ::freeaddrinfo(found);
+        // rank 0 may not listen yet: each try is short, the tries go on to the deadline
+        const auto tryEnd = std::min(deadline, Clock::now() + std::chrono::seconds(1));
+        if (const int fd = connectTcpBefore(host, std::to_string(port), tryEnd, why); fd >= 0) {
+            return fd;
         }
         if (Clock::now() > deadline) {
-            throw Error(fmt::format("cannot reach rank 0 at {}:{} for its liveness connection: {}", host, port, last));
+            throw Error(fmt::format("cannot reach rank 0 at {}:{} for its liveness connection: {}", host, port, why));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -128,8 +111,8 @@ std::string newToken() {
 
 } // namespace
 
-RankLiveness::RankLiveness(c10d::Store& store, int rank, int world, const std::string& rank0Host,
-                           double timeoutSeconds) {
+RankLiveness::RankLiveness(c10d::Store& store, int rank, int world, const std::string& rank0Host, double timeoutSeconds)
+    : m_rank(rank) {
     if (world < 2) {
         return;
     }

@@ -29,12 +29,15 @@ public:
     /// A rank whose process is gone (its connection closed), if any: on rank 0 any other rank,
     /// on the others rank 0. Never blocks.
     std::optional<int> lostRank() const;
+    /// This process's rank.
+    int rank() const { return m_rank; }
 
 private:
     struct Peer {
         int fd = -1;
         int rank = 0;
     };
+    int m_rank = 0;
     std::vector<Peer> m_peers;
 };
 

@@ -273,9 +273,12 @@ void Trainer::describeExecution() {
         text += ", one-pass batch norm (+ residual add) + relu";
     }
     if (m_model->tunedConvs) {
-        text += m_ctx.spec.precision == Precision::Bf16
-                    ? ", conv weight gradients by the AVX-512 BF16 kernel where timed faster than oneDNN"
-                    : ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
+        const bool bf16 = m_ctx.spec.precision == Precision::Bf16;
+        const bool noUnits = readHostCpu().bf16Units.empty();
+        text += bf16 && noUnits ? ", convolutions on their bf16 values in fp32 arithmetic (no bf16 units), conv "
+                                  "weight gradients by im2col + GEMM where timed faster than oneDNN"
+                : bf16          ? ", conv weight gradients by the AVX-512 BF16 kernel where timed faster than oneDNN"
+                                : ", conv weight gradients by im2col + GEMM where timed faster than oneDNN";
         if (m_ctx.spec.precision == Precision::Bf16 && !m_bf16SlowerNote.empty()) {
             // (kernels/conv_wgrad_node.cpp: timed per shape where the bf16 peak is below the fp32 one)
             text += ", convolutions on their bf16 values in fp32 arithmetic where timed faster than in bf16";

@@ -2,7 +2,6 @@
 #include "workers/attach.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +21,7 @@
 
 #include "devicerace/environment.h"
 #include "devicerace/errors.h"
+#include "util/socket_connect.h"
 #include "util/socket_line.h"
 #include "workers/protocol.h"
 
@@ -190,47 +190,13 @@ int runAttachBridge(const std::string& address, int proto, const std::string& to
         return 2;
     }
     const auto [host, port] = splitAddress(address, "");
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-        logLine(fmt::format("cannot reach {}: {}", address, ::gai_strerror(rc)));
-        return kAttachUnreachable;
-    }
-    int fd = -1;
-    std::string why = "no address";
-    for (auto* a = found; a && fd < 0; a = a->ai_next) {
-        fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0) {
-            continue;
-        }
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
-            why = std::strerror(errno);
-            ::close(fd);
-            fd = -1;
-            continue;
-        }
-        pollfd p{fd, POLLOUT, 0};
-        int err = ETIMEDOUT;
-        socklen_t len = sizeof err;
-        if (::poll(&p, 1, kConnectSeconds * 1000) == 1) {
-            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        }
-        if (err != 0) {
-            why = std::strerror(err);
-            ::close(fd);
-            fd = -1;
-        }
-    }
-    ::freeaddrinfo(found);
+    std::string why;
+    const int fd = connectTcpBefore(host, port, Clock::now() + std::chrono::seconds(kConnectSeconds), why);
     if (fd < 0) {
         logLine(fmt::format("cannot reach {}: {} (is the job's rank 0 listening there? devicerace-cli worker --listen)",
                             address, why));
         return kAttachUnreachable;
     }
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     if (!writeAll(fd, encodeMessage({{"type", "auth"}, {"token", token}, {"proto", proto}}))) {
         logLine(fmt::format("lost {} while sending the token", address));
         return kAttachUnreachable;

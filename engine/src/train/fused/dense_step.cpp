@@ -16,7 +16,6 @@
 
 #include "devicerace/environment.h"
 #include "devicerace/errors.h"
-#include "devices/cpu_info.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/mkl_gemm.h"
 #include "train/lane_optimizer.h"
@@ -209,12 +208,9 @@ void DenseStep::chooseRoutes(std::int64_t maxBatch) {
     const auto threads = std::max(1, at::get_num_threads());
     const auto workers = m_split ? std::clamp<std::int64_t>(maxBatch / kMinRowsPerWorker, 1, threads) : 1;
     const auto share = [&](std::int64_t n) { return (n + workers - 1) / workers; };
+    // Without bf16 units too: MKL's bf16 GEMM and fp32 on the bf16 values are timed (the lane
+    // also says "bf16 emulated"); oneDNN's emulation is no candidate there (timedBf16Routes).
     cpu::Bf16Router router(threads, static_cast<int>(workers));
-    if (readHostCpu().bf16Units.empty() && !router.forced()) {
-        // No bf16 units: oneDNN's emulation (the lane says "bf16 emulated"); nothing to time.
-        m_routes = "oneDNN bf16 for every GEMM";
-        return;
-    }
     const auto rows = share(maxBatch);
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];

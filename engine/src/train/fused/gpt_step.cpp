@@ -17,7 +17,6 @@
 #include "kernels/cpu_kernels.h"
 #include "kernels/attention_kernels.h"
 #include "kernels/gpt_kernels.h"
-#include "devices/cpu_info.h"
 #include "kernels/bf16_routes.h"
 #include "train/lane_optimizer.h"
 
@@ -81,9 +80,6 @@ std::optional<std::string> GptStep::whyNot(Net& net, Task task, const c10::Devic
     if (view->wte.scalar_type() != at::kFloat || view->blocks.empty() || view->heads <= 0 ||
         view->wte.size(1) % view->heads != 0) {
         return "a decoder shape it does not handle";
-    }
-    if (precision == Precision::Bf16 && readHostCpu().bf16Units.empty()) {
-        return "bf16 on a CPU without bf16 units";
     }
     const auto bytes = static_cast<std::int64_t>(view->blocks.size()) * batch * view->heads * seq * seq * 4;
     if (bytes > kMaxAttentionBytes) {
