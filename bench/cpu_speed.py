@@ -273,16 +273,17 @@ def bf16_routes(execution):
     bf16 one is below its fp32 one ("bf16 slower than fp32 on this CPU (...)")."""
     slower = re.search(r"bf16 slower than fp32 on this CPU \(([^)]*)\)", execution)
     slower = f"; bf16 slower than fp32 here ({slower.group(1)})" if slower else ""
+    emulated = "emulated (no bf16 units)" if "bf16 emulated" in execution else ""
     m = re.search(r"bf16 GEMMs with fp32 (?:results|sums): ([^;]*)", execution)
     if m:
-        return m.group(1).strip() + ("; emulated (no bf16 units)" if "bf16 emulated" in execution else "") + slower
-    if "bf16 emulated" in execution:
-        return "emulated (no bf16 units)"
+        return m.group(1).strip() + (f"; {emulated}" if emulated else "") + slower
     # an autograd lane's dense layers: "dense layers' bf16 GEMMs: <routes> (the fastest timed ...)"
     dense = re.search(r"dense layers' bf16 GEMMs: (.*?\((?:the fastest timed[^)]*|DEVICERACE_BF16_ROUTE)\))",
                       execution)
     if dense:
-        return f"autocast, dense layers: {dense.group(1)}" + slower
+        return f"autocast, dense layers: {dense.group(1)}" + (f"; {emulated}" if emulated else "") + slower
+    if emulated:
+        return emulated
     return ("autocast (ATen's ops)" if "autocast" in execution else "") + slower
 
 

@@ -143,8 +143,9 @@ std::string peaksText(const DeviceReport& r, bool remeasure) {
             "GEMMs take fp32 where timed faster\n",
             slowerBf16, r.cpu.amxNotExposed ? "; its AVX-512 BF16 runs at half its fp32 rate without AMX" : "");
     }
-    if (!r.cpu.bf16Units.empty()) {
-        // Which library each bf16 GEMM shape of a fused step takes here, chosen by timing them all.
+    {
+        // Which library each bf16 GEMM shape of a fused step takes here, chosen by timing them all
+        // (without bf16 units too: MKL's bf16 GEMM or fp32 on the bf16 values).
         const auto routes = cachedBf16GemmRoutes();
         if (routes.empty()) {
             out += "bf16     GEMM routes: not timed yet (the first bf16 lane here times each shape it uses)\n";

@@ -103,6 +103,14 @@ class CpuSpeed(unittest.TestCase):
                                 "emulated (this CPU has neither AMX nor AVX-512 BF16)"),
                          "MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 (the fastest timed on this CPU at 1 thread); "
                          "emulated (no bf16 units)")
+        self.assertEqual(routes("fused Adam, bf16 autocast, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16), "
+                                "convolutions on their bf16 values in fp32 arithmetic (no bf16 units), dense layers' "
+                                "bf16 GEMMs: MKL bf16 for 4 of 6 GEMM shapes, fp32 for 2 (the fastest timed on this "
+                                "CPU at 1 thread), hashed dropout masks"),
+                         "autocast, dense layers: MKL bf16 for 4 of 6 GEMM shapes, fp32 for 2 (the fastest timed on "
+                         "this CPU at 1 thread); emulated (no bf16 units)")
+        self.assertEqual(routes("fused SGD, bf16 autocast, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16)"),
+                         "emulated (no bf16 units)")
         self.assertEqual(routes("fused Adam, bf16 autocast, channels_last, dense layers' bf16 GEMMs: fp32 for 3 of 6 "
                                 "GEMM shapes, MKL bf16 for 3 (the fastest timed on this CPU at 2 threads), hashed "
                                 "dropout masks"),

@@ -380,41 +380,6 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
                             "layers run at the slower rate"),
               std::string::npos)
         << lines[0];
-    // No bf16 units.
-    auto emulated = cpuLane("bf16", Precision::Bf16, 40, "fused Adam, bf16 autocast, bf16 emulated (this CPU ...)");
-    lines = explainBf16Lanes({fp32, emulated});
-    ASSERT_EQ(lines.size(), 1u);
-    EXPECT_NE(lines[0].find("no bf16 units"), std::string::npos) << lines[0];
-    // No bf16 units, a fused step: the routes its GEMMs took there.
-    emulated.execution = "fused dense step (bf16 GEMMs with fp32 sums: MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 "
-                         "(the fastest timed on this CPU at 1 thread); fp32 master weights), fused Adam, bf16 emulated "
-                         "(this CPU has neither AMX nor AVX-512 BF16)";
-    emulated.utilization = 0.77;
-    auto fp32Measured = fp32;
-    fp32Measured.utilization = 0.83;
-    lines = explainBf16Lanes({fp32Measured, emulated});
-    ASSERT_EQ(lines.size(), 1u);
-    EXPECT_NE(lines[0].find("emulated on its fp32 units: its GEMMs took MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 "
-                            "(the fastest timed on this CPU at 1 thread), and the conversions to bf16 and back come on "
-                            "top"),
-              std::string::npos)
-        << lines[0];
-    EXPECT_NE(lines[0].find("; it reached 77% of this CPU's fp32 peak (an emulated bf16 lane's), fp32 83%"),
-              std::string::npos)
-        << lines[0];
-    // No bf16 units, an autograd lane: its convolutions in fp32, its dense layers' routes.
-    emulated.execution = "fused Adam, bf16 autocast, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16), "
-                         "channels_last, one-pass relu + max pool + dropout, convolutions on their bf16 values in "
-                         "fp32 arithmetic (no bf16 units), conv weight gradients by im2col + GEMM where timed faster "
-                         "than oneDNN, dense layers' bf16 GEMMs: MKL bf16 for every GEMM shape (6) (the fastest timed "
-                         "on this CPU at 1 thread), hashed dropout masks";
-    lines = explainBf16Lanes({fp32, emulated});
-    ASSERT_EQ(lines.size(), 1u);
-    EXPECT_NE(lines[0].find("emulated on its fp32 units: its convolutions ran on their bf16 values in fp32, its dense "
-                            "layers' GEMMs took MKL bf16 for every GEMM shape (6), and the casts to bf16 and back come "
-                            "on top"),
-              std::string::npos)
-        << lines[0];
     // Faster, a tie, other threads or another machine: nothing to explain.
     EXPECT_TRUE(explainBf16Lanes({fp32, cpuLane("bf16", Precision::Bf16, 700, "")}).empty());
     EXPECT_TRUE(explainBf16Lanes({fp32, cpuLane("bf16", Precision::Bf16, 395, "")}).empty());
@@ -424,6 +389,58 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
     auto remote = cpuLane("bf16", Precision::Bf16, 200, "");
     remote.host = "ssh://box";
     EXPECT_TRUE(explainBf16Lanes({fp32, remote}).empty());
+}
+
+namespace {
+
+// The one why-line of a race of `fp32` and `bf16` lanes.
+std::string whyLine(const LaneSummary& fp32, const LaneSummary& bf16) {
+    const auto lines = explainBf16Lanes({fp32, bf16});
+    EXPECT_EQ(lines.size(), 1u);
+    return lines.empty() ? std::string() : lines[0];
+}
+
+} // namespace
+
+// Without bf16 units a bf16 lane slower than fp32 says its arithmetic is emulated, and what its
+// products and convolutions ran on instead: the routes timed there, fp32 convolutions.
+TEST(ExplainSummary, ABf16LaneWithoutBf16UnitsSaysWhatRanInItsPlace) {
+    auto fp32 = cpuLane("fp32", Precision::Fp32, 400, "fused dense step, one-pass RMSprop");
+    auto bf16 = cpuLane("bf16", Precision::Bf16, 40, "fused Adam, bf16 autocast, bf16 emulated (this CPU ...)");
+    EXPECT_NE(whyLine(fp32, bf16).find("no bf16 units"), std::string::npos);
+    // a fused step: the routes its GEMMs took, and its peak the fp32 one
+    bf16.execution = "fused dense step (bf16 GEMMs with fp32 sums: MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 (the "
+                     "fastest timed on this CPU at 1 thread); fp32 master weights), fused Adam, bf16 emulated (this "
+                     "CPU has neither AMX nor AVX-512 BF16)";
+    bf16.utilization = 0.77;
+    fp32.utilization = 0.83;
+    auto line = whyLine(fp32, bf16);
+    EXPECT_NE(line.find("emulated on its fp32 units: its GEMMs took MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3 (the "
+                        "fastest timed on this CPU at 1 thread), and the conversions to bf16 and back come on top"),
+              std::string::npos)
+        << line;
+    EXPECT_NE(line.find("; it reached 77% of this CPU's fp32 peak (an emulated bf16 lane's), fp32 83%"),
+              std::string::npos)
+        << line;
+    // an autograd lane: its convolutions in fp32, its dense layers' routes
+    bf16.execution = "fused Adam, bf16 autocast, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16), "
+                     "channels_last, convolutions on their bf16 values in fp32 arithmetic (no bf16 units), dense "
+                     "layers' bf16 GEMMs: MKL bf16 for every GEMM shape (6) (the fastest timed on this CPU at 1 "
+                     "thread), hashed dropout masks";
+    line = whyLine(fp32, bf16);
+    EXPECT_NE(line.find("emulated on its fp32 units: its convolutions ran on their bf16 values in fp32, its dense "
+                        "layers' GEMMs took MKL bf16 for every GEMM shape (6), and the casts to bf16 and back come on "
+                        "top"),
+              std::string::npos)
+        << line;
+    // dense layers alone
+    bf16.execution = "fused Adam, bf16 autocast, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16), dense "
+                     "layers' bf16 GEMMs: fp32 for every GEMM shape (2) (the fastest timed on this CPU at 1 thread)";
+    line = whyLine(fp32, bf16);
+    EXPECT_NE(line.find("its dense layers' GEMMs took fp32 for every GEMM shape (2), its other bf16 layers run on the "
+                        "emulation"),
+              std::string::npos)
+        << line;
 }
 
 // A lane past its peak shows 100% and the race says the peak was measured low.

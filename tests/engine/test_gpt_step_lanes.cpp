@@ -133,9 +133,6 @@ TEST(GptStepLanes, EveryBf16GemmRouteFollowsTheFp32Course) {
 // Xeon without AMX, and evaluating took longer than training): the execution names them once
 // the first evaluation has chosen them, and the validation loss is autocast's, within rounding.
 TEST(GptStepLanes, ABf16LanesEvaluationRoutesItsDenseLayers) {
-    if (detail::readHostCpu().bf16Units.empty()) {
-        GTEST_SKIP() << "no bf16 units: the fused transformer step does not take bf16 lanes here";
-    }
     test::TempDir dir;
     auto data = sentences(dir);
     const auto run = [&](bool routed) {
