@@ -15,6 +15,9 @@ struct MnistMlp : Net {
     MnistMlp(at::Generator initGen, const FastPaths& fast) {
         gen = std::move(initGen);
         hashedDropout = fast.hashedDropout;
+        // bf16: the layers' GEMMs by their routes where the module computes (an evaluation of the
+        // fused dense step, or training by autograd), not autocast's oneDNN bf16 linear
+        denseRoutes = denseRoutesFor(fast);
         fc1 = register_module("fc1", torch::nn::Linear(784, 512));
         fc2 = register_module("fc2", torch::nn::Linear(512, 512));
         fc3 = register_module("fc3", torch::nn::Linear(512, 10));
@@ -24,9 +27,9 @@ struct MnistMlp : Net {
     static constexpr double kDrop = 0.2;
     torch::Tensor forward(const torch::Tensor& x) override {
         auto h = x.flatten(1);
-        h = laneDropout(fc1->forward(h).relu_(), kDrop, is_training(), gen, hashedDropout);
-        h = laneDropout(fc2->forward(h).relu_(), kDrop, is_training(), gen, hashedDropout);
-        return fc3->forward(h);
+        h = laneDropout(dense(*fc1, h, denseRoutes.get()).relu_(), kDrop, is_training(), gen, hashedDropout);
+        h = laneDropout(dense(*fc2, h, denseRoutes.get()).relu_(), kDrop, is_training(), gen, hashedDropout);
+        return dense(*fc3, h, denseRoutes.get());
     }
     std::vector<DenseLayerView> denseStack() override {
         return {{fc1->weight, fc1->bias, true, kDrop}, {fc2->weight, fc2->bias, true, kDrop}, {fc3->weight, fc3->bias}};
