@@ -242,9 +242,9 @@ class Listings(unittest.TestCase):
     @unittest.skipUnless(os.path.isdir(FASHION), "Fashion-MNIST not installed")
     def test_devices_names_the_bf16_gemm_routes_a_race_timed(self):
         """Before any bf16 lane, `devices` says the routes are not timed yet; a bf16 fashion-mlp lane
-        times each GEMM shape of its step on every route this CPU has (without bf16 units: MKL's
-        bf16 GEMM and fp32 on the bf16 values), keeps the fastest, names them in its execution,
-        and `devices` lists how many shapes took each."""
+        times each GEMM shape of its step and of its evaluation on every route this CPU has
+        (without bf16 units: MKL's bf16 GEMM and fp32 on the bf16 values), keeps the fastest,
+        names them in its execution, and `devices` lists how many shapes took each."""
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", DEVICERACE_CACHE_DIR=cache)
             devices = lambda: subprocess.run([CLI, "devices"], capture_output=True, text=True, timeout=300, env=env)
@@ -259,12 +259,14 @@ class Listings(unittest.TestCase):
                              r"fastest timed on this CPU at 1 thread\)")
             with open(os.path.join(cache, "bf16-routes.json"), encoding="utf-8") as f:
                 routes = json.load(f)["routes"]
-            self.assertEqual(len(routes), 8)  # 3 layers: 3 forward, 2 input-gradient, 3 weight-gradient shapes
+            # 3 layers' training: 3 forward, 2 input-gradient, 3 weight-gradient shapes; the evaluation's
+            # passes: its 3 forward shapes
+            self.assertEqual(len(routes), 11, sorted(routes))
             listed = re.search(r"bf16     GEMM routes at 1 thread: (.*) \(shapes, the fastest timed here\)",
                                devices().stdout)
             self.assertTrue(listed, devices().stdout)
             counts = [int(n) for n in re.findall(r" (\d+)(?:,|$)", listed.group(1))]
-            self.assertEqual(sum(counts), 8, listed.group(1))
+            self.assertEqual(sum(counts), 11, listed.group(1))
             # Each route by the name the lane's execution gives it, with the cache's own count.
             names = {"mkl": "MKL bf16", "onednn": "oneDNN bf16", "amx": "AMX kernel", "avx512": "AVX-512 BF16 kernel",
                      "fp32": "fp32"}
@@ -321,8 +323,10 @@ class Listings(unittest.TestCase):
 
                 out = subprocess.run([CLI, "devices"], capture_output=True, text=True, timeout=300, env=env,
                                      preexec_fn=enter)
-                with open(os.path.join(cache, "peaks.json"), encoding="utf-8") as f:
-                    keys = sorted(json.load(f)["peaks"])
+                keys = []
+                if os.path.exists(os.path.join(cache, "peaks.json")):  # not kept when other work shared the CPUs
+                    with open(os.path.join(cache, "peaks.json"), encoding="utf-8") as f:
+                        keys = sorted(json.load(f)["peaks"])
         finally:
             os.rmdir(group)
         self.assertEqual(out.returncode, 0, out.stderr)
