@@ -1,8 +1,12 @@
 #pragma once
 // Runs one lane to its end with a report after every step, so each Train sample carries the
 // loss of exactly one step (the fast-path tests compare such curves).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "devicerace/lane.h"
@@ -56,6 +60,32 @@ inline std::vector<MetricSample> evalsOf(const Lane& lane) {
         }
     }
     return out;
+}
+
+/// A 3-step cpu,threads=1,precision=bf16 lane of `workload` whose GEMMs all take fp32
+/// (DEVICERACE_BF16_ROUTE), its dense layers routed or (`routed` false) autocast's
+/// (DEVICERACE_BF16_DENSE=0): its execution text and its last evaluation's loss (-1 if none).
+/// The bf16 evaluation tests compare the two.
+inline std::pair<std::string, double> bf16EvalRun(const std::string& workload, std::shared_ptr<const Dataset> data,
+                                                  bool routed) {
+    ::setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
+    if (!routed) {
+        ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
+    }
+    LaneRunSettings settings;
+    settings.workload = workload;
+    settings.data = std::move(data);
+    settings.steps = 3;
+    settings.seed = 5;
+    settings.warmupSteps = 0;
+    auto lane = makeLane(parseLaneSpec("cpu,threads=1,precision=bf16"), settings);
+    lane->start();
+    lane->wait();
+    ::unsetenv("DEVICERACE_BF16_DENSE");
+    ::unsetenv("DEVICERACE_BF16_ROUTE");
+    EXPECT_EQ(lane->summary().state, LaneState::Finished) << lane->summary().error;
+    const auto evals = evalsOf(*lane);
+    return {lane->summary().execution, evals.empty() ? -1.0 : evals.back().loss.value_or(-1.0)};
 }
 
 } // namespace devicerace::test

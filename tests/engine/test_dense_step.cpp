@@ -256,28 +256,8 @@ TEST(DenseStep, EveryBf16GemmRouteFollowsFp32) {
 TEST(DenseStep, ABf16LanesEvaluationRoutesItsDenseLayers) {
     test::TempDir dir;
     auto data = noisyImages(dir, 2048, 600); // passes of 600 rows: routed (256 or more)
-    const auto run = [&](bool routed) {
-        ::setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
-        if (!routed) {
-            ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
-        }
-        LaneRunSettings settings;
-        settings.workload = "fashion-mlp";
-        settings.data = data;
-        settings.steps = 3;
-        settings.seed = 5;
-        settings.warmupSteps = 0;
-        auto lane = makeLane(parseLaneSpec("cpu,threads=1,precision=bf16"), settings);
-        lane->start();
-        lane->wait();
-        ::unsetenv("DEVICERACE_BF16_DENSE");
-        ::unsetenv("DEVICERACE_BF16_ROUTE");
-        EXPECT_EQ(lane->summary().state, LaneState::Finished) << lane->summary().error;
-        const auto evals = test::evalsOf(*lane);
-        return std::pair{lane->summary().execution, evals.empty() ? -1.0 : evals.back().loss.value_or(-1.0)};
-    };
-    const auto [routed, routedLoss] = run(true);
-    const auto [autocast, autocastLoss] = run(false);
+    const auto [routed, routedLoss] = test::bf16EvalRun("fashion-mlp", data, true);
+    const auto [autocast, autocastLoss] = test::bf16EvalRun("fashion-mlp", data, false);
     EXPECT_NE(routed.find("fused dense step ("), std::string::npos) << routed;
     EXPECT_NE(routed.find("evaluation's dense layers' bf16 GEMMs: fp32 for every GEMM (DEVICERACE_BF16_ROUTE)"),
               std::string::npos)

@@ -135,30 +135,10 @@ TEST(GptStepLanes, EveryBf16GemmRouteFollowsTheFp32Course) {
 TEST(GptStepLanes, ABf16LanesEvaluationRoutesItsDenseLayers) {
     test::TempDir dir;
     auto data = sentences(dir);
-    const auto run = [&](bool routed) {
-        ::setenv("DEVICERACE_FUSED_EVAL", "0", 1); // the module evaluates, not the fused step's forward
-        ::setenv("DEVICERACE_BF16_ROUTE", "fp32", 1);
-        if (!routed) {
-            ::setenv("DEVICERACE_BF16_DENSE", "0", 1);
-        }
-        LaneRunSettings settings;
-        settings.workload = "char-gpt";
-        settings.data = data;
-        settings.steps = 3;
-        settings.seed = 5;
-        settings.warmupSteps = 0;
-        auto lane = makeLane(parseLaneSpec("cpu,threads=1,precision=bf16"), settings);
-        lane->start();
-        lane->wait();
-        ::unsetenv("DEVICERACE_BF16_DENSE");
-        ::unsetenv("DEVICERACE_BF16_ROUTE");
-        ::unsetenv("DEVICERACE_FUSED_EVAL");
-        EXPECT_EQ(lane->summary().state, LaneState::Finished) << lane->summary().error;
-        const auto evals = test::evalsOf(*lane);
-        return std::pair{lane->summary().execution, evals.empty() ? -1.0 : evals.back().loss.value_or(-1.0)};
-    };
-    const auto [routed, routedLoss] = run(true);
-    const auto [autocast, autocastLoss] = run(false);
+    ::setenv("DEVICERACE_FUSED_EVAL", "0", 1); // the module evaluates, not the fused step's forward
+    const auto [routed, routedLoss] = test::bf16EvalRun("char-gpt", data, true);
+    const auto [autocast, autocastLoss] = test::bf16EvalRun("char-gpt", data, false);
+    ::unsetenv("DEVICERACE_FUSED_EVAL");
     EXPECT_NE(routed.find("evaluation's dense layers' bf16 GEMMs: fp32 for every GEMM (DEVICERACE_BF16_ROUTE)"),
               std::string::npos)
         << routed;
