@@ -563,8 +563,10 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
 // (its weight gradients), or one without bf16 units (its convolutions on their bf16 values in fp32:
 // bf16Arithmetic).
 bool bf16AutocastTakesNode() {
+    // asked at every convolution of a step: /proc/cpuinfo is read once
+    static const bool noBf16Units = readHostCpu().bf16Units.empty();
     return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16 &&
-           (cpu::haveAvx512Bf16Gemm() || readHostCpu().bf16Units.empty());
+           (cpu::haveAvx512Bf16Gemm() || noBf16Units);
 }
 
 } // namespace
