@@ -16,6 +16,8 @@ namespace {
 constexpr int kGap = 10;     // pixels between the columns
 constexpr int kMinBar = 120; // the bar keeps at least this; the fonts shrink first
 constexpr double kMinScale = 0.6;
+constexpr int kPadding = 6;        // a row's height above its text's
+constexpr int kCompactPadding = 2; // thin rows: the segments' labels still fit
 
 // Black or white, whichever reads on `background`.
 QColor textOn(const QColor& background) {
@@ -197,7 +199,7 @@ void BreakdownBars::setRows(std::vector<BreakdownRow> rows) {
     }
     const bool shape = rows.size() != m_rows.size();
     m_rows = std::move(rows);
-    setVisible(!m_rows.empty());
+    setVisible(!m_rows.empty() && !m_hidden);
     if (shape) {
         fitHeight();
     }
@@ -206,6 +208,17 @@ void BreakdownBars::setRows(std::vector<BreakdownRow> rows) {
 
 void BreakdownBars::setFontScale(double scale) {
     m_fontScale = scale;
+    fitHeight();
+    update();
+}
+
+void BreakdownBars::setFit(bool compact, bool hidden) {
+    if (compact == m_compact && hidden == m_hidden) {
+        return;
+    }
+    m_compact = compact;
+    m_hidden = hidden;
+    setVisible(!m_rows.empty() && !m_hidden);
     fitHeight();
     update();
 }
@@ -242,7 +255,7 @@ std::vector<BreakdownBars::Piece> BreakdownBars::layout(int width, const QFont& 
     QFont bold = font;
     bold.setBold(true);
     const QFontMetrics fm(font), bm(bold);
-    const int line = fm.height() + 6;
+    const int line = fm.height() + (m_compact ? kCompactPadding : kPadding);
     // The title and the legend: the phases any lane has, in the step's order.
     const QString title = tr("Where a step's time goes");
     out.push_back(
@@ -299,10 +312,12 @@ std::vector<BreakdownBars::Piece> BreakdownBars::layout(int width, const QFont& 
 
 std::vector<BreakdownBars::Piece> BreakdownBars::pieces() const { return layout(width(), pieceFont()); }
 
-QSize BreakdownBars::sizeHint() const {
+QSize BreakdownBars::sizeHint() const { return {width() > 0 ? width() : 800, heightFor(m_compact)}; }
+
+int BreakdownBars::heightFor(bool compact) const {
     const QFontMetrics fm(pieceFont());
     const int rows = m_rows.empty() ? 0 : static_cast<int>(m_rows.size()) + 1;
-    return {width() > 0 ? width() : 800, rows * (fm.height() + 6) + (rows ? 4 : 0)};
+    return rows * (fm.height() + (compact ? kCompactPadding : kPadding)) + (rows ? 4 : 0);
 }
 
 void BreakdownBars::fitHeight() {

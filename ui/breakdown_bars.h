@@ -51,6 +51,12 @@ public:
     void setRows(std::vector<BreakdownRow> rows);
     const std::vector<BreakdownRow>& rows() const { return m_rows; }
     void setFontScale(double scale);
+    /// Where the dashboard is short of height: thinner rows (compact), or none shown (hidden;
+    /// presentation mode with many lanes). Both off by default.
+    void setFit(bool compact, bool hidden);
+    bool compact() const { return m_compact; }
+    /// The height the bars take, with thin rows or not (0 while there are no rows).
+    int heightFor(bool compact) const;
 
     /// What is painted, laid out for the current width (tests: nothing cut or elided).
     struct Piece {
@@ -75,6 +81,8 @@ private:
     void fitHeight();
     std::vector<BreakdownRow> m_rows;
     double m_fontScale = 1.0;
+    bool m_compact = false;
+    bool m_hidden = false;
 };
 
 } // namespace devicerace::ui

@@ -6,6 +6,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QResizeEvent>
+#include <QScopedValueRollback>
 #include <QSlider>
 #include <QVBoxLayout>
 #include <QtCharts/QChart>
@@ -19,6 +20,7 @@
 #include "summary_table.h"
 #include "text_strip.h"
 #include "breakdown_bars.h"
+#include "dashboard_fit.h"
 
 namespace devicerace::ui {
 
@@ -131,13 +133,14 @@ Dashboard::Dashboard(RaceController* race, QWidget* parent) : QWidget(parent), m
         c->setSmoothing(m_smoothing->value() / 100.0);
     }
     linkZoom();
-    arrange(true);
+    arrange(Arrangement::Row, true);
+    fitHeights(true);
     refreshCharts(); // before any race: axes with ticks and gridlines, titles in their places
 }
 
 void Dashboard::resizeEvent(QResizeEvent* event) {
     QWidget::resizeEvent(event);
-    arrange();
+    fitHeights();
     if (m_race->histories().empty()) {
         // Empty charts: ticks fitted to the new size, once the charts have laid out their plots.
         QTimer::singleShot(0, this, [this] {
@@ -148,11 +151,101 @@ void Dashboard::resizeEvent(QResizeEvent* event) {
     }
 }
 
-void Dashboard::arrange(bool force) {
-    // Below ~850 px of height two rows of charts leave each plot too short to read (and the
-    // strip and table need their room); in presentation mode the charts always share one row.
+bool Dashboard::event(QEvent* event) {
+    // A part grew or shrank (a lane's row, a wrapped note): what gives way is decided again
+    // before the layout places the parts.
+    if (event->type() == QEvent::LayoutRequest) {
+        fitHeights();
+    }
+    return QWidget::event(event);
+}
+
+void Dashboard::fitInside(QWidget* viewport) {
+    m_viewport = viewport;
+    viewport->installEventFilter(this);
+    fitHeights();
+}
+
+int Dashboard::heightForWidth(int width) const { return layout()->totalMinimumHeightForWidth(width); }
+
+bool Dashboard::eventFilter(QObject* watched, QEvent* event) {
+    if (watched == m_viewport && event->type() == QEvent::Resize) {
+        fitHeights();
+    }
+    return QWidget::eventFilter(watched, event);
+}
+
+void Dashboard::fitHeights(bool force) {
+    if (m_fitting) {
+        return;
+    }
+    const QScopedValueRollback guard(m_fitting, true);
+    auto* box = layout();
+    const QMargins margins = box->contentsMargins();
+    const int contentWidth = std::max(1, width() - margins.left() - margins.right());
+    DashboardHeights h;
+    h.available = m_viewport ? m_viewport->height() : height();
+    h.spacing = std::max(0, box->spacing());
+    // Everything but the parts that give way, at the heights they take at this width.
+    int items = 0;
+    h.rest = margins.top() + margins.bottom();
+    for (int i = 0; i < box->count(); ++i) {
+        QLayoutItem* item = box->itemAt(i);
+        QWidget* w = item->widget();
+        if (w == m_breakdown) {
+            items += m_breakdown->rows().empty() ? 0 : 1; // counted while the fit hides it
+            continue;
+        }
+        if (item->isEmpty()) {
+            continue;
+        }
+        ++items;
+        if (item->layout() == m_grid || w == m_strip || w == m_summary) {
+            continue;
+        }
+        h.rest += item->hasHeightForWidth() ? item->heightForWidth(contentWidth) : item->sizeHint().height();
+    }
+    h.rest += h.spacing * std::max(0, items - 1);
+    h.chartMin = m_throughput->readableHeight(false);
+    h.gridChartMin = m_throughput->readableHeight(true);
+    h.chartGap = std::max(0, m_grid->verticalSpacing());
+    // Below ~850 px two rows of charts leave each plot too short; presentation keeps one row.
     constexpr int kGridMinHeight = 850;
-    const Arrangement want = m_presentation || height() < kGridMinHeight ? Arrangement::Row : Arrangement::Grid;
+    h.gridAllowed = !m_presentation && h.available >= kGridMinHeight;
+    if (!m_breakdown->rows().empty()) {
+        h.barsFull = m_breakdown->heightFor(false);
+        h.barsCompact = m_breakdown->heightFor(true);
+    }
+    h.stripFull = m_strip->heightFor(false);
+    h.stripCompact = m_strip->heightFor(true);
+    if (!m_summary->isHidden()) {
+        h.tableFull = m_summary->fullHeight();
+        h.tableMin = m_summary->heightOfRows(kTableRowsKept);
+    }
+    h.mayHideBars = m_presentation;
+    const DashboardFit fit = fitDashboard(h);
+    m_breakdown->setFit(fit.compactBars, fit.hideBars);
+    m_strip->setCompact(fit.compactStrip);
+    m_summary->setHeightLimit(fit.tableHeight < h.tableFull ? fit.tableHeight : 0);
+    arrange(fit.grid ? Arrangement::Grid : Arrangement::Row, force);
+    // The charts never shrink below readable: where even that does not fit, the window scrolls.
+    const int chartMin = fit.grid ? h.gridChartMin : h.chartMin;
+    for (auto* c : charts()) {
+        if (c->minimumHeight() != chartMin) {
+            c->setMinimumHeight(chartMin);
+        }
+    }
+    // Legends repeat the strip's coloured lane names: shown in the grid where every name fits,
+    // never elided ("cpu·1·bf…" with eight lanes at 1920 px).
+    for (auto* c : charts()) {
+        const bool legend = fit.grid && c->legendFits();
+        if (c->chart()->legend()->isVisible() != legend) {
+            c->chart()->legend()->setVisible(legend);
+        }
+    }
+}
+
+void Dashboard::arrange(Arrangement want, bool force) {
     if (want == m_arrangement && !force) {
         return;
     }
@@ -185,11 +278,6 @@ void Dashboard::arrange(bool force) {
     }
     // The device panel needs the grid's fourth cell; its sharing warning is also in the strip.
     m_devices->setVisible(want == Arrangement::Grid && !m_presentation);
-    // Legends repeat the strip's coloured lane names; in one row of charts the room they take
-    // (and the names they would elide) goes to the plots instead.
-    for (auto* c : charts()) {
-        c->chart()->legend()->setVisible(want == Arrangement::Grid);
-    }
 }
 
 QList<MetricChart*> Dashboard::charts() const { return {m_throughput, m_accuracy, m_loss}; }
@@ -473,7 +561,7 @@ void Dashboard::setPresentation(bool on, double fontScale) {
     repeatFont.setPointSizeF(repeatFont.pointSizeF() * (on ? 1.3 : 1.0) * fontScale);
     m_repeatLabel->setFont(repeatFont);
     updateTitle();
-    arrange(true);
+    fitHeights(true);
 }
 
 } // namespace devicerace::ui

@@ -38,6 +38,13 @@ public:
     QList<MetricChart*> charts() const;
     QLabel* titleLabel() const { return m_title; }
 
+    /// Inside a scroll area: the parts are fitted to its viewport's height (the dashboard itself
+    /// is at least as tall as its parts, and the area scrolls the rest).
+    void fitInside(QWidget* viewport);
+    /// The least height its parts take at `width` (the fitted parts, readable charts): a scroll
+    /// area around the dashboard scrolls only past that, not past the parts' preferred heights.
+    int heightForWidth(int width) const override;
+
     /// Presentation: only charts + strip + headline, large fonts.
     void setPresentation(bool on, double fontScale);
     bool presentation() const { return m_presentation; }
@@ -83,10 +90,17 @@ public:
 
 protected:
     void resizeEvent(QResizeEvent* event) override;
+    bool event(QEvent* event) override;
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:
     void fillBaseline(const QStringList& names);
-    void arrange(bool force = false);
+    // What gives way where the parts do not all fit (dashboard_fit.h), and the arrangement.
+    void fitHeights(bool force = false);
+    void arrange(Arrangement want, bool force);
+    bool m_fitting = false;
+    QWidget* m_viewport = nullptr; // fitInside's; null: the dashboard's own height
+    static constexpr int kTableRowsKept = 2; // the table scrolls, but shows at least these
     void updateTitle();
     void linkZoom();
     bool wantLog();

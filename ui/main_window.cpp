@@ -16,6 +16,7 @@
 #include <QMenu>
 #include <QMessageBox>
 #include <QScreen>
+#include <QScrollArea>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QToolBar>
@@ -65,9 +66,19 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     m_race = new RaceController(this);
     m_splitter = new QSplitter(this);
     m_setup = new SetupPanel(m_splitter);
-    m_dashboard = new Dashboard(m_race, m_splitter);
+    // The dashboard scrolls (vertically only) where even its fitted parts are taller than the
+    // window (many lanes at 1280x720): its charts never shrink below readable, and the window
+    // never grows past the screen.
+    auto* scroll = new QScrollArea(m_splitter);
+    scroll->setObjectName(QStringLiteral("dashboardScroll"));
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setWidgetResizable(true);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    m_dashboard = new Dashboard(m_race, scroll);
+    scroll->setWidget(m_dashboard);
+    m_dashboard->fitInside(scroll->viewport());
     m_splitter->addWidget(m_setup);
-    m_splitter->addWidget(m_dashboard);
+    m_splitter->addWidget(scroll);
     m_splitter->setStretchFactor(1, 4);
     setCentralWidget(m_splitter);
     buildToolbar();

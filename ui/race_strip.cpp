@@ -232,6 +232,16 @@ void RaceStrip::setFontScale(double scale) {
     update();
 }
 
+void RaceStrip::setCompact(bool compact) {
+    if (compact == m_compact) {
+        return;
+    }
+    m_compact = compact;
+    setMinimumHeight(sizeHint().height());
+    updateGeometry();
+    update();
+}
+
 namespace {
 // Pixels between the strip's columns, and the narrowest useful progress bar.
 constexpr int kGap = 12;
@@ -272,7 +282,12 @@ ColumnWidths columnWidths(const std::vector<StripRow>& rows, const StripFonts& f
 
 } // namespace
 
-int RaceStrip::rowHeight() const { return static_cast<int>(fontMetrics().height() * 1.9 * m_fontScale); }
+int RaceStrip::rowHeight() const { return rowHeight(m_compact); }
+
+// A row is 1.9 lines of the base font (the names are 1.35x); tight rows keep the names whole.
+int RaceStrip::rowHeight(bool compact) const {
+    return static_cast<int>(fontMetrics().height() * (compact ? 1.5 : 1.9) * m_fontScale);
+}
 
 double RaceStrip::fitScale() const {
     for (double fit = 1.0; fit > kMinFit - 1e-9; fit -= 0.05) {
@@ -377,19 +392,21 @@ void RaceStrip::setBadge(const QString& text) {
     update();
 }
 
-int RaceStrip::badgeHeight() const {
+int RaceStrip::badgeHeight(bool compact) const {
     if (m_badge.isEmpty()) {
         return 0;
     }
     const auto f = stripFonts(font(), m_fontScale * fitScale());
     const QRect need = QFontMetrics(f.base).boundingRect(QRect(0, 0, std::max(100, width() - 12), 100000),
                                                          Qt::TextWordWrap, keepOptionsWhole(m_badge));
-    return std::max(rowHeight(), need.height() + 6);
+    return std::max(rowHeight(compact), need.height() + 6);
 }
 
-QSize RaceStrip::sizeHint() const {
+QSize RaceStrip::sizeHint() const { return {600, heightFor(m_compact)}; }
+
+int RaceStrip::heightFor(bool compact) const {
     const int rows = std::max<int>(1, static_cast<int>(m_rows.size()));
-    return {600, rows * rowHeight() + badgeHeight() + 8};
+    return rows * rowHeight(compact) + badgeHeight(compact) + 8;
 }
 
 void RaceStrip::resizeEvent(QResizeEvent* event) {

@@ -53,6 +53,11 @@ public:
     explicit RaceStrip(QWidget* parent = nullptr);
     void setRows(std::vector<StripRow> rows);
     void setFontScale(double scale);
+    /// Tighter rows where the dashboard is short of height (many lanes); off by default.
+    void setCompact(bool compact);
+    bool compact() const { return m_compact; }
+    /// The strip's height with tight rows or not, at the current width.
+    int heightFor(bool compact) const;
     const std::vector<StripRow>& rows() const { return m_rows; }
     /// A warning shown under the lanes ("⚠ live lanes share 2 CPU cores"); "" hides it.
     void setBadge(const QString& text);
@@ -77,11 +82,14 @@ protected:
 
 private:
     int rowHeight() const;
-    int badgeHeight() const; // the note under the lanes, wrapped to the width (0: none)
+    int rowHeight(bool compact) const;
+    int badgeHeight() const { return badgeHeight(m_compact); }
+    int badgeHeight(bool compact) const; // the note under the lanes, wrapped to the width (0: none)
     double fitScale() const; // 1 or less: what makes every row fit the width
     std::vector<StripRow> m_rows;
     QString m_badge;
     double m_fontScale = 1.0;
+    bool m_compact = false;
 };
 
 } // namespace devicerace::ui

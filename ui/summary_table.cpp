@@ -204,16 +204,36 @@ void SummaryTable::fitColumns() {
     }
 }
 
-void SummaryTable::fitHeight() {
-    // As tall as its rows, so the dashboard gives the rest to the charts.
+int SummaryTable::heightOfRows(int rows) const {
     int height = horizontalHeader()->height() + 2 * frameWidth();
-    for (int r = 0; r < rowCount(); ++r) {
+    for (int r = 0; r < std::min(rows, rowCount()); ++r) {
         height += rowHeight(r);
     }
     if (horizontalHeader()->length() >
         width() - 2 * frameWidth() - (verticalHeader()->isVisible() ? verticalHeader()->width() : 0)) {
         height += horizontalScrollBar()->sizeHint().height();
     }
+    return height;
+}
+
+void SummaryTable::setHeightLimit(int pixels) {
+    if (pixels != m_heightLimit) {
+        m_heightLimit = pixels;
+        fitHeight();
+    }
+}
+
+void SummaryTable::fitHeight() {
+    // As tall as its rows, so the dashboard gives the rest to the charts; no taller than the
+    // dashboard's limit, if it set one.
+    const bool scrolls = m_heightLimit > 0 && fullHeight() > m_heightLimit;
+    if (const auto policy = scrolls ? Qt::ScrollBarAlwaysOn : Qt::ScrollBarAlwaysOff;
+        verticalScrollBarPolicy() != policy) {
+        setVerticalScrollBarPolicy(policy); // lays the viewport out at once:
+        fitColumns();                       // the columns fit what is left beside the bar
+    }
+    const int full = fullHeight();
+    const int height = scrolls ? std::min(full, m_heightLimit) : full;
     if (height != this->height() || minimumHeight() != maximumHeight()) {
         setFixedHeight(height);
     }

@@ -24,6 +24,13 @@ public:
 
     /// Rows visible without scrolling (tests: every lane's row fits).
     int visibleRows() const;
+    /// As tall as the header and the first `rows` rows (all of them: fullHeight).
+    int heightOfRows(int rows) const;
+    int fullHeight() const { return heightOfRows(rowCount()); }
+    /// The dashboard's limit where it is short of height (many lanes): the table is no taller and
+    /// scrolls to its other rows; 0: as tall as its rows.
+    void setHeightLimit(int pixels);
+    int heightLimit() const { return m_heightLimit; }
 
     static constexpr int kColumns = 14;
     static constexpr int kDeviceColumn = 1;
@@ -64,6 +71,7 @@ private:
     // As tall as its rows (plus the horizontal scroll bar when the columns are wider than the
     // table: at 1280 px it took a row's height and left 1.5 rows visible).
     void fitHeight();
+    int m_heightLimit = 0;
 };
 
 } // namespace devicerace::ui

@@ -201,6 +201,23 @@ void MetricChart::setFontScale(double scale) {
     m_chart->setTitleFont(title);
 }
 
+int MetricChart::readableHeight(bool withLegend) const {
+    // The title (1.2x), the x tick labels and the x title take about five lines with the chart's
+    // margins: measured 72 px at 1280x720 with a 14 px line.
+    const int line = QFontMetrics(m_chart->legend()->font()).height();
+    return kReadablePlot + 5 * line + (withLegend ? 2 * line : 0);
+}
+
+bool MetricChart::legendFits() const {
+    const QFontMetrics fm(m_chart->legend()->font());
+    int need = 0;
+    for (const auto& s : m_series) {
+        // A marker (a line's height), its gap and the name, then QtCharts' spacing between entries.
+        need += fm.height() + fm.horizontalAdvance(s.legend->name()) + 2 * fm.height();
+    }
+    return need <= width() - 2 * fm.height();
+}
+
 void MetricChart::setLanes(const std::vector<LaneInfo>& lanes) {
     for (auto& s : m_series) {
         m_chart->removeSeries(s.legend);

@@ -39,6 +39,11 @@ public:
     void setTarget(std::optional<double> target);
     void setDark(bool dark);
     void setFontScale(double scale);
+    /// The height under which its plot would fall below ~130 px and its ticks and axis titles
+    /// elide, with or without its legend row, at the current fonts.
+    int readableHeight(bool withLegend) const;
+    /// Whether every lane's legend entry fits one row of the chart's width unelided.
+    bool legendFits() const;
     void setLanes(const std::vector<LaneInfo>& lanes);
     /// Logarithmic y axis (throughput races of 10x and more).
     void setLogScale(bool on);
@@ -79,6 +84,7 @@ Q_SIGNALS:
     void resetZoomRequested();
 
 private:
+    static constexpr int kReadablePlot = 130; // px: the plot's height that readableHeight keeps
     struct LaneSeries {
         QLineSeries* legend = nullptr; // empty: gives the lane its legend entry
         QColor color;
