@@ -206,8 +206,10 @@ void Dashboard::fitHeights(bool force) {
         h.rest += item->hasHeightForWidth() ? item->heightForWidth(contentWidth) : item->sizeHint().height();
     }
     h.rest += h.spacing * std::max(0, items - 1);
-    h.chartMin = m_throughput->readableHeight(false);
-    h.gridChartMin = m_throughput->readableHeight(true);
+    for (auto* c : charts()) {
+        h.chartMin = std::max(h.chartMin, c->readableHeight(false));
+        h.gridChartMin = std::max(h.gridChartMin, c->readableHeight(true));
+    }
     h.chartGap = std::max(0, m_grid->verticalSpacing());
     // Below ~850 px two rows of charts leave each plot too short; presentation keeps one row.
     constexpr int kGridMinHeight = 850;

@@ -99,7 +99,7 @@ private:
     void fitHeights(bool force = false);
     void arrange(Arrangement want, bool force);
     bool m_fitting = false;
-    QWidget* m_viewport = nullptr; // fitInside's; null: the dashboard's own height
+    QWidget* m_viewport = nullptr;           // fitInside's; null: the dashboard's own height
     static constexpr int kTableRowsKept = 2; // the table scrolls, but shows at least these
     void updateTitle();
     void linkZoom();

@@ -85,7 +85,7 @@ private:
     int rowHeight(bool compact) const;
     int badgeHeight() const { return badgeHeight(m_compact); }
     int badgeHeight(bool compact) const; // the note under the lanes, wrapped to the width (0: none)
-    double fitScale() const; // 1 or less: what makes every row fit the width
+    double fitScale() const;             // 1 or less: what makes every row fit the width
     std::vector<StripRow> m_rows;
     QString m_badge;
     double m_fontScale = 1.0;

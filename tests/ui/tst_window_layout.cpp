@@ -11,6 +11,8 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QToolBar>
 #include <QTemporaryDir>
@@ -113,12 +115,15 @@ QStringList readabilityProblems(MainWindow& w) {
         }
     }
     // The summary table shows every lane's row without scrolling (at 1280 px its horizontal
-    // scroll bar used to take a row's height and leave 1.5 rows visible).
+    // scroll bar used to take a row's height and leave 1.5 rows visible), unless the dashboard
+    // had to limit it (many lanes): then at least two rows and a scroll bar to the others.
     if (auto* summary = w.dashboard()->summaryTable();
-        summary->isVisible() && summary->rowCount() > 0 && summary->visibleRows() < summary->rowCount()) {
-        problems << QStringLiteral("summary table: %1 of %2 rows visible")
+        summary->isVisible() && summary->rowCount() > 0 && summary->visibleRows() < summary->rowCount() &&
+        (summary->heightLimit() == 0 || summary->visibleRows() < 2 || !summary->verticalScrollBar()->isVisible())) {
+        problems << QStringLiteral("summary table: %1 of %2 rows visible (limit %3 px)")
                         .arg(summary->visibleRows())
-                        .arg(summary->rowCount());
+                        .arg(summary->rowCount())
+                        .arg(summary->heightLimit());
     }
     // ...and every column without a horizontal scroll bar (a replay's long device names pushed
     // "of peak" out of sight at 1280 px while three empty cost columns took the room).
@@ -157,8 +162,9 @@ class TestWindowLayout : public QObject {
 private:
     QTemporaryDir m_dir;
     QString m_recording;
-    QString m_ranksRecording; // a data-parallel lane with its ranks' breakdowns
-    QString m_gptRecording;   // char-gpt: a text strip under the charts
+    QString m_ranksRecording;                     // a data-parallel lane with its ranks' breakdowns
+    QString m_gptRecording;                       // char-gpt: a text strip under the charts
+    QString m_eightRecording, m_sixteenRecording; // many lanes, each with a step-time bar
 
     QScreen* screenOf(int width) {
         for (auto* s : QGuiApplication::screens()) {
@@ -244,6 +250,26 @@ private Q_SLOTS:
         test::FakeLane gpu{QStringLiteral("cuda:0"), QStringLiteral("cuda:0"), 20000, 60};
         gpu.text = text;
         QVERIFY(test::writeFakeRecording(m_gptRecording, {cpu, gpu}, 5.0, 10, QStringLiteral("char-gpt")));
+        // Eight and sixteen lanes (a bf16 and a plain LibTorch race at 1 and 2 threads, twice),
+        // each with its step-time bar and a peak.
+        for (const int count : {8, 16}) {
+            std::vector<test::FakeLane> lanes;
+            for (int i = 0; i < count; ++i) {
+                const QString name = QStringLiteral("cpu·%1%2%3")
+                                         .arg(1 + i % 2)
+                                         .arg(i % 4 >= 2 ? QStringLiteral("·bf16") : QString())
+                                         .arg(i >= 4 ? QStringLiteral("·plain%1").arg(i / 4) : QString());
+                test::FakeLane lane{name, QStringLiteral("cpu"), 20000.0 + 1500 * i, 3 + 0.3 * i};
+                lane.breakdown = {{"data", 0.0002}, {"forward", 0.0025}, {"backward", 0.0035}, {"optimizer", 0.0004}};
+                lane.flopsPerSample = 4.8e5;
+                lane.peakFlopsPerSec = 1.7e11;
+                lanes.push_back(lane);
+            }
+            QString& dir = count == 8 ? m_eightRecording : m_sixteenRecording;
+            dir = m_dir.filePath(QStringLiteral("lanes%1").arg(count));
+            QVERIFY(
+                test::writeFakeRecording(dir, lanes, 0.25, 10, QStringLiteral("fashion-mlp"), QStringLiteral("fair")));
+        }
         // A 4-rank data-parallel lane whose rank 2 is 25% slower: the others wait for it.
         m_ranksRecording = m_dir.filePath(QStringLiteral("ranks"));
         test::FakeLane one{QStringLiteral("cpu·1"), QStringLiteral("cpu"), 1000, 60};
@@ -377,6 +403,70 @@ private Q_SLOTS:
         QVERIFY(!QTest::currentTestFailed());
         const QStringList problems = readabilityProblems(*w);
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+    }
+
+    // Many lanes: every part grows by a row each, and at 1280x720 they left the charts ~50 px
+    // tall, their ticks and titles elided. The bars and the strip tighten, the table scrolls past
+    // two rows, presentation mode drops the bars, and the charts stay readable; normal mode
+    // scrolls the dashboard past that, presentation never does (with eight lanes).
+    void manyLanesStayReadable_data() {
+        QTest::addColumn<int>("width");
+        QTest::addColumn<bool>("presentation");
+        QTest::addColumn<int>("lanes");
+        QTest::newRow("1280x720 normal 8 lanes") << 1280 << false << 8;
+        QTest::newRow("1280x720 presentation 8 lanes") << 1280 << true << 8;
+        QTest::newRow("1920x1080 normal 8 lanes") << 1920 << false << 8;
+        QTest::newRow("1920x1080 presentation 8 lanes") << 1920 << true << 8;
+        QTest::newRow("1280x720 normal 16 lanes") << 1280 << false << 16;
+    }
+    void manyLanesStayReadable() {
+        QFETCH(int, width);
+        QFETCH(bool, presentation);
+        QFETCH(int, lanes);
+        auto w = openPresented(width, presentation, lanes == 8 ? m_eightRecording : m_sixteenRecording, "many");
+        QVERIFY(w);
+        if (width == 1920 && !presentation) {
+            w->showMaximized(); // the whole monitor for the eight lanes
+        }
+        // A why-line of two or three lines under the lanes, as a bf16 race on an emulating CPU writes.
+        w->dashboard()->setSharingNote(
+            QStringLiteral("Why? cpu·1·bf16 runs at 0.87× the speed of cpu·1: this CPU has no bf16 units (neither "
+                           "AMX nor AVX-512 BF16), so bf16 arithmetic is emulated on its fp32 units: its GEMMs took "
+                           "MKL bf16 for 5 of 8 GEMM shapes, fp32 for 3, and the conversions to bf16 and back come "
+                           "on top; it reached 69% of this CPU's fp32 peak (an emulated bf16 lane's)"));
+        QTest::qWait(100);
+        w->dashboard()->refreshCharts();
+        QTest::qWait(50);
+        if (const QString shots = qEnvironmentVariable("DEVICERACE_LAYOUT_SHOTS"); !shots.isEmpty()) {
+            w->dashboard()->grab().save(
+                shots + QStringLiteral("/many-") +
+                QString::fromLatin1(QTest::currentDataTag()).replace(QLatin1Char(' '), QLatin1Char('-')) +
+                QStringLiteral(".png"));
+        }
+        QVERIFY(screenOf(width)->availableGeometry().contains(w->frameGeometry()));
+        const QStringList problems = readabilityProblems(*w);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QStringLiteral("\n"))));
+        QCOMPARE(w->dashboard()->strip()->rows().size(), std::size_t(lanes));
+        auto* bars = w->dashboard()->breakdownBars();
+        if (bars->isVisible()) {
+            QCOMPARE(bars->rows().size(), std::size_t(lanes));
+            checkBarsReadInFull(*w, bars);
+        } else {
+            QVERIFY2(presentation, "the bars give way only in presentation mode");
+        }
+        auto* scroll = w->findChild<QScrollArea*>(QStringLiteral("dashboardScroll"));
+        QVERIFY(scroll);
+        const bool scrolls = w->dashboard()->height() > scroll->viewport()->height();
+        QVERIFY2(!presentation || !scrolls, "presentation shows everything on the screen");
+        auto* summary = w->dashboard()->summaryTable();
+        if (width == 1920 && !presentation) {
+            QVERIFY(!scrolls); // eight lanes fit a maximized 1080 px window whole: every bar and row
+            QCOMPARE(summary->visibleRows(), summary->rowCount());
+        }
+        if (width == 1280 && !presentation) {
+            QVERIFY(summary->heightLimit() > 0); // the table gave way first, then the window scrolls
+            QVERIFY(scrolls || lanes == 8);
+        }
     }
 
     void opensInsideTheScreen_data() {

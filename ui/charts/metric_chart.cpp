@@ -204,8 +204,12 @@ void MetricChart::setFontScale(double scale) {
 int MetricChart::readableHeight(bool withLegend) const {
     // The title (1.2x), the x tick labels and the x title take about five lines with the chart's
     // margins: measured 72 px at 1280x720 with a 14 px line.
-    const int line = QFontMetrics(m_chart->legend()->font()).height();
-    return kReadablePlot + 5 * line + (withLegend ? 2 * line : 0);
+    // The plot is at least as tall as its y title is long ("samples/s (log)" at presentation's
+    // 2x fonts needs ~200 px), or that title elides.
+    const QFontMetrics fm(m_chart->legend()->font());
+    const int line = fm.height();
+    const int plot = std::max(kReadablePlot, fm.horizontalAdvance(m_y->titleText() + QStringLiteral(" (log)")) + line);
+    return plot + 5 * line + (withLegend ? 2 * line : 0);
 }
 
 bool MetricChart::legendFits() const {

@@ -42,8 +42,19 @@ void applyTicks(QCategoryAxis* axis, const AxisTicks& ticks) {
 AxisTicks fitTicks(const std::function<AxisTicks(int)>& make, const QFont& font, double length, bool horizontal) {
     const QFontMetricsF fm(font);
     if (!horizontal) {
-        const int n = std::clamp(static_cast<int>(length / (fm.height() * kLinesPerTick)), 2, kMostTicks);
-        return make(n);
+        // Two lines a tick; and no two labels closer than a line and a fifth, or QtCharts drops
+        // one: a target tick (0.85) beside an end tick (0.90) on a 130 px accuracy plot did.
+        for (int n = std::clamp(static_cast<int>(length / (fm.height() * kLinesPerTick)), 2, kMostTicks); n > 2; --n) {
+            auto t = make(n);
+            double closest = length;
+            for (std::size_t i = 1; i < t.values.size(); ++i) {
+                closest = std::min(closest, (t.values[i] - t.values[i - 1]) / (t.hi - t.lo) * length);
+            }
+            if (t.hi <= t.lo || closest >= 1.2 * fm.height()) {
+                return t;
+            }
+        }
+        return make(2);
     }
     for (int n = std::clamp(static_cast<int>(length / 40), 2, kMostTicks); n > 2; --n) {
         auto t = make(n);
