@@ -289,6 +289,30 @@ TEST(RaceNaming, DefaultNamesAreUniqueAndReadable) {
     EXPECT_EQ(lanes[2]->spec().name, "cpu·2");
 }
 
+// Lanes of one device and thread count are told apart by what differs: "plain" for plain
+// LibTorch (fused=false), else the keys that set a lane apart; "#2" only for a lane like another.
+TEST(RaceNaming, LanesOfOneDeviceAreNamedForWhatSetsThemApart) {
+    RaceSpec spec;
+    spec.lanes = {cpuLane(1), cpuLane(1), cpuLane(1), cpuLane(1), cpuLane(1), cpuLane(1)};
+    spec.lanes[1].fused = false;
+    spec.lanes[2].fused = false;
+    spec.lanes[2].precision = Precision::Bf16;
+    spec.lanes[3].batch = 256;
+    spec.lanes[4].batch = 256;
+    spec.lanes[5].lr = 0.01;
+    spec.lanes[5].batch = 32;
+    spec.lanes[5].weightDecay = 0.0005;
+    spec.lanes[5].momentum = 0.9;
+    const auto plan = resolveRace(spec);
+    ASSERT_EQ(plan.spec.lanes.size(), 6u);
+    EXPECT_EQ(plan.spec.lanes[0].name, "cpu·1");
+    EXPECT_EQ(plan.spec.lanes[1].name, "cpu·1·plain");
+    EXPECT_EQ(plan.spec.lanes[2].name, "cpu·1·bf16·plain");
+    EXPECT_EQ(plan.spec.lanes[3].name, "cpu·1·batch=256");
+    EXPECT_EQ(plan.spec.lanes[4].name, "cpu·1·batch=256#2");
+    EXPECT_EQ(plan.spec.lanes[5].name, "cpu·1#2"); // four keys: too long to read, numbered
+}
+
 // A framework lane's default name says which framework it runs, beside DeviceRace's own lane on
 // the same device ("cpu·2", "cpu·2·pytorch", "cpu·2·bf16·keras-jax"); a name given stays as it is.
 TEST(RaceNaming, AFrameworkLaneIsNamedForItsFramework) {

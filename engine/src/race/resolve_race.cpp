@@ -30,10 +30,40 @@ namespace devicerace {
 
 namespace {
 
+// The keys `lane` sets that `other` does not set alike ("batch=256", "lr=0.01"): what tells two
+// lanes of one default name apart. Keys the name already says (threads, precision, plain) and its
+// name are left out.
+std::vector<std::string> keysBeyond(const LaneSpec& lane, const LaneSpec& other) {
+    auto keys = [](const LaneSpec& s) {
+        std::vector<std::string> out;
+        const std::string text = formatLaneSpec(s);
+        for (std::size_t at = text.find(','); at != std::string::npos;) {
+            const std::size_t next = text.find(',', at + 1);
+            std::string part = text.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+            if (!part.starts_with("name=") && !part.starts_with("threads=") && !part.starts_with("precision=") &&
+                part != "fused=false") {
+                out.push_back(std::move(part));
+            }
+            at = next;
+        }
+        return out;
+    };
+    const auto theirs = keys(other);
+    std::vector<std::string> out;
+    for (auto& k : keys(lane)) {
+        if (std::find(theirs.begin(), theirs.end(), k) == theirs.end()) {
+            out.push_back(std::move(k));
+        }
+    }
+    return out;
+}
+
 // "cpu·1", "cpu·2", "cuda:0"; a framework lane adds its framework ("cpu·2·pytorch",
-// "cpu·2·keras-jax"); duplicates get "#2", "#3".
+// "cpu·2·keras-jax"), a fused=false lane "plain" ("cpu·2·plain"); a lane whose name is taken adds
+// the keys that set it apart ("cpu·2·batch=256"), and a lane like another "#2", "#3".
 void nameLanes(std::vector<LaneSpec>& lanes) {
     std::set<std::string> used;
+    std::map<std::string, const LaneSpec*> holders; // the first lane of each default name
     for (auto& lane : lanes) {
         const bool named = !lane.name.empty();
         if (lane.name.empty() && !lane.launcher.empty()) {
@@ -89,6 +119,9 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
                 lane.name += "·" + toString(lane.precision);
             }
         }
+        if (!named && lane.fused == false && (!lane.framework || *lane.framework == "devicerace")) {
+            lane.name += "·plain"; // plain LibTorch: no fast paths (README, "Fast paths")
+        }
         if (!named && lane.framework && *lane.framework != "devicerace" && *lane.framework != "script") {
             lane.name += "·" + *lane.framework; // a script lane runs the user's command: no framework of ours
         }
@@ -96,11 +129,20 @@ void nameLanes(std::vector<LaneSpec>& lanes) {
             // workers=N: N processes of the command, named for its ranks as a data-parallel lane is
             lane.name += fmt::format("×{}", *lane.workers);
         }
+        if (!named && used.count(lane.name) && holders.count(lane.name)) {
+            // What sets it apart, where that is short enough to read in the strip and the legend.
+            constexpr std::size_t kLongestSuffix = 24;
+            const std::string apart = fmt::format("{}", fmt::join(keysBeyond(lane, *holders[lane.name]), "·"));
+            if (!apart.empty() && apart.size() <= kLongestSuffix) {
+                lane.name += "·" + apart;
+            }
+        }
         std::string base = lane.name;
         for (int k = 2; used.count(lane.name); ++k) {
             lane.name = fmt::format("{}#{}", base, k);
         }
         used.insert(lane.name);
+        holders.emplace(base, &lane);
     }
 }
 
