@@ -17,6 +17,7 @@
 
 #include "devices/bf16_route_cache.h"
 #include "kernels/bf16_amx_gemm.h"
+#include "devices/cpu_info.h"
 #include "kernels/bf16_gemm.h"
 #include "kernels/bf16_routes.h"
 #include "kernels/cpu_kernels.h"
@@ -158,6 +159,37 @@ TEST(Bf16Routes, ABrokenCacheIsTimedOverNotAnError) {
     cpu::Bf16Router router(1, 1, fastestIs(other));
     EXPECT_EQ(router.route({64, 64, 64, false, false}), other);
     EXPECT_EQ(cachedBf16RouteCounts().at("1 thread").at(cpu::bf16RouteKey(other)), 1);
+}
+
+// A step that keeps its GEMM inputs in fp32 storage where every shape takes fp32: on a CPU without
+// bf16 units another route is taken only where it beats fp32 by the margin of the bf16 copies it
+// makes the step write; with bf16 units the fastest route wins as ever.
+TEST(Bf16Routes, WithoutBf16UnitsAnotherRouteMustBeatFp32ByTheCopiesMargin) {
+    CacheDir cache;
+    const auto other = otherTimedRoute();
+    if (other == Bf16Route::Fp32) {
+        GTEST_SKIP() << "no route but fp32 is timed here";
+    }
+    const bool units = !readHostCpu().bf16Units.empty();
+    // `other` faster than fp32 by `lead` (0.10: 10%).
+    const auto leadOf = [other](double lead) {
+        return [other, lead](Bf16Route r, const cpu::GemmShape&) {
+            return r == other ? 1e-3 : r == Bf16Route::Fp32 ? 1e-3 * (1 + lead) : 9e-3;
+        };
+    };
+    const cpu::GemmShape shape{512, 256, 128, false, true};
+    {
+        cpu::Bf16Router router(1, 1, leadOf(0.10), cpu::TrialCaches::Cold, cpu::GemmInputs::Fp32WhereAllFp32);
+        EXPECT_EQ(router.route(shape), units ? other : Bf16Route::Fp32);
+        EXPECT_EQ(router.summary().find("must beat fp32") != std::string::npos, !units) << router.summary();
+    }
+    {
+        cpu::Bf16Router router(2, 1, leadOf(0.30), cpu::TrialCaches::Cold, cpu::GemmInputs::Fp32WhereAllFp32);
+        EXPECT_EQ(router.route(shape), other);
+    }
+    // A step that writes bf16 copies whatever the routes takes the fastest, by any lead.
+    cpu::Bf16Router copies(1, 1, leadOf(0.10), cpu::TrialCaches::Cold, cpu::GemmInputs::Bf16Copies);
+    EXPECT_EQ(copies.route({256, 256, 256, false, false}), other);
 }
 
 TEST(Bf16Routes, TheEnvironmentForcesOneRouteOrIsRefused) {

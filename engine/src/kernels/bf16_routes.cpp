@@ -234,18 +234,24 @@ void evictCaches(int workers) {
 
 } // namespace
 
-double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, TrialCaches caches) {
+double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, TrialCaches caches, bool fp32Operands) {
     workers = std::max(1, workers);
     const auto aRows = shape.transA ? shape.k : shape.m, aCols = shape.transA ? shape.m : shape.k;
     const auto bRows = shape.transB ? shape.n : shape.k, bCols = shape.transB ? shape.k : shape.n;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(0);
+    const bool inF32 = fp32Operands && route == Bf16Route::Fp32;
     std::vector<at::Tensor> as, bs, cs;
     for (int w = 0; w < workers; ++w) {
-        as.push_back(at::randn({aRows, aCols}, gen).to(at::kBFloat16));
-        bs.push_back(at::randn({bRows, bCols}, gen).to(at::kBFloat16));
+        as.push_back(at::randn({aRows, aCols}, gen).to(inF32 ? at::kFloat : at::kBFloat16));
+        bs.push_back(at::randn({bRows, bCols}, gen).to(inF32 ? at::kFloat : at::kBFloat16));
         cs.push_back(at::empty({shape.m, shape.n}, at::kFloat));
     }
     const auto once = [&](int w) {
+        if (inF32) {
+            gemmF32(shape, as[w].data_ptr<float>(), aCols, bs[w].data_ptr<float>(), bCols, cs[w].data_ptr<float>(),
+                    shape.n);
+            return;
+        }
         gemmBf16Routed(route, shape, reinterpret_cast<const Bf16*>(as[w].data_ptr<at::BFloat16>()), aCols,
                        reinterpret_cast<const Bf16*>(bs[w].data_ptr<at::BFloat16>()), bCols, cs[w].data_ptr<float>(),
                        shape.n);
@@ -285,12 +291,16 @@ double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, Trial
     return std::chrono::duration<double>(Clock::now() - t0).count() / calls;
 }
 
-Bf16Router::Bf16Router(int threads, int workers, Timer timer, TrialCaches caches)
-    : m_threads(std::max(1, threads)), m_workers(std::max(1, workers)), m_caches(caches), m_timer(std::move(timer)),
-      m_forced(forcedRoute()) {
+Bf16Router::Bf16Router(int threads, int workers, Timer timer, TrialCaches caches, GemmInputs inputs)
+    : m_threads(std::max(1, threads)), m_workers(std::max(1, workers)), m_caches(caches),
+      m_allFp32Margin(inputs == GemmInputs::Fp32WhereAllFp32 && readHostCpu().bf16Units.empty()),
+      m_timer(std::move(timer)), m_forced(forcedRoute()) {
     if (!m_timer) {
         const int w = m_workers;
-        m_timer = [w, caches](Bf16Route r, const GemmShape& s) { return timeBf16Route(r, s, w, caches); };
+        const bool fp32Operands = m_allFp32Margin;
+        m_timer = [w, caches, fp32Operands](Bf16Route r, const GemmShape& s) {
+            return timeBf16Route(r, s, w, caches, fp32Operands);
+        };
     }
 }
 
@@ -307,9 +317,11 @@ Bf16Route Bf16Router::decide(const GemmShape& shape) {
     if (m_forced) {
         return *m_forced;
     }
-    // A cold trial's choice is kept apart from a warm one's at the same shape.
-    const auto key =
-        bf16RouteCacheKey(m_threads, m_workers, gemmShapeText(shape) + (m_caches == TrialCaches::Cold ? " cold" : ""));
+    // A cold trial's choice is kept apart from a warm one's at the same shape, and so is one made
+    // against fp32 operands with the copies' margin.
+    const auto key = bf16RouteCacheKey(m_threads, m_workers,
+                                       gemmShapeText(shape) + (m_caches == TrialCaches::Cold ? " cold" : "") +
+                                           (m_allFp32Margin ? " fp32-kept" : ""));
     const auto available = timedBf16Routes();
     if (const auto kept = cachedBf16Route(key)) {
         if (const auto r = bf16RouteFromKey(*kept);
@@ -317,7 +329,17 @@ Bf16Route Bf16Router::decide(const GemmShape& shape) {
             return *r;
         }
     }
-    const auto choice = pickBf16Route(available, [&](Bf16Route r) { return m_timer(r, shape); });
+    auto choice = pickBf16Route(available, [&](Bf16Route r) { return m_timer(r, shape); });
+    if (m_allFp32Margin && choice.route != Bf16Route::Fp32) {
+        // Another route must beat the fp32 sgemm by the margin of the bf16 copies it makes the step write.
+        const auto fp32 = std::find_if(choice.timings.begin(), choice.timings.end(),
+                                       [](const RouteTiming& t) { return t.route == Bf16Route::Fp32; });
+        const auto best = std::find_if(choice.timings.begin(), choice.timings.end(),
+                                       [&](const RouteTiming& t) { return t.route == choice.route; });
+        if (fp32 != choice.timings.end() && best->seconds * kBf16CopiesMargin > fp32->seconds) {
+            choice.route = Bf16Route::Fp32;
+        }
+    }
     std::vector<std::pair<std::string, double>> seconds;
     for (const auto& t : choice.timings) {
         seconds.emplace_back(bf16RouteKey(t.route), t.seconds);
@@ -357,8 +379,12 @@ std::string Bf16Router::summary() const {
             out += fmt::format(", {} for {}", bf16RouteName(r), n);
         }
     }
-    return out + fmt::format(" (the fastest timed on this CPU at {}{})", threads,
-                             m_caches == TrialCaches::Cold ? ", caches cold as a step leaves them" : "");
+    return out + fmt::format(" (the fastest timed on this CPU at {}{}{})", threads,
+                             m_caches == TrialCaches::Cold ? ", caches cold as a step leaves them" : "",
+                             m_allFp32Margin ? fmt::format("; with no bf16 units another route must beat fp32 on "
+                                                           "fp32 inputs by {:.0f}%",
+                                                           (kBf16CopiesMargin - 1) * 100)
+                                             : "");
 }
 
 } // namespace devicerace::detail::cpu

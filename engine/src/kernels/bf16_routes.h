@@ -94,7 +94,19 @@ enum class TrialCaches { Warm, Cold };
 /// Seconds of one trial of `route` at `shape`, per call: warm, enough calls on random operands to
 /// last ~2 ms; cold, 12 calls. `workers` > 1 runs that many of the GEMMs at once, one per thread of
 /// one parallel region (a fused step's split: each worker's share with one thread).
-double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, TrialCaches caches = TrialCaches::Warm);
+/// `fp32Operands`: the fp32 route's operands are fp32 already (a step that keeps its GEMM inputs in
+/// fp32 storage once every shape takes fp32), so its trial times the sgemm alone, not the widening.
+double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, TrialCaches caches = TrialCaches::Warm,
+                     bool fp32Operands = false);
+
+/// How the step stores a GEMM's inputs where every shape takes the fp32 route.
+/// - Bf16Copies: bf16 copies whatever the routes (the fp32 route widens them at each call).
+/// - Fp32WhereAllFp32: bf16 values in fp32 storage, read without widening (the transformer step).
+///   On a CPU without bf16 units another route is then taken only where it beats the fp32 route's
+///   sgemm alone by kBf16CopiesMargin: any shape on it makes the step write bf16 copies again,
+///   which its trial does not count, and there MKL's bf16 GEMM is itself an emulation.
+enum class GemmInputs { Bf16Copies, Fp32WhereAllFp32 };
+constexpr double kBf16CopiesMargin = 1.15;
 
 /// One step's bf16 GEMM routes: each shape's route, decided at its first use from the cache
 /// (devices/bf16_route_cache.h), else by timing every available route (then cached), unless
@@ -105,7 +117,8 @@ public:
     /// `threads`: the intra-op threads the GEMMs run on (or, with `workers` > 1, the workers that
     /// each run one share with one thread); part of the cache key, as a cold trial is. `timer`:
     /// the trial a choice is made by (default: timeBf16Route with `caches`); tests pass a fake.
-    explicit Bf16Router(int threads, int workers = 1, Timer timer = {}, TrialCaches caches = TrialCaches::Warm);
+    explicit Bf16Router(int threads, int workers = 1, Timer timer = {}, TrialCaches caches = TrialCaches::Warm,
+                        GemmInputs inputs = GemmInputs::Bf16Copies);
 
     Bf16Route route(const GemmShape& shape);
     /// The route DEVICERACE_BF16_ROUTE names for every shape, if it names one.
@@ -120,6 +133,7 @@ private:
     int m_threads;
     int m_workers;
     TrialCaches m_caches;
+    bool m_allFp32Margin; // Fp32WhereAllFp32 on a CPU without bf16 units
     Timer m_timer;
     std::optional<Bf16Route> m_forced;
     using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool, bool>; // m, n, k, transA, transB

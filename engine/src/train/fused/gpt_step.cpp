@@ -98,10 +98,11 @@ GptStep::GptStep(Net& net, std::int64_t maxBatch, std::int64_t seq, bool bf16) :
     if (bf16) {
         // Timed with cold caches: the step's GEMMs sit between loops that take them (warm timings
         // gave MKL weight-gradient shapes that the step ran faster on the AMX kernel: ENGINEERING.md).
-        m_router = std::make_shared<cpu::Bf16Router>(threads, static_cast<int>(m_maxWorkers), cpu::Bf16Router::Timer{},
-                                                     cpu::TrialCaches::Cold);
         const char* inF32 = environmentSwitch("DEVICERACE_BF16_IN_F32");
         m_inF32Allowed = !(inF32 && std::string_view(inF32) == "0");
+        m_router = std::make_shared<cpu::Bf16Router>(
+            threads, static_cast<int>(m_maxWorkers), cpu::Bf16Router::Timer{}, cpu::TrialCaches::Cold,
+            m_inF32Allowed ? cpu::GemmInputs::Fp32WhereAllFp32 : cpu::GemmInputs::Bf16Copies);
     }
     const auto view = *net.gptView();
     m_dropout = dropoutOffForTests() ? 0.0f : static_cast<float>(view.dropout);
