@@ -267,6 +267,21 @@ def goal_ratios(specs, runs, cores):
     return out
 
 
+def routes_through_reason(text):
+    """The routes at the start of `text` through their parenthesised reason, whose own ";" and
+    nested parentheses stay inside: "fp32 for every GEMM shape (15) (the fastest timed ...; with no
+    bf16 units ...)"; without a reason, up to the first ";"."""
+    reason = re.search(r"\((?:the fastest timed|DEVICERACE_BF16_ROUTE)", text)
+    if not reason:
+        return text.split(";")[0].strip()
+    depth = 0
+    for i in range(reason.start(), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[:i + 1].strip()
+    return text.strip()
+
+
 def bf16_routes(execution):
     """The bf16 GEMM routes a lane's execution text names ("MKL bf16 for 12 of 14 GEMM shapes, ..."),
     "autocast" for an autograd lane, "" when it names none; then the measured peaks where this CPU's
@@ -274,9 +289,9 @@ def bf16_routes(execution):
     slower = re.search(r"bf16 slower than fp32 on this CPU \(([^)]*)\)", execution)
     slower = f"; bf16 slower than fp32 here ({slower.group(1)})" if slower else ""
     emulated = "emulated (no bf16 units)" if "bf16 emulated" in execution else ""
-    m = re.search(r"bf16 GEMMs with fp32 (?:results|sums): ([^;]*)", execution)
+    m = re.search(r"bf16 GEMMs with fp32 (?:results|sums): ", execution)
     if m:
-        return m.group(1).strip() + (f"; {emulated}" if emulated else "") + slower
+        return routes_through_reason(execution[m.end():]) + (f"; {emulated}" if emulated else "") + slower
     # an autograd lane's dense layers: "dense layers' bf16 GEMMs: <routes> (the fastest timed ...)"
     dense = re.search(r"dense layers' bf16 GEMMs: (.*?\((?:the fastest timed[^)]*|DEVICERACE_BF16_ROUTE)\))",
                       execution)

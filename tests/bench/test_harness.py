@@ -109,6 +109,15 @@ class CpuSpeed(unittest.TestCase):
                                 "CPU at 1 thread), hashed dropout masks"),
                          "autocast, dense layers: MKL bf16 for 4 of 6 GEMM shapes, fp32 for 2 (the fastest timed on "
                          "this CPU at 1 thread); emulated (no bf16 units)")
+        # A reason with its own ";" and parentheses stays whole.
+        self.assertEqual(routes("fused transformer step (bf16 GEMMs with fp32 results: fp32 for every GEMM shape (15) "
+                                "(the fastest timed on this CPU at 1 thread, caches cold as a step leaves them; with no "
+                                "bf16 units another route must beat fp32 on fp32 inputs by 15%); their bf16 inputs kept "
+                                "in fp32 storage, read without widening), fused AdamW, bf16 emulated (this CPU has "
+                                "neither AMX nor AVX-512 BF16)"),
+                         "fp32 for every GEMM shape (15) (the fastest timed on this CPU at 1 thread, caches cold as a "
+                         "step leaves them; with no bf16 units another route must beat fp32 on fp32 inputs by 15%); "
+                         "emulated (no bf16 units)")
         self.assertEqual(routes("fused SGD, bf16 autocast, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16)"),
                          "emulated (no bf16 units)")
         self.assertEqual(routes("fused Adam, bf16 autocast, channels_last, dense layers' bf16 GEMMs: fp32 for 3 of 6 "

@@ -26,7 +26,7 @@ constexpr int kFormat = 4;
 constexpr std::uint64_t kMaxBytes = 1u << 20;
 std::mutex g_mutex;
 
-std::string prefix() { return fmt::format("{}|", readHostCpu().model); }
+std::string prefix() { return fmt::format("{}|", hostCpuModel()); }
 std::string suffixVersion() { return fmt::format("|LibTorch {}|", TORCH_VERSION); }
 
 json readCache(const fs::path& file) {

@@ -91,6 +91,17 @@ HostCpu readHostCpu() {
 }
 
 namespace {
+const HostCpu& hostCpuOnce() {
+    static const HostCpu cpu = readHostCpu();
+    return cpu;
+}
+} // namespace
+
+const std::string& hostCpuModel() { return hostCpuOnce().model; }
+
+const std::string& hostBf16Units() { return hostCpuOnce().bf16Units; }
+
+namespace {
 
 std::optional<double> parseNumber(std::string_view text) {
     text = trim(text);

@@ -15,6 +15,11 @@ struct HostCpu {
 };
 
 HostCpu readHostCpu();
+/// What of readHostCpu() never changes while the process runs (the model and its bf16 units),
+/// read once: asked on hot paths (a bf16 step's convolutions, each GEMM shape's route).
+/// readHostCpu() itself reads again (its logical CPUs follow the calling thread's affinity).
+const std::string& hostCpuModel();
+const std::string& hostBf16Units();
 /// The bf16 matrix units a /proc/cpuinfo "flags" line names: "AMX" (amx_bf16), "AVX-512 BF16"
 /// (avx512_bf16), else "".
 std::string bf16UnitsOf(std::string_view flags);

@@ -312,7 +312,7 @@ PeakFlops cpuPeakFlops(Precision precision, int threads, bool remeasure) {
     if (precision != Precision::Bf16) {
         return ownCpuPeak(precision, threads, remeasure);
     }
-    if (detail::readHostCpu().bf16Units.empty()) {
+    if (detail::hostBf16Units().empty()) {
         // Without AMX or AVX-512 BF16, bf16 arithmetic runs on the fp32 units (oneDNN's
         // convolutions widen to fp32), while its bf16 GEMM is a slow emulation and no ceiling (a
         // bf16 convolutional lane would read several times 100% of it). The hardware's ceiling
@@ -386,7 +386,7 @@ bool forgetCpuPeak(Precision precision, int threads, double belowFlopsPerSec) {
     if (precision != Precision::Bf16) {
         return forgetOwnCpuPeak(precision, threads, belowFlopsPerSec);
     }
-    if (detail::readHostCpu().bf16Units.empty()) {
+    if (detail::hostBf16Units().empty()) {
         // bf16 lanes there are measured against the fp32 peak
         return forgetOwnCpuPeak(Precision::Fp32, threads, belowFlopsPerSec);
     }

@@ -135,7 +135,7 @@ std::vector<Bf16Route> availableBf16Routes() {
 
 std::vector<Bf16Route> timedBf16Routes() {
     auto out = availableBf16Routes();
-    if (readHostCpu().bf16Units.empty()) {
+    if (hostBf16Units().empty()) {
         out.erase(std::remove(out.begin(), out.end(), Bf16Route::OneDnn), out.end());
     }
     return out;
@@ -293,8 +293,8 @@ double timeBf16Route(Bf16Route route, const GemmShape& shape, int workers, Trial
 
 Bf16Router::Bf16Router(int threads, int workers, Timer timer, TrialCaches caches, GemmInputs inputs)
     : m_threads(std::max(1, threads)), m_workers(std::max(1, workers)), m_caches(caches),
-      m_allFp32Margin(inputs == GemmInputs::Fp32WhereAllFp32 && readHostCpu().bf16Units.empty()),
-      m_timer(std::move(timer)), m_forced(forcedRoute()) {
+      m_allFp32Margin(inputs == GemmInputs::Fp32WhereAllFp32 && hostBf16Units().empty()), m_timer(std::move(timer)),
+      m_forced(forcedRoute()) {
     if (!m_timer) {
         const int w = m_workers;
         const bool fp32Operands = m_allFp32Margin;

@@ -306,9 +306,9 @@ private:
 // and the threads (with the cores they may use, where a quota or an affinity allows fewer).
 std::string machineKey(const Geometry& g, int threads, bool bf16) {
     const double cores = usableCores(threads);
-    return fmt::format("{}|LibTorch {}|n{} c{}->{} {}x{} k{}x{} pad {}x{} stride {}x{}{}|{} threads{}",
-                       readHostCpu().model, TORCH_VERSION, g.n, g.c, g.oc, g.h, g.w, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw,
-                       bf16 ? " bf16" : "", threads, cores < threads ? fmt::format(" on {:.3g} cores", cores) : "");
+    return fmt::format("{}|LibTorch {}|n{} c{}->{} {}x{} k{}x{} pad {}x{} stride {}x{}{}|{} threads{}", hostCpuModel(),
+                       TORCH_VERSION, g.n, g.c, g.oc, g.h, g.w, g.kh, g.kw, g.ph, g.pw, g.sh, g.sw, bf16 ? " bf16" : "",
+                       threads, cores < threads ? fmt::format(" on {:.3g} cores", cores) : "");
 }
 
 // Whether this shape takes the engine's weight gradient (weightGradOwn); `result` gets the
@@ -446,7 +446,7 @@ Arith bf16Arithmetic(const at::Tensor& x, const at::Tensor& w, const Geometry& g
         g_arith.emplace(key, a);
         return a;
     };
-    if (readHostCpu().bf16Units.empty()) {
+    if (hostBf16Units().empty()) {
         // No bf16 units: oneDNN's bf16 convolutions are an emulation (a bf16 fashion-cnn step took
         // 1.9 s against fp32's 0.16 s on an AMD EPYC Zen 3), never the faster: nothing to time.
         return decide(Arith::Bf16ValuesInFp32);
@@ -564,7 +564,7 @@ struct ConvTunedWeightGrad : torch::autograd::Function<ConvTunedWeightGrad> {
 // bf16Arithmetic).
 bool bf16AutocastTakesNode() {
     // asked at every convolution of a step: /proc/cpuinfo is read once
-    static const bool noBf16Units = readHostCpu().bf16Units.empty();
+    static const bool noBf16Units = hostBf16Units().empty();
     return at::autocast::is_autocast_enabled(at::kCPU) && at::autocast::get_autocast_dtype(at::kCPU) == at::kBFloat16 &&
            (cpu::haveAvx512Bf16Gemm() || noBf16Units);
 }

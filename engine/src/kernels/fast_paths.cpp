@@ -60,8 +60,7 @@ FastPaths decideFastPaths(const LaneSpec& spec, const std::string& device, bool 
     f.normRelu = channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_FUSED_NORM"));
     // bf16: where the AVX-512 BF16 kernel can take the weight gradients (kernels/bf16_conv_wgrad.h),
     // or where there are no bf16 units (the convolutions on their bf16 values in fp32 kernels)
-    const bool bf16Node =
-        spec.precision == Precision::Bf16 && (cpu::haveAvx512Bf16Gemm() || readHostCpu().bf16Units.empty());
+    const bool bf16Node = spec.precision == Precision::Bf16 && (cpu::haveAvx512Bf16Gemm() || hostBf16Units().empty());
     f.convWeightGrad =
         (fp32 || bf16Node) && channelsLast && !switchedOff(devicerace::environmentSwitch("DEVICERACE_CONV_WGRAD"));
     f.bf16Dense =

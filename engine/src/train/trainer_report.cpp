@@ -255,7 +255,7 @@ void Trainer::describeExecution() {
     if (m_ctx.spec.precision != Precision::Fp32 && !m_fusedStep) {
         text += ", " + toString(m_ctx.spec.precision) + " autocast";
     }
-    if (m_ctx.spec.precision == Precision::Bf16 && m_dev.is_cpu() && readHostCpu().bf16Units.empty()) {
+    if (m_ctx.spec.precision == Precision::Bf16 && m_dev.is_cpu() && hostBf16Units().empty()) {
         text += ", bf16 emulated (this CPU has neither AMX nor AVX-512 BF16)";
     }
     if (!m_bf16SlowerNote.empty()) {
@@ -274,7 +274,7 @@ void Trainer::describeExecution() {
     }
     if (m_model->tunedConvs) {
         const bool bf16 = m_ctx.spec.precision == Precision::Bf16;
-        const bool noUnits = readHostCpu().bf16Units.empty();
+        const bool noUnits = hostBf16Units().empty();
         text += bf16 && noUnits ? ", convolutions on their bf16 values in fp32 arithmetic (no bf16 units), conv "
                                   "weight gradients by im2col + GEMM where timed faster than oneDNN"
                 : bf16          ? ", conv weight gradients by the AVX-512 BF16 kernel where timed faster than oneDNN"
