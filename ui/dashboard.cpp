@@ -239,8 +239,9 @@ void Dashboard::fitHeights(bool force) {
     }
     // Legends repeat the strip's coloured lane names: shown in the grid where every name fits,
     // never elided ("cpu·1·bf…" with eight lanes at 1920 px).
+    const int gridColumn = (contentWidth - std::max(0, m_grid->horizontalSpacing())) / 2; // laid out after this
     for (auto* c : charts()) {
-        const bool legend = fit.grid && c->legendFits();
+        const bool legend = fit.grid && c->legendFits(gridColumn);
         if (c->chart()->legend()->isVisible() != legend) {
             c->chart()->legend()->setVisible(legend);
         }

@@ -212,14 +212,14 @@ int MetricChart::readableHeight(bool withLegend) const {
     return plot + 5 * line + (withLegend ? 2 * line : 0);
 }
 
-bool MetricChart::legendFits() const {
+bool MetricChart::legendFits(int width) const {
     const QFontMetrics fm(m_chart->legend()->font());
     int need = 0;
     for (const auto& s : m_series) {
         // A marker (a line's height), its gap and the name, then QtCharts' spacing between entries.
         need += fm.height() + fm.horizontalAdvance(s.legend->name()) + 2 * fm.height();
     }
-    return need <= width() - 2 * fm.height();
+    return need <= width - 2 * fm.height();
 }
 
 void MetricChart::setLanes(const std::vector<LaneInfo>& lanes) {

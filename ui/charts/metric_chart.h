@@ -42,8 +42,8 @@ public:
     /// The height under which its plot would fall below ~130 px and its ticks and axis titles
     /// elide, with or without its legend row, at the current fonts.
     int readableHeight(bool withLegend) const;
-    /// Whether every lane's legend entry fits one row of the chart's width unelided.
-    bool legendFits() const;
+    /// Whether every lane's legend entry fits one row of a chart `width` px wide unelided.
+    bool legendFits(int width) const;
     void setLanes(const std::vector<LaneInfo>& lanes);
     /// Logarithmic y axis (throughput races of 10x and more).
     void setLogScale(bool on);
