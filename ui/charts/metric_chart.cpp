@@ -203,9 +203,8 @@ void MetricChart::setFontScale(double scale) {
 
 int MetricChart::readableHeight(bool withLegend) const {
     // The title (1.2x), the x tick labels and the x title take about five lines with the chart's
-    // margins: measured 72 px at 1280x720 with a 14 px line.
-    // The plot is at least as tall as its y title is long ("samples/s (log)" at presentation's
-    // 2x fonts needs ~200 px), or that title elides.
+    // margins (72 px at 1280x720, a 14 px line); the plot is at least as tall as its y title is
+    // long, or that title elides ("samples/s (log)" at presentation's 2x fonts: ~200 px).
     const QFontMetrics fm(m_chart->legend()->font());
     const int line = fm.height();
     const int plot = std::max(kReadablePlot, fm.horizontalAdvance(m_y->titleText() + QStringLiteral(" (log)")) + line);

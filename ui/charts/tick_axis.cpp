@@ -46,11 +46,14 @@ AxisTicks fitTicks(const std::function<AxisTicks(int)>& make, const QFont& font,
         // one: a target tick (0.85) beside an end tick (0.90) on a 130 px accuracy plot did.
         for (int n = std::clamp(static_cast<int>(length / (fm.height() * kLinesPerTick)), 2, kMostTicks); n > 2; --n) {
             auto t = make(n);
+            if (t.hi <= t.lo) {
+                return t;
+            }
             double closest = length;
             for (std::size_t i = 1; i < t.values.size(); ++i) {
                 closest = std::min(closest, (t.values[i] - t.values[i - 1]) / (t.hi - t.lo) * length);
             }
-            if (t.hi <= t.lo || closest >= 1.2 * fm.height()) {
+            if (closest >= 1.2 * fm.height()) {
                 return t;
             }
         }
