@@ -342,6 +342,27 @@ TEST(ExplainSummary, ABf16LaneSlowerThanFp32SaysWhy) {
                          "storage (timed: fp32 for 6 of 8 GEMM shapes, AVX-512 BF16 kernel for 2 (the fastest timed "
                          "on this CPU at 2 threads x 2 workers), the other routes' shapes 0.6% of the arithmetic), "
                          "and rounding their inputs to bf16 comes on top;");
+    // No bf16 units: the routes' own parenthesis holds a semicolon (the copies' margin), and the
+    // routes end at the execution's own semicolon, not there.
+    auto emulated = cpuLane("bf16", Precision::Bf16, 300,
+                            "fused transformer step (bf16 GEMMs with fp32 results: MKL bf16 for 12 of 15 GEMM shapes, "
+                            "fp32 for 3 (the fastest timed on this CPU at 2 threads x 2 workers; with no bf16 units "
+                            "another route must beat fp32 on fp32 inputs by 15%); fp32 causal attention tiles and "
+                            "master weights), fused AdamW, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16)");
+    expectOneWhyLineSays({fp32, emulated},
+                         "emulated on its fp32 units: its GEMMs took MKL bf16 for 12 of 15 GEMM shapes, fp32 for 3 "
+                         "(the fastest timed on this CPU at 2 threads x 2 workers; with no bf16 units another route "
+                         "must beat fp32 on fp32 inputs by 15%), and the conversions to bf16 and back come on top.");
+    // The dense step's inputs kept in fp32 storage, its routes' text a parenthesis in another.
+    emulated.execution = "fused dense step (bf16 GEMMs with fp32 sums: fp32 for every GEMM, on bf16 values kept in "
+                         "fp32 storage (timed: fp32 for every GEMM shape (8) (the fastest timed on this CPU at 1 "
+                         "thread; with no bf16 units another route must beat fp32 on fp32 inputs by 15%))), one-pass "
+                         "RMSprop, bf16 emulated (this CPU has neither AMX nor AVX-512 BF16)";
+    expectOneWhyLineSays({fp32, emulated},
+                         "its GEMMs took fp32 for every GEMM, on bf16 values kept in fp32 storage (timed: fp32 for "
+                         "every GEMM shape (8) (the fastest timed on this CPU at 1 thread; with no bf16 units another "
+                         "route must beat fp32 on fp32 inputs by 15%)), and rounding their inputs to bf16 comes on "
+                         "top.");
     // The same CPU, an autocast lane (its convolutions run on the slower bf16 units).
     auto slowerAutocast = cpuLane("bf16", Precision::Bf16, 220,
                                   "autograd step (not a GPT), fused AdamW, bf16 autocast, bf16 slower than fp32 on "

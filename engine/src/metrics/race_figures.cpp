@@ -297,16 +297,28 @@ std::string grownPhase(const LaneSummary& slow, const LaneSummary& fast) {
                : fmt::format("; its {} phase took {} a step against {}", phase, durationText(is), durationText(was));
 }
 
-// The routes the fused steps' GEMMs took, from "bf16 GEMMs with fp32 results: <routes>; …"; empty
-// for a lane without them.
+// The routes the fused steps' GEMMs took, from "(bf16 GEMMs with fp32 results: <routes>; …)";
+// empty for a lane without them. The routes' own parentheses may hold semicolons ("(… at 2
+// threads; with no bf16 units …)"): they end at a semicolon or a closing parenthesis outside them.
 std::string gemmRoutesOf(const std::string& e) {
     const auto at = e.find("bf16 GEMMs with fp32 ");
     const auto colon = at == std::string::npos ? at : e.find(": ", at);
     if (colon == std::string::npos) {
         return {};
     }
-    const auto end = e.find(';', colon);
-    return e.substr(colon + 2, end == std::string::npos ? end : end - colon - 2);
+    const auto from = colon + 2;
+    int depth = 0;
+    auto end = from;
+    for (; end < e.size(); ++end) {
+        if (e[end] == '(') {
+            ++depth;
+        } else if (e[end] == ')' && depth-- == 0) {
+            break;
+        } else if (e[end] == ';' && depth == 0) {
+            break;
+        }
+    }
+    return e.substr(from, end - from);
 }
 
 // The routes an autograd lane's dense layers took, from "dense layers' bf16 GEMMs: <routes> (the
@@ -363,8 +375,10 @@ std::string bf16Cause(const LaneSummary& bf16) {
             "units";
         // the fused steps' GEMMs, on the routes timed here (MKL's bf16 GEMM, fp32 on the bf16 values)
         if (const auto routes = gemmRoutesOf(e); !routes.empty()) {
-            return fmt::format("{}: its GEMMs took {}, and the conversions to bf16 and back come on top", kEmulated,
-                               routes);
+            const bool keptInFp32 = e.find("kept in fp32 storage") != std::string::npos;
+            return fmt::format("{}: its GEMMs took {}, and {} on top", kEmulated, routes,
+                               keptInFp32 ? "rounding their inputs to bf16 comes"
+                                          : "the conversions to bf16 and back come");
         }
         // an autograd lane's tuned convolutions and routed dense layers
         const auto dense = denseRoutesOf(e);

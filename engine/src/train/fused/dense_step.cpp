@@ -210,7 +210,12 @@ void DenseStep::chooseRoutes(std::int64_t maxBatch) {
     const auto share = [&](std::int64_t n) { return (n + workers - 1) / workers; };
     // Without bf16 units too: MKL's bf16 GEMM and fp32 on the bf16 values are timed (the lane
     // also says "bf16 emulated"); oneDNN's emulation is no candidate there (timedBf16Routes).
-    cpu::Bf16Router router(threads, static_cast<int>(workers));
+    // There the fp32 route is timed on fp32 operands, as the step then keeps them (below), and
+    // another route must beat it by the bf16 copies' margin.
+    const char* inF32 = devicerace::environmentSwitch("DEVICERACE_BF16_IN_F32");
+    const bool inF32Allowed = !(inF32 && std::string_view(inF32) == "0");
+    cpu::Bf16Router router(threads, static_cast<int>(workers), cpu::Bf16Router::Timer{}, cpu::TrialCaches::Warm,
+                           inF32Allowed ? cpu::GemmInputs::Fp32WhereAllFp32 : cpu::GemmInputs::Bf16Copies);
     const auto rows = share(maxBatch);
     for (std::size_t i = 0; i < m_layers.size(); ++i) {
         auto& l = m_layers[i];
@@ -237,8 +242,7 @@ void DenseStep::chooseRoutes(std::int64_t maxBatch) {
             other += *r == cpu::Bf16Route::Fp32 ? 0.0 : size;
         }
     }
-    const char* inF32 = devicerace::environmentSwitch("DEVICERACE_BF16_IN_F32");
-    if (other > 0.02 * all || (inF32 && std::string_view(inF32) == "0")) {
+    if (other > 0.02 * all || !inF32Allowed) {
         return;
     }
     m_inF32 = true;
