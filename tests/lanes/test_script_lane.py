@@ -24,6 +24,7 @@ sys.path.insert(0, LANES)
 from notebook_script import RUN_HELPER, NotebookError, is_notebook, notebook_cells  # noqa: E402
 from script_file import python_script_of, script_file_problem  # noqa: E402
 from script_processes import failure_lines  # noqa: E402
+from devicerace import _gloo_exit  # noqa: E402
 
 
 def config(command, steps=None, **fields):
@@ -350,6 +351,69 @@ INTERLEAVED = textwrap.dedent("""
 """)
 
 BY_HAND_FLOPS = 2 * (2 * 784 * 10)  # the forward and the weight gradient (no input gradient)
+
+
+# A process of one Gloo rank: an allreduce, a barrier and destroy_process_group() with the group
+# still referenced (a DDP model does), then what the lane's exit finds of Gloo's worker threads
+# (devicerace/_gloo_exit.py) and whether they settle.
+GLOO_RANK = textwrap.dedent("""
+    import json, os, socket, sys
+    import torch, torch.distributed as dist
+    from devicerace import _gloo_exit
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    dist.barrier()
+    kept = dist.distributed_c10d._get_default_group()  # as a DDP model still alive keeps it
+    dist.destroy_process_group()
+    threads = _gloo_exit._gloo_threads()
+    print(json.dumps({"threads": len(threads), "settled": _gloo_exit.settle(timeout=2.0)}))
+""")
+
+
+class GlooExit(unittest.TestCase):
+    """Gloo's worker threads settle before a rank's interpreter finalizes (a rank aborted there)."""
+
+    def test_the_worker_threads_are_read_from_proc(self):
+        with tempfile.TemporaryDirectory() as task:
+            for tid, stat in (("11", "11 (pt_gloo_runloop) S 1 1 1 0 -1 4194368 0 0 0 0 7 3 0 0"),
+                              ("12", "12 (pt_gloo_runloop) R 1 1 1 0 -1 4194368 0 0 0 0 20 1 0 0"),
+                              ("13", "13 (python (x) y) S 1 1 1 0 -1 4194368 0 0 0 0 99 9 0 0")):
+                os.makedirs(os.path.join(task, tid))
+                with open(os.path.join(task, tid, "stat"), "w") as f:
+                    f.write(stat + "\n")
+            os.makedirs(os.path.join(task, "14"))  # a thread that ended while the folder was read
+            self.assertEqual(_gloo_exit._gloo_threads(task), {"11": ("S", 10), "12": ("R", 21)})
+        self.assertEqual(_gloo_exit._gloo_threads("/nonexistent/task"), {})
+
+    def test_settle_waits_for_every_thread_asleep_and_idle(self):
+        seen = iter([{"1": ("R", 5), "2": ("S", 1)}, {"1": ("S", 6), "2": ("S", 1)},
+                     {"1": ("S", 6), "2": ("S", 1)}])
+        calls = []
+
+        def threads():
+            calls.append(1)
+            return next(seen)
+
+        self.assertTrue(_gloo_exit.settle(timeout=5, interval=0.001, threads=threads))
+        self.assertEqual(len(calls), 3)  # running, then asleep, then asleep with the same CPU time
+        self.assertTrue(_gloo_exit.settle(threads=dict))  # no Gloo thread: nothing to wait for
+        started = time.monotonic()
+        self.assertFalse(_gloo_exit.settle(timeout=0.05, interval=0.001, threads=lambda: {"1": ("R", 1)}))
+        self.assertLess(time.monotonic() - started, 2.0)  # bounded (generous: the check is the bound)
+
+    def test_a_gloo_ranks_threads_are_found_and_settle(self):
+        done = subprocess.run([PYTHON, "-c", GLOO_RANK], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=LANES))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        # PyTorch 2.11 keeps the group's worker threads after destroy_process_group(); were they
+        # renamed, nothing would be waited for, and this says so.
+        self.assertGreaterEqual(found["threads"], 1, done.stdout)
+        self.assertTrue(found["settled"], done.stdout)
 
 
 class FailureLines(unittest.TestCase):

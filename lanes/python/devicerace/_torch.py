@@ -217,6 +217,10 @@ def install(torch):
             end_step_by_hand()
 
     lane._at_exit.append(last_step_by_hand)
+    # Run last of the exit hooks (they run in reverse): Gloo's threads settle before the
+    # interpreter finalizes (devicerace/_gloo_exit.py).
+    from devicerace import _gloo_exit
+    lane._at_exit.insert(0, _gloo_exit.settle)
 
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     _hooks[:] = [(register_optimizer_step_pre_hook, before_step), (register_optimizer_step_post_hook, after_step)]
